@@ -1,0 +1,401 @@
+//! `repro env capture | check | lock`: fingerprint the machine and compare it with a lockfile.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde_json::json;
+
+use crate::check::{self, Policy, Report, Status};
+use crate::cli::{Globals, emit, emit_json};
+use crate::error::UserError;
+use crate::exit;
+use crate::fingerprint::{self, Context, Demand, Field, Fingerprint};
+use crate::fsutil;
+use crate::lockfile::{self, Lock, LockfileError};
+use crate::output::{Style, Table};
+
+/// Arguments of `repro env`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: EnvCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum EnvCommand {
+    /// Print this machine's fingerprint (GPU, driver, toolchain, host, repository, Nix).
+    Capture(CaptureArgs),
+    /// Compare this machine with a lockfile; exit 1 if a must-match field differs.
+    Check(CheckArgs),
+    /// Write a lockfile from this machine's fingerprint.
+    Lock(LockArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CaptureArgs {
+    /// Also write the fingerprint as JSON to FILE.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The lockfile [default: the only one in lockfiles/, or the one matching this GPU].
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Fail on warnings too.
+    #[arg(long)]
+    strict: bool,
+    /// Check a saved fingerprint (from `env capture -o`) instead of this machine.
+    #[arg(long, value_name = "FILE")]
+    fingerprint: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct LockArgs {
+    /// Where to write [default: lockfiles/NAME.toml at the project root].
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The machine's name [default: from the GPU model, e.g. h200; "cpu" without a GPU].
+    #[arg(long)]
+    name: Option<String>,
+    /// Overwrite an existing lockfile.
+    #[arg(long)]
+    force: bool,
+}
+
+/// Runs `repro env ...`.
+pub fn run(g: &Globals, args: Args) -> anyhow::Result<u8> {
+    match args.command {
+        EnvCommand::Capture(a) => capture(g, a),
+        EnvCommand::Check(a) => check(g, a),
+        EnvCommand::Lock(a) => lock(g, a),
+    }
+}
+
+/// The project root: the repository's working tree, or the current directory outside one.
+pub fn project_root(g: &Globals) -> PathBuf {
+    fingerprint::git::discover_root(&g.cwd).unwrap_or_else(|| g.cwd.clone())
+}
+
+/// A path for messages: relative to the current directory when it is inside it.
+fn shown(g: &Globals, p: &Path) -> String {
+    p.strip_prefix(&g.cwd).unwrap_or(p).display().to_string()
+}
+
+fn resolve(g: &Globals, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        g.cwd.join(p)
+    }
+}
+
+fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let fp = fingerprint::capture(&Context { cwd: g.cwd.clone() }, &Demand::all());
+    let elapsed = start.elapsed();
+    let json = fp.to_json();
+    if let Some(out) = &a.output {
+        let path = resolve(g, out);
+        let text = serde_json::to_string_pretty(&json)? + "\n";
+        fsutil::write_atomic(&path, text.as_bytes(), true)
+            .with_context(|| format!("failed to write fingerprint {}", shown(g, &path)))?;
+        if !g.quiet && !g.json {
+            eprintln!("wrote {}", shown(g, &path));
+        }
+    }
+    if g.json {
+        emit_json(&json)?;
+    } else if a.output.is_none() || g.verbose > 0 {
+        emit(&render_fingerprint(&fp, g.verbose > 0))?;
+        if !g.quiet {
+            emit(&format!(
+                "captured in {:.1} ms\n",
+                elapsed.as_secs_f64() * 1e3
+            ))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// The human form of a fingerprint: one table, grouped by section.
+pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
+    let style = Style::for_stdout();
+    let mut table = Table::new();
+    let mut last_section = String::new();
+    for (key, field) in &fp.fields {
+        let (section, rest) = key.split_once('.').unwrap_or((key.as_str(), ""));
+        let shown_section = if section != last_section {
+            section.to_string()
+        } else {
+            String::new()
+        };
+        last_section = section.to_string();
+        let name = match rest.strip_prefix("devices.") {
+            Some(dev) => {
+                let (i, f) = dev.split_once('.').unwrap_or((dev, ""));
+                format!("[{i}] {f}")
+            }
+            None => rest.to_string(),
+        };
+        let (plain, painted) = match field {
+            Field::Value(v) => (v.clone(), v.clone()),
+            Field::Unavailable(r) => {
+                let t = format!("unavailable: {r}");
+                (t.clone(), style.dim(&t))
+            }
+        };
+        table.styled_row(vec![
+            (shown_section.clone(), style.bold(&shown_section)),
+            (name.clone(), name),
+            (plain, painted),
+        ]);
+    }
+    let mut out = table.render(0);
+    if with_timings {
+        out.push_str("\nprobe times (ms):");
+        for (probe, ms) in &fp.probe_ms {
+            out.push_str(&format!(" {probe}={ms:.1}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Which lockfile to check against, and the fingerprint to check.
+fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fingerprint)> {
+    let saved = a
+        .fingerprint
+        .as_ref()
+        .map(|p| Fingerprint::load(&resolve(g, p)))
+        .transpose()?;
+    let get_fp = |demand: Demand| -> Fingerprint {
+        saved
+            .clone()
+            .unwrap_or_else(|| fingerprint::capture(&Context { cwd: g.cwd.clone() }, &demand))
+    };
+    if let Some(p) = &a.lock {
+        let path = resolve(g, p);
+        let lock = lockfile::load(&path)?;
+        let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+        return Ok((path, lock, fp));
+    }
+    let dir = project_root(g).join("lockfiles");
+    let candidates = lockfile::list(&dir);
+    match candidates.len() {
+        0 => Err(LockfileError::NoneFound { dir }.into()),
+        1 => {
+            let lock = lockfile::load(&candidates[0])?;
+            let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+            Ok((candidates[0].clone(), lock, fp))
+        }
+        _ => {
+            let locks: Vec<(PathBuf, Lock)> = candidates
+                .iter()
+                .map(|p| lockfile::load(p).map(|l| (p.clone(), l)))
+                .collect::<Result<_, _>>()?;
+            // One capture answers every candidate: the union of what they check, plus the GPU.
+            let keys = locks
+                .iter()
+                .flat_map(|(_, l)| checked_keys(l))
+                .chain(["gpu.name"]);
+            let fp = get_fp(Demand::for_keys(keys));
+            let gpu = fp.lookup("gpu.name");
+            let matching: Vec<&(PathBuf, Lock)> = locks
+                .iter()
+                .filter(|(_, l)| {
+                    l.rules.iter().any(|r| {
+                        r.key == "gpu.name"
+                            && !matches!(r.policy, Policy::Ignore(_))
+                            && check::evaluate(&r.policy, crate::fields::Kind::Text, &gpu)
+                                == Status::Ok
+                    })
+                })
+                .collect();
+            match matching.as_slice() {
+                [(path, lock)] => Ok((path.clone(), lock.clone(), fp)),
+                _ => Err(LockfileError::Ambiguous {
+                    dir,
+                    count: candidates.len(),
+                    names: candidates
+                        .iter()
+                        .map(|p| {
+                            p.file_name()
+                                .unwrap_or_default()
+                                .to_string_lossy()
+                                .into_owned()
+                        })
+                        .collect(),
+                }
+                .into()),
+            }
+        }
+    }
+}
+
+fn checked_keys(lock: &Lock) -> impl Iterator<Item = &str> {
+    lock.rules
+        .iter()
+        .filter(|r| !matches!(r.policy, Policy::Ignore(_)))
+        .map(|r| r.key.as_str())
+}
+
+fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let (path, lock, fp) = choose_lock(g, &a)?;
+    let report = check::check(&lock.rules, |k| fp.lookup(k));
+    let passed = report.passes(a.strict);
+    let elapsed = start.elapsed();
+    let code = if passed { exit::OK } else { exit::MISMATCH };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1,
+            "lockfile": shown(g, &path),
+            "name": lock.name,
+            "strict": a.strict,
+            "passed": passed,
+            "exit-code": code,
+            "counts": counts_json(&report),
+            "rows": report.rows,
+        }))?;
+    } else {
+        emit(&render_report(&shown(g, &path), &lock, &report, passed, g))?;
+        if g.verbose > 0 {
+            emit(&format!(
+                "checked in {:.1} ms\n",
+                elapsed.as_secs_f64() * 1e3
+            ))?;
+        }
+    }
+    Ok(code)
+}
+
+fn counts_json(r: &Report) -> serde_json::Value {
+    json!({
+        "ok": r.count(Status::Ok),
+        "mismatch": r.count(Status::Mismatch),
+        "missing": r.count(Status::Missing),
+        "warn": r.count(Status::Warn),
+        "ignored": r.count(Status::Ignored),
+    })
+}
+
+/// The human form of a check: a row per checked field, hints under failures, a summary.
+pub fn render_report(
+    path: &str,
+    lock: &Lock,
+    report: &Report,
+    passed: bool,
+    g: &Globals,
+) -> String {
+    let style = Style::for_stdout();
+    let mut out = format!("lockfile {path} ({})\n", lock.name);
+    let mut table = Table::new();
+    let head = |s: &str| (s.to_string(), style.dim(s));
+    table.styled_row(vec![
+        head("STATUS"),
+        head("FIELD"),
+        head("EXPECTED"),
+        head("ACTUAL"),
+    ]);
+    for row in &report.rows {
+        let show = match row.status {
+            Status::Ignored => g.verbose > 0,
+            Status::Ok => !g.quiet,
+            _ => true,
+        };
+        if !show {
+            continue;
+        }
+        let label = match row.status {
+            Status::Ok => "ok",
+            Status::Ignored => "ignored",
+            Status::Warn => "warn",
+            Status::Missing => "MISSING",
+            Status::Mismatch => "MISMATCH",
+        };
+        let painted = match row.status {
+            Status::Ok => style.good(label),
+            Status::Ignored => style.dim(label),
+            Status::Warn => style.warn(label),
+            _ => style.error(label),
+        };
+        table.styled_row(vec![
+            (label.into(), painted),
+            (row.field.clone(), row.field.clone()),
+            (row.expected.clone(), row.expected.clone()),
+            (row.actual.clone(), row.actual.clone()),
+        ]);
+        if let Some(h) = &row.hint {
+            let text = format!("hint: {h}");
+            table.styled_row(vec![
+                (String::new(), String::new()),
+                (text.clone(), style.hint(&text)),
+            ]);
+        }
+    }
+    out.push_str(&table.render(2));
+    let verdict = if passed {
+        style.good("passed")
+    } else {
+        style.error("FAILED")
+    };
+    out.push_str(&format!(
+        "{verdict}: {} ok, {} mismatched, {} missing, {} warnings, {} ignored\n",
+        report.count(Status::Ok),
+        report.count(Status::Mismatch),
+        report.count(Status::Missing),
+        report.count(Status::Warn),
+        report.count(Status::Ignored),
+    ));
+    out
+}
+
+fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
+    let fp = fingerprint::capture(&Context { cwd: g.cwd.clone() }, &Demand::all());
+    let name = match a.name {
+        Some(n) if n.is_empty() || n.contains(['/', '\\']) || n.starts_with('.') => {
+            return Err(
+                UserError::usage(format!("`{n}` is not a usable lockfile name"))
+                    .hint("use letters, digits and dashes, e.g. --name h200")
+                    .into(),
+            );
+        }
+        Some(n) => n,
+        None => lockfile::default_name(&fp),
+    };
+    let path = match &a.output {
+        Some(p) => resolve(g, p),
+        None => project_root(g)
+            .join("lockfiles")
+            .join(format!("{name}.toml")),
+    };
+    let lock = lockfile::from_fingerprint(&name, &fp);
+    let text = lockfile::to_toml(&lock, &fp);
+    fsutil::write_atomic(&path, text.as_bytes(), a.force)
+        .with_context(|| format!("failed to write lockfile {}", shown(g, &path)))?;
+    let count = |n: &str| lock.rules.iter().filter(|r| r.policy.name() == n).count();
+    if g.json {
+        emit_json(&json!({
+            "schema": 1,
+            "lockfile": shown(g, &path),
+            "name": name,
+            "policies": {
+                "exact": count("exact"), "one-of": count("one-of"),
+                "warn": count("warn"), "ignore": count("ignore"),
+            },
+        }))?;
+    } else if !g.quiet {
+        emit(&format!(
+            "wrote {} ({} exact, {} one-of, {} warn, {} ignored); edit its policies to taste\n",
+            shown(g, &path),
+            count("exact"),
+            count("one-of"),
+            count("warn"),
+            count("ignore"),
+        ))?;
+    }
+    Ok(exit::OK)
+}

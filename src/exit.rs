@@ -1,0 +1,44 @@
+//! Exit codes, as documented constants.
+//!
+//! They follow `git bisect run` where that applies (0 good, 1 bad, 125 skip), so that
+//! `repro` can itself serve as a `git bisect run` script, and clap's convention of 2 for
+//! usage errors. The README lists every one of them.
+
+/// Everything asked for succeeded (for `env check`: every must-match field matches).
+pub const OK: u8 = 0;
+/// The thing checked is bad: a must-match field differs (`env check`), or, with `--strict`,
+/// a warning was raised.
+pub const MISMATCH: u8 = 1;
+/// A usage or input error: bad arguments, a malformed lockfile or recipe, a missing file.
+pub const USAGE: u8 = 2;
+/// The environment lacks something the command needs: no GPU, no driver, no NVRTC.
+pub const ENVIRONMENT: u8 = 3;
+/// An operating-system error outside the user's input: a full disk, a read-only directory.
+pub const IO: u8 = 4;
+/// A bug in repro itself. Please report it with the whole error chain.
+pub const INTERNAL: u8 = 70;
+
+/// Every documented code with its meaning, for the README test and `--help` text.
+pub const ALL: &[(u8, &str)] = &[
+    (
+        OK,
+        "success; for `env check`, every must-match field matches",
+    ),
+    (
+        MISMATCH,
+        "a must-match field differs (with `--strict`, also a warning)",
+    ),
+    (
+        USAGE,
+        "usage or input error: bad arguments, malformed lockfile, missing file",
+    ),
+    (
+        ENVIRONMENT,
+        "the machine lacks what the command needs (GPU, driver, NVRTC)",
+    ),
+    (
+        IO,
+        "an operating-system error: disk full, permission denied, read-only store",
+    ),
+    (INTERNAL, "a bug in repro; the whole error chain is printed"),
+];

@@ -1,0 +1,124 @@
+//! The repository probe: root, HEAD, branch, tree and uncommitted changes (read with git2;
+//! nothing is written).
+
+use std::path::{Path, PathBuf};
+
+use git2::{Repository, Status, StatusOptions};
+use sha2::{Digest, Sha256};
+
+use super::{Field, Fields};
+
+/// The working-tree root of the repository containing `dir`, if any.
+pub fn discover_root(dir: &Path) -> Option<PathBuf> {
+    let repo = Repository::discover(dir).ok()?;
+    repo.workdir().map(Path::to_path_buf)
+}
+
+/// Probes the repository containing `dir`.
+pub fn probe(dir: &Path) -> Fields {
+    let mut f = Fields::new();
+    let repo = match Repository::discover(dir) {
+        Ok(r) => r,
+        Err(_) => {
+            f.insert(
+                "repo".into(),
+                Field::Unavailable(format!("{} is not inside a git repository", dir.display())),
+            );
+            return f;
+        }
+    };
+    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+        f.insert(
+            "repo".into(),
+            Field::Unavailable("a bare repository has no working tree".into()),
+        );
+        return f;
+    };
+    f.insert("repo.root".into(), Field::Value(root.display().to_string()));
+    match repo.head() {
+        Ok(head) => {
+            let branch = if head.is_branch() {
+                head.shorthand().unwrap_or("(non-UTF-8 name)")
+            } else {
+                "(detached)"
+            };
+            f.insert("repo.branch".into(), Field::Value(branch.into()));
+            match head.peel_to_commit() {
+                Ok(c) => {
+                    f.insert("repo.head".into(), Field::Value(c.id().to_string()));
+                    f.insert("repo.tree".into(), Field::Value(c.tree_id().to_string()));
+                }
+                Err(e) => {
+                    f.insert(
+                        "repo.head".into(),
+                        Field::Unavailable(e.message().to_string()),
+                    );
+                }
+            }
+        }
+        Err(_) => {
+            let why = Field::Unavailable("no commits yet".into());
+            f.insert("repo.head".into(), why.clone());
+            f.insert("repo.tree".into(), why);
+            f.insert(
+                "repo.branch".into(),
+                Field::Unavailable("no commits yet".into()),
+            );
+        }
+    }
+    match dirty_digest(&repo, &root) {
+        Ok(None) => {
+            f.insert("repo.dirty".into(), Field::Value("false".into()));
+            f.insert(
+                "repo.dirty-digest".into(),
+                Field::Unavailable("the tree is clean".into()),
+            );
+        }
+        Ok(Some(d)) => {
+            f.insert("repo.dirty".into(), Field::Value("true".into()));
+            f.insert("repo.dirty-digest".into(), Field::Value(d));
+        }
+        Err(e) => {
+            f.insert(
+                "repo.dirty".into(),
+                Field::Unavailable(format!("git status failed: {}", e.message())),
+            );
+        }
+    }
+    f
+}
+
+/// The sha256 of every uncommitted change (path, status, current content), or `None` when
+/// the tree is clean. Ignored files do not count.
+fn dirty_digest(repo: &Repository, root: &Path) -> Result<Option<String>, git2::Error> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    let mut changes: Vec<(String, Status)> = statuses
+        .iter()
+        .filter(|s| s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED))
+        .map(|s| {
+            (
+                String::from_utf8_lossy(s.path_bytes()).into_owned(),
+                s.status(),
+            )
+        })
+        .collect();
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    changes.sort();
+    let mut h = Sha256::new();
+    for (path, status) in changes {
+        h.update(path.as_bytes());
+        h.update([0]);
+        h.update(status.bits().to_le_bytes());
+        match std::fs::read(root.join(&path)) {
+            Ok(bytes) => h.update(Sha256::digest(&bytes)),
+            Err(_) => h.update(b"<absent>"),
+        }
+    }
+    Ok(Some(hex::encode(h.finalize())))
+}

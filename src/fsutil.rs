@@ -1,0 +1,119 @@
+//! Atomic file writes: a temporary file in the same directory, fsync, then rename.
+//!
+//! A reader (or a crash) never sees a half-written lockfile, fingerprint or store object:
+//! either the old file is there or the complete new one is.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::Diagnose;
+use crate::exit;
+
+/// Why a file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The target exists and overwriting was not asked for.
+    #[error("{} already exists", .path.display())]
+    Exists {
+        /// The file that exists.
+        path: PathBuf,
+    },
+    /// The operating system refused.
+    #[error("could not write {}", .path.display())]
+    Io {
+        /// The file being written.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Diagnose for WriteError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            WriteError::Exists { .. } => exit::USAGE,
+            WriteError::Io { .. } => exit::IO,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            WriteError::Exists { .. } => Some("pass --force to overwrite it".into()),
+            WriteError::Io { source, .. } => match source.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+                    Some("the disk is full; free some space and try again".into())
+                }
+                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
+                    Some("the location is not writable; choose another with -o".into())
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically, creating parent directories.
+/// With `overwrite` false, an existing file is left alone and reported.
+pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    if !overwrite && path.exists() {
+        return Err(WriteError::Exists {
+            path: path.to_owned(),
+        });
+    }
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".repro-tmp-")
+        .tempfile_in(&dir)
+        .map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    if overwrite {
+        tmp.persist(path).map_err(|e| io(e.error))?;
+    } else {
+        // Another process may have created the file since the check above; never clobber it.
+        tmp.persist_noclobber(path).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                WriteError::Exists {
+                    path: path.to_owned(),
+                }
+            } else {
+                io(e.error)
+            }
+        })?;
+    }
+    // Make the rename itself durable.
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_refuses_to_clobber() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a/b.toml");
+        write_atomic(&p, b"one", false).unwrap();
+        assert!(matches!(
+            write_atomic(&p, b"two", false),
+            Err(WriteError::Exists { .. })
+        ));
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        write_atomic(&p, b"two", true).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        // No temporary files are left behind.
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+}

@@ -1,0 +1,21 @@
+//! `repro`: reproducible GPU-kernel work.
+//!
+//! The crate is laid out one module per concern: the command line (`cli`, `cmd`), machine
+//! fingerprints (`fingerprint`, `fields`), lockfiles and their comparison (`lockfile`,
+//! `check`), CUDA toolchains (`toolchain`), and the shared plumbing every command uses:
+//! child processes (`process`), atomic writes (`fsutil`), errors and exit codes (`error`,
+//! `exit`) and terminal output (`output`).
+
+pub mod check;
+pub mod cli;
+pub mod cmd;
+pub mod error;
+pub mod exit;
+pub mod fields;
+pub mod fingerprint;
+pub mod fsutil;
+pub mod lockfile;
+pub mod output;
+pub mod process;
+pub mod toolchain;
+pub mod version;

@@ -1,0 +1,117 @@
+//! Terminal styling and plain-text tables.
+//!
+//! Colour only when the stream is a terminal and `NO_COLOR` is unset; everything else
+//! (pipes, files, tests) gets plain text.
+
+use std::io::IsTerminal;
+
+/// Whether to emit ANSI colour on a stream.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    colour: bool,
+}
+
+impl Style {
+    fn for_stream(is_terminal: bool) -> Self {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Style {
+            colour: is_terminal && !no_color,
+        }
+    }
+    /// Styling for stdout.
+    pub fn for_stdout() -> Self {
+        Self::for_stream(std::io::stdout().is_terminal())
+    }
+    /// Styling for stderr.
+    pub fn for_stderr() -> Self {
+        Self::for_stream(std::io::stderr().is_terminal())
+    }
+    /// No colour at all.
+    pub fn plain() -> Self {
+        Style { colour: false }
+    }
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.colour {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    /// Red and bold.
+    pub fn error(&self, s: &str) -> String {
+        self.paint("1;31", s)
+    }
+    /// Yellow.
+    pub fn warn(&self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    /// Green.
+    pub fn good(&self, s: &str) -> String {
+        self.paint("32", s)
+    }
+    /// Cyan, for hints.
+    pub fn hint(&self, s: &str) -> String {
+        self.paint("36", s)
+    }
+    /// Dim, for secondary text.
+    pub fn dim(&self, s: &str) -> String {
+        self.paint("2", s)
+    }
+    /// Bold, for headings.
+    pub fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+}
+
+/// A left-aligned text table. Cells may carry colour codes; widths are measured on the
+/// visible text, which callers pass separately.
+#[derive(Default)]
+pub struct Table {
+    rows: Vec<Vec<(String, String)>>,
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a row of plain cells.
+    pub fn row<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, cells: I) {
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| {
+                    let c = c.into();
+                    (c.clone(), c)
+                })
+                .collect(),
+        );
+    }
+    /// Adds a row of (visible text, painted text) cells.
+    pub fn styled_row(&mut self, cells: Vec<(String, String)>) {
+        self.rows.push(cells);
+    }
+    /// Renders with two spaces between columns and no trailing spaces.
+    pub fn render(&self, indent: usize) -> String {
+        let ncols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0; ncols];
+        for row in &self.rows {
+            for (i, (text, _)) in row.iter().enumerate() {
+                widths[i] = widths[i].max(text.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut line = " ".repeat(indent);
+            for (i, (text, painted)) in row.iter().enumerate() {
+                line.push_str(painted);
+                if i + 1 < row.len() {
+                    line.push_str(&" ".repeat(widths[i] - text.chars().count() + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}

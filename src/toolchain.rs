@@ -1,0 +1,341 @@
+//! Finding the CUDA compilers that builds use: the NVRTC library and nvcc.
+//!
+//! NVRTC is looked for in a fixed, documented order, and the fingerprint records both the
+//! library chosen and why. The NVRTC in NVIDIA's `nvidia-cuda-nvrtc` 13.0 wheel has no
+//! RPATH, so it can only find `libnvrtc-builtins` if that is already loaded: we load the
+//! builtins from the same directory first, by absolute path. Once loaded by absolute path,
+//! later `dlopen("libnvrtc.so.13")` calls (cudarc's) resolve to the same library by soname.
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::fingerprint::{Field, Fields};
+use crate::process::{Cmd, ProcessError};
+
+/// Where an NVRTC library was found, and why that one was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The library file.
+    pub path: PathBuf,
+    /// Which rule of the search order found it.
+    pub source: String,
+}
+
+/// The search order, as documented in the README.
+pub const NVRTC_SEARCH_ORDER: &str = "REPRO_NVRTC, toolchains installed by repro, CUDA_HOME/CUDA_PATH, \
+/usr/local/cuda*, Python site-packages (nvidia/cu13/lib), LD_LIBRARY_PATH";
+
+/// The directory where repro keeps toolchains it installs (`$XDG_CACHE_HOME/repro/toolchains`).
+pub fn managed_dir() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("repro").join("toolchains"))
+}
+
+/// The candidate directories in search order, each with its reason.
+fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
+    let mut c = Vec::new();
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(p) = env("REPRO_NVRTC") {
+        c.push((p, "REPRO_NVRTC".to_string()));
+    }
+    if let Some(dir) = managed_dir() {
+        for d in sorted_desc(&dir, "nvrtc-") {
+            c.push((d.join("lib"), "installed by repro toolchain install".into()));
+        }
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = env(var) {
+            for sub in [
+                "lib64",
+                "lib",
+                "targets/x86_64-linux/lib",
+                "targets/sbsa-linux/lib",
+            ] {
+                c.push((root.join(sub), var.to_string()));
+            }
+        }
+    }
+    for root in std::iter::once(PathBuf::from("/usr/local/cuda"))
+        .chain(sorted_desc(Path::new("/usr/local"), "cuda-"))
+    {
+        for sub in [
+            "lib64",
+            "targets/x86_64-linux/lib",
+            "targets/sbsa-linux/lib",
+        ] {
+            c.push((root.join(sub), format!("{}", root.display())));
+        }
+    }
+    for site in site_packages() {
+        for sub in ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"] {
+            c.push((site.join(sub), "python site-packages".into()));
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        for p in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
+            c.push((p, "LD_LIBRARY_PATH".into()));
+        }
+    }
+    c
+}
+
+/// Entries of `dir` whose names start with `prefix`, newest version first.
+fn sorted_desc(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    v.sort_by(|a, b| crate::version::compare(&b.to_string_lossy(), &a.to_string_lossy()));
+    v
+}
+
+/// Python site-packages directories, found on disk without starting Python.
+fn site_packages() -> Vec<PathBuf> {
+    let mut bases: Vec<PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            bases.push(PathBuf::from(v).join("lib"));
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        bases.push(home.join(".local/lib"));
+        bases.extend(
+            sorted_desc(&home.join(".pyenv/versions"), "")
+                .into_iter()
+                .map(|p| p.join("lib")),
+        );
+    }
+    bases.extend(["/usr/local/lib", "/usr/lib"].map(PathBuf::from));
+    let mut out = Vec::new();
+    for base in bases {
+        for py in sorted_desc(&base, "python3") {
+            out.push(py.join("site-packages"));
+            out.push(py.join("dist-packages"));
+        }
+    }
+    out
+}
+
+/// The NVRTC library file in `dir` (or `dir` itself if it is a file), preferring the
+/// CUDA 13 soname and never picking the builtins or the `.alt` variant.
+fn library_in(dir: &Path) -> Option<PathBuf> {
+    if dir.is_file() {
+        return Some(dir.to_owned());
+    }
+    let preferred = dir.join("libnvrtc.so.13");
+    if preferred.is_file() {
+        return Some(preferred);
+    }
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            n.starts_with("libnvrtc.so") && !n.contains(".alt.")
+        })
+        .collect();
+    names.sort();
+    names.pop()
+}
+
+/// Finds the NVRTC library builds would use.
+pub fn find_nvrtc() -> Option<Found> {
+    nvrtc_candidates()
+        .into_iter()
+        .find_map(|(dir, source)| library_in(&dir).map(|path| Found { path, source }))
+}
+
+/// A loaded NVRTC: the library stays loaded for the life of the process.
+pub struct Loaded {
+    /// Where it was found.
+    pub found: Found,
+    /// Its version, `major.minor`.
+    pub version: String,
+    _builtins: Option<libloading::Library>,
+    _lib: libloading::Library,
+}
+
+static NVRTC: OnceLock<Result<Loaded, String>> = OnceLock::new();
+
+/// Finds and loads NVRTC once per process. The error says what was searched.
+pub fn nvrtc() -> Result<&'static Loaded, String> {
+    NVRTC.get_or_init(load_nvrtc).as_ref().map_err(Clone::clone)
+}
+
+fn load_nvrtc() -> Result<Loaded, String> {
+    let found =
+        find_nvrtc().ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))?;
+    let dir = found.path.parent().unwrap_or(Path::new("."));
+    // SAFETY: loading a shared library runs its initialisers; NVRTC's are benign.
+    let builtins = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
+        })
+        .max()
+        .and_then(|p| unsafe { libloading::Library::new(p) }.ok());
+    // SAFETY: as above.
+    let lib = unsafe { libloading::Library::new(&found.path) }
+        .map_err(|e| format!("cannot load {}: {e}", found.path.display()))?;
+    // SAFETY: nvrtcVersion has this signature in every NVRTC release.
+    let version = unsafe {
+        let f: libloading::Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int> = lib
+            .get(b"nvrtcVersion\0")
+            .map_err(|e| format!("{} is not NVRTC: {e}", found.path.display()))?;
+        let (mut major, mut minor) = (0, 0);
+        if f(&mut major, &mut minor) != 0 {
+            return Err(format!("nvrtcVersion failed in {}", found.path.display()));
+        }
+        format!("{major}.{minor}")
+    };
+    Ok(Loaded {
+        found,
+        version,
+        _builtins: builtins,
+        _lib: lib,
+    })
+}
+
+/// The fingerprint probe for NVRTC.
+pub fn probe_nvrtc() -> Fields {
+    let mut f = Fields::new();
+    match nvrtc() {
+        Ok(l) => {
+            f.insert(
+                "toolchain.nvrtc.version".into(),
+                Field::Value(l.version.clone()),
+            );
+            f.insert(
+                "toolchain.nvrtc.path".into(),
+                Field::Value(l.found.path.display().to_string()),
+            );
+            f.insert(
+                "toolchain.nvrtc.source".into(),
+                Field::Value(l.found.source.clone()),
+            );
+        }
+        Err(e) => {
+            f.insert("toolchain.nvrtc".into(), Field::Unavailable(e));
+        }
+    }
+    f
+}
+
+/// Finds nvcc: REPRO_NVCC, the PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda*.
+pub fn find_nvcc() -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("REPRO_NVCC").filter(|v| !v.is_empty()) {
+        c.push(PathBuf::from(p));
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        c.extend(std::env::split_paths(&paths).map(|d| d.join("nvcc")));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            c.push(PathBuf::from(root).join("bin/nvcc"));
+        }
+    }
+    c.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
+    c.extend(
+        sorted_desc(Path::new("/usr/local"), "cuda-")
+            .into_iter()
+            .map(|d| d.join("bin/nvcc")),
+    );
+    c.into_iter().find(|p| p.is_file())
+}
+
+/// "Cuda compilation tools, release 13.0, V13.0.88" → "13.0.88".
+pub fn parse_nvcc_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains("release"))?;
+    line.split([' ', ','])
+        .find_map(|t| {
+            t.strip_prefix('V')
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
+/// The fingerprint probe for nvcc.
+pub fn probe_nvcc() -> Fields {
+    let mut f = Fields::new();
+    let Some(path) = find_nvcc() else {
+        f.insert(
+            "toolchain.nvcc".into(),
+            Field::Unavailable("nvcc not found".into()),
+        );
+        return f;
+    };
+    f.insert(
+        "toolchain.nvcc.path".into(),
+        Field::Value(path.display().to_string()),
+    );
+    let v = match Cmd::new(&path)
+        .arg("--version")
+        .timeout(Duration::from_secs(5))
+        .run()
+    {
+        Ok(out) => parse_nvcc_version(&out.stdout_str()).map_or_else(
+            || Field::Unavailable("no version in `nvcc --version`".into()),
+            Field::Value,
+        ),
+        Err(ProcessError::NotFound { .. }) => Field::Unavailable("nvcc not found".into()),
+        Err(e) => Field::Unavailable(e.to_string().lines().next().unwrap_or_default().into()),
+    };
+    f.insert("toolchain.nvcc.version".into(), v);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvcc_version() {
+        let t = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n";
+        assert_eq!(parse_nvcc_version(t).as_deref(), Some("13.0.88"));
+    }
+
+    #[test]
+    fn picks_the_library_not_the_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "libnvrtc-builtins.so.13.0",
+            "libnvrtc.alt.so.13",
+            "libnvrtc.so.12",
+        ] {
+            std::fs::write(dir.path().join(n), b"").unwrap();
+        }
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.12"))
+        );
+        std::fs::write(dir.path().join("libnvrtc.so.13"), b"").unwrap();
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.13"))
+        );
+    }
+}
