@@ -52,6 +52,15 @@ impl Diagnose for WriteError {
     }
 }
 
+/// repro's cache directory: `$XDG_CACHE_HOME/repro`, else `~/.cache/repro`.
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("repro"))
+}
+
 /// Writes `bytes` to `path` atomically, creating parent directories.
 /// With `overwrite` false, an existing file is left alone and reported.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), WriteError> {

@@ -29,11 +29,7 @@ pub const NVRTC_SEARCH_ORDER: &str = "REPRO_NVRTC, toolchains installed by repro
 
 /// The directory where repro keeps toolchains it installs (`$XDG_CACHE_HOME/repro/toolchains`).
 pub fn managed_dir() -> Option<PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("repro").join("toolchains"))
+    Some(crate::fsutil::cache_dir()?.join("toolchains"))
 }
 
 /// The candidate directories in search order, each with its reason.

@@ -48,8 +48,11 @@ struct CheckArgs {
     #[arg(long)]
     strict: bool,
     /// Check a saved fingerprint (from `env capture -o`) instead of this machine.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "fresh")]
     fingerprint: Option<PathBuf>,
+    /// Query the GPUs through cuInit instead of the per-boot cache of device attributes.
+    #[arg(long)]
+    fresh: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -94,7 +97,13 @@ fn resolve(g: &Globals, p: &Path) -> PathBuf {
 
 fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let fp = fingerprint::capture(&Context { cwd: g.cwd.clone() }, &Demand::all());
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: true,
+        },
+        &Demand::all(),
+    );
     let elapsed = start.elapsed();
     let json = fp.to_json();
     if let Some(out) = &a.output {
@@ -120,6 +129,16 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// Cuts a value for a human table; `--json` always has the whole value.
+fn cell(s: &str) -> String {
+    const MAX: usize = 64;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(MAX - 1).collect::<String>())
+    }
+}
+
 /// The human form of a fingerprint: one table, grouped by section.
 pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
     let style = Style::for_stdout();
@@ -141,9 +160,9 @@ pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
             None => rest.to_string(),
         };
         let (plain, painted) = match field {
-            Field::Value(v) => (v.clone(), v.clone()),
+            Field::Value(v) => (cell(v), cell(v)),
             Field::Unavailable(r) => {
-                let t = format!("unavailable: {r}");
+                let t = cell(&format!("unavailable: {r}"));
                 (t.clone(), style.dim(&t))
             }
         };
@@ -172,9 +191,15 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fin
         .map(|p| Fingerprint::load(&resolve(g, p)))
         .transpose()?;
     let get_fp = |demand: Demand| -> Fingerprint {
-        saved
-            .clone()
-            .unwrap_or_else(|| fingerprint::capture(&Context { cwd: g.cwd.clone() }, &demand))
+        saved.clone().unwrap_or_else(|| {
+            fingerprint::capture(
+                &Context {
+                    cwd: g.cwd.clone(),
+                    fresh: a.fresh,
+                },
+                &demand,
+            )
+        })
     };
     if let Some(p) = &a.lock {
         let path = resolve(g, p);
@@ -263,9 +288,15 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     } else {
         emit(&render_report(&shown(g, &path), &lock, &report, passed, g))?;
         if g.verbose > 0 {
+            let probes: Vec<String> = fp
+                .probe_ms
+                .iter()
+                .map(|(p, ms)| format!("{p}={ms:.1}"))
+                .collect();
             emit(&format!(
-                "checked in {:.1} ms\n",
-                elapsed.as_secs_f64() * 1e3
+                "checked in {:.1} ms (probes, ms: {})\n",
+                elapsed.as_secs_f64() * 1e3,
+                probes.join(" ")
             ))?;
         }
     }
@@ -325,8 +356,8 @@ pub fn render_report(
         table.styled_row(vec![
             (label.into(), painted),
             (row.field.clone(), row.field.clone()),
-            (row.expected.clone(), row.expected.clone()),
-            (row.actual.clone(), row.actual.clone()),
+            (cell(&row.expected), cell(&row.expected)),
+            (cell(&row.actual), cell(&row.actual)),
         ]);
         if let Some(h) = &row.hint {
             let text = format!("hint: {h}");
@@ -354,7 +385,13 @@ pub fn render_report(
 }
 
 fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
-    let fp = fingerprint::capture(&Context { cwd: g.cwd.clone() }, &Demand::all());
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: true,
+        },
+        &Demand::all(),
+    );
     let name = match a.name {
         Some(n) if n.is_empty() || n.contains(['/', '\\']) || n.starts_with('.') => {
             return Err(

@@ -9,6 +9,7 @@ use std::ffi::{CStr, c_char, c_int};
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 
 use super::{Field, Fields};
+use crate::fsutil;
 
 /// Why there is no GPU section on machines without the driver.
 pub const NO_DRIVER: &str = "no NVIDIA driver on this machine (libcuda.so.1 not found)";
@@ -98,8 +99,79 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// What identifies a valid cache of device attributes: the boot, the loaded driver, and the
+/// variables that decide which devices CUDA shows and in what order.
+fn cache_key() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let driver = parse_proc_version(&std::fs::read_to_string("/proc/driver/nvidia/version").ok()?)?;
+    let var =
+        |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
+    Some(format!(
+        "boot {} driver {driver} CUDA_VISIBLE_DEVICES{} CUDA_DEVICE_ORDER{}",
+        boot.trim(),
+        var("CUDA_VISIBLE_DEVICES"),
+        var("CUDA_DEVICE_ORDER")
+    ))
+}
+
+fn cache_path() -> Option<std::path::PathBuf> {
+    Some(fsutil::cache_dir()?.join("gpu-devices.json"))
+}
+
+/// Reads cached device fields if they were written under `key`.
+pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    if v["key"].as_str()? != key {
+        return None;
+    }
+    v["fields"]
+        .as_object()?
+        .iter()
+        .map(|(k, v)| Some((k.clone(), Field::Value(v.as_str()?.to_string()))))
+        .collect()
+}
+
+/// Writes device fields under `key`. Only complete answers (every field a value) are cached.
+pub fn write_cache(path: &std::path::Path, key: &str, fields: &Fields) {
+    let values: Option<serde_json::Map<String, serde_json::Value>> = fields
+        .iter()
+        .map(|(k, f)| Some((k.clone(), serde_json::Value::from(f.value()?))))
+        .collect();
+    if let Some(values) = values {
+        let doc = serde_json::json!({ "schema": 1, "key": key, "fields": values });
+        // A cache that cannot be written only costs the next run a cuInit.
+        let _ = fsutil::write_atomic(path, doc.to_string().as_bytes(), true);
+    }
+}
+
+/// Device attributes from the per-boot cache, or probed (and cached) on a miss.
+///
+/// `cuInit` costs about 175 ms on an H200 while everything else `env check` needs costs
+/// a few milliseconds. Device attributes (model, compute capability, SMs, memory, L2) cannot
+/// change while the same driver stays loaded, so they are cached per boot and driver.
+pub fn probe_devices_cached() -> Fields {
+    let (Some(key), Some(path)) = (cache_key(), cache_path()) else {
+        return probe_devices();
+    };
+    if let Some(hit) = read_cache(&path, &key) {
+        return hit;
+    }
+    let fields = probe_devices();
+    write_cache(&path, &key, &fields);
+    fields
+}
+
+/// Probes every device CUDA can see (runs `cuInit`), refreshing the per-boot cache.
+pub fn probe_devices_fresh() -> Fields {
+    let fields = probe_devices();
+    if let (Some(key), Some(path)) = (cache_key(), cache_path()) {
+        write_cache(&path, &key, &fields);
+    }
+    fields
+}
+
 /// Probes every device CUDA can see.
-pub fn probe_devices() -> Fields {
+fn probe_devices() -> Fields {
     let mut f = Fields::new();
     if !driver_present() {
         f.insert("gpu".into(), Field::Unavailable(NO_DRIVER.into()));
@@ -246,6 +318,20 @@ mod tests {
     fn formats_uuid_like_nvml() {
         let b: [u8; 16] = core::array::from_fn(|i| i as u8);
         assert_eq!(format_uuid(&b), "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
+    }
+
+    #[test]
+    fn cache_hits_only_under_the_same_key_and_only_complete_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.json");
+        let mut f = Fields::new();
+        f.insert("gpu.count".into(), Field::Value("1".into()));
+        write_cache(&path, "boot a", &f);
+        assert_eq!(read_cache(&path, "boot a"), Some(f.clone()));
+        assert_eq!(read_cache(&path, "boot b"), None);
+        f.insert("gpu".into(), Field::Unavailable("no device".into()));
+        write_cache(&path, "boot c", &f);
+        assert_eq!(read_cache(&path, "boot c"), None);
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct Fingerprint {
 pub struct Context {
     /// The directory repro acts in (after `-C`).
     pub cwd: PathBuf,
+    /// Probe GPU devices afresh (`cuInit`) instead of using the per-boot cache.
+    pub fresh: bool,
 }
 
 /// Which probes to run.
@@ -107,7 +109,11 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     // The CUDA device probe and NVML both take tens of milliseconds on a real GPU machine;
     // they run side by side and are merged by UUID afterwards.
     if d(Probe::CudaDevices) {
-        jobs.push(("cuda".into(), Box::new(cuda::probe_devices)));
+        if ctx.fresh {
+            jobs.push(("cuda".into(), Box::new(cuda::probe_devices_fresh)));
+        } else {
+            jobs.push(("cuda".into(), Box::new(cuda::probe_devices_cached)));
+        }
     }
     if d(Probe::Driver) {
         jobs.push(("driver".into(), Box::new(cuda::probe_driver)));
