@@ -232,12 +232,12 @@ pub fn hint(key: &str, policy: &Policy, values: &[Field]) -> String {
                 .into()
         }
         "driver.version" => {
-            let want = policy.expected();
-            let older = actual.zip(locked_value(policy)).is_some_and(|(a, w)| version::compare(a, &w).is_lt());
+            let want = locked_value(policy).unwrap_or_default();
+            let older = actual.is_some_and(|a| version::compare(a, &want).is_lt());
             if older {
-                format!("the driver is older than the locked {want}: upgrade the host driver (it never comes from Nix)")
+                format!("the driver is older than the lockfile's {want}: upgrade the host driver (it never comes from Nix)")
             } else {
-                format!("the driver differs from the locked {want}; {relax} (for example policy = \"min\")")
+                format!("the driver differs from the lockfile's {want}; {relax} (for example policy = \"min\")")
             }
         }
         "driver.cuda-version" => {
@@ -273,11 +273,12 @@ pub fn hint(key: &str, policy: &Policy, values: &[Field]) -> String {
                 .into()
         }
         "repo.dirty" => "commit or stash your changes: results from a dirty tree cannot be replayed".into(),
-        "gpu.persistence-mode" => {
+        "gpu.persistence-mode" if actual == Some("false") => {
             "persistence mode is off: first launches are slower and clocks may reset; enable with \
              `nvidia-smi -pm 1` (needs root)"
                 .into()
         }
+        "gpu.persistence-mode" => "persistence mode differs from the lockfile; `nvidia-smi -pm 0|1` switches it (needs root)".into(),
         "gpu.ecc" => "ECC differs: it changes usable memory and bandwidth; `nvidia-smi -e` switches it (reboot needed)".into(),
         "gpu.mig-mode" => "MIG differs: a MIG slice is not the whole GPU; `nvidia-smi -mig 0|1` switches it".into(),
         "gpu.power-limit-w" | "gpu.max-sm-clock-mhz" | "gpu.max-mem-clock-mhz" => {

@@ -67,7 +67,14 @@ impl Style {
 /// visible text, which callers pass separately.
 #[derive(Default)]
 pub struct Table {
-    rows: Vec<Vec<(String, String)>>,
+    rows: Vec<Line>,
+}
+
+enum Line {
+    Cells(Vec<(String, String)>),
+    /// A line under the previous row, indented to its second column and not counted in
+    /// the column widths (hints).
+    Note(String),
 }
 
 impl Table {
@@ -77,7 +84,7 @@ impl Table {
     }
     /// Adds a row of plain cells.
     pub fn row<I: IntoIterator<Item = S>, S: Into<String>>(&mut self, cells: I) {
-        self.rows.push(
+        self.rows.push(Line::Cells(
             cells
                 .into_iter()
                 .map(|c| {
@@ -85,23 +92,45 @@ impl Table {
                     (c.clone(), c)
                 })
                 .collect(),
-        );
+        ));
     }
     /// Adds a row of (visible text, painted text) cells.
     pub fn styled_row(&mut self, cells: Vec<(String, String)>) {
-        self.rows.push(cells);
+        self.rows.push(Line::Cells(cells));
+    }
+    /// Adds an already painted note line under the last row.
+    pub fn note(&mut self, painted: String) {
+        self.rows.push(Line::Note(painted));
     }
     /// Renders with two spaces between columns and no trailing spaces.
     pub fn render(&self, indent: usize) -> String {
-        let ncols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let cells = |l: &'_ Line| match l {
+            Line::Cells(c) => Some(c.clone()),
+            Line::Note(_) => None,
+        };
+        let ncols = self
+            .rows
+            .iter()
+            .filter_map(cells)
+            .map(|c| c.len())
+            .max()
+            .unwrap_or(0);
         let mut widths = vec![0; ncols];
-        for row in &self.rows {
+        for row in self.rows.iter().filter_map(cells) {
             for (i, (text, _)) in row.iter().enumerate() {
                 widths[i] = widths[i].max(text.chars().count());
             }
         }
         let mut out = String::new();
-        for row in &self.rows {
+        for line in &self.rows {
+            let row = match line {
+                Line::Cells(c) => c,
+                Line::Note(painted) => {
+                    let pad = indent + widths.first().map_or(0, |w| w + 2);
+                    out.push_str(&format!("{}{painted}\n", " ".repeat(pad)));
+                    continue;
+                }
+            };
             let mut line = " ".repeat(indent);
             for (i, (text, painted)) in row.iter().enumerate() {
                 line.push_str(painted);

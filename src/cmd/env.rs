@@ -361,10 +361,7 @@ pub fn render_report(
         ]);
         if let Some(h) = &row.hint {
             let text = format!("hint: {h}");
-            table.styled_row(vec![
-                (String::new(), String::new()),
-                (text.clone(), style.hint(&text)),
-            ]);
+            table.note(style.hint(&text));
         }
     }
     out.push_str(&table.render(2));
