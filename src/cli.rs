@@ -32,6 +32,9 @@ pub struct Cli {
     /// Print more (repeat for even more).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+    /// The store directory [default: .repro at the project root].
+    #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
+    pub store: Option<PathBuf>,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
@@ -42,6 +45,12 @@ pub struct Cli {
 pub enum Command {
     /// Fingerprint this machine and check it against a lockfile.
     Env(cmd::env::Args),
+    /// Build kernels from recipes, cached by the hash of every input.
+    Build(cmd::build::Args),
+    /// Install, list and locate the CUDA compilers builds use.
+    Toolchain(cmd::toolchain::Args),
+    /// Inspect, verify and clean the store of artifacts and records.
+    Store(cmd::store::Args),
 }
 
 /// Options every command sees.
@@ -55,6 +64,38 @@ pub struct Globals {
     pub quiet: bool,
     /// `-v` count.
     pub verbose: u8,
+    /// `--store` / `REPRO_STORE`.
+    pub store: Option<PathBuf>,
+}
+
+impl Globals {
+    /// The project root: the repository's working tree, or the current directory.
+    pub fn project_root(&self) -> PathBuf {
+        crate::fingerprint::git::discover_root(&self.cwd).unwrap_or_else(|| self.cwd.clone())
+    }
+
+    /// The store: `--store`, `REPRO_STORE`, or `.repro` at the project root.
+    pub fn store(&self) -> crate::store::Store {
+        match &self.store {
+            Some(p) if p.is_absolute() => crate::store::Store::at(p),
+            Some(p) => crate::store::Store::at(self.cwd.join(p)),
+            None => crate::store::Store::at(self.project_root().join(".repro")),
+        }
+    }
+
+    /// A path for messages: relative to the current directory when inside it.
+    pub fn shown(&self, p: &std::path::Path) -> String {
+        p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
+    }
+
+    /// The project's settings, with the NVRTC pin registered for the toolchain search.
+    pub fn config(&self) -> Result<crate::config::Config, crate::config::ConfigError> {
+        let cfg = crate::config::load(&self.project_root())?;
+        if let Some(pin) = &cfg.toolchain.nvrtc {
+            crate::toolchain::set_pin(&pin.version);
+        }
+        Ok(cfg)
+    }
 }
 
 /// Runs the parsed command line and returns the exit code.
@@ -82,9 +123,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         json: cli.json,
         quiet: cli.quiet,
         verbose: cli.verbose,
+        store: cli.store,
     };
     match cli.command {
         Command::Env(args) => cmd::env::run(&globals, args),
+        Command::Build(args) => cmd::build::run(&globals, args),
+        Command::Toolchain(args) => cmd::toolchain::run(&globals, args),
+        Command::Store(args) => cmd::store::run(&globals, args),
     }
 }
 

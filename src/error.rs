@@ -89,6 +89,11 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::fingerprint::FingerprintFileError,
             crate::process::ProcessError,
             crate::fsutil::WriteError,
+            crate::recipe::RecipeError,
+            crate::store::StoreError,
+            crate::build::BuildError,
+            crate::config::ConfigError,
+            crate::cmd::toolchain::InstallError,
         );
     }
     None

@@ -13,6 +13,9 @@ pub const MISMATCH: u8 = 1;
 pub const USAGE: u8 = 2;
 /// The environment lacks something the command needs: no GPU, no driver, no NVRTC.
 pub const ENVIRONMENT: u8 = 3;
+/// A build failed (a compile error, a missing include, an entry point the artifact lacks).
+/// Like every code from 1 to 127 but 125, `git bisect run` reads it as "bad".
+pub const BUILD_FAILED: u8 = 5;
 /// An operating-system error outside the user's input: a full disk, a read-only directory.
 pub const IO: u8 = 4;
 /// A bug in repro itself. Please report it with the whole error chain.

@@ -6,16 +6,22 @@
 //! child processes (`process`), atomic writes (`fsutil`), errors and exit codes (`error`,
 //! `exit`) and terminal output (`output`).
 
+pub mod build;
 pub mod check;
 pub mod cli;
 pub mod cmd;
+pub mod config;
 pub mod error;
 pub mod exit;
 pub mod fields;
 pub mod fingerprint;
 pub mod fsutil;
+pub mod keys;
 pub mod lockfile;
 pub mod output;
 pub mod process;
+pub mod recipe;
+pub mod spans;
+pub mod store;
 pub mod toolchain;
 pub mod version;

@@ -123,17 +123,10 @@ struct RawRule {
     values: Option<Spanned<Vec<toml::Value>>>,
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
 /// Parses and validates lockfile text; `path` is used in messages.
 pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
     let invalid = |span: Option<Range<usize>>, message: String, hint: Option<String>| {
-        let (line, column) = span.map_or((1, 1), |s| line_col(text, s.start));
+        let (line, column) = crate::spans::locate(text, span);
         LockfileError::Invalid {
             path: path.to_owned(),
             line,
@@ -306,15 +299,7 @@ fn describe_kind(kind: Kind, v: &str) -> String {
     }
 }
 
-fn scalar(v: &toml::Value) -> Option<String> {
-    match v {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(i) => Some(i.to_string()),
-        toml::Value::Float(f) => Some(f.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
+use crate::spans::scalar;
 
 /// Reads and validates a lockfile.
 pub fn load(path: &Path) -> Result<Lock, LockfileError> {

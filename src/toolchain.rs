@@ -32,6 +32,19 @@ pub fn managed_dir() -> Option<PathBuf> {
     Some(crate::fsutil::cache_dir()?.join("toolchains"))
 }
 
+static PIN: OnceLock<String> = OnceLock::new();
+
+/// Records the NVRTC version the project pins (from `repro.toml`), so that the search
+/// prefers that installed toolchain. Call before the first search.
+pub fn set_pin(version: &str) {
+    let _ = PIN.set(version.to_string());
+}
+
+/// The directory a managed NVRTC of `version` lives in.
+pub fn managed_nvrtc_dir(version: &str) -> Option<PathBuf> {
+    Some(managed_dir()?.join(format!("nvrtc-{version}")))
+}
+
 /// The candidate directories in search order, each with its reason.
 fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
     let mut c = Vec::new();
@@ -42,6 +55,14 @@ fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
     };
     if let Some(p) = env("REPRO_NVRTC") {
         c.push((p, "REPRO_NVRTC".to_string()));
+    }
+    if let Some(v) = PIN.get()
+        && let Some(d) = managed_nvrtc_dir(v)
+    {
+        c.push((
+            d.join("lib"),
+            "pinned in repro.toml, installed by repro".into(),
+        ));
     }
     if let Some(dir) = managed_dir() {
         for d in sorted_desc(&dir, "nvrtc-") {
@@ -150,6 +171,11 @@ fn library_in(dir: &Path) -> Option<PathBuf> {
     names.pop()
 }
 
+/// The NVRTC library in a directory, if there is one.
+pub fn find_in(dir: &Path) -> Option<PathBuf> {
+    library_in(dir)
+}
+
 /// Finds the NVRTC library builds would use.
 pub fn find_nvrtc() -> Option<Found> {
     nvrtc_candidates()
@@ -177,22 +203,14 @@ pub fn nvrtc() -> Result<&'static Loaded, String> {
 fn load_nvrtc() -> Result<Loaded, String> {
     let found =
         find_nvrtc().ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))?;
+    load_at(found)
+}
+
+/// Loads the NVRTC at `found` (its builtins first) and asks its version.
+pub fn load_at(found: Found) -> Result<Loaded, String> {
     let dir = found.path.parent().unwrap_or(Path::new("."));
     // SAFETY: loading a shared library runs its initialisers; NVRTC's are benign.
-    let builtins = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
-        })
-        .max()
-        .and_then(|p| unsafe { libloading::Library::new(p) }.ok());
+    let builtins = builtins_in(dir).and_then(|p| unsafe { libloading::Library::new(p) }.ok());
     // SAFETY: as above.
     let lib = unsafe { libloading::Library::new(&found.path) }
         .map_err(|e| format!("cannot load {}: {e}", found.path.display()))?;
@@ -334,4 +352,128 @@ mod tests {
             Some(dir.path().join("libnvrtc.so.13"))
         );
     }
+}
+
+/// The identity of the NVRTC builds would use, for build keys: its version and the
+/// sha256 of the library and its builtins. Hashing 100 MB costs a tenth of a second, so
+/// the answer is cached per library file (path, size, mtime, inode); a warm build never
+/// loads NVRTC.
+pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
+    use std::os::unix::fs::MetadataExt;
+    let found =
+        find_nvrtc().ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))?;
+    let meta = std::fs::metadata(&found.path)
+        .map_err(|e| format!("cannot stat {}: {e}", found.path.display()))?;
+    let stamp = format!(
+        "{}|{}|{}|{}",
+        found.path.display(),
+        meta.len(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+        meta.ino()
+    );
+    let cache = crate::fsutil::cache_dir().map(|d| d.join("nvrtc-identity.json"));
+    let mut entries: serde_json::Map<String, serde_json::Value> = cache
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if let Some(hit) = entries.get(&stamp) {
+        return Ok(hit.clone());
+    }
+    let loaded = nvrtc()?;
+    let digest = |p: &Path| -> Result<String, String> {
+        std::fs::read(p)
+            .map(|b| crate::keys::sha256_hex(&b))
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let builtins = builtins_in(found.path.parent().unwrap_or(Path::new(".")));
+    let id = serde_json::json!({
+        "name": "nvrtc",
+        "version": loaded.version,
+        "library-sha256": digest(&found.path)?,
+        "builtins-sha256": builtins.as_deref().map(digest).transpose()?,
+    });
+    if let Some(p) = cache {
+        // Keep the cache small: a handful of NVRTC installs at most.
+        if entries.len() >= 16 {
+            entries.clear();
+        }
+        entries.insert(stamp, id.clone());
+        let _ = crate::fsutil::write_atomic(
+            &p,
+            serde_json::Value::Object(entries).to_string().as_bytes(),
+            true,
+        );
+    }
+    Ok(id)
+}
+
+/// The builtins library beside an NVRTC library, if any.
+fn builtins_in(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
+        })
+        .max()
+}
+
+/// Loads NVRTC for cudarc: the library repro chose is loaded first by absolute path, and
+/// cudarc's own lookup must then resolve to that same file, never to another NVRTC that
+/// happens to be on the loader's path.
+pub fn nvrtc_for_cudarc() -> Result<&'static Loaded, String> {
+    let loaded = nvrtc()?;
+    // SAFETY: NVRTC is loaded (above), so cudarc's lookup finds it and does not panic.
+    unsafe {
+        cudarc::nvrtc::sys::culib();
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut libs: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("libnvrtc.so") || n.starts_with("libnvrtc.alt.so"))
+        })
+        .collect();
+    libs.sort();
+    libs.dedup();
+    if libs.len() > 1 {
+        return Err(format!(
+            "two NVRTC libraries are loaded ({}); set REPRO_NVRTC to choose one",
+            libs.join(", ")
+        ));
+    }
+    Ok(loaded)
+}
+
+/// The identity of nvcc, for build keys: its `--version` text (release and build id).
+pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), String> {
+    let path = find_nvcc().ok_or(
+        "nvcc not found (searched REPRO_NVCC, PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda*)",
+    )?;
+    let out = Cmd::new(&path)
+        .arg("--version")
+        .timeout(Duration::from_secs(10))
+        .run()
+        .map_err(|e| e.to_string())?;
+    let text = out.stdout_str();
+    let version = parse_nvcc_version(&text).unwrap_or_default();
+    // The first line names the program; the rest (release, build id) identifies it.
+    let ident: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("release") || l.starts_with("Build"))
+        .collect();
+    Ok((
+        path,
+        serde_json::json!({ "name": "nvcc", "version": version, "build": ident.join("\n") }),
+    ))
 }

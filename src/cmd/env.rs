@@ -70,16 +70,13 @@ struct LockArgs {
 
 /// Runs `repro env ...`.
 pub fn run(g: &Globals, args: Args) -> anyhow::Result<u8> {
+    // The fingerprint reports the NVRTC builds would use, which a pin in repro.toml decides.
+    g.config()?;
     match args.command {
         EnvCommand::Capture(a) => capture(g, a),
         EnvCommand::Check(a) => check(g, a),
         EnvCommand::Lock(a) => lock(g, a),
     }
-}
-
-/// The project root: the repository's working tree, or the current directory outside one.
-pub fn project_root(g: &Globals) -> PathBuf {
-    fingerprint::git::discover_root(&g.cwd).unwrap_or_else(|| g.cwd.clone())
 }
 
 /// A path for messages: relative to the current directory when it is inside it.
@@ -207,7 +204,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fin
         let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
         return Ok((path, lock, fp));
     }
-    let dir = project_root(g).join("lockfiles");
+    let dir = g.project_root().join("lockfiles");
     let candidates = lockfile::list(&dir);
     match candidates.len() {
         0 => Err(LockfileError::NoneFound { dir }.into()),
@@ -402,7 +399,8 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     };
     let path = match &a.output {
         Some(p) => resolve(g, p),
-        None => project_root(g)
+        None => g
+            .project_root()
             .join("lockfiles")
             .join(format!("{name}.toml")),
     };

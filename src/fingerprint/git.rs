@@ -14,6 +14,13 @@ pub fn discover_root(dir: &Path) -> Option<PathBuf> {
     repo.workdir().map(Path::to_path_buf)
 }
 
+/// The HEAD commit of the repository containing `dir`, if there is one.
+pub fn head_commit(dir: &Path) -> Option<String> {
+    let repo = Repository::discover(dir).ok()?;
+    let id = repo.head().ok()?.peel_to_commit().ok()?.id();
+    Some(id.to_string())
+}
+
 /// Probes the repository containing `dir`.
 pub fn probe(dir: &Path) -> Fields {
     let mut f = Fields::new();

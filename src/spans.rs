@@ -1,0 +1,45 @@
+//! Turning byte offsets in a TOML file into the line and column a user can find.
+
+use std::ops::Range;
+
+/// The 1-based line and column of a byte offset in `text`.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The start of a span as line and column, or the file's start when there is no span.
+pub fn locate(text: &str, span: Option<Range<usize>>) -> (usize, usize) {
+    span.map_or((1, 1), |s| line_col(text, s.start))
+}
+
+/// A TOML scalar as canonical text; `None` for tables and arrays.
+pub fn scalar(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_columns_are_one_based() {
+        let t = "a = 1\nbb = ü2\n";
+        assert_eq!(line_col(t, 0), (1, 1));
+        assert_eq!(line_col(t, 6), (2, 1));
+        assert_eq!(line_col(t, 11), (2, 6));
+        assert_eq!(line_col(t, 1000), (3, 1));
+    }
+}

@@ -1,0 +1,533 @@
+//! The store: a content-addressed directory of artifacts and records (default `.repro/`
+//! at the repository root).
+//!
+//! Layout (schema 1):
+//! ```text
+//! .repro/store.json          {"schema": 1}
+//! .repro/objects/ab/cdef...  blobs (artifacts, logs), named by the sha256 of their bytes
+//! .repro/builds/KEY.json     build records, named by their build key
+//! .repro/recipes/NAME.json   the key of the last build of each recipe (for --explain)
+//! ```
+//! Every write is atomic (temporary file, fsync, rename), so concurrent `repro` processes
+//! never see or leave a torn object; two processes writing the same object write the same
+//! bytes. Every read of a blob re-hashes it: a corrupt object is named and never used.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::error::Diagnose;
+use crate::exit;
+use crate::fsutil::{self, WriteError};
+use crate::keys;
+
+/// The store schema this build reads and writes.
+pub const SCHEMA: u64 = 1;
+
+/// Why the store could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// A file could not be read.
+    #[error("cannot read {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored object does not hash to its name, or a record does not parse.
+    #[error("corrupt store object {}: {what}", .path.display())]
+    Corrupt {
+        /// The object.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// The store was written by a newer repro.
+    #[error("the store at {} has schema {found}; this repro understands {SCHEMA}", .path.display())]
+    NewerSchema {
+        /// The store.
+        path: PathBuf,
+        /// Its schema.
+        found: u64,
+    },
+}
+
+impl Diagnose for StoreError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            StoreError::Write(w) => w.exit_code(),
+            StoreError::Read { .. } => exit::IO,
+            StoreError::Corrupt { .. } => exit::IO,
+            StoreError::NewerSchema { .. } => exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            StoreError::Write(w) => w.hint().or_else(|| Some("choose another store with --store or REPRO_STORE".into())),
+            StoreError::Corrupt { .. } => {
+                Some("run `repro store verify`; `repro store gc` removes what it reports, and the next build rebuilds it".into())
+            }
+            StoreError::NewerSchema { .. } => Some("upgrade repro, or use another store with --store".into()),
+            StoreError::Read { .. } => None,
+        }
+    }
+}
+
+/// A store at a directory.
+#[derive(Clone, Debug)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// One problem `verify` found.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Problem {
+    /// The file, relative to the store.
+    pub path: String,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// What `verify` checked and found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    /// Blobs re-hashed.
+    pub objects: usize,
+    /// Records parsed and checked.
+    pub records: usize,
+    /// Everything that is wrong.
+    pub problems: Vec<Problem>,
+}
+
+/// What `gc` removed.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct GcReport {
+    /// Build records removed by `--keep-last`.
+    pub records_removed: usize,
+    /// Unreferenced or corrupt blobs removed.
+    pub objects_removed: usize,
+    /// Leftover temporary files removed.
+    pub temporaries_removed: usize,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+}
+
+impl Store {
+    /// A store at `root` (nothing is created until something is written).
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Store { root: root.into() }
+    }
+
+    /// Where the store is.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Checks that the store (if it exists) is one this repro understands.
+    pub fn check_schema(&self) -> Result<(), StoreError> {
+        let path = self.root.join("store.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            return Ok(());
+        };
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            what: e.to_string(),
+        })?;
+        match v["schema"].as_u64() {
+            Some(n) if n > SCHEMA => Err(StoreError::NewerSchema {
+                path: self.root.clone(),
+                found: n,
+            }),
+            Some(_) => Ok(()),
+            None => Err(StoreError::Corrupt {
+                path,
+                what: "no schema".into(),
+            }),
+        }
+    }
+
+    fn ensure(&self) -> Result<(), StoreError> {
+        let marker = self.root.join("store.json");
+        if !marker.exists() {
+            fsutil::write_atomic(
+                &marker,
+                json!({"schema": SCHEMA}).to_string().as_bytes(),
+                true,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The path of the blob with this digest.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        self.root
+            .join("objects")
+            .join(&digest[..2])
+            .join(&digest[2..])
+    }
+
+    /// Stores bytes and returns their sha256. An existing, intact copy is kept.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        self.ensure()?;
+        let digest = keys::sha256_hex(bytes);
+        let path = self.blob_path(&digest);
+        if self.get_blob(&digest).is_ok() {
+            return Ok(digest);
+        }
+        fsutil::write_atomic(&path, bytes, true)?;
+        Ok(digest)
+    }
+
+    /// Reads a blob, checking that it still hashes to its name.
+    pub fn get_blob(&self, digest: &str) -> Result<Vec<u8>, StoreError> {
+        let path = self.blob_path(digest);
+        let bytes = std::fs::read(&path).map_err(|source| StoreError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let actual = keys::sha256_hex(&bytes);
+        if actual != digest {
+            return Err(StoreError::Corrupt {
+                path,
+                what: format!("its content hashes to {}", keys::short(&actual)),
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn record_path(&self, kind: &str, key: &str) -> PathBuf {
+        self.root.join(kind).join(format!("{key}.json"))
+    }
+
+    /// Writes a record (`kind` is its directory: `builds`, later `results`).
+    pub fn put_record(&self, kind: &str, key: &str, record: &Value) -> Result<(), StoreError> {
+        self.ensure()?;
+        let text = serde_json::to_string_pretty(record).expect("JSON serialises") + "\n";
+        fsutil::write_atomic(&self.record_path(kind, key), text.as_bytes(), true)?;
+        Ok(())
+    }
+
+    /// Reads a record, or `None` if there is none under that key.
+    pub fn get_record(&self, kind: &str, key: &str) -> Result<Option<Value>, StoreError> {
+        let path = self.record_path(kind, key);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        path,
+                        what: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Read { path, source }),
+        }
+    }
+
+    /// Remembers `key` as the last build of `recipe`.
+    pub fn set_last(&self, recipe: &str, key: &str) -> Result<(), StoreError> {
+        let v = json!({"schema": SCHEMA, "recipe": recipe, "key": key});
+        fsutil::write_atomic(
+            &self.root.join("recipes").join(format!("{recipe}.json")),
+            v.to_string().as_bytes(),
+            true,
+        )?;
+        Ok(())
+    }
+
+    /// The key of the last build of `recipe`, if any.
+    pub fn get_last(&self, recipe: &str) -> Option<String> {
+        let bytes = std::fs::read(self.root.join("recipes").join(format!("{recipe}.json"))).ok()?;
+        let v: Value = serde_json::from_slice(&bytes).ok()?;
+        v["key"].as_str().map(str::to_string)
+    }
+
+    fn files_in(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn objects(&self) -> Vec<(String, PathBuf)> {
+        let mut out = Vec::new();
+        for sub in Self::files_in(&self.root.join("objects")) {
+            let prefix = sub
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            for f in Self::files_in(&sub) {
+                let rest = f
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((format!("{prefix}{rest}"), f));
+            }
+        }
+        out
+    }
+
+    /// Every record of a kind: (key, path, parsed record or parse error).
+    pub fn records(&self, kind: &str) -> Vec<(String, PathBuf, Result<Value, String>)> {
+        Self::files_in(&self.root.join(kind))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .map(|p| {
+                let key = p
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                let parsed = std::fs::read(&p)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()));
+                (key, p, parsed)
+            })
+            .collect()
+    }
+
+    fn rel(&self, p: &Path) -> String {
+        p.strip_prefix(&self.root)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+    }
+
+    /// Re-hashes every object and checks every record: its key recomputes from its
+    /// inputs, and every object it references exists.
+    pub fn verify(&self) -> VerifyReport {
+        let mut report = VerifyReport::default();
+        let mut present = BTreeSet::new();
+        for (name, path) in self.objects() {
+            report.objects += 1;
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    let actual = keys::sha256_hex(&bytes);
+                    if actual == name {
+                        present.insert(name);
+                    } else {
+                        report.problems.push(Problem {
+                            path: self.rel(&path),
+                            what: format!(
+                                "content hashes to {}, not to its name",
+                                keys::short(&actual)
+                            ),
+                        });
+                    }
+                }
+                Err(e) => report.problems.push(Problem {
+                    path: self.rel(&path),
+                    what: format!("unreadable: {e}"),
+                }),
+            }
+        }
+        for (key, path, parsed) in self.records("builds") {
+            report.records += 1;
+            let rec = match parsed {
+                Ok(r) => r,
+                Err(e) => {
+                    report.problems.push(Problem {
+                        path: self.rel(&path),
+                        what: format!("not valid JSON: {e}"),
+                    });
+                    continue;
+                }
+            };
+            if keys::key_of(&rec["inputs"]) != key {
+                report.problems.push(Problem {
+                    path: self.rel(&path),
+                    what: "its inputs do not hash to its key".into(),
+                });
+            }
+            for digest in referenced(&rec) {
+                if !present.contains(&digest) {
+                    report.problems.push(Problem {
+                        path: self.rel(&path),
+                        what: format!(
+                            "references object {} that is missing or corrupt",
+                            keys::short(&digest)
+                        ),
+                    });
+                }
+            }
+        }
+        report
+    }
+
+    /// Removes leftover temporary files, corrupt objects, objects no record references,
+    /// and with `keep_last`, all but the newest `keep_last` build records of each recipe
+    /// (the last build of each recipe is always kept).
+    pub fn gc(&self, keep_last: Option<usize>) -> Result<GcReport, StoreError> {
+        let mut report = GcReport::default();
+        let remove = |p: &Path, report: &mut GcReport| -> Result<(), StoreError> {
+            let len = p.metadata().map(|m| m.len()).unwrap_or(0);
+            std::fs::remove_file(p).map_err(|source| {
+                StoreError::Write(WriteError::Io {
+                    path: p.to_owned(),
+                    source,
+                })
+            })?;
+            report.bytes_freed += len;
+            Ok(())
+        };
+        let records = self.records("builds");
+        if let Some(keep) = keep_last {
+            let lasts: BTreeSet<String> = Self::files_in(&self.root.join("recipes"))
+                .iter()
+                .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                .filter_map(|r| self.get_last(&r))
+                .collect();
+            let mut by_recipe: std::collections::BTreeMap<String, Vec<(String, String, PathBuf)>> =
+                Default::default();
+            for (key, path, parsed) in &records {
+                if let Ok(rec) = parsed {
+                    let recipe = rec["recipe"].as_str().unwrap_or_default().to_string();
+                    let at = rec["created-at"].as_str().unwrap_or_default().to_string();
+                    by_recipe
+                        .entry(recipe)
+                        .or_default()
+                        .push((at, key.clone(), path.clone()));
+                }
+            }
+            for (_, mut builds) in by_recipe {
+                builds.sort_by(|a, b| b.0.cmp(&a.0));
+                for (_, key, path) in builds.into_iter().skip(keep) {
+                    if !lasts.contains(&key) {
+                        remove(&path, &mut report)?;
+                        report.records_removed += 1;
+                    }
+                }
+            }
+        }
+        let mut live = BTreeSet::new();
+        for (_, _, parsed) in self.records("builds") {
+            if let Ok(rec) = parsed {
+                live.extend(referenced(&rec));
+            }
+        }
+        for (name, path) in self.objects() {
+            let intact = std::fs::read(&path).is_ok_and(|b| keys::sha256_hex(&b) == name);
+            if !intact || !live.contains(&name) {
+                remove(&path, &mut report)?;
+                report.objects_removed += 1;
+            }
+        }
+        // Temporary files left by a process that was killed mid-write.
+        for dir in [
+            self.root.clone(),
+            self.root.join("builds"),
+            self.root.join("recipes"),
+        ]
+        .into_iter()
+        .chain(Self::files_in(&self.root.join("objects")))
+        {
+            for f in Self::files_in(&dir) {
+                if f.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
+                {
+                    remove(&f, &mut report)?;
+                    report.temporaries_removed += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Every blob digest a record references (`"sha256"` fields anywhere under `outputs` and
+/// `log-sha256`).
+pub fn referenced(rec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(outputs) = rec["outputs"].as_object() {
+        for o in outputs.values() {
+            if let Some(d) = o["sha256"].as_str() {
+                out.push(d.to_string());
+            }
+        }
+    }
+    if let Some(d) = rec["log-sha256"].as_str() {
+        out.push(d.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::at(d.path().join(".repro"));
+        (d, s)
+    }
+
+    #[test]
+    fn blobs_round_trip_and_corruption_is_caught() {
+        let (_d, s) = store();
+        let digest = s.put_blob(b"hello").unwrap();
+        assert_eq!(digest, keys::sha256_hex(b"hello"));
+        assert_eq!(s.get_blob(&digest).unwrap(), b"hello");
+        std::fs::write(s.blob_path(&digest), b"hellO").unwrap();
+        assert!(matches!(
+            s.get_blob(&digest),
+            Err(StoreError::Corrupt { .. })
+        ));
+        // Putting it again repairs it.
+        s.put_blob(b"hello").unwrap();
+        assert_eq!(s.get_blob(&digest).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn verify_and_gc() {
+        let (_d, s) = store();
+        let used = s.put_blob(b"artifact").unwrap();
+        let orphan = s.put_blob(b"orphan").unwrap();
+        let inputs = json!({"x": 1});
+        let key = keys::key_of(&inputs);
+        s.put_record(
+            "builds",
+            &key,
+            &json!({"inputs": inputs, "recipe": "r", "outputs": {"ptx": {"sha256": used}}}),
+        )
+        .unwrap();
+        let r = s.verify();
+        assert_eq!((r.objects, r.records, r.problems.len()), (2, 1, 0));
+
+        // A flipped byte in a referenced object is reported twice: as corrupt, and as a
+        // record whose artifact is not intact.
+        let p = s.blob_path(&used);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&p, bytes).unwrap();
+        let r = s.verify();
+        assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
+        assert!(r.problems[0].path.starts_with("objects/"));
+
+        let g = s.gc(None).unwrap();
+        assert_eq!(g.objects_removed, 2);
+        assert!(!s.blob_path(&orphan).exists());
+    }
+
+    #[test]
+    fn newer_store_schema_is_refused() {
+        let (_d, s) = store();
+        s.put_blob(b"x").unwrap();
+        std::fs::write(s.root().join("store.json"), r#"{"schema": 99}"#).unwrap();
+        assert!(matches!(
+            s.check_schema(),
+            Err(StoreError::NewerSchema { found: 99, .. })
+        ));
+    }
+}
