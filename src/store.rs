@@ -74,7 +74,7 @@ impl Diagnose for StoreError {
                 Some("run `repro store verify`; `repro store gc` removes what it reports, and the next build rebuilds it".into())
             }
             StoreError::NewerSchema { .. } => Some("upgrade repro, or use another store with --store".into()),
-            StoreError::Read { .. } => None,
+            StoreError::Read { .. } => Some("check the store's location and permissions (--store, REPRO_STORE)".into()),
         }
     }
 }
@@ -225,7 +225,14 @@ impl Store {
                         what: e.to_string(),
                     })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            // Under a path that is not a directory no record can exist; the first write will
+            // then fail with a message about the store's location.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Ok(None)
+            }
             Err(source) => Err(StoreError::Read { path, source }),
         }
     }

@@ -53,9 +53,6 @@ fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(p) = env("REPRO_NVRTC") {
-        c.push((p, "REPRO_NVRTC".to_string()));
-    }
     if let Some(v) = PIN.get()
         && let Some(d) = managed_nvrtc_dir(v)
     {
@@ -176,11 +173,27 @@ pub fn find_in(dir: &Path) -> Option<PathBuf> {
     library_in(dir)
 }
 
-/// Finds the NVRTC library builds would use.
-pub fn find_nvrtc() -> Option<Found> {
+/// Finds the NVRTC library builds would use, or says what was searched. An explicit
+/// `REPRO_NVRTC` that holds no library is an error, never a reason to pick another NVRTC.
+pub fn find_nvrtc() -> Result<Found, String> {
+    if let Some(p) = std::env::var_os("REPRO_NVRTC").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return library_in(&p)
+            .map(|path| Found {
+                path,
+                source: "REPRO_NVRTC".into(),
+            })
+            .ok_or_else(|| {
+                format!(
+                    "REPRO_NVRTC is set to {}, which holds no libnvrtc.so",
+                    p.display()
+                )
+            });
+    }
     nvrtc_candidates()
         .into_iter()
         .find_map(|(dir, source)| library_in(&dir).map(|path| Found { path, source }))
+        .ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))
 }
 
 /// A loaded NVRTC: the library stays loaded for the life of the process.
@@ -201,8 +214,7 @@ pub fn nvrtc() -> Result<&'static Loaded, String> {
 }
 
 fn load_nvrtc() -> Result<Loaded, String> {
-    let found =
-        find_nvrtc().ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))?;
+    let found = find_nvrtc()?;
     load_at(found)
 }
 
@@ -322,46 +334,13 @@ pub fn probe_nvcc() -> Fields {
     f
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nvcc_version() {
-        let t = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n";
-        assert_eq!(parse_nvcc_version(t).as_deref(), Some("13.0.88"));
-    }
-
-    #[test]
-    fn picks_the_library_not_the_builtins() {
-        let dir = tempfile::tempdir().unwrap();
-        for n in [
-            "libnvrtc-builtins.so.13.0",
-            "libnvrtc.alt.so.13",
-            "libnvrtc.so.12",
-        ] {
-            std::fs::write(dir.path().join(n), b"").unwrap();
-        }
-        assert_eq!(
-            library_in(dir.path()),
-            Some(dir.path().join("libnvrtc.so.12"))
-        );
-        std::fs::write(dir.path().join("libnvrtc.so.13"), b"").unwrap();
-        assert_eq!(
-            library_in(dir.path()),
-            Some(dir.path().join("libnvrtc.so.13"))
-        );
-    }
-}
-
 /// The identity of the NVRTC builds would use, for build keys: its version and the
 /// sha256 of the library and its builtins. Hashing 100 MB costs a tenth of a second, so
 /// the answer is cached per library file (path, size, mtime, inode); a warm build never
 /// loads NVRTC.
 pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
     use std::os::unix::fs::MetadataExt;
-    let found =
-        find_nvrtc().ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))?;
+    let found = find_nvrtc()?;
     let meta = std::fs::metadata(&found.path)
         .map_err(|e| format!("cannot stat {}: {e}", found.path.display()))?;
     let stamp = format!(
@@ -476,4 +455,36 @@ pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), String> {
         path,
         serde_json::json!({ "name": "nvcc", "version": version, "build": ident.join("\n") }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvcc_version() {
+        let t = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n";
+        assert_eq!(parse_nvcc_version(t).as_deref(), Some("13.0.88"));
+    }
+
+    #[test]
+    fn picks_the_library_not_the_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "libnvrtc-builtins.so.13.0",
+            "libnvrtc.alt.so.13",
+            "libnvrtc.so.12",
+        ] {
+            std::fs::write(dir.path().join(n), b"").unwrap();
+        }
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.12"))
+        );
+        std::fs::write(dir.path().join("libnvrtc.so.13"), b"").unwrap();
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.13"))
+        );
+    }
 }

@@ -296,9 +296,9 @@ pub fn glob_inputs(root: &Path, globs: &[String]) -> Result<BTreeMap<String, Vec
             let rel = rel.to_string_lossy().replace('\\', "/");
             if matcher.is_match(&rel) {
                 matched = true;
-                if !files.contains_key(&rel) {
-                    let bytes = read(root, &canonical_root, &rel)?;
-                    files.insert(rel, bytes);
+                if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(rel) {
+                    let bytes = read(root, &canonical_root, slot.key())?;
+                    slot.insert(bytes);
                 }
             }
         }

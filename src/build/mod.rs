@@ -119,6 +119,9 @@ impl Diagnose for BuildError {
     }
 }
 
+/// A build's named outputs and its log, or the log of its failure.
+type Compiled = Result<(Vec<(String, Vec<u8>)>, String), String>;
+
 /// What a build reads, hashed: the files by relative path, and for NVRTC the headers.
 struct Inputs {
     files: BTreeMap<String, Vec<u8>>,
@@ -353,7 +356,7 @@ pub fn build(
         }
     }
 
-    let compiled: Result<(Vec<(String, Vec<u8>)>, String), String> = match &recipe.build {
+    let compiled: Compiled = match &recipe.build {
         Build::Nvrtc(c) => nvrtc::compile(
             c,
             inputs

@@ -11,6 +11,12 @@ use cudarc::nvrtc::sys::{self, nvrtcResult};
 use super::inputs::Closure;
 use crate::recipe::{Compile, Output};
 
+/// NVRTC's pair of calls for one output: its size, then its bytes.
+type Getter = (
+    unsafe fn(sys::nvrtcProgram, *mut usize) -> nvrtcResult,
+    unsafe fn(sys::nvrtcProgram, *mut c_char) -> nvrtcResult,
+);
+
 /// What a successful compile produced.
 pub struct Artifacts {
     /// Output kind → bytes.
@@ -101,10 +107,7 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
             let mut outputs = Vec::new();
             let mut failure = None;
             for out in &c.outputs {
-                let (size_fn, get_fn): (
-                    unsafe fn(sys::nvrtcProgram, *mut usize) -> nvrtcResult,
-                    unsafe fn(sys::nvrtcProgram, *mut c_char) -> nvrtcResult,
-                ) = match out {
+                let (size_fn, get_fn): Getter = match out {
                     Output::Ptx => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
                     Output::Cubin => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
                     Output::Fatbin => unreachable!("recipes never ask NVRTC for a fatbin"),

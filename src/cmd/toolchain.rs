@@ -305,7 +305,7 @@ fn install(g: &Globals, cfg: &crate::config::Config, a: InstallArgs) -> anyhow::
 }
 
 fn list(g: &Globals) -> anyhow::Result<u8> {
-    let used = toolchain::find_nvrtc();
+    let used = toolchain::find_nvrtc().ok();
     let mut rows = Vec::new();
     if let Some(dir) = toolchain::managed_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)

@@ -62,3 +62,47 @@ pub fn has_gpu() -> bool {
 pub fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// Whether NVRTC can be found. On CI (`REPRO_TEST_REQUIRE_NVRTC`) its absence is a
+/// failure, elsewhere the tests that need it skip with a message.
+pub fn nvrtc_available() -> bool {
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = repro(tmp.path())
+        .args(["toolchain", "which"])
+        .output()
+        .unwrap()
+        .status
+        .success();
+    if !ok {
+        assert!(
+            std::env::var_os("REPRO_TEST_REQUIRE_NVRTC").is_none(),
+            "NVRTC is required here but was not found"
+        );
+        eprintln!("skipping: no NVRTC on this machine (set REPRO_NVRTC)");
+    }
+    ok
+}
+
+/// A repository holding a copy of the project's kernels and recipes.
+pub fn kernel_repo() -> (tempfile::TempDir, PathBuf) {
+    let (tmp, root) = repo_with(&[]);
+    for dir in ["kernels", "recipes"] {
+        copy_dir(&crate_dir().join(dir), &root.join(dir));
+    }
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "kernels"]);
+    (tmp, root)
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}

@@ -1,0 +1,565 @@
+//! `repro build`, `repro store` and `repro toolchain` end to end, with the real NVRTC.
+
+mod common;
+
+use std::path::Path;
+
+use common::{git, kernel_repo, nvrtc_available, repo_with, repro};
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn build_json(cache: &Path, root: &Path, args: &[&str]) -> (i32, Value) {
+    let out = repro(cache)
+        .arg("-C")
+        .arg(root)
+        .args(["build", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), v)
+}
+
+fn key(v: &Value) -> String {
+    v["builds"][0]["key"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_example_recipe_builds_and_a_second_build_is_a_cache_hit() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let (code, first) = build_json(tmp.path(), &root, &["--all"]);
+    assert_eq!(code, 0, "{first}");
+    let builds = first["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 5);
+    for b in builds {
+        assert_eq!(b["status"], "ok", "{b}");
+        assert_eq!(b["cached"], false);
+        assert!(b["outputs"]["cubin"]["bytes"].as_u64().unwrap() > 1000);
+        assert!(b["outputs"]["ptx"]["bytes"].as_u64().unwrap() > 1000);
+    }
+    let (_, second) = build_json(tmp.path(), &root, &["--all"]);
+    for (a, b) in builds.iter().zip(second["builds"].as_array().unwrap()) {
+        assert_eq!(b["cached"], true);
+        assert_eq!(a["key"], b["key"]);
+        assert_eq!(a["outputs"], b["outputs"]);
+    }
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "vector_add"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("cached"));
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["store", "verify"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ok: 10 objects and 5 records"));
+}
+
+#[test]
+fn two_checkouts_at_different_paths_give_identical_keys_and_bytes() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let other = tmp.path().join("elsewhere/deeper/clone");
+    std::fs::create_dir_all(other.parent().unwrap()).unwrap();
+    git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            root.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    let (_, a) = build_json(tmp.path(), &root, &["flash_attention"]);
+    let (_, b) = build_json(tmp.path(), &other, &["flash_attention"]);
+    assert_eq!(key(&a), key(&b));
+    // Each checkout has its own store, so the second was compiled, not copied.
+    assert_eq!(b["builds"][0]["cached"], false);
+    for kind in ["ptx", "cubin"] {
+        let pa = a["builds"][0]["outputs"][kind]["path"].as_str().unwrap();
+        let pb = b["builds"][0]["outputs"][kind]["path"].as_str().unwrap();
+        assert_ne!(pa, pb);
+        assert_eq!(
+            std::fs::read(pa).unwrap(),
+            std::fs::read(pb).unwrap(),
+            "{kind} differs"
+        );
+    }
+}
+
+#[test]
+fn mtimes_do_not_change_the_key_but_one_header_byte_does() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let (_, a) = build_json(tmp.path(), &root, &["softmax"]);
+    // Touch every input: rewrite it with the same bytes (a new mtime).
+    for f in ["kernels/softmax.cu", "kernels/common.cuh"] {
+        let bytes = std::fs::read(root.join(f)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(root.join(f), bytes).unwrap();
+    }
+    let (_, b) = build_json(tmp.path(), &root, &["softmax"]);
+    assert_eq!(key(&a), key(&b));
+    assert_eq!(b["builds"][0]["cached"], true);
+
+    // One byte of an included header (a comment) changes the key, and --explain says so.
+    let header = root.join("kernels/common.cuh");
+    let mut text = std::fs::read_to_string(&header).unwrap();
+    text.push_str("// x\n");
+    std::fs::write(&header, text).unwrap();
+    let (_, c) = build_json(tmp.path(), &root, &["softmax", "--explain"]);
+    assert_ne!(key(&a), key(&c));
+    assert_eq!(
+        c["builds"][0]["explain"],
+        serde_json::json!(["file kernels/common.cuh changed"])
+    );
+
+    // A recipe option change is explained too.
+    let recipe = root.join("recipes/softmax.toml");
+    let t = std::fs::read_to_string(&recipe).unwrap().replace(
+        "options = [\"--std=c++17\"]",
+        "options = [\"--std=c++17\", \"-lineinfo\"]",
+    );
+    std::fs::write(&recipe, t).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "softmax", "--explain"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("why: recipe: `options` changed from [\"--std=c++17\"] to [\"--std=c++17\",\"-lineinfo\"]"));
+}
+
+const BAD_KERNEL: &str = "extern \"C\" __global__ void k(float* a) {\n  a[0] = 1\n}\n";
+
+fn recipe(source: &str, entries: &str) -> String {
+    format!(
+        "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"{source}\"\nentries = [{entries}]\ntarget = \"sm_90\"\n"
+    )
+}
+
+#[test]
+fn a_compile_error_is_shown_relative_recorded_and_reused() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = repo_with(&[
+        ("kernels/bad.cu", BAD_KERNEL),
+        ("recipes/bad.toml", &recipe("kernels/bad.cu", "\"k\"")),
+    ]);
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "bad"])
+        .assert()
+        .code(5);
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(stdout.contains("bad              FAILED"), "{stdout}");
+    // NVRTC reports the missing semicolon where it notices it: at the closing brace.
+    assert!(
+        stdout.contains("| kernels/bad.cu(3): error: expected a \";\""),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains(root.to_str().unwrap()),
+        "absolute paths leak: {stdout}"
+    );
+    // The failure is a record: the second run does not compile again.
+    let (code, v) = build_json(tmp.path(), &root, &["bad"]);
+    assert_eq!(code, 5);
+    assert_eq!(v["builds"][0]["cached"], true);
+    assert_eq!(v["builds"][0]["status"], "failed");
+    assert!(v["builds"][0]["log"].as_str().unwrap().contains("error"));
+}
+
+#[test]
+fn a_missing_entry_point_fails_the_build() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = repo_with(&[
+        (
+            "k.cu",
+            "extern \"C\" __global__ void real_one(float* a) { a[0] = 1; }\n",
+        ),
+        (
+            "recipes/r.toml",
+            &recipe("k.cu", "\"real_one\", \"imaginary\""),
+        ),
+    ]);
+    let (code, v) = build_json(tmp.path(), &root, &["r"]);
+    assert_eq!(code, 5);
+    let log = v["builds"][0]["log"].as_str().unwrap();
+    assert!(
+        log.contains("no entry point `imaginary` (it has: real_one)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn bad_inputs_get_clear_errors() {
+    type Files<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(Files, &str, i32)] = &[
+        (
+            &[
+                ("a.cu", "#include \"b.h\"\n"),
+                ("b.h", "#include \"a.cu\"\n"),
+            ],
+            "include cycle: a.cu -> b.h -> a.cu",
+            5,
+        ),
+        (
+            &[("a.cu", "#include \"../../../etc/passwd\"\n")],
+            "a.cu:1: include \"../../../etc/passwd\" is outside the repository",
+            5,
+        ),
+        (
+            &[("a.cu", "\n\n#include \"nowhere.h\"\n")],
+            "a.cu:3: include \"nowhere.h\" not found",
+            5,
+        ),
+    ];
+    for (files, message, code) in cases {
+        let mut all = files.to_vec();
+        let r = recipe("a.cu", "\"k\"");
+        all.push(("recipes/r.toml", &r));
+        let (tmp, root) = repo_with(&all);
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["build", "r"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(stderr.contains("hint:"), "{stderr}");
+    }
+    // Recipe errors name the file, line, column and key.
+    let (tmp, root) = repo_with(&[(
+        "recipes/r.toml",
+        "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"missing.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n",
+    )]);
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "r"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "recipes/r.toml:4:10: [build] `source`: no file `missing.cu`",
+        ));
+    let (tmp, root) = repo_with(&[
+        ("a.cu", ""),
+        (
+            "recipes/r.toml",
+            "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"a.cu\"\nentries = [\"k\"]\ntarget = \"sm_99x\"\n",
+        ),
+    ]);
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "r"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown target `sm_99x`"));
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "nope"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no recipe `nope`"))
+        .stderr(predicate::str::contains("recipes here: r"));
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("name a recipe"));
+}
+
+#[test]
+fn nvrtc_not_found_says_how_to_get_it() {
+    let (tmp, root) = repo_with(&[("a.cu", ""), ("recipes/r.toml", &recipe("a.cu", "\"k\""))]);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .env("REPRO_NVRTC", &empty)
+        .args(["build", "r"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("REPRO_NVRTC is set to"))
+        .stderr(predicate::str::contains(
+            "hint: run `repro toolchain install`",
+        ));
+}
+
+#[test]
+fn concurrent_builds_of_one_recipe_share_one_object() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
+                .arg("-C")
+                .arg(&root)
+                .args(["build", "--json", "reduction"])
+                .env("XDG_CACHE_HOME", tmp.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut keys = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        keys.push(key(&v));
+    }
+    keys.dedup();
+    assert_eq!(keys.len(), 1);
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["store", "verify", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["report"]["objects"], 2);
+    assert_eq!(v["report"]["records"], 1);
+    // No temporary files are left behind.
+    let leftovers = walkdir::WalkDir::new(root.join(".repro"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".repro-tmp"))
+        .count();
+    assert_eq!(leftovers, 0);
+}
+
+#[test]
+fn store_verify_catches_a_flipped_byte_and_the_build_repairs_it() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let (_, v) = build_json(tmp.path(), &root, &["vector_add"]);
+    let cubin = v["builds"][0]["outputs"]["cubin"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut bytes = std::fs::read(&cubin).unwrap();
+    bytes[100] ^= 0x40;
+    std::fs::write(&cubin, &bytes).unwrap();
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["store", "verify"])
+        .assert()
+        .code(1);
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(stdout.contains("CORRUPT  objects/"), "{stdout}");
+    assert!(stdout.contains("not to its name"), "{stdout}");
+    // A build never uses the corrupt object: it says so and rebuilds it.
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "vector_add"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("repaired: corrupt store object"))
+        .stdout(predicate::str::contains("built"));
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["store", "verify"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn an_unwritable_store_is_a_clear_error() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let blocker = tmp.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .arg("--store")
+        .arg(blocker.join("store"))
+        .args(["build", "vector_add"])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "failed to build recipe `vector_add`",
+        ))
+        .stderr(predicate::str::contains("hint:"));
+}
+
+#[test]
+fn command_builds_hash_declared_inputs_and_check_declared_outputs() {
+    let (tmp, root) = repo_with(&[
+        ("src/k.txt", "kernel v1"),
+        ("src/unrelated.md", "docs"),
+        (
+            "recipes/cmd.toml",
+            "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"mkdir -p out && cat src/k.txt > out/k.bin\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out/k.bin\"]\n",
+        ),
+    ]);
+    let (code, a) = build_json(tmp.path(), &root, &["cmd"]);
+    assert_eq!(code, 0, "{a}");
+    assert_eq!(a["builds"][0]["outputs"]["out/k.bin"]["bytes"], 9);
+    // A file outside the declared inputs does not change the key.
+    std::fs::write(root.join("src/unrelated.md"), "other docs").unwrap();
+    let (_, b) = build_json(tmp.path(), &root, &["cmd"]);
+    assert_eq!(key(&a), key(&b));
+    assert_eq!(b["builds"][0]["cached"], true);
+    std::fs::write(root.join("src/k.txt"), "kernel v2").unwrap();
+    let (_, c) = build_json(tmp.path(), &root, &["cmd", "--explain"]);
+    assert_ne!(key(&a), key(&c));
+    assert_eq!(
+        c["builds"][0]["explain"],
+        serde_json::json!(["file src/k.txt changed"])
+    );
+
+    std::fs::write(root.join("recipes/cmd.toml"), "schema = 1\n[build]\nkind = \"command\"\nargv = [\"true\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out/missing.bin\"]\n").unwrap();
+    let (code, d) = build_json(tmp.path(), &root, &["cmd"]);
+    assert_eq!(code, 5);
+    assert!(
+        d["builds"][0]["log"]
+            .as_str()
+            .unwrap()
+            .contains("did not produce the declared output out/missing.bin")
+    );
+}
+
+#[test]
+fn toolchain_install_verifies_the_pin() {
+    // CI provides the wheel it downloaded; installing it again through pip would only
+    // test the package index.
+    let Some(wheel) = std::env::var_os("REPRO_TEST_NVRTC_WHEEL") else {
+        eprintln!("skipping: REPRO_TEST_NVRTC_WHEEL is not set");
+        return;
+    };
+    let sha = repro::keys::sha256_hex(&std::fs::read(&wheel).unwrap());
+    let (tmp, root) = repo_with(&[(
+        "repro.toml",
+        &format!(
+            "schema = 1\n[toolchain.nvrtc]\nversion = \"13.0.88\"\nsha256 = {{ {} = \"{sha}\" }}\n",
+            std::env::consts::ARCH
+        ),
+    )]);
+    let cache = tmp.path().join("cache");
+    let run = || {
+        let mut c = repro(&cache);
+        c.arg("-C").arg(&root).env_remove("REPRO_NVRTC");
+        c
+    };
+    // A tampered wheel is refused and nothing is installed.
+    let bad = tmp.path().join("nvidia_cuda_nvrtc-13.0.88-tampered.whl");
+    let mut bytes = std::fs::read(&wheel).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    std::fs::write(&bad, bytes).unwrap();
+    run()
+        .args(["toolchain", "install", "--wheel"])
+        .arg(&bad)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("refusing to install it"));
+    assert!(!cache.join("repro/toolchains/nvrtc-13.0.88").exists());
+
+    run()
+        .args(["toolchain", "install", "--wheel"])
+        .arg(&wheel)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "installed NVRTC 13.0.88 (reports 13.0)",
+        ));
+    run()
+        .args(["toolchain", "install", "--wheel"])
+        .arg(&wheel)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("already installed"));
+    run()
+        .args(["toolchain", "which"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "(pinned in repro.toml, installed by repro)",
+        ));
+    run()
+        .args(["toolchain", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nvrtc-13.0.88  13.0.88"));
+    // The fingerprint reports the toolchain builds use.
+    let out = run().args(["env", "capture", "--json"]).output().unwrap();
+    let fp: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        fp["toolchain"]["nvrtc"]["source"],
+        "pinned in repro.toml, installed by repro"
+    );
+    // An unpinned version needs an explicit sha256.
+    run()
+        .args(["toolchain", "install", "--nvrtc", "13.1.0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no sha256 is pinned"));
+}
+
+#[test]
+fn a_build_reads_nothing_outside_its_inputs() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    // Reading a FIFO with no writer blocks forever: if a build opened anything beyond its
+    // inputs, this test would hang (and the timeout below fail it).
+    let status = std::process::Command::new("mkfifo")
+        .arg(root.join("kernels/trap.fifo"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::write(
+        root.join("recipes/cmd.toml"),
+        "schema = 1\n[build]\nkind = \"command\"\nargv = [\"cp\", \"kernels/vector_add.cu\", \"out.cu\"]\ninputs = [\"kernels/*.cu\"]\noutputs = [\"out.cu\"]\n",
+    )
+    .unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "vector_add", "cmd"])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .success();
+}
