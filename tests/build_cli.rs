@@ -563,3 +563,29 @@ fn a_build_reads_nothing_outside_its_inputs() {
         .assert()
         .success();
 }
+
+#[test]
+fn nvcc_builds_produce_the_declared_outputs() {
+    // nvcc exists on the GPU machine (and in the Nix shell), not on CI.
+    let has_nvcc = repro::toolchain::find_nvcc().is_some();
+    if !has_nvcc {
+        eprintln!("skipping: nvcc not found");
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    std::fs::write(
+        root.join("recipes/fa_nvcc.toml"),
+        "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/flash_attention.cu\"\nentries = [\"flash_attn_fwd\", \"flash_attn_ref\"]\ntarget = \"sm_90\"\noutputs = [\"ptx\", \"cubin\", \"fatbin\"]\noptions = [\"--std=c++17\"]\n",
+    )
+    .unwrap();
+    let (code, v) = build_json(tmp.path(), &root, &["fa_nvcc"]);
+    assert_eq!(code, 0, "{v}");
+    for kind in ["ptx", "cubin", "fatbin"] {
+        assert!(
+            v["builds"][0]["outputs"][kind]["bytes"].as_u64().unwrap() > 1000,
+            "{kind}: {v}"
+        );
+    }
+    let (_, again) = build_json(tmp.path(), &root, &["fa_nvcc"]);
+    assert_eq!(again["builds"][0]["cached"], true);
+}
