@@ -31,6 +31,34 @@ pub struct Config {
     /// Pinned toolchains.
     #[serde(default)]
     pub toolchain: Toolchains,
+    /// Building inside the project's Nix dev shell.
+    #[serde(default)]
+    pub nix: NixSettings,
+}
+
+/// `[nix]`: whether builds run inside the flake's dev shell, and which shell.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NixSettings {
+    /// Run builds inside `nix develop` (as `--nix` does) unless `--no-nix` is given.
+    #[serde(default)]
+    pub build: bool,
+    /// The dev shell: `devShells.<system>.<shell>`.
+    #[serde(default = "default_shell")]
+    pub shell: String,
+}
+
+fn default_shell() -> String {
+    "default".into()
+}
+
+impl Default for NixSettings {
+    fn default() -> Self {
+        NixSettings {
+            build: false,
+            shell: default_shell(),
+        }
+    }
 }
 
 /// Pinned toolchains.

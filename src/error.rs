@@ -93,6 +93,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::store::StoreError,
             crate::build::BuildError,
             crate::config::ConfigError,
+            crate::nix::NixError,
             crate::cmd::toolchain::InstallError,
         );
     }

@@ -18,6 +18,9 @@ pub const ENVIRONMENT: u8 = 3;
 pub const BUILD_FAILED: u8 = 5;
 /// An operating-system error outside the user's input: a full disk, a read-only directory.
 pub const IO: u8 = 4;
+/// The thing cannot be tested here: its environment could not be set up (Nix missing, a
+/// broken flake). `git bisect run` skips such a commit.
+pub const SKIP: u8 = 125;
 /// A bug in repro itself. Please report it with the whole error chain.
 pub const INTERNAL: u8 = 70;
 
@@ -42,6 +45,10 @@ pub const ALL: &[(u8, &str)] = &[
     (
         IO,
         "an operating-system error: disk full, permission denied, read-only store",
+    ),
+    (
+        SKIP,
+        "untestable here: the environment could not be set up (Nix missing, broken flake)",
     ),
     (INTERNAL, "a bug in repro; the whole error chain is printed"),
 ];

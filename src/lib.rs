@@ -18,6 +18,7 @@ pub mod fingerprint;
 pub mod fsutil;
 pub mod keys;
 pub mod lockfile;
+pub mod nix;
 pub mod output;
 pub mod process;
 pub mod recipe;

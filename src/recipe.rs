@@ -62,6 +62,9 @@ pub struct Compile {
     pub options: Vec<String>,
     /// `-DNAME=value` macros.
     pub defines: BTreeMap<String, String>,
+    /// Macros whose value comes from the build's environment: name → (variable, default).
+    /// [`Recipe::resolve_env`] moves them into `defines` where the build runs.
+    pub env_defines: BTreeMap<String, (String, Option<String>)>,
     /// Include directories, relative to the project root.
     pub include_dirs: Vec<String>,
 }
@@ -128,6 +131,7 @@ impl Recipe {
                 "outputs": c.outputs.iter().map(|o| o.name()).collect::<Vec<_>>(),
                 "options": c.options,
                 "defines": c.defines,
+                "env-defines": c.env_defines,
                 "include-dirs": c.include_dirs,
             }),
             Build::Command(c) => json!({
@@ -139,6 +143,27 @@ impl Recipe {
                 "timeout-s": c.timeout.as_secs_f64(),
             }),
         }
+    }
+
+    /// Resolves `{ env = "VAR" }` defines from this process's environment (inside the dev
+    /// shell when building with Nix). Their values then count in the build key like any
+    /// other define.
+    pub fn resolve_env(&mut self) -> Result<(), RecipeError> {
+        if let Build::Nvrtc(c) | Build::Nvcc(c) = &mut self.build {
+            for (name, (var, default)) in std::mem::take(&mut c.env_defines) {
+                let value =
+                    std::env::var(&var)
+                        .ok()
+                        .or(default)
+                        .ok_or_else(|| RecipeError::EnvUnset {
+                            path: self.path.clone(),
+                            name: name.clone(),
+                            var: var.clone(),
+                        })?;
+                c.defines.insert(name, value);
+            }
+        }
+        Ok(())
     }
 
     /// The kernel entry points the build must provide.
@@ -186,6 +211,16 @@ pub enum RecipeError {
         /// What to do.
         hint: Option<String>,
     },
+    /// A define reads an environment variable that is not set and has no default.
+    #[error("{path}: [build.defines] `{name}` reads ${var}, which is not set")]
+    EnvUnset {
+        /// The recipe file.
+        path: String,
+        /// The macro.
+        name: String,
+        /// The variable.
+        var: String,
+    },
     /// Written by a newer repro.
     #[error("{path} has schema {found}, but this repro understands schema {SCHEMA} at most")]
     NewerSchema {
@@ -211,6 +246,9 @@ impl Diagnose for RecipeError {
             RecipeError::Read { .. } => None,
             RecipeError::Invalid { hint, .. } => hint.clone(),
             RecipeError::NewerSchema { .. } => Some("upgrade repro to read this recipe".into()),
+            RecipeError::EnvUnset { var, .. } => Some(format!(
+                "set {var} (a Nix dev shell may set it: build with --nix), or give the define a default: {{ env = \"{var}\", default = \"...\" }}"
+            )),
         }
     }
 }
@@ -587,6 +625,7 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
             }
         }
         let mut defines = BTreeMap::new();
+        let mut env_defines = BTreeMap::new();
         if let Some(d) = b.defines {
             for (k, v) in d.into_inner() {
                 if !is_identifier(&k) {
@@ -596,14 +635,34 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
                         None,
                     ));
                 }
-                let text = crate::spans::scalar(v.get_ref()).ok_or_else(|| {
-                    invalid(
-                        Some(v.span()),
-                        format!("[build.defines] `{k}` must be a string, number or boolean"),
-                        None,
-                    )
-                })?;
-                defines.insert(k, text);
+                let span = v.span();
+                match v.into_inner() {
+                    toml::Value::Table(t) => {
+                        let var = t.get("env").and_then(|e| e.as_str());
+                        let default = t.get("default").map(crate::spans::scalar);
+                        let unknown = t.keys().find(|k| *k != "env" && *k != "default");
+                        match (var, default.clone(), unknown) {
+                            (Some(var), None | Some(Some(_)), None) => {
+                                env_defines.insert(k, (var.to_string(), default.flatten()));
+                            }
+                            _ => {
+                                return Err(invalid(
+                                    Some(span),
+                                    format!(
+                                        "[build.defines] `{k}`: a table must be {{ env = \"VAR\" }} with an optional `default`"
+                                    ),
+                                    None,
+                                ));
+                            }
+                        }
+                    }
+                    other => {
+                        let text = crate::spans::scalar(&other).ok_or_else(|| {
+                            invalid(Some(span.clone()), format!("[build.defines] `{k}` must be a string, number, boolean or {{ env = \"VAR\" }}"), None)
+                        })?;
+                        defines.insert(k, text);
+                    }
+                }
             }
         }
         let mut include_dirs = Vec::new();
@@ -617,6 +676,7 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
             outputs,
             options,
             defines,
+            env_defines,
             include_dirs,
         };
         if kind == "nvrtc" {
@@ -749,6 +809,33 @@ mod tests {
         assert!(err(&format!("{HEAD}{nv}options = [\"-Ifoo\"]\n")).contains("`include-dirs`"));
         assert!(err("schema = 2\n").contains("schema 2"));
         assert!(err("[build]\n").contains("missing `schema`"));
+    }
+
+    #[test]
+    fn env_defines_resolve_from_the_environment() {
+        let d = repo();
+        let text = "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[build.defines]\nA = { env = \"REPRO_TEST_UNSET_VAR_X\", default = 3 }\nB = { env = \"REPRO_TEST_UNSET_VAR_Y\" }\n";
+        let mut r = parse(d.path(), "recipes/r.toml", text).unwrap();
+        let err = r.clone().resolve_env().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "recipes/r.toml: [build.defines] `B` reads $REPRO_TEST_UNSET_VAR_Y, which is not set"
+        );
+        let Build::Nvrtc(c) = &mut r.build else {
+            panic!()
+        };
+        c.env_defines.remove("B");
+        r.resolve_env().unwrap();
+        let Build::Nvrtc(c) = &r.build else { panic!() };
+        assert_eq!(c.defines["A"], "3");
+        assert!(c.env_defines.is_empty());
+        assert!(err_text("A = { env = 3 }").contains("a table must be"));
+    }
+
+    fn err_text(define: &str) -> String {
+        err(&format!(
+            "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[build.defines]\n{define}\n"
+        ))
     }
 
     #[test]

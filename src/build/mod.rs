@@ -27,16 +27,20 @@ use inputs::InputError;
 pub const SCHEMA: u64 = 1;
 
 /// How to build.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Rebuild even if the store has this key.
     pub force: bool,
     /// Say which input changed since the recipe's last build.
     pub explain: bool,
+    /// The Nix dev shell this process runs in, when building with `--nix`.
+    pub nix: Option<crate::nix::ShellInfo>,
+    /// Why a `--nix` build fell back to the host (no flake at this commit), for the record.
+    pub nix_fallback: Option<String>,
 }
 
 /// One stored output.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OutputInfo {
     /// Its sha256 (the store object's name).
     pub sha256: String,
@@ -47,7 +51,7 @@ pub struct OutputInfo {
 }
 
 /// What happened to one recipe.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Outcome {
     /// The recipe's name.
@@ -55,7 +59,7 @@ pub struct Outcome {
     /// The build key.
     pub key: String,
     /// `ok` or `failed`.
-    pub status: &'static str,
+    pub status: std::borrow::Cow<'static, str>,
     /// Whether the store already had it (no compiler ran).
     pub cached: bool,
     /// The outputs, by kind (`ptx`, `cubin`) or by path for command builds.
@@ -65,10 +69,10 @@ pub struct Outcome {
     /// Wall time of this build (or lookup), in milliseconds.
     pub duration_ms: f64,
     /// With `--explain`: what changed since the recipe's last build.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<String>>,
     /// Corrupt store objects found and rebuilt.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repaired: Vec<String>,
 }
 
@@ -95,6 +99,12 @@ pub enum BuildError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The recipe cannot be resolved where the build runs.
+    #[error(transparent)]
+    Recipe {
+        /// What is wrong.
+        source: crate::recipe::RecipeError,
+    },
 }
 
 impl Diagnose for BuildError {
@@ -103,6 +113,7 @@ impl Diagnose for BuildError {
             BuildError::Inputs { .. } => exit::BUILD_FAILED,
             BuildError::NoCompiler { .. } => exit::ENVIRONMENT,
             BuildError::Store(s) => s.exit_code(),
+            BuildError::Recipe { source } => source.exit_code(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -115,6 +126,7 @@ impl Diagnose for BuildError {
             }
             BuildError::NoCompiler { .. } => Some("enter the pinned shell (`nix develop`), install the CUDA toolkit, or set REPRO_NVCC".into()),
             BuildError::Store(s) => s.hint(),
+            BuildError::Recipe { source } => source.hint(),
         }
     }
 }
@@ -168,17 +180,27 @@ fn compiler(recipe: &Recipe) -> Result<(Value, Option<std::path::PathBuf>), Buil
 }
 
 /// The JSON whose canonical hash is the build key.
-pub fn key_inputs(recipe: &Recipe, files: &BTreeMap<String, Vec<u8>>, compiler: &Value) -> Value {
+pub fn key_inputs(
+    recipe: &Recipe,
+    files: &BTreeMap<String, Vec<u8>>,
+    compiler: &Value,
+    nix: Option<&crate::nix::ShellInfo>,
+) -> Value {
     let digests: BTreeMap<&String, String> = files
         .iter()
         .map(|(k, v)| (k, keys::sha256_hex(v)))
         .collect();
-    json!({
+    let mut v = json!({
         "schema": SCHEMA,
         "build": recipe.canonical_build(),
         "files": digests,
         "compiler": compiler,
-    })
+    });
+    // Host builds have no "nix" member at all, so their keys do not depend on Nix.
+    if let Some(info) = nix {
+        v["nix"] = info.key_json();
+    }
+    v
 }
 
 /// The entry points named in PTX (`.entry NAME(`).
@@ -267,6 +289,25 @@ pub fn explain(old: &Value, new: &Value) -> Vec<String> {
             describe(nc)
         ));
     }
+    if old["nix"] != new["nix"] {
+        let describe = |n: &Value| match n {
+            Value::Null => "the host".to_string(),
+            n => format!("the Nix shell {}", n["shell-drv"].as_str().unwrap_or("?")),
+        };
+        let lock_changed = !old["nix"].is_null()
+            && !new["nix"].is_null()
+            && old["nix"]["flake-lock-sha256"] != new["nix"]["flake-lock-sha256"];
+        if lock_changed {
+            out.push("flake.lock changed".into());
+        }
+        if old["nix"]["shell-drv"] != new["nix"]["shell-drv"] {
+            out.push(format!(
+                "build environment changed: {} -> {}",
+                describe(&old["nix"]),
+                describe(&new["nix"])
+            ));
+        }
+    }
     if old["schema"] != new["schema"] {
         out.push("the build-key schema changed (a newer repro)".into());
     }
@@ -289,13 +330,18 @@ pub fn build(
     root: &Path,
     store: &Store,
     recipe: &Recipe,
-    opts: Options,
+    opts: &Options,
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
+    let mut recipe = recipe.clone();
+    recipe
+        .resolve_env()
+        .map_err(|source| BuildError::Recipe { source })?;
+    let recipe = &recipe;
     let inputs = collect(root, recipe)?;
     let (compiler_id, nvcc_path) = compiler(recipe)?;
-    let key_in = key_inputs(recipe, &inputs.files, &compiler_id);
+    let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
     let key = keys::key_of(&key_in);
 
     let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
@@ -342,9 +388,9 @@ pub fn build(
                 recipe: recipe.name.clone(),
                 key,
                 status: if rec["status"] == "ok" {
-                    "ok"
+                    "ok".into()
                 } else {
-                    "failed"
+                    "failed".into()
                 },
                 cached: true,
                 outputs,
@@ -437,13 +483,18 @@ pub fn build(
         "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
         "repro-version": env!("CARGO_PKG_VERSION"),
         "commit": crate::fingerprint::git::head_commit(root),
+        "environment": match (&opts.nix, &opts.nix_fallback) {
+            (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
+            (None, Some(why)) => json!({"kind": "host", "warning": why}),
+            (None, None) => json!({"kind": "host"}),
+        },
     });
     store.put_record("builds", &key, &record)?;
     store.set_last(&recipe.name, &key)?;
     Ok(Outcome {
         recipe: recipe.name.clone(),
         key,
-        status,
+        status: status.into(),
         cached: false,
         outputs,
         log,

@@ -11,7 +11,8 @@ use super::{Field, Fields};
 /// The working-tree root of the repository containing `dir`, if any.
 pub fn discover_root(dir: &Path) -> Option<PathBuf> {
     let repo = Repository::discover(dir).ok()?;
-    repo.workdir().map(Path::to_path_buf)
+    // git2 gives the working directory with a trailing slash; normalise it away.
+    repo.workdir().map(|p| p.components().collect())
 }
 
 /// The HEAD commit of the repository containing `dir`, if there is one.
@@ -34,7 +35,10 @@ pub fn probe(dir: &Path) -> Fields {
             return f;
         }
     };
-    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+    let Some(root) = repo
+        .workdir()
+        .map(|p| p.components().collect::<std::path::PathBuf>())
+    else {
         f.insert(
             "repo".into(),
             Field::Unavailable("a bare repository has no working tree".into()),

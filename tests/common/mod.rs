@@ -106,3 +106,27 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Whether a usable `nix` is installed. On CI (`REPRO_TEST_REQUIRE_NIX`) its absence is a
+/// failure, elsewhere the tests that need it skip with a message.
+pub fn nix_available() -> bool {
+    let ok = Command::new("nix")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("REPRO_TEST_REQUIRE_NIX").is_none(),
+            "nix is required here but was not found"
+        );
+        eprintln!("skipping: nix is not installed");
+    }
+    ok
+}
+
+/// Options that make nix work offline, with an empty flake registry written under `dir`.
+pub fn offline_nix_flags(dir: &Path) -> String {
+    let registry = dir.join("flake-registry.json");
+    std::fs::write(&registry, r#"{"flakes":[],"version":2}"#).unwrap();
+    format!("--offline --option flake-registry {}", registry.display())
+}
