@@ -51,6 +51,17 @@ pub enum Command {
     Toolchain(cmd::toolchain::Args),
     /// Inspect, verify and clean the store of artifacts and records.
     Store(cmd::store::Args),
+    /// Check a kernel against its reference and time it on the GPU (or time a command).
+    Bench(cmd::bench::Args),
+    /// List recorded results, newest first.
+    Log(cmd::results::LogArgs),
+    /// Show one recorded result in full.
+    Show(cmd::results::ShowArgs),
+    /// Compare two results: ratio of medians with its interval and a rank-test verdict.
+    Compare(cmd::results::CompareArgs),
+    /// Internal: run one GPU job from stdin (the child process of `repro bench`).
+    #[command(hide = true)]
+    GpuJob(cmd::bench::GpuJobArgs),
 }
 
 /// Options every command sees.
@@ -130,6 +141,11 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Build(args) => cmd::build::run(&globals, args),
         Command::Toolchain(args) => cmd::toolchain::run(&globals, args),
         Command::Store(args) => cmd::store::run(&globals, args),
+        Command::Bench(args) => cmd::bench::run(&globals, args),
+        Command::Log(args) => cmd::results::log(&globals, args),
+        Command::Show(args) => cmd::results::show(&globals, args),
+        Command::Compare(args) => cmd::results::compare(&globals, args),
+        Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
     }
 }
 

@@ -6,6 +6,7 @@
 //! child processes (`process`), atomic writes (`fsutil`), errors and exit codes (`error`,
 //! `exit`) and terminal output (`output`).
 
+pub mod bench;
 pub mod build;
 pub mod check;
 pub mod cli;
@@ -13,16 +14,21 @@ pub mod cmd;
 pub mod config;
 pub mod error;
 pub mod exit;
+pub mod export;
+pub mod expr;
 pub mod fields;
 pub mod fingerprint;
 pub mod fsutil;
+pub mod gpurun;
 pub mod keys;
 pub mod lockfile;
 pub mod nix;
 pub mod output;
 pub mod process;
 pub mod recipe;
+pub mod runspec;
 pub mod spans;
+pub mod stats;
 pub mod store;
 pub mod toolchain;
 pub mod version;

@@ -34,6 +34,8 @@ pub struct Recipe {
     pub description: Option<String>,
     /// How to build it.
     pub build: Build,
+    /// How to run, check and measure it (`[params]`, `[run]`, `[check]`, `[work]`).
+    pub sections: crate::runspec::Sections,
 }
 
 /// How a kernel is built.
@@ -260,6 +262,10 @@ struct RawRecipe {
     schema: i64,
     description: Option<String>,
     build: Spanned<RawBuild>,
+    params: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+    run: Option<Spanned<crate::runspec::RawRun>>,
+    check: Option<Spanned<crate::runspec::RawCheck>>,
+    work: Option<Spanned<crate::runspec::RawWork>>,
 }
 
 #[derive(Deserialize)]
@@ -685,11 +691,26 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
             Build::Nvcc(c)
         }
     };
+    let entries: Vec<String> = match &build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
+        Build::Command(c) => c.entries.clone(),
+    };
+    let sections = crate::runspec::validate(
+        crate::runspec::Raw {
+            params: raw.params,
+            run: raw.run,
+            check: raw.check,
+            work: raw.work,
+        },
+        &entries,
+    )
+    .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
     Ok(Recipe {
         name,
         path: rel.to_string(),
         description: raw.description,
         build,
+        sections,
     })
 }
 

@@ -1,6 +1,8 @@
 //! One module per subcommand, each with its clap `Args` and one `run` function.
 
+pub mod bench;
 pub mod build;
 pub mod env;
+pub mod results;
 pub mod store;
 pub mod toolchain;

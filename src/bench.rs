@@ -1,0 +1,647 @@
+//! Benchmarks: resolve a recipe into GPU jobs, run each in a child process with a timeout,
+//! and record every result (verdict, raw samples, statistics, fingerprint) in the store.
+//! Also the command bench: time any command, or read a metric from its output, over
+//! separate processes, with the same statistics and records.
+//!
+//! A result record is immutable and named by the sha256 of its content (its ID); the
+//! *experiment key* inside it hashes what must be equal for two results to be comparable
+//! (build key, the must-match part of the fingerprint, parameters, settings), so repeated
+//! measurements of one experiment accumulate under one key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::expr::Value as ExprValue;
+use crate::fields::{SPECS, Tier};
+use crate::fingerprint::Fingerprint;
+use crate::gpurun::{ArgSpec, Job, LaunchSpec, Mode, Report, Timing};
+use crate::keys;
+use crate::process::{Cmd, ProcessError};
+use crate::runspec::{Arg, Launch, Sections};
+use crate::stats;
+use crate::store::{Store, StoreError};
+
+/// The result-record schema.
+pub const SCHEMA: u64 = 1;
+
+/// The directory of result records in the store.
+pub const RESULTS: &str = "results";
+
+/// How to measure, as given on the command line.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Settings {
+    /// Cold, hot or graph.
+    pub mode: Mode,
+    /// Target relative noise of the median.
+    pub max_noise: f64,
+    /// Minimum samples.
+    pub min_samples: usize,
+    /// Maximum samples.
+    pub max_samples: usize,
+    /// Minimum sampling time (ms).
+    pub min_time_ms: f64,
+    /// Sampling budget (ms).
+    pub budget_ms: f64,
+    /// Warm-up (ms).
+    pub warmup_ms: f64,
+    /// Device ordinal.
+    pub device: usize,
+}
+
+/// One parameter point of a recipe, resolved.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// The parameter values.
+    pub params: BTreeMap<String, ExprValue>,
+    /// The job for the child.
+    pub job: Job,
+    /// Bytes moved per launch, if the recipe says.
+    pub bytes: Option<f64>,
+    /// FLOPs per launch, if the recipe says.
+    pub flops: Option<f64>,
+}
+
+fn dims(
+    exprs: &[crate::expr::Expr],
+    params: &BTreeMap<String, ExprValue>,
+    what: &str,
+) -> Result<[u32; 3], String> {
+    let mut d = [1u32; 3];
+    for (i, e) in exprs.iter().enumerate() {
+        let c = e.eval_count(params, what).map_err(|e| e.to_string())?;
+        d[i] = u32::try_from(c).map_err(|_| format!("{what} `{}` is {c}, too large", e.text()))?;
+    }
+    Ok(d)
+}
+
+fn launch(
+    l: &Launch,
+    params: &BTreeMap<String, ExprValue>,
+    section: &str,
+) -> Result<LaunchSpec, String> {
+    let grid = dims(&l.grid, params, &format!("[{section}] grid"))?;
+    let block = dims(&l.block, params, &format!("[{section}] block"))?;
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    if threads == 0 || threads > 1024 {
+        return Err(format!(
+            "[{section}] block has {threads} threads; a block holds 1 to 1024"
+        ));
+    }
+    if grid.contains(&0) {
+        return Err(format!("[{section}] grid {grid:?} has a zero dimension"));
+    }
+    let smem = l
+        .shared_mem
+        .eval_count(params, &format!("[{section}] shared-mem"))
+        .map_err(|e| e.to_string())?;
+    Ok(LaunchSpec {
+        kernel: l.kernel.clone(),
+        grid,
+        block,
+        shared_mem: u32::try_from(smem)
+            .map_err(|_| format!("[{section}] shared-mem {smem} is too large"))?,
+    })
+}
+
+/// Resolves a recipe's sections at every parameter point into jobs.
+pub fn resolve(
+    sections: &Sections,
+    module: &Path,
+    settings: &Settings,
+    check_only: bool,
+    time_on_failure: bool,
+) -> Result<Vec<Point>, String> {
+    let run = sections
+        .run
+        .as_ref()
+        .ok_or("the recipe has no [run] section")?;
+    let mut points = Vec::new();
+    for params in crate::runspec::combinations(&sections.params) {
+        let mut args = Vec::new();
+        for a in &run.args {
+            args.push(match a {
+                Arg::Buffer {
+                    name,
+                    dtype,
+                    count,
+                    init,
+                    seed,
+                    output,
+                } => ArgSpec::Buffer {
+                    name: name.clone(),
+                    dtype: *dtype,
+                    count: count
+                        .eval_count(&params, &format!("[run] args `{name}` count"))
+                        .map_err(|e| e.to_string())?,
+                    init: init.clone(),
+                    seed: *seed,
+                    output: *output,
+                },
+                Arg::Scalar { name, dtype, value } => ArgSpec::Scalar {
+                    name: name.clone(),
+                    dtype: *dtype,
+                    value: value.eval(&params).map_err(|e| e.to_string())?.as_f64(),
+                },
+            });
+        }
+        let (reference, tolerances) = match &sections.check {
+            Some(c) => {
+                let mut tol = BTreeMap::new();
+                for a in &run.args {
+                    if let Arg::Buffer {
+                        name, output: true, ..
+                    } = a
+                    {
+                        tol.insert(
+                            name.clone(),
+                            c.per_output.get(name).copied().unwrap_or((c.atol, c.rtol)),
+                        );
+                    }
+                }
+                (Some(launch(&c.launch, &params, "check")?), tol)
+            }
+            None => (None, BTreeMap::new()),
+        };
+        let eval = |e: &Option<crate::expr::Expr>| -> Result<Option<f64>, String> {
+            e.as_ref()
+                .map(|e| {
+                    e.eval(&params)
+                        .map(|v| v.as_f64())
+                        .map_err(|e| e.to_string())
+                })
+                .transpose()
+        };
+        let job = Job {
+            schema: crate::gpurun::SCHEMA,
+            device: settings.device,
+            module: module.display().to_string(),
+            kernel: launch(&run.launch, &params, "run")?,
+            reference,
+            args,
+            tolerances,
+            timing: (!check_only).then_some(Timing {
+                mode: settings.mode,
+                warmup_ms: settings.warmup_ms,
+                max_noise: settings.max_noise,
+                min_samples: settings.min_samples,
+                min_time_ms: settings.min_time_ms,
+                max_samples: settings.max_samples,
+                budget_ms: settings.budget_ms,
+            }),
+            time_on_failure,
+        };
+        points.push(Point {
+            bytes: eval(&sections.work.bytes)?,
+            flops: eval(&sections.work.flops)?,
+            params,
+            job,
+        });
+    }
+    Ok(points)
+}
+
+/// The parameter sizes (bytes) of an entry point, from its PTX `.param` list.
+pub fn ptx_params(ptx: &str, entry: &str) -> Option<Vec<usize>> {
+    let start = ptx.find(&format!(".entry {entry}("))?;
+    let rest = &ptx[start..];
+    let body = &rest[rest.find('(')? + 1..rest.find(')')?];
+    Some(
+        body.split(',')
+            .filter(|p| p.contains(".param"))
+            .map(|p| {
+                let p = p.trim();
+                if p.contains('[') {
+                    // `.param .align 8 .b8 name[16]`: an aggregate of the bracketed size.
+                    p.rsplit_once('[')
+                        .and_then(|(_, n)| n.trim_end_matches(']').parse().ok())
+                        .unwrap_or(0)
+                } else if p.contains(".u64")
+                    || p.contains(".s64")
+                    || p.contains(".f64")
+                    || p.contains(".b64")
+                {
+                    8
+                } else if p.contains(".u16")
+                    || p.contains(".s16")
+                    || p.contains(".f16")
+                    || p.contains(".b16")
+                {
+                    2
+                } else if p.contains(".u8") || p.contains(".s8") || p.contains(".b8") {
+                    1
+                } else {
+                    4
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Checks the arguments against the kernel's parameters before anything is launched.
+pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(), String> {
+    let Some(params) = ptx_params(ptx, &launch.kernel) else {
+        return Ok(());
+    };
+    if params.len() != args.len() {
+        return Err(format!(
+            "kernel `{}` takes {} parameters but [run] args gives {}",
+            launch.kernel,
+            params.len(),
+            args.len()
+        ));
+    }
+    for (i, (size, a)) in params.iter().zip(args).enumerate() {
+        let (name, want) = match a {
+            ArgSpec::Buffer { name, .. } => (name, 8),
+            ArgSpec::Scalar { name, dtype, .. } => (name, dtype.size()),
+        };
+        if *size != want {
+            return Err(format!(
+                "kernel `{}` parameter {i} is {size} bytes but argument `{name}` is {want} bytes",
+                launch.kernel
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The verdict of one result.
+pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
+    if let Some(e) = &report.error {
+        return ("crash", Some(e.clone()));
+    }
+    if let Some(checks) = &report.check
+        && let Some(bad) = checks.iter().find(|c| c.mismatches > 0)
+    {
+        let first = bad
+            .first_mismatch
+            .map(|(i, g, w)| format!("; first at [{i}]: {g} vs {w}"))
+            .unwrap_or_default();
+        return (
+            "wrong",
+            Some(format!(
+                "{}: {} of {} elements outside atol {} + rtol {} ({} unwritten; max abs err {:.3e}, max rel err {:.3e}){first}",
+                bad.name,
+                bad.mismatches,
+                bad.elements,
+                bad.atol,
+                bad.rtol,
+                bad.unwritten,
+                bad.max_abs_err,
+                bad.max_rel_err
+            )),
+        );
+    }
+    ("ok", None)
+}
+
+/// The must-match part of a fingerprint: what results are only comparable under.
+pub fn must_match(fp: &Fingerprint) -> Value {
+    let mut m = serde_json::Map::new();
+    for spec in SPECS
+        .iter()
+        .filter(|s| s.tier == Tier::Must && s.key.starts_with(['g', 'd', 't']))
+    {
+        let v: Vec<Value> = fp
+            .lookup(spec.key)
+            .into_iter()
+            .map(|f| f.value().map_or(Value::Null, Value::from))
+            .collect();
+        m.insert(spec.key.to_string(), Value::from(v));
+    }
+    Value::Object(m)
+}
+
+/// Runs the child `repro gpu-job` with a timeout and turns its fate into a report.
+pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the repro executable: {e}"))?;
+    let input = serde_json::to_vec(job).expect("a job serialises");
+    match Cmd::new(exe)
+        .arg("gpu-job")
+        .stdin_bytes(input)
+        .timeout(timeout)
+        .output()
+    {
+        Ok(out) => {
+            if let Ok(report) = serde_json::from_slice::<Report>(&out.stdout) {
+                return Ok(report);
+            }
+            let why = match out.status.code() {
+                Some(c) => format!("the benchmark process exited with code {c} without a report"),
+                None => format!(
+                    "the benchmark process {}",
+                    crate::process::describe_status(out.status)
+                ),
+            };
+            let stderr = out.stderr_str();
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            Ok(Report {
+                error: Some(format!(
+                    "{why}: {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )),
+                ..Report::default()
+            })
+        }
+        Err(ProcessError::Timeout { .. }) => Ok(Report {
+            error: Some(format!(
+                "TIMEOUT: no answer within {}",
+                humantime::format_duration(timeout)
+            )),
+            ..Report::default()
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The summary statistics of samples (seeded by the samples themselves: deterministic).
+pub fn summarize(samples: &[f64]) -> Option<stats::Summary> {
+    let seed = samples
+        .iter()
+        .fold(0u64, |h, s| h.rotate_left(5) ^ s.to_bits());
+    stats::summarize(samples, seed)
+}
+
+/// Writes a result record; its ID is the sha256 of its canonical content.
+pub fn record(store: &Store, mut rec: Value) -> Result<String, StoreError> {
+    if let Some(o) = rec.as_object_mut() {
+        o.remove("id");
+    }
+    let id = keys::key_of(&rec);
+    store.put_record(RESULTS, &id, &rec)?;
+    Ok(id)
+}
+
+/// Every result record, newest first: (id, record).
+pub fn all_results(store: &Store) -> Vec<(String, Value)> {
+    let mut v: Vec<(String, Value)> = store
+        .records(RESULTS)
+        .into_iter()
+        .filter_map(|(k, _, r)| r.ok().map(|r| (k, r)))
+        .collect();
+    v.sort_by(|a, b| {
+        b.1["created-at"]
+            .as_str()
+            .cmp(&a.1["created-at"].as_str())
+            .then(a.0.cmp(&b.0))
+    });
+    v
+}
+
+/// Finds one result by ID prefix; errors say whether none or several matched.
+pub fn find_result(store: &Store, prefix: &str) -> Result<(String, Value), String> {
+    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{prefix}` is not a result ID (at least 4 hex digits)"
+        ));
+    }
+    let matches: Vec<(String, Value)> = all_results(store)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
+        .collect();
+    match matches.len() {
+        0 => Err(format!("no result with ID {prefix}")),
+        1 => Ok(matches.into_iter().next().expect("one")),
+        n => Err(format!(
+            "{prefix} is ambiguous: {n} results match ({})",
+            matches
+                .iter()
+                .take(5)
+                .map(|(id, _)| keys::short(id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// How a command bench takes its metric from each run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Metric {
+    /// The process's wall time (ms).
+    Time,
+    /// A number at a dotted path in the JSON on stdout (`results.0.median`).
+    Json(String),
+    /// The first capture group (or the whole match) of a regular expression on stdout.
+    Regex(String),
+}
+
+impl Metric {
+    /// Parses `time`, `json:PATH` or `regex:RE`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "time" {
+            Ok(Metric::Time)
+        } else if let Some(p) = s.strip_prefix("json:") {
+            Ok(Metric::Json(p.to_string()))
+        } else if let Some(r) = s.strip_prefix("regex:") {
+            regex_lite::Regex::new(r).map_err(|e| format!("--metric regex `{r}`: {e}"))?;
+            Ok(Metric::Regex(r.to_string()))
+        } else {
+            Err(format!(
+                "--metric `{s}`: expected time, json:PATH or regex:RE"
+            ))
+        }
+    }
+    /// The metric's text form.
+    pub fn text(&self) -> String {
+        match self {
+            Metric::Time => "time".into(),
+            Metric::Json(p) => format!("json:{p}"),
+            Metric::Regex(r) => format!("regex:{r}"),
+        }
+    }
+    /// Extracts the metric from one run.
+    pub fn extract(&self, stdout: &str, wall_ms: f64) -> Result<f64, String> {
+        match self {
+            Metric::Time => Ok(wall_ms),
+            Metric::Json(path) => {
+                let v: Value = serde_json::from_str(stdout.trim())
+                    .map_err(|e| format!("stdout is not JSON: {e}"))?;
+                let mut cur = &v;
+                for part in path.split('.') {
+                    cur = match cur {
+                        Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
+                        Value::Object(o) => o.get(part),
+                        _ => None,
+                    }
+                    .ok_or_else(|| format!("no `{path}` in the JSON on stdout"))?;
+                }
+                cur.as_f64()
+                    .ok_or_else(|| format!("`{path}` is not a number"))
+            }
+            Metric::Regex(r) => {
+                let re = regex_lite::Regex::new(r).map_err(|e| e.to_string())?;
+                let caps = re
+                    .captures(stdout)
+                    .ok_or_else(|| format!("regex `{r}` does not match stdout"))?;
+                let m = caps
+                    .get(1)
+                    .or_else(|| caps.get(0))
+                    .expect("a match has group 0");
+                m.as_str()
+                    .trim()
+                    .parse::<f64>()
+                    .map_err(|_| format!("regex `{r}` matched `{}`, not a number", m.as_str()))
+            }
+        }
+    }
+}
+
+/// One command-bench run's outcome.
+pub enum CommandRun {
+    /// A sample.
+    Sample(f64),
+    /// The command failed (non-zero exit, signal) or its metric was missing.
+    Failed(String),
+    /// It ran past the timeout.
+    Timeout,
+}
+
+/// Runs the command once (`sh -c`) at `root`.
+pub fn run_command_once(
+    root: &Path,
+    command: &str,
+    metric: &Metric,
+    timeout: Duration,
+) -> CommandRun {
+    let cmd = Cmd::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(root)
+        .timeout(timeout);
+    match cmd.output() {
+        Ok(out) if out.status.success() => {
+            match metric.extract(&out.stdout_str(), out.elapsed.as_secs_f64() * 1e3) {
+                Ok(v) if v.is_finite() => CommandRun::Sample(v),
+                Ok(v) => CommandRun::Failed(format!("the metric is {v}")),
+                Err(e) => CommandRun::Failed(e),
+            }
+        }
+        Ok(out) => {
+            let tail: Vec<String> = out
+                .stderr_str()
+                .lines()
+                .rev()
+                .take(3)
+                .map(str::to_string)
+                .collect();
+            let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
+            let status = crate::process::describe_status(out.status);
+            CommandRun::Failed(if tail.is_empty() {
+                format!("`{command}` {status}")
+            } else {
+                format!("`{command}` {status}: {tail}")
+            })
+        }
+        Err(ProcessError::Timeout { .. }) => CommandRun::Timeout,
+        Err(e) => CommandRun::Failed(e.to_string()),
+    }
+}
+
+/// Throughput from a median time in microseconds: (GB/s, TFLOP/s).
+pub fn throughput(
+    median_us: f64,
+    bytes: Option<f64>,
+    flops: Option<f64>,
+) -> (Option<f64>, Option<f64>) {
+    let s = median_us * 1e-6;
+    (bytes.map(|b| b / s / 1e9), flops.map(|f| f / s / 1e12))
+}
+
+/// Parameters as `n=4096, m=8` for display.
+pub fn params_text(params: &Value) -> String {
+    params
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+/// Parameters as JSON.
+pub fn params_json(params: &BTreeMap<String, ExprValue>) -> Value {
+    Value::Object(
+        params
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    match v {
+                        ExprValue::Int(i) => json!(i),
+                        ExprValue::Float(f) => json!(f),
+                    },
+                )
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_parameters_and_arity() {
+        let ptx = ".visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .u32 k_param_1,\n\t.param .align 8 .b8 k_param_2[16]\n)\n{";
+        assert_eq!(ptx_params(ptx, "k"), Some(vec![8, 4, 16]));
+        let l = LaunchSpec {
+            kernel: "k".into(),
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem: 0,
+        };
+        let buf = ArgSpec::Buffer {
+            name: "a".into(),
+            dtype: crate::runspec::DType::F32,
+            count: 1,
+            init: None,
+            seed: 0,
+            output: true,
+        };
+        let n = ArgSpec::Scalar {
+            name: "n".into(),
+            dtype: crate::runspec::DType::I32,
+            value: 1.0,
+        };
+        assert_eq!(
+            check_arity(ptx, &l, &[buf.clone(), n.clone()]).unwrap_err(),
+            "kernel `k` takes 3 parameters but [run] args gives 2"
+        );
+        let ptx2 = ".entry k(\n.param .u64 a,\n.param .u32 b\n)";
+        assert!(check_arity(ptx2, &l, &[buf.clone(), n]).is_ok());
+        let wide = ArgSpec::Scalar {
+            name: "n".into(),
+            dtype: crate::runspec::DType::I64,
+            value: 1.0,
+        };
+        assert_eq!(
+            check_arity(ptx2, &l, &[buf, wide]).unwrap_err(),
+            "kernel `k` parameter 1 is 4 bytes but argument `n` is 8 bytes"
+        );
+    }
+
+    #[test]
+    fn metrics() {
+        assert_eq!(
+            Metric::parse("time").unwrap().extract("", 3.5).unwrap(),
+            3.5
+        );
+        let j = Metric::parse("json:results.0.median").unwrap();
+        assert_eq!(
+            j.extract(r#"{"results":[{"median":1.25}]}"#, 0.0).unwrap(),
+            1.25
+        );
+        assert!(j.extract("not json", 0.0).unwrap_err().contains("not JSON"));
+        let r = Metric::parse(r"regex:time: ([0-9.]+) us").unwrap();
+        assert_eq!(r.extract("warmup\ntime: 12.5 us\n", 0.0).unwrap(), 12.5);
+        assert!(Metric::parse("regex:(").is_err());
+        assert!(Metric::parse("bogus").is_err());
+    }
+}

@@ -1,0 +1,494 @@
+//! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
+//! (time any command, or read a metric from its output, over separate processes).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::bench::{self, Metric, Settings};
+use crate::build::{self, Options};
+use crate::cli::{Globals, emit, emit_json};
+use crate::error::UserError;
+use crate::exit;
+use crate::export;
+use crate::fingerprint::{self, Context, Demand};
+use crate::gpurun::Mode;
+use crate::keys;
+use crate::output::Style;
+use crate::recipe;
+
+/// Arguments of `repro bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe to benchmark (by name or path).
+    #[arg(value_name = "RECIPE", required_unless_present = "command")]
+    recipe: Option<String>,
+    /// Benchmark a shell command instead of a recipe (each run a separate process).
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["recipe", "param", "check_only", "time_anyway", "mode"])]
+    command: Option<String>,
+    /// Name of a command bench in records and tables [default: the command].
+    #[arg(long, requires = "command")]
+    name: Option<String>,
+    /// What a command bench measures: time (wall, ms), json:PATH or regex:RE on stdout.
+    #[arg(long, default_value = "time", requires = "command")]
+    metric: String,
+    /// The unit of a json: or regex: metric (us, ms or s make it a time: lower is faster).
+    #[arg(long, requires = "command")]
+    unit: Option<String>,
+    /// Exactly N runs of the command (otherwise at least 10, until --max-noise, at most 200).
+    #[arg(long, value_name = "N", requires = "command")]
+    runs: Option<usize>,
+    /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep).
+    #[arg(long = "param", value_name = "K=V")]
+    param: Vec<String>,
+    /// cold: L2 flushed before each sample; hot: back to back; graph: CUDA-graph batches.
+    #[arg(long, value_enum, default_value = "cold")]
+    mode: Mode,
+    /// Stop when the relative noise of the median is at most this (e.g. 0.5% or 0.005).
+    #[arg(long, default_value = "0.5%", value_parser = parse_fraction)]
+    max_noise: f64,
+    /// At least this many samples.
+    #[arg(long, default_value_t = 10)]
+    min_samples: usize,
+    /// At most this many samples.
+    #[arg(long, default_value_t = 100_000)]
+    max_samples: usize,
+    /// Sample for at least this long.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    min_time: Duration,
+    /// Stop sampling after this long even if the noise target is not met.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    budget: Duration,
+    /// Warm up for this long before sampling.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Kill a benchmark process (or command run) that takes longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// The CUDA device to run on.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Check against the reference only; do not time.
+    #[arg(long)]
+    check_only: bool,
+    /// Time even when the check fails.
+    #[arg(long)]
+    time_anyway: bool,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    export_json: Option<PathBuf>,
+    /// Also write the results as CSV.
+    #[arg(long, value_name = "FILE")]
+    export_csv: Option<PathBuf>,
+    /// Also write the results as a Markdown table.
+    #[arg(long, value_name = "FILE")]
+    export_markdown: Option<PathBuf>,
+}
+
+/// Parses `0.5%` or `0.005`.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("`{s}` is not a fraction (e.g. 0.5% or 0.005)"))?;
+    if !(0.0..1.0).contains(&v) {
+        return Err(format!("`{s}` must be between 0 and 100%"));
+    }
+    Ok(v)
+}
+
+/// Runs `repro bench`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let root = g.project_root();
+    g.config()?;
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: false,
+        },
+        &Demand::all(),
+    );
+    let store = g.store();
+    store.check_schema()?;
+    let results = match &a.command {
+        Some(cmd) => command_bench(g, &a, cmd, &fp, &store)?,
+        None => recipe_bench(g, &a, &root, &fp, &store)?,
+    };
+    let rows: Vec<export::Row> = results
+        .iter()
+        .map(|(id, rec)| export::Row::from_record(id, rec))
+        .collect();
+    export::write_all(
+        &rows,
+        a.export_json.as_deref().map(|p| g.cwd.join(p)).as_deref(),
+        a.export_csv.as_deref().map(|p| g.cwd.join(p)).as_deref(),
+        a.export_markdown
+            .as_deref()
+            .map(|p| g.cwd.join(p))
+            .as_deref(),
+    )
+    .context("failed to write an export")?;
+    if g.json {
+        let list: Vec<Value> = results
+            .iter()
+            .map(|(id, rec)| {
+                let mut r = rec.clone();
+                r["id"] = json!(id);
+                r
+            })
+            .collect();
+        emit_json(&json!({ "schema": 1, "results": list }))?;
+    }
+    let bad = results.iter().any(|(_, r)| r["verdict"] != "ok");
+    Ok(if bad { exit::MISMATCH } else { exit::OK })
+}
+
+fn settings(a: &Args) -> Settings {
+    Settings {
+        mode: a.mode,
+        max_noise: a.max_noise,
+        min_samples: a.min_samples,
+        max_samples: a.max_samples.max(a.min_samples),
+        min_time_ms: a.min_time.as_secs_f64() * 1e3,
+        budget_ms: a.budget.as_secs_f64() * 1e3,
+        warmup_ms: a.warmup.as_secs_f64() * 1e3,
+        device: a.device,
+    }
+}
+
+fn base_record(fp: &fingerprint::Fingerprint, root: &std::path::Path) -> Value {
+    json!({
+        "schema": bench::SCHEMA,
+        "kind": "result",
+        "fingerprint": fp.to_json(),
+        "machine": fp.lookup("gpu.name").first().and_then(|f| f.value().map(str::to_string)).unwrap_or_else(|| "no GPU".into()),
+        "commit": fingerprint::git::head_commit(root),
+        "dirty": fp.get("repo.dirty").value() == Some("true"),
+        "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        "repro-version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+fn recipe_bench(
+    g: &Globals,
+    a: &Args,
+    root: &std::path::Path,
+    fp: &fingerprint::Fingerprint,
+    store: &crate::store::Store,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let name = a
+        .recipe
+        .as_deref()
+        .expect("clap requires a recipe without --command");
+    let mut r = recipe::load(root, name)?;
+    if r.sections.run.is_none() {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has no [run] section, so there is nothing to launch",
+            r.name
+        ))
+        .hint("add [run] (the README's run-section reference), or use --command")
+        .into());
+    }
+    crate::runspec::override_params(&mut r.sections.params, &a.param).map_err(UserError::usage)?;
+    let built = build::build(root, store, &r, &Options::default())
+        .with_context(|| format!("failed to build recipe `{}`", r.name))?;
+    if built.status != "ok" {
+        let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();
+        eprintln!("{}", log.join("\n"));
+        return Err(UserError::with_code(
+            exit::BUILD_FAILED,
+            format!(
+                "recipe `{}` does not build (key {})",
+                r.name,
+                keys::short(&built.key)
+            ),
+        )
+        .into());
+    }
+    let module = built
+        .outputs
+        .get("cubin")
+        .or_else(|| built.outputs.get("ptx"))
+        .ok_or_else(|| UserError::usage("the build produced neither a cubin nor PTX to load"))?;
+    let ptx = built
+        .outputs
+        .get("ptx")
+        .and_then(|p| std::fs::read_to_string(&p.path).ok());
+    let s = settings(a);
+    let points = bench::resolve(
+        &r.sections,
+        std::path::Path::new(&module.path),
+        &s,
+        a.check_only,
+        a.time_anyway,
+    )
+    .map_err(UserError::usage)?;
+    if let Some(ptx) = &ptx {
+        for p in &points {
+            bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {
+                UserError::usage(e).hint("make [run] args match the kernel's parameters, in order")
+            })?;
+            if let Some(rl) = &p.job.reference {
+                bench::check_arity(ptx, rl, &p.job.args).map_err(|e| {
+                    UserError::usage(e)
+                        .hint("the reference kernel takes the same arguments as the kernel")
+                })?;
+            }
+        }
+    }
+    // Everything above works without a GPU: recipe, build and argument errors come first.
+    // SAFETY: only probes for the library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU")
+            .hint("run it on a GPU machine, use `--command` to benchmark a command, or `repro build` to only build")
+            .into());
+    }
+    let count: usize = fp
+        .get("gpu.count")
+        .value()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    if a.device >= count {
+        return Err(UserError::usage(format!(
+            "--device {} is out of range: {count} GPU(s) visible",
+            a.device
+        ))
+        .hint("devices are numbered from 0; check CUDA_VISIBLE_DEVICES")
+        .into());
+    }
+    let must = bench::must_match(fp);
+    let mut out = Vec::new();
+    for p in points {
+        let report = bench::run_child(&p.job, a.timeout)
+            .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
+        let (verdict, detail) = if report
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("TIMEOUT"))
+        {
+            ("timeout", report.error.clone())
+        } else {
+            bench::verdict(&report)
+        };
+        let summary = bench::summarize(&report.samples_us);
+        let (gbps, tflops) = summary.as_ref().map_or((None, None), |s| {
+            bench::throughput(s.median, p.bytes, p.flops)
+        });
+        let experiment = json!({
+            "build-key": built.key, "must-match": must, "params": bench::params_json(&p.params),
+            "settings": s, "check-only": a.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
+        });
+        let mut rec = base_record(fp, root);
+        let extra = json!({
+            "key": keys::key_of(&experiment),
+            "name": r.name, "recipe": r.name, "recipe-path": r.path,
+            "params": bench::params_json(&p.params),
+            "build-key": built.key,
+            "artifact": module.sha256,
+            "settings": s,
+            "launch": p.job.kernel, "reference": p.job.reference, "args": p.job.args,
+            "verdict": verdict, "detail": detail,
+            "check": report.check,
+            "unit": "us",
+            "samples": report.samples_us,
+            "summary": summary,
+            "throughput": {"gb-per-s": gbps, "tflops": tflops},
+            "launches-per-sample": report.launches_per_sample,
+            "warmup-launches": report.warmup_launches,
+            "converged": report.converged,
+            "sm-clock-mhz": report.sm_clock_mhz, "throttled": report.throttled,
+        });
+        merge(&mut rec, extra);
+        let id = bench::record(store, rec.clone())?;
+        if !g.json {
+            emit(&render(&id, &rec, g))?;
+        }
+        out.push((id, rec));
+    }
+    Ok(out)
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+}
+
+fn command_bench(
+    g: &Globals,
+    a: &Args,
+    cmd: &str,
+    fp: &fingerprint::Fingerprint,
+    store: &crate::store::Store,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let root = g.project_root();
+    let metric = Metric::parse(&a.metric).map_err(UserError::usage)?;
+    let (min_runs, max_runs) = match a.runs {
+        Some(n) if n >= 1 => (n, n),
+        Some(_) => return Err(UserError::usage("--runs must be at least 1").into()),
+        None => (a.min_samples.max(2), 200),
+    };
+    let mut samples = Vec::new();
+    let mut failure = None;
+    let mut timed_out = false;
+    while samples.len() < max_runs {
+        match bench::run_command_once(&root, cmd, &metric, a.timeout) {
+            bench::CommandRun::Sample(v) => samples.push(v),
+            bench::CommandRun::Failed(why) => {
+                failure = Some(why);
+                break;
+            }
+            bench::CommandRun::Timeout => {
+                timed_out = true;
+                break;
+            }
+        }
+        if samples.len() >= min_runs && crate::stats::median_rel_noise(&samples) <= a.max_noise {
+            break;
+        }
+    }
+    let (verdict, detail) = if timed_out {
+        (
+            "timeout",
+            Some(format!(
+                "a run took longer than {}",
+                humantime::format_duration(a.timeout)
+            )),
+        )
+    } else if let Some(f) = failure {
+        ("crash", Some(f))
+    } else {
+        ("ok", None)
+    };
+    let name = a.name.clone().unwrap_or_else(|| cmd.to_string());
+    let unit = match (&metric, a.unit.as_deref()) {
+        (Metric::Time, _) => "ms",
+        (_, Some(u)) => u,
+        (_, None) => "",
+    };
+    let experiment = json!({ "command": cmd, "metric": metric.text(), "must-match": bench::must_match(fp), "commit": fingerprint::git::head_commit(&root) });
+    let mut rec = base_record(fp, &root);
+    merge(
+        &mut rec,
+        json!({
+            "key": keys::key_of(&experiment),
+            "name": name, "command": cmd, "metric": metric.text(),
+            "params": {},
+            "verdict": verdict, "detail": detail,
+            "unit": unit,
+            "samples": samples,
+            "summary": bench::summarize(&samples),
+            "converged": crate::stats::median_rel_noise(&samples) <= a.max_noise,
+        }),
+    );
+    let id = bench::record(store, rec.clone())?;
+    if !g.json {
+        emit(&render(&id, &rec, g))?;
+    }
+    Ok(vec![(id, rec)])
+}
+
+/// Formats a time in microseconds (or a unit-less metric) for people.
+pub fn fmt_value(v: f64, unit: &str) -> String {
+    match unit {
+        "us" if v >= 1000.0 => format!("{:.3} ms", v / 1000.0),
+        "us" => format!("{v:.3} µs"),
+        "ms" => format!("{v:.3} ms"),
+        "" => format!("{v:.4}"),
+        u => format!("{v:.4} {u}"),
+    }
+}
+
+/// One result as a line (or a few) of text.
+pub fn render(id: &str, rec: &Value, g: &Globals) -> String {
+    let style = Style::for_stdout();
+    let unit = rec["unit"].as_str().unwrap_or("us");
+    let verdict = rec["verdict"].as_str().unwrap_or("?");
+    let painted = if verdict == "ok" {
+        style.good(verdict)
+    } else {
+        style.error(&verdict.to_uppercase())
+    };
+    let params = bench::params_text(&rec["params"]);
+    let mut line = format!(
+        "{:<16} {:<24} {painted}",
+        rec["name"].as_str().unwrap_or_default(),
+        params
+    );
+    let s = &rec["summary"];
+    if let Some(m) = s["median"].as_f64() {
+        line.push_str(&format!(
+            "  median {} ± {:.2}% [{}, {}]  n={}",
+            fmt_value(m, unit),
+            s["rel-noise"].as_f64().unwrap_or(0.0) * 100.0,
+            fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
+            fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit),
+            s["n"]
+        ));
+    }
+    if let Some(b) = rec["throughput"]["gb-per-s"].as_f64() {
+        line.push_str(&format!("  {b:.1} GB/s"));
+    }
+    if let Some(t) = rec["throughput"]["tflops"].as_f64() {
+        line.push_str(&format!("  {t:.2} TFLOP/s"));
+    }
+    line.push_str(&format!("  id {}\n", keys::short(id)));
+    if let Some(d) = rec["detail"].as_str() {
+        line.push_str(&format!("  {} {d}\n", style.warn("detail:")));
+    }
+    if rec["throttled"] == true {
+        line.push_str(&format!(
+            "  {} the SM clock fell below 75% of its maximum while sampling\n",
+            style.warn("warning:")
+        ));
+    }
+    if rec["converged"] == false && verdict == "ok" {
+        line.push_str(&format!(
+            "  {} the noise target was not reached within the budget\n",
+            style.warn("note:")
+        ));
+    }
+    if g.verbose > 0
+        && let Some(checks) = rec["check"].as_array()
+    {
+        for c in checks {
+            line.push_str(&format!(
+                "  check {}: {} mismatches of {}, max abs err {:.3e}, max rel err {:.3e}\n",
+                c["name"].as_str().unwrap_or_default(),
+                c["mismatches"],
+                c["elements"],
+                c["max-abs-err"].as_f64().unwrap_or(0.0),
+                c["max-rel-err"].as_f64().unwrap_or(0.0)
+            ));
+        }
+    }
+    line
+}
+
+/// Arguments of the internal `repro gpu-job`.
+#[derive(Debug, clap::Args)]
+pub struct GpuJobArgs {}
+
+/// Runs one GPU job read from stdin and prints its report (the child of `repro bench`).
+pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
+    let mut input = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
+    let job: crate::gpurun::Job =
+        serde_json::from_slice(&input).context("failed to read the job on stdin")?;
+    // SAFETY: only probes for the library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine").into(),
+        );
+    }
+    let report = crate::gpurun::run(&job);
+    emit(&serde_json::to_string(&report)?)?;
+    Ok(if report.error.is_some() {
+        exit::MISMATCH
+    } else {
+        exit::OK
+    })
+}

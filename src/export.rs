@@ -1,0 +1,195 @@
+//! Exporting result tables as JSON, CSV and Markdown (hyperfine's three formats).
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::fsutil::{self, WriteError};
+
+/// One exported row: a result's identity and statistics (times in microseconds).
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Row {
+    /// Result ID.
+    pub id: String,
+    /// Recipe or command-bench name.
+    pub name: String,
+    /// Parameters as `k=v, ...`.
+    pub params: String,
+    /// Verdict.
+    pub verdict: String,
+    /// Samples.
+    pub n: usize,
+    /// Median.
+    pub median: Option<f64>,
+    /// 95% interval of the median.
+    pub ci_low: Option<f64>,
+    /// 95% interval of the median.
+    pub ci_high: Option<f64>,
+    /// Mean.
+    pub mean: Option<f64>,
+    /// Standard deviation.
+    pub stdev: Option<f64>,
+    /// Minimum.
+    pub min: Option<f64>,
+    /// Maximum.
+    pub max: Option<f64>,
+    /// Unit of the times.
+    pub unit: String,
+    /// Achieved bandwidth.
+    pub gb_per_s: Option<f64>,
+    /// Achieved compute.
+    pub tflops: Option<f64>,
+}
+
+impl Row {
+    /// The row for a result record.
+    pub fn from_record(id: &str, rec: &Value) -> Row {
+        let s = &rec["summary"];
+        let f = |k: &str| s[k].as_f64();
+        Row {
+            id: id.to_string(),
+            name: rec["name"].as_str().unwrap_or_default().to_string(),
+            params: crate::bench::params_text(&rec["params"]),
+            verdict: rec["verdict"].as_str().unwrap_or_default().to_string(),
+            n: rec["samples"].as_array().map_or(0, Vec::len),
+            median: f("median"),
+            ci_low: f("ci-low"),
+            ci_high: f("ci-high"),
+            mean: f("mean"),
+            stdev: f("stdev"),
+            min: f("min"),
+            max: f("max"),
+            unit: rec["unit"].as_str().unwrap_or("us").to_string(),
+            gb_per_s: rec["throughput"]["gb-per-s"].as_f64(),
+            tflops: rec["throughput"]["tflops"].as_f64(),
+        }
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.4}"))
+}
+
+/// CSV with a header line; fields quoted where needed.
+pub fn csv(rows: &[Row]) -> String {
+    let q = |s: &str| {
+        if s.contains([',', '"', '\n']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = String::from(
+        "id,name,params,verdict,n,median,ci_low,ci_high,mean,stdev,min,max,unit,gb_per_s,tflops\n",
+    );
+    for r in rows {
+        let fields = [
+            q(&r.id),
+            q(&r.name),
+            q(&r.params),
+            q(&r.verdict),
+            r.n.to_string(),
+            num(r.median),
+            num(r.ci_low),
+            num(r.ci_high),
+            num(r.mean),
+            num(r.stdev),
+            num(r.min),
+            num(r.max),
+            q(&r.unit),
+            num(r.gb_per_s),
+            num(r.tflops),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| result | name | params | verdict | n | median | 95% CI | mean ± stdev | min | max | GB/s | TFLOP/s |\n|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} {} | [{}, {}] | {} ± {} | {} | {} | {} | {} |\n",
+            crate::keys::short(&r.id),
+            r.name,
+            r.params,
+            r.verdict,
+            r.n,
+            num(r.median),
+            r.unit,
+            num(r.ci_low),
+            num(r.ci_high),
+            num(r.mean),
+            num(r.stdev),
+            num(r.min),
+            num(r.max),
+            num(r.gb_per_s),
+            num(r.tflops)
+        ));
+    }
+    out
+}
+
+/// JSON: the rows, versioned.
+pub fn json(rows: &[Row]) -> String {
+    serde_json::to_string_pretty(&json!({ "schema": 1, "results": rows })).expect("rows serialise")
+        + "\n"
+}
+
+/// Writes whichever exports were asked for.
+pub fn write_all(
+    rows: &[Row],
+    json_to: Option<&Path>,
+    csv_to: Option<&Path>,
+    md_to: Option<&Path>,
+) -> Result<(), WriteError> {
+    for (path, text) in [
+        (json_to, json(rows)),
+        (csv_to, csv(rows)),
+        (md_to, markdown(rows)),
+    ] {
+        if let Some(p) = path {
+            fsutil::write_atomic(p, text.as_bytes(), true)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_and_markdown_has_a_row_per_result() {
+        let r = Row {
+            id: "abcdef0123456789".into(),
+            name: "k".into(),
+            params: "n=1, m=2".into(),
+            verdict: "ok".into(),
+            n: 3,
+            median: Some(1.5),
+            ci_low: Some(1.0),
+            ci_high: Some(2.0),
+            mean: Some(1.5),
+            stdev: Some(0.1),
+            min: Some(1.0),
+            max: Some(2.0),
+            unit: "us".into(),
+            gb_per_s: None,
+            tflops: Some(3.0),
+        };
+        let c = csv(std::slice::from_ref(&r));
+        assert!(
+            c.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("abcdef0123456789,k,\"n=1, m=2\",ok,3,1.5000")
+        );
+        assert_eq!(markdown(&[r.clone(), r]).lines().count(), 4);
+    }
+}
