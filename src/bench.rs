@@ -279,6 +279,7 @@ pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
     {
         let first = bad
             .first_mismatch
+            .as_ref()
             .map(|(i, g, w)| format!("; first at [{i}]: {g} vs {w}"))
             .unwrap_or_default();
         return (
@@ -328,10 +329,15 @@ pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, String> {
         .output()
     {
         Ok(out) => {
-            if let Ok(report) = serde_json::from_slice::<Report>(&out.stdout) {
+            let parsed = serde_json::from_slice::<Report>(&out.stdout);
+            if let Ok(report) = parsed {
                 return Ok(report);
             }
             let why = match out.status.code() {
+                Some(c) if !out.stdout.is_empty() => format!(
+                    "the benchmark process exited with code {c} but its report could not be read ({})",
+                    parsed.err().map(|e| e.to_string()).unwrap_or_default()
+                ),
                 Some(c) => format!("the benchmark process exited with code {c} without a report"),
                 None => format!(
                     "the benchmark process {}",

@@ -32,7 +32,7 @@ pub const ALL: &[(u8, &str)] = &[
     ),
     (
         MISMATCH,
-        "a must-match field differs (with `--strict`, also a warning)",
+        "bad: a must-match field differs (with `--strict`, also a warning); a bench verdict is `wrong`, `crash` or `timeout`; `store verify` found a problem",
     ),
     (
         USAGE,

@@ -139,8 +139,9 @@ pub struct OutputCheck {
     pub atol: f64,
     /// The tolerance used.
     pub rtol: f64,
-    /// The first mismatch: index, kernel value, reference value.
-    pub first_mismatch: Option<(u64, f64, f64)>,
+    /// The first mismatch: index, kernel value, reference value. The values are text
+    /// because they may be NaN (an unwritten, poisoned element), which JSON cannot hold.
+    pub first_mismatch: Option<(u64, String, String)>,
 }
 
 /// What the job found.
@@ -316,7 +317,7 @@ pub fn compare_output(
         if !ok {
             c.mismatches += 1;
             if c.first_mismatch.is_none() {
-                c.first_mismatch = Some((i as u64, g, w));
+                c.first_mismatch = Some((i as u64, g.to_string(), w.to_string()));
             }
         }
     }
@@ -778,7 +779,7 @@ mod tests {
         let c = compare_output("c", DType::F32, &got, &want, 1e-5, 1e-5);
         assert_eq!(c.mismatches, 2);
         assert_eq!(c.unwritten, 1);
-        assert_eq!(c.first_mismatch, Some((2, 3.5, 3.0)));
+        assert_eq!(c.first_mismatch, Some((2, "3.5".into(), "3".into())));
         assert!((c.max_abs_err - 0.5).abs() < 1e-9);
         // NaN never passes, even against NaN.
         let nan = {

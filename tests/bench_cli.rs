@@ -382,7 +382,7 @@ fn gpu_a_trapping_or_hanging_kernel_is_a_verdict_and_the_gpu_stays_usable() {
     }
     let kernel = "extern \"C\" __global__ void good(float* a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 2.0f * i; }\n\
                   extern \"C\" __global__ void traps(float* a, int n) { asm(\"trap;\"); }\n\
-                  extern \"C\" __global__ void hangs(float* a, int n) { volatile int x = 1; while (x) {} }\n\
+                  extern \"C\" __global__ void hangs(float* a, int n) { for (;;) { asm volatile(\"nanosleep.u32 1000;\"); } }\n\
                   extern \"C\" __global__ void wrong(float* a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n - 1) a[i] = 2.0f * i; }\n";
     let recipe = |k: &str| {
         format!(
