@@ -59,6 +59,8 @@ pub enum Command {
     Show(cmd::results::ShowArgs),
     /// Compare two results: ratio of medians with its interval and a rank-test verdict.
     Compare(cmd::results::CompareArgs),
+    /// Find the commit that broke a build, a check or a benchmark (or fixed it).
+    Bisect(cmd::bisect::Args),
     /// Internal: run one GPU job from stdin (the child process of `repro bench`).
     #[command(hide = true)]
     GpuJob(cmd::bench::GpuJobArgs),
@@ -146,6 +148,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show(args) => cmd::results::show(&globals, args),
         Command::Compare(args) => cmd::results::compare(&globals, args),
         Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
+        Command::Bisect(args) => cmd::bisect::run(&globals, args),
     }
 }
 

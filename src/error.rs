@@ -94,6 +94,8 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::build::BuildError,
             crate::config::ConfigError,
             crate::nix::NixError,
+            crate::bisect::history::HistoryError,
+            crate::bisect::run::BisectError,
             crate::cmd::toolchain::InstallError,
         );
     }

@@ -7,6 +7,7 @@
 //! `exit`) and terminal output (`output`).
 
 pub mod bench;
+pub mod bisect;
 pub mod build;
 pub mod check;
 pub mod cli;

@@ -134,6 +134,39 @@ pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
     out
 }
 
+/// Where build inputs are read from: a directory, or a commit's tree in the object database.
+pub trait FileSource {
+    /// Whether `rel` is a regular file.
+    fn is_file(&self, rel: &str) -> bool;
+    /// The bytes of `rel`.
+    fn read(&self, rel: &str) -> Result<Vec<u8>, InputError>;
+}
+
+/// Files under a directory on disk.
+pub struct Dir {
+    root: PathBuf,
+    canonical_root: PathBuf,
+}
+
+impl Dir {
+    /// The files under `root`.
+    pub fn new(root: &Path) -> Self {
+        Dir {
+            root: root.to_path_buf(),
+            canonical_root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+        }
+    }
+}
+
+impl FileSource for Dir {
+    fn is_file(&self, rel: &str) -> bool {
+        self.root.join(rel).is_file()
+    }
+    fn read(&self, rel: &str) -> Result<Vec<u8>, InputError> {
+        read(&self.root, &self.canonical_root, rel)
+    }
+}
+
 /// Reads `source` and every repository file it includes, transitively.
 ///
 /// A quoted include is looked for beside the including file, then in `include_dirs`; an
@@ -144,17 +177,18 @@ pub fn include_closure(
     source: &str,
     include_dirs: &[String],
 ) -> Result<Closure, InputError> {
-    let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    include_closure_in(&Dir::new(root), source, include_dirs)
+}
+
+/// [`include_closure`] over any file source.
+pub fn include_closure_in(
+    src: &dyn FileSource,
+    source: &str,
+    include_dirs: &[String],
+) -> Result<Closure, InputError> {
     let mut closure = Closure::default();
     let mut stack = Vec::new();
-    visit(
-        root,
-        &canonical_root,
-        source,
-        include_dirs,
-        &mut closure,
-        &mut stack,
-    )?;
+    visit(src, source, include_dirs, &mut closure, &mut stack)?;
     Ok(closure)
 }
 
@@ -177,8 +211,7 @@ fn read(root: &Path, canonical_root: &Path, rel: &str) -> Result<Vec<u8>, InputE
 }
 
 fn visit(
-    root: &Path,
-    canonical_root: &Path,
+    src: &dyn FileSource,
     file: &str,
     include_dirs: &[String],
     closure: &mut Closure,
@@ -192,7 +225,7 @@ fn visit(
     if closure.files.contains_key(file) {
         return Ok(());
     }
-    let bytes = read(root, canonical_root, file)?;
+    let bytes = src.read(file)?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     closure.files.insert(file.to_string(), bytes);
     stack.push(file.to_string());
@@ -220,7 +253,7 @@ fn visit(
                         name,
                     });
                 }
-                Some(rel) if root.join(&rel).is_file() => {
+                Some(rel) if src.is_file(&rel) => {
                     found = Some(rel);
                     break;
                 }
@@ -247,7 +280,7 @@ fn visit(
             });
         }
         closure.headers.insert(name, rel.clone());
-        visit(root, canonical_root, &rel, include_dirs, closure, stack)?;
+        visit(src, &rel, include_dirs, closure, stack)?;
     }
     stack.pop();
     Ok(())

@@ -1,6 +1,7 @@
 //! One module per subcommand, each with its clap `Args` and one `run` function.
 
 pub mod bench;
+pub mod bisect;
 pub mod build;
 pub mod env;
 pub mod results;

@@ -15,6 +15,17 @@ pub fn discover_root(dir: &Path) -> Option<PathBuf> {
     repo.workdir().map(|p| p.components().collect())
 }
 
+/// Whether the working tree has changes (ignored files and repro's store excluded).
+pub fn is_dirty(dir: &Path) -> bool {
+    let Ok(repo) = Repository::discover(dir) else {
+        return false;
+    };
+    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+        return false;
+    };
+    matches!(dirty_digest(&repo, &root), Ok(Some(_)))
+}
+
 /// The HEAD commit of the repository containing `dir`, if there is one.
 pub fn head_commit(dir: &Path) -> Option<String> {
     let repo = Repository::discover(dir).ok()?;
@@ -110,6 +121,8 @@ fn dirty_digest(repo: &Repository, root: &Path) -> Result<Option<String>, git2::
     let mut changes: Vec<(String, Status)> = statuses
         .iter()
         .filter(|s| s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED))
+        // repro's own store is not a change to the sources.
+        .filter(|s| !s.path_bytes().starts_with(b".repro/"))
         .map(|s| {
             (
                 String::from_utf8_lossy(s.path_bytes()).into_owned(),

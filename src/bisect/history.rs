@@ -1,0 +1,289 @@
+//! Reading history for a bisection, strictly read-only: resolving revisions, listing the
+//! commits between the ends, describing commits, and materialising a commit's files into
+//! a temporary directory. The user's working tree, index, HEAD, refs and stash are never
+//! touched: everything comes from the object database through git2.
+
+use std::path::{Path, PathBuf};
+
+use git2::{ObjectType, Oid, Repository, Sort, TreeWalkMode, TreeWalkResult};
+
+use crate::build::inputs::{FileSource, InputError};
+
+/// Why history cannot be read as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// Not in a repository.
+    #[error("{} is not inside a git repository", .dir.display())]
+    NotARepository {
+        /// Where we looked.
+        dir: PathBuf,
+    },
+    /// A revision that names nothing.
+    #[error("unknown revision `{rev}`")]
+    UnknownRevision {
+        /// The revision as given.
+        rev: String,
+    },
+    /// Good and bad are the same commit.
+    #[error("the two ends are the same commit ({commit})")]
+    SameCommit {
+        /// The commit.
+        commit: String,
+    },
+    /// The older end is not an ancestor of the newer one.
+    #[error("{older} is not an ancestor of {newer}{merge_base}")]
+    NotAncestor {
+        /// The older end.
+        older: String,
+        /// The newer end.
+        newer: String,
+        /// ", their merge base is X" when there is one.
+        merge_base: String,
+    },
+    /// A git operation failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// Opens the repository containing `dir`.
+pub fn open(dir: &Path) -> Result<Repository, HistoryError> {
+    Repository::discover(dir).map_err(|_| HistoryError::NotARepository {
+        dir: dir.to_path_buf(),
+    })
+}
+
+/// Resolves a revision (`HEAD~3`, a tag, a hash prefix) to a commit.
+pub fn resolve(repo: &Repository, rev: &str) -> Result<Oid, HistoryError> {
+    let obj = repo
+        .revparse_single(rev)
+        .map_err(|_| HistoryError::UnknownRevision {
+            rev: rev.to_string(),
+        })?;
+    let commit = obj
+        .peel_to_commit()
+        .map_err(|_| HistoryError::UnknownRevision {
+            rev: rev.to_string(),
+        })?;
+    Ok(commit.id())
+}
+
+/// The commits from `older` to `newer`, both included, oldest first. With `first_parent`,
+/// only the first-parent chain of `newer` is followed (merged branches count as one step).
+pub fn commits_between(
+    repo: &Repository,
+    older: Oid,
+    newer: Oid,
+    first_parent: bool,
+) -> Result<Vec<Oid>, HistoryError> {
+    if older == newer {
+        return Err(HistoryError::SameCommit {
+            commit: short(older),
+        });
+    }
+    if !repo.graph_descendant_of(newer, older)? {
+        let merge_base = repo
+            .merge_base(older, newer)
+            .map(|b| format!(", their merge base is {}", short(b)))
+            .unwrap_or_default();
+        return Err(HistoryError::NotAncestor {
+            older: short(older),
+            newer: short(newer),
+            merge_base,
+        });
+    }
+    let mut walk = repo.revwalk()?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
+    if first_parent {
+        walk.simplify_first_parent()?;
+    }
+    walk.push(newer)?;
+    walk.hide(older)?;
+    let mut list = vec![older];
+    for oid in walk {
+        list.push(oid?);
+    }
+    Ok(list)
+}
+
+/// A 12-digit abbreviation.
+pub fn short(oid: Oid) -> String {
+    oid.to_string()[..12].to_string()
+}
+
+/// What a report says about a commit.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CommitInfo {
+    /// The full hash.
+    pub hash: String,
+    /// The author's name and email.
+    pub author: String,
+    /// Author date (RFC 3339, UTC).
+    pub date: String,
+    /// The first line of the message.
+    pub subject: String,
+    /// Files changed, insertions and deletions against the first parent.
+    pub diffstat: String,
+}
+
+/// Describes a commit.
+pub fn describe(repo: &Repository, oid: Oid) -> Result<CommitInfo, HistoryError> {
+    let c = repo.find_commit(oid)?;
+    let a = c.author();
+    let secs = u64::try_from(a.when().seconds()).unwrap_or(0);
+    let date = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+    )
+    .to_string();
+    let diffstat = diffstat(repo, &c).unwrap_or_else(|e| format!("(no diffstat: {})", e.message()));
+    Ok(CommitInfo {
+        hash: oid.to_string(),
+        author: format!("{} <{}>", a.name().unwrap_or("?"), a.email().unwrap_or("?")),
+        date,
+        subject: c.summary().unwrap_or_default().to_string(),
+        diffstat,
+    })
+}
+
+/// Files changed against the first parent, with insertions and deletions. It needs the
+/// blobs of both commits, which a partial clone may lack: then the caller says so.
+fn diffstat(repo: &Repository, c: &git2::Commit) -> Result<String, git2::Error> {
+    let tree = c.tree()?;
+    let parent_tree = c.parent(0).ok().map(|p| p.tree()).transpose()?;
+    let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?;
+    let stats = diff.stats()?;
+    let mut files: Vec<String> = Vec::new();
+    for d in diff.deltas() {
+        if let Some(p) = d.new_file().path().or(d.old_file().path()) {
+            files.push(p.display().to_string());
+        }
+    }
+    Ok(format!(
+        "{} file{} changed, {} insertion{}(+), {} deletion{}(-): {}",
+        stats.files_changed(),
+        if stats.files_changed() == 1 { "" } else { "s" },
+        stats.insertions(),
+        if stats.insertions() == 1 { "" } else { "s" },
+        stats.deletions(),
+        if stats.deletions() == 1 { "" } else { "s" },
+        files.join(", ")
+    ))
+}
+
+/// A commit's files, read from the object database.
+pub struct CommitFiles<'r> {
+    repo: &'r Repository,
+    tree: git2::Tree<'r>,
+}
+
+impl<'r> CommitFiles<'r> {
+    /// The files of `commit`.
+    pub fn new(repo: &'r Repository, commit: Oid) -> Result<Self, HistoryError> {
+        let tree = repo.find_commit(commit)?.tree()?;
+        Ok(CommitFiles { repo, tree })
+    }
+
+    /// The tree id (commits with the same tree have the same files).
+    pub fn tree_id(&self) -> Oid {
+        self.tree.id()
+    }
+
+    /// Every file path in the tree (names only; no blob is read).
+    pub fn paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let _ = self.tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(ObjectType::Blob) {
+                out.push(format!("{dir}{}", entry.name().unwrap_or_default()));
+            }
+            TreeWalkResult::Ok
+        });
+        out
+    }
+
+    /// Writes the given files (all of them with `None`) under `dest`, keeping executable
+    /// bits and symbolic links. A blob missing from the object database (a partial clone)
+    /// is an error naming the path.
+    pub fn materialize(&self, dest: &Path, only: Option<&[String]>) -> Result<usize, InputError> {
+        let paths: Vec<String> = match only {
+            Some(list) => list.to_vec(),
+            None => self.paths(),
+        };
+        let mut written = 0;
+        for rel in paths {
+            let entry = self
+                .tree
+                .get_path(Path::new(&rel))
+                .map_err(|_| InputError::Read {
+                    path: rel.clone(),
+                    reason: "not in this commit".into(),
+                })?;
+            let blob = self
+                .repo
+                .find_blob(entry.id())
+                .map_err(|e| InputError::Read {
+                    path: rel.clone(),
+                    reason: format!(
+                        "its blob {} is missing from the repository ({})",
+                        short(entry.id()),
+                        e.message()
+                    ),
+                })?;
+            let target = dest.join(&rel);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| InputError::Read {
+                    path: rel.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+            let io = |e: std::io::Error| InputError::Read {
+                path: rel.clone(),
+                reason: e.to_string(),
+            };
+            match entry.filemode() {
+                0o120000 => {
+                    let link = String::from_utf8_lossy(blob.content()).into_owned();
+                    std::os::unix::fs::symlink(link, &target).map_err(io)?;
+                }
+                mode => {
+                    std::fs::write(&target, blob.content()).map_err(io)?;
+                    if mode == 0o100755 {
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+                            .map_err(io)?;
+                    }
+                }
+            }
+            written += 1;
+        }
+        Ok(written)
+    }
+}
+
+impl FileSource for CommitFiles<'_> {
+    fn is_file(&self, rel: &str) -> bool {
+        self.tree
+            .get_path(Path::new(rel))
+            .is_ok_and(|e| e.kind() == Some(ObjectType::Blob))
+    }
+    fn read(&self, rel: &str) -> Result<Vec<u8>, InputError> {
+        let entry = self
+            .tree
+            .get_path(Path::new(rel))
+            .map_err(|_| InputError::Read {
+                path: rel.to_string(),
+                reason: "not in this commit".into(),
+            })?;
+        let blob = self
+            .repo
+            .find_blob(entry.id())
+            .map_err(|e| InputError::Read {
+                path: rel.to_string(),
+                reason: format!(
+                    "its blob {} is missing from the repository ({})",
+                    short(entry.id()),
+                    e.message()
+                ),
+            })?;
+        Ok(blob.content().to_vec())
+    }
+}

@@ -1,0 +1,328 @@
+//! `repro bisect`: find the first commit whose build breaks, whose check fails, whose
+//! benchmark got slower, or for which a script fails, without touching the working tree.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::bench::{Metric, Settings};
+use crate::bisect::decide::Direction;
+use crate::bisect::history::{self, HistoryError};
+use crate::bisect::run::{self, BenchQuestion, BisectError, Plan, Question};
+use crate::bisect::search::Outcome;
+use crate::cli::{Globals, emit, emit_json};
+use crate::cmd::bench::{fmt_value, parse_fraction};
+use crate::error::{Diagnose, UserError};
+use crate::exit;
+use crate::output::{Style, Table};
+
+/// What the search looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The first commit whose build fails.
+    Build,
+    /// The first commit whose build or correctness check fails (needs a GPU).
+    Check,
+    /// The first commit whose benchmark is worse than the good end's by --threshold.
+    Bench,
+}
+
+/// Which transition to find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Find {
+    /// The first commit that broke it (the good end is older).
+    Broken,
+    /// The first commit that fixed it (the bad end is older).
+    Fixed,
+}
+
+/// Arguments of `repro bisect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A commit where all is well (the older end, or with --find fixed the newer).
+    #[arg(long, value_name = "REV")]
+    good: String,
+    /// A commit where it is broken (the newer end, or with --find fixed the older).
+    #[arg(long, value_name = "REV")]
+    bad: String,
+    /// The recipe to build, check or benchmark.
+    #[arg(long, conflicts_with = "script")]
+    recipe: Option<String>,
+    /// What counts as broken.
+    #[arg(long, value_enum, default_value = "build")]
+    mode: Mode,
+    /// Any command, run in each commit's checkout with `git bisect run`'s exit codes.
+    #[arg(long, value_name = "CMD")]
+    script: Option<String>,
+    /// Bench mode without a recipe: time this command (or read --metric from it) in each checkout.
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["script", "recipe"])]
+    command: Option<String>,
+    /// With --command: time, json:PATH or regex:RE.
+    #[arg(long, default_value = "time")]
+    metric: String,
+    /// Find the first broken commit (default), or the first fixed one.
+    #[arg(long, value_enum, default_value = "broken")]
+    find: Find,
+    /// Bench mode: the relative change that counts as a regression.
+    #[arg(long, default_value = "5%", value_parser = parse_fraction)]
+    threshold: f64,
+    /// Bench mode: which way is worse.
+    #[arg(long, value_enum, default_value = "slower")]
+    direction: Direction,
+    /// Bench mode: parameter overrides (the bench must come to one point).
+    #[arg(long = "param", value_name = "K=V")]
+    param: Vec<String>,
+    /// Bench mode: separate processes measured per commit at first (doubled while undecided).
+    #[arg(long, default_value_t = 10)]
+    attempts: usize,
+    /// Bench mode: at most this many processes per commit.
+    #[arg(long, default_value_t = 40)]
+    max_attempts: usize,
+    /// Bench mode: each process samples for at least this long.
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    min_time: Duration,
+    /// Follow only the first parent of merges.
+    #[arg(long)]
+    first_parent: bool,
+    /// Time limit of one step (a build, one benchmark process, one run of the script).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Build inside each commit's own Nix dev shell.
+    #[arg(long)]
+    nix: bool,
+}
+
+impl Diagnose for HistoryError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            HistoryError::Git(_) => exit::IO,
+            _ => exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            HistoryError::UnknownRevision { .. } => Some("use a commit hash, a branch, a tag, or HEAD~N".into()),
+            HistoryError::NotAncestor { .. } => Some("--good must be an ancestor of --bad (with --find fixed, --bad an ancestor of --good)".into()),
+            HistoryError::SameCommit { .. } => Some("give two different commits".into()),
+            HistoryError::NotARepository { .. } => Some("run it inside the repository, or pass -C DIR".into()),
+            HistoryError::Git(_) => None,
+        }
+    }
+}
+
+impl Diagnose for BisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BisectError::Fatal { .. } => exit::ENVIRONMENT,
+            _ => exit::MISMATCH,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BisectError::BadEnd { which: "good", .. } => Some("choose an older --good where the property holds (repro build/bench at that commit shows why it does not)".into()),
+            BisectError::BadEnd { .. } => Some("choose a --bad where it is broken; for performance, a threshold the change exceeds".into()),
+            BisectError::Inconsistent(_) => Some("the property is not monotone over this range (flaky test or noise?); narrow the range".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `repro bisect`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    g.config()?;
+    let question = match (&a.script, &a.command, a.mode) {
+        (Some(s), _, _) => Question::Script(s.clone()),
+        (None, Some(cmd), _) => Question::Bench(bench_question(
+            &a,
+            Some((
+                cmd.clone(),
+                Metric::parse(&a.metric).map_err(UserError::usage)?,
+            )),
+        )),
+        (None, None, _) if a.recipe.is_none() => {
+            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD").into());
+        }
+        (None, None, Mode::Build) => Question::Build,
+        (None, None, Mode::Check) => Question::Check,
+        (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
+    };
+    let repo = history::open(&g.cwd)?;
+    let good = history::resolve(&repo, &a.good)?;
+    let bad = history::resolve(&repo, &a.bad)?;
+    let (older, newer) = if a.find == Find::Fixed {
+        (bad, good)
+    } else {
+        (good, bad)
+    };
+    let commits = history::commits_between(&repo, older, newer, a.first_parent)?;
+    let workdir_dirty = crate::fingerprint::git::is_dirty(&g.cwd);
+    if workdir_dirty && !g.quiet && !g.json {
+        eprintln!(
+            "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
+        );
+    }
+    let plan = Plan {
+        recipe: a.recipe.clone(),
+        question,
+        nix: a.nix,
+        timeout: a.timeout,
+        find_fixed: a.find == Find::Fixed,
+    };
+    let style = crate::output::Style::for_stderr();
+    let quiet = g.quiet || g.json;
+    let mut progress = |msg: &str| {
+        if !quiet {
+            eprintln!("{} {msg}", style.dim("bisect:"));
+        }
+    };
+    let report = run::bisect(&repo, g.store(), &plan, &commits, g.quiet, &mut progress)?;
+    let describe = |i: usize| history::describe(&repo, commits[i]).ok();
+    let (culprit, parent) = match &report.outcome {
+        Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
+        Outcome::Untestable { .. } => (None, None),
+    };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
+            "outcome": report.outcome, "culprit": culprit, "parent": parent,
+            "range": report.outcome_range(&commits),
+            "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
+        }))?;
+    } else {
+        emit(&render(
+            &report,
+            &commits,
+            culprit.as_ref(),
+            parent.as_ref(),
+            &a,
+        ))?;
+    }
+    Ok(match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    })
+}
+
+fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion {
+    BenchQuestion {
+        threshold: a.threshold,
+        direction: a.direction,
+        command,
+        params: a.param.clone(),
+        settings: Settings {
+            mode: crate::gpurun::Mode::Cold,
+            max_noise: 0.005,
+            min_samples: 10,
+            max_samples: 100_000,
+            min_time_ms: a.min_time.as_secs_f64() * 1e3,
+            budget_ms: 15_000.0,
+            warmup_ms: 100.0,
+            device: 0,
+        },
+        first_attempts: a.attempts.max(2),
+        max_attempts: a.max_attempts.max(a.attempts.max(2)),
+    }
+}
+
+impl run::Report {
+    /// The commits that may hold the transition, for an untestable outcome.
+    pub fn outcome_range(&self, commits: &[git2::Oid]) -> Vec<String> {
+        match self.outcome {
+            Outcome::FirstBad { index } => vec![commits[index].to_string()],
+            Outcome::Untestable { first, last } => {
+                (first..=last).map(|i| commits[i].to_string()).collect()
+            }
+        }
+    }
+}
+
+fn render(
+    report: &run::Report,
+    commits: &[git2::Oid],
+    culprit: Option<&history::CommitInfo>,
+    parent: Option<&history::CommitInfo>,
+    a: &Args,
+) -> String {
+    let style = Style::for_stdout();
+    let mut out = String::new();
+    let what = if a.find == Find::Fixed {
+        "first fixed commit"
+    } else {
+        "first bad commit"
+    };
+    match (&report.outcome, culprit) {
+        (Outcome::FirstBad { .. }, Some(c)) => {
+            out.push_str(&format!("{} {}\n", style.bold(&format!("{what}:")), c.hash));
+            out.push_str(&format!(
+                "  author   {}\n  date     {}\n  subject  {}\n  changes  {}\n",
+                c.author, c.date, c.subject, c.diffstat
+            ));
+            if let Some(p) = parent {
+                let label = match (a.find, a.mode, &a.script) {
+                    (Find::Broken, Mode::Build, None) if a.command.is_none() => {
+                        "last working build"
+                    }
+                    (Find::Broken, _, _) => "its parent (good)",
+                    (Find::Fixed, _, _) => "its parent (still broken)",
+                };
+                out.push_str(&format!("{label}: {} {}\n", &p.hash[..12], p.subject));
+            }
+        }
+        (Outcome::Untestable { first, last }, _) => {
+            out.push_str(&format!("{} the {what} could not be pinned down: these commits could not be tested, and the transition is among them:\n", style.warn("undecided:")));
+            for i in *first..=*last {
+                let d = report
+                    .steps
+                    .iter()
+                    .find(|s| s.index == i)
+                    .and_then(|s| s.detail.clone())
+                    .unwrap_or_default();
+                out.push_str(&format!("  {}  {}\n", history::short(commits[i]), d));
+            }
+        }
+        _ => {}
+    }
+    out.push_str(&format!(
+        "\nevidence ({} of {} commits evaluated, {} answered from the store):\n",
+        report.steps.len(),
+        report.commits,
+        report.steps.len() - report.evaluated.min(report.steps.len())
+    ));
+    let mut t = Table::new();
+    t.row([
+        "#",
+        "COMMIT",
+        "VERDICT",
+        "MEDIAN",
+        "RATIO [95% CI]",
+        "P",
+        "RUNS",
+        "CACHED",
+        "SUBJECT / DETAIL",
+    ]);
+    let unit = if a.command.is_some() { "" } else { "us" };
+    for s in &report.steps {
+        t.row([
+            s.index.to_string(),
+            s.commit[..12].to_string(),
+            s.verdict.clone(),
+            s.median.map_or("-".into(), |m| fmt_value(m, unit)),
+            s.ratio.map_or("-".into(), |(r, lo, hi)| {
+                format!("{r:.4} [{lo:.4}, {hi:.4}]")
+            }),
+            s.p.map_or("-".into(), |p| format!("{p:.1e}")),
+            if s.attempts > 0 {
+                s.attempts.to_string()
+            } else {
+                "-".into()
+            },
+            if s.cached { "yes".into() } else { "no".into() },
+            match &s.detail {
+                Some(d) => format!("{} ({d})", s.subject),
+                None => s.subject.clone(),
+            },
+        ]);
+    }
+    out.push_str(&t.render(2));
+    out
+}
