@@ -311,6 +311,10 @@ fn bench_mode_finds_a_ten_percent_slowdown_among_noise_and_not_in_an_aa_history(
     let ratio = bad["ratio"][0].as_f64().unwrap();
     assert!((ratio - 1.10).abs() < 0.01, "{ratio}");
     assert!(bad["p"].as_f64().unwrap() <= 0.01);
+    assert_eq!(
+        v["recheck"]["confirmed"], true,
+        "the culprit is slower than its own parent: {v}"
+    );
 
     // An A/A history: the bad end is not slower, so there is nothing to find.
     let (tmp2, root2) = history(
@@ -413,4 +417,67 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
             "{s}"
         );
     }
+}
+
+#[test]
+fn killing_a_bisection_leaves_the_repository_alone_and_the_rerun_resumes() {
+    let (tmp, root) = history(
+        24,
+        |i| kernel(true, i),
+        |i| {
+            vec![(
+                "state.txt".into(),
+                if i >= 17 {
+                    "broken\n".into()
+                } else {
+                    "fine\n".into()
+                },
+            )]
+        },
+    );
+    let before = snapshot(&root);
+    let script = "sleep 0.4; grep -q fine state.txt";
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bisect", "--good", "HEAD~23", "--bad", "HEAD", "--script", script,
+        ])
+        .env("XDG_CACHE_HOME", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Long enough for the ends and a step or two, not for the whole search.
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        snapshot(&root),
+        before,
+        "a killed bisection changed the repository"
+    );
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~23", "--bad", "HEAD", "--script", script],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(subject_of(&v), "commit 17");
+    let cached = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["cached"] == true)
+        .count();
+    assert!(
+        cached >= 2,
+        "the steps finished before the kill are reused: {v}"
+    );
+    // Temporary checkouts of the killed run are cleaned up by the next one.
+    let leftovers = std::fs::read_dir(root.join(".repro/tmp"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leftovers, 0);
+    assert_eq!(snapshot(&root), before);
 }

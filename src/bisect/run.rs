@@ -27,6 +27,9 @@ use crate::store::Store;
 /// The store directory of step answers.
 pub const STEPS: &str = "bisect";
 
+/// The store directory of per-process medians, by experiment.
+pub const SAMPLES: &str = "bisect-samples";
+
 /// What is being searched for.
 #[derive(Clone, Debug)]
 pub enum Question {
@@ -593,19 +596,44 @@ impl Ctx<'_> {
                 let job = points.into_iter().next().expect("one point").job;
                 let b = b.clone();
                 let timeout = self.plan.timeout;
+                // Commits whose builds are identical share measurements: the samples are
+                // kept per experiment (build key, launch, settings), not per commit.
+                let exp = keys::key_of(
+                    &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
+                );
+                let store = self.store.clone();
+                let mut taken = 0usize;
                 self.judge(
                     step,
                     |n| {
-                        let mut v = Vec::new();
-                        for _ in 0..n {
+                        let mut cached: Vec<f64> = store
+                            .get_record(SAMPLES, &exp)
+                            .ok()
+                            .flatten()
+                            .and_then(|r| {
+                                r["samples"]
+                                    .as_array()
+                                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                            })
+                            .unwrap_or_default();
+                        while cached.len() < taken + n {
                             let report = bench::run_child(&job, timeout)?;
                             let (verdict, detail) = bench::verdict(&report);
                             if verdict != "ok" {
                                 return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
                             }
-                            v.push(crate::stats::median(&report.samples_us).ok_or("no samples")?);
+                            cached.push(
+                                crate::stats::median(&report.samples_us).ok_or("no samples")?,
+                            );
+                            let _ = store.put_record(
+                                SAMPLES,
+                                &exp,
+                                &json!({"schema": 1, "experiment": exp, "samples": cached}),
+                            );
                         }
-                        Ok(v)
+                        let out = cached[taken..taken + n].to_vec();
+                        taken += n;
+                        Ok(out)
                     },
                     &b,
                 )
@@ -734,7 +762,6 @@ pub fn bisect(
     store: Store,
     plan: &Plan,
     commits: &[Oid],
-    quiet: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Report, BisectError> {
     clean_stale(&store);
@@ -818,10 +845,25 @@ pub fn bisect(
     loop {
         match search.next() {
             Next::Done(outcome) => {
+                // The culprit is compared with its parent directly, not only with the good end:
+                // a slow drift over many commits would otherwise be blamed on one of them.
                 let recheck = match (&outcome, &plan.question) {
-                    (Outcome::FirstBad { index }, Question::Bench(_)) if !quiet => Some(
-                        json!({"culprit": commits[*index].to_string(), "parent": commits[index - 1].to_string(), "ratio-to-good-end": steps.get(index).and_then(|s| s.ratio).map(|r| r.0)}),
-                    ),
+                    (Outcome::FirstBad { index }, Question::Bench(b)) => {
+                        let parent = if index - 1 == 0 {
+                            ctx.baseline.clone()
+                        } else {
+                            steps.get(&(index - 1)).map(|s| s.samples.clone())
+                        };
+                        let culprit = steps.get(index).map(|s| s.samples.clone());
+                        match (parent, culprit) {
+                            (Some(p), Some(c)) if p.len() >= 2 && c.len() >= 2 => decide::decide(&p, &c, b.threshold, b.direction, 0.01, 11).map(|j| {
+                                json!({"culprit": commits[*index].to_string(), "parent": commits[index - 1].to_string(),
+                                       "ratio": j.ratio, "ratio-ci": [j.ratio_ci.0, j.ratio_ci.1], "p": j.p,
+                                       "confirmed": j.decision == Decision::Bad})
+                            }),
+                            _ => None,
+                        }
+                    }
                     _ => None,
                 };
                 return Ok(Report {

@@ -175,7 +175,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             eprintln!("{} {msg}", style.dim("bisect:"));
         }
     };
-    let report = run::bisect(&repo, g.store(), &plan, &commits, g.quiet, &mut progress)?;
+    let report = run::bisect(&repo, g.store(), &plan, &commits, &mut progress)?;
     let describe = |i: usize| history::describe(&repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
@@ -187,6 +187,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "outcome": report.outcome, "culprit": culprit, "parent": parent,
             "range": report.outcome_range(&commits),
             "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
+            "recheck": report.recheck,
         }))?;
     } else {
         emit(&render(
@@ -266,6 +267,21 @@ fn render(
                     (Find::Fixed, _, _) => "its parent (still broken)",
                 };
                 out.push_str(&format!("{label}: {} {}\n", &p.hash[..12], p.subject));
+            }
+            if let Some(r) = &report.recheck {
+                let confirmed = r["confirmed"] == true;
+                out.push_str(&format!(
+                    "re-checked against its parent: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
+                    r["ratio"].as_f64().unwrap_or(0.0),
+                    r["ratio-ci"][0].as_f64().unwrap_or(0.0),
+                    r["ratio-ci"][1].as_f64().unwrap_or(0.0),
+                    r["p"].as_f64().unwrap_or(1.0),
+                    if confirmed {
+                        style.good("confirmed")
+                    } else {
+                        style.warn("NOT confirmed: the change may be spread over several commits")
+                    }
+                ));
             }
         }
         (Outcome::Untestable { first, last }, _) => {
