@@ -286,14 +286,14 @@ fn render(
         }
         (Outcome::Untestable { first, last }, _) => {
             out.push_str(&format!("{} the {what} could not be pinned down: these commits could not be tested, and the transition is among them:\n", style.warn("undecided:")));
-            for i in *first..=*last {
+            for (i, commit) in commits.iter().enumerate().take(*last + 1).skip(*first) {
                 let d = report
                     .steps
                     .iter()
                     .find(|s| s.index == i)
                     .and_then(|s| s.detail.clone())
                     .unwrap_or_default();
-                out.push_str(&format!("  {}  {}\n", history::short(commits[i]), d));
+                out.push_str(&format!("  {}  {}\n", history::short(*commit), d));
             }
         }
         _ => {}
