@@ -126,6 +126,15 @@ pub struct CommitInfo {
     pub diffstat: String,
 }
 
+/// A commit's subject line, without the cost of a diffstat.
+pub fn subject(repo: &Repository, oid: Oid) -> Result<String, HistoryError> {
+    Ok(repo
+        .find_commit(oid)?
+        .summary()
+        .unwrap_or_default()
+        .to_string())
+}
+
 /// Describes a commit.
 pub fn describe(repo: &Repository, oid: Oid) -> Result<CommitInfo, HistoryError> {
     let c = repo.find_commit(oid)?;
@@ -190,10 +199,19 @@ impl<'r> CommitFiles<'r> {
 
     /// Every file path in the tree (names only; no blob is read).
     pub fn paths(&self) -> Vec<String> {
+        self.entries().into_iter().map(|(p, _, _)| p).collect()
+    }
+
+    /// Every file in the tree with its blob id and mode, from one walk.
+    fn entries(&self) -> Vec<(String, Oid, i32)> {
         let mut out = Vec::new();
         let _ = self.tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
             if entry.kind() == Some(ObjectType::Blob) {
-                out.push(format!("{dir}{}", entry.name().unwrap_or_default()));
+                out.push((
+                    format!("{dir}{}", entry.name().unwrap_or_default()),
+                    entry.id(),
+                    entry.filemode(),
+                ));
             }
             TreeWalkResult::Ok
         });
@@ -204,42 +222,45 @@ impl<'r> CommitFiles<'r> {
     /// bits and symbolic links. A blob missing from the object database (a partial clone)
     /// is an error naming the path.
     pub fn materialize(&self, dest: &Path, only: Option<&[String]>) -> Result<usize, InputError> {
-        let paths: Vec<String> = match only {
-            Some(list) => list.to_vec(),
-            None => self.paths(),
+        // The whole tree comes from one walk (ids and modes at hand); a short list is looked
+        // up path by path.
+        let entries: Vec<(String, Oid, i32)> = match only {
+            None => self.entries(),
+            Some(list) => list
+                .iter()
+                .map(|rel| {
+                    self.tree
+                        .get_path(Path::new(rel))
+                        .map(|e| (rel.clone(), e.id(), e.filemode()))
+                        .map_err(|_| InputError::Read {
+                            path: rel.clone(),
+                            reason: "not in this commit".into(),
+                        })
+                })
+                .collect::<Result<_, _>>()?,
         };
+        let mut made_dirs = std::collections::HashSet::new();
         let mut written = 0;
-        for rel in paths {
-            let entry = self
-                .tree
-                .get_path(Path::new(&rel))
-                .map_err(|_| InputError::Read {
-                    path: rel.clone(),
-                    reason: "not in this commit".into(),
-                })?;
-            let blob = self
-                .repo
-                .find_blob(entry.id())
-                .map_err(|e| InputError::Read {
-                    path: rel.clone(),
-                    reason: format!(
-                        "its blob {} is missing from the repository ({})",
-                        short(entry.id()),
-                        e.message()
-                    ),
-                })?;
+        for (rel, id, mode) in entries {
+            let blob = self.repo.find_blob(id).map_err(|e| InputError::Read {
+                path: rel.clone(),
+                reason: format!(
+                    "its blob {} is missing from the repository ({})",
+                    short(id),
+                    e.message()
+                ),
+            })?;
             let target = dest.join(&rel);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| InputError::Read {
-                    path: rel.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
             let io = |e: std::io::Error| InputError::Read {
                 path: rel.clone(),
                 reason: e.to_string(),
             };
-            match entry.filemode() {
+            if let Some(parent) = target.parent()
+                && made_dirs.insert(parent.to_path_buf())
+            {
+                std::fs::create_dir_all(parent).map_err(io)?;
+            }
+            match mode {
                 0o120000 => {
                     let link = String::from_utf8_lossy(blob.content()).into_owned();
                     std::os::unix::fs::symlink(link, &target).map_err(io)?;

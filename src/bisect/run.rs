@@ -308,7 +308,7 @@ impl Ctx<'_> {
 
     fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
         let start = Instant::now();
-        let info = history::describe(self.repo, oid).map_err(|e| BisectError::Fatal {
+        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
             commit: history::short(oid),
             source: e.into(),
         })?;
@@ -320,7 +320,7 @@ impl Ctx<'_> {
         let mut step = Step {
             index,
             commit: oid.to_string(),
-            subject: info.subject,
+            subject,
             verdict: String::new(),
             detail: None,
             cached: false,

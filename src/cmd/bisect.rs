@@ -155,8 +155,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (good, bad)
     };
     let commits = history::commits_between(&repo, older, newer, a.first_parent)?;
-    let workdir_dirty = crate::fingerprint::git::is_dirty(&g.cwd);
-    if workdir_dirty && !g.quiet && !g.json {
+    // Checking a large working tree costs a status scan: only when the note would be shown.
+    if !g.quiet && !g.json && crate::fingerprint::git::is_dirty(&g.cwd) {
         eprintln!(
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
