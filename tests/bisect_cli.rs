@@ -369,6 +369,20 @@ fn bad_input_is_explained() {
     run(&["--good", "HEAD~3", "--bad", "HEAD"])
         .code(2)
         .stderr(predicate::str::contains("say what to test"));
+    // Without NVRTC a build step cannot run at all: that stops the search (exit 3), and
+    // --keep-going is for infrastructure failures in the middle, not at the ends.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .env("REPRO_NVRTC", &empty)
+        .args([
+            "bisect", "--good", "HEAD~3", "--bad", "HEAD", "--recipe", "k",
+        ])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("cannot evaluate commit"));
     // The good end must be good.
     run(&["--good", "HEAD~3", "--bad", "HEAD", "--script", "false"])
         .code(1)
@@ -480,4 +494,71 @@ fn killing_a_bisection_leaves_the_repository_alone_and_the_rerun_resumes() {
         .unwrap_or(0);
     assert_eq!(leftovers, 0);
     assert_eq!(snapshot(&root), before);
+}
+
+#[test]
+fn multisection_with_several_jobs_finds_the_same_commit_in_fewer_rounds() {
+    let (tmp, root) = history(
+        40,
+        |i| kernel(true, i),
+        |i| {
+            vec![(
+                "state.txt".into(),
+                if i >= 27 {
+                    "broken\n".into()
+                } else {
+                    "fine\n".into()
+                },
+            )]
+        },
+    );
+    let script = "grep -q fine state.txt";
+    let (code, one, _) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~39", "--bad", "HEAD", "--script", script],
+    );
+    assert_eq!(code, 0);
+    let (tmp4, root4) = history(
+        40,
+        |i| kernel(true, i),
+        |i| {
+            vec![(
+                "state.txt".into(),
+                if i >= 27 {
+                    "broken\n".into()
+                } else {
+                    "fine\n".into()
+                },
+            )]
+        },
+    );
+    let (code, four, stderr) = bisect(
+        tmp4.path(),
+        &root4,
+        &[
+            "--good", "HEAD~39", "--bad", "HEAD", "--script", script, "--jobs", "4",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(subject_of(&one), "commit 27");
+    assert_eq!(subject_of(&four), "commit 27");
+    // Four at a time narrows 39 commits in about log5(39) ~ 3 rounds of up to 4 evaluations.
+    let evaluated = four["evaluated"].as_u64().unwrap();
+    assert!(
+        evaluated >= one["evaluated"].as_u64().unwrap(),
+        "multisection trades evaluations for rounds"
+    );
+    if nvrtc_available() {
+        let (tmp, root) = history(24, |i| kernel(i < 15, i), |_| vec![]);
+        let (code, v, stderr) = bisect(
+            tmp.path(),
+            &root,
+            &[
+                "--good", "HEAD~23", "--bad", "HEAD", "--recipe", "k", "--jobs", "3",
+            ],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(subject_of(&v), "commit 15");
+    }
 }

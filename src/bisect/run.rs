@@ -63,6 +63,7 @@ pub struct BenchQuestion {
 }
 
 /// Everything a bisection needs.
+#[derive(Clone, Debug)]
 pub struct Plan {
     /// The recipe (all questions but `Script`).
     pub recipe: Option<String>,
@@ -74,6 +75,33 @@ pub struct Plan {
     pub timeout: Duration,
     /// `--find fixed`: the older end is bad, the newer good.
     pub find_fixed: bool,
+    /// Commits evaluated at once (multisection) for builds and scripts.
+    pub jobs: usize,
+    /// A step that fails for reasons outside the commit (no compiler, an infrastructure
+    /// error) is a skip instead of the end of the search.
+    pub keep_going: bool,
+    /// GPUs for bench and check steps; one commit is measured on each at once.
+    pub devices: Vec<usize>,
+}
+
+impl Plan {
+    /// How many commits one round evaluates at once.
+    pub fn width(&self) -> usize {
+        match self.question {
+            Question::Bench(_) | Question::Check => self.devices.len().max(1),
+            _ => self.jobs.max(1),
+        }
+    }
+
+    /// This plan with its GPU work on `device`.
+    fn on_device(&self, device: usize) -> Plan {
+        let mut p = self.clone();
+        if let Question::Bench(b) = &mut p.question {
+            b.settings.device = device;
+        }
+        p.devices = vec![device];
+        p
+    }
 }
 
 /// One evaluated commit.
@@ -756,6 +784,89 @@ impl CommitFiles<'_> {
     }
 }
 
+/// Evaluates one commit in a thread of its own (git2 repositories are not shared across
+/// threads, so each worker opens its own).
+fn evaluate_in_worker(
+    repo_path: &Path,
+    store: &Store,
+    plan: &Plan,
+    baseline: Option<Vec<f64>>,
+    baseline_tree: Option<Oid>,
+    index: usize,
+    oid: Oid,
+) -> Result<Step, BisectError> {
+    let repo = Repository::open(repo_path).map_err(|e| BisectError::Fatal {
+        commit: history::short(oid),
+        source: e.into(),
+    })?;
+    let mut ctx = Ctx {
+        repo: &repo,
+        store: store.clone(),
+        plan,
+        tmp_root: store.root().join("tmp"),
+        baseline,
+        baseline_tree,
+    };
+    ctx.evaluate(index, oid)
+}
+
+/// Builds a commit's recipe into the store, ahead of its evaluation (the speculative builds
+/// of both possible next midpoints while the current one is measured). Failures are ignored:
+/// the real evaluation will meet and report them.
+fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, oid: Oid) {
+    let Ok(repo) = Repository::open(repo_path) else {
+        return;
+    };
+    let mut build_plan = plan.clone();
+    build_plan.question = Question::Build;
+    let ctx = Ctx {
+        repo: &repo,
+        store: store.clone(),
+        plan: &build_plan,
+        tmp_root: store.root().join("tmp"),
+        baseline: None,
+        baseline_tree: None,
+    };
+    let Ok(files) = CommitFiles::new(&repo, oid) else {
+        return;
+    };
+    let Ok(needed) = ctx.needed(&files) else {
+        return;
+    };
+    let Ok(dir) = ctx.checkout(&files, needed.as_deref()) else {
+        return;
+    };
+    if let (Some(name), false) = (plan.recipe.as_deref(), plan.nix)
+        && let Ok(r) = recipe::load(dir.path(), name)
+    {
+        let _ = build::build(dir.path(), store, &r, &Options::default());
+    }
+}
+
+/// Chooses up to `k` commits strictly inside the bracket that split it evenly, skipping
+/// commits already answered.
+fn multisection_points(search: &Search, k: usize) -> Vec<usize> {
+    let (lo, hi) = search.bracket();
+    let free: Vec<usize> = (lo + 1..hi)
+        .filter(|i| search.answer(*i).is_none())
+        .collect();
+    if free.is_empty() {
+        return Vec::new();
+    }
+    let mut points: Vec<usize> = (1..=k)
+        .map(|j| {
+            let target = lo + (hi - lo) * j / (k + 1);
+            *free
+                .iter()
+                .min_by_key(|i| i.abs_diff(target))
+                .expect("non-empty")
+        })
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    points
+}
+
 /// Runs a bisection over `commits` (oldest first). `progress` is told about each step.
 pub fn bisect(
     repo: &Repository,
@@ -876,13 +987,123 @@ pub fn bisect(
             }
             Next::Test(i) => {
                 let (lo, hi) = search.bracket();
+                let width = plan.width();
+                let repo_path = repo.path().to_path_buf();
+                if width > 1 {
+                    // Multisection: several commits of the bracket at once, one per worker.
+                    let points = multisection_points(&search, width);
+                    progress(&format!(
+                        "testing {} ({} commits left, about {} rounds)",
+                        points
+                            .iter()
+                            .map(|p| history::short(commits[*p]))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        hi - lo - 1,
+                        search.steps_left().div_ceil(width.ilog2().max(1) as usize)
+                    ));
+                    let devices = plan.devices.clone();
+                    let results: Vec<Result<Step, BisectError>> = std::thread::scope(|scope| {
+                        let handles: Vec<_> = points
+                            .iter()
+                            .enumerate()
+                            .map(|(slot, &p)| {
+                                let worker_plan = plan.on_device(
+                                    devices
+                                        .get(slot % devices.len().max(1))
+                                        .copied()
+                                        .unwrap_or(0),
+                                );
+                                let (store, baseline, tree, oid, path) = (
+                                    ctx.store.clone(),
+                                    ctx.baseline.clone(),
+                                    ctx.baseline_tree,
+                                    commits[p],
+                                    repo_path.clone(),
+                                );
+                                scope.spawn(move || {
+                                    evaluate_in_worker(
+                                        &path,
+                                        &store,
+                                        &worker_plan,
+                                        baseline,
+                                        tree,
+                                        p,
+                                        oid,
+                                    )
+                                })
+                            })
+                            .collect();
+                        handles
+                            .into_iter()
+                            .map(|h| {
+                                h.join().unwrap_or_else(|_| {
+                                    Err(BisectError::Inconsistent("a worker panicked".into()))
+                                })
+                            })
+                            .collect()
+                    });
+                    for r in results {
+                        let s = r?;
+                        evaluated += usize::from(!s.cached);
+                        search
+                            .record(s.index, flip(raw(&s)))
+                            .map_err(BisectError::Inconsistent)?;
+                        steps.insert(s.index, s);
+                    }
+                    continue;
+                }
                 progress(&format!(
                     "testing {} ({} commits left, about {} steps)",
                     history::short(commits[i]),
                     hi - lo - 1,
                     search.steps_left()
                 ));
-                let s = ctx.evaluate(i, commits[i])?;
+                // While this commit is measured (GPU work), build both possible next midpoints.
+                let speculative: Vec<std::thread::JoinHandle<()>> =
+                    if matches!(plan.question, Question::Bench(_) | Question::Check)
+                        && plan.recipe.is_some()
+                    {
+                        let (if_good, if_bad) = search.speculate();
+                        [if_good, if_bad]
+                            .into_iter()
+                            .flatten()
+                            .map(|j| {
+                                let (store, plan, oid, path) = (
+                                    ctx.store.clone(),
+                                    plan.clone(),
+                                    commits[j],
+                                    repo_path.clone(),
+                                );
+                                std::thread::spawn(move || {
+                                    prefetch_build(&path, &store, &plan, oid)
+                                })
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                let s = ctx.evaluate(i, commits[i]);
+                for h in speculative {
+                    let _ = h.join();
+                }
+                let s = match s {
+                    Err(BisectError::Fatal { commit, source }) if plan.keep_going => Step {
+                        index: i,
+                        commit: commits[i].to_string(),
+                        subject: history::subject(repo, commits[i]).unwrap_or_default(),
+                        verdict: "skip".into(),
+                        detail: Some(format!("cannot evaluate {commit}: {source:#}")),
+                        cached: false,
+                        median: None,
+                        ratio: None,
+                        p: None,
+                        attempts: 0,
+                        ms: 0.0,
+                        samples: Vec::new(),
+                    },
+                    other => other?,
+                };
                 evaluated += usize::from(!s.cached);
                 search
                     .record(i, flip(raw(&s)))

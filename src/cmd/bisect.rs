@@ -90,6 +90,16 @@ pub struct Args {
     /// Build inside each commit's own Nix dev shell.
     #[arg(long)]
     nix: bool,
+    /// Treat a step that fails for reasons outside the commit (no compiler, an
+    /// infrastructure error) as a skip and go on.
+    #[arg(long)]
+    keep_going: bool,
+    /// Evaluate this many commits at once (build and script modes): a multisection.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+    /// GPUs for check and bench modes, e.g. 0,1: one commit is measured on each at once.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0")]
+    devices: Vec<usize>,
 }
 
 impl Diagnose for HistoryError {
@@ -167,15 +177,32 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         nix: a.nix,
         timeout: a.timeout,
         find_fixed: a.find == Find::Fixed,
+        jobs: usize::from(a.jobs),
+        keep_going: a.keep_going,
+        devices: a.devices.clone(),
     };
     let style = crate::output::Style::for_stderr();
     let quiet = g.quiet || g.json;
-    let mut progress = |msg: &str| {
-        if !quiet {
-            eprintln!("{} {msg}", style.dim("bisect:"));
-        }
+    // A spinner on a terminal; plain lines in logs.
+    let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} bisect [{elapsed}] {msg}")
+                .expect("a valid template"),
+        );
+        b.enable_steady_tick(Duration::from_millis(120));
+        b
+    });
+    let mut progress = |msg: &str| match &bar {
+        Some(b) => b.set_message(msg.to_string()),
+        None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
+        None => {}
     };
-    let report = run::bisect(&repo, g.store(), &plan, &commits, &mut progress)?;
+    let report = run::bisect(&repo, g.store(), &plan, &commits, &mut progress);
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = report?;
     let describe = |i: usize| history::describe(&repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
