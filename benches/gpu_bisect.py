@@ -119,7 +119,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repro", default="target/release/repro")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--speedup", action="store_true",
+                    help="compare one GPU with all listed in --devices on a history where every commit is a distinct build")
+    ap.add_argument("--devices", default="0,1")
     a = ap.parse_args()
+    if a.speedup:
+        return speedup(a)
     repro = os.path.abspath(a.repro)
     base = tempfile.mkdtemp(prefix="repro-gpu-bisect-")
     try:
@@ -152,6 +157,32 @@ def main():
         code, out, err, secs = bisect(repro, vadd, os.path.join(base, "store-check"), ["--good", "HEAD~15", "--bad", "HEAD", "--recipe", "vadd", "--mode", "check"])
         culprit = out["culprit"]["subject"] if out and out.get("culprit") else err
         print(f"\ncheck mode: first bad commit = {culprit} (expected commit 10), {out and out.get('evaluated')} evaluations, {secs:.1f} s")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def speedup(a):
+    """Wall time of one bench bisection on one GPU against several (multisection)."""
+    repro = os.path.abspath(a.repro)
+    base = tempfile.mkdtemp(prefix="repro-gpu-speedup-")
+    try:
+        # Every commit edits the kernel's first line, so no two commits share a build or a
+        # measurement: every step is measured.
+        hist = make(base, "distinct", 64, lambda i: {"kernels/spin.cu": SPIN.format(i=i, iters=20600 if i >= 41 else 20000, comment=""),
+                                                      "recipes/spin.toml": SPIN_RECIPE})
+        args = ["--good", "HEAD~63", "--bad", "HEAD", "--recipe", "spin", "--mode", "bench", "--threshold", "3%", "--min-time", "150ms"]
+        print(f"{'devices':10} {'run':>3} {'culprit':12} {'evaluated':>9} {'seconds':>8}")
+        times = {}
+        for devices in ["0", a.devices]:
+            times[devices] = []
+            for run in range(a.runs):
+                code, out, err, secs = bisect(repro, hist, os.path.join(base, f"store-{devices}-{run}"), args + ["--devices", devices])
+                culprit = out["culprit"]["subject"] if out and out.get("culprit") else (err.strip().splitlines() or ["-"])[-1][:80]
+                print(f"{devices:10} {run:3} {culprit:12} {(out or {}).get('evaluated', '-'):>9} {secs:8.1f}", flush=True)
+                times[devices].append(secs)
+        import statistics
+        one, many = statistics.median(times["0"]), statistics.median(times[a.devices])
+        print(f"\nmedian wall time: {one:.1f} s on one GPU, {many:.1f} s on {a.devices}: speed-up {one / many:.2f}x")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
