@@ -141,6 +141,33 @@ pub fn json(rows: &[Row]) -> String {
         + "\n"
 }
 
+/// The `--export-json/--export-csv/--export-markdown FILE` options of a command.
+#[derive(Debug, Default, clap::Args)]
+pub struct ExportArgs {
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<std::path::PathBuf>,
+    /// Also write the results as CSV.
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<std::path::PathBuf>,
+    /// Also write the results as a Markdown table.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<std::path::PathBuf>,
+}
+
+impl ExportArgs {
+    /// Writes the rows in every format asked for, paths relative to `cwd`.
+    pub fn write(&self, cwd: &Path, rows: &[Row]) -> Result<(), WriteError> {
+        let at = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| cwd.join(p));
+        write_all(
+            rows,
+            at(&self.export_json).as_deref(),
+            at(&self.export_csv).as_deref(),
+            at(&self.export_markdown).as_deref(),
+        )
+    }
+}
+
 /// Writes whichever exports were asked for.
 pub fn write_all(
     rows: &[Row],

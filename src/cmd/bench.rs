@@ -1,7 +1,6 @@
 //! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
 //! (time any command, or read a metric from its output, over separate processes).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -76,15 +75,8 @@ pub struct Args {
     /// Time even when the check fails.
     #[arg(long)]
     time_anyway: bool,
-    /// Also write the results as JSON.
-    #[arg(long, value_name = "FILE")]
-    export_json: Option<PathBuf>,
-    /// Also write the results as CSV.
-    #[arg(long, value_name = "FILE")]
-    export_csv: Option<PathBuf>,
-    /// Also write the results as a Markdown table.
-    #[arg(long, value_name = "FILE")]
-    export_markdown: Option<PathBuf>,
+    #[command(flatten)]
+    export: export::ExportArgs,
 }
 
 /// Parses `0.5%` or `0.005`.
@@ -121,16 +113,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .iter()
         .map(|(id, rec)| export::Row::from_record(id, rec))
         .collect();
-    export::write_all(
-        &rows,
-        a.export_json.as_deref().map(|p| g.cwd.join(p)).as_deref(),
-        a.export_csv.as_deref().map(|p| g.cwd.join(p)).as_deref(),
-        a.export_markdown
-            .as_deref()
-            .map(|p| g.cwd.join(p))
-            .as_deref(),
-    )
-    .context("failed to write an export")?;
+    a.export
+        .write(&g.cwd, &rows)
+        .context("failed to write an export")?;
     if g.json {
         let list: Vec<Value> = results
             .iter()

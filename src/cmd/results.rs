@@ -1,7 +1,5 @@
 //! `repro log`, `repro show ID`, `repro compare A B`: list, inspect and compare results.
 
-use std::path::PathBuf;
-
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
@@ -52,15 +50,8 @@ pub struct CompareArgs {
     /// Significance level of the rank tests.
     #[arg(long, default_value_t = 0.01)]
     alpha: f64,
-    /// Also write both results as JSON.
-    #[arg(long, value_name = "FILE")]
-    export_json: Option<PathBuf>,
-    /// Also write both results as CSV.
-    #[arg(long, value_name = "FILE")]
-    export_csv: Option<PathBuf>,
-    /// Also write both results as a Markdown table.
-    #[arg(long, value_name = "FILE")]
-    export_markdown: Option<PathBuf>,
+    #[command(flatten)]
+    export: export::ExportArgs,
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
@@ -330,16 +321,9 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         export::Row::from_record(&ida, &ra),
         export::Row::from_record(&idb, &rb),
     ];
-    export::write_all(
-        &rows,
-        a.export_json.as_deref().map(|p| g.cwd.join(p)).as_deref(),
-        a.export_csv.as_deref().map(|p| g.cwd.join(p)).as_deref(),
-        a.export_markdown
-            .as_deref()
-            .map(|p| g.cwd.join(p))
-            .as_deref(),
-    )
-    .context("failed to write an export")?;
+    a.export
+        .write(&g.cwd, &rows)
+        .context("failed to write an export")?;
     let mut warnings = Vec::new();
     if ra["key"] != rb["key"] && ra["name"] != rb["name"] {
         warnings.push(
