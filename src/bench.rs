@@ -31,7 +31,7 @@ pub const SCHEMA: u64 = 1;
 pub const RESULTS: &str = "results";
 
 /// How to measure, as given on the command line.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Settings {
     /// Cold, hot or graph.

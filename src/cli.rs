@@ -61,6 +61,10 @@ pub enum Command {
     Compare(cmd::results::CompareArgs),
     /// Find the commit that broke a build, a check or a benchmark (or fixed it).
     Bisect(cmd::bisect::Args),
+    /// Re-create a recorded result or build exactly: same tree, recipe and toolchain.
+    Replay(cmd::replay::Args),
+    /// Archive results for a paper, and verify or inspect such archives.
+    Bundle(cmd::bundle::Args),
     /// Internal: run one GPU job from stdin (the child process of `repro bench`).
     #[command(hide = true)]
     GpuJob(cmd::bench::GpuJobArgs),
@@ -149,6 +153,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Compare(args) => cmd::results::compare(&globals, args),
         Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
         Command::Bisect(args) => cmd::bisect::run(&globals, args),
+        Command::Replay(args) => cmd::replay::run(&globals, args),
+        Command::Bundle(args) => cmd::bundle::run(&globals, args),
     }
 }
 

@@ -96,6 +96,8 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::nix::NixError,
             crate::bisect::history::HistoryError,
             crate::bisect::run::BisectError,
+            crate::bundle::BundleError,
+            crate::archive::ArchiveError,
             crate::cmd::toolchain::InstallError,
         );
     }

@@ -18,6 +18,10 @@ pub const ENVIRONMENT: u8 = 3;
 pub const BUILD_FAILED: u8 = 5;
 /// An operating-system error outside the user's input: a full disk, a read-only directory.
 pub const IO: u8 = 4;
+/// `replay`: the live environment differs from the recorded one in a must-match field.
+pub const REPLAY_ENVIRONMENT: u8 = 6;
+/// `replay`: the re-run's timing differs statistically from the recorded samples.
+pub const REPLAY_TIMING: u8 = 7;
 /// The thing cannot be tested here: its environment could not be set up (Nix missing, a
 /// broken flake). `git bisect run` skips such a commit.
 pub const SKIP: u8 = 125;

@@ -6,9 +6,11 @@
 //! child processes (`process`), atomic writes (`fsutil`), errors and exit codes (`error`,
 //! `exit`) and terminal output (`output`).
 
+pub mod archive;
 pub mod bench;
 pub mod bisect;
 pub mod build;
+pub mod bundle;
 pub mod check;
 pub mod cli;
 pub mod cmd;

@@ -251,87 +251,7 @@ impl Ctx<'_> {
             .recipe
             .as_deref()
             .expect("recipe questions have a recipe");
-        let rel = format!("{}/{name}.toml", recipe::DIR);
-        if !files.is_file_in_tree(&rel) {
-            return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
-        }
-        let text =
-            inputs::FileSource::read(files, &rel).map_err(|e| (Answer::Skip, e.to_string()))?;
-        let table: toml::Table = toml::from_str(&String::from_utf8_lossy(&text)).map_err(|e| {
-            (
-                Answer::Skip,
-                format!("{rel} is not valid TOML at this commit: {}", e.message()),
-            )
-        })?;
-        let build = table
-            .get("build")
-            .and_then(|b| b.as_table())
-            .ok_or_else(|| (Answer::Skip, format!("{rel} has no [build] at this commit")))?;
-        let strings = |k: &str| -> Vec<String> {
-            build
-                .get(k)
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut need = vec![rel.clone()];
-        if files.is_file_in_tree(crate::config::FILE) {
-            need.push(crate::config::FILE.to_string());
-        }
-        match build.get("kind").and_then(|k| k.as_str()) {
-            Some("nvrtc") | Some("nvcc") => {
-                let source = build
-                    .get("source")
-                    .and_then(|s| s.as_str())
-                    .and_then(recipe::normalize)
-                    .ok_or_else(|| {
-                        (
-                            Answer::Skip,
-                            format!("{rel} names no source at this commit"),
-                        )
-                    })?;
-                let dirs: Vec<String> = strings("include-dirs")
-                    .iter()
-                    .filter_map(|d| recipe::normalize(d))
-                    .collect();
-                match inputs::include_closure_in(files, &source, &dirs) {
-                    Ok(c) => need.extend(c.files.into_keys()),
-                    // A missing object is untestable; a missing or cyclic include is a broken build.
-                    Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
-                    Err(e) => return Err((Answer::Bad, e.to_string())),
-                }
-                // Directories must exist for the recipe to validate.
-                for d in dirs {
-                    need.extend(files.paths_under(&d).into_iter().take(1));
-                }
-            }
-            Some("command") => {
-                let globs: Vec<globset::GlobMatcher> = strings("inputs")
-                    .iter()
-                    .filter_map(|g| {
-                        globset::GlobBuilder::new(g)
-                            .literal_separator(true)
-                            .build()
-                            .ok()
-                    })
-                    .map(|g| g.compile_matcher())
-                    .collect();
-                need.extend(
-                    files
-                        .paths()
-                        .into_iter()
-                        .filter(|p| globs.iter().any(|g| g.is_match(p))),
-                );
-            }
-            _ => return Ok(None),
-        }
-        need.sort();
-        need.dedup();
-        Ok(Some(need))
+        recipe_paths(files, name).map(Some)
     }
 
     fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
@@ -767,6 +687,92 @@ impl Ctx<'_> {
             Err(e) => (Answer::Skip, Some(e.to_string())),
         }
     }
+}
+
+/// The files a recipe reads at a commit, read from the commit's tree: the recipe, repro.toml,
+/// and the include closure (or the command's input globs). `Err` says whether the commit is
+/// untestable (skip) or its build is broken (bad), and why.
+pub fn recipe_paths(files: &CommitFiles, name: &str) -> Result<Vec<String>, (Answer, String)> {
+    let rel = format!("{}/{name}.toml", recipe::DIR);
+    if !files.is_file_in_tree(&rel) {
+        return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
+    }
+    let text = inputs::FileSource::read(files, &rel).map_err(|e| (Answer::Skip, e.to_string()))?;
+    let table: toml::Table = toml::from_str(&String::from_utf8_lossy(&text)).map_err(|e| {
+        (
+            Answer::Skip,
+            format!("{rel} is not valid TOML at this commit: {}", e.message()),
+        )
+    })?;
+    let build = table
+        .get("build")
+        .and_then(|b| b.as_table())
+        .ok_or_else(|| (Answer::Skip, format!("{rel} has no [build] at this commit")))?;
+    let strings = |k: &str| -> Vec<String> {
+        build
+            .get(k)
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut need = vec![rel.clone()];
+    if files.is_file_in_tree(crate::config::FILE) {
+        need.push(crate::config::FILE.to_string());
+    }
+    match build.get("kind").and_then(|k| k.as_str()) {
+        Some("nvrtc") | Some("nvcc") => {
+            let source = build
+                .get("source")
+                .and_then(|s| s.as_str())
+                .and_then(recipe::normalize)
+                .ok_or_else(|| {
+                    (
+                        Answer::Skip,
+                        format!("{rel} names no source at this commit"),
+                    )
+                })?;
+            let dirs: Vec<String> = strings("include-dirs")
+                .iter()
+                .filter_map(|d| recipe::normalize(d))
+                .collect();
+            match inputs::include_closure_in(files, &source, &dirs) {
+                Ok(c) => need.extend(c.files.into_keys()),
+                // A missing object is untestable; a missing or cyclic include is a broken build.
+                Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
+                Err(e) => return Err((Answer::Bad, e.to_string())),
+            }
+            // Directories must exist for the recipe to validate.
+            for d in dirs {
+                need.extend(files.paths_under(&d).into_iter().take(1));
+            }
+        }
+        Some("command") => {
+            let globs: Vec<globset::GlobMatcher> = strings("inputs")
+                .iter()
+                .filter_map(|g| {
+                    globset::GlobBuilder::new(g)
+                        .literal_separator(true)
+                        .build()
+                        .ok()
+                })
+                .map(|g| g.compile_matcher())
+                .collect();
+            need.extend(
+                files
+                    .paths()
+                    .into_iter()
+                    .filter(|p| globs.iter().any(|g| g.is_match(p))),
+            );
+        }
+        _ => {}
+    }
+    need.sort();
+    need.dedup();
+    Ok(need)
 }
 
 impl CommitFiles<'_> {

@@ -3,7 +3,9 @@
 pub mod bench;
 pub mod bisect;
 pub mod build;
+pub mod bundle;
 pub mod env;
+pub mod replay;
 pub mod results;
 pub mod store;
 pub mod toolchain;

@@ -1,0 +1,454 @@
+//! Bundles: everything an artifact-evaluation committee asks for, in one deterministic
+//! `.tar.zst` (see [`crate::archive`]).
+//!
+//! Layout:
+//! ```text
+//! README.md                    the claims, the command that replays each, the hardware needed
+//! MANIFEST                     sha256 of every file
+//! results.csv, results.md      one row per result
+//! results.svg                  medians with their 95% intervals
+//! results/ID.json              result records, with every raw sample and the fingerprint
+//! builds/KEY.json              build records (inputs, compiler identity, outputs)
+//! artifacts/SHA256             the built PTX and CUBIN
+//! source/COMMIT/...            the tree at each recorded commit (or only the recipe's inputs)
+//! ```
+//! Nothing in it depends on when or where it was made: the same records give the same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use git2::{Oid, Repository};
+use serde_json::Value;
+
+use crate::archive::Entry;
+use crate::bisect::history::CommitFiles;
+use crate::export::{self, Row};
+use crate::keys;
+use crate::store::Store;
+
+/// What goes into a bundle: result records and build records, by ID/key.
+#[derive(Default)]
+pub struct Contents {
+    /// Result ID → record.
+    pub results: BTreeMap<String, Value>,
+    /// Build key → record.
+    pub builds: BTreeMap<String, Value>,
+}
+
+/// Why a bundle cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A record's commit is not in the repository.
+    #[error("commit {commit} of {what} is not in this repository")]
+    MissingCommit {
+        /// The commit.
+        commit: String,
+        /// Which record.
+        what: String,
+    },
+    /// A record names no commit (built outside a repository).
+    #[error("{what} records no commit, so its sources cannot be bundled")]
+    NoCommit {
+        /// Which record.
+        what: String,
+    },
+    /// A stored object is missing or corrupt.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The sources cannot be read.
+    #[error("cannot read the sources of commit {commit}: {reason}")]
+    Source {
+        /// The commit.
+        commit: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Collects the build records that the results (and given builds) refer to.
+pub fn complete(store: &Store, contents: &mut Contents) -> Result<(), BundleError> {
+    let keys: Vec<String> = contents
+        .results
+        .values()
+        .filter_map(|r| r["build-key"].as_str().map(str::to_string))
+        .collect();
+    for key in keys {
+        if let Some(rec) = store.get_record("builds", &key)? {
+            contents.builds.insert(key, rec);
+        }
+    }
+    Ok(())
+}
+
+/// All the files of a bundle.
+pub fn entries(
+    repo: &Repository,
+    store: &Store,
+    contents: &Contents,
+    inputs_only: bool,
+    bundle_name: &str,
+) -> Result<Vec<Entry>, BundleError> {
+    let mut files: BTreeMap<String, (Vec<u8>, bool)> = BTreeMap::new();
+    let mut put = |path: String, bytes: Vec<u8>, exec: bool| {
+        files.insert(path, (bytes, exec));
+    };
+    // Sources: one tree per distinct commit.
+    let mut commits: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, r) in &contents.results {
+        let c = r["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+            what: format!("result {}", keys::short(id)),
+        })?;
+        commits
+            .entry(c.to_string())
+            .or_default()
+            .extend(r["recipe"].as_str().map(str::to_string));
+    }
+    for (key, b) in &contents.builds {
+        let c = b["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+            what: format!("build {}", keys::short(key)),
+        })?;
+        commits
+            .entry(c.to_string())
+            .or_default()
+            .extend(b["recipe"].as_str().map(str::to_string));
+    }
+    for (commit, recipes) in &commits {
+        let oid = Oid::from_str(commit).map_err(|_| BundleError::MissingCommit {
+            commit: commit.clone(),
+            what: "a record".into(),
+        })?;
+        let tree = CommitFiles::new(repo, oid).map_err(|_| BundleError::MissingCommit {
+            commit: commit.clone(),
+            what: "a record".into(),
+        })?;
+        let paths: Vec<String> = if inputs_only {
+            let mut p = Vec::new();
+            for r in recipes {
+                p.extend(
+                    crate::bisect::run::recipe_paths(&tree, r).map_err(|(_, why)| {
+                        BundleError::Source {
+                            commit: commit.clone(),
+                            reason: why,
+                        }
+                    })?,
+                );
+            }
+            // What a reader needs besides the recipe's inputs: the pinned environment.
+            p.extend(tree.paths().into_iter().filter(|f| {
+                f == "flake.nix"
+                    || f == "flake.lock"
+                    || f == "repro.toml"
+                    || f.starts_with("lockfiles/")
+            }));
+            p.sort();
+            p.dedup();
+            p
+        } else {
+            tree.paths()
+        };
+        for p in paths {
+            let bytes = crate::build::inputs::FileSource::read(&tree, &p).map_err(|e| {
+                BundleError::Source {
+                    commit: commit.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            put(format!("source/{commit}/{p}"), bytes, false);
+        }
+    }
+    for (id, r) in &contents.results {
+        put(
+            format!("results/{id}.json"),
+            (serde_json::to_string_pretty(r).expect("JSON") + "\n").into_bytes(),
+            false,
+        );
+    }
+    for (key, b) in &contents.builds {
+        put(
+            format!("builds/{key}.json"),
+            (serde_json::to_string_pretty(b).expect("JSON") + "\n").into_bytes(),
+            false,
+        );
+        for digest in crate::store::referenced(b) {
+            put(
+                format!("artifacts/{digest}"),
+                store.get_blob(&digest)?,
+                false,
+            );
+        }
+    }
+    let rows: Vec<Row> = contents
+        .results
+        .iter()
+        .map(|(id, r)| Row::from_record(id, r))
+        .collect();
+    put("results.csv".into(), export::csv(&rows).into_bytes(), false);
+    put(
+        "results.md".into(),
+        export::markdown(&rows).into_bytes(),
+        false,
+    );
+    put("results.svg".into(), svg(&rows).into_bytes(), false);
+    put(
+        "README.md".into(),
+        readme(contents, bundle_name).into_bytes(),
+        false,
+    );
+    Ok(files
+        .into_iter()
+        .map(|(path, (bytes, executable))| Entry {
+            path,
+            bytes,
+            executable,
+        })
+        .collect())
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A horizontal chart of each result's median with its 95% interval (one row per result,
+/// each scaled to its own maximum, since results may be of different kernels).
+pub fn svg(rows: &[Row]) -> String {
+    let (w, row_h, left) = (760.0, 28.0, 300.0);
+    let h = 40.0 + row_h * rows.len().max(1) as f64;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
+    let _ = writeln!(out, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(
+        out,
+        "<text x=\"10\" y=\"20\" font-size=\"14\">median with 95% interval (each bar scaled to its own range)</text>"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let y = 40.0 + row_h * i as f64;
+        let label = format!("{} {} ({})", r.name, r.params, crate::keys::short(&r.id));
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"{:.1}\">{}</text>",
+            y + 14.0,
+            esc(&label)
+        );
+        if let (Some(m), Some(lo), Some(hi), Some(max)) = (r.median, r.ci_low, r.ci_high, r.max) {
+            let scale = (w - left - 120.0) / max.max(f64::MIN_POSITIVE);
+            let x = |v: f64| left + v * scale;
+            let _ = writeln!(
+                out,
+                "<rect x=\"{left}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"#8fb3d9\"/>",
+                y + 4.0,
+                (m * scale).max(0.5)
+            );
+            let _ = writeln!(
+                out,
+                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\" stroke-width=\"2\"/>",
+                x(lo),
+                y + 10.0,
+                x(hi),
+                y + 10.0
+            );
+            let _ = writeln!(
+                out,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{:.3} {}</text>",
+                x(hi) + 6.0,
+                y + 14.0,
+                m,
+                esc(&r.unit)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "<text x=\"{left}\" y=\"{:.1}\">{}</text>",
+                y + 14.0,
+                esc(&r.verdict)
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The bundle's README: each claim, the exact command that replays it, the hardware it needs.
+pub fn readme(contents: &Contents, bundle_name: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Reproducible results\n");
+    let _ = writeln!(
+        s,
+        "This bundle holds the sources, build records, artifacts and raw measurements behind the"
+    );
+    let _ = writeln!(
+        s,
+        "results below, made by `repro bundle create`. `repro bundle verify {bundle_name}` checks every"
+    );
+    let _ = writeln!(
+        s,
+        "file against `MANIFEST`. Each claim replays with the command beside it, in any directory"
+    );
+    let _ = writeln!(
+        s,
+        "(no repository needed): it rebuilds the artifact and requires it byte-identical, and on a"
+    );
+    let _ = writeln!(
+        s,
+        "GPU re-runs the measurement and compares it with the recorded samples.\n"
+    );
+    let _ = writeln!(s, "## Getting the environment\n");
+    let _ = writeln!(
+        s,
+        "- repro: `cargo install repro`, or `nix run` in a source directory below that has a `flake.nix`."
+    );
+    let _ = writeln!(
+        s,
+        "- NVRTC: `repro toolchain install` in the source directory (pinned by sha256 in `repro.toml`), or"
+    );
+    let _ = writeln!(
+        s,
+        "  `nix develop` in the source directory for the pinned shell. The GPU driver comes from the host:"
+    );
+    let _ = writeln!(
+        s,
+        "  `repro env check --lock lockfiles/NAME.toml` in the source directory says whether yours matches.\n"
+    );
+    if !contents.results.is_empty() {
+        let _ = writeln!(s, "## Claims\n");
+        let _ = writeln!(
+            s,
+            "| result | recipe | parameters | median [95% CI] | samples | machine | driver / CUDA | replay |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---:|---|---|---|");
+        for (id, r) in &contents.results {
+            let sm = &r["summary"];
+            let unit = r["unit"].as_str().unwrap_or("us");
+            let med = match sm["median"].as_f64() {
+                Some(m) => format!(
+                    "{m:.4} {unit} [{:.4}, {:.4}]",
+                    sm["ci-low"].as_f64().unwrap_or(m),
+                    sm["ci-high"].as_f64().unwrap_or(m)
+                ),
+                None => r["verdict"].as_str().unwrap_or("-").to_string(),
+            };
+            let fp = &r["fingerprint"];
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} | {} | {} | {} / {} | `repro replay {} --bundle {bundle_name}` |",
+                keys::short(id),
+                r["name"].as_str().unwrap_or_default(),
+                crate::bench::params_text(&r["params"]),
+                med,
+                r["samples"].as_array().map_or(0, Vec::len),
+                r["machine"].as_str().unwrap_or("-"),
+                fp["driver"]["version"].as_str().unwrap_or("-"),
+                fp["driver"]["cuda-version"].as_str().unwrap_or("-"),
+                keys::short(id),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nA replay of one result takes about the original measurement's time plus one build"
+        );
+        let _ = writeln!(
+            s,
+            "(settings, sample counts and build times are in `results/` and `builds/`).\n"
+        );
+    }
+    if !contents.builds.is_empty() {
+        let _ = writeln!(s, "## Builds\n");
+        let _ = writeln!(
+            s,
+            "| build key | recipe | commit | compiler | outputs | replay |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for (key, b) in &contents.builds {
+            let c = &b["inputs"]["compiler"];
+            let outs: Vec<String> = b["outputs"]
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| {
+                            format!(
+                                "{k} {}",
+                                keys::short(v["sha256"].as_str().unwrap_or_default())
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | `{}` | {} {} | {} | `repro replay {} --bundle {bundle_name}` ({:.0} ms to build) |",
+                keys::short(key),
+                b["recipe"].as_str().unwrap_or_default(),
+                b["commit"]
+                    .as_str()
+                    .map_or("-".into(), |c| c.chars().take(12).collect::<String>()),
+                c["name"].as_str().unwrap_or("?"),
+                c["version"].as_str().unwrap_or(""),
+                outs.join(", "),
+                keys::short(key),
+                b["duration-ms"].as_f64().unwrap_or(0.0),
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## Layout\n");
+    let _ = writeln!(
+        s,
+        "`results/ID.json` (every raw sample and the machine's fingerprint), `builds/KEY.json` (the"
+    );
+    let _ = writeln!(
+        s,
+        "inputs of each build key), `artifacts/SHA256` (PTX, CUBIN), `source/COMMIT/` (the tree at each"
+    );
+    let _ = writeln!(
+        s,
+        "commit), `results.csv`, `results.md`, `results.svg`, and `MANIFEST` (sha256 of every file)."
+    );
+    s
+}
+
+impl crate::error::Diagnose for BundleError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BundleError::Store(s) => s.exit_code(),
+            BundleError::Source { .. } => crate::exit::IO,
+            _ => crate::exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BundleError::MissingCommit { .. } => {
+                Some("fetch the commit, or bundle from the clone that recorded it".into())
+            }
+            BundleError::NoCommit { .. } => {
+                Some("record results inside a git repository to bundle them".into())
+            }
+            BundleError::Store(s) => s.hint(),
+            BundleError::Source { .. } => {
+                Some("a partial clone lacks the blob: fetch it (`git fetch --refetch`)".into())
+            }
+        }
+    }
+}
+
+impl crate::error::Diagnose for crate::archive::ArchiveError {
+    fn exit_code(&self) -> u8 {
+        use crate::archive::ArchiveError as E;
+        match self {
+            E::Read { .. } | E::Write { .. } => crate::exit::IO,
+            E::Corrupt { .. } | E::UnsafePath { .. } => crate::exit::MISMATCH,
+            E::Duplicate { .. } => crate::exit::INTERNAL,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        use crate::archive::ArchiveError as E;
+        match self {
+            E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
+            E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
+            E::Write { .. } => Some("check free space and permissions of the output directory".into()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! `repro replay ID [--bundle FILE]`: re-create a recorded result (or build) exactly: the
+//! same tree, recipe and toolchain; a byte-identical artifact; on a GPU, timing that is
+//! statistically the same as the recorded samples.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::bench;
+use crate::build::{self, Options};
+use crate::cli::{Globals, emit, emit_json};
+use crate::error::UserError;
+use crate::exit;
+use crate::fingerprint::{self, Context, Demand, Fingerprint};
+use crate::keys;
+use crate::output::Style;
+use crate::recipe;
+use crate::store::Store;
+
+/// Arguments of `repro replay`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A result ID or a build key (or a unique prefix of one).
+    id: String,
+    /// Take the record, the sources and the artifacts from this bundle instead of the store
+    /// and the repository.
+    #[arg(long, value_name = "FILE")]
+    bundle: Option<PathBuf>,
+    /// The relative change in timing that counts as different.
+    #[arg(long, default_value = "2%", value_parser = crate::cmd::bench::parse_fraction)]
+    threshold: f64,
+}
+
+/// Where the records and sources come from.
+struct Origin {
+    records: Vec<(String, &'static str, Value)>,
+    sources: Option<PathBuf>,
+    _unpacked: Option<tempfile::TempDir>,
+}
+
+fn from_bundle(path: &Path) -> anyhow::Result<Origin> {
+    // Nothing from a bundle is trusted before every file matches its manifest.
+    let v = crate::archive::verify(path)
+        .with_context(|| format!("failed to verify {}", path.display()))?;
+    if !v.ok() {
+        let named: Vec<&String> = v
+            .differs
+            .iter()
+            .chain(&v.missing)
+            .chain(&v.extra)
+            .take(5)
+            .collect();
+        return Err(UserError::with_code(
+            exit::MISMATCH,
+            format!(
+                "{} does not match its MANIFEST ({})",
+                path.display(),
+                named
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .hint("`repro bundle verify FILE` lists every difference")
+        .into());
+    }
+    let dir = tempfile::tempdir().context("failed to create a temporary directory")?;
+    crate::archive::extract(path, dir.path())
+        .with_context(|| format!("failed to unpack {}", path.display()))?;
+    let mut records = Vec::new();
+    for (kind, label) in [("results", "result"), ("builds", "build")] {
+        for e in std::fs::read_dir(dir.path().join(kind))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".json")
+                .to_string();
+            let v: Value = serde_json::from_slice(&std::fs::read(e.path())?)
+                .with_context(|| format!("failed to read {}", e.path().display()))?;
+            records.push((name, label, v));
+        }
+    }
+    Ok(Origin {
+        records,
+        sources: Some(dir.path().join("source")),
+        _unpacked: Some(dir),
+    })
+}
+
+fn from_store(store: &Store) -> Origin {
+    let mut records: Vec<(String, &'static str, Value)> = bench::all_results(store)
+        .into_iter()
+        .map(|(id, v)| (id, "result", v))
+        .collect();
+    records.extend(
+        store
+            .records("builds")
+            .into_iter()
+            .filter_map(|(k, _, r)| r.ok().map(|r| (k, "build", r))),
+    );
+    Origin {
+        records,
+        sources: None,
+        _unpacked: None,
+    }
+}
+
+/// Runs `repro replay`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let style = Style::for_stdout();
+    let origin = match &a.bundle {
+        Some(b) => from_bundle(&g.cwd.join(b))?,
+        None => from_store(&g.store()),
+    };
+    let prefix = a.id.to_lowercase();
+    let matches: Vec<&(String, &'static str, Value)> = origin
+        .records
+        .iter()
+        .filter(|(id, _, _)| id.starts_with(&prefix))
+        .collect();
+    let (id, kind, rec) = match matches.as_slice() {
+        [one] if prefix.len() >= 4 => *one,
+        [] => {
+            return Err(
+                UserError::usage(format!("no result or build with ID {}", a.id))
+                    .hint("`repro log` lists results; `repro bundle show FILE` lists a bundle's")
+                    .into(),
+            );
+        }
+        [_] => {
+            return Err(UserError::usage(format!(
+                "`{}` is too short: give at least 4 hex digits",
+                a.id
+            ))
+            .into());
+        }
+        many => {
+            return Err(UserError::usage(format!(
+                "{} is ambiguous: {} records match",
+                a.id,
+                many.len()
+            ))
+            .into());
+        }
+    };
+    let build_rec: Option<Value> = if *kind == "build" {
+        Some(rec.clone())
+    } else {
+        let key = rec["build-key"].as_str().unwrap_or_default();
+        origin
+            .records
+            .iter()
+            .find(|(k, kd, _)| *kd == "build" && k == key)
+            .map(|(_, _, v)| v.clone())
+            .or_else(|| g.store().get_record("builds", key).ok().flatten())
+    };
+    let recipe_name = rec["recipe"]
+        .as_str()
+        .ok_or_else(|| {
+            UserError::usage("this record has no recipe to rebuild (a command bench)")
+                .hint("re-run the command with `repro bench --command`")
+        })?
+        .to_string();
+    let commit = rec["commit"]
+        .as_str()
+        .ok_or_else(|| {
+            UserError::usage("this record names no commit, so its tree cannot be re-created")
+        })?
+        .to_string();
+
+    // The tree: from the bundle, or materialised from the repository's object database.
+    let checkout = tempfile::tempdir().context("failed to create a temporary directory")?;
+    let root: PathBuf = match &origin.sources {
+        Some(src) => {
+            let dir = src.join(&commit);
+            if !dir.is_dir() {
+                return Err(UserError::usage(format!(
+                    "the bundle holds no sources for commit {commit}"
+                ))
+                .into());
+            }
+            dir
+        }
+        None => {
+            let repo = crate::bisect::history::open(&g.cwd)?;
+            let oid = git2::Oid::from_str(&commit)
+                .ok()
+                .filter(|o| repo.find_commit(*o).is_ok())
+                .ok_or_else(|| {
+                    UserError::usage(format!("commit {commit} is not in this repository"))
+                        .hint("fetch it, or replay from a bundle with --bundle FILE")
+                })?;
+            let files = crate::bisect::history::CommitFiles::new(&repo, oid)?;
+            files.materialize(checkout.path(), None).map_err(|e| {
+                UserError::with_code(exit::IO, format!("cannot re-create commit {commit}: {e}"))
+            })?;
+            checkout.path().to_path_buf()
+        }
+    };
+
+    // The recorded toolchain: provision it if this machine lacks one and the tree pins it.
+    let cfg = crate::config::load(&root)?;
+    if let Some(pin) = &cfg.toolchain.nvrtc {
+        crate::toolchain::set_pin(&pin.version);
+        if crate::toolchain::find_nvrtc().is_err() {
+            if !g.quiet && !g.json {
+                eprintln!(
+                    "provisioning the pinned NVRTC {} (repro toolchain install)",
+                    pin.version
+                );
+            }
+            let exe = std::env::current_exe()?;
+            let _ = crate::process::Cmd::new(exe)
+                .arg("-C")
+                .arg(&root)
+                .args(["toolchain", "install"])
+                .timeout(std::time::Duration::from_secs(1800))
+                .run();
+        }
+    }
+
+    // The environment, against the recorded fingerprint's must-match fields.
+    let live = fingerprint::capture(
+        &Context {
+            cwd: root.clone(),
+            fresh: false,
+        },
+        &Demand::all(),
+    );
+    let mut env_diffs = Vec::new();
+    let mut gpu_here = live.get("gpu.count").value().is_some();
+    if let Some(fp) = rec
+        .get("fingerprint")
+        .filter(|f| f.is_object())
+        .and_then(|f| Fingerprint::from_json(f).ok())
+    {
+        let (was, now) = (bench::must_match(&fp), bench::must_match(&live));
+        for (k, v) in was.as_object().into_iter().flatten() {
+            let n = &now[k];
+            let unavailable = n.as_array().is_some_and(|a| a.iter().all(Value::is_null));
+            if (k.starts_with("gpu.") || k.starts_with("driver.")) && unavailable {
+                gpu_here = false;
+                continue;
+            }
+            if v != n && !unavailable {
+                env_diffs.push(json!({"field": k, "recorded": v, "live": n}));
+            }
+        }
+    }
+
+    // Rebuild from scratch (a fresh store: the compiler really runs) and compare bytes.
+    let r = recipe::load(&root, &recipe_name)
+        .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
+    let scratch = tempfile::tempdir().context("failed to create a temporary directory")?;
+    let fresh = Store::at(scratch.path().join("store"));
+    let rebuilt = build::build(&root, &fresh, &r, &Options::default())
+        .with_context(|| format!("failed to rebuild recipe `{recipe_name}`"))?;
+    let recorded_outputs: Vec<(String, String)> = build_rec
+        .as_ref()
+        .and_then(|b| {
+            b["outputs"].as_object().map(|o| {
+                o.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v["sha256"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+        })
+        .unwrap_or_else(|| {
+            rec["artifact"]
+                .as_str()
+                .map(|a| vec![("cubin".to_string(), a.to_string())])
+                .unwrap_or_default()
+        });
+    let mut artifacts = Vec::new();
+    let mut identical = rebuilt.status == "ok";
+    for (k, want) in &recorded_outputs {
+        let got = rebuilt.outputs.get(k).map(|o| o.sha256.clone());
+        identical &= got.as_deref() == Some(want.as_str());
+        artifacts.push(json!({"output": k, "recorded": want, "rebuilt": got, "identical": got.as_deref() == Some(want.as_str())}));
+    }
+    let explain = match (&build_rec, fresh.get_record("builds", &rebuilt.key)?) {
+        (Some(old), Some(new)) if !identical => build::explain(&old["inputs"], &new["inputs"]),
+        _ => Vec::new(),
+    };
+
+    // Timing, where a GPU is here and the record has samples.
+    let recorded_samples: Vec<f64> = rec["samples"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let mut timing = None;
+    let mut cannot_run = None;
+    if *kind == "result" && recorded_samples.len() >= 2 {
+        if !gpu_here {
+            cannot_run =
+                Some("no GPU here: the build was replayed, the timing was not".to_string());
+        } else if identical {
+            let module = rebuilt
+                .outputs
+                .get("cubin")
+                .or(rebuilt.outputs.get("ptx"))
+                .map(|o| o.path.clone())
+                .unwrap_or_default();
+            let settings: bench::Settings = serde_json::from_value(rec["settings"].clone())
+                .context("failed to read the recorded settings")?;
+            let job = crate::gpurun::Job {
+                schema: crate::gpurun::SCHEMA,
+                device: settings.device,
+                module,
+                kernel: serde_json::from_value(rec["launch"].clone())
+                    .context("failed to read the recorded launch")?,
+                reference: None,
+                args: serde_json::from_value(rec["args"].clone())
+                    .context("failed to read the recorded arguments")?,
+                tolerances: Default::default(),
+                timing: Some(crate::gpurun::Timing {
+                    mode: settings.mode,
+                    warmup_ms: settings.warmup_ms,
+                    max_noise: settings.max_noise,
+                    min_samples: settings.min_samples,
+                    min_time_ms: settings.min_time_ms,
+                    max_samples: settings.max_samples,
+                    budget_ms: settings.budget_ms,
+                }),
+                time_on_failure: false,
+            };
+            let report = bench::run_child(&job, std::time::Duration::from_secs(300))
+                .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
+            match crate::stats::compare(
+                &recorded_samples,
+                &report.samples_us,
+                0.01,
+                a.threshold,
+                17,
+            ) {
+                Some(c) => {
+                    timing = Some(
+                        json!({"ratio": c.ratio, "ratio-ci": [c.ratio_ci_low, c.ratio_ci_high], "p": c.p, "verdict": c.verdict, "samples": report.samples_us.len()}),
+                    )
+                }
+                None => {
+                    cannot_run = Some(format!(
+                        "the re-run gave no usable samples: {}",
+                        report.error.unwrap_or_default()
+                    ))
+                }
+            }
+        }
+    }
+    let timing_differs = timing
+        .as_ref()
+        .is_some_and(|t| t["verdict"] == "slower" || t["verdict"] == "faster");
+    let (verdict, code) = if !identical {
+        ("artifact differs", exit::MISMATCH)
+    } else if !env_diffs.is_empty() {
+        ("environment mismatch", exit::REPLAY_ENVIRONMENT)
+    } else if timing_differs {
+        ("timing differs", exit::REPLAY_TIMING)
+    } else if cannot_run.is_some() {
+        ("cannot run here", exit::ENVIRONMENT)
+    } else {
+        ("reproduced", exit::OK)
+    };
+    if g.json {
+        emit_json(
+            &json!({"schema": 1, "id": id, "kind": kind, "commit": commit, "recipe": recipe_name, "verdict": verdict,
+            "artifacts": artifacts, "explain": explain, "environment": env_diffs, "timing": timing, "note": cannot_run}),
+        )?;
+    } else {
+        let mut out = format!(
+            "replaying {kind} {} ({recipe_name} at {})\n",
+            keys::short(id),
+            &commit[..12.min(commit.len())]
+        );
+        for a in &artifacts {
+            let ok = a["identical"] == true;
+            out.push_str(&format!(
+                "  {:<6} {}  recorded {}  rebuilt {}\n",
+                a["output"].as_str().unwrap_or_default(),
+                if ok {
+                    style.good("identical")
+                } else {
+                    style.error("DIFFERS")
+                },
+                keys::short(a["recorded"].as_str().unwrap_or_default()),
+                a["rebuilt"]
+                    .as_str()
+                    .map_or("(not built)".to_string(), |s| keys::short(s).to_string())
+            ));
+        }
+        for e in &explain {
+            out.push_str(&format!("  {} {e}\n", style.hint("why:")));
+        }
+        for d in &env_diffs {
+            out.push_str(&format!(
+                "  {} {}: recorded {}, here {}\n",
+                style.warn("environment:"),
+                d["field"].as_str().unwrap_or_default(),
+                d["recorded"],
+                d["live"]
+            ));
+        }
+        if let Some(t) = &timing {
+            out.push_str(&format!(
+                "  timing: ratio {:.4} [{:.4}, {:.4}] against the recorded samples, p = {:.1e}: {}\n",
+                t["ratio"].as_f64().unwrap_or(0.0),
+                t["ratio-ci"][0].as_f64().unwrap_or(0.0),
+                t["ratio-ci"][1].as_f64().unwrap_or(0.0),
+                t["p"].as_f64().unwrap_or(1.0),
+                t["verdict"].as_str().unwrap_or_default()
+            ));
+        }
+        if let Some(n) = &cannot_run {
+            out.push_str(&format!("  {} {n}\n", style.warn("note:")));
+        }
+        let painted = if code == exit::OK {
+            style.good(verdict)
+        } else {
+            style.error(verdict)
+        };
+        out.push_str(&format!("verdict: {painted}\n"));
+        emit(&out)?;
+    }
+    Ok(code)
+}
