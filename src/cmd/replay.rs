@@ -344,9 +344,20 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 17,
             ) {
                 Some(c) => {
+                    // With thousands of samples a 0.05% drift is "significant"; a replay
+                    // differs only when the change is also larger than the threshold.
+                    let (lo, hi) = (c.ratio_ci_low, c.ratio_ci_high);
+                    let verdict =
+                        if c.p <= 0.01 && (lo > 1.0 + a.threshold || hi < 1.0 - a.threshold) {
+                            if c.ratio > 1.0 { "slower" } else { "faster" }
+                        } else if lo >= 1.0 - a.threshold && hi <= 1.0 + a.threshold {
+                            "same"
+                        } else {
+                            "inconclusive"
+                        };
                     timing = Some(
-                        json!({"ratio": c.ratio, "ratio-ci": [c.ratio_ci_low, c.ratio_ci_high], "p": c.p, "verdict": c.verdict, "samples": report.samples_us.len()}),
-                    )
+                        json!({"ratio": c.ratio, "ratio-ci": [lo, hi], "p": c.p, "verdict": verdict, "threshold": a.threshold, "samples": report.samples_us.len()}),
+                    );
                 }
                 None => {
                     cannot_run = Some(format!(
@@ -357,9 +368,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             }
         }
     }
-    let timing_differs = timing
-        .as_ref()
-        .is_some_and(|t| t["verdict"] == "slower" || t["verdict"] == "faster");
+    let timing_differs = timing.as_ref().is_some_and(|t| t["verdict"] != "same");
     let (verdict, code) = if !identical {
         ("artifact differs", exit::MISMATCH)
     } else if !env_diffs.is_empty() {
@@ -412,12 +421,13 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         if let Some(t) = &timing {
             out.push_str(&format!(
-                "  timing: ratio {:.4} [{:.4}, {:.4}] against the recorded samples, p = {:.1e}: {}\n",
+                "  timing: ratio {:.4} [{:.4}, {:.4}] against the recorded samples, p = {:.1e}: {} (threshold ±{:.1}%)\n",
                 t["ratio"].as_f64().unwrap_or(0.0),
                 t["ratio-ci"][0].as_f64().unwrap_or(0.0),
                 t["ratio-ci"][1].as_f64().unwrap_or(0.0),
                 t["p"].as_f64().unwrap_or(1.0),
-                t["verdict"].as_str().unwrap_or_default()
+                t["verdict"].as_str().unwrap_or_default(),
+                a.threshold * 100.0
             ));
         }
         if let Some(n) = &cannot_run {
