@@ -111,6 +111,40 @@ fn from_store(store: &Store) -> Origin {
     }
 }
 
+/// Checks the live machine with the rules of the recorded tree's lockfile whose `gpu.name`
+/// accepts the recorded GPU. Returns false when there is no such lockfile.
+fn lock_policy(
+    root: &Path,
+    recorded: &Fingerprint,
+    live: &Fingerprint,
+    diffs: &mut Vec<Value>,
+    gpu_here: &mut bool,
+) -> bool {
+    let gpu = recorded.lookup("gpu.name");
+    let lock = crate::lockfile::list(&root.join("lockfiles"))
+        .into_iter()
+        .filter_map(|p| crate::lockfile::load(&p).ok())
+        .find(|l| {
+            l.rules.iter().any(|r| {
+                r.key == "gpu.name"
+                    && crate::check::evaluate(&r.policy, crate::fields::Kind::Text, &gpu)
+                        == crate::check::Status::Ok
+            })
+        });
+    let Some(lock) = lock else { return false };
+    let report = crate::check::check(&lock.rules, |k| live.lookup(k));
+    for row in report.rows.iter().filter(|r| r.status.is_fatal()) {
+        if (row.field.starts_with("gpu.") || row.field.starts_with("driver."))
+            && row.status == crate::check::Status::Missing
+        {
+            *gpu_here = false;
+            continue;
+        }
+        diffs.push(json!({"field": row.field, "recorded": row.expected, "live": row.actual, "lockfile": lock.name, "hint": row.hint}));
+    }
+    true
+}
+
 /// Runs `repro replay`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let style = Style::for_stdout();
@@ -225,7 +259,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
     }
 
-    // The environment, against the recorded fingerprint's must-match fields.
+    // The environment: by the policy of the recorded tree's lockfile for the recorded GPU
+    // when there is one, else against the recorded fingerprint's must-match fields.
     let live = fingerprint::capture(
         &Context {
             cwd: root.clone(),
@@ -239,6 +274,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .get("fingerprint")
         .filter(|f| f.is_object())
         .and_then(|f| Fingerprint::from_json(f).ok())
+        && !lock_policy(&root, &fp, &live, &mut env_diffs, &mut gpu_here)
     {
         let (was, now) = (bench::must_match(&fp), bench::must_match(&live));
         for (k, v) in was.as_object().into_iter().flatten() {
