@@ -65,6 +65,10 @@ pub enum Command {
     Replay(cmd::replay::Args),
     /// Archive results for a paper, and verify or inspect such archives.
     Bundle(cmd::bundle::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::shell::CompletionsArgs),
+    /// Print the man page (roff).
+    Man(cmd::shell::ManArgs),
     /// Internal: run one GPU job from stdin (the child process of `repro bench`).
     #[command(hide = true)]
     GpuJob(cmd::bench::GpuJobArgs),
@@ -154,6 +158,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
         Command::Bisect(args) => cmd::bisect::run(&globals, args),
         Command::Replay(args) => cmd::replay::run(&globals, args),
+        Command::Completions(args) => cmd::shell::completions(&globals, args),
+        Command::Man(args) => cmd::shell::man(&globals, args),
         Command::Bundle(args) => cmd::bundle::run(&globals, args),
     }
 }

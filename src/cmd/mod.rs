@@ -7,5 +7,6 @@ pub mod bundle;
 pub mod env;
 pub mod replay;
 pub mod results;
+pub mod shell;
 pub mod store;
 pub mod toolchain;
