@@ -65,6 +65,8 @@ pub enum Command {
     Replay(cmd::replay::Args),
     /// Archive results for a paper, and verify or inspect such archives.
     Bundle(cmd::bundle::Args),
+    /// Run the whole tool on a throwaway repository (no setup, no GPU needed).
+    Demo(cmd::demo::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::shell::CompletionsArgs),
     /// Print the man page (roff).
@@ -159,6 +161,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bisect(args) => cmd::bisect::run(&globals, args),
         Command::Replay(args) => cmd::replay::run(&globals, args),
         Command::Completions(args) => cmd::shell::completions(&globals, args),
+        Command::Demo(args) => cmd::demo::run(&globals, args),
         Command::Man(args) => cmd::shell::man(&globals, args),
         Command::Bundle(args) => cmd::bundle::run(&globals, args),
     }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bisect;
 pub mod build;
 pub mod bundle;
+pub mod demo;
 pub mod env;
 pub mod replay;
 pub mod results;

@@ -1,0 +1,89 @@
+//! `repro demo` end to end: CI runs the whole pipeline on the embedded history.
+
+mod common;
+
+use common::{has_gpu, nvrtc_available, repro};
+use predicates::prelude::*;
+use serde_json::Value;
+
+#[test]
+fn the_demo_finds_what_its_history_hides() {
+    if !nvrtc_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("kept");
+    let out = repro(tmp.path())
+        .args(["demo", "--json", "--keep"])
+        .arg(&keep)
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(
+        v["build-break"]["subject"],
+        "Tidy vector_add (breaks the build)"
+    );
+    assert_eq!(
+        v["build-fix"]["subject"],
+        "Fix the missing semicolon in vector_add"
+    );
+    assert_eq!(v["bundle"]["verified"], true);
+    assert_eq!(v["replay"], "reproduced");
+    if has_gpu() {
+        assert_eq!(
+            v["wrong-result"]["subject"],
+            "Shorten vector_add's bounds check (wrong last element)"
+        );
+        assert_eq!(
+            v["slowdown"]["subject"],
+            "More iterations in spin (3% slower)"
+        );
+    } else {
+        assert_eq!(v["wrong-result"], "needs a GPU");
+    }
+    // Kept: the repository and the bundle are there, and the repository is a real one.
+    assert!(keep.join("demo-repo/.git").is_dir());
+    assert!(keep.join("demo-bundle.tar.zst").is_file());
+    repro(tmp.path())
+        .arg("-C")
+        .arg(keep.join("demo-repo"))
+        .args(["log"])
+        .assert()
+        .success();
+    repro(tmp.path())
+        .args(["bundle", "verify"])
+        .arg(keep.join("demo-bundle.tar.zst"))
+        .assert()
+        .success();
+    // A second demo into the same place refuses to overwrite it.
+    repro(tmp.path())
+        .args(["demo", "--keep"])
+        .arg(&keep)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already exists"));
+}
+
+#[test]
+fn the_human_demo_narrates_each_step_and_ends_with_a_summary() {
+    if !nvrtc_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    repro(tmp.path())
+        .arg("demo")
+        .timeout(std::time::Duration::from_secs(600))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "==> repro env capture / lock / check",
+        ))
+        .stdout(predicate::str::contains("==> repro bisect --mode build"))
+        .stdout(predicate::str::contains("first bad build:"))
+        .stdout(predicate::str::contains("replay of build"))
+        .stdout(predicate::str::contains("summary: found the build break"));
+}
