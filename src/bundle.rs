@@ -189,6 +189,57 @@ pub fn entries(
         false,
     );
     put("results.svg".into(), svg(&rows).into_bytes(), false);
+    // One plot per recipe with several results (a sweep, or several commits).
+    let mut by_name: BTreeMap<String, Vec<(&String, &Value)>> = BTreeMap::new();
+    for (id, r) in &contents.results {
+        by_name
+            .entry(r["name"].as_str().unwrap_or("results").to_string())
+            .or_default()
+            .push((id, r));
+    }
+    for (name, list) in by_name.into_iter().filter(|(_, l)| l.len() > 1) {
+        let points: Vec<crate::plot::Point> = list
+            .iter()
+            .enumerate()
+            .map(|(i, (id, r))| crate::plot::Point {
+                x: i as f64,
+                label: format!(
+                    "{} {}",
+                    crate::bench::params_text(&r["params"]),
+                    keys::short(id)
+                ),
+                y: r["summary"]["median"].as_f64(),
+                ci: r["summary"]["ci-low"]
+                    .as_f64()
+                    .zip(r["summary"]["ci-high"].as_f64()),
+                verdict: r["verdict"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        let unit = list[0].1["unit"].as_str().unwrap_or("us");
+        let file = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>();
+        put(
+            format!("plots/{file}.svg"),
+            crate::plot::render(
+                &name,
+                "result",
+                &format!("median ({unit})"),
+                &points,
+                &[],
+                false,
+            )
+            .into_bytes(),
+            false,
+        );
+    }
     put(
         "README.md".into(),
         readme(contents, bundle_name).into_bytes(),

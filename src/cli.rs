@@ -65,6 +65,8 @@ pub enum Command {
     Replay(cmd::replay::Args),
     /// Archive results for a paper, and verify or inspect such archives.
     Bundle(cmd::bundle::Args),
+    /// Write an SVG plot of results across commits, over a parameter, or of a bisection.
+    Plot(cmd::plot::Args),
     /// Run the whole tool on a throwaway repository (no setup, no GPU needed).
     Demo(cmd::demo::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -162,6 +164,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Replay(args) => cmd::replay::run(&globals, args),
         Command::Completions(args) => cmd::shell::completions(&globals, args),
         Command::Demo(args) => cmd::demo::run(&globals, args),
+        Command::Plot(args) => cmd::plot::run(&globals, args),
         Command::Man(args) => cmd::shell::man(&globals, args),
         Command::Bundle(args) => cmd::bundle::run(&globals, args),
     }

@@ -27,6 +27,7 @@ pub mod keys;
 pub mod lockfile;
 pub mod nix;
 pub mod output;
+pub mod plot;
 pub mod process;
 pub mod recipe;
 pub mod runspec;

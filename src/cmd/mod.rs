@@ -6,6 +6,7 @@ pub mod build;
 pub mod bundle;
 pub mod demo;
 pub mod env;
+pub mod plot;
 pub mod replay;
 pub mod results;
 pub mod shell;

@@ -1,0 +1,153 @@
+//! `repro plot`: the SVGs are rendered (with resvg, to pixels) rather than only written.
+
+mod common;
+
+use std::path::Path;
+
+use common::{git, repo_with, repro};
+use serde_json::json;
+
+/// Renders an SVG and counts the pixels of a colour close to `rgb`.
+fn pixels_like(svg: &str, rgb: (u8, u8, u8)) -> usize {
+    let tree =
+        resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).expect("the SVG parses");
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .pixels()
+        .iter()
+        .filter(|p| {
+            p.red().abs_diff(rgb.0) < 40
+                && p.green().abs_diff(rgb.1) < 40
+                && p.blue().abs_diff(rgb.2) < 40
+        })
+        .count()
+}
+
+const GREEN: (u8, u8, u8) = (0x2e, 0x7d, 0x32);
+const RED: (u8, u8, u8) = (0xc6, 0x28, 0x28);
+const PURPLE: (u8, u8, u8) = (0x6a, 0x1b, 0x9a);
+
+fn bench_here(tmp: &Path, root: &Path, value: f64) {
+    let cmd = format!("echo '{{\"ms\": {value}}}'");
+    repro(tmp)
+        .arg("-C")
+        .arg(root)
+        .args([
+            "bench",
+            "--command",
+            &cmd,
+            "--name",
+            "k",
+            "--metric",
+            "json:ms",
+            "--unit",
+            "ms",
+            "--runs",
+            "3",
+            "-q",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn results_across_commits_render_with_their_points() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    for (i, v) in [10.0, 11.0, 12.5].iter().enumerate() {
+        std::fs::write(root.join("a.txt"), format!("{i}")).unwrap();
+        git(&root, &["commit", "-qam", &format!("c{i}")]);
+        bench_here(tmp.path(), &root, *v);
+    }
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["plot", "k", "-o", "k.svg"])
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(root.join("k.svg")).unwrap();
+    assert_eq!(svg.matches("<circle").count(), 3, "one point per commit");
+    assert!(pixels_like(&svg, GREEN) > 50, "the points are drawn");
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["plot", "nothing", "-o", "x.svg"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_sweep_renders_over_the_parameter() {
+    let (tmp, root) = repo_with(&[]);
+    let dir = root.join(".repro/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, n) in [128, 1024, 4096].iter().enumerate() {
+        let m = 10.0 * f64::from(i as u32 + 1);
+        let rec = json!({"schema": 1, "kind": "result", "name": "fa", "params": {"seq_len": n}, "verdict": "ok", "unit": "us",
+            "created-at": format!("2026-01-0{}T00:00:00Z", i + 1), "summary": {"median": m, "ci-low": m * 0.98, "ci-high": m * 1.02}});
+        std::fs::write(dir.join(format!("{i:064}.json")), rec.to_string()).unwrap();
+    }
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["plot", "fa", "--sweep", "seq_len", "-o", "sweep.svg"])
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(root.join("sweep.svg")).unwrap();
+    assert_eq!(svg.matches("<circle").count(), 3);
+    assert!(svg.contains(">4096<"));
+    assert!(pixels_like(&svg, GREEN) > 50);
+}
+
+#[test]
+fn a_bisection_renders_with_its_ends_and_culprit() {
+    let (tmp, root) = repo_with(&[("state.txt", "fine\n")]);
+    for i in 1..=12 {
+        std::fs::write(
+            root.join("state.txt"),
+            if i >= 7 { "broken\n" } else { "fine\n" },
+        )
+        .unwrap();
+        std::fs::write(root.join("n.txt"), format!("{i}")).unwrap();
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", &format!("commit {i}")]);
+    }
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bisect",
+            "--good",
+            "HEAD~12",
+            "--bad",
+            "HEAD",
+            "--script",
+            "grep -q fine state.txt",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(root.join("report.json"), &out.stdout).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["plot", "--bisect", "report.json", "-o", "bisect.svg"])
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(root.join("bisect.svg")).unwrap();
+    assert!(svg.contains("culprit commit 7"));
+    assert!(
+        pixels_like(&svg, RED) > 30,
+        "bad steps and the bad end are drawn"
+    );
+    assert!(
+        pixels_like(&svg, PURPLE) > 30,
+        "the culprit's marker is drawn"
+    );
+}
