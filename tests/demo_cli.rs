@@ -87,3 +87,30 @@ fn the_human_demo_narrates_each_step_and_ends_with_a_summary() {
         .stdout(predicate::str::contains("replay of build"))
         .stdout(predicate::str::contains("summary: found the build break"));
 }
+
+#[test]
+fn the_demo_summary_snapshot() {
+    // The narration differs on a GPU machine (it runs the GPU bisections there).
+    if !nvrtc_available() || has_gpu() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = repro(tmp.path())
+        .arg("demo")
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    insta::with_settings!({filters => vec![
+        (r"[0-9a-f]{12}", "[hash]"),
+        (r"/[^\s]*/(demo-repo|demo-bundle\.tar\.zst)", "[dir]/$1"),
+        (r"in [0-9.]+ s", "in [secs] s"),
+        (r"NVRTC: [0-9.]+", "NVRTC: [version]"),
+        (r"wrote lockfiles/demo\.toml \(.*", "wrote lockfiles/demo.toml ([policies]); check: [result]"),
+        (r"\(\d+ files\)", "([n] files)"),
+        (r"\(\d+ evaluations\)", "([n] evaluations)"),
+    ]}, {
+        insta::assert_snapshot!("demo_human", text);
+    });
+}

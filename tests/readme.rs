@@ -28,3 +28,155 @@ fn every_field_is_documented() {
         );
     }
 }
+
+/// Splits a shell command line into words (single and double quotes, no expansions).
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if !cur.is_empty() || any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if !cur.is_empty() || any {
+        out.push(cur);
+    }
+    out
+}
+
+/// Every `repro ...` command line the README shows: in code blocks (`$ repro ...`,
+/// `repro ...`, `target/release/repro ...`, `cargo run --release -- ...`) and inline in
+/// backticks, without usage synopses (`[...]`, `A|B`).
+fn readme_commands(text: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            let l = line.trim_start().trim_start_matches("$ ");
+            let l = l.split("  #").next().unwrap_or(l).trim();
+            for prefix in ["repro ", "target/release/repro ", "cargo run --release -- "] {
+                if let Some(rest) = l.strip_prefix(prefix) {
+                    out.push((format!("repro {rest}"), true));
+                }
+            }
+        } else {
+            for (i, chunk) in line.split('`').enumerate() {
+                if i % 2 == 1
+                    && chunk.starts_with("repro ")
+                    && !chunk.contains('[')
+                    && !chunk.contains('|')
+                    && !chunk.contains("...")
+                {
+                    out.push((chunk.to_string(), false));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_command_line_in_the_readme_parses() {
+    use clap::Parser;
+    let text = readme();
+    let commands = readme_commands(&text);
+    assert!(
+        commands.len() > 60,
+        "found only {} commands",
+        commands.len()
+    );
+    let placeholders = [
+        ("RECIPE", "vector_add"),
+        ("ID...", "abcd1234"),
+        ("ID", "abcd1234"),
+        ("HASH", "abcd1234"),
+        ("FILE.tar.zst", "b.tar.zst"),
+        ("FILE", "file"),
+        ("NAME", "name"),
+        ("REV", "HEAD"),
+        ("CMD", "true"),
+        ("DIR", "."),
+        ("K=V", "n=1"),
+        ("SHELL", "bash"),
+        ("VERSION", "13.0.88"),
+        ("HEX", "ab"),
+        ("LIST", "0,1"),
+        ("PARAM", "n"),
+        ("PATH", "a.b"),
+        ("RE", "x"),
+        ("N", "2"),
+    ];
+    let mut failures = Vec::new();
+    // A chain (`repro a && repro b`) is two commands.
+    let commands: Vec<(String, bool)> = commands
+        .into_iter()
+        .flat_map(|(c, full)| {
+            c.split("&&")
+                .map(|p| (p.trim().to_string(), full))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(c, _)| c.starts_with("repro "))
+        .collect();
+    for (cmd, full) in &commands {
+        let argv: Vec<String> = words(cmd)
+            .into_iter()
+            .map(|w| {
+                let mut w = w;
+                for (p, v) in placeholders {
+                    if w == p || w.ends_with(&format!("={p}")) || w.ends_with(&format!(":{p}")) {
+                        w = format!("{}{v}", &w[..w.len() - p.len()]);
+                        break;
+                    }
+                }
+                w
+            })
+            .collect();
+        if *full {
+            // A command line shown in a code block must parse as it stands.
+            if let Err(e) = repro::cli::Cli::try_parse_from(&argv) {
+                failures.push(format!(
+                    "{cmd}\n    {}",
+                    e.to_string().lines().next().unwrap_or_default()
+                ));
+            }
+        } else {
+            // An inline mention (`repro bench`, `repro store verify`) must name real commands.
+            let mut names: Vec<String> = argv
+                .iter()
+                .take_while(|w| !w.starts_with('-'))
+                .cloned()
+                .collect();
+            names.push("--help".into());
+            match repro::cli::Cli::try_parse_from(&names) {
+                Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {}
+                other => failures.push(format!(
+                    "{cmd}\n    names no command: {:?}",
+                    other.err().map(|e| e.kind())
+                )),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "README commands that do not parse:\n{}",
+        failures.join("\n")
+    );
+}
