@@ -52,6 +52,21 @@ pub struct Settings {
     pub device: usize,
 }
 
+impl Settings {
+    /// The child's timing settings.
+    pub fn timing(&self) -> Timing {
+        Timing {
+            mode: self.mode,
+            warmup_ms: self.warmup_ms,
+            max_noise: self.max_noise,
+            min_samples: self.min_samples,
+            min_time_ms: self.min_time_ms,
+            max_samples: self.max_samples,
+            budget_ms: self.budget_ms,
+        }
+    }
+}
+
 /// One parameter point of a recipe, resolved.
 #[derive(Clone, Debug)]
 pub struct Point {
@@ -183,15 +198,7 @@ pub fn resolve(
             reference,
             args,
             tolerances,
-            timing: (!check_only).then_some(Timing {
-                mode: settings.mode,
-                warmup_ms: settings.warmup_ms,
-                max_noise: settings.max_noise,
-                min_samples: settings.min_samples,
-                min_time_ms: settings.min_time_ms,
-                max_samples: settings.max_samples,
-                budget_ms: settings.budget_ms,
-            }),
+            timing: (!check_only).then(|| settings.timing()),
             time_on_failure,
         };
         points.push(Point {

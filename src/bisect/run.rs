@@ -136,6 +136,26 @@ pub struct Step {
     pub samples: Vec<f64>,
 }
 
+impl Step {
+    /// A step not yet evaluated.
+    fn new(index: usize, commit: Oid, subject: String) -> Self {
+        Step {
+            index,
+            commit: commit.to_string(),
+            subject,
+            verdict: String::new(),
+            detail: None,
+            cached: false,
+            median: None,
+            ratio: None,
+            p: None,
+            attempts: 0,
+            ms: 0.0,
+            samples: Vec::new(),
+        }
+    }
+}
+
 /// Why a bisection stopped without a result.
 #[derive(Debug, thiserror::Error)]
 pub enum BisectError {
@@ -265,20 +285,7 @@ impl Ctx<'_> {
             source: e.into(),
         })?;
         let key = self.step_key(files.tree_id());
-        let mut step = Step {
-            index,
-            commit: oid.to_string(),
-            subject,
-            verdict: String::new(),
-            detail: None,
-            cached: false,
-            median: None,
-            ratio: None,
-            p: None,
-            attempts: 0,
-            ms: 0.0,
-            samples: Vec::new(),
-        };
+        let mut step = Step::new(index, oid, subject);
         if let Ok(Some(rec)) = self.store.get_record(STEPS, &key) {
             step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
             step.detail = rec["detail"].as_str().map(str::to_string);
@@ -1095,18 +1102,13 @@ pub fn bisect(
                 }
                 let s = match s {
                     Err(BisectError::Fatal { commit, source }) if plan.keep_going => Step {
-                        index: i,
-                        commit: commits[i].to_string(),
-                        subject: history::subject(repo, commits[i]).unwrap_or_default(),
                         verdict: "skip".into(),
                         detail: Some(format!("cannot evaluate {commit}: {source:#}")),
-                        cached: false,
-                        median: None,
-                        ratio: None,
-                        p: None,
-                        attempts: 0,
-                        ms: 0.0,
-                        samples: Vec::new(),
+                        ..Step::new(
+                            i,
+                            commits[i],
+                            history::subject(repo, commits[i]).unwrap_or_default(),
+                        )
                     },
                     other => other?,
                 };

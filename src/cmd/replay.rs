@@ -359,15 +359,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 args: serde_json::from_value(rec["args"].clone())
                     .context("failed to read the recorded arguments")?,
                 tolerances: Default::default(),
-                timing: Some(crate::gpurun::Timing {
-                    mode: settings.mode,
-                    warmup_ms: settings.warmup_ms,
-                    max_noise: settings.max_noise,
-                    min_samples: settings.min_samples,
-                    min_time_ms: settings.min_time_ms,
-                    max_samples: settings.max_samples,
-                    budget_ms: settings.budget_ms,
-                }),
+                timing: Some(settings.timing()),
                 time_on_failure: false,
             };
             let report = bench::run_child(&job, std::time::Duration::from_secs(300))
