@@ -307,13 +307,17 @@ pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
     ("ok", None)
 }
 
+/// The sections whose must-match fields a result is only comparable under: the machine and
+/// toolchain. The project's own must-match fields (the flake.lock digest) are covered by the
+/// commit and the build key instead.
+const COMPARABLE_SECTIONS: [&str; 3] = ["gpu.", "driver.", "toolchain."];
+
 /// The must-match part of a fingerprint: what results are only comparable under.
 pub fn must_match(fp: &Fingerprint) -> Value {
     let mut m = serde_json::Map::new();
-    for spec in SPECS
-        .iter()
-        .filter(|s| s.tier == Tier::Must && s.key.starts_with(['g', 'd', 't']))
-    {
+    for spec in SPECS.iter().filter(|s| {
+        s.tier == Tier::Must && COMPARABLE_SECTIONS.iter().any(|p| s.key.starts_with(p))
+    }) {
         let v: Vec<Value> = fp
             .lookup(spec.key)
             .into_iter()

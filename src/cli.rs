@@ -91,12 +91,19 @@ pub struct Globals {
     pub verbose: u8,
     /// `--store` / `REPRO_STORE`.
     pub store: Option<PathBuf>,
+    /// The project root, found on first use (git discovery opens the repository).
+    root: std::sync::OnceLock<PathBuf>,
 }
 
 impl Globals {
     /// The project root: the repository's working tree, or the current directory.
     pub fn project_root(&self) -> PathBuf {
-        crate::fingerprint::git::discover_root(&self.cwd).unwrap_or_else(|| self.cwd.clone())
+        self.root
+            .get_or_init(|| {
+                crate::fingerprint::git::discover_root(&self.cwd)
+                    .unwrap_or_else(|| self.cwd.clone())
+            })
+            .clone()
     }
 
     /// The store: `--store`, `REPRO_STORE`, or `.repro` at the project root.
@@ -149,6 +156,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         quiet: cli.quiet,
         verbose: cli.verbose,
         store: cli.store,
+        root: Default::default(),
     };
     match cli.command {
         Command::Env(args) => cmd::env::run(&globals, args),

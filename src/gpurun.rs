@@ -341,10 +341,7 @@ impl Drop for Buffers {
 
 fn nvml_clocks(device_uuid: Option<&str>) -> Option<(u32, u32)> {
     use nvml_wrapper::enum_wrappers::device::Clock;
-    let nvml = nvml_wrapper::Nvml::builder()
-        .lib_path("libnvidia-ml.so.1".as_ref())
-        .init()
-        .ok()?;
+    let nvml = crate::fingerprint::nvml::open().ok()?;
     let dev = match device_uuid {
         Some(u) => nvml.device_by_uuid(u).ok()?,
         None => nvml.device_by_index(0).ok()?,

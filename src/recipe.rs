@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -749,11 +749,6 @@ pub fn normalize(p: &str) -> Option<String> {
         }
     }
     Some(parts.join("/"))
-}
-
-/// The path of a recipe file for messages.
-pub fn display_path(root: &Path, rel: &str) -> PathBuf {
-    root.join(rel)
 }
 
 #[cfg(test)]

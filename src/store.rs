@@ -266,6 +266,41 @@ impl Store {
         v
     }
 
+    /// Scratch space for checkouts: `tmp/` in the store.
+    pub fn scratch(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// A fresh scratch directory `tmp/<purpose>-<pid>-*`, removed when dropped. One left by a
+    /// killed process is removed by [`Store::clean_stale_scratch`] and by `gc`.
+    pub fn scratch_dir(&self, purpose: &str) -> std::io::Result<tempfile::TempDir> {
+        std::fs::create_dir_all(self.scratch())?;
+        tempfile::Builder::new()
+            .prefix(&format!("{purpose}-{}-", std::process::id()))
+            .tempdir_in(self.scratch())
+    }
+
+    /// Scratch directories whose process is gone.
+    fn stale_scratch(&self) -> Vec<PathBuf> {
+        Self::files_in(&self.scratch())
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.split('-').nth(1))
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            })
+            .collect()
+    }
+
+    /// Removes scratch directories left by processes that were killed.
+    pub fn clean_stale_scratch(&self) {
+        for d in self.stale_scratch() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
     fn objects(&self) -> Vec<(String, PathBuf)> {
         let mut out = Vec::new();
         for sub in Self::files_in(&self.root.join("objects")) {
@@ -379,8 +414,13 @@ impl Store {
     pub fn gc(&self, keep_last: Option<usize>) -> Result<GcReport, StoreError> {
         let mut report = GcReport::default();
         let remove = |p: &Path, report: &mut GcReport| -> Result<(), StoreError> {
-            let len = p.metadata().map(|m| m.len()).unwrap_or(0);
-            std::fs::remove_file(p).map_err(|source| {
+            let len = tree_len(p);
+            let removed = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            removed.map_err(|source| {
                 StoreError::Write(WriteError::Io {
                     path: p.to_owned(),
                     source,
@@ -431,15 +471,20 @@ impl Store {
                 report.objects_removed += 1;
             }
         }
-        // Temporary files left by a process that was killed mid-write.
-        for dir in [
-            self.root.clone(),
-            self.root.join("builds"),
-            self.root.join("recipes"),
-        ]
-        .into_iter()
-        .chain(Self::files_in(&self.root.join("objects")))
-        {
+        // Temporary files and scratch checkouts left by a process that was killed: in the
+        // store's root, every record directory and every object shard.
+        for d in self.stale_scratch() {
+            remove(&d, &mut report)?;
+            report.temporaries_removed += 1;
+        }
+        let mut dirs = vec![self.root.clone()];
+        for d in Self::files_in(&self.root) {
+            if d.is_dir() && d != self.scratch() {
+                dirs.extend(Self::files_in(&d).into_iter().filter(|p| p.is_dir()));
+                dirs.push(d);
+            }
+        }
+        for dir in dirs {
             for f in Self::files_in(&dir) {
                 if f.file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
@@ -450,6 +495,15 @@ impl Store {
             }
         }
         Ok(report)
+    }
+}
+
+/// The bytes under a path (a file's length, or a directory's files summed; links not followed).
+fn tree_len(p: &Path) -> u64 {
+    match p.symlink_metadata() {
+        Ok(m) if m.is_dir() => Store::files_in(p).iter().map(|c| tree_len(c)).sum(),
+        Ok(m) => m.len(),
+        Err(_) => 0,
     }
 }
 
@@ -525,6 +579,34 @@ mod tests {
         let g = s.gc(None).unwrap();
         assert_eq!(g.objects_removed, 2);
         assert!(!s.blob_path(&orphan).exists());
+    }
+
+    #[test]
+    fn gc_removes_leftovers_everywhere_but_live_scratch() {
+        let (_d, s) = store();
+        s.put_record("results", "r1", &json!({})).unwrap();
+        let leftovers = [
+            s.root().join(".repro-tmp-a"),
+            s.root().join("results/.repro-tmp-b"),
+            s.root().join("bisect-samples/.repro-tmp-c"),
+        ];
+        for p in &leftovers {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"half").unwrap();
+        }
+        // A checkout of a process that is gone (pid beyond pid_max), and one of ours.
+        let dead = s.scratch().join("bisect-4194305-x");
+        std::fs::create_dir_all(dead.join("src")).unwrap();
+        std::fs::write(dead.join("src/a.cu"), b"kernel").unwrap();
+        let live = s.scratch_dir("bisect").unwrap();
+
+        let g = s.gc(None).unwrap();
+        assert_eq!(g.temporaries_removed, 4);
+        assert_eq!(g.bytes_freed, 3 * 4 + 6);
+        assert!(leftovers.iter().all(|p| !p.exists()));
+        assert!(!dead.exists());
+        assert!(live.path().exists());
+        assert!(s.get_record("results", "r1").unwrap().is_some());
     }
 
     #[test]

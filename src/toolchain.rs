@@ -152,20 +152,23 @@ fn library_in(dir: &Path) -> Option<PathBuf> {
     if preferred.is_file() {
         return Some(preferred);
     }
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
+    last_named(dir, "libnvrtc.so")
+}
+
+/// The last file (by name) in `dir` whose name starts with `prefix`, skipping NVIDIA's `.alt.`
+/// variants.
+fn last_named(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            let n = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            n.starts_with("libnvrtc.so") && !n.contains(".alt.")
+            p.file_name()
+                .map(|n| n.to_string_lossy())
+                .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
         })
-        .collect();
-    names.sort();
-    names.pop()
+        .max()
 }
 
 /// The NVRTC library in a directory, if there is one.
@@ -389,19 +392,7 @@ pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
 
 /// The builtins library beside an NVRTC library, if any.
 fn builtins_in(dir: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
-        })
-        .max()
+    last_named(dir, "libnvrtc-builtins.so")
 }
 
 /// Loads NVRTC for cudarc: the library repro chose is loaded first by absolute path, and

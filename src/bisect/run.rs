@@ -213,26 +213,8 @@ struct Ctx<'a> {
     repo: &'a Repository,
     store: Store,
     plan: &'a Plan,
-    tmp_root: PathBuf,
     baseline: Option<Vec<f64>>,
     baseline_tree: Option<Oid>,
-}
-
-/// Removes temporary checkouts left by bisections that were killed (their process is gone).
-pub fn clean_stale(store: &Store) {
-    let dir = store.root().join("tmp");
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix("bisect-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
 }
 
 impl Ctx<'_> {
@@ -340,15 +322,11 @@ impl Ctx<'_> {
         files: &CommitFiles,
         only: Option<&[String]>,
     ) -> Result<tempfile::TempDir, InputError> {
-        std::fs::create_dir_all(&self.tmp_root).map_err(|e| InputError::Read {
-            path: self.tmp_root.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("bisect-{}-", std::process::id()))
-            .tempdir_in(&self.tmp_root)
+        let dir = self
+            .store
+            .scratch_dir("bisect")
             .map_err(|e| InputError::Read {
-                path: self.tmp_root.display().to_string(),
+                path: self.store.scratch().display().to_string(),
                 reason: e.to_string(),
             })?;
         files.materialize(dir.path(), only)?;
@@ -816,7 +794,6 @@ fn evaluate_in_worker(
         repo: &repo,
         store: store.clone(),
         plan,
-        tmp_root: store.root().join("tmp"),
         baseline,
         baseline_tree,
     };
@@ -836,7 +813,6 @@ fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, oid: Oid) {
         repo: &repo,
         store: store.clone(),
         plan: &build_plan,
-        tmp_root: store.root().join("tmp"),
         baseline: None,
         baseline_tree: None,
     };
@@ -888,8 +864,7 @@ pub fn bisect(
     commits: &[Oid],
     progress: &mut dyn FnMut(&str),
 ) -> Result<Report, BisectError> {
-    clean_stale(&store);
-    let tmp_root = store.root().join("tmp");
+    store.clean_stale_scratch();
     let baseline_tree = match &plan.question {
         Question::Bench(_) => Some(
             CommitFiles::new(repo, commits[0])
@@ -905,7 +880,6 @@ pub fn bisect(
         repo,
         store,
         plan,
-        tmp_root,
         baseline: None,
         baseline_tree,
     };

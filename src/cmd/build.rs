@@ -66,7 +66,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     }
     let root = g.project_root();
     let cfg = g.config()?;
-    let recipes = load_recipes(g, &root, &a)?;
+    let recipes = load_recipes(&root, &a)?;
     let use_nix = (a.nix || cfg.nix.build) && !a.no_nix;
     let mut opts = Options {
         force: a.force,
@@ -88,7 +88,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     finish(g, outcomes)
 }
 
-fn load_recipes(g: &Globals, root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
+fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
     let names = if a.all {
         recipe::list(root)
     } else {
@@ -106,7 +106,6 @@ fn load_recipes(g: &Globals, root: &Path, a: &Args) -> anyhow::Result<Vec<recipe
         };
         return Err(UserError::usage("name a recipe to build").hint(hint).into());
     }
-    let _ = g;
     // Parse every recipe before building any, so a typo fails fast and builds nothing.
     Ok(names
         .iter()
@@ -141,16 +140,12 @@ fn build_all(
     for r in recipes {
         let o = build::build(root, &store, r, opts)
             .with_context(|| format!("failed to build recipe `{}`", r.name))?;
-        if !g.json && !opts_in_child(opts) {
+        if !g.json && opts.nix.is_none() {
             emit(&render(&o, g))?;
         }
         outcomes.push(o);
     }
     Ok(outcomes)
-}
-
-fn opts_in_child(opts: &Options) -> bool {
-    opts.nix.is_some()
 }
 
 fn finish(g: &Globals, outcomes: Vec<Outcome>) -> anyhow::Result<u8> {
@@ -255,7 +250,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
         let root = g.project_root();
         g.config()?;
-        let recipes = load_recipes(g, &root, a)?;
+        let recipes = load_recipes(&root, a)?;
         let opts = Options {
             force: a.force,
             explain: a.explain,

@@ -79,11 +79,6 @@ pub fn run(g: &Globals, args: Args) -> anyhow::Result<u8> {
     }
 }
 
-/// A path for messages: relative to the current directory when it is inside it.
-fn shown(g: &Globals, p: &Path) -> String {
-    p.strip_prefix(&g.cwd).unwrap_or(p).display().to_string()
-}
-
 fn resolve(g: &Globals, p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_owned()
@@ -107,9 +102,9 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
         let path = resolve(g, out);
         let text = serde_json::to_string_pretty(&json)? + "\n";
         fsutil::write_atomic(&path, text.as_bytes(), true)
-            .with_context(|| format!("failed to write fingerprint {}", shown(g, &path)))?;
+            .with_context(|| format!("failed to write fingerprint {}", g.shown(&path)))?;
         if !g.quiet && !g.json {
-            eprintln!("wrote {}", shown(g, &path));
+            eprintln!("wrote {}", g.shown(&path));
         }
     }
     if g.json {
@@ -274,7 +269,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     if g.json {
         emit_json(&json!({
             "schema": 1,
-            "lockfile": shown(g, &path),
+            "lockfile": g.shown(&path),
             "name": lock.name,
             "strict": a.strict,
             "passed": passed,
@@ -283,7 +278,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             "rows": report.rows,
         }))?;
     } else {
-        emit(&render_report(&shown(g, &path), &lock, &report, passed, g))?;
+        emit(&render_report(&g.shown(&path), &lock, &report, passed, g))?;
         if g.verbose > 0 {
             let probes: Vec<String> = fp
                 .probe_ms
@@ -407,12 +402,12 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     let lock = lockfile::from_fingerprint(&name, &fp);
     let text = lockfile::to_toml(&lock, &fp);
     fsutil::write_atomic(&path, text.as_bytes(), a.force)
-        .with_context(|| format!("failed to write lockfile {}", shown(g, &path)))?;
+        .with_context(|| format!("failed to write lockfile {}", g.shown(&path)))?;
     let count = |n: &str| lock.rules.iter().filter(|r| r.policy.name() == n).count();
     if g.json {
         emit_json(&json!({
             "schema": 1,
-            "lockfile": shown(g, &path),
+            "lockfile": g.shown(&path),
             "name": name,
             "policies": {
                 "exact": count("exact"), "one-of": count("one-of"),
@@ -422,7 +417,7 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     } else if !g.quiet {
         emit(&format!(
             "wrote {} ({} exact, {} one-of, {} warn, {} ignored); edit its policies to taste\n",
-            shown(g, &path),
+            g.shown(&path),
             count("exact"),
             count("one-of"),
             count("warn"),

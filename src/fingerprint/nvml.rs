@@ -10,14 +10,17 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use super::{Field, Fields};
 use crate::fields::{Probe, SPECS};
 
+/// Opens NVML by its versioned name: machines with only the driver have no unversioned symlink.
+pub fn open() -> Result<Nvml, nvml_wrapper::error::NvmlError> {
+    Nvml::builder()
+        .lib_path("libnvidia-ml.so.1".as_ref())
+        .init()
+}
+
 /// Probes every NVML device; keys are `nvml.<uuid>.<field>`, or `nvml` when unavailable.
 pub fn probe() -> Fields {
     let mut f = Fields::new();
-    // The versioned name: machines with only the driver have no unversioned symlink.
-    let nvml = match Nvml::builder()
-        .lib_path("libnvidia-ml.so.1".as_ref())
-        .init()
-    {
+    let nvml = match open() {
         Ok(n) => n,
         Err(e) => {
             let reason = match e {
