@@ -134,6 +134,19 @@ pub fn resolve(
         .run
         .as_ref()
         .ok_or("the recipe has no [run] section")?;
+    // Kernels are named as written in the source; a C++ kernel is launched by its mangled
+    // symbol, whatever its template arguments.
+    let symbols = std::fs::read(module)
+        .map(|b| crate::symbols::module_symbols(&b))
+        .unwrap_or_default();
+    let symbol = |mut l: LaunchSpec| -> Result<LaunchSpec, String> {
+        if !symbols.is_empty() {
+            l.kernel = crate::symbols::resolve(&l.kernel, &symbols)
+                .map_err(|e| e.to_string())?
+                .to_string();
+        }
+        Ok(l)
+    };
     let mut points = Vec::new();
     for params in crate::runspec::combinations(&sections.params) {
         let mut args = Vec::new();
@@ -177,7 +190,7 @@ pub fn resolve(
                         );
                     }
                 }
-                (Some(launch(&c.launch, &params, "check")?), tol)
+                (Some(symbol(launch(&c.launch, &params, "check")?)?), tol)
             }
             None => (None, BTreeMap::new()),
         };
@@ -194,7 +207,7 @@ pub fn resolve(
             schema: crate::gpurun::SCHEMA,
             device: settings.device,
             module: module.display().to_string(),
-            kernel: launch(&run.launch, &params, "run")?,
+            kernel: symbol(launch(&run.launch, &params, "run")?)?,
             reference,
             args,
             tolerances,

@@ -92,16 +92,26 @@ pub fn entries(
     let mut put = |path: String, bytes: Vec<u8>, exec: bool| {
         files.insert(path, (bytes, exec));
     };
-    // Sources: one tree per distinct commit.
-    let mut commits: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Sources: one tree per distinct commit, with the recipes its records were built with
+    // (the text a build record keeps, or else the commit's own recipe file).
+    let mut commits: BTreeMap<String, Vec<(String, Option<(String, String)>)>> = BTreeMap::new();
+    let recipe_of = |r: &serde_json::Value| {
+        let name = r["recipe"].as_str()?.to_string();
+        let text = r["recipe-text"].as_str().zip(r["recipe-path"].as_str());
+        Some((name, text.map(|(t, p)| (p.to_string(), t.to_string()))))
+    };
     for (id, r) in &contents.results {
         let c = r["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
             what: format!("result {}", keys::short(id)),
         })?;
+        let build_recipe = r["build-key"]
+            .as_str()
+            .and_then(|k| contents.builds.get(k))
+            .and_then(recipe_of);
         commits
             .entry(c.to_string())
             .or_default()
-            .extend(r["recipe"].as_str().map(str::to_string));
+            .extend(build_recipe.or_else(|| recipe_of(r)));
     }
     for (key, b) in &contents.builds {
         let c = b["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
@@ -110,7 +120,7 @@ pub fn entries(
         commits
             .entry(c.to_string())
             .or_default()
-            .extend(b["recipe"].as_str().map(str::to_string));
+            .extend(recipe_of(b));
     }
     for (commit, recipes) in &commits {
         let oid = Oid::from_str(commit).map_err(|_| BundleError::MissingCommit {
@@ -121,16 +131,41 @@ pub fn entries(
             commit: commit.clone(),
             what: "a record".into(),
         })?;
+        // Recipes held fixed from outside the history (a bisection's) travel as files at
+        // their paths, so that the bundle's tree rebuilds with them.
+        for (_, text) in recipes.iter() {
+            if let Some((path, text)) = text
+                && !tree.is_file_in_tree(path)
+                && crate::recipe::normalize(path).as_deref() == Some(path.as_str())
+            {
+                put(
+                    format!("source/{commit}/{path}"),
+                    text.clone().into_bytes(),
+                    false,
+                );
+            }
+        }
         let paths: Vec<String> = if inputs_only {
             let mut p = Vec::new();
-            for r in recipes {
+            for (name, text) in recipes {
+                let source = |reason: String| BundleError::Source {
+                    commit: commit.clone(),
+                    reason,
+                };
+                let (rel, own) = match text {
+                    Some((path, text)) => ((path.clone(), text.clone()), false),
+                    None => {
+                        let rel = format!("{}/{name}.toml", crate::recipe::DIR);
+                        let bytes = crate::build::inputs::FileSource::read(&tree, &rel)
+                            .map_err(|e| source(e.to_string()))?;
+                        ((rel, String::from_utf8_lossy(&bytes).into_owned()), true)
+                    }
+                };
+                let r = crate::recipe::parse_detached(&rel.0, &rel.1)
+                    .map_err(|e| source(e.to_string()))?;
                 p.extend(
-                    crate::bisect::run::recipe_paths(&tree, r).map_err(|(_, why)| {
-                        BundleError::Source {
-                            commit: commit.clone(),
-                            reason: why,
-                        }
-                    })?,
+                    crate::bisect::run::recipe_paths(&tree, &r, own, &mut |_| false)
+                        .map_err(|(_, why)| source(why))?,
                 );
             }
             // What a reader needs besides the recipe's inputs: the pinned environment.

@@ -34,5 +34,6 @@ pub mod runspec;
 pub mod spans;
 pub mod stats;
 pub mod store;
+pub mod symbols;
 pub mod toolchain;
 pub mod version;

@@ -63,6 +63,21 @@ impl Style {
     }
 }
 
+/// Text from elsewhere (commit subjects, compiler logs, records) made safe for a terminal:
+/// control characters other than tab are shown escaped, so they cannot move the cursor or
+/// change colours.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 /// A left-aligned text table. Cells may carry colour codes; widths are measured on the
 /// visible text, which callers pass separately.
 #[derive(Default)]

@@ -30,12 +30,18 @@ pub struct Recipe {
     pub name: String,
     /// The recipe file, relative to the project root.
     pub path: String,
+    /// The recipe's text as read: records keep it, so that a later replay uses this recipe
+    /// and not whatever file has its name by then.
+    pub text: String,
     /// What it is, for listings.
     pub description: Option<String>,
     /// How to build it.
     pub build: Build,
     /// How to run, check and measure it (`[params]`, `[run]`, `[check]`, `[work]`).
     pub sections: crate::runspec::Sections,
+    /// `[bisect] paths`: git pathspecs of files a bisection step writes out besides what
+    /// the build reads (a command build's helper scripts, data files).
+    pub bisect_paths: Vec<String>,
 }
 
 /// How a kernel is built.
@@ -266,6 +272,13 @@ struct RawRecipe {
     run: Option<Spanned<crate::runspec::RawRun>>,
     check: Option<Spanned<crate::runspec::RawCheck>>,
     work: Option<Spanned<crate::runspec::RawWork>>,
+    bisect: Option<Spanned<RawBisect>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawBisect {
+    paths: Spanned<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -326,6 +339,29 @@ pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
 
 /// Parses and validates recipe text found at `rel` (relative to `root`).
 pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> {
+    parse_in(
+        &|p: &str, file: bool| {
+            let full = root.join(p);
+            if file { full.is_file() } else { full.is_dir() }
+        },
+        rel,
+        text,
+    )
+}
+
+/// Parses and validates recipe text without looking at any tree: paths are checked for
+/// form only. A bisection reads its recipe once this way and applies it to every commit,
+/// where the paths are checked against that commit's tree.
+pub fn parse_detached(rel: &str, text: &str) -> Result<Recipe, RecipeError> {
+    parse_in(&|_, _| true, rel, text)
+}
+
+/// Parses recipe text, asking `exists(path, is_file)` whether its paths exist.
+fn parse_in(
+    exists: &dyn Fn(&str, bool) -> bool,
+    rel: &str,
+    text: &str,
+) -> Result<Recipe, RecipeError> {
     let invalid = |span: Option<Range<usize>>, message: String, hint: Option<&str>| {
         let (line, column) = crate::spans::locate(text, span);
         RecipeError::Invalid {
@@ -431,11 +467,13 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
             }
             let mut out = Vec::new();
             for e in list.get_ref() {
-                if !is_identifier(e.get_ref()) {
+                if !is_entry_name(e.get_ref()) {
                     return Err(invalid(
                         Some(e.span()),
                         format!("[build] `entries`: `{}` is not a kernel name", e.get_ref()),
-                        Some("entry points are C identifiers; declare kernels extern \"C\""),
+                        Some(
+                            "name kernels as written in the source: `my_kernel` or `ns::my_kernel` (C++ kernels match their mangled symbols whatever their template arguments)",
+                        ),
                     ));
                 }
                 out.push(e.get_ref().clone());
@@ -455,13 +493,7 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
                     Some("paths are relative to the project root and stay inside it"),
                 )
             })?;
-            let full = root.join(&norm);
-            let ok = if must_be_file {
-                full.is_file()
-            } else {
-                full.is_dir()
-            };
-            if !ok {
+            if !exists(&norm, must_be_file) {
                 let kind = if must_be_file { "file" } else { "directory" };
                 return Err(invalid(
                     Some(s.span()),
@@ -705,9 +737,28 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
         &entries,
     )
     .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    let mut bisect_paths = Vec::new();
+    if let Some(b) = raw.bisect {
+        for p in b.into_inner().paths.into_inner() {
+            let spec = p.get_ref();
+            if spec.trim().is_empty()
+                || spec.starts_with('/')
+                || git2::Pathspec::new([spec.as_str()]).is_err()
+            {
+                return Err(invalid(
+                    Some(p.span()),
+                    format!("[bisect] `paths`: `{spec}` is not a pathspec relative to the root"),
+                    Some("use git pathspecs such as \"kernels/\" or \"scripts/*.sh\""),
+                ));
+            }
+            bisect_paths.push(spec.clone());
+        }
+    }
     Ok(Recipe {
         name,
         path: rel.to_string(),
+        text: text.to_string(),
+        bisect_paths,
         description: raw.description,
         build,
         sections,
@@ -726,6 +777,12 @@ pub fn parse_target(t: &str) -> Option<bool> {
         && digits.chars().all(|c| c.is_ascii_digit())
         && rest.len() - digits.len() <= 1;
     ok.then_some(real)
+}
+
+/// A kernel name as written in the source: a C identifier, or a C++ qualified name
+/// (`ns::kernel`).
+fn is_entry_name(s: &str) -> bool {
+    s.split("::").all(is_identifier)
 }
 
 fn is_identifier(s: &str) -> bool {

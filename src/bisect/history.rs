@@ -9,6 +9,9 @@ use git2::{ObjectType, Oid, Repository, Sort, TreeWalkMode, TreeWalkResult};
 
 use crate::build::inputs::{FileSource, InputError};
 
+/// What every message about a blob that the object database lacks says.
+pub const MISSING_BLOB: &str = "is missing from the repository";
+
 /// Why history cannot be read as asked.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
@@ -197,87 +200,176 @@ impl<'r> CommitFiles<'r> {
         self.tree.id()
     }
 
-    /// Every file path in the tree (names only; no blob is read).
-    pub fn paths(&self) -> Vec<String> {
-        self.entries().into_iter().map(|(p, _, _)| p).collect()
+    /// The repository.
+    pub fn repo(&self) -> &'r Repository {
+        self.repo
     }
 
-    /// Every file in the tree with its blob id and mode, from one walk.
-    fn entries(&self) -> Vec<(String, Oid, i32)> {
+    /// Every file path in the tree (names only; no blob is read).
+    pub fn paths(&self) -> Vec<String> {
+        self.all_entries().into_iter().map(|e| e.path).collect()
+    }
+
+    /// Every file in the tree with its blob id and mode, from one walk (no blob is read).
+    pub fn all_entries(&self) -> Vec<Entry> {
         let mut out = Vec::new();
         let _ = self.tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
             if entry.kind() == Some(ObjectType::Blob) {
-                out.push((
-                    format!("{dir}{}", entry.name().unwrap_or_default()),
-                    entry.id(),
-                    entry.filemode(),
-                ));
+                out.push(Entry {
+                    path: format!("{dir}{}", entry.name().unwrap_or_default()),
+                    id: entry.id(),
+                    mode: entry.filemode(),
+                });
             }
             TreeWalkResult::Ok
         });
         out
     }
 
+    /// The entries of the given paths; a path that is not a file here is an error.
+    pub fn entries_of(&self, paths: &[String]) -> Result<Vec<Entry>, InputError> {
+        paths
+            .iter()
+            .map(|rel| {
+                self.tree
+                    .get_path(Path::new(rel))
+                    .ok()
+                    .filter(|e| e.kind() == Some(ObjectType::Blob))
+                    .map(|e| Entry {
+                        path: rel.clone(),
+                        id: e.id(),
+                        mode: e.filemode(),
+                    })
+                    .ok_or_else(|| InputError::Read {
+                        path: rel.clone(),
+                        reason: "not in this commit".into(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The files that a pathspec (git's rules) matches.
+    pub fn entries_matching(&self, spec: &git2::Pathspec) -> Vec<Entry> {
+        // Only subtrees the pathspec can reach are walked when it is a plain prefix list,
+        // but a tree walk is cheap next to writing files: filter the full listing.
+        self.all_entries()
+            .into_iter()
+            .filter(|e| spec.matches_path(Path::new(&e.path), git2::PathspecFlags::DEFAULT))
+            .collect()
+    }
+
     /// Writes the given files (all of them with `None`) under `dest`, keeping executable
     /// bits and symbolic links. A blob missing from the object database (a partial clone)
     /// is an error naming the path.
     pub fn materialize(&self, dest: &Path, only: Option<&[String]>) -> Result<usize, InputError> {
-        // The whole tree comes from one walk (ids and modes at hand); a short list is looked
-        // up path by path.
-        let entries: Vec<(String, Oid, i32)> = match only {
-            None => self.entries(),
-            Some(list) => list
-                .iter()
-                .map(|rel| {
-                    self.tree
-                        .get_path(Path::new(rel))
-                        .map(|e| (rel.clone(), e.id(), e.filemode()))
-                        .map_err(|_| InputError::Read {
-                            path: rel.clone(),
-                            reason: "not in this commit".into(),
-                        })
-                })
-                .collect::<Result<_, _>>()?,
+        let entries = match only {
+            None => self.all_entries(),
+            Some(list) => self.entries_of(list)?,
         };
-        let mut made_dirs = std::collections::HashSet::new();
-        let mut written = 0;
-        for (rel, id, mode) in entries {
-            let blob = self.repo.find_blob(id).map_err(|e| InputError::Read {
-                path: rel.clone(),
-                reason: format!(
-                    "its blob {} is missing from the repository ({})",
-                    short(id),
-                    e.message()
-                ),
-            })?;
-            let target = dest.join(&rel);
-            let io = |e: std::io::Error| InputError::Read {
-                path: rel.clone(),
-                reason: e.to_string(),
-            };
-            if let Some(parent) = target.parent()
-                && made_dirs.insert(parent.to_path_buf())
-            {
-                std::fs::create_dir_all(parent).map_err(io)?;
-            }
-            match mode {
-                0o120000 => {
-                    let link = String::from_utf8_lossy(blob.content()).into_owned();
-                    std::os::unix::fs::symlink(link, &target).map_err(io)?;
-                }
-                mode => {
-                    std::fs::write(&target, blob.content()).map_err(io)?;
-                    if mode == 0o100755 {
-                        use std::os::unix::fs::PermissionsExt;
-                        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
-                            .map_err(io)?;
-                    }
-                }
-            }
-            written += 1;
-        }
-        Ok(written)
+        super::checkout::write_sparse(self.repo, dest, &entries).map_err(|e| InputError::Read {
+            path: match &e {
+                super::checkout::CheckoutError::MissingBlob { path, .. }
+                | super::checkout::CheckoutError::Write { path, .. } => path.clone(),
+                super::checkout::CheckoutError::Fetch { remote, .. } => remote.clone(),
+            },
+            reason: e.to_string(),
+        })
     }
+}
+
+/// One file of a commit's tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Its path, relative to the root.
+    pub path: String,
+    /// Its blob.
+    pub id: Oid,
+    /// Its git file mode.
+    pub mode: i32,
+}
+
+/// One rename of a followed file: at `commit`, `old` became `new`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rename {
+    /// The commit that renamed it.
+    pub commit: Oid,
+    /// The name before.
+    pub old: String,
+    /// The name after.
+    pub new: String,
+}
+
+/// The renames of `path` in the history of `start`, newest first, found as `git log
+/// --follow` finds them (git's similarity detection). With `offline`, git is told not to
+/// fetch blobs lazily (a partial clone then finds exact renames only).
+pub fn follow_renames(
+    repo: &Repository,
+    start: Oid,
+    path: &str,
+    offline: bool,
+) -> Result<Vec<Rename>, crate::process::ProcessError> {
+    let mut cmd = crate::process::Cmd::new("git")
+        .arg("--git-dir")
+        .arg(repo.path())
+        .args([
+            "-c",
+            "maintenance.auto=false",
+            "log",
+            "--follow",
+            "-M",
+            "--name-status",
+            "--format=%x01%H",
+        ])
+        .arg(start.to_string())
+        .arg("--")
+        .arg(path)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .timeout(std::time::Duration::from_secs(600));
+    if offline {
+        cmd = cmd.env("GIT_NO_LAZY_FETCH", "1");
+    }
+    let out = cmd.run()?;
+    Ok(parse_follow(&out.stdout_str()))
+}
+
+/// Reads the renames out of `git log --follow --name-status --format=%x01%H`.
+fn parse_follow(text: &str) -> Vec<Rename> {
+    let mut out = Vec::new();
+    let mut commit = None;
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix('\u{1}') {
+            commit = Oid::from_str(h.trim()).ok();
+            continue;
+        }
+        let mut parts = line.split('\t');
+        let status = parts.next().unwrap_or_default();
+        if let (true, Some(old), Some(new), Some(c)) =
+            (status.starts_with('R'), parts.next(), parts.next(), commit)
+        {
+            out.push(Rename {
+                commit: c,
+                old: old.to_string(),
+                new: new.to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The name that a file called `path` in newer history had at `commit`, given the renames
+/// of `path` (newest first): every rename made after `commit` is undone.
+pub fn name_at(repo: &Repository, renames: &[Rename], path: &str, commit: Oid) -> String {
+    let mut name = path.to_string();
+    for r in renames {
+        if r.commit == commit || repo.graph_descendant_of(commit, r.commit).unwrap_or(false) {
+            // This rename is already in `commit`'s history, and so are the older ones.
+            break;
+        }
+        if r.new == name {
+            name = r.old.clone();
+        }
+    }
+    name
 }
 
 impl FileSource for CommitFiles<'_> {
@@ -299,12 +391,27 @@ impl FileSource for CommitFiles<'_> {
             .find_blob(entry.id())
             .map_err(|e| InputError::Read {
                 path: rel.to_string(),
-                reason: format!(
-                    "its blob {} is missing from the repository ({})",
-                    short(entry.id()),
-                    e.message()
-                ),
+                reason: format!("its blob {} {MISSING_BLOB} ({})", entry.id(), e.message()),
             })?;
         Ok(blob.content().to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renames_are_read_from_git_log_follow() {
+        let text = "\u{1}1111111111111111111111111111111111111111\n\nM\tk/new.cu\n\u{1}2222222222222222222222222222222222222222\n\nR092\told/a.cu\tk/new.cu\n\u{1}3333333333333333333333333333333333333333\n\nA\told/a.cu\n";
+        let r = parse_follow(text);
+        assert_eq!(
+            r,
+            [Rename {
+                commit: Oid::from_str("2222222222222222222222222222222222222222").unwrap(),
+                old: "old/a.cu".into(),
+                new: "k/new.cu".into()
+            }]
+        );
     }
 }

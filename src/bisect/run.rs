@@ -8,20 +8,22 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use git2::{Oid, Repository};
 use serde_json::{Value, json};
 
+use super::checkout::{CheckoutError, Fetcher, Worktree};
 use super::decide::{self, Decision, Direction};
-use super::history::{self, CommitFiles};
+use super::history::{self, CommitFiles, Entry, Rename};
 use super::search::{Answer, Next, Outcome, Search};
 use crate::bench::{self, Metric, Settings};
 use crate::build::inputs::{self, InputError};
 use crate::build::{self, BuildError, Options};
 use crate::keys;
 use crate::process::{Cmd, ProcessError};
-use crate::recipe;
+use crate::recipe::{self, Build, Recipe};
 use crate::store::Store;
 
 /// The store directory of step answers.
@@ -62,11 +64,38 @@ pub struct BenchQuestion {
     pub max_attempts: usize,
 }
 
+/// Where a bisection's recipe comes from.
+#[derive(Clone, Debug)]
+pub enum RecipeSource {
+    /// Read once (from the working tree, a file, or one commit) and applied to every commit.
+    Fixed(Box<Recipe>),
+    /// Each commit's own `recipes/NAME.toml` (for histories whose recipes evolved).
+    PerCommit(String),
+}
+
+impl RecipeSource {
+    /// What the step key and the records say of it: the fixed recipe's path and the
+    /// sha256 of its text, or the per-commit recipe's name.
+    fn key_json(&self) -> Value {
+        match self {
+            RecipeSource::Fixed(r) => {
+                json!({"path": r.path, "sha256": keys::sha256_hex(r.text.as_bytes())})
+            }
+            RecipeSource::PerCommit(name) => json!(name),
+        }
+    }
+}
+
 /// Everything a bisection needs.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The recipe (all questions but `Script`).
-    pub recipe: Option<String>,
+    /// The recipe (all questions but `Script` and command benches).
+    pub recipe: Option<RecipeSource>,
+    /// Script and command modes: only these paths (git pathspecs) are written into a
+    /// step's tree; empty means the whole tree.
+    pub paths: Vec<String>,
+    /// Never fetch missing blobs from a partial clone's promisor remote.
+    pub offline: bool,
     /// The question.
     pub question: Question,
     /// Build inside each commit's Nix dev shell.
@@ -118,6 +147,9 @@ pub struct Step {
     pub verdict: String,
     /// Why, for bad and skip.
     pub detail: Option<String>,
+    /// What the step had to do to test this commit (a moved source, fetched blobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Whether the answer came from the store.
     pub cached: bool,
     /// Bench: the median of the per-process medians.
@@ -145,6 +177,7 @@ impl Step {
             subject,
             verdict: String::new(),
             detail: None,
+            note: None,
             cached: false,
             median: None,
             ratio: None,
@@ -191,6 +224,34 @@ pub enum BisectError {
     /// The answers contradict each other.
     #[error("{0}")]
     Inconsistent(String),
+    /// The bisection was asked something that cannot be answered (a pathspec that
+    /// matches nothing at an end).
+    #[error("{message}")]
+    Input {
+        /// What is wrong, naming the thing.
+        message: String,
+        /// What to do.
+        hint: String,
+    },
+}
+
+/// What a bisection tells its caller as it goes.
+pub enum Event<'a> {
+    /// What it is doing now.
+    Status(&'a str),
+    /// A commit was evaluated.
+    Step(&'a Step),
+}
+
+/// State the workers of one bisection share: how blobs are fetched, the whole-tree
+/// checkouts kept from step to step (one per worker), and the renames of the recipe's
+/// source, found once.
+struct Shared {
+    fetcher: Fetcher,
+    worktrees: Vec<Mutex<Option<Worktree>>>,
+    renames: OnceLock<Vec<Rename>>,
+    /// The newest commit of the range: renames are followed back from there.
+    newest: git2::Oid,
 }
 
 /// The whole result.
@@ -215,9 +276,28 @@ struct Ctx<'a> {
     plan: &'a Plan,
     baseline: Option<Vec<f64>>,
     baseline_tree: Option<Oid>,
+    shared: &'a Shared,
+    /// Which of the shared worktrees this evaluation uses.
+    slot: usize,
+    events: &'a (dyn Fn(Event<'_>) + Sync),
 }
 
-impl Ctx<'_> {
+/// A step's files, written out: a fresh sparse directory, or a worker's worktree.
+enum StepDir<'a> {
+    Fresh(tempfile::TempDir),
+    Kept(std::sync::MutexGuard<'a, Option<Worktree>>),
+}
+
+impl StepDir<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            StepDir::Fresh(d) => d.path(),
+            StepDir::Kept(w) => w.as_ref().expect("a kept worktree exists").path(),
+        }
+    }
+}
+
+impl<'a> Ctx<'a> {
     fn question_json(&self) -> Value {
         let q = match &self.plan.question {
             Question::Build => json!({"mode": "build"}),
@@ -228,7 +308,12 @@ impl Ctx<'_> {
                 "command": b.command.as_ref().map(|(c, m)| json!([c, m.text()])), "settings": b.settings,
             }),
         };
-        json!({"schema": 1, "question": q, "recipe": self.plan.recipe, "nix": self.plan.nix})
+        let mut v = json!({"schema": 1, "question": q, "recipe": self.plan.recipe.as_ref().map(RecipeSource::key_json), "nix": self.plan.nix});
+        // Only present when given, so keys of whole-tree steps stay as they were.
+        if !self.plan.paths.is_empty() {
+            v["paths"] = json!(self.plan.paths);
+        }
+        v
     }
 
     fn step_key(&self, tree: Oid) -> String {
@@ -237,23 +322,168 @@ impl Ctx<'_> {
         )
     }
 
-    /// Which files a step needs: the recipe's inputs when they can be known from the
-    /// commit's tree, else (scripts, Nix, command benches) every file.
-    fn needed(&self, files: &CommitFiles) -> Result<Option<Vec<String>>, (Answer, String)> {
-        if self.plan.nix || matches!(self.plan.question, Question::Script(_)) {
-            return Ok(None);
-        }
-        if let Question::Bench(b) = &self.plan.question
-            && b.command.is_some()
-        {
-            return Ok(None);
-        }
-        let name = self
+    /// The recipe to apply at this commit, with a note when its source had to be found
+    /// under an earlier name. `Err` says why the commit cannot be tested with it.
+    fn recipe_at(
+        &self,
+        files: &CommitFiles,
+        oid: Oid,
+    ) -> Result<(Recipe, Option<String>), (Answer, String)> {
+        let fixed = match self
             .plan
             .recipe
-            .as_deref()
-            .expect("recipe questions have a recipe");
-        recipe_paths(files, name).map(Some)
+            .as_ref()
+            .expect("recipe questions have a recipe")
+        {
+            RecipeSource::Fixed(r) => (**r).clone(),
+            RecipeSource::PerCommit(name) => {
+                let rel = format!("{}/{name}.toml", recipe::DIR);
+                if !files.is_file_in_tree(&rel) {
+                    return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
+                }
+                let text = inputs::FileSource::read(files, &rel)
+                    .map_err(|e| (Answer::Skip, e.to_string()))?;
+                let r =
+                    recipe::parse_detached(&rel, &String::from_utf8_lossy(&text)).map_err(|e| {
+                        (
+                            Answer::Skip,
+                            format!("the recipe cannot be used at this commit: {e}"),
+                        )
+                    })?;
+                return Ok((r, None));
+            }
+        };
+        let mut r = fixed;
+        let (Build::Nvrtc(c) | Build::Nvcc(c)) = &mut r.build else {
+            return Ok((r, None));
+        };
+        if files.is_file_in_tree(&c.source) {
+            return Ok((r, None));
+        }
+        // The source moved: follow it back as `git log --follow` would.
+        let renames = self.shared.renames.get_or_init(|| {
+            let start = [self.shared.newest]
+                .into_iter()
+                .chain(self.repo.head().ok().and_then(|h| h.target()))
+                .find(|c2| {
+                    CommitFiles::new(self.repo, *c2).is_ok_and(|f| f.is_file_in_tree(&c.source))
+                })
+                .unwrap_or(self.shared.newest);
+            history::follow_renames(self.repo, start, &c.source, self.plan.offline)
+                .unwrap_or_default()
+        });
+        let here = history::name_at(self.repo, renames, &c.source, oid);
+        if here != c.source && files.is_file_in_tree(&here) {
+            let note = format!("source here: {here}");
+            c.source = here;
+            return Ok((r, Some(note)));
+        }
+        Err((
+            Answer::Skip,
+            format!(
+                "the recipe's source {} is not in this commit{}",
+                c.source,
+                if here != c.source {
+                    format!(" (nor its earlier name {here})")
+                } else {
+                    String::new()
+                }
+            ),
+        ))
+    }
+
+    /// The files a recipe reads at this commit ([`recipe_paths`]), fetching the blobs a
+    /// partial clone lacks as the include closure is discovered.
+    fn recipe_files(&self, files: &CommitFiles, r: &Recipe) -> Result<Vec<String>, StepFail> {
+        let own = matches!(self.plan.recipe, Some(RecipeSource::PerCommit(_)));
+        let can_fetch = self.shared.fetcher.remote.is_some() && !self.plan.offline;
+        let mut failed: Option<StepFail> = None;
+        let mut fetch = |path: &str| -> bool {
+            if !can_fetch || failed.is_some() {
+                return false;
+            }
+            let entries = match files.entries_of(&[path.to_string()]) {
+                Ok(e) => e,
+                Err(_) => return false,
+            };
+            match self.fetch(files, &entries) {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        };
+        let out = recipe_paths(files, r, own, &mut fetch);
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        out.map_err(|(a, why)| {
+            if why.contains(history::MISSING_BLOB) {
+                let how = if self.plan.offline {
+                    " (--offline: not fetched)"
+                } else if self.shared.fetcher.remote.is_none() {
+                    " (not a partial clone: there is no promisor remote to fetch it from)"
+                } else {
+                    ""
+                };
+                StepFail::Unavailable(format!("{why}{how}"))
+            } else {
+                StepFail::Answer(a, why)
+            }
+        })
+    }
+
+    /// Fetches the missing blobs of `entries` (a partial clone), saying so.
+    fn fetch(&self, files: &CommitFiles, entries: &[Entry]) -> Result<usize, StepFail> {
+        let events = self.events;
+        self.shared
+            .fetcher
+            .ensure(files.repo(), entries, &|m| events(Event::Status(m)))
+            .map_err(StepFail::from)
+    }
+
+    /// Writes out what a step needs: `Some(paths)` into a fresh directory, `None` (the
+    /// whole tree, or the `--paths` selection) into this worker's kept worktree.
+    fn checkout(
+        &self,
+        files: &CommitFiles,
+        only: Option<&[String]>,
+    ) -> Result<StepDir<'a>, StepFail> {
+        let io = |e: std::io::Error| {
+            StepFail::Fatal(anyhow::Error::new(e).context(format!(
+                "cannot create a scratch directory in {}",
+                self.store.scratch().display()
+            )))
+        };
+        let entries = match only {
+            Some(list) => files
+                .entries_of(list)
+                .map_err(|e| StepFail::Answer(Answer::Skip, e.to_string()))?,
+            None if self.plan.paths.is_empty() => files.all_entries(),
+            None => {
+                let spec = git2::Pathspec::new(self.plan.paths.iter())
+                    .map_err(|e| StepFail::Fatal(e.into()))?;
+                files.entries_matching(&spec)
+            }
+        };
+        self.fetch(files, &entries)?;
+        if only.is_some() {
+            let dir = self.store.scratch_dir("bisect").map_err(io)?;
+            super::checkout::write_sparse(files.repo(), dir.path(), &entries)?;
+            return Ok(StepDir::Fresh(dir));
+        }
+        let shared: &'a Shared = self.shared;
+        let mut guard = shared.worktrees[self.slot % shared.worktrees.len()]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(Worktree::new(
+                self.store.scratch_dir("bisect-tree").map_err(io)?,
+            ));
+        }
+        guard.as_mut().expect("just made").update(files, &entries)?;
+        Ok(StepDir::Kept(guard))
     }
 
     fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
@@ -271,6 +501,7 @@ impl Ctx<'_> {
         if let Ok(Some(rec)) = self.store.get_record(STEPS, &key) {
             step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
             step.detail = rec["detail"].as_str().map(str::to_string);
+            step.note = rec["note"].as_str().map(str::to_string);
             step.median = rec["median"].as_f64();
             step.p = rec["p"].as_f64();
             step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
@@ -294,9 +525,25 @@ impl Ctx<'_> {
             {
                 self.baseline = Some(step.samples.clone());
             }
+            (self.events)(Event::Step(&step));
             return Ok(step);
         }
-        let (answer, detail) = self.evaluate_fresh(&files, oid, &mut step)?;
+        let mut keep = true;
+        let (answer, detail) = match self.evaluate_fresh(&files, oid, &mut step) {
+            Ok(a) => a,
+            Err(StepFail::Answer(a, why)) => (a, Some(why)),
+            Err(StepFail::Unavailable(why)) => {
+                keep = false;
+                (Answer::Skip, Some(why))
+            }
+            Err(StepFail::Fatal(source)) => {
+                return Err(BisectError::Fatal {
+                    commit: history::short(oid),
+                    source,
+                });
+            }
+            Err(StepFail::Abort(e)) => return Err(e),
+        };
         step.verdict = match answer {
             Answer::Good => "good",
             Answer::Bad => "bad",
@@ -305,32 +552,23 @@ impl Ctx<'_> {
         .into();
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
-        let rec = json!({"schema": 1, "key": key, "commit": step.commit, "verdict": step.verdict, "detail": step.detail,
-            "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
-            "question": self.question_json()});
-        self.store
-            .put_record(STEPS, &key, &rec)
-            .map_err(|e| BisectError::Fatal {
-                commit: history::short(oid),
-                source: e.into(),
-            })?;
+        let recipe_text = match &self.plan.recipe {
+            Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
+            _ => None,
+        };
+        let rec = json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
+            "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
+            "question": self.question_json(), "recipe-text": recipe_text});
+        if keep {
+            self.store
+                .put_record(STEPS, &key, &rec)
+                .map_err(|e| BisectError::Fatal {
+                    commit: history::short(oid),
+                    source: e.into(),
+                })?;
+        }
+        (self.events)(Event::Step(&step));
         Ok(step)
-    }
-
-    fn checkout(
-        &self,
-        files: &CommitFiles,
-        only: Option<&[String]>,
-    ) -> Result<tempfile::TempDir, InputError> {
-        let dir = self
-            .store
-            .scratch_dir("bisect")
-            .map_err(|e| InputError::Read {
-                path: self.store.scratch().display().to_string(),
-                reason: e.to_string(),
-            })?;
-        files.materialize(dir.path(), only)?;
-        Ok(dir)
     }
 
     fn evaluate_fresh(
@@ -338,26 +576,10 @@ impl Ctx<'_> {
         files: &CommitFiles,
         oid: Oid,
         step: &mut Step,
-    ) -> Result<(Answer, Option<String>), BisectError> {
-        let fatal = |e: anyhow::Error| BisectError::Fatal {
-            commit: history::short(oid),
-            source: e,
-        };
-        let needed = match self.needed(files) {
-            Ok(n) => n,
-            Err((a, why)) => return Ok((a, Some(why))),
-        };
-        let dir = match self.checkout(files, needed.as_deref()) {
-            Ok(d) => d,
-            Err(e) => {
-                return Ok((
-                    Answer::Skip,
-                    Some(format!("cannot materialise the commit: {e}")),
-                ));
-            }
-        };
-        let root = dir.path();
+    ) -> Result<(Answer, Option<String>), StepFail> {
         if let Question::Script(script) = &self.plan.question {
+            let dir = self.checkout(files, None)?;
+            let root = dir.path();
             return match Cmd::new("sh")
                 .arg("-c")
                 .arg(script)
@@ -371,10 +593,10 @@ impl Ctx<'_> {
                     Some(c) if (1..=127).contains(&c) => {
                         Ok((Answer::Bad, Some(format!("the script exited {c}"))))
                     }
-                    _ => Err(BisectError::Aborted {
+                    _ => Err(StepFail::Abort(BisectError::Aborted {
                         commit: history::short(oid),
                         detail: crate::process::describe_status(o.status),
-                    }),
+                    })),
                 },
                 Err(ProcessError::Timeout { .. }) => Ok((
                     Answer::Bad,
@@ -383,7 +605,7 @@ impl Ctx<'_> {
                         humantime::format_duration(self.plan.timeout)
                     )),
                 )),
-                Err(e) => Err(fatal(e.into())),
+                Err(e) => Err(StepFail::Fatal(e.into())),
             };
         }
         if let Question::Bench(b) = &self.plan.question
@@ -391,12 +613,15 @@ impl Ctx<'_> {
         {
             let b = b.clone();
             let (cmd, metric) = (cmd.clone(), metric.clone());
+            let timeout = self.plan.timeout;
+            let dir = self.checkout(files, None)?;
+            let root = dir.path().to_path_buf();
             return self.judge(
                 step,
                 |n| {
                     let mut v = Vec::new();
                     for _ in 0..n {
-                        match bench::run_command_once(root, &cmd, &metric, self.plan.timeout) {
+                        match bench::run_command_once(&root, &cmd, &metric, timeout) {
                             bench::CommandRun::Sample(x) => v.push(x),
                             bench::CommandRun::Failed(w) => {
                                 return Err(format!("the bench command failed: {w}"));
@@ -411,25 +636,31 @@ impl Ctx<'_> {
                 &b,
             );
         }
-        // Recipe questions: build first.
-        let name = self
-            .plan
-            .recipe
-            .clone()
-            .expect("recipe questions have a recipe");
+        // Recipe questions: the recipe as it applies here, then its files, then the build.
+        let (mut r, note) = self
+            .recipe_at(files, oid)
+            .map_err(|(a, why)| StepFail::Answer(a, why))?;
+        step.note = note;
         if self.plan.nix {
-            return Ok(self.build_in_nix(root, &name));
-        }
-        let mut r = match recipe::load(root, &name) {
-            Ok(r) => r,
-            Err(e) => {
-                return Ok((
-                    Answer::Skip,
-                    Some(format!("the recipe cannot be used at this commit: {e}")),
-                ));
+            let dir = self.checkout(files, None)?;
+            // The recipe applied is the fixed one, whatever the commit has under its name.
+            if matches!(self.plan.recipe, Some(RecipeSource::Fixed(_))) {
+                let at = dir.path().join(&r.path);
+                if let Some(parent) = at.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| StepFail::Fatal(e.into()))?;
+                }
+                std::fs::write(&at, &r.text).map_err(|e| StepFail::Fatal(e.into()))?;
             }
+            return Ok(self.build_in_nix(dir.path(), &r.path));
+        }
+        let needed = self.recipe_files(files, &r)?;
+        let dir = self.checkout(files, Some(&needed))?;
+        let root = dir.path();
+        let opts = Options {
+            commit: Some(oid.to_string()),
+            ..Options::default()
         };
-        let built = match build::build(root, &self.store, &r, &Options::default()) {
+        let built = match build::build(root, &self.store, &r, &opts) {
             Ok(b) => b,
             Err(BuildError::Inputs { source, .. }) => {
                 return Ok((Answer::Bad, Some(source.to_string())));
@@ -437,7 +668,7 @@ impl Ctx<'_> {
             Err(BuildError::Recipe { source }) => {
                 return Ok((Answer::Skip, Some(source.to_string())));
             }
-            Err(e) => return Err(fatal(e.into())),
+            Err(e) => return Err(StepFail::Fatal(e.into())),
         };
         let build_failed = built.status != "ok";
         let first_error = built
@@ -481,7 +712,7 @@ impl Ctx<'_> {
                 };
                 for p in points {
                     let report = bench::run_child(&p.job, self.plan.timeout)
-                        .map_err(|e| fatal(anyhow::anyhow!(e)))?;
+                        .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
                     let (v, d) = bench::verdict(&report);
                     if v != "ok" {
                         return Ok((
@@ -519,7 +750,7 @@ impl Ctx<'_> {
                 let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
                     Ok(p) if p.len() == 1 => p,
                     Ok(p) => {
-                        return Err(fatal(anyhow::anyhow!(
+                        return Err(StepFail::Fatal(anyhow::anyhow!(
                             "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
                             p.len()
                         )));
@@ -582,7 +813,7 @@ impl Ctx<'_> {
         step: &mut Step,
         mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
         b: &BenchQuestion,
-    ) -> Result<(Answer, Option<String>), BisectError> {
+    ) -> Result<(Answer, Option<String>), StepFail> {
         let mut samples = match measure(b.first_attempts) {
             Ok(s) => s,
             Err(e) => return Ok((Answer::Bad, Some(e))),
@@ -674,69 +905,85 @@ impl Ctx<'_> {
     }
 }
 
-/// The files a recipe reads at a commit, read from the commit's tree: the recipe, repro.toml,
-/// and the include closure (or the command's input globs). `Err` says whether the commit is
-/// untestable (skip) or its build is broken (bad), and why.
-pub fn recipe_paths(files: &CommitFiles, name: &str) -> Result<Vec<String>, (Answer, String)> {
-    let rel = format!("{}/{name}.toml", recipe::DIR);
-    if !files.is_file_in_tree(&rel) {
-        return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
+/// Why a step could not give an answer of its own.
+enum StepFail {
+    /// The commit gets this answer, for this reason (an untestable commit is a skip).
+    Answer(Answer, String),
+    /// The commit cannot be tested here and now (a blob this clone lacks): a skip that is
+    /// not stored, since another clone, or this one after a fetch, can test it.
+    Unavailable(String),
+    /// Something that stops every step (no compiler, a broken store, a full disk).
+    Fatal(anyhow::Error),
+    /// The bisection must stop (the script's abort).
+    Abort(BisectError),
+}
+
+impl From<CheckoutError> for StepFail {
+    fn from(e: CheckoutError) -> Self {
+        if e.is_untestable() {
+            StepFail::Unavailable(format!("cannot materialise the commit: {e}"))
+        } else {
+            StepFail::Fatal(e.into())
+        }
     }
-    let text = inputs::FileSource::read(files, &rel).map_err(|e| (Answer::Skip, e.to_string()))?;
-    let table: toml::Table = toml::from_str(&String::from_utf8_lossy(&text)).map_err(|e| {
-        (
-            Answer::Skip,
-            format!("{rel} is not valid TOML at this commit: {}", e.message()),
-        )
-    })?;
-    let build = table
-        .get("build")
-        .and_then(|b| b.as_table())
-        .ok_or_else(|| (Answer::Skip, format!("{rel} has no [build] at this commit")))?;
-    let strings = |k: &str| -> Vec<String> {
-        build
-            .get(k)
-            .and_then(|v| v.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut need = vec![rel.clone()];
+}
+
+/// The files a recipe reads at a commit, from the commit's tree: repro.toml, the include
+/// closure (or the command's input globs), the recipe's `[bisect] paths`, and with
+/// `own_recipe` the recipe file itself. `fetch(path)` may bring a missing blob in (a partial
+/// clone) and says whether it did, so the closure is read again. `Err` says whether the
+/// commit is untestable (skip) or its build is broken (bad), and why.
+pub fn recipe_paths(
+    files: &CommitFiles,
+    r: &Recipe,
+    own_recipe: bool,
+    fetch: &mut dyn FnMut(&str) -> bool,
+) -> Result<Vec<String>, (Answer, String)> {
+    let mut need: Vec<String> = Vec::new();
+    if own_recipe {
+        need.push(r.path.clone());
+    }
     if files.is_file_in_tree(crate::config::FILE) {
         need.push(crate::config::FILE.to_string());
     }
-    match build.get("kind").and_then(|k| k.as_str()) {
-        Some("nvrtc") | Some("nvcc") => {
-            let source = build
-                .get("source")
-                .and_then(|s| s.as_str())
-                .and_then(recipe::normalize)
-                .ok_or_else(|| {
-                    (
-                        Answer::Skip,
-                        format!("{rel} names no source at this commit"),
-                    )
-                })?;
-            let dirs: Vec<String> = strings("include-dirs")
-                .iter()
-                .filter_map(|d| recipe::normalize(d))
-                .collect();
-            match inputs::include_closure_in(files, &source, &dirs) {
-                Ok(c) => need.extend(c.files.into_keys()),
-                // A missing object is untestable; a missing or cyclic include is a broken build.
-                Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
-                Err(e) => return Err((Answer::Bad, e.to_string())),
+    match &r.build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => {
+            if !files.is_file_in_tree(&c.source) {
+                return Err((
+                    Answer::Skip,
+                    format!("the recipe's source {} is not in this commit", c.source),
+                ));
             }
-            // Directories must exist for the recipe to validate.
-            for d in dirs {
-                need.extend(files.paths_under(&d).into_iter().take(1));
+            loop {
+                match inputs::include_closure_in(files, &c.source, &c.include_dirs) {
+                    Ok(closure) => {
+                        need.extend(closure.files.into_keys());
+                        break;
+                    }
+                    Err(InputError::Read { path, .. })
+                        if files.is_file_in_tree(&path) && fetch(&path) => {}
+                    // A blob that cannot be read makes the commit untestable.
+                    Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
+                    // A missing or cyclic include is a broken build.
+                    Err(e) => return Err((Answer::Bad, e.to_string())),
+                }
+            }
+            // Include directories must exist for the build to use them.
+            for d in &c.include_dirs {
+                match files.paths_under(d).into_iter().next() {
+                    Some(p) => need.push(p),
+                    None => {
+                        return Err((
+                            Answer::Skip,
+                            format!("include directory {d} does not exist at this commit"),
+                        ));
+                    }
+                }
             }
         }
-        Some("command") => {
-            let globs: Vec<globset::GlobMatcher> = strings("inputs")
+        Build::Command(cb) => {
+            let globs: Vec<globset::GlobMatcher> = cb
+                .inputs
                 .iter()
                 .filter_map(|g| {
                     globset::GlobBuilder::new(g)
@@ -753,7 +1000,15 @@ pub fn recipe_paths(files: &CommitFiles, name: &str) -> Result<Vec<String>, (Ans
                     .filter(|p| globs.iter().any(|g| g.is_match(p))),
             );
         }
-        _ => {}
+    }
+    if !r.bisect_paths.is_empty() {
+        let spec = git2::Pathspec::new(r.bisect_paths.iter()).map_err(|e| {
+            (
+                Answer::Skip,
+                format!("{}: [bisect] paths: {}", r.path, e.message()),
+            )
+        })?;
+        need.extend(files.entries_matching(&spec).into_iter().map(|e| e.path));
     }
     need.sort();
     need.dedup();
@@ -777,10 +1032,17 @@ impl CommitFiles<'_> {
 
 /// Evaluates one commit in a thread of its own (git2 repositories are not shared across
 /// threads, so each worker opens its own).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one worker's whole context, passed by value into its thread"
+)]
 fn evaluate_in_worker(
     repo_path: &Path,
     store: &Store,
     plan: &Plan,
+    shared: &Shared,
+    events: &(dyn Fn(Event<'_>) + Sync),
+    slot: usize,
     baseline: Option<Vec<f64>>,
     baseline_tree: Option<Oid>,
     index: usize,
@@ -796,6 +1058,9 @@ fn evaluate_in_worker(
         plan,
         baseline,
         baseline_tree,
+        shared,
+        slot,
+        events,
     };
     ctx.evaluate(index, oid)
 }
@@ -803,33 +1068,84 @@ fn evaluate_in_worker(
 /// Builds a commit's recipe into the store, ahead of its evaluation (the speculative builds
 /// of both possible next midpoints while the current one is measured). Failures are ignored:
 /// the real evaluation will meet and report them.
-fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, oid: Oid) {
+fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, shared: &Shared, oid: Oid) {
+    if plan.nix || plan.recipe.is_none() {
+        return;
+    }
     let Ok(repo) = Repository::open(repo_path) else {
         return;
     };
     let mut build_plan = plan.clone();
     build_plan.question = Question::Build;
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         repo: &repo,
         store: store.clone(),
         plan: &build_plan,
         baseline: None,
         baseline_tree: None,
+        shared,
+        slot: 0,
+        events: &|_| {},
     };
     let Ok(files) = CommitFiles::new(&repo, oid) else {
         return;
     };
-    let Ok(needed) = ctx.needed(&files) else {
-        return;
+    let mut scratch = Step::new(0, oid, String::new());
+    // Build questions only ever write sparse trees, so the shared worktrees stay untouched.
+    let _ = ctx.evaluate_fresh(&files, oid, &mut scratch);
+}
+
+/// Checks `--paths` against both ends before any step runs: a pathspec that cannot be
+/// parsed, one that selects no file at an end, or an element that matches nothing at
+/// either end (a typo) is an error naming it.
+fn check_paths(repo: &Repository, paths: &[String], commits: &[Oid]) -> Result<(), BisectError> {
+    let hint = "pathspecs follow git's rules, relative to the repository root: `kernels/`, `src/*.cu`, `:(exclude)data/`".to_string();
+    let bad = |message: String| BisectError::Input {
+        message,
+        hint: hint.clone(),
     };
-    let Ok(dir) = ctx.checkout(&files, needed.as_deref()) else {
-        return;
-    };
-    if let (Some(name), false) = (plan.recipe.as_deref(), plan.nix)
-        && let Ok(r) = recipe::load(dir.path(), name)
-    {
-        let _ = build::build(dir.path(), store, &r, &Options::default());
+    let spec =
+        git2::Pathspec::new(paths.iter()).map_err(|e| bad(format!("--paths: {}", e.message())))?;
+    let ends = [commits[0], *commits.last().expect("two ends")];
+    let mut used = vec![false; paths.len()];
+    for end in ends {
+        let files = CommitFiles::new(repo, end).map_err(|e| BisectError::Fatal {
+            commit: history::short(end),
+            source: e.into(),
+        })?;
+        let entries = files.all_entries();
+        if !entries
+            .iter()
+            .any(|e| spec.matches_path(Path::new(&e.path), git2::PathspecFlags::DEFAULT))
+        {
+            return Err(bad(format!(
+                "--paths {} matches no file at commit {}",
+                paths.join(" "),
+                history::short(end)
+            )));
+        }
+        for (i, p) in paths.iter().enumerate() {
+            if used[i] || p.starts_with(":(exclude)") || p.starts_with(":!") || p.starts_with(":^")
+            {
+                used[i] = true;
+                continue;
+            }
+            let one = git2::Pathspec::new([p.as_str()])
+                .map_err(|e| bad(format!("--paths `{p}`: {}", e.message())))?;
+            used[i] = entries
+                .iter()
+                .any(|e| one.matches_path(Path::new(&e.path), git2::PathspecFlags::DEFAULT));
+        }
     }
+    if let Some(i) = used.iter().position(|u| !u) {
+        return Err(bad(format!(
+            "--paths `{}` matches no file at either end ({} or {})",
+            paths[i],
+            history::short(ends[0]),
+            history::short(ends[1])
+        )));
+    }
+    Ok(())
 }
 
 /// Chooses up to `k` commits strictly inside the bracket that split it evenly, skipping
@@ -862,9 +1178,19 @@ pub fn bisect(
     store: Store,
     plan: &Plan,
     commits: &[Oid],
-    progress: &mut dyn FnMut(&str),
+    events: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<Report, BisectError> {
     store.clean_stale_scratch();
+    let progress = |m: &str| events(Event::Status(m));
+    if !plan.paths.is_empty() {
+        check_paths(repo, &plan.paths, commits)?;
+    }
+    let shared = Shared {
+        fetcher: Fetcher::new(repo, plan.offline),
+        worktrees: (0..plan.width()).map(|_| Mutex::new(None)).collect(),
+        renames: OnceLock::new(),
+        newest: *commits.last().expect("a range has two ends"),
+    };
     let baseline_tree = match &plan.question {
         Question::Bench(_) => Some(
             CommitFiles::new(repo, commits[0])
@@ -882,6 +1208,9 @@ pub fn bisect(
         plan,
         baseline: None,
         baseline_tree,
+        shared: &shared,
+        slot: 0,
+        events,
     };
     let n = commits.len();
     // In search terms the older end answers Good and the newer Bad; --find fixed flips the
@@ -1008,11 +1337,15 @@ pub fn bisect(
                                     commits[p],
                                     repo_path.clone(),
                                 );
+                                let shared = &shared;
                                 scope.spawn(move || {
                                     evaluate_in_worker(
                                         &path,
                                         &store,
                                         &worker_plan,
+                                        shared,
+                                        events,
+                                        slot,
                                         baseline,
                                         tree,
                                         p,
@@ -1047,33 +1380,19 @@ pub fn bisect(
                     search.steps_left()
                 ));
                 // While this commit is measured (GPU work), build both possible next midpoints.
-                let speculative: Vec<std::thread::JoinHandle<()>> =
-                    if matches!(plan.question, Question::Bench(_) | Question::Check)
-                        && plan.recipe.is_some()
-                    {
+                let speculate = matches!(plan.question, Question::Bench(_) | Question::Check)
+                    && plan.recipe.is_some();
+                let s = std::thread::scope(|scope| {
+                    if speculate {
                         let (if_good, if_bad) = search.speculate();
-                        [if_good, if_bad]
-                            .into_iter()
-                            .flatten()
-                            .map(|j| {
-                                let (store, plan, oid, path) = (
-                                    ctx.store.clone(),
-                                    plan.clone(),
-                                    commits[j],
-                                    repo_path.clone(),
-                                );
-                                std::thread::spawn(move || {
-                                    prefetch_build(&path, &store, &plan, oid)
-                                })
-                            })
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                let s = ctx.evaluate(i, commits[i]);
-                for h in speculative {
-                    let _ = h.join();
-                }
+                        for j in [if_good, if_bad].into_iter().flatten() {
+                            let (store, oid, path, shared) =
+                                (ctx.store.clone(), commits[j], repo_path.clone(), &shared);
+                            scope.spawn(move || prefetch_build(&path, &store, plan, shared, oid));
+                        }
+                    }
+                    ctx.evaluate(i, commits[i])
+                });
                 let s = match s {
                     Err(BisectError::Fatal { commit, source }) if plan.keep_going => Step {
                         verdict: "skip".into(),

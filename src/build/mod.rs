@@ -37,6 +37,9 @@ pub struct Options {
     pub nix: Option<crate::nix::ShellInfo>,
     /// Why a `--nix` build fell back to the host (no flake at this commit), for the record.
     pub nix_fallback: Option<String>,
+    /// The commit whose files are being built, when the root is not that commit's checkout
+    /// (a bisection's scratch tree); otherwise the root's HEAD is recorded.
+    pub commit: Option<String>,
 }
 
 /// One stored output.
@@ -203,39 +206,26 @@ pub fn key_inputs(
     v
 }
 
-/// The entry points named in PTX (`.entry NAME(`).
-pub fn ptx_entries(ptx: &str) -> Vec<String> {
-    ptx.lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(".entry ")? + ".entry ".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
-                .collect();
-            (!name.is_empty()).then_some(name)
-        })
-        .collect()
-}
-
-/// Which of `entries` the artifacts do not contain: PTX is parsed; binaries are searched
-/// for the symbol's NUL-terminated name (as it appears in an ELF string table).
+/// Which of `entries` the artifacts do not contain. Entries are names as written in the
+/// source; a C++ kernel matches its mangled symbol (see [`crate::symbols`]). PTX is parsed;
+/// binaries are searched for names in their string tables.
 pub fn missing_entries(entries: &[String], outputs: &[(String, Vec<u8>)]) -> Vec<String> {
     let ptx: Vec<String> = outputs
         .iter()
         .filter(|(k, _)| k == "ptx" || k.ends_with(".ptx"))
-        .flat_map(|(_, b)| ptx_entries(&String::from_utf8_lossy(b)))
+        .flat_map(|(_, b)| crate::symbols::ptx_entries(&String::from_utf8_lossy(b)))
         .collect();
+    let symbols = if ptx.is_empty() {
+        outputs
+            .iter()
+            .flat_map(|(_, b)| crate::symbols::binary_symbols(b))
+            .collect()
+    } else {
+        ptx
+    };
     entries
         .iter()
-        .filter(|e| {
-            if !ptx.is_empty() {
-                return !ptx.contains(e);
-            }
-            let needle: Vec<u8> = [&[0u8][..], e.as_bytes(), &[0u8][..]].concat();
-            !outputs
-                .iter()
-                .any(|(_, b)| b.windows(needle.len()).any(|w| w == needle.as_slice()))
-        })
+        .filter(|e| crate::symbols::resolve(e, &symbols).is_err())
         .cloned()
         .collect()
 }
@@ -440,9 +430,9 @@ pub fn build(
         if missing.is_empty() {
             Ok((outputs, log))
         } else {
-            let found: Vec<String> = outputs.iter().filter(|(k, _)| k == "ptx").flat_map(|(_, b)| ptx_entries(&String::from_utf8_lossy(b))).collect();
+            let found: Vec<String> = outputs.iter().filter(|(k, _)| k == "ptx").flat_map(|(_, b)| crate::symbols::ptx_entries(&String::from_utf8_lossy(b))).collect();
             Err(format!(
-                "{log}\nthe artifact has no entry point {} (it has: {}); declare kernels extern \"C\" or fix `entries`",
+                "{log}\nthe artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
                 missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
                 if found.is_empty() { "none found".to_string() } else { found.join(", ") }
             )
@@ -475,6 +465,7 @@ pub fn build(
         "key": key,
         "recipe": recipe.name,
         "recipe-path": recipe.path,
+        "recipe-text": recipe.text,
         "status": status,
         "inputs": key_in,
         "outputs": out_json,
@@ -482,7 +473,7 @@ pub fn build(
         "duration-ms": duration_ms,
         "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
         "repro-version": env!("CARGO_PKG_VERSION"),
-        "commit": crate::fingerprint::git::head_commit(root),
+        "commit": opts.commit.clone().or_else(|| crate::fingerprint::git::head_commit(root)),
         "environment": match (&opts.nix, &opts.nix_fallback) {
             (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
             (None, Some(why)) => json!({"kind": "host", "warning": why}),
@@ -511,7 +502,7 @@ mod tests {
     #[test]
     fn entries_from_ptx_and_binaries() {
         let ptx = ".visible .entry vector_add(\n\t.param .u64 a\n)\n.entry other_k (\n";
-        assert_eq!(ptx_entries(ptx), ["vector_add", "other_k"]);
+        assert_eq!(crate::symbols::ptx_entries(ptx), ["vector_add", "other_k"]);
         let outs = vec![("ptx".to_string(), ptx.as_bytes().to_vec())];
         assert_eq!(
             missing_entries(&["vector_add".into(), "nope".into()], &outs),

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::bench::{Metric, Settings};
 use crate::bisect::decide::Direction;
 use crate::bisect::history::{self, HistoryError};
-use crate::bisect::run::{self, BenchQuestion, BisectError, Plan, Question};
+use crate::bisect::run::{self, BenchQuestion, BisectError, Plan, Question, RecipeSource};
 use crate::bisect::search::Outcome;
 use crate::cli::{Globals, emit, emit_json};
 use crate::cmd::bench::{fmt_value, parse_fraction};
@@ -45,9 +45,29 @@ pub struct Args {
     /// A commit where it is broken (the newer end, or with --find fixed the older).
     #[arg(long, value_name = "REV")]
     bad: String,
-    /// The recipe to build, check or benchmark.
-    #[arg(long, conflicts_with = "script")]
+    /// The recipe to build, check or benchmark: a name (recipes/NAME.toml in the working
+    /// tree) or a path; read once, committed or not, and applied to every commit.
+    #[arg(long, value_name = "NAME|PATH", conflicts_with = "script")]
     recipe: Option<String>,
+    /// Read the recipe from this commit instead of the working tree.
+    #[arg(
+        long,
+        value_name = "REV",
+        requires = "recipe",
+        conflicts_with = "recipe_per_commit"
+    )]
+    recipe_at: Option<String>,
+    /// Use each commit's own recipes/NAME.toml (for histories whose recipe evolved).
+    #[arg(long, requires = "recipe")]
+    recipe_per_commit: bool,
+    /// Script and --command modes: write only these paths (git pathspecs) into each
+    /// step's tree instead of the whole tree.
+    #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe")]
+    paths: Vec<String>,
+    /// Never fetch missing blobs from a partial clone's promisor remote; a step that
+    /// needs one is untestable.
+    #[arg(long)]
+    offline: bool,
     /// What counts as broken.
     #[arg(long, value_enum, default_value = "build")]
     mode: Mode,
@@ -124,6 +144,7 @@ impl Diagnose for BisectError {
     fn exit_code(&self) -> u8 {
         match self {
             BisectError::Fatal { .. } => exit::ENVIRONMENT,
+            BisectError::Input { .. } => exit::USAGE,
             _ => exit::MISMATCH,
         }
     }
@@ -132,6 +153,7 @@ impl Diagnose for BisectError {
             BisectError::BadEnd { which: "good", .. } => Some("choose an older --good where the property holds (repro build/bench at that commit shows why it does not)".into()),
             BisectError::BadEnd { .. } => Some("choose a --bad where it is broken; for performance, a threshold the change exceeds".into()),
             BisectError::Inconsistent(_) => Some("the property is not monotone over this range (flaky test or noise?); narrow the range".into()),
+            BisectError::Input { hint, .. } => Some(hint.clone()),
             _ => None,
         }
     }
@@ -171,8 +193,30 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
     }
+    let recipe = match &a.recipe {
+        None => None,
+        Some(_) if a.command.is_some() || a.script.is_some() => None,
+        Some(name) if a.recipe_per_commit => {
+            if name.contains('/') || name.ends_with(".toml") {
+                return Err(UserError::usage(format!(
+                    "--recipe-per-commit takes a recipe name, not the path `{name}`"
+                ))
+                .hint("each commit's recipes/NAME.toml is read: pass --recipe NAME")
+                .into());
+            }
+            Some(RecipeSource::PerCommit(name.clone()))
+        }
+        Some(name) => Some(RecipeSource::Fixed(Box::new(fixed_recipe(
+            g,
+            &repo,
+            name,
+            a.recipe_at.as_deref(),
+        )?))),
+    };
     let plan = Plan {
-        recipe: a.recipe.clone(),
+        recipe,
+        paths: a.paths.clone(),
+        offline: a.offline,
         question,
         nix: a.nix,
         timeout: a.timeout,
@@ -193,12 +237,22 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         b.enable_steady_tick(Duration::from_millis(120));
         b
     });
-    let mut progress = |msg: &str| match &bar {
-        Some(b) => b.set_message(msg.to_string()),
-        None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
-        None => {}
+    let events = |e: run::Event<'_>| match e {
+        run::Event::Status(msg) => match &bar {
+            Some(b) => b.set_message(msg.to_string()),
+            None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
+            None => {}
+        },
+        run::Event::Step(s) if !quiet => {
+            let line = step_line(s, &style);
+            match &bar {
+                Some(b) => b.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+        run::Event::Step(_) => {}
     };
-    let report = run::bisect(&repo, g.store(), &plan, &commits, &mut progress);
+    let report = run::bisect(&repo, g.store(), &plan, &commits, &events);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -230,6 +284,113 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::Untestable { .. } => exit::MISMATCH,
     })
 }
+
+/// One line per evaluated commit: commit, outcome, subject, and why.
+fn step_line(s: &run::Step, style: &Style) -> String {
+    let verdict = match s.verdict.as_str() {
+        "good" => style.good("good"),
+        "bad" => style.error("bad"),
+        v => style.warn(v),
+    };
+    let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    let mut line = format!(
+        "  {}  {verdict}{pad}  {}",
+        &s.commit[..12],
+        crate::output::printable(&s.subject)
+    );
+    if let Some(d) = &s.detail {
+        line.push_str(&format!(" ({})", crate::output::printable(d)));
+    }
+    if let Some(n) = &s.note {
+        line.push_str(&format!(" [{n}]"));
+    }
+    if s.cached {
+        line.push_str(" [from the store]");
+    }
+    line
+}
+
+/// Reads the recipe a bisection holds fixed: by name from the working tree's recipes/, by
+/// path (relative to the current directory), or from one commit with `--recipe-at`.
+fn fixed_recipe(
+    g: &Globals,
+    repo: &git2::Repository,
+    name: &str,
+    at: Option<&str>,
+) -> anyhow::Result<crate::recipe::Recipe> {
+    use crate::recipe::{self, RecipeError};
+    let root = repo
+        .workdir()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| g.cwd.clone());
+    let is_path = name.contains('/') || name.ends_with(".toml");
+    if let Some(rev) = at {
+        let oid = history::resolve(repo, rev)?;
+        let rel = if is_path {
+            recipe::normalize(name).unwrap_or_else(|| name.to_string())
+        } else {
+            format!("{}/{name}.toml", recipe::DIR)
+        };
+        let files = history::CommitFiles::new(repo, oid)?;
+        let text = crate::build::inputs::FileSource::read(&files, &rel).map_err(|e| {
+            UserError::usage(format!("cannot read the recipe {rel} at {rev}: {e}"))
+                .hint("--recipe-at reads the recipe from that commit; name a commit that has it")
+        })?;
+        return Ok(recipe::parse_detached(
+            &rel,
+            &String::from_utf8_lossy(&text),
+        )?);
+    }
+    let (path, rel) = if is_path {
+        let path = g.cwd.join(name);
+        // The recipe's label: its path in the repository when it is inside it.
+        let rel = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| {
+                root.canonicalize().ok().and_then(|r| {
+                    p.strip_prefix(r)
+                        .ok()
+                        .map(|x| x.to_string_lossy().into_owned())
+                })
+            })
+            .unwrap_or_else(|| {
+                let stem = std::path::Path::new(name)
+                    .file_stem()
+                    .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
+                format!("{}/{stem}.toml", recipe::DIR)
+            });
+        (path, rel)
+    } else {
+        let rel = format!("{}/{name}.toml", recipe::DIR);
+        (root.join(&rel), rel)
+    };
+    let text = match crate::fsutil::read_bounded(&path, RECIPE_MAX_BYTES) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RecipeError::NotFound {
+                name: name.to_string(),
+                path: g.shown(&path),
+                available: recipe::list(&root),
+            }
+            .into());
+        }
+        Err(source) => {
+            return Err(RecipeError::Read {
+                path: g.shown(&path),
+                source,
+            }
+            .into());
+        }
+    };
+    Ok(recipe::parse_detached(
+        &rel,
+        &String::from_utf8_lossy(&text),
+    )?)
+}
+
+/// The largest recipe file read (a recipe is a page of TOML).
+const RECIPE_MAX_BYTES: u64 = 1 << 20;
 
 fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion {
     BenchQuestion {

@@ -256,6 +256,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             explain: a.explain,
             nix: Some(info.clone()),
             nix_fallback: None,
+            commit: None,
         };
         let outcomes = build_all(g, &root, &recipes, &opts)?;
         let failed = outcomes.iter().any(|o| o.status == "failed");
