@@ -271,7 +271,7 @@ impl Store {
         self.root.join("tmp")
     }
 
-    /// A fresh scratch directory `tmp/<purpose>-<pid>-*`, removed when dropped. One left by a
+    /// A fresh scratch directory `tmp/<purpose>-<pid>-*` (`purpose` has no `-`), removed when dropped. One left by a
     /// killed process is removed by [`Store::clean_stale_scratch`] and by `gc`.
     pub fn scratch_dir(&self, purpose: &str) -> std::io::Result<tempfile::TempDir> {
         std::fs::create_dir_all(self.scratch())?;

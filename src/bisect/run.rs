@@ -479,7 +479,7 @@ impl<'a> Ctx<'a> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
             *guard = Some(Worktree::new(
-                self.store.scratch_dir("bisect-tree").map_err(io)?,
+                self.store.scratch_dir("bisecttree").map_err(io)?,
             ));
         }
         guard.as_mut().expect("just made").update(files, &entries)?;
