@@ -26,6 +26,9 @@ use crate::export::{self, Row};
 use crate::keys;
 use crate::store::Store;
 
+/// A record's recipe: its name, and the (path, text) its build record kept, if any.
+type RecipeRef = (String, Option<(String, String)>);
+
 /// What goes into a bundle: result records and build records, by ID/key.
 #[derive(Default)]
 pub struct Contents {
@@ -94,7 +97,7 @@ pub fn entries(
     };
     // Sources: one tree per distinct commit, with the recipes its records were built with
     // (the text a build record keeps, or else the commit's own recipe file).
-    let mut commits: BTreeMap<String, Vec<(String, Option<(String, String)>)>> = BTreeMap::new();
+    let mut commits: BTreeMap<String, Vec<RecipeRef>> = BTreeMap::new();
     let recipe_of = |r: &serde_json::Value| {
         let name = r["recipe"].as_str()?.to_string();
         let text = r["recipe-text"].as_str().zip(r["recipe-path"].as_str());

@@ -46,7 +46,7 @@ pub enum CheckoutError {
         count: usize,
         /// git's failure.
         #[source]
-        source: crate::process::ProcessError,
+        source: Box<crate::process::ProcessError>,
     },
     /// Writing into the scratch directory failed.
     #[error("cannot write {path}")]
@@ -191,7 +191,7 @@ impl Fetcher {
                 remote: remote.clone(),
                 url: url.clone(),
                 count: gone.len(),
-                source,
+                source: Box::new(source),
             })?;
         let _ = odb.refresh();
         let still = missing(&odb);
@@ -312,6 +312,16 @@ impl Worktree {
     /// Its directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The entries whose blob this worktree does not already hold at that path: the only
+    /// ones an update may need to read from the object database.
+    pub fn new_blobs(&self, entries: &[Entry]) -> Vec<Entry> {
+        entries
+            .iter()
+            .filter(|e| self.files.get(&e.path).is_none_or(|(id, _, _)| *id != e.id))
+            .cloned()
+            .collect()
     }
 
     /// Makes the directory hold exactly `entries` of `files`' commit: files whose blob or

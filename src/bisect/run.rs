@@ -467,8 +467,8 @@ impl<'a> Ctx<'a> {
                 files.entries_matching(&spec)
             }
         };
-        self.fetch(files, &entries)?;
         if only.is_some() {
+            self.fetch(files, &entries)?;
             let dir = self.store.scratch_dir("bisect").map_err(io)?;
             super::checkout::write_sparse(files.repo(), dir.path(), &entries)?;
             return Ok(StepDir::Fresh(dir));
@@ -482,7 +482,10 @@ impl<'a> Ctx<'a> {
                 self.store.scratch_dir("bisecttree").map_err(io)?,
             ));
         }
-        guard.as_mut().expect("just made").update(files, &entries)?;
+        let wt = guard.as_mut().expect("just made");
+        // Only blobs the worktree does not hold yet can be missing: fetch just those.
+        self.fetch(files, &wt.new_blobs(&entries))?;
+        wt.update(files, &entries)?;
         Ok(StepDir::Kept(guard))
     }
 
