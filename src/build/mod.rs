@@ -182,6 +182,19 @@ fn compiler(recipe: &Recipe) -> Result<(Value, Option<std::path::PathBuf>), Buil
     }
 }
 
+/// The part of a build key that comes from the tree and the recipe alone (its `build` and
+/// `files` members), computed without compiling or running anything: replay compares it
+/// with a record's before it lets any compiler or command near the tree.
+pub fn source_inputs(root: &Path, recipe: &Recipe) -> Result<Value, BuildError> {
+    let mut recipe = recipe.clone();
+    recipe
+        .resolve_env()
+        .map_err(|source| BuildError::Recipe { source })?;
+    let inputs = collect(root, &recipe)?;
+    let v = key_inputs(&recipe, &inputs.files, &Value::Null, None);
+    Ok(json!({"build": v["build"], "files": v["files"]}))
+}
+
 /// The JSON whose canonical hash is the build key.
 pub fn key_inputs(
     recipe: &Recipe,
