@@ -61,7 +61,11 @@ impl Limits {
     /// The defaults, or `REPRO_BUNDLE_MAX_BYTES` / `REPRO_BUNDLE_MAX_ENTRIES` where set
     /// (plain numbers; an unreadable value is ignored).
     pub fn from_env() -> Self {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let num = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
         let d = Limits::default();
         Limits {
             max_bytes: num("REPRO_BUNDLE_MAX_BYTES").unwrap_or(d.max_bytes),
@@ -540,7 +544,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bundle = dir.path().join("bomb.tar.zst");
         // 64 MiB of zeros compress to a few kilobytes.
-        write(&bundle, vec![entry("zeros.bin", &vec![0u8; 64 << 20], false)]).unwrap();
+        write(
+            &bundle,
+            vec![entry("zeros.bin", &vec![0u8; 64 << 20], false)],
+        )
+        .unwrap();
         assert!(std::fs::metadata(&bundle).unwrap().len() < 100_000);
         let small = Limits {
             max_bytes: 1 << 20,
@@ -550,7 +558,9 @@ mod tests {
             read_with(&bundle, small),
             Err(ArchiveError::TooLarge { .. })
         ));
-        let many: Vec<Entry> = (0..20).map(|i| entry(&format!("f{i}"), b"", false)).collect();
+        let many: Vec<Entry> = (0..20)
+            .map(|i| entry(&format!("f{i}"), b"", false))
+            .collect();
         write(&bundle, many).unwrap();
         let err = read_with(&bundle, small).unwrap_err();
         assert!(err.to_string().contains("more than 10 members"), "{err}");

@@ -132,10 +132,19 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
             if let Some(files) = rec["inputs"]["files"].as_object() {
                 for (path, digest) in files {
                     if !keys::is_relative_path(path) {
-                        return Err(bad("inputs.files", format!("names {}, not a relative path", shown(&Value::String(path.clone())))));
+                        return Err(bad(
+                            "inputs.files",
+                            format!(
+                                "names {}, not a relative path",
+                                shown(&Value::String(path.clone()))
+                            ),
+                        ));
                     }
                     if !digest.as_str().is_some_and(keys::is_key) {
-                        return Err(bad("inputs.files", format!("gives {} for {path}, not a sha256", shown(digest))));
+                        return Err(bad(
+                            "inputs.files",
+                            format!("gives {} for {path}, not a sha256", shown(digest)),
+                        ));
                     }
                 }
             }
@@ -144,10 +153,19 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
                 Value::Object(o) => {
                     for (name, out) in o {
                         if !keys::is_relative_path(name) {
-                            return Err(bad("outputs", format!("names {}, not a relative path", shown(&Value::String(name.clone())))));
+                            return Err(bad(
+                                "outputs",
+                                format!(
+                                    "names {}, not a relative path",
+                                    shown(&Value::String(name.clone()))
+                                ),
+                            ));
                         }
                         if !out["sha256"].as_str().is_some_and(keys::is_key) {
-                            return Err(bad("outputs", format!("gives {} for {name}, not a sha256", shown(&out["sha256"]))));
+                            return Err(bad(
+                                "outputs",
+                                format!("gives {} for {name}, not a sha256", shown(&out["sha256"])),
+                            ));
                         }
                     }
                 }
@@ -167,7 +185,12 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
             match &rec["samples"] {
                 Value::Null => {}
                 Value::Array(a) if a.iter().all(|x| x.as_f64().is_some_and(f64::is_finite)) => {}
-                v => return Err(bad("samples", format!("is {}, not a list of numbers", shown(v)))),
+                v => {
+                    return Err(bad(
+                        "samples",
+                        format!("is {}, not a list of numbers", shown(v)),
+                    ));
+                }
             }
         }
     }
@@ -637,12 +660,11 @@ impl crate::error::Diagnose for BundleError {
                 Some("record results inside a git repository to bundle them".into())
             }
             BundleError::Store(s) => s.hint(),
-            BundleError::InvalidRecord { .. } => Some(
-                "the record was edited or damaged; nothing was built or run from it".into(),
-            ),
+            BundleError::InvalidRecord { .. } => {
+                Some("the record was edited or damaged; nothing was built or run from it".into())
+            }
             BundleError::Dirty { .. } => Some(
-                "commit the changes and build again; that build can be bundled and replayed"
-                    .into(),
+                "commit the changes and build again; that build can be bundled and replayed".into(),
             ),
             BundleError::Source { .. } => {
                 Some("a partial clone lacks the blob: fetch it (`git fetch --refetch`)".into())
@@ -657,9 +679,7 @@ impl crate::error::Diagnose for crate::archive::ArchiveError {
         match self {
             E::Read { .. } | E::Write { .. } => crate::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
-            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => {
-                crate::exit::MISMATCH
-            }
+            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => crate::exit::MISMATCH,
             E::TooLarge { .. } => crate::exit::USAGE,
             E::Output(w) => crate::error::Diagnose::exit_code(w),
         }

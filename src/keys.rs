@@ -51,13 +51,16 @@ pub fn short(key: &str) -> &str {
 
 /// Whether `s` is a key or sha256 digest as repro writes them: 64 lowercase hex digits.
 pub fn is_key(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `s` is a full git commit ID: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
 pub fn is_commit(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64)
-        && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `s` is a relative, normalised, `/`-separated path that stays below its base:
@@ -74,7 +77,8 @@ pub fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 200
         && !s.starts_with('.')
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
 #[cfg(test)]
@@ -90,10 +94,24 @@ mod tests {
         for good in ["a", "src/k.cu", "a.b/c"] {
             assert!(is_relative_path(good), "{good}");
         }
-        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a\\b", "a\nb"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a\\b",
+            "a\nb",
+        ] {
             assert!(!is_relative_path(bad), "{bad:?}");
         }
-        assert!(is_name("flash_attention") && !is_name("../x") && !is_name("a/b") && !is_name(".hidden"));
+        assert!(
+            is_name("flash_attention")
+                && !is_name("../x")
+                && !is_name("a/b")
+                && !is_name(".hidden")
+        );
         assert_eq!(short("ééééééééééééééé"), "éééééééééééé");
     }
 

@@ -180,6 +180,9 @@ mod sanitize_tests {
     #[test]
     fn escapes_terminal_controls_only() {
         assert_eq!(super::sanitize("a\tb\nc"), "a\tb\nc");
-        assert_eq!(super::sanitize("\u{1b}]0;pwned\u{7}x"), "\\u{1b}]0;pwned\\u{7}x");
+        assert_eq!(
+            super::sanitize("\u{1b}]0;pwned\u{7}x"),
+            "\\u{1b}]0;pwned\\u{7}x"
+        );
     }
 }

@@ -547,7 +547,11 @@ mod tests {
             .unwrap();
         assert_eq!(out.stdout_str(), "hi\n");
         // Before the fix this took the full 4 s, waiting for `sleep` to close the pipe.
-        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

@@ -318,7 +318,11 @@ pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, String
     if n > max {
         return Err(format!(
             "[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)",
-            if n == u64::MAX { "over 2^64".to_string() } else { n.to_string() }
+            if n == u64::MAX {
+                "over 2^64".to_string()
+            } else {
+                n.to_string()
+            }
         ));
     }
     Ok(n)
@@ -501,7 +505,10 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                                 if !(low.is_finite() && high.is_finite() && low <= high) {
                                     return Err((
                                         Some(span),
-                                        format!("{}: `low` {low} must not exceed `high` {high}, and both must be finite", what("init")),
+                                        format!(
+                                            "{}: `low` {low} must not exceed `high` {high}, and both must be finite",
+                                            what("init")
+                                        ),
                                         None,
                                     ));
                                 }
@@ -512,7 +519,10 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                                 if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
                                     return Err((
                                         Some(span),
-                                        format!("{}: `std` {std} must be finite and not negative, `mean` {mean} finite", what("init")),
+                                        format!(
+                                            "{}: `std` {std} must be finite and not negative, `mean` {mean} finite",
+                                            what("init")
+                                        ),
                                         None,
                                     ));
                                 }
@@ -600,16 +610,20 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
         Some(c) => {
             let span = c.span();
             let c = c.into_inner();
-            let tolerances = [("atol", c.atol), ("rtol", c.rtol)]
-                .into_iter()
-                .chain(c.tolerance.iter().flat_map(|(_, t)| [("atol", t.atol), ("rtol", t.rtol)]));
+            let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
+                c.tolerance
+                    .iter()
+                    .flat_map(|(_, t)| [("atol", t.atol), ("rtol", t.rtol)]),
+            );
             for (key, v) in tolerances {
                 if let Some(v) = v
                     && !(v.is_finite() && v >= 0.0)
                 {
                     return Err((
                         Some(span),
-                        format!("[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"),
+                        format!(
+                            "[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"
+                        ),
                         None,
                     ));
                 }

@@ -63,6 +63,9 @@ mod tests {
         }
         let e = toml::from_str::<std::collections::BTreeMap<String, RawRule>>("a = 5").unwrap_err();
         let m = super::user_message(&e);
-        assert!(!m.contains("RawRule") && m.contains("expected a table"), "{m}");
+        assert!(
+            !m.contains("RawRule") && m.contains("expected a table"),
+            "{m}"
+        );
     }
 }

@@ -193,7 +193,11 @@ impl Store {
         if !ignore.exists() {
             // Everything in the store is repro's own: keep it out of `git status` wherever
             // the store is (at a repository's root by default).
-            fsutil::write_atomic(&ignore, b"# written by repro: the store is not source\n*\n", true)?;
+            fsutil::write_atomic(
+                &ignore,
+                b"# written by repro: the store is not source\n*\n",
+                true,
+            )?;
         }
         Ok(())
     }
@@ -439,6 +443,12 @@ impl Store {
                 .to_string_lossy()
                 .into_owned();
             for f in Self::files_in(&sub) {
+                // A write in flight (or a killed one's leftover, which gc removes).
+                if f.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
+                {
+                    continue;
+                }
                 let rest = f
                     .file_name()
                     .unwrap_or_default()
@@ -507,7 +517,8 @@ impl Store {
         }
         // An object written after the listing above (by a build running now) is looked up
         // again rather than reported missing.
-        let has_object = |d: &str| present.contains(d) || (keys::is_key(d) && self.get_blob(d).is_ok());
+        let has_object =
+            |d: &str| present.contains(d) || (keys::is_key(d) && self.get_blob(d).is_ok());
         for kind in self.record_kinds() {
             for (key, path, parsed) in self.records(&kind) {
                 report.records += 1;
@@ -562,7 +573,11 @@ impl Store {
                         if let Some(k) = rec.get("key").and_then(Value::as_str)
                             && k != key
                         {
-                            problem(format!("says key {}, but is filed as {}", keys::short(k), keys::short(&key)));
+                            problem(format!(
+                                "says key {}, but is filed as {}",
+                                keys::short(k),
+                                keys::short(&key)
+                            ));
                         }
                     }
                 }
@@ -679,14 +694,17 @@ impl Store {
 /// Parses a record's bytes and checks its seal (when it has one, as every record this
 /// repro writes does); returns the record without the seal, or what is wrong with it.
 pub fn parse_record(bytes: &[u8]) -> Result<Value, String> {
-    let mut v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
+    let mut v: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
     let Some(o) = v.as_object_mut() else {
         return Err("not a JSON object".into());
     };
     if let Some(seal) = o.remove(SEAL) {
         let actual = keys::key_of(&Value::Object(o.clone()));
         if seal.as_str() != Some(actual.as_str()) {
-            return Err(format!("its fields do not hash to its {SEAL} (edited or damaged)"));
+            return Err(format!(
+                "its fields do not hash to its {SEAL} (edited or damaged)"
+            ));
         }
     }
     Ok(v)

@@ -98,14 +98,31 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
     );
     let evil = tmp.path().join("evil.tar.zst");
     rewrite(&evil, entries);
-    assert_eq!(run(tmp.path(), elsewhere.path(), &["bundle", "verify", evil.to_str().unwrap()]).0, 0);
+    assert_eq!(
+        run(
+            tmp.path(),
+            elsewhere.path(),
+            &["bundle", "verify", evil.to_str().unwrap()]
+        )
+        .0,
+        0
+    );
     let (code, out, err) = run(
         tmp.path(),
         elsewhere.path(),
-        &["replay", &key[..12], "--bundle", evil.to_str().unwrap(), "--allow-commands"],
+        &[
+            "replay",
+            &key[..12],
+            "--bundle",
+            evil.to_str().unwrap(),
+            "--allow-commands",
+        ],
     );
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("do not match build record") && err.contains("recipe `cmd`"), "{err}");
+    assert!(
+        err.contains("do not match build record") && err.contains("recipe `cmd`"),
+        "{err}"
+    );
     assert!(!marker.exists(), "the edited command ran");
 
     // An honest bundle's command runs only with --allow-commands, after it is shown.
@@ -115,12 +132,21 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
         &["replay", &key[..12], "--bundle", bundle.to_str().unwrap()],
     );
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("runs a command: sh -c 'cp src/k.txt out.bin'"), "{err}");
+    assert!(
+        err.contains("runs a command: sh -c 'cp src/k.txt out.bin'"),
+        "{err}"
+    );
     assert!(err.contains("--allow-commands"), "{err}");
     let (code, out, err) = run(
         tmp.path(),
         elsewhere.path(),
-        &["replay", &key[..12], "--bundle", bundle.to_str().unwrap(), "--allow-commands"],
+        &[
+            "replay",
+            &key[..12],
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--allow-commands",
+        ],
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("running the recipe's command: sh -c"), "{err}");
@@ -150,21 +176,39 @@ fn finding_2_record_fields_are_validated_before_use() {
     let (code, out, err) = run(
         tmp.path(),
         elsewhere.path(),
-        &["replay", &key[..12], "--bundle", evil.to_str().unwrap(), "--allow-commands"],
+        &[
+            "replay",
+            &key[..12],
+            "--bundle",
+            evil.to_str().unwrap(),
+            "--allow-commands",
+        ],
     );
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("`commit` is \"../x\", not a 40-digit hex commit"), "{err}");
+    assert!(
+        err.contains("`commit` is \"../x\", not a 40-digit hex commit"),
+        "{err}"
+    );
     assert!(!out.contains("reproduced"), "{out}");
 
     // A record whose key does not hash from its inputs, and a result name that is no key.
-    for (from, to) in [("\"src/k.txt\"", "\"src/../../k.txt\""), ("\"recipe\": \"cmd\"", "\"recipe\": \"../cmd\"")] {
+    for (from, to) in [
+        ("\"src/k.txt\"", "\"src/../../k.txt\""),
+        ("\"recipe\": \"cmd\"", "\"recipe\": \"../cmd\""),
+    ] {
         let mut entries = members(&bundle);
         replace_in(&mut entries, &format!("builds/{key}.json"), from, to);
         rewrite(&evil, entries);
         let (code, out, err) = run(
             tmp.path(),
             elsewhere.path(),
-            &["replay", &key[..12], "--bundle", evil.to_str().unwrap(), "--allow-commands"],
+            &[
+                "replay",
+                &key[..12],
+                "--bundle",
+                evil.to_str().unwrap(),
+                "--allow-commands",
+            ],
         );
         assert_eq!(code, 1, "{from}: {out}{err}");
         assert!(err.contains("nothing was built or run"), "{err}");
@@ -199,14 +243,23 @@ fn finding_3_bundle_bombs_and_huge_sweeps_are_refused() {
     assert!(err.contains("REPRO_BUNDLE_MAX_BYTES"), "{err}");
 
     // Three lists of 100 values: a million points.
-    let list = (1..=100).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
+    let list = (1..=100)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let recipe = format!(
         "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[params]\na = [{list}]\nb = [{list}]\nc = [{list}]\n"
     );
-    let (tmp, root) = repo_with(&[("recipes/r.toml", &recipe), ("k.cu", "extern \"C\" __global__ void k() {}\n")]);
+    let (tmp, root) = repo_with(&[
+        ("recipes/r.toml", &recipe),
+        ("k.cu", "extern \"C\" __global__ void k() {}\n"),
+    ]);
     let (code, out, err) = run(tmp.path(), &root, &["build", "r"]);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("recipes/r.toml:7:1") && err.contains("sweep of 1000000 points"), "{err}");
+    assert!(
+        err.contains("recipes/r.toml:7:1") && err.contains("sweep of 1000000 points"),
+        "{err}"
+    );
 }
 
 // 4. Store races, and the acceptance's concurrency test, are in tests/store_concurrency.rs.
@@ -233,7 +286,10 @@ fn finding_5_a_truncated_record_is_quarantined_and_rebuilt_without_force() {
     std::fs::write(&rec, b"{").unwrap();
     let (code, out, err) = run(tmp.path(), &root, &["store", "gc"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("1 damaged records moved to quarantine/"), "{out}");
+    assert!(
+        out.contains("1 damaged records moved to quarantine/"),
+        "{out}"
+    );
     assert!(!rec.exists());
     assert_eq!(run(tmp.path(), &root, &["build", "cmd"]).0, 0);
     assert_eq!(run(tmp.path(), &root, &["store", "verify"]).0, 0);
@@ -274,12 +330,18 @@ fn finding_6_store_verify_covers_results_and_recipes() {
 
     std::fs::write(
         root.join(".repro/recipes/cmd.json"),
-        format!("{{\"schema\": 1, \"recipe\": \"cmd\", \"key\": \"{}\"}}", "0".repeat(64)),
+        format!(
+            "{{\"schema\": 1, \"recipe\": \"cmd\", \"key\": \"{}\"}}",
+            "0".repeat(64)
+        ),
     )
     .unwrap();
     let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("recipes/cmd.json") && out.contains("not in the store"), "{out}");
+    assert!(
+        out.contains("recipes/cmd.json") && out.contains("not in the store"),
+        "{out}"
+    );
 }
 
 // 7. Errors -----------------------------------------------------------------------------
@@ -296,8 +358,16 @@ fn finding_7_errors_are_user_errors_with_locations() {
         h.set_mode(0o644);
         b.append_data(&mut h, "a.txt", &b"x"[..]).unwrap();
     }
-    std::fs::write(&dup, zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap()).unwrap();
-    let out = repro(tmp.path()).args(["bundle", "verify"]).arg(&dup).output().unwrap();
+    std::fs::write(
+        &dup,
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap(),
+    )
+    .unwrap();
+    let out = repro(tmp.path())
+        .args(["bundle", "verify"])
+        .arg(&dup)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("given twice") && !err.contains("bug"), "{err}");
@@ -305,34 +375,61 @@ fn finding_7_errors_are_user_errors_with_locations() {
     // Serde's names for repro's internals do not reach the user.
     let lock = tmp.path().join("l.toml");
     std::fs::write(&lock, "schema = 1\n[fields]\n\"gpu.name\" = 5\n").unwrap();
-    let out = repro(tmp.path()).args(["env", "check", "--lock"]).arg(&lock).output().unwrap();
+    let out = repro(tmp.path())
+        .args(["env", "check", "--lock"])
+        .arg(&lock)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("l.toml:3:") && !err.contains("RawRule"), "{err}");
+    assert!(
+        err.contains("l.toml:3:") && !err.contains("RawRule"),
+        "{err}"
+    );
 
     // NaN and negative tolerances, low > high: refused with file, line and key.
     let base = "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[params]\nn = 4\n[run]\nkernel = \"k\"\ngrid = 1\nblock = 1\n";
     for (tail, want) in [
-        ("args = [{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }]\n[check]\nkernel = \"k\"\natol = nan\n", "`atol` is NaN"),
-        ("args = [{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }]\n[check]\nkernel = \"k\"\nrtol = -1.0\n", "`rtol` is -1"),
-        ("args = [{ name = \"a\", buffer = \"f32\", count = \"n\", init = \"uniform\", low = 2.0, high = 1.0 }]\n", "must not exceed `high`"),
+        (
+            "args = [{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }]\n[check]\nkernel = \"k\"\natol = nan\n",
+            "`atol` is NaN",
+        ),
+        (
+            "args = [{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }]\n[check]\nkernel = \"k\"\nrtol = -1.0\n",
+            "`rtol` is -1",
+        ),
+        (
+            "args = [{ name = \"a\", buffer = \"f32\", count = \"n\", init = \"uniform\", low = 2.0, high = 1.0 }]\n",
+            "must not exceed `high`",
+        ),
     ] {
         let (tmp, root) = repo_with(&[("recipes/r.toml", &format!("{base}{tail}")), ("k.cu", "x")]);
         let (code, out, err) = run(tmp.path(), &root, &["build", "r"]);
         assert_eq!(code, 2, "{tail}: {out}{err}");
-        assert!(err.contains("recipes/r.toml:") && err.contains(want), "{err}");
+        assert!(
+            err.contains("recipes/r.toml:") && err.contains(want),
+            "{err}"
+        );
     }
 
     // A 200 KB expression is quoted shortened.
     let long = format!("n{}", " + 1".repeat(50_000));
     let (tmp, root) = repo_with(&[
-        ("recipes/r.toml", &format!("{base}args = [{{ name = \"a\", buffer = \"f32\", count = \"{long} + m\", init = \"zeros\" }}]\n")),
+        (
+            "recipes/r.toml",
+            &format!(
+                "{base}args = [{{ name = \"a\", buffer = \"f32\", count = \"{long} + m\", init = \"zeros\" }}]\n"
+            ),
+        ),
         ("k.cu", "x"),
     ]);
     let (code, out, err) = run(tmp.path(), &root, &["build", "r"]);
     assert_eq!(code, 2, "{out}");
     assert!(err.len() < 2000, "{} bytes of error", err.len());
-    assert!(err.contains("recipes/r.toml:13:") && err.contains("…"), "{err}");
+    assert!(
+        err.contains("recipes/r.toml:13:") && err.contains("…"),
+        "{err}"
+    );
 }
 
 // 8. Processes --------------------------------------------------------------------------
@@ -345,10 +442,22 @@ fn finding_8_no_child_is_left_behind() {
     let (code, out, err) = run(
         tmp.path(),
         &root,
-        &["bench", "--command", "sleep 6 & true", "--runs", "2", "--timeout", "3s"],
+        &[
+            "bench",
+            "--command",
+            "sleep 6 & true",
+            "--runs",
+            "2",
+            "--timeout",
+            "3s",
+        ],
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 
     // After repro is SIGKILLed, its child's children die too.
     let pidfile = tmp.path().join("pid");
@@ -380,7 +489,10 @@ fn finding_8_no_child_is_left_behind() {
         if state.contains(") Z ") {
             break; // dead, waiting for its new parent to reap it
         }
-        assert!(Instant::now() < deadline, "the grandchild {pid} outlived repro");
+        assert!(
+            Instant::now() < deadline,
+            "the grandchild {pid} outlived repro"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -396,20 +508,36 @@ fn finding_9_store_ignored_modes_umask_show_fails_and_no_dangling_writes() {
 
     let bundle = make_bundle(tmp.path(), &root, &key[..12]);
     let mode = std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o666 & !repro::fsutil::umask(), "bundle mode {mode:o}");
+    assert_eq!(
+        mode,
+        0o666 & !repro::fsutil::umask(),
+        "bundle mode {mode:o}"
+    );
 
     // `bundle show` on a tampered bundle: a warning and exit 1.
     let mut b = tar::Builder::new(Vec::new());
     for e in archive::read(&bundle).unwrap() {
         let mut h = tar::Header::new_gnu();
-        let bytes = if e.path == "README.md" { b"# all claims verified\n".to_vec() } else { e.bytes };
+        let bytes = if e.path == "README.md" {
+            b"# all claims verified\n".to_vec()
+        } else {
+            e.bytes
+        };
         h.set_size(bytes.len() as u64);
         h.set_mode(0o644);
         b.append_data(&mut h, &e.path, bytes.as_slice()).unwrap();
     }
     let tampered = tmp.path().join("t.tar.zst");
-    std::fs::write(&tampered, zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap()).unwrap();
-    let (code, out, err) = run(tmp.path(), &root, &["bundle", "show", tampered.to_str().unwrap()]);
+    std::fs::write(
+        &tampered,
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap(),
+    )
+    .unwrap();
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "show", tampered.to_str().unwrap()],
+    );
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("does not match its MANIFEST"), "{err}");
 
@@ -417,7 +545,11 @@ fn finding_9_store_ignored_modes_umask_show_fails_and_no_dangling_writes() {
     let link = tmp.path().join("link.tar.zst");
     let target = tmp.path().join("elsewhere.tar.zst");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let (code, out, err) = run(tmp.path(), &root, &["bundle", "create", &key[..12], "-o", link.to_str().unwrap()]);
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "create", &key[..12], "-o", link.to_str().unwrap()],
+    );
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("symbolic link"), "{err}");
     assert!(!target.exists());
@@ -434,9 +566,22 @@ fn finding_10_dirty_builds_are_marked_and_not_bundled_or_replayed() {
         &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
     )
     .unwrap();
-    assert!(rec["dirty"].as_str().is_some_and(|d| d.len() == 64), "{rec}");
+    assert!(
+        rec["dirty"].as_str().is_some_and(|d| d.len() == 64),
+        "{rec}"
+    );
     let bundle = tmp.path().join("b.tar.zst");
-    let (code, _, err) = run(tmp.path(), &root, &["bundle", "create", &key[..12], "-o", bundle.to_str().unwrap()]);
+    let (code, _, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &key[..12],
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("uncommitted changes"), "{err}");
     assert!(!bundle.exists());
@@ -458,4 +603,3 @@ fn finding_10_dirty_builds_are_marked_and_not_bundled_or_replayed() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("verdict: nothing to compare"), "{out}");
 }
-

@@ -173,7 +173,12 @@ fn check_sources(
             format!(
                 "the sources do not match build record {}: {} differ{}",
                 keys::short(b["key"].as_str().unwrap_or_default()),
-                differs.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                differs
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 if differs.len() == 1 { "s" } else { "" }
             ),
         )
@@ -330,7 +335,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
     check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
     if let crate::recipe::Build::Command(c) = &r.build {
-        let argv = crate::process::Cmd::new(&c.argv[0]).args(&c.argv[1..]).display();
+        let argv = crate::process::Cmd::new(&c.argv[0])
+            .args(&c.argv[1..])
+            .display();
         if origin.sources.is_some() && !a.allow_commands {
             return Err(UserError::usage(format!(
                 "recipe `{recipe_name}` of this bundle runs a command: {}",
@@ -340,7 +347,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .into());
         }
         if !g.quiet && !g.json {
-            eprintln!("running the recipe's command: {}", crate::output::sanitize(&argv));
+            eprintln!(
+                "running the recipe's command: {}",
+                crate::output::sanitize(&argv)
+            );
         }
     }
 

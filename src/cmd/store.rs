@@ -81,7 +81,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     r.temporaries_removed,
                     r.bytes_freed,
                     if r.records_quarantined > 0 {
-                        format!("; {} damaged records moved to quarantine/", r.records_quarantined)
+                        format!(
+                            "; {} damaged records moved to quarantine/",
+                            r.records_quarantined
+                        )
                     } else {
                         String::new()
                     }
