@@ -612,8 +612,8 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
             let c = c.into_inner();
             let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
                 c.tolerance
-                    .iter()
-                    .flat_map(|(_, t)| [("atol", t.atol), ("rtol", t.rtol)]),
+                    .values()
+                    .flat_map(|t| [("atol", t.atol), ("rtol", t.rtol)]),
             );
             for (key, v) in tolerances {
                 if let Some(v) = v

@@ -53,7 +53,7 @@ pub fn user_message(e: &toml::de::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+mod message_tests {
     #[test]
     fn internal_struct_names_are_not_shown() {
         #[derive(Debug, serde::Deserialize)]
