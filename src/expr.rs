@@ -85,7 +85,7 @@ pub enum ExprError {
         known: Vec<String>,
     },
     /// Evaluation failed: division by zero, overflow, bad function arity, domain errors.
-    #[error("in `{}`: {}", shorten(.text), shorten(.message))]
+    #[error("in `{}`: {}", shorten(.text), shorten_to(.message, 400))]
     Eval {
         /// The expression as written.
         text: String,
@@ -110,11 +110,16 @@ const SHOWN_CHARS: usize = 80;
 /// An expression as quoted in a message: whole when short, else its start and its length
 /// (a generated 200 KB expression must not flood the terminal).
 fn shorten(text: &str) -> String {
+    shorten_to(text, SHOWN_CHARS)
+}
+
+/// [`shorten`] with a given bound (messages quote parts of the expression, so get more room).
+fn shorten_to(text: &str, max: usize) -> String {
     let n = text.chars().count();
-    if n <= SHOWN_CHARS {
+    if n <= max {
         text.to_string()
     } else {
-        let head: String = text.chars().take(SHOWN_CHARS - 20).collect();
+        let head: String = text.chars().take(max - 20).collect();
         format!("{head}… ({n} characters)")
     }
 }
