@@ -241,7 +241,8 @@ pub fn entries(
     }
     // Sources: one tree per distinct commit, with the recipes its records were built with
     // (the text a build record keeps, or else the commit's own recipe file).
-    let mut commits: BTreeMap<String, Vec<(String, Option<(String, String)>)>> = BTreeMap::new();
+    type Recipes = Vec<(String, Option<(String, String)>)>;
+    let mut commits: BTreeMap<String, Recipes> = BTreeMap::new();
     let recipe_of = |r: &serde_json::Value| {
         let name = r["recipe"].as_str()?.to_string();
         let text = r["recipe-text"].as_str().zip(r["recipe-path"].as_str());

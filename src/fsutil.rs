@@ -147,6 +147,23 @@ pub fn umask() -> u32 {
         .unwrap_or(0o022)
 }
 
+/// Reads a file of at most `max` bytes; a larger one is an error (`InvalidData`), so a
+/// hostile or mistaken input cannot exhaust memory.
+pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {max} bytes", path.display()),
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,21 +212,4 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
     }
-}
-
-/// Reads a file of at most `max` bytes; a larger one is an error (`InvalidData`), so a
-/// hostile or mistaken input cannot exhaust memory.
-pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {max} bytes", path.display()),
-        ));
-    }
-    Ok(out)
 }

@@ -508,7 +508,9 @@ fn bad_input_is_named() {
 /// nvcc for the tests: `REPRO_TEST_NVCC` names an nvcc binary (CI unpacks NVIDIA's wheels).
 /// On CI (`REPRO_TEST_REQUIRE_NVCC`) its absence is a failure, elsewhere the test skips.
 fn test_nvcc() -> Option<PathBuf> {
-    let nvcc = std::env::var_os("REPRO_TEST_NVCC").map(PathBuf::from).filter(|p| p.is_file());
+    let nvcc = std::env::var_os("REPRO_TEST_NVCC")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
     if nvcc.is_none() {
         assert!(
             std::env::var_os("REPRO_TEST_REQUIRE_NVCC").is_none(),
@@ -519,14 +521,19 @@ fn test_nvcc() -> Option<PathBuf> {
     nvcc
 }
 
-const TILE: &str = "#pragma once\n#include <cuda_fp16.h>\ntemplate <int N> struct Tile { __half v[N]; };\n";
+const TILE: &str =
+    "#pragma once\n#include <cuda_fp16.h>\ntemplate <int N> struct Tile { __half v[N]; };\n";
 
 /// A kernel as people write them: runtime headers, WMMA, cooperative groups, a relative
 /// include, a template whose mangled name changes with its arguments and parameters.
 fn nvcc_kernel(i: usize, ok: bool) -> String {
     // From commit 3 on the kernel takes one more parameter and other template arguments:
     // its mangled symbol changes, its name does not.
-    let (s, extra_param, extra_arg) = if i >= 3 { (1024, ", int m", ", int") } else { (512, "", "") };
+    let (s, extra_param, extra_arg) = if i >= 3 {
+        (1024, ", int m", ", int")
+    } else {
+        (512, "", "")
+    };
     format!(
         "#include <cuda_runtime.h>\n#include <cuda.h>\n#include <mma.h>\n#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n#include \"detail/tile.cuh\"\nnamespace cg = cooperative_groups;\nusing namespace nvcuda;\n// version {i}\ntemplate <int S, int D>\n__global__ void fa_s512_kernel(const __half* q, float* out, int n{extra_param}) {{\n  cg::thread_block block = cg::this_thread_block();\n  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;\n  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;\n  wmma::fill_fragment(c, 0.0f);\n  wmma::load_matrix_sync(a, q, 16);\n  block.sync();\n  Tile<D> t;\n  if (threadIdx.x < n) out[threadIdx.x] = __half2float(q[threadIdx.x]) * S + sizeof(t){}\n}}\ntemplate __global__ void fa_s512_kernel<{s}, 64>(const __half*, float*, int{extra_arg});\n",
         if ok { ";" } else { "" }
@@ -555,7 +562,9 @@ fn an_nvcc_kernel_with_runtime_headers_and_templates_bisects() {
         .arg("-C")
         .arg(&root)
         .env("REPRO_NVCC", &nvcc)
-        .args(["bisect", "--json", "--good", "HEAD~8", "--bad", "HEAD", "--recipe", "fa"])
+        .args([
+            "bisect", "--json", "--good", "HEAD~8", "--bad", "HEAD", "--recipe", "fa",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -572,5 +581,10 @@ fn an_nvcc_kernel_with_runtime_headers_and_templates_bisects() {
         .output()
         .unwrap();
     // HEAD is broken: the build fails and names the compiler's error.
-    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -123,10 +123,24 @@ fn from_store(store: &Store) -> Origin {
     }
 }
 
-/// The recipe a record was built with. Today it is read from the recorded tree; records
-/// that carry their recipe's text will be read from the record instead (one place to change).
-fn replay_recipe(root: &Path, rec: &Value) -> Result<recipe::Recipe, recipe::RecipeError> {
-    recipe::load(root, rec["recipe"].as_str().unwrap_or_default())
+/// The recipe a record was built with: the text its build record keeps (`recipe-text` at
+/// `recipe-path`, both validated), else the recipe file of the recorded tree.
+fn replay_recipe(
+    root: &Path,
+    rec: &Value,
+    build_rec: Option<&Value>,
+) -> Result<recipe::Recipe, recipe::RecipeError> {
+    let kept = build_rec.or(Some(rec)).and_then(|b| {
+        b["recipe-text"].as_str().zip(
+            b["recipe-path"]
+                .as_str()
+                .filter(|p| keys::is_relative_path(p)),
+        )
+    });
+    match kept {
+        Some((text, path)) => recipe::parse(root, path, text),
+        None => recipe::load(root, rec["recipe"].as_str().unwrap_or_default()),
+    }
 }
 
 /// Requires the tree's recipe and source files to hash to what the build record says
@@ -331,7 +345,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
 
     // Before anything runs: the recipe and the source files must be exactly those the
     // build record hashed, and a command recipe from a bundle needs explicit consent.
-    let r = replay_recipe(&root, rec)
+    let r = replay_recipe(&root, rec, build_rec.as_ref())
         .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
     check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
     if let crate::recipe::Build::Command(c) = &r.build {
