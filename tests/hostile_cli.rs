@@ -88,16 +88,27 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
     let elsewhere = tempfile::tempdir().unwrap();
     let marker = tmp.path().join("pwned");
 
-    // The attacker edits the bundled recipe to run something else and re-makes MANIFEST.
+    // The attacker edits the bundled recipe (the file, and the text the build record keeps)
+    // to run something else, and re-makes MANIFEST.
+    let evil_cmd = format!("touch {}; cp src/k.txt out.bin", marker.display());
     let mut entries = members(&bundle);
     replace_in(
         &mut entries,
         "recipes/cmd.toml",
         "cp src/k.txt out.bin",
-        &format!("touch {}; cp src/k.txt out.bin", marker.display()),
+        &evil_cmd,
     );
+    let rec = entries
+        .iter_mut()
+        .find(|e| e.path == format!("builds/{key}.json"))
+        .unwrap();
+    let mut v: Value = serde_json::from_slice(&rec.bytes).unwrap();
+    if let Some(t) = v["recipe-text"].as_str() {
+        v["recipe-text"] = t.replace("cp src/k.txt out.bin", &evil_cmd).into();
+    }
+    rec.bytes = serde_json::to_vec_pretty(&v).unwrap();
     let evil = tmp.path().join("evil.tar.zst");
-    rewrite(&evil, entries);
+    rewrite(&evil, entries.clone());
     assert_eq!(
         run(
             tmp.path(),
@@ -123,6 +134,29 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
         err.contains("do not match build record") && err.contains("recipe `cmd`"),
         "{err}"
     );
+    assert!(!marker.exists(), "the edited command ran");
+
+    // The same edit made in the record's key inputs too: the key no longer recomputes.
+    replace_in(
+        &mut entries,
+        &format!("builds/{key}.json"),
+        "cp src/k.txt out.bin",
+        &evil_cmd,
+    );
+    rewrite(&evil, entries);
+    let (code, out, err) = run(
+        tmp.path(),
+        elsewhere.path(),
+        &[
+            "replay",
+            &key[..12],
+            "--bundle",
+            evil.to_str().unwrap(),
+            "--allow-commands",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("do not hash to the record's key"), "{err}");
     assert!(!marker.exists(), "the edited command ran");
 
     // An honest bundle's command runs only with --allow-commands, after it is shown.
