@@ -34,6 +34,48 @@ pub const MANIFEST: &str = "MANIFEST";
 /// zstd level for bundles: slow, but bundles are written once and downloaded many times.
 const ZSTD_LEVEL: i32 = 19;
 
+/// How much of a bundle a reader accepts: a few kilobytes of zstd can claim gigabytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total uncompressed bytes (the tar stream).
+    pub max_bytes: u64,
+    /// Members, MANIFEST included.
+    pub max_entries: usize,
+}
+
+/// Default [`Limits::max_bytes`]: 1 GiB (`REPRO_BUNDLE_MAX_BYTES` overrides).
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Default [`Limits::max_entries`]: 100,000 (`REPRO_BUNDLE_MAX_ENTRIES` overrides).
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, or `REPRO_BUNDLE_MAX_BYTES` / `REPRO_BUNDLE_MAX_ENTRIES` where set
+    /// (plain numbers; an unreadable value is ignored).
+    pub fn from_env() -> Self {
+        let num = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let d = Limits::default();
+        Limits {
+            max_bytes: num("REPRO_BUNDLE_MAX_BYTES").unwrap_or(d.max_bytes),
+            max_entries: num("REPRO_BUNDLE_MAX_ENTRIES")
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(d.max_entries),
+        }
+    }
+}
+
 /// Why a bundle could not be written, read, verified or extracted.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
@@ -79,6 +121,17 @@ pub enum ArchiveError {
         /// The repeated path.
         entry: String,
     },
+    /// The bundle unpacks to more than the reader accepts.
+    #[error("{} is larger than allowed: {what}", .path.display())]
+    TooLarge {
+        /// The bundle.
+        path: PathBuf,
+        /// Which limit, and its value.
+        what: String,
+    },
+    /// The output path cannot be written (it exists, or it is a dangling link).
+    #[error(transparent)]
+    Output(fsutil::WriteError),
 }
 
 /// Whether `p` is a path that can be extracted under a directory without leaving it.
@@ -175,10 +228,7 @@ pub fn write(path: &Path, mut entries: Vec<Entry>) -> Result<String, ArchiveErro
 
     fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
         fsutil::WriteError::Io { source, .. } => write_err(source),
-        // Unreachable with overwrite on, but mapped rather than assumed.
-        fsutil::WriteError::Exists { .. } => {
-            write_err(std::io::Error::from(std::io::ErrorKind::AlreadyExists))
-        }
+        other => ArchiveError::Output(other),
     })?;
     Ok(sha256_hex(&compressed))
 }
@@ -186,18 +236,38 @@ pub fn write(path: &Path, mut entries: Vec<Entry>) -> Result<String, ArchiveErro
 /// Reads every member (MANIFEST included) with strict checks: only regular files, every
 /// path safe and given once, a MANIFEST present; a truncated or corrupt stream is
 /// [`ArchiveError::Corrupt`]. Never extracts anything to disk.
+///
+/// Reading is bounded by [`Limits::from_env`]: more uncompressed bytes or more members than
+/// allowed is [`ArchiveError::TooLarge`], found before the excess is held in memory.
 pub fn read(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
+    read_with(path, Limits::from_env())
+}
+
+/// [`read`] with explicit limits.
+pub fn read_with(path: &Path, limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
     let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
         path: path.to_owned(),
         source,
     })?;
     // Decompress the whole stream before parsing the tar: the tar reader stops at the
     // end-of-archive marker, so streaming would let a truncated or damaged tail (and the
-    // zstd checksum after it) go unchecked.
+    // zstd checksum after it) go unchecked. At most one byte past the limit is read.
     let mut tar_bytes = Vec::new();
     zstd::Decoder::new(file)
-        .and_then(|mut d| d.read_to_end(&mut tar_bytes))
+        .and_then(|d| {
+            d.take(limits.max_bytes.saturating_add(1))
+                .read_to_end(&mut tar_bytes)
+        })
         .map_err(|e| corrupt(path, format!("bad zstd stream: {e}")))?;
+    if tar_bytes.len() as u64 > limits.max_bytes {
+        return Err(ArchiveError::TooLarge {
+            path: path.to_owned(),
+            what: format!(
+                "it unpacks to more than {} bytes (REPRO_BUNDLE_MAX_BYTES)",
+                limits.max_bytes
+            ),
+        });
+    }
 
     let mut archive = tar::Archive::new(tar_bytes.as_slice());
     let members = archive
@@ -206,6 +276,15 @@ pub fn read(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     for member in members {
+        if out.len() >= limits.max_entries {
+            return Err(ArchiveError::TooLarge {
+                path: path.to_owned(),
+                what: format!(
+                    "it has more than {} members (REPRO_BUNDLE_MAX_ENTRIES)",
+                    limits.max_entries
+                ),
+            });
+        }
         let mut member = member.map_err(|e| corrupt(path, format!("bad tar header: {e}")))?;
         // `path_bytes` already folds in GNU long names and PAX path records.
         let raw = member.path_bytes().into_owned();
@@ -458,6 +537,34 @@ mod tests {
         b.append_data(&mut m, MANIFEST, &b""[..]).unwrap();
         let tar = b.into_inner().unwrap();
         std::fs::write(path, zstd::encode_all(tar.as_slice(), 3).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn reading_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bomb.tar.zst");
+        // 64 MiB of zeros compress to a few kilobytes.
+        write(
+            &bundle,
+            vec![entry("zeros.bin", &vec![0u8; 64 << 20], false)],
+        )
+        .unwrap();
+        assert!(std::fs::metadata(&bundle).unwrap().len() < 100_000);
+        let small = Limits {
+            max_bytes: 1 << 20,
+            max_entries: 10,
+        };
+        assert!(matches!(
+            read_with(&bundle, small),
+            Err(ArchiveError::TooLarge { .. })
+        ));
+        let many: Vec<Entry> = (0..20)
+            .map(|i| entry(&format!("f{i}"), b"", false))
+            .collect();
+        write(&bundle, many).unwrap();
+        let err = read_with(&bundle, small).unwrap_err();
+        assert!(err.to_string().contains("more than 10 members"), "{err}");
+        assert_eq!(read_with(&bundle, Limits::default()).unwrap().len(), 21);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::fingerprint::Fingerprint;
 use crate::gpurun::{ArgSpec, Job, LaunchSpec, Mode, Report, Timing};
 use crate::keys;
 use crate::process::{Cmd, ProcessError};
-use crate::runspec::{Arg, Launch, Sections};
+use crate::runspec::{Arg, DType, Launch, Sections};
 use crate::stats;
 use crate::store::{Store, StoreError};
 
@@ -122,6 +122,44 @@ fn launch(
     })
 }
 
+/// Default bound on the device memory one point's buffers may ask for: 256 GiB, beyond any
+/// single GPU (`REPRO_MAX_BUFFER_BYTES` overrides). It catches a mistyped count before the
+/// child tries to allocate it.
+pub const DEFAULT_MAX_BUFFER_BYTES: u64 = 256 << 30;
+
+fn max_buffer_bytes() -> u64 {
+    std::env::var("REPRO_MAX_BUFFER_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_BUFFER_BYTES)
+}
+
+/// Checks that a scalar's value is representable in its type (no silent wrap or cast).
+fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), String> {
+    let (lo, hi) = match dtype {
+        DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+        DType::U32 => (0.0, f64::from(u32::MAX)),
+        DType::I64 => (-(2f64.powi(63)), 2f64.powi(63) - 1.0),
+        DType::U64 => (0.0, 2f64.powi(64) - 1.0),
+        DType::U8 => (0.0, 255.0),
+        _ => {
+            return if v.is_nan() {
+                Err(format!("[run] args `{name}` value is NaN"))
+            } else {
+                Ok(())
+            };
+        }
+    };
+    if v.is_finite() && v.fract() == 0.0 && v >= lo && v <= hi {
+        Ok(())
+    } else {
+        Err(format!(
+            "[run] args `{name}` value {v} does not fit a {}",
+            format!("{dtype:?}").to_lowercase()
+        ))
+    }
+}
+
 /// Resolves a recipe's sections at every parameter point into jobs.
 pub fn resolve(
     sections: &Sections,
@@ -147,9 +185,12 @@ pub fn resolve(
         }
         Ok(l)
     };
+    crate::runspec::sweep_points(&sections.params)?;
+    let max_bytes = max_buffer_bytes();
     let mut points = Vec::new();
     for params in crate::runspec::combinations(&sections.params) {
         let mut args = Vec::new();
+        let mut total: u64 = 0;
         for a in &run.args {
             args.push(match a {
                 Arg::Buffer {
@@ -159,21 +200,39 @@ pub fn resolve(
                     init,
                     seed,
                     output,
-                } => ArgSpec::Buffer {
-                    name: name.clone(),
-                    dtype: *dtype,
-                    count: count
+                } => {
+                    let n = count
                         .eval_count(&params, &format!("[run] args `{name}` count"))
-                        .map_err(|e| e.to_string())?,
-                    init: init.clone(),
-                    seed: *seed,
-                    output: *output,
-                },
-                Arg::Scalar { name, dtype, value } => ArgSpec::Scalar {
-                    name: name.clone(),
-                    dtype: *dtype,
-                    value: value.eval(&params).map_err(|e| e.to_string())?.as_f64(),
-                },
+                        .map_err(|e| e.to_string())?;
+                    let bytes = n
+                        .checked_mul(dtype.size() as u64)
+                        .and_then(|b| total.checked_add(b))
+                        .filter(|t| *t <= max_bytes)
+                        .ok_or_else(|| {
+                            format!(
+                                "[run] args `{name}` count `{}` = {n} makes the buffers larger than {max_bytes} bytes (REPRO_MAX_BUFFER_BYTES)",
+                                count.text()
+                            )
+                        })?;
+                    total = bytes;
+                    ArgSpec::Buffer {
+                        name: name.clone(),
+                        dtype: *dtype,
+                        count: n,
+                        init: init.clone(),
+                        seed: *seed,
+                        output: *output,
+                    }
+                }
+                Arg::Scalar { name, dtype, value } => {
+                    let v = value.eval(&params).map_err(|e| e.to_string())?.as_f64();
+                    scalar_fits(name, *dtype, v)?;
+                    ArgSpec::Scalar {
+                        name: name.clone(),
+                        dtype: *dtype,
+                        value: v,
+                    }
+                }
             });
         }
         let (reference, tolerances) = match &sections.check {

@@ -58,6 +58,25 @@ pub enum BundleError {
     /// A stored object is missing or corrupt.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// A record (from a bundle or a store) holds a field that is not what it claims to be.
+    #[error("{record}: `{field}` {problem}")]
+    InvalidRecord {
+        /// Which record ("build 1a2b3c…", "result …").
+        record: String,
+        /// The field.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A record was made from a working tree with uncommitted changes: its sources are in no
+    /// commit, so it cannot be bundled or replayed.
+    #[error("{what} was made from a working tree with uncommitted changes (diff {digest})")]
+    Dirty {
+        /// Which record.
+        what: String,
+        /// The digest of the uncommitted changes.
+        digest: String,
+    },
     /// The sources cannot be read.
     #[error("cannot read the sources of commit {commit}: {reason}")]
     Source {
@@ -66,6 +85,119 @@ pub enum BundleError {
         /// Why.
         reason: String,
     },
+}
+
+/// The digest of the uncommitted changes a record was made from, if it was (build records
+/// hold the digest; result records hold `dirty: true`).
+pub fn dirty(rec: &Value) -> Option<String> {
+    match &rec["dirty"] {
+        Value::String(d) => Some(d.clone()),
+        Value::Bool(true) => Some("unknown".into()),
+        _ => None,
+    }
+}
+
+/// Checks that every field of a record that repro will use as a path, a key or a name is
+/// what it claims to be, and that the record's ID recomputes from its content: a build's key
+/// from its inputs, a result's ID from the rest of it. `kind` is `build` or `result`.
+pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleError> {
+    let bad = |field: &str, problem: String| BundleError::InvalidRecord {
+        record: format!("{kind} {}", crate::output::sanitize(keys::short(id))),
+        field: field.to_string(),
+        problem,
+    };
+    let shown = |v: &Value| {
+        let t = v.to_string();
+        let t: String = t.chars().take(60).collect();
+        crate::output::sanitize(&t)
+    };
+    if !rec.is_object() {
+        return Err(bad("(record)", "is not a JSON object".into()));
+    }
+    if !keys::is_key(id) {
+        return Err(bad("(file name)", "is not a 64-digit hex key".into()));
+    }
+    let opt_str = |field: &str, ok: fn(&str) -> bool, what: &str| -> Result<(), BundleError> {
+        match &rec[field] {
+            Value::Null => Ok(()),
+            Value::String(s) if ok(s) => Ok(()),
+            v => Err(bad(field, format!("is {}, not {what}", shown(v)))),
+        }
+    };
+    opt_str("commit", keys::is_commit, "a 40-digit hex commit")?;
+    opt_str("recipe", keys::is_name, "a recipe name")?;
+    opt_str("recipe-path", keys::is_relative_path, "a relative path")?;
+    match kind {
+        "build" => {
+            if keys::key_of(&rec["inputs"]) != id {
+                return Err(bad("inputs", "do not hash to the record's key".into()));
+            }
+            if let Some(files) = rec["inputs"]["files"].as_object() {
+                for (path, digest) in files {
+                    if !keys::is_relative_path(path) {
+                        return Err(bad(
+                            "inputs.files",
+                            format!(
+                                "names {}, not a relative path",
+                                shown(&Value::String(path.clone()))
+                            ),
+                        ));
+                    }
+                    if !digest.as_str().is_some_and(keys::is_key) {
+                        return Err(bad(
+                            "inputs.files",
+                            format!("gives {} for {path}, not a sha256", shown(digest)),
+                        ));
+                    }
+                }
+            }
+            match &rec["outputs"] {
+                Value::Null => {}
+                Value::Object(o) => {
+                    for (name, out) in o {
+                        if !keys::is_relative_path(name) {
+                            return Err(bad(
+                                "outputs",
+                                format!(
+                                    "names {}, not a relative path",
+                                    shown(&Value::String(name.clone()))
+                                ),
+                            ));
+                        }
+                        if !out["sha256"].as_str().is_some_and(keys::is_key) {
+                            return Err(bad(
+                                "outputs",
+                                format!("gives {} for {name}, not a sha256", shown(&out["sha256"])),
+                            ));
+                        }
+                    }
+                }
+                v => return Err(bad("outputs", format!("is {}, not an object", shown(v)))),
+            }
+        }
+        _ => {
+            let mut content = rec.clone();
+            if let Some(o) = content.as_object_mut() {
+                o.remove("id");
+            }
+            if keys::key_of(&content) != id {
+                return Err(bad("(content)", "does not hash to the result's ID".into()));
+            }
+            opt_str("build-key", keys::is_key, "a 64-digit hex key")?;
+            opt_str("artifact", keys::is_key, "a sha256")?;
+            match &rec["samples"] {
+                Value::Null => {}
+                Value::Array(a) if a.iter().all(|x| x.as_f64().is_some_and(f64::is_finite)) => {}
+                v => {
+                    return Err(bad(
+                        "samples",
+                        format!("is {}, not a list of numbers", shown(v)),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Collects the build records that the results (and given builds) refer to.
@@ -95,6 +227,21 @@ pub fn entries(
     let mut put = |path: String, bytes: Vec<u8>, exec: bool| {
         files.insert(path, (bytes, exec));
     };
+    // A record from a dirty tree has sources in no commit: bundling the commit's tree would
+    // make a bundle that cannot replay.
+    for (what, id, r) in contents
+        .results
+        .iter()
+        .map(|(id, r)| ("result", id, r))
+        .chain(contents.builds.iter().map(|(k, b)| ("build", k, b)))
+    {
+        if let Some(digest) = dirty(r) {
+            return Err(BundleError::Dirty {
+                what: format!("{what} {}", keys::short(id)),
+                digest: keys::short(&digest).to_string(),
+            });
+        }
+    }
     // Sources: one tree per distinct commit, with the recipes its records were built with
     // (the text a build record keeps, or else the commit's own recipe file).
     let mut commits: BTreeMap<String, Vec<RecipeRef>> = BTreeMap::new();
@@ -503,6 +650,7 @@ impl crate::error::Diagnose for BundleError {
         match self {
             BundleError::Store(s) => s.exit_code(),
             BundleError::Source { .. } => crate::exit::IO,
+            BundleError::InvalidRecord { .. } => crate::exit::MISMATCH,
             _ => crate::exit::USAGE,
         }
     }
@@ -515,6 +663,12 @@ impl crate::error::Diagnose for BundleError {
                 Some("record results inside a git repository to bundle them".into())
             }
             BundleError::Store(s) => s.hint(),
+            BundleError::InvalidRecord { .. } => {
+                Some("the record was edited or damaged; nothing was built or run from it".into())
+            }
+            BundleError::Dirty { .. } => Some(
+                "commit the changes and build again; that build can be bundled and replayed".into(),
+            ),
             BundleError::Source { .. } => {
                 Some("a partial clone lacks the blob: fetch it (`git fetch --refetch`)".into())
             }
@@ -527,8 +681,10 @@ impl crate::error::Diagnose for crate::archive::ArchiveError {
         use crate::archive::ArchiveError as E;
         match self {
             E::Read { .. } | E::Write { .. } => crate::exit::IO,
-            E::Corrupt { .. } | E::UnsafePath { .. } => crate::exit::MISMATCH,
-            E::Duplicate { .. } => crate::exit::INTERNAL,
+            // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
+            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => crate::exit::MISMATCH,
+            E::TooLarge { .. } => crate::exit::USAGE,
+            E::Output(w) => crate::error::Diagnose::exit_code(w),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -537,6 +693,9 @@ impl crate::error::Diagnose for crate::archive::ArchiveError {
             E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
             E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
             E::Write { .. } => Some("check free space and permissions of the output directory".into()),
+            E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
+            E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
+            E::Output(w) => crate::error::Diagnose::hint(w),
             _ => None,
         }
     }

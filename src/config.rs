@@ -118,7 +118,7 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
         }
     };
     let cfg: Config =
-        toml::from_str(&text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+        toml::from_str(&text).map_err(|e| err(e.span(), crate::spans::user_message(&e)))?;
     if cfg.schema != SCHEMA {
         return Err(err(
             None,

@@ -65,7 +65,7 @@ pub enum Value {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ExprError {
     /// Syntax error: message, the source text, and the 0-based char offset.
-    #[error("in `{text}` at column {}: {message}", .offset + 1)]
+    #[error("in `{}` at column {}: {message}", window(.text, *.offset), .offset + 1)]
     Syntax {
         /// The expression as written.
         text: String,
@@ -75,7 +75,7 @@ pub enum ExprError {
         message: String,
     },
     /// The expression uses a parameter the recipe does not define.
-    #[error("in `{text}`: unknown name `{name}`; {}", known_hint(.known))]
+    #[error("in `{}`: unknown name `{name}`; {}", shorten(.text), known_hint(.known))]
     UnknownName {
         /// The expression as written.
         text: String,
@@ -85,7 +85,7 @@ pub enum ExprError {
         known: Vec<String>,
     },
     /// Evaluation failed: division by zero, overflow, bad function arity, domain errors.
-    #[error("in `{text}`: {message}")]
+    #[error("in `{}`: {}", shorten(.text), shorten_to(.message, 400))]
     Eval {
         /// The expression as written.
         text: String,
@@ -93,7 +93,7 @@ pub enum ExprError {
         message: String,
     },
     /// A value that must be a count (an element count, a grid size) is not one.
-    #[error("`{what}` must be a non-negative whole number, but `{text}` is {value}")]
+    #[error("`{what}` must be a non-negative whole number, but `{}` is {value}", shorten(.text))]
     NotACount {
         /// What the value is used for, e.g. `grid`.
         what: String,
@@ -102,6 +102,41 @@ pub enum ExprError {
         /// The offending value.
         value: String,
     },
+}
+
+/// How many characters of an expression a message quotes.
+const SHOWN_CHARS: usize = 80;
+
+/// An expression as quoted in a message: whole when short, else its start and its length
+/// (a generated 200 KB expression must not flood the terminal).
+fn shorten(text: &str) -> String {
+    shorten_to(text, SHOWN_CHARS)
+}
+
+/// [`shorten`] with a given bound (messages quote parts of the expression, so get more room).
+fn shorten_to(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(max - 20).collect();
+        format!("{head}… ({n} characters)")
+    }
+}
+
+/// The part of a long expression around a column, for syntax errors.
+fn window(text: &str, offset: usize) -> String {
+    let n = text.chars().count();
+    if n <= SHOWN_CHARS {
+        return text.to_string();
+    }
+    let start = offset.saturating_sub(SHOWN_CHARS / 2);
+    let part: String = text.chars().skip(start).take(SHOWN_CHARS).collect();
+    format!(
+        "{}{part}{}",
+        if start > 0 { "…" } else { "" },
+        if start + SHOWN_CHARS < n { "…" } else { "" }
+    )
 }
 
 /// The tail of an unknown-name message: the parameters that do exist.

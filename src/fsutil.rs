@@ -1,7 +1,9 @@
 //! Atomic file writes: a temporary file in the same directory, fsync, then rename.
 //!
 //! A reader (or a crash) never sees a half-written lockfile, fingerprint or store object:
-//! either the old file is there or the complete new one is.
+//! either the old file is there or the complete new one is. Files get the mode a plain
+//! `open(2)` would give them (0666 less the umask), not the temporary file's 0600, since
+//! bundles and lockfiles are written to be shared.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,15 @@ pub enum WriteError {
         /// The file that exists.
         path: PathBuf,
     },
+    /// The target is a symbolic link to nothing: writing would create a file wherever it
+    /// points, or silently replace the link.
+    #[error("{} is a symbolic link to {}, which does not exist", .path.display(), .target.display())]
+    DanglingSymlink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+    },
     /// The operating system refused.
     #[error("could not write {}", .path.display())]
     Io {
@@ -32,13 +43,16 @@ pub enum WriteError {
 impl Diagnose for WriteError {
     fn exit_code(&self) -> u8 {
         match self {
-            WriteError::Exists { .. } => exit::USAGE,
+            WriteError::Exists { .. } | WriteError::DanglingSymlink { .. } => exit::USAGE,
             WriteError::Io { .. } => exit::IO,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
             WriteError::Exists { .. } => Some("pass --force to overwrite it".into()),
+            WriteError::DanglingSymlink { .. } => {
+                Some("remove the link or write to another path".into())
+            }
             WriteError::Io { source, .. } => match source.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
                     Some("the disk is full; free some space and try again".into())
@@ -72,6 +86,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && m.file_type().is_symlink()
+        && !path.exists()
+    {
+        return Err(WriteError::DanglingSymlink {
+            path: path.to_owned(),
+            target: std::fs::read_link(path).unwrap_or_default(),
+        });
+    }
     if !overwrite && path.exists() {
         return Err(WriteError::Exists {
             path: path.to_owned(),
@@ -83,6 +106,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
         .tempfile_in(&dir)
         .map_err(io)?;
     tmp.write_all(bytes).map_err(io)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))
+            .map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     if overwrite {
         tmp.persist(path).map_err(|e| io(e.error))?;
@@ -105,6 +134,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
     Ok(())
 }
 
+/// The process's umask, read from `/proc/self/status` (reading it with `umask(2)` would
+/// change it for a moment under other threads); 022 where the kernel does not say.
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
 /// Reads a file of at most `max` bytes; a larger one is an error (`InvalidData`), so a
 /// hostile or mistaken input cannot exhaust memory.
 pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
@@ -125,6 +167,34 @@ pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_get_the_umask_mode_and_dangling_links_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_atomic(&p, b"x", false).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask());
+        assert_ne!(mode, 0o600, "not the temporary file's private mode");
+
+        let link = dir.path().join("link");
+        let target = dir.path().join("nowhere/else");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for overwrite in [false, true] {
+            assert!(matches!(
+                write_atomic(&link, b"x", overwrite),
+                Err(WriteError::DanglingSymlink { .. })
+            ));
+        }
+        assert!(!target.exists());
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
 
     #[test]
     fn writes_and_refuses_to_clobber() {

@@ -135,7 +135,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
             hint,
         }
     };
-    let toml_err = |e: toml::de::Error| invalid(e.span(), e.message().trim().to_string(), None);
+    let toml_err = |e: toml::de::Error| invalid(e.span(), crate::spans::user_message(&e), None);
 
     // The schema is read first and alone, so that a newer lockfile gets "upgrade repro"
     // rather than a confusing complaint about fields this version has not heard of.

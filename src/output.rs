@@ -159,3 +159,30 @@ impl Table {
         out
     }
 }
+
+/// Text from a file someone else wrote, made safe for a terminal: control characters other
+/// than newline and tab (escape sequences that could rewrite the screen or the title) are
+/// shown as `\u{..}` escapes.
+pub fn sanitize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod sanitize_tests {
+    #[test]
+    fn escapes_terminal_controls_only() {
+        assert_eq!(super::sanitize("a\tb\nc"), "a\tb\nc");
+        assert_eq!(
+            super::sanitize("\u{1b}]0;pwned\u{7}x"),
+            "\\u{1b}]0;pwned\\u{7}x"
+        );
+    }
+}

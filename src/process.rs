@@ -5,6 +5,13 @@
 //! the whole process group, so a compiler's children die too), and turns a failure into a
 //! [`ProcessError`] that shows the command line, the exit code or the signal's name, and the
 //! tail of both streams. Nothing else in the crate constructs a `std::process::Command`.
+//!
+//! No child outlives repro. Every child leads a process group of its own, and the group is
+//! killed when the child exits (a backgrounded grandchild holding the output pipes would
+//! otherwise keep repro waiting), when it times out, and when repro itself dies: a small
+//! guardian process (`sh`, started once) holds a pipe from repro and kills every group
+//! still registered with it when that pipe closes, which happens on Ctrl-C, SIGTERM and
+//! SIGKILL alike. The direct child also gets `PR_SET_PDEATHSIG`.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -231,6 +238,14 @@ impl Cmd {
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
         }
+        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
         for (k, v) in &self.env {
             match v {
                 Some(v) => command.env(k, v),
@@ -250,6 +265,7 @@ impl Cmd {
                 }
             }
         })?;
+        let group = Group::register(child.id());
 
         // Stdin, stdout and stderr are serviced by threads so that a child filling one pipe
         // while we wait on another cannot deadlock.
@@ -302,6 +318,9 @@ impl Cmd {
             None => child.wait().map_err(io_err)?,
         };
         let elapsed = start.elapsed();
+        // The child is done; whatever it left running in its group (`sleep 9 &`) would hold
+        // the pipes open and keep us waiting for output that no one asked for.
+        drop(group);
         if let Some(t) = stdin_thread {
             let _ = t.join();
         }
@@ -332,6 +351,68 @@ impl Cmd {
                 stderr: tail(&out.stderr),
             })
         }
+    }
+}
+
+/// A registered process group: killed, and unregistered from the guardian, when dropped.
+struct Group(libc::pid_t);
+
+impl Group {
+    fn register(pid: u32) -> Group {
+        let pgid = pid as libc::pid_t;
+        guardian_send(&format!("+{pgid}"));
+        Group(pgid)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: killpg only sends a signal; the group's id is the child's pid because the
+        // child was started with process_group(0). An empty group gives ESRCH, ignored.
+        unsafe {
+            libc::killpg(self.0, libc::SIGKILL);
+        }
+        guardian_send(&format!("-{}", self.0));
+    }
+}
+
+/// The guardian's script: it keeps the set of live groups and kills them all when repro's
+/// end of the pipe closes. It ignores the signals a terminal sends, so it outlives repro.
+const GUARDIAN: &str = r#"trap '' INT TERM HUP QUIT
+g=' '
+while read -r l; do
+  op=${l%"${l#?}"}; p=${l#?}
+  case "$op" in
+    +) g="$g$p " ;;
+    -) case "$g" in *" $p "*) g="${g%% $p *} ${g#* $p }" ;; esac ;;
+  esac
+done
+for p in $g; do kill -s KILL -- "-$p" 2>/dev/null; done
+"#;
+
+static GUARDIAN_PIPE: std::sync::Mutex<Option<Option<std::process::ChildStdin>>> =
+    std::sync::Mutex::new(None);
+
+/// Sends one line to the guardian, starting it on first use. Best effort: without `sh` the
+/// groups are still killed on timeout and at exit, just not after repro is killed.
+fn guardian_send(line: &str) {
+    use std::io::Write;
+    let mut slot = GUARDIAN_PIPE.lock().unwrap_or_else(|e| e.into_inner());
+    let pipe = slot.get_or_insert_with(|| {
+        Command::new("sh")
+            .args(["-c", GUARDIAN])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()
+            .and_then(|mut c| c.stdin.take())
+    });
+    if let Some(p) = pipe
+        && writeln!(p, "{line}").is_err()
+    {
+        *pipe = None;
     }
 }
 
@@ -454,6 +535,23 @@ mod tests {
         // The reader threads return only once every holder of the pipes (the backgrounded
         // sleep included) is gone, so a quick return proves the group was killed.
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_backgrounded_grandchild_does_not_hold_us() {
+        let start = Instant::now();
+        let out = Cmd::new("sh")
+            .args(["-c", "sleep 4 & echo hi"])
+            .timeout(Duration::from_secs(1))
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout_str(), "hi\n");
+        // Before the fix this took the full 4 s, waiting for `sleep` to close the pipe.
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

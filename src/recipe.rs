@@ -372,7 +372,7 @@ fn parse_in(
             hint: hint.map(str::to_string),
         }
     };
-    let toml_err = |e: toml::de::Error| invalid(e.span(), e.message().trim().to_string(), None);
+    let toml_err = |e: toml::de::Error| invalid(e.span(), crate::spans::user_message(&e), None);
     let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
     match table.get("schema") {
         None => {

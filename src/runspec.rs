@@ -296,6 +296,38 @@ pub struct Raw {
 /// A validation error: the span to point at, the message, an optional hint.
 pub type Problem = (Option<std::ops::Range<usize>>, String, Option<String>);
 
+/// Default bound on the points of a sweep (the product of the lengths of the `[params]`
+/// lists); `REPRO_MAX_SWEEP_POINTS` overrides it.
+pub const DEFAULT_MAX_SWEEP_POINTS: u64 = 10_000;
+
+/// The bound on sweep points in force.
+pub fn max_sweep_points() -> u64 {
+    std::env::var("REPRO_MAX_SWEEP_POINTS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_SWEEP_POINTS)
+}
+
+/// The number of points of a sweep, or an error when it exceeds [`max_sweep_points`].
+pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, String> {
+    let max = max_sweep_points();
+    let mut n: u64 = 1;
+    for v in params.values() {
+        n = n.saturating_mul(v.len() as u64);
+    }
+    if n > max {
+        return Err(format!(
+            "[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)",
+            if n == u64::MAX {
+                "over 2^64".to_string()
+            } else {
+                n.to_string()
+            }
+        ));
+    }
+    Ok(n)
+}
+
 /// Default tolerances when `[check]` gives none: exact for integers is implied by 0.
 pub const DEFAULT_ATOL: f64 = 1e-5;
 /// See [`DEFAULT_ATOL`].
@@ -363,6 +395,7 @@ fn dims(
 pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
     let mut params = BTreeMap::new();
     if let Some(p) = raw.params {
+        let p_span = p.span();
         for (name, v) in p.into_inner() {
             let span = v.span();
             let list = match v.into_inner() {
@@ -388,6 +421,13 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
             }
             params.insert(name, values);
         }
+        sweep_points(&params).map_err(|e| {
+            (
+                Some(p_span.clone()),
+                e,
+                Some("split the sweep, or narrow it with --param NAME=V1,V2".into()),
+            )
+        })?;
     }
     let entry = |k: &Spanned<String>, section: &str| -> Result<String, Problem> {
         if entries.contains(k.get_ref()) {
@@ -460,14 +500,34 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                             Some("constant") => Some(Init::Constant {
                                 value: a.mean.or(a.low).unwrap_or(0.0),
                             }),
-                            Some("uniform") => Some(Init::Uniform {
-                                low: a.low.unwrap_or(0.0),
-                                high: a.high.unwrap_or(1.0),
-                            }),
-                            Some("normal") => Some(Init::Normal {
-                                mean: a.mean.unwrap_or(0.0),
-                                std: a.std.unwrap_or(1.0),
-                            }),
+                            Some("uniform") => {
+                                let (low, high) = (a.low.unwrap_or(0.0), a.high.unwrap_or(1.0));
+                                if !(low.is_finite() && high.is_finite() && low <= high) {
+                                    return Err((
+                                        Some(span),
+                                        format!(
+                                            "{}: `low` {low} must not exceed `high` {high}, and both must be finite",
+                                            what("init")
+                                        ),
+                                        None,
+                                    ));
+                                }
+                                Some(Init::Uniform { low, high })
+                            }
+                            Some("normal") => {
+                                let (mean, std) = (a.mean.unwrap_or(0.0), a.std.unwrap_or(1.0));
+                                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+                                    return Err((
+                                        Some(span),
+                                        format!(
+                                            "{}: `std` {std} must be finite and not negative, `mean` {mean} finite",
+                                            what("init")
+                                        ),
+                                        None,
+                                    ));
+                                }
+                                Some(Init::Normal { mean, std })
+                            }
                             Some(other) => {
                                 let s = a.init.as_ref().expect("matched Some").span();
                                 return Err((Some(s), format!("{}: unknown init `{other}`", what("init")), Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into())));
@@ -550,6 +610,24 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
         Some(c) => {
             let span = c.span();
             let c = c.into_inner();
+            let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
+                c.tolerance
+                    .values()
+                    .flat_map(|t| [("atol", t.atol), ("rtol", t.rtol)]),
+            );
+            for (key, v) in tolerances {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err((
+                        Some(span),
+                        format!(
+                            "[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"
+                        ),
+                        None,
+                    ));
+                }
+            }
             let Some(run) = &run else {
                 return Err((Some(span), "[check] needs a [run] section".into(), None));
             };
@@ -681,5 +759,6 @@ pub fn override_params(
         }
         params.insert(k.to_string(), values);
     }
+    sweep_points(params)?;
     Ok(())
 }

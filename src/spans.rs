@@ -43,3 +43,29 @@ mod tests {
         assert_eq!(line_col(t, 1000), (3, 1));
     }
 }
+
+/// A TOML parser's message in the user's terms: the names of repro's internal structs
+/// (`expected struct RawRule`) mean "a table" to someone editing the file.
+pub fn user_message(e: &toml::de::Error) -> String {
+    let m = e.message().trim();
+    let re = regex_lite::Regex::new(r"struct (Raw[A-Za-z]*|Spanned)").expect("a valid regex");
+    re.replace_all(m, "a table").into_owned()
+}
+
+#[cfg(test)]
+mod message_tests {
+    #[test]
+    fn internal_struct_names_are_not_shown() {
+        #[derive(Debug, serde::Deserialize)]
+        #[expect(dead_code, reason = "only the error matters")]
+        struct RawRule {
+            policy: String,
+        }
+        let e = toml::from_str::<std::collections::BTreeMap<String, RawRule>>("a = 5").unwrap_err();
+        let m = super::user_message(&e);
+        assert!(
+            !m.contains("RawRule") && m.contains("expected a table"),
+            "{m}"
+        );
+    }
+}

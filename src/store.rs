@@ -11,6 +11,14 @@
 //! Every write is atomic (temporary file, fsync, rename), so concurrent `repro` processes
 //! never see or leave a torn object; two processes writing the same object write the same
 //! bytes. Every read of a blob re-hashes it: a corrupt object is named and never used.
+//!
+//! Concurrency: `.repro/lock` is an advisory file lock. Builds and benchmarks hold it shared
+//! while they write (blobs first, then the record that references them); `gc` holds it
+//! exclusively, so it never removes the temporary files or the not-yet-referenced objects
+//! of a build in flight. Every record carries `record-sha256`, the hash of its other
+//! fields: a truncated or edited record is corrupt, is moved to `quarantine/` (never
+//! deleted) and rebuilt. The store writes its own `.gitignore` so that it never shows up in
+//! `git status`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,6 +32,12 @@ use crate::keys;
 
 /// The store schema this build reads and writes.
 pub const SCHEMA: u64 = 1;
+
+/// The field of every record that holds the hash of its other fields.
+pub const SEAL: &str = "record-sha256";
+
+/// Directories of the store that hold no records.
+const NOT_RECORDS: &[&str] = &["objects", "tmp", "quarantine"];
 
 /// Why the store could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +83,14 @@ impl Diagnose for StoreError {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            StoreError::Write(w) => w.hint().or_else(|| Some("choose another store with --store or REPRO_STORE".into())),
+            StoreError::Write(WriteError::Io { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)) =>
+            {
+                Some("the store is not writable: choose another with --store DIR or REPRO_STORE (reading a read-only store works)".into())
+            }
+            StoreError::Write(w) => w.hint().or_else(|| Some("choose another store with --store DIR or REPRO_STORE".into())),
             StoreError::Corrupt { .. } => {
-                Some("run `repro store verify`; `repro store gc` removes what it reports, and the next build rebuilds it".into())
+                Some("run `repro store verify`; `repro store gc` moves damaged records to quarantine/ and removes damaged objects, and the next build rebuilds them".into())
             }
             StoreError::NewerSchema { .. } => Some("upgrade repro, or use another store with --store".into()),
             StoreError::Read { .. } => Some("check the store's location and permissions (--store, REPRO_STORE)".into()),
@@ -99,7 +118,7 @@ pub struct Problem {
 pub struct VerifyReport {
     /// Blobs re-hashed.
     pub objects: usize,
-    /// Records parsed and checked.
+    /// Records parsed and checked, of every kind.
     pub records: usize,
     /// Everything that is wrong.
     pub problems: Vec<Problem>,
@@ -114,8 +133,17 @@ pub struct GcReport {
     pub objects_removed: usize,
     /// Leftover temporary files removed.
     pub temporaries_removed: usize,
+    /// Damaged records moved to `quarantine/`.
+    pub records_quarantined: usize,
     /// Bytes freed.
     pub bytes_freed: u64,
+}
+
+/// A held store lock (shared or exclusive); released when dropped. A store that cannot be
+/// written (a read-only mount) is not locked: nothing can change it through this process.
+#[derive(Debug)]
+pub struct StoreLock {
+    _file: Option<std::fs::File>,
 }
 
 impl Store {
@@ -161,7 +189,99 @@ impl Store {
                 true,
             )?;
         }
+        let ignore = self.root.join(".gitignore");
+        if !ignore.exists() {
+            // Everything in the store is repro's own: keep it out of `git status` wherever
+            // the store is (at a repository's root by default).
+            fsutil::write_atomic(
+                &ignore,
+                b"# written by repro: the store is not source\n*\n",
+                true,
+            )?;
+        }
         Ok(())
+    }
+
+    /// Takes the store lock shared (builds, benchmarks, verify): many holders at once.
+    pub fn lock_shared(&self) -> Result<StoreLock, StoreError> {
+        self.lock(false)
+    }
+
+    /// Takes the store lock exclusively (gc): waits for every shared holder to finish.
+    pub fn lock_exclusive(&self) -> Result<StoreLock, StoreError> {
+        self.lock(true)
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<StoreLock, StoreError> {
+        let read_only = |e: &std::io::Error| {
+            matches!(
+                e.raw_os_error(),
+                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+            )
+        };
+        let path = self.root.join("lock");
+        let write_err = |source| {
+            StoreError::Write(WriteError::Io {
+                path: path.clone(),
+                source,
+            })
+        };
+        match std::fs::create_dir_all(&self.root) {
+            Ok(()) => {}
+            Err(e) if read_only(&e) => return Ok(StoreLock { _file: None }),
+            Err(e) => return Err(write_err(e)),
+        }
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            // flock works on a descriptor opened for reading, so a store whose lock file
+            // exists but is not writable by us is still locked properly.
+            Err(e) if read_only(&e) => match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(_) => return Ok(StoreLock { _file: None }),
+            },
+            Err(e) => return Err(write_err(e)),
+        };
+        let locked = if exclusive {
+            fs4::fs_std::FileExt::lock_exclusive(&file)
+        } else {
+            fs4::fs_std::FileExt::lock_shared(&file)
+        };
+        locked.map_err(write_err)?;
+        Ok(StoreLock { _file: Some(file) })
+    }
+
+    /// Moves a damaged file into `quarantine/` (kept for inspection, out of every lookup)
+    /// and returns where it went.
+    pub fn quarantine(&self, path: &Path) -> Result<PathBuf, StoreError> {
+        let rel = path.strip_prefix(&self.root).unwrap_or(path);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dest = self
+            .root
+            .join("quarantine")
+            .join(format!("{}.{stamp}", rel.display()));
+        let io = |source| {
+            StoreError::Write(WriteError::Io {
+                path: dest.clone(),
+                source,
+            })
+        };
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        match std::fs::rename(path, &dest) {
+            Ok(()) => Ok(dest),
+            // Another process quarantined or replaced it first.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(dest),
+            Err(e) => Err(io(e)),
+        }
     }
 
     /// The path of the blob with this digest.
@@ -205,26 +325,29 @@ impl Store {
         self.root.join(kind).join(format!("{key}.json"))
     }
 
-    /// Writes a record (`kind` is its directory: `builds`, later `results`).
+    /// Writes a record (`kind` is its directory: `builds`, `results`, `bisect`...), sealed
+    /// with [`SEAL`].
     pub fn put_record(&self, kind: &str, key: &str, record: &Value) -> Result<(), StoreError> {
         self.ensure()?;
-        let text = serde_json::to_string_pretty(record).expect("JSON serialises") + "\n";
+        let mut record = record.clone();
+        if let Some(o) = record.as_object_mut() {
+            o.remove(SEAL);
+            let seal = keys::key_of(&Value::Object(o.clone()));
+            o.insert(SEAL.into(), Value::String(seal));
+        }
+        let text = serde_json::to_string_pretty(&record).expect("JSON serialises") + "\n";
         fsutil::write_atomic(&self.record_path(kind, key), text.as_bytes(), true)?;
         Ok(())
     }
 
-    /// Reads a record, or `None` if there is none under that key.
+    /// Reads a record, or `None` if there is none under that key. A record that does not
+    /// parse or whose seal does not match is [`StoreError::Corrupt`].
     pub fn get_record(&self, kind: &str, key: &str) -> Result<Option<Value>, StoreError> {
         let path = self.record_path(kind, key);
         match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        path,
-                        what: e.to_string(),
-                    })
-            }
+            Ok(bytes) => parse_record(&bytes)
+                .map(Some)
+                .map_err(|what| StoreError::Corrupt { path, what }),
             // Under a path that is not a directory no record can exist; the first write will
             // then fail with a message about the store's location.
             Err(e)
@@ -246,6 +369,16 @@ impl Store {
             true,
         )?;
         Ok(())
+    }
+
+    /// Every directory of records (`builds`, `results`, `bisect`, `recipes`...).
+    pub fn record_kinds(&self) -> Vec<String> {
+        Self::files_in(&self.root)
+            .into_iter()
+            .filter(|p| p.is_dir())
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| !NOT_RECORDS.contains(&n.as_str()))
+            .collect()
     }
 
     /// The key of the last build of `recipe`, if any.
@@ -310,6 +443,12 @@ impl Store {
                 .to_string_lossy()
                 .into_owned();
             for f in Self::files_in(&sub) {
+                // A write in flight (or a killed one's leftover, which gc removes).
+                if f.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
+                {
+                    continue;
+                }
                 let rest = f
                     .file_name()
                     .unwrap_or_default()
@@ -334,7 +473,7 @@ impl Store {
                     .into_owned();
                 let parsed = std::fs::read(&p)
                     .map_err(|e| e.to_string())
-                    .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()));
+                    .and_then(|b| parse_record(&b));
                 (key, p, parsed)
             })
             .collect()
@@ -347,8 +486,9 @@ impl Store {
             .to_string()
     }
 
-    /// Re-hashes every object and checks every record: its key recomputes from its
-    /// inputs, and every object it references exists.
+    /// Re-hashes every object and checks every record of every kind: it parses, its seal
+    /// matches, a build's key recomputes from its inputs, a result's ID from its content,
+    /// and every object or build it references exists.
     pub fn verify(&self) -> VerifyReport {
         let mut report = VerifyReport::default();
         let mut present = BTreeSet::new();
@@ -375,33 +515,71 @@ impl Store {
                 }),
             }
         }
-        for (key, path, parsed) in self.records("builds") {
-            report.records += 1;
-            let rec = match parsed {
-                Ok(r) => r,
-                Err(e) => {
+        // An object written after the listing above (by a build running now) is looked up
+        // again rather than reported missing.
+        let has_object =
+            |d: &str| present.contains(d) || (keys::is_key(d) && self.get_blob(d).is_ok());
+        for kind in self.record_kinds() {
+            for (key, path, parsed) in self.records(&kind) {
+                report.records += 1;
+                let mut problem = |what: String| {
                     report.problems.push(Problem {
                         path: self.rel(&path),
-                        what: format!("not valid JSON: {e}"),
-                    });
-                    continue;
-                }
-            };
-            if keys::key_of(&rec["inputs"]) != key {
-                report.problems.push(Problem {
-                    path: self.rel(&path),
-                    what: "its inputs do not hash to its key".into(),
-                });
-            }
-            for digest in referenced(&rec) {
-                if !present.contains(&digest) {
-                    report.problems.push(Problem {
-                        path: self.rel(&path),
-                        what: format!(
-                            "references object {} that is missing or corrupt",
-                            keys::short(&digest)
-                        ),
-                    });
+                        what,
+                    })
+                };
+                let rec = match parsed {
+                    Ok(r) => r,
+                    Err(e) => {
+                        problem(format!("damaged record: {e}"));
+                        continue;
+                    }
+                };
+                match kind.as_str() {
+                    "builds" => {
+                        if keys::key_of(&rec["inputs"]) != key {
+                            problem("its inputs do not hash to its key".into());
+                        }
+                        for digest in referenced(&rec) {
+                            if !has_object(&digest) {
+                                problem(format!(
+                                    "references object {} that is missing or corrupt",
+                                    keys::short(&digest)
+                                ));
+                            }
+                        }
+                    }
+                    "results" => {
+                        let mut content = rec.clone();
+                        if let Some(o) = content.as_object_mut() {
+                            o.remove("id");
+                        }
+                        if keys::key_of(&content) != key {
+                            problem("its content does not hash to its ID (edited?)".into());
+                        }
+                    }
+                    "recipes" => match rec["key"].as_str() {
+                        Some(k) if keys::is_key(k) => {
+                            if !self.record_path("builds", k).exists() {
+                                problem(format!(
+                                    "names build {} that is not in the store",
+                                    keys::short(k)
+                                ));
+                            }
+                        }
+                        _ => problem("has no valid `key`".into()),
+                    },
+                    _ => {
+                        if let Some(k) = rec.get("key").and_then(Value::as_str)
+                            && k != key
+                        {
+                            problem(format!(
+                                "says key {}, but is filed as {}",
+                                keys::short(k),
+                                keys::short(&key)
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -411,8 +589,23 @@ impl Store {
     /// Removes leftover temporary files, corrupt objects, objects no record references,
     /// and with `keep_last`, all but the newest `keep_last` build records of each recipe
     /// (the last build of each recipe is always kept).
+    ///
+    /// Takes the store lock exclusively: it waits for builds in flight to finish, and
+    /// builds wait for it. Damaged records are moved to `quarantine/`, not deleted.
     pub fn gc(&self, keep_last: Option<usize>) -> Result<GcReport, StoreError> {
+        let _lock = self.lock_exclusive()?;
         let mut report = GcReport::default();
+        for kind in self.record_kinds() {
+            if kind == "recipes" {
+                continue;
+            }
+            for (_, path, parsed) in self.records(&kind) {
+                if parsed.is_err() {
+                    self.quarantine(&path)?;
+                    report.records_quarantined += 1;
+                }
+            }
+        }
         let remove = |p: &Path, report: &mut GcReport| -> Result<(), StoreError> {
             let len = tree_len(p);
             let removed = if p.is_dir() {
@@ -496,6 +689,25 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+/// Parses a record's bytes and checks its seal (when it has one, as every record this
+/// repro writes does); returns the record without the seal, or what is wrong with it.
+pub fn parse_record(bytes: &[u8]) -> Result<Value, String> {
+    let mut v: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
+    let Some(o) = v.as_object_mut() else {
+        return Err("not a JSON object".into());
+    };
+    if let Some(seal) = o.remove(SEAL) {
+        let actual = keys::key_of(&Value::Object(o.clone()));
+        if seal.as_str() != Some(actual.as_str()) {
+            return Err(format!(
+                "its fields do not hash to its {SEAL} (edited or damaged)"
+            ));
+        }
+    }
+    Ok(v)
 }
 
 /// The bytes under a path (a file's length, or a directory's files summed; links not followed).

@@ -182,6 +182,19 @@ fn compiler(recipe: &Recipe) -> Result<(Value, Option<std::path::PathBuf>), Buil
     }
 }
 
+/// The part of a build key that comes from the tree and the recipe alone (its `build` and
+/// `files` members), computed without compiling or running anything: replay compares it
+/// with a record's before it lets any compiler or command near the tree.
+pub fn source_inputs(root: &Path, recipe: &Recipe) -> Result<Value, BuildError> {
+    let mut recipe = recipe.clone();
+    recipe
+        .resolve_env()
+        .map_err(|source| BuildError::Recipe { source })?;
+    let inputs = collect(root, &recipe)?;
+    let v = key_inputs(&recipe, &inputs.files, &Value::Null, None);
+    Ok(json!({"build": v["build"], "files": v["files"]}))
+}
+
 /// The JSON whose canonical hash is the build key.
 pub fn key_inputs(
     recipe: &Recipe,
@@ -324,6 +337,9 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
+    // Shared with other builds, exclusive of gc: the objects this build writes stay until
+    // the record that references them is written.
+    let _lock = store.lock_shared()?;
     let mut recipe = recipe.clone();
     recipe
         .resolve_env()
@@ -354,8 +370,22 @@ pub fn build(
     });
 
     let mut repaired = Vec::new();
+    let existing = match store.get_record("builds", &key) {
+        // A damaged record (truncated by a crash, edited by hand) is moved aside and the
+        // build runs again, rather than blocking this key until someone passes --force.
+        Err(StoreError::Corrupt { path, what }) => {
+            let moved = store.quarantine(&path)?;
+            repaired.push(format!(
+                "build record {}: {what}; moved to {}",
+                keys::short(&key),
+                moved.display()
+            ));
+            None
+        }
+        other => other?,
+    };
     if !opts.force
-        && let Some(rec) = store.get_record("builds", &key)?
+        && let Some(rec) = existing
     {
         let mut outputs = BTreeMap::new();
         let mut intact = true;
@@ -373,7 +403,8 @@ pub fn build(
             }
         }
         if intact {
-            store.set_last(&recipe.name, &key)?;
+            // Only a hint for --explain: a read-only store still serves cache hits.
+            let _ = store.set_last(&recipe.name, &key);
             return Ok(Outcome {
                 recipe: recipe.name.clone(),
                 key,
@@ -474,6 +505,10 @@ pub fn build(
         "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
         "repro-version": env!("CARGO_PKG_VERSION"),
         "commit": opts.commit.clone().or_else(|| crate::fingerprint::git::head_commit(root)),
+        // The digest of the uncommitted changes when the tree was dirty: the sources are
+        // then not those of `commit`, and bundle and replay refuse the record. (A checkout
+        // of a given commit, or one in the store's scratch space, is not the user's tree.)
+        "dirty": if opts.commit.is_some() || root.starts_with(store.root()) { None } else { crate::fingerprint::git::dirty_digest_of(root) },
         "environment": match (&opts.nix, &opts.nix_fallback) {
             (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
             (None, Some(why)) => json!({"kind": "host", "warning": why}),

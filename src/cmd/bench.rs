@@ -210,7 +210,7 @@ fn recipe_bench(
         a.check_only,
         a.time_anyway,
     )
-    .map_err(UserError::usage)?;
+    .map_err(|e| UserError::usage(format!("{}: {e}", r.path)))?;
     if let Some(ptx) = &ptx {
         for p in &points {
             bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {

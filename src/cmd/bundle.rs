@@ -42,7 +42,7 @@ enum BundleCommand {
         /// The archive.
         file: PathBuf,
     },
-    /// List the claims (results and builds) of a bundle.
+    /// List the claims (results and builds) of a bundle; exit 1 if it does not match its MANIFEST.
     Show {
         /// The archive.
         file: PathBuf,
@@ -171,17 +171,28 @@ fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
 fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
     let entries =
         archive::read(file).with_context(|| format!("failed to read {}", g.shown(file)))?;
+    let v = archive::verify(file).with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    // The README is someone else's text: no terminal escape sequences reach the screen.
     let readme = entries
         .iter()
         .find(|e| e.path == "README.md")
-        .map(|e| String::from_utf8_lossy(&e.bytes).into_owned());
+        .map(|e| crate::output::sanitize(&String::from_utf8_lossy(&e.bytes)));
     if g.json {
         let list: Vec<Value> = entries
             .iter()
             .map(|e| json!({"path": e.path, "bytes": e.bytes.len()}))
             .collect();
-        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "files": list}))?;
+        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "files": list}))?;
     } else {
+        if !v.ok() {
+            eprintln!(
+                "warning: {} does not match its MANIFEST ({} differ, {} missing, {} extra): what it claims below is not to be trusted; `repro bundle verify` lists them",
+                g.shown(file),
+                v.differs.len(),
+                v.missing.len(),
+                v.extra.len()
+            );
+        }
         let total: usize = entries.iter().map(|e| e.bytes.len()).sum();
         emit(&format!(
             "{}: {} files, {:.1} KiB unpacked\n\n",
@@ -193,5 +204,5 @@ fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
             emit(&r)?;
         }
     }
-    Ok(exit::OK)
+    Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
 }

@@ -30,6 +30,10 @@ pub struct Args {
     /// The relative change in timing that counts as different.
     #[arg(long, default_value = "2%", value_parser = crate::cmd::bench::parse_fraction)]
     threshold: f64,
+    /// Let a bundle's `kind = "command"` recipe run its command (shown first). Without it,
+    /// replaying such a bundle stops before anything runs.
+    #[arg(long)]
+    allow_commands: bool,
 }
 
 /// Where the records and sources come from.
@@ -76,13 +80,21 @@ fn from_bundle(path: &Path) -> anyhow::Result<Origin> {
             .flatten()
             .flatten()
         {
-            let name = e
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".json")
-                .to_string();
-            let v: Value = serde_json::from_slice(&std::fs::read(e.path())?)
-                .with_context(|| format!("failed to read {}", e.path().display()))?;
+            let file = e.file_name().to_string_lossy().into_owned();
+            let name = file.strip_suffix(".json").unwrap_or(&file).to_string();
+            let v: Value = serde_json::from_slice(&std::fs::read(e.path())?).map_err(|err| {
+                UserError::with_code(
+                    exit::MISMATCH,
+                    format!(
+                        "{kind}/{} in the bundle is not a valid record: {err}",
+                        crate::output::sanitize(&file)
+                    ),
+                )
+                .hint("the bundle was edited or damaged; nothing was built or run")
+            })?;
+            // Every record is checked before any is used: a path, key or commit that is not
+            // what it claims to be stops the replay here.
+            crate::bundle::validate_record(label, &name, &v)?;
             records.push((name, label, v));
         }
     }
@@ -109,6 +121,85 @@ fn from_store(store: &Store) -> Origin {
         sources: None,
         _unpacked: None,
     }
+}
+
+/// The recipe a record was built with: the text its build record keeps (`recipe-text` at
+/// `recipe-path`, both validated), else the recipe file of the recorded tree.
+fn replay_recipe(
+    root: &Path,
+    rec: &Value,
+    build_rec: Option<&Value>,
+) -> Result<recipe::Recipe, recipe::RecipeError> {
+    let kept = build_rec.or(Some(rec)).and_then(|b| {
+        b["recipe-text"].as_str().zip(
+            b["recipe-path"]
+                .as_str()
+                .filter(|p| keys::is_relative_path(p)),
+        )
+    });
+    match kept {
+        Some((text, path)) => recipe::parse(root, path, text),
+        None => recipe::load(root, rec["recipe"].as_str().unwrap_or_default()),
+    }
+}
+
+/// Requires the tree's recipe and source files to hash to what the build record says
+/// (`inputs.build` and `inputs.files`), computed without compiling or running anything.
+/// From a bundle, a result without its build record cannot be checked and is refused.
+fn check_sources(
+    root: &Path,
+    r: &recipe::Recipe,
+    build_rec: Option<&Value>,
+    from_bundle: bool,
+) -> anyhow::Result<()> {
+    let Some(b) = build_rec else {
+        if from_bundle {
+            return Err(UserError::with_code(
+                exit::MISMATCH,
+                "the bundle holds no build record for this result, so its sources cannot be checked",
+            )
+            .hint("nothing was built or run; ask for a bundle made by `repro bundle create`")
+            .into());
+        }
+        return Ok(());
+    };
+    let here = build::source_inputs(root, r)?;
+    let recorded = &b["inputs"];
+    let mut differs: Vec<String> = Vec::new();
+    if here["build"] != recorded["build"] {
+        differs.push(format!("recipe `{}`", r.name));
+    }
+    let (hf, rf) = (&here["files"], &recorded["files"]);
+    let names: std::collections::BTreeSet<&String> = hf
+        .as_object()
+        .into_iter()
+        .chain(rf.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    for n in names {
+        if hf.get(n) != rf.get(n) {
+            differs.push(format!("file {}", crate::output::sanitize(n)));
+        }
+    }
+    if !differs.is_empty() {
+        return Err(UserError::with_code(
+            exit::MISMATCH,
+            format!(
+                "the sources do not match build record {}: {} differ{}",
+                keys::short(b["key"].as_str().unwrap_or_default()),
+                differs
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if differs.len() == 1 { "s" } else { "" }
+            ),
+        )
+        .hint("the bundle or record was edited; nothing was built or run")
+        .into());
+    }
+    Ok(())
 }
 
 /// Checks the live machine with the rules of the recorded tree's lockfile whose `gpu.name`
@@ -194,6 +285,20 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .map(|(_, _, v)| v.clone())
             .or_else(|| g.store().get_record("builds", key).ok().flatten())
     };
+    // Records from the store are checked as strictly as those from a bundle.
+    crate::bundle::validate_record(kind, id, rec)?;
+    if let Some(b) = &build_rec {
+        crate::bundle::validate_record("build", rec["build-key"].as_str().unwrap_or(id), b)?;
+    }
+    for r in std::iter::once(rec).chain(build_rec.as_ref()) {
+        if let Some(digest) = crate::bundle::dirty(r) {
+            return Err(crate::bundle::BundleError::Dirty {
+                what: format!("{kind} {}", keys::short(id)),
+                digest: keys::short(&digest).to_string(),
+            }
+            .into());
+        }
+    }
     let recipe_name = rec["recipe"]
         .as_str()
         .ok_or_else(|| {
@@ -237,6 +342,31 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             checkout.path().to_path_buf()
         }
     };
+
+    // Before anything runs: the recipe and the source files must be exactly those the
+    // build record hashed, and a command recipe from a bundle needs explicit consent.
+    let r = replay_recipe(&root, rec, build_rec.as_ref())
+        .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
+    check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
+    if let crate::recipe::Build::Command(c) = &r.build {
+        let argv = crate::process::Cmd::new(&c.argv[0])
+            .args(&c.argv[1..])
+            .display();
+        if origin.sources.is_some() && !a.allow_commands {
+            return Err(UserError::usage(format!(
+                "recipe `{recipe_name}` of this bundle runs a command: {}",
+                crate::output::sanitize(&argv)
+            ))
+            .hint("read it; if you trust it, run again with --allow-commands")
+            .into());
+        }
+        if !g.quiet && !g.json {
+            eprintln!(
+                "running the recipe's command: {}",
+                crate::output::sanitize(&argv)
+            );
+        }
+    }
 
     // The recorded toolchain: provision it if this machine lacks one and the tree pins it.
     let cfg = crate::config::load(&root)?;
@@ -291,8 +421,6 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     }
 
     // Rebuild from scratch (a fresh store: the compiler really runs) and compare bytes.
-    let r = recipe::load(&root, &recipe_name)
-        .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
     let scratch = tempfile::tempdir().context("failed to create a temporary directory")?;
     let fresh = Store::at(scratch.path().join("store"));
     let rebuilt = build::build(&root, &fresh, &r, &Options::default())
@@ -397,7 +525,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
     }
     let timing_differs = timing.as_ref().is_some_and(|t| t["verdict"] != "same");
-    let (verdict, code) = if !identical {
+    let (verdict, code) = if artifacts.is_empty() && timing.is_none() {
+        // Nothing was compared (the recorded build failed, or recorded no output): saying
+        // "reproduced" would claim what was not checked.
+        ("nothing to compare", exit::MISMATCH)
+    } else if !identical {
         ("artifact differs", exit::MISMATCH)
     } else if !env_diffs.is_empty() {
         ("environment mismatch", exit::REPLAY_ENVIRONMENT)

@@ -42,6 +42,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             Ok(exit::OK)
         }
         StoreCommand::Verify => {
+            // Shared, like builds: verify never sees gc half-way.
+            let _lock = store.lock_shared()?;
             let r = store.verify();
             if g.json {
                 emit_json(&json!({"schema": 1, "ok": r.problems.is_empty(), "report": r}))?;
@@ -73,8 +75,19 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 emit_json(&json!({"schema": 1, "report": r}))?;
             } else if !g.quiet {
                 emit(&format!(
-                    "removed {} records, {} objects and {} temporary files; {} bytes freed\n",
-                    r.records_removed, r.objects_removed, r.temporaries_removed, r.bytes_freed
+                    "removed {} records, {} objects and {} temporary files; {} bytes freed{}\n",
+                    r.records_removed,
+                    r.objects_removed,
+                    r.temporaries_removed,
+                    r.bytes_freed,
+                    if r.records_quarantined > 0 {
+                        format!(
+                            "; {} damaged records moved to quarantine/",
+                            r.records_quarantined
+                        )
+                    } else {
+                        String::new()
+                    }
                 ))?;
             }
             Ok(exit::OK)

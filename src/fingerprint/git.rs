@@ -26,6 +26,14 @@ pub fn is_dirty(dir: &Path) -> bool {
     matches!(dirty_digest(&repo, &root), Ok(Some(_)))
 }
 
+/// The digest of the uncommitted changes of the repository containing `dir` (see
+/// `dirty_digest`), or `None` when it is clean or not a repository.
+pub fn dirty_digest_of(dir: &Path) -> Option<String> {
+    let repo = Repository::discover(dir).ok()?;
+    let root = repo.workdir().map(Path::to_path_buf)?;
+    dirty_digest(&repo, &root).ok().flatten()
+}
+
 /// The HEAD commit of the repository containing `dir`, if there is one.
 pub fn head_commit(dir: &Path) -> Option<String> {
     let repo = Repository::discover(dir).ok()?;
