@@ -396,23 +396,48 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
         return;
     }
     let (tmp, root) = history(12, |i| kernel(i < 9, i), |_| vec![]);
-    // The recipe did not exist at commit 0 (the repository's first commit): start there.
+    // The recipe did not exist at commit 0 (the repository's first commit): start there,
+    // with each commit's own recipe.
     let first = git(&root, &["rev-list", "--max-parents=0", "HEAD"]);
     std::fs::remove_file(root.join("recipes/k.toml")).ok();
     let (code, _, stderr) = bisect(
         tmp.path(),
         &root,
-        &["--good", &first, "--bad", "HEAD", "--recipe", "k"],
+        &[
+            "--good",
+            &first,
+            "--bad",
+            "HEAD",
+            "--recipe",
+            "k",
+            "--recipe-per-commit",
+        ],
     );
     // The initial commit has the recipe but no kernel: its build cannot even find the source.
     assert_ne!(code, 0);
     assert!(stderr.contains("the good end"), "{stderr}");
+    // By default the recipe is read from the working tree, where it is now missing.
+    let (code, _, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", &first, "--bad", "HEAD", "--recipe", "k"],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("no recipe `k` (looked for recipes/k.toml)"),
+        "{stderr}"
+    );
+    git(&root, &["checkout", "--", "recipes/k.toml"]);
 
-    // Delete the blob of commit 6's kernel (as in a partial clone): that commit is skipped
-    // with the path named, and the search goes around it.
-    let blob = git(&root, &["rev-parse", "HEAD~6:kernels/k.cu"]);
-    let obj = root.join(".git/objects").join(&blob[..2]).join(&blob[2..]);
-    std::fs::remove_file(&obj).unwrap();
+    // Delete the blob of commit 6's kernel (as in a partial clone): the search goes around
+    // it and still finds commit 9.
+    let delete = |rev: &str| {
+        let blob = git(&root, &["rev-parse", &format!("{rev}:kernels/k.cu")]);
+        let obj = root.join(".git/objects").join(&blob[..2]).join(&blob[2..]);
+        std::fs::remove_file(&obj).unwrap();
+        blob
+    };
+    delete("HEAD~6");
     let (code, v, stderr) = bisect(
         tmp.path(),
         &root,
@@ -420,17 +445,29 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(subject_of(&v), "commit 9");
+    // Commit 8, the last good one, cannot be read either: the search must test it, cannot,
+    // and says which file and blob are missing.
+    let blob = delete("HEAD~4");
+    // Step answers already stored would answer for commit 8: forget them.
+    std::fs::remove_dir_all(root.join(".repro/bisect")).unwrap();
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~11", "--bad", "HEAD", "--recipe", "k"],
+    );
+    assert_eq!(code, 1, "{stderr}");
     let skip = v["steps"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["verdict"] == "skip");
-    if let Some(s) = skip {
-        assert!(
-            s["detail"].as_str().unwrap().contains("kernels/k.cu"),
-            "{s}"
-        );
-    }
+        .find(|s| s["subject"] == "commit 8")
+        .expect("commit 8 is evaluated");
+    assert_eq!(skip["verdict"], "skip", "{skip}");
+    let detail = skip["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("kernels/k.cu") && detail.contains(&blob),
+        "{detail}"
+    );
 }
 
 #[test]
