@@ -594,6 +594,14 @@ fn finding_9_store_ignored_modes_umask_show_fails_and_no_dangling_writes() {
 #[test]
 fn finding_10_dirty_builds_are_marked_and_not_bundled_or_replayed() {
     let (tmp, root) = cmd_repo();
+    // A file the build does not read (an untracked lockfile, notes) does not make it dirty.
+    std::fs::write(root.join("NOTES-untracked.md"), "scratch\n").unwrap();
+    let key = build_key(tmp.path(), &root);
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert!(rec["dirty"].is_null(), "{rec}");
     std::fs::write(root.join("src/k.txt"), "uncommitted\n").unwrap();
     let key = build_key(tmp.path(), &root);
     let rec: Value = serde_json::from_slice(

@@ -280,6 +280,8 @@ struct Ctx<'a> {
     /// Which of the shared worktrees this evaluation uses.
     slot: usize,
     events: &'a (dyn Fn(Event<'_>) + Sync),
+    /// Blobs fetched for the step being evaluated.
+    fetched: std::cell::Cell<usize>,
 }
 
 /// A step's files, written out: a fresh sparse directory, or a worker's worktree.
@@ -437,10 +439,13 @@ impl<'a> Ctx<'a> {
     /// Fetches the missing blobs of `entries` (a partial clone), saying so.
     fn fetch(&self, files: &CommitFiles, entries: &[Entry]) -> Result<usize, StepFail> {
         let events = self.events;
-        self.shared
+        let n = self
+            .shared
             .fetcher
             .ensure(files.repo(), entries, &|m| events(Event::Status(m)))
-            .map_err(StepFail::from)
+            .map_err(StepFail::from)?;
+        self.fetched.set(self.fetched.get() + n);
+        Ok(n)
     }
 
     /// Writes out what a step needs: `Some(paths)` into a fresh directory, `None` (the
@@ -532,7 +537,16 @@ impl<'a> Ctx<'a> {
             return Ok(step);
         }
         let mut keep = true;
-        let (answer, detail) = match self.evaluate_fresh(&files, oid, &mut step) {
+        self.fetched.set(0);
+        let result = self.evaluate_fresh(&files, oid, &mut step);
+        if self.fetched.get() > 0 {
+            let fetched = format!("fetched {} blobs", self.fetched.get());
+            step.note = Some(match step.note.take() {
+                Some(n) => format!("{n}; {fetched}"),
+                None => fetched,
+            });
+        }
+        let (answer, detail) = match result {
             Ok(a) => a,
             Err(StepFail::Answer(a, why)) => (a, Some(why)),
             Err(StepFail::Unavailable(why)) => {
@@ -1064,6 +1078,7 @@ fn evaluate_in_worker(
         shared,
         slot,
         events,
+        fetched: std::cell::Cell::new(0),
     };
     ctx.evaluate(index, oid)
 }
@@ -1089,6 +1104,7 @@ fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, shared: &Shared,
         shared,
         slot: 0,
         events: &|_| {},
+        fetched: std::cell::Cell::new(0),
     };
     let Ok(files) = CommitFiles::new(&repo, oid) else {
         return;
@@ -1214,6 +1230,7 @@ pub fn bisect(
         shared: &shared,
         slot: 0,
         events,
+        fetched: std::cell::Cell::new(0),
     };
     let n = commits.len();
     // In search terms the older end answers Good and the newer Bad; --find fixed flips the

@@ -505,10 +505,11 @@ pub fn build(
         "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
         "repro-version": env!("CARGO_PKG_VERSION"),
         "commit": opts.commit.clone().or_else(|| crate::fingerprint::git::head_commit(root)),
-        // The digest of the uncommitted changes when the tree was dirty: the sources are
-        // then not those of `commit`, and bundle and replay refuse the record. (A checkout
-        // of a given commit, or one in the store's scratch space, is not the user's tree.)
-        "dirty": if opts.commit.is_some() || root.starts_with(store.root()) { None } else { crate::fingerprint::git::dirty_digest_of(root) },
+        // The digest of the build's inputs that differ from `commit` (uncommitted edits):
+        // the sources are then not those of `commit`, and bundle and replay refuse the
+        // record. (A checkout of a given commit, or one in the store's scratch space, is not
+        // the user's tree.)
+        "dirty": if opts.commit.is_some() || root.starts_with(store.root()) { None } else { crate::fingerprint::git::changed_from_head(root, &inputs.files) },
         "environment": match (&opts.nix, &opts.nix_fallback) {
             (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
             (None, Some(why)) => json!({"kind": "host", "warning": why}),

@@ -243,7 +243,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
             None => {}
         },
-        run::Event::Step(s) if !quiet => {
+        // Step lines are the evidence as it comes: on stderr, also with --json; -q hides them.
+        run::Event::Step(s) if !g.quiet => {
             let line = step_line(s, &style);
             match &bar {
                 Some(b) => b.println(line),

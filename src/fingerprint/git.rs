@@ -26,12 +26,41 @@ pub fn is_dirty(dir: &Path) -> bool {
     matches!(dirty_digest(&repo, &root), Ok(Some(_)))
 }
 
-/// The digest of the uncommitted changes of the repository containing `dir` (see
-/// `dirty_digest`), or `None` when it is clean or not a repository.
-pub fn dirty_digest_of(dir: &Path) -> Option<String> {
+/// The digest of the files of `files` (paths relative to `dir`, with their bytes) that
+/// differ from HEAD's version or are not in HEAD, or `None` when all are as committed (or
+/// `dir` is not in a repository). Only these files are compared, so a build is marked dirty
+/// when what it read is uncommitted, not when some other file is, and no status scan of
+/// the whole tree is paid for.
+pub fn changed_from_head(
+    dir: &Path,
+    files: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Option<String> {
     let repo = Repository::discover(dir).ok()?;
-    let root = repo.workdir().map(Path::to_path_buf)?;
-    dirty_digest(&repo, &root).ok().flatten()
+    let workdir = repo.workdir()?.canonicalize().ok()?;
+    let prefix = dir
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&workdir)
+        .ok()?
+        .to_path_buf();
+    let tree = repo.head().ok()?.peel_to_tree().ok();
+    let mut h = Sha256::new();
+    let mut any = false;
+    for (rel, bytes) in files {
+        let path = prefix.join(rel);
+        let committed = tree
+            .as_ref()
+            .and_then(|t| t.get_path(&path).ok())
+            .map(|e| e.id());
+        let here = git2::Oid::hash_object(git2::ObjectType::Blob, bytes).ok();
+        if committed.is_none() || committed != here {
+            any = true;
+            h.update(rel.as_bytes());
+            h.update([0]);
+            h.update(Sha256::digest(bytes));
+        }
+    }
+    any.then(|| hex::encode(h.finalize()))
 }
 
 /// The HEAD commit of the repository containing `dir`, if there is one.
