@@ -592,3 +592,70 @@ fn an_nvcc_kernel_with_runtime_headers_and_templates_bisects() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn builds_made_by_a_bisection_replay_with_the_recipe_they_were_made_with() {
+    if !nvrtc_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 12;
+    let path = |i: usize| {
+        if i < 6 {
+            "old/k.cu".to_string()
+        } else {
+            "cuda/kernels/attn.cu".to_string()
+        }
+    };
+    let root = history(tmp.path(), 20, n, &|i| i < 9, &path);
+    std::fs::create_dir_all(root.join("recipes")).unwrap();
+    std::fs::write(
+        root.join("recipes/attn.toml"),
+        recipe("cuda/kernels/attn.cu"),
+    )
+    .unwrap();
+    let (code, v, err) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~12", "--bad", "HEAD", "--recipe", "attn"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(culprit(&v), "commit 9");
+    // The recipe is gone from the working tree; the records still say what was built.
+    std::fs::remove_file(root.join("recipes/attn.toml")).unwrap();
+    let (mut replayed, mut renamed) = (0, 0);
+    for e in std::fs::read_dir(root.join(".repro/builds"))
+        .unwrap()
+        .flatten()
+    {
+        let rec: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        if rec["status"] != "ok" {
+            continue;
+        }
+        assert!(
+            rec["recipe-text"]
+                .as_str()
+                .unwrap()
+                .contains("kind = \"nvrtc\"")
+        );
+        let key = rec["key"].as_str().unwrap();
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["replay", &key[..16]])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("reproduced"), "{text}");
+        replayed += 1;
+    }
+    // Builds from before the rename (old/k.cu) are among them.
+    assert!(replayed >= 2, "{replayed} builds replayed");
+    assert!(renamed >= 1, "no build from before the rename was replayed");
+}

@@ -377,6 +377,14 @@ impl<'a> Ctx<'a> {
         let here = history::name_at(self.repo, renames, &c.source, oid);
         if here != c.source && files.is_file_in_tree(&here) {
             let note = format!("source here: {here}");
+            // The text that records keep says what was built: the recipe as applied here.
+            let quoted = format!("\"{}\"", c.source);
+            if r.text.matches(&quoted).count() == 1 {
+                r.text = format!(
+                    "# applied by repro bisect at {oid}: the source, followed back through a rename\n{}",
+                    r.text.replacen(&quoted, &format!("\"{here}\""), 1)
+                );
+            }
             c.source = here;
             return Ok((r, Some(note)));
         }
