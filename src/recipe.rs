@@ -75,6 +75,12 @@ pub struct Compile {
     pub env_defines: BTreeMap<String, (String, Option<String>)>,
     /// Include directories, relative to the project root.
     pub include_dirs: Vec<String>,
+    /// The toolchain the recipe pins (`nvcc@13.0`, `nvrtc@13.0.88`, `system`); `None` uses
+    /// the project's default. Not part of the key: the compiler identity is.
+    pub toolchain: Option<String>,
+    /// Every target the recipe builds for (`targets = [...]`), in order; `target` is the
+    /// first. Each target is its own build with its own key.
+    pub targets: Vec<String>,
 }
 
 /// A kind of build output.
@@ -172,6 +178,35 @@ impl Recipe {
             }
         }
         Ok(())
+    }
+
+    /// The recipe once per target (`targets = [...]`): each copy builds one target and has
+    /// its own key. A single-target recipe gives itself back.
+    pub fn per_target(&self) -> Vec<Recipe> {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) if c.targets.len() > 1 => c
+                .targets
+                .iter()
+                .map(|t| {
+                    let mut r = self.clone();
+                    r.name = format!("{}@{t}", self.name);
+                    if let Build::Nvrtc(c) | Build::Nvcc(c) = &mut r.build {
+                        c.target = t.clone();
+                        c.targets = vec![t.clone()];
+                    }
+                    r
+                })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
+    /// Every target the recipe names (one for `target = ...`; none for command builds).
+    pub fn targets(&self) -> &[String] {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => &c.targets,
+            Build::Command(_) => &[],
+        }
     }
 
     /// The kernel entry points the build must provide.
@@ -292,6 +327,8 @@ struct RawBuild {
     options: Option<Spanned<Vec<String>>>,
     defines: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
     include_dirs: Option<Spanned<Vec<Spanned<String>>>>,
+    toolchain: Option<Spanned<String>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
     argv: Option<Spanned<Vec<String>>>,
     inputs: Option<Spanned<Vec<Spanned<String>>>>,
     timeout: Option<Spanned<String>>,
@@ -413,6 +450,8 @@ fn parse_in(
         ("options", b.options.as_ref().map(Spanned::span)),
         ("defines", b.defines.as_ref().map(Spanned::span)),
         ("include-dirs", b.include_dirs.as_ref().map(Spanned::span)),
+        ("toolchain", b.toolchain.as_ref().map(Spanned::span)),
+        ("targets", b.targets.as_ref().map(Spanned::span)),
         ("argv", b.argv.as_ref().map(Spanned::span)),
         ("inputs", b.inputs.as_ref().map(Spanned::span)),
         ("timeout", b.timeout.as_ref().map(Spanned::span)),
@@ -425,6 +464,8 @@ fn parse_in(
             "options",
             "defines",
             "include-dirs",
+            "toolchain",
+            "targets",
         ],
         "command" => &["argv", "inputs", "outputs", "timeout"],
         other => {
@@ -572,16 +613,72 @@ fn parse_in(
             "source",
             true,
         )?;
-        let target_s = b.target.ok_or_else(|| require("target"))?;
-        let target = target_s.get_ref().clone();
-        let real = match parse_target(&target) {
-            Some(real) => real,
-            None => {
+        let target_list: Vec<Spanned<String>> = match (b.target, b.targets) {
+            (Some(_), Some(t)) => {
                 return Err(invalid(
-                    Some(target_s.span()),
-                    format!("[build] `target`: unknown target `{target}`"),
-                    Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                    Some(t.span()),
+                    "[build] give `target` or `targets`, not both".into(),
+                    Some("targets = [\"sm_89\", \"sm_90\"] builds each one"),
                 ));
+            }
+            (Some(t), None) => vec![t],
+            (None, Some(t)) if t.get_ref().is_empty() => {
+                return Err(invalid(
+                    Some(t.span()),
+                    "[build] `targets` is empty".into(),
+                    None,
+                ));
+            }
+            (None, Some(t)) => t.into_inner(),
+            (None, None) => return Err(require("target")),
+        };
+        let mut targets: Vec<String> = Vec::new();
+        let mut reals = Vec::new();
+        for t in &target_list {
+            let name = t.get_ref().clone();
+            match parse_target(&name) {
+                Some(_) if targets.contains(&name) => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `targets`: `{name}` is listed twice"),
+                        None,
+                    ));
+                }
+                Some(real) => reals.push(real),
+                None => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `target`: unknown target `{name}`"),
+                        Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                    ));
+                }
+            }
+            targets.push(name);
+        }
+        let target = targets[0].clone();
+        // Outputs apply to every target: binaries need every target to be real.
+        let real = reals.iter().all(|r| *r);
+        let toolchain = match &b.toolchain {
+            None => None,
+            Some(t) => {
+                let spec = crate::toolchain::install::Spec::parse(t.get_ref()).map_err(|m| {
+                    invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
+                })?;
+                if let crate::toolchain::install::Spec::Release { family, .. } = &spec
+                    && family.name() != kind
+                {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!(
+                            "[build] `toolchain`: a {} toolchain cannot build kind `{kind}`",
+                            family.name()
+                        ),
+                        Some(&format!(
+                            "write toolchain = \"{kind}@RELEASE\" or \"system\""
+                        )),
+                    ));
+                }
+                Some(spec.to_string())
             }
         };
         let allowed_outputs: &[Output] = if kind == "nvrtc" {
@@ -716,6 +813,8 @@ fn parse_in(
             defines,
             env_defines,
             include_dirs,
+            toolchain,
+            targets,
         };
         if kind == "nvrtc" {
             Build::Nvrtc(c)
@@ -853,7 +952,7 @@ mod tests {
             "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
         assert_eq!(
             err(&format!("{HEAD}{nv}colour = 1\n")),
-            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `argv`, `inputs`, `timeout`"
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`"
         );
         assert_eq!(
             err(&format!("{HEAD}kind = \"clang\"\n")),
