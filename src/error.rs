@@ -99,6 +99,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::bundle::BundleError,
             crate::archive::ArchiveError,
             crate::toolchain::install::InstallError,
+            crate::bisect::toolchains::ToolchainBisectError,
         );
     }
     None

@@ -201,6 +201,31 @@ impl Recipe {
         }
     }
 
+    /// The copy of a several-target recipe whose target runs on a GPU of compute capability
+    /// `cc` ("9.0"): the same major version and the highest minor not above the GPU's
+    /// (a CUBIN runs on its own major only). `None` when no target fits.
+    pub fn for_capability(&self, cc: &str) -> Option<Recipe> {
+        let (maj, min) = cc.split_once('.')?;
+        let want = (maj.parse::<u32>().ok()?, min.parse::<u32>().ok()?);
+        let of = |t: &str| -> Option<(u32, u32)> {
+            let digits: String = t
+                .strip_prefix("sm_")?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            let n: u32 = digits.parse().ok()?;
+            Some((n / 10, n % 10))
+        };
+        self.per_target()
+            .into_iter()
+            .filter_map(|r| {
+                let t = of(&r.targets().first()?.clone())?;
+                (t.0 == want.0 && t.1 <= want.1).then_some((t.1, r))
+            })
+            .max_by_key(|(m, _)| *m)
+            .map(|(_, r)| r)
+    }
+
     /// Every target the recipe names (one for `target = ...`; none for command builds).
     pub fn targets(&self) -> &[String] {
         match &self.build {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
+use crate::bisect::toolchains::ToolchainBisectError;
 use crate::cli::{Globals, emit, emit_json};
 use crate::error::{Diagnose, UserError};
 use crate::exit;
@@ -327,4 +328,155 @@ fn which(g: &Globals, cfg: &crate::config::Config) -> anyhow::Result<u8> {
     } else {
         exit::ENVIRONMENT
     })
+}
+
+impl Diagnose for ToolchainBisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ToolchainBisectError::NotAvailable { .. } | ToolchainBisectError::Backwards { .. } => {
+                exit::USAGE
+            }
+            ToolchainBisectError::List { .. } | ToolchainBisectError::Step { .. } => {
+                exit::ENVIRONMENT
+            }
+            ToolchainBisectError::Install { source, .. } => source.exit_code(),
+            ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
+                exit::MISMATCH
+            }
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ToolchainBisectError::NotAvailable { available, .. } => Some(format!(
+                "releases available: {}",
+                if available.is_empty() { "none".to_string() } else { available.join(", ") }
+            )),
+            ToolchainBisectError::Install { source, .. } => source.hint(),
+            ToolchainBisectError::List { .. } => Some("check that pip can reach the package index, or pass --wheels DIR".into()),
+            ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
+            ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
+            ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
+            _ => None,
+        }
+    }
+}
+
+/// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
+/// release searched.
+pub fn bisect(
+    g: &Globals,
+    range: &str,
+    recipe: &str,
+    mode: crate::cmd::bisect::Mode,
+    timeout: std::time::Duration,
+    wheels: Option<PathBuf>,
+) -> anyhow::Result<u8> {
+    use crate::bisect::toolchains::{self as tb, Question};
+    let cfg = g.config()?;
+    let range = tb::Range::parse(range).map_err(|m| {
+        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+    })?;
+    let question = match mode {
+        crate::cmd::bisect::Mode::Build => Question::Build,
+        crate::cmd::bisect::Mode::Check => Question::Check,
+        crate::cmd::bisect::Mode::Bench => {
+            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
+                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
+                .into());
+        }
+    };
+    let root = g.project_root();
+    let r = crate::recipe::load(&root, recipe)?;
+    let family = match &r.build {
+        crate::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .into());
+        }
+    };
+    if family != range.family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .into());
+    }
+    let targets = if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    let store = g.store();
+    let plan = tb::Plan {
+        root: &root,
+        store: store.root(),
+        cfg: &cfg,
+        recipe: recipe.to_string(),
+        targets,
+        range,
+        question,
+        source: tb::source(wheels.map(|w| g.cwd.join(w))),
+        timeout,
+    };
+    let quiet = g.quiet || g.json;
+    let mut progress = |m: &str| {
+        if !quiet {
+            eprintln!("bisect: {m}");
+        }
+    };
+    let report = tb::bisect(&plan, &mut progress)?;
+    let rec = serde_json::to_value(&report)?;
+    store.put_record(tb::RECORDS, &report.key, &rec)?;
+    if g.json {
+        emit_json(&rec)?;
+    } else {
+        let mut out = String::new();
+        for a in &report.answers {
+            if let Some(u) = &a.unchanged {
+                out.push_str(&format!("no change for {}: {u}\n", a.target));
+                continue;
+            }
+            match (&a.first_bad, &a.last_good) {
+                (Some(bad), Some(good)) => out.push_str(&format!(
+                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                    a.target,
+                    report.family.name(),
+                    report.family.name()
+                )),
+                _ => out.push_str(&format!(
+                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    a.target,
+                    a.undecided.join(", ")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated; record {}):\n",
+            report.wheels.len(),
+            report.releases.len(),
+            keys::short(&report.key)
+        ));
+        let mut t = crate::output::Table::new();
+        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+        for s in &report.steps {
+            t.row([
+                s.release.clone(),
+                s.target.clone(),
+                s.verdict.to_string(),
+                if s.cached { "yes".into() } else { "no".into() },
+                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+    }
+    let decided = report.answers.iter().all(|a| a.undecided.is_empty());
+    Ok(if decided { exit::OK } else { exit::MISMATCH })
 }
