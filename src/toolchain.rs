@@ -36,6 +36,13 @@ pub fn managed_dir() -> Option<PathBuf> {
 
 static PIN: OnceLock<String> = OnceLock::new();
 static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
+static NVCC_PIN: OnceLock<String> = OnceLock::new();
+
+/// Records the nvcc release the project pins (`[toolchain] nvcc-default`), so that the
+/// fingerprint reports that installed nvcc rather than the PATH's.
+pub fn set_nvcc_pin(release: &str) {
+    let _ = NVCC_PIN.set(release.to_string());
+}
 
 /// Makes this process use the NVRTC library in `dir` (a toolchain installed by repro, named
 /// with `--toolchain nvrtc@VERSION`), before REPRO_NVRTC and every other rule. Call before
@@ -330,9 +337,27 @@ pub fn parse_nvcc_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The fingerprint probe for nvcc.
+/// The fingerprint probe for nvcc: the project's pinned nvcc when it is installed, else the
+/// machine's.
 pub fn probe_nvcc() -> Fields {
     let mut f = Fields::new();
+    if let Some(r) = NVCC_PIN.get() {
+        let spec = install::Spec::Release {
+            family: install::Family::Nvcc,
+            release: r.clone(),
+        };
+        if let Ok(t) = install::find(&spec) {
+            f.insert(
+                "toolchain.nvcc.path".into(),
+                Field::Value(t.compiler().display().to_string()),
+            );
+            f.insert(
+                "toolchain.nvcc.version".into(),
+                Field::Value(t.stamp.reports.clone()),
+            );
+            return f;
+        }
+    }
     let Some(path) = find_nvcc() else {
         f.insert(
             "toolchain.nvcc".into(),

@@ -611,13 +611,20 @@ pub fn install(
         }
         std::fs::remove_dir_all(&dest).map_err(io("remove", &dest))?;
     }
-    // One staging directory per toolchain: under the lock nobody else uses it, and one left
-    // by a killed install is simply removed.
-    let staging_dir = root.join(format!(".staging-{}", plan.dir_name()));
-    if staging_dir.exists() {
-        std::fs::remove_dir_all(&staging_dir).map_err(io("remove", &staging_dir))?;
+    // Staging directories left by killed installs are removed, best effort: a killed
+    // install's unzip child may outlive it and still be writing there, which is why every
+    // install stages in a directory of its own.
+    let prefix = format!(".staging-{}-", plan.dir_name());
+    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
-    std::fs::create_dir_all(&staging_dir).map_err(|e| full(e, "create", &staging_dir))?;
+    let staging_dir = tempfile::Builder::new()
+        .prefix(&prefix)
+        .tempdir_in(&root)
+        .map_err(|e| full(e, "create a directory in", &root))?
+        .keep();
     let staging = Staging(staging_dir);
     let files = fetch(plan, source, &staging.0, &spec, progress)?;
 
