@@ -17,6 +17,7 @@ Usage: python3 benches/toolchain_build.py --wheels DIR [--repro PATH] [--runs N]
 NVRTC comes from REPRO_NVRTC (or the usual search); DIR holds the nvcc 13.0 wheels.
 """
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -45,6 +46,19 @@ def timed(argv, cwd, env, runs):
     return statistics.median(samples)
 
 
+def lookup_ms(recipe, cwd, env, runs):
+    """The store lookup of a cache hit as repro itself times it (`duration-ms`, summed over
+    targets), without process start-up."""
+    samples = []
+    for _ in range(runs):
+        out = json.loads(run([REPRO, "--json", "build", recipe], cwd, env).stdout)
+        samples.append(sum(b["duration-ms"] for b in out["builds"]))
+    return statistics.median(samples)
+
+
+REPRO = None
+
+
 def git(cwd, *args):
     env = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1",
                GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
@@ -65,7 +79,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="cold builds per cell")
     ap.add_argument("--hit-runs", type=int, default=20, help="cache-hit builds per cell")
     a = ap.parse_args()
-    repro = os.path.abspath(a.repro)
+    global REPRO
+    repro = REPRO = os.path.abspath(a.repro)
     base = tempfile.mkdtemp(prefix="repro-tcbench-")
     try:
         root = os.path.join(base, "repo")
@@ -96,6 +111,8 @@ def main():
         out = os.path.join(base, "out.cubin")
         print(f"repro toolchain install nvcc@13.0 from a wheel directory: {install_s:.1f} s (once)")
         print(f"medians: cold builds of {a.runs} runs, cache hits of {a.hit_runs} runs, ms; ratio = time / NVRTC cold\n")
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print("cache hits: whole process / the lookup inside it (repro's own duration-ms)\n")
         print("| recipe | NVRTC cold | pinned nvcc cold (repro) | `nvcc -cubin` | NVRTC cache hit | nvcc cache hit |")
         print("| --- | --- | --- | --- | --- | --- |")
         for r, kind, source in rows:
@@ -106,14 +123,17 @@ def main():
                 plain = timed(cubin, root, env, a.runs)
                 hit = timed([repro, "build", r], root, env, a.hit_runs)
                 nhit = timed([repro, "build", f"{r}_nvcc"], root, env, a.hit_runs)
+                look = lookup_ms(r, root, env, a.hit_runs)
+                nlook = lookup_ms(f"{r}_nvcc", root, env, a.hit_runs)
                 print(f"| {r} | {cold:.0f} | {ncold:.0f} ({ncold / cold:.1f}x) | {plain:.0f} ({plain / cold:.1f}x) "
-                      f"| {hit:.1f} | {nhit:.1f} |")
+                      f"| {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
             else:
                 # Several targets: `repro build` compiles each; nvcc -cubin is timed for one.
                 ncold = timed([repro, "build", "--force", r], root, env, a.runs)
                 plain = timed(cubin, root, env, a.runs)
                 nhit = timed([repro, "build", r], root, env, a.hit_runs)
-                print(f"| {r} (nvcc, 2 targets) | n/a | {ncold:.0f} | {plain:.0f} (one target) | n/a | {nhit:.1f} |")
+                nlook = lookup_ms(r, root, env, a.hit_runs)
+                print(f"| {r} (nvcc, 2 targets) | n/a | {ncold:.0f} | {plain:.0f} (one target) | n/a | {nhit:.1f} / {nlook:.1f} |")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
