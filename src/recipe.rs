@@ -379,6 +379,28 @@ pub fn list(root: &Path) -> Vec<String> {
 
 /// Loads a recipe by name (`vector_add`) or by path (`recipes/vector_add.toml`).
 pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
+    // `NAME@sm_90` names one target of a several-target recipe, as builds and results do.
+    if !name_or_path.ends_with(".toml")
+        && let Some((name, target)) = name_or_path.split_once('@')
+    {
+        let r = load(root, name)?;
+        return r
+            .per_target()
+            .into_iter()
+            .find(|t| t.targets().len() == 1 && t.targets()[0] == target && r.targets().len() > 1)
+            .ok_or_else(|| RecipeError::Invalid {
+                path: r.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "recipe `{name}` has no target `{target}` among several (`targets`: {})",
+                    r.targets().join(", ")
+                ),
+                hint: Some(format!(
+                    "name the recipe `{name}`, or one of its targets as `{name}@TARGET`"
+                )),
+            });
+    }
     let rel = if name_or_path.ends_with(".toml") {
         name_or_path.trim_start_matches("./").to_string()
     } else {
@@ -969,6 +991,59 @@ mod tests {
             panic!()
         };
         assert_eq!(c.timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn several_targets_split_into_one_recipe_each() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("kernels")).unwrap();
+        std::fs::create_dir_all(d.path().join(DIR)).unwrap();
+        std::fs::write(d.path().join("kernels/a.cu"), "").unwrap();
+        let text = "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntargets = [\"sm_89\", \"sm_90\"]\ntoolchain = \"nvcc@13.0\"\n";
+        std::fs::write(d.path().join("recipes/m.toml"), text).unwrap();
+        let r = load(d.path(), "m").unwrap();
+        let parts = r.per_target();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].name, "m@sm_90");
+        // A target's build is the build of the same recipe written with that one target.
+        let single = parse(
+            d.path(),
+            "recipes/m.toml",
+            &text.replace("targets = [\"sm_89\", \"sm_90\"]", "target = \"sm_90\""),
+        )
+        .unwrap();
+        assert_eq!(parts[1].canonical_build(), single.canonical_build());
+        assert_eq!(load(d.path(), "m@sm_89").unwrap().targets(), ["sm_89"]);
+        assert!(
+            load(d.path(), "m@sm_80")
+                .unwrap_err()
+                .to_string()
+                .contains("has no target `sm_80`")
+        );
+        assert_eq!(r.for_capability("9.0").unwrap().name, "m@sm_90");
+        assert_eq!(r.for_capability("8.9").unwrap().name, "m@sm_89");
+        assert!(r.for_capability("8.0").is_none());
+        assert!(r.for_capability("10.0").is_none());
+        for (bad, says) in [
+            ("toolchain = \"nvcc@13.0\"", "toolchain = \"nvrtc@13.0.88\""),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "targets = [\"sm_90\", \"sm_90\"]",
+            ),
+            ("targets = [\"sm_89\", \"sm_90\"]", "targets = []"),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "target = \"sm_90\"\ntargets = [\"sm_89\"]",
+            ),
+        ]
+        .iter()
+        .map(|(a, b)| (text.replace(a, b), *b))
+        {
+            let e = parse(d.path(), "recipes/m.toml", &bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("recipes/m.toml:"), "{says}: {e}");
+        }
     }
 
     #[test]

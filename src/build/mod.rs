@@ -427,6 +427,22 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
+    if recipe.targets().len() > 1 {
+        // One build is one target; callers split a several-target recipe with
+        // `Recipe::per_target`. Building only the first target would be a silent lie.
+        return Err(BuildError::Recipe {
+            source: crate::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "[build] `targets`: {} targets, but this command builds one recipe target at a time",
+                    recipe.targets().len()
+                ),
+                hint: Some("`repro build` and `repro bisect --toolchains` build each target; for a commit bisection, use a recipe with one `target`".into()),
+            },
+        });
+    }
     // Shared with other builds, exclusive of gc: the objects this build writes stay until
     // the record that references them is written.
     let _lock = store.lock_shared()?;
