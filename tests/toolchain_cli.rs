@@ -551,3 +551,48 @@ fn toolchain_bisection_names_the_nvrtc_release_that_dropped_sm_70() {
         ))
         .stderr(predicate::str::contains("12.8.93, 12.9.86, 13.0.88"));
 }
+
+/// Unmounts a test's small file system, also when the test fails.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    // A 150 MB file system holds the downloaded wheels but not the unpacked tree, so the
+    // install fails while unpacking. Mounting one needs privileges this machine may lack.
+    let cache = tmp.path().join("small");
+    std::fs::create_dir(&cache).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=150m", "tmpfs"])
+        .arg(&cache)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a small tmpfs here (needs CAP_SYS_ADMIN)");
+        return;
+    }
+    let _guard = Mounted(cache.clone());
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "no space left on the device while installing nvcc@13.0",
+        ))
+        .stderr(predicate::str::contains("nothing half-installed was left"));
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("not installed"));
+}
