@@ -274,14 +274,14 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let missing: Vec<&(String, Option<String>)> =
         pins.iter().filter(|(_, p)| p.is_none()).collect();
     let elapsed = start.elapsed();
-    let code = if passed { exit::OK } else { exit::MISMATCH };
+    let code = match (passed, missing.is_empty()) {
+        (true, true) => exit::OK,
+        (true, false) => exit::ENVIRONMENT,
+        (false, _) => exit::MISMATCH,
+    };
     if g.json {
-        emit_json(&json!({
+        let mut v = json!({
             "schema": 1,
-            "toolchains": pins.iter().map(|(spec, path)| json!({
-                "toolchain": spec, "installed": path.is_some(), "path": path,
-                "install-command": crate::toolchain::install::InstallError::install_command(spec),
-            })).collect::<Vec<_>>(),
             "lockfile": g.shown(&path),
             "name": lock.name,
             "strict": a.strict,
@@ -289,7 +289,20 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             "exit-code": code,
             "counts": counts_json(&report),
             "rows": report.rows,
-        }))?;
+        });
+        // A saved fingerprint is another machine: its toolchains are not checked here.
+        if a.fingerprint.is_none() {
+            v["toolchains"] = pins
+                .iter()
+                .map(|(spec, path)| {
+                    json!({
+                        "toolchain": spec, "installed": path.is_some(), "path": path,
+                        "install-command": crate::toolchain::install::InstallError::install_command(spec),
+                    })
+                })
+                .collect();
+        }
+        emit_json(&v)?;
     } else {
         emit(&render_report(&g.shown(&path), &lock, &report, passed, g))?;
         for (spec, path) in &pins {
@@ -311,7 +324,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             ))?;
         }
     }
-    if code != exit::OK && !missing.is_empty() && !g.quiet {
+    if code == exit::MISMATCH && !missing.is_empty() && !g.quiet {
         for (spec, _) in &missing {
             eprintln!(
                 "hint: run `{}`",
@@ -319,7 +332,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    if code == exit::OK && !missing.is_empty() {
+    if code == exit::ENVIRONMENT {
         let specs: Vec<&str> = missing.iter().map(|(s, _)| s.as_str()).collect();
         return Err(UserError::with_code(
             exit::ENVIRONMENT,
