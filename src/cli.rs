@@ -126,6 +126,9 @@ impl Globals {
         if let Some(pin) = &cfg.toolchain.nvrtc {
             crate::toolchain::set_pin(&pin.version);
         }
+        if let Some(r) = &cfg.toolchain.nvcc_default {
+            crate::toolchain::set_nvcc_pin(r);
+        }
         Ok(cfg)
     }
 }

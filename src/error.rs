@@ -98,7 +98,8 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::bisect::run::BisectError,
             crate::bundle::BundleError,
             crate::archive::ArchiveError,
-            crate::cmd::toolchain::InstallError,
+            crate::toolchain::install::InstallError,
+            crate::bisect::toolchains::ToolchainBisectError,
         );
     }
     None

@@ -75,6 +75,12 @@ pub struct Compile {
     pub env_defines: BTreeMap<String, (String, Option<String>)>,
     /// Include directories, relative to the project root.
     pub include_dirs: Vec<String>,
+    /// The toolchain the recipe pins (`nvcc@13.0`, `nvrtc@13.0.88`, `system`); `None` uses
+    /// the project's default. Not part of the key: the compiler identity is.
+    pub toolchain: Option<String>,
+    /// Every target the recipe builds for (`targets = [...]`), in order; `target` is the
+    /// first. Each target is its own build with its own key.
+    pub targets: Vec<String>,
 }
 
 /// A kind of build output.
@@ -172,6 +178,60 @@ impl Recipe {
             }
         }
         Ok(())
+    }
+
+    /// The recipe once per target (`targets = [...]`): each copy builds one target and has
+    /// its own key. A single-target recipe gives itself back.
+    pub fn per_target(&self) -> Vec<Recipe> {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) if c.targets.len() > 1 => c
+                .targets
+                .iter()
+                .map(|t| {
+                    let mut r = self.clone();
+                    r.name = format!("{}@{t}", self.name);
+                    if let Build::Nvrtc(c) | Build::Nvcc(c) = &mut r.build {
+                        c.target = t.clone();
+                        c.targets = vec![t.clone()];
+                    }
+                    r
+                })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
+    /// The copy of a several-target recipe whose target runs on a GPU of compute capability
+    /// `cc` ("9.0"): the same major version and the highest minor not above the GPU's
+    /// (a CUBIN runs on its own major only). `None` when no target fits.
+    pub fn for_capability(&self, cc: &str) -> Option<Recipe> {
+        let (maj, min) = cc.split_once('.')?;
+        let want = (maj.parse::<u32>().ok()?, min.parse::<u32>().ok()?);
+        let of = |t: &str| -> Option<(u32, u32)> {
+            let digits: String = t
+                .strip_prefix("sm_")?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            let n: u32 = digits.parse().ok()?;
+            Some((n / 10, n % 10))
+        };
+        self.per_target()
+            .into_iter()
+            .filter_map(|r| {
+                let t = of(&r.targets().first()?.clone())?;
+                (t.0 == want.0 && t.1 <= want.1).then_some((t.1, r))
+            })
+            .max_by_key(|(m, _)| *m)
+            .map(|(_, r)| r)
+    }
+
+    /// Every target the recipe names (one for `target = ...`; none for command builds).
+    pub fn targets(&self) -> &[String] {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => &c.targets,
+            Build::Command(_) => &[],
+        }
     }
 
     /// The kernel entry points the build must provide.
@@ -292,6 +352,8 @@ struct RawBuild {
     options: Option<Spanned<Vec<String>>>,
     defines: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
     include_dirs: Option<Spanned<Vec<Spanned<String>>>>,
+    toolchain: Option<Spanned<String>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
     argv: Option<Spanned<Vec<String>>>,
     inputs: Option<Spanned<Vec<Spanned<String>>>>,
     timeout: Option<Spanned<String>>,
@@ -317,6 +379,28 @@ pub fn list(root: &Path) -> Vec<String> {
 
 /// Loads a recipe by name (`vector_add`) or by path (`recipes/vector_add.toml`).
 pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
+    // `NAME@sm_90` names one target of a several-target recipe, as builds and results do.
+    if !name_or_path.ends_with(".toml")
+        && let Some((name, target)) = name_or_path.split_once('@')
+    {
+        let r = load(root, name)?;
+        return r
+            .per_target()
+            .into_iter()
+            .find(|t| t.targets().len() == 1 && t.targets()[0] == target && r.targets().len() > 1)
+            .ok_or_else(|| RecipeError::Invalid {
+                path: r.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "recipe `{name}` has no target `{target}` among several (`targets`: {})",
+                    r.targets().join(", ")
+                ),
+                hint: Some(format!(
+                    "name the recipe `{name}`, or one of its targets as `{name}@TARGET`"
+                )),
+            });
+    }
     let rel = if name_or_path.ends_with(".toml") {
         name_or_path.trim_start_matches("./").to_string()
     } else {
@@ -413,6 +497,8 @@ fn parse_in(
         ("options", b.options.as_ref().map(Spanned::span)),
         ("defines", b.defines.as_ref().map(Spanned::span)),
         ("include-dirs", b.include_dirs.as_ref().map(Spanned::span)),
+        ("toolchain", b.toolchain.as_ref().map(Spanned::span)),
+        ("targets", b.targets.as_ref().map(Spanned::span)),
         ("argv", b.argv.as_ref().map(Spanned::span)),
         ("inputs", b.inputs.as_ref().map(Spanned::span)),
         ("timeout", b.timeout.as_ref().map(Spanned::span)),
@@ -425,6 +511,8 @@ fn parse_in(
             "options",
             "defines",
             "include-dirs",
+            "toolchain",
+            "targets",
         ],
         "command" => &["argv", "inputs", "outputs", "timeout"],
         other => {
@@ -572,16 +660,72 @@ fn parse_in(
             "source",
             true,
         )?;
-        let target_s = b.target.ok_or_else(|| require("target"))?;
-        let target = target_s.get_ref().clone();
-        let real = match parse_target(&target) {
-            Some(real) => real,
-            None => {
+        let target_list: Vec<Spanned<String>> = match (b.target, b.targets) {
+            (Some(_), Some(t)) => {
                 return Err(invalid(
-                    Some(target_s.span()),
-                    format!("[build] `target`: unknown target `{target}`"),
-                    Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                    Some(t.span()),
+                    "[build] give `target` or `targets`, not both".into(),
+                    Some("targets = [\"sm_89\", \"sm_90\"] builds each one"),
                 ));
+            }
+            (Some(t), None) => vec![t],
+            (None, Some(t)) if t.get_ref().is_empty() => {
+                return Err(invalid(
+                    Some(t.span()),
+                    "[build] `targets` is empty".into(),
+                    None,
+                ));
+            }
+            (None, Some(t)) => t.into_inner(),
+            (None, None) => return Err(require("target")),
+        };
+        let mut targets: Vec<String> = Vec::new();
+        let mut reals = Vec::new();
+        for t in &target_list {
+            let name = t.get_ref().clone();
+            match parse_target(&name) {
+                Some(_) if targets.contains(&name) => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `targets`: `{name}` is listed twice"),
+                        None,
+                    ));
+                }
+                Some(real) => reals.push(real),
+                None => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `target`: unknown target `{name}`"),
+                        Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                    ));
+                }
+            }
+            targets.push(name);
+        }
+        let target = targets[0].clone();
+        // Outputs apply to every target: binaries need every target to be real.
+        let real = reals.iter().all(|r| *r);
+        let toolchain = match &b.toolchain {
+            None => None,
+            Some(t) => {
+                let spec = crate::toolchain::install::Spec::parse(t.get_ref()).map_err(|m| {
+                    invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
+                })?;
+                if let crate::toolchain::install::Spec::Release { family, .. } = &spec
+                    && family.name() != kind
+                {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!(
+                            "[build] `toolchain`: a {} toolchain cannot build kind `{kind}`",
+                            family.name()
+                        ),
+                        Some(&format!(
+                            "write toolchain = \"{kind}@RELEASE\" or \"system\""
+                        )),
+                    ));
+                }
+                Some(spec.to_string())
             }
         };
         let allowed_outputs: &[Output] = if kind == "nvrtc" {
@@ -716,6 +860,8 @@ fn parse_in(
             defines,
             env_defines,
             include_dirs,
+            toolchain,
+            targets,
         };
         if kind == "nvrtc" {
             Build::Nvrtc(c)
@@ -848,12 +994,65 @@ mod tests {
     }
 
     #[test]
+    fn several_targets_split_into_one_recipe_each() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("kernels")).unwrap();
+        std::fs::create_dir_all(d.path().join(DIR)).unwrap();
+        std::fs::write(d.path().join("kernels/a.cu"), "").unwrap();
+        let text = "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntargets = [\"sm_89\", \"sm_90\"]\ntoolchain = \"nvcc@13.0\"\n";
+        std::fs::write(d.path().join("recipes/m.toml"), text).unwrap();
+        let r = load(d.path(), "m").unwrap();
+        let parts = r.per_target();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].name, "m@sm_90");
+        // A target's build is the build of the same recipe written with that one target.
+        let single = parse(
+            d.path(),
+            "recipes/m.toml",
+            &text.replace("targets = [\"sm_89\", \"sm_90\"]", "target = \"sm_90\""),
+        )
+        .unwrap();
+        assert_eq!(parts[1].canonical_build(), single.canonical_build());
+        assert_eq!(load(d.path(), "m@sm_89").unwrap().targets(), ["sm_89"]);
+        assert!(
+            load(d.path(), "m@sm_80")
+                .unwrap_err()
+                .to_string()
+                .contains("has no target `sm_80`")
+        );
+        assert_eq!(r.for_capability("9.0").unwrap().name, "m@sm_90");
+        assert_eq!(r.for_capability("8.9").unwrap().name, "m@sm_89");
+        assert!(r.for_capability("8.0").is_none());
+        assert!(r.for_capability("10.0").is_none());
+        for (bad, says) in [
+            ("toolchain = \"nvcc@13.0\"", "toolchain = \"nvrtc@13.0.88\""),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "targets = [\"sm_90\", \"sm_90\"]",
+            ),
+            ("targets = [\"sm_89\", \"sm_90\"]", "targets = []"),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "target = \"sm_90\"\ntargets = [\"sm_89\"]",
+            ),
+        ]
+        .iter()
+        .map(|(a, b)| (text.replace(a, b), *b))
+        {
+            let e = parse(d.path(), "recipes/m.toml", &bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("recipes/m.toml:"), "{says}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_place_and_the_key() {
         let nv =
             "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
         assert_eq!(
             err(&format!("{HEAD}{nv}colour = 1\n")),
-            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `argv`, `inputs`, `timeout`"
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`"
         );
         assert_eq!(
             err(&format!("{HEAD}kind = \"clang\"\n")),

@@ -14,6 +14,8 @@ use std::time::Duration;
 use crate::fingerprint::{Field, Fields};
 use crate::process::{Cmd, ProcessError};
 
+pub mod install;
+
 /// Where an NVRTC library was found, and why that one was chosen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
@@ -33,6 +35,21 @@ pub fn managed_dir() -> Option<PathBuf> {
 }
 
 static PIN: OnceLock<String> = OnceLock::new();
+static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
+static NVCC_PIN: OnceLock<String> = OnceLock::new();
+
+/// Records the nvcc release the project pins (`[toolchain] nvcc-default`), so that the
+/// fingerprint reports that installed nvcc rather than the PATH's.
+pub fn set_nvcc_pin(release: &str) {
+    let _ = NVCC_PIN.set(release.to_string());
+}
+
+/// Makes this process use the NVRTC library in `dir` (a toolchain installed by repro, named
+/// with `--toolchain nvrtc@VERSION`), before REPRO_NVRTC and every other rule. Call before
+/// the first search; a later call for another directory returns false.
+pub fn choose_nvrtc(dir: PathBuf) -> bool {
+    CHOSEN.get_or_init(|| dir.clone()) == &dir
+}
 
 /// Records the NVRTC version the project pins (from `repro.toml`), so that the search
 /// prefers that installed toolchain. Call before the first search.
@@ -55,6 +72,7 @@ fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
     };
     if let Some(v) = PIN.get()
         && let Some(d) = managed_nvrtc_dir(v)
+        && d.join(install::STAMP).is_file()
     {
         c.push((
             d.join("lib"),
@@ -62,7 +80,11 @@ fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
         ));
     }
     if let Some(dir) = managed_dir() {
-        for d in sorted_desc(&dir, "nvrtc-") {
+        // Only complete trees: an install killed part way has no stamp.
+        for d in sorted_desc(&dir, "nvrtc-")
+            .into_iter()
+            .filter(|d| d.join(install::STAMP).is_file())
+        {
             c.push((d.join("lib"), "installed by repro toolchain install".into()));
         }
     }
@@ -179,6 +201,14 @@ pub fn find_in(dir: &Path) -> Option<PathBuf> {
 /// Finds the NVRTC library builds would use, or says what was searched. An explicit
 /// `REPRO_NVRTC` that holds no library is an error, never a reason to pick another NVRTC.
 pub fn find_nvrtc() -> Result<Found, String> {
+    if let Some(dir) = CHOSEN.get() {
+        return library_in(dir)
+            .map(|path| Found {
+                path,
+                source: "--toolchain, installed by repro".into(),
+            })
+            .ok_or_else(|| format!("{} holds no libnvrtc.so", dir.display()));
+    }
     if let Some(p) = std::env::var_os("REPRO_NVRTC").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return library_in(&p)
@@ -307,9 +337,27 @@ pub fn parse_nvcc_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The fingerprint probe for nvcc.
+/// The fingerprint probe for nvcc: the project's pinned nvcc when it is installed, else the
+/// machine's.
 pub fn probe_nvcc() -> Fields {
     let mut f = Fields::new();
+    if let Some(r) = NVCC_PIN.get() {
+        let spec = install::Spec::Release {
+            family: install::Family::Nvcc,
+            release: r.clone(),
+        };
+        if let Ok(t) = install::find(&spec) {
+            f.insert(
+                "toolchain.nvcc.path".into(),
+                Field::Value(t.compiler().display().to_string()),
+            );
+            f.insert(
+                "toolchain.nvcc.version".into(),
+                Field::Value(t.stamp.reports.clone()),
+            );
+            return f;
+        }
+    }
     let Some(path) = find_nvcc() else {
         f.insert(
             "toolchain.nvcc".into(),

@@ -6,3 +6,4 @@ pub mod decide;
 pub mod history;
 pub mod run;
 pub mod search;
+pub mod toolchains;

@@ -40,6 +40,8 @@ pub struct Options {
     /// The commit whose files are being built, when the root is not that commit's checkout
     /// (a bisection's scratch tree); otherwise the root's HEAD is recorded.
     pub commit: Option<String>,
+    /// `--toolchain`: overrides the recipe's and the project's toolchain.
+    pub toolchain: Option<crate::toolchain::install::Spec>,
 }
 
 /// One stored output.
@@ -91,6 +93,19 @@ pub enum BuildError {
         #[source]
         source: InputError,
     },
+    /// The pinned toolchain is not installed, or repro.toml cannot be read.
+    #[error("recipe `{recipe}` pins {spec}, which is not installed{}", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    NotInstalled {
+        /// The recipe.
+        recipe: String,
+        /// The toolchain.
+        spec: String,
+        /// Why a tree there does not count.
+        detail: Option<String>,
+    },
+    /// repro.toml is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// The compiler is not on this machine.
     #[error("{reason}")]
     NoCompiler {
@@ -114,7 +129,8 @@ impl Diagnose for BuildError {
     fn exit_code(&self) -> u8 {
         match self {
             BuildError::Inputs { .. } => exit::BUILD_FAILED,
-            BuildError::NoCompiler { .. } => exit::ENVIRONMENT,
+            BuildError::NoCompiler { .. } | BuildError::NotInstalled { .. } => exit::ENVIRONMENT,
+            BuildError::Config(c) => c.exit_code(),
             BuildError::Store(s) => s.exit_code(),
             BuildError::Recipe { source } => source.exit_code(),
         }
@@ -128,6 +144,8 @@ impl Diagnose for BuildError {
                 Some("run `repro toolchain install`, or set REPRO_NVRTC to a libnvrtc.so".into())
             }
             BuildError::NoCompiler { .. } => Some("enter the pinned shell (`nix develop`), install the CUDA toolkit, or set REPRO_NVCC".into()),
+            BuildError::NotInstalled { spec, .. } => Some(format!("install it: `{}` (or build with --toolchain system)", crate::toolchain::install::InstallError::install_command(spec))),
+            BuildError::Config(c) => c.hint(),
             BuildError::Store(s) => s.hint(),
             BuildError::Recipe { source } => source.hint(),
         }
@@ -163,8 +181,80 @@ fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
     }
 }
 
+/// The toolchain a recipe builds with: `--toolchain`, else the recipe's `toolchain`, else
+/// (for nvcc) the project's `nvcc-default`. `None`: the machine's own compiler (the search
+/// order of `repro toolchain which`). NVRTC pins act through the process-wide NVRTC choice.
+pub fn toolchain_for(
+    root: &Path,
+    recipe: &Recipe,
+    over: Option<&crate::toolchain::install::Spec>,
+) -> Result<Option<crate::toolchain::install::Spec>, BuildError> {
+    use crate::toolchain::install::Spec;
+    let (Build::Nvcc(c) | Build::Nvrtc(c)) = &recipe.build else {
+        return Ok(None);
+    };
+    let chosen = match (over, &c.toolchain) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(t)) => Some(Spec::parse(t).map_err(|message| BuildError::Recipe {
+            source: crate::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message,
+                hint: None,
+            },
+        })?),
+        (None, None) if matches!(recipe.build, Build::Nvcc(_)) => crate::config::load(root)?
+            .toolchain
+            .nvcc_default
+            .map(|r| Spec::Release {
+                family: crate::toolchain::install::Family::Nvcc,
+                release: r,
+            }),
+        (None, None) => None,
+    };
+    Ok(chosen.filter(|s| *s != Spec::System))
+}
+
 /// The compiler identity for a recipe (and nvcc's path, which is not part of it).
-fn compiler(recipe: &Recipe) -> Result<(Value, Option<std::path::PathBuf>), BuildError> {
+fn compiler(
+    root: &Path,
+    recipe: &Recipe,
+    over: Option<&crate::toolchain::install::Spec>,
+) -> Result<(Value, Option<std::path::PathBuf>), BuildError> {
+    use crate::toolchain::install::{self, Family, Spec};
+    if let Some(spec) = toolchain_for(root, recipe, over)? {
+        let not_installed = |detail| BuildError::NotInstalled {
+            recipe: recipe.name.clone(),
+            spec: spec.to_string(),
+            detail,
+        };
+        let t = match install::find(&spec) {
+            Ok(t) => t,
+            Err(install::InstallError::NotInstalled { detail, .. }) => {
+                return Err(not_installed(detail));
+            }
+            Err(e) => return Err(not_installed(Some(e.to_string()))),
+        };
+        return match &spec {
+            Spec::Release {
+                family: Family::Nvcc,
+                ..
+            } => Ok((t.stamp.identity(), Some(t.compiler()))),
+            // NVRTC is one library per process: make it this one, unless another is in use.
+            _ => {
+                if !crate::toolchain::choose_nvrtc(t.compiler()) {
+                    return Err(BuildError::NoCompiler {
+                        compiler: "nvrtc",
+                        reason: format!(
+                            "{spec} cannot be used in a process that already uses another NVRTC; build this recipe on its own"
+                        ),
+                    });
+                }
+                Ok((t.stamp.identity(), None))
+            }
+        };
+    }
     match &recipe.build {
         Build::Nvrtc(_) => crate::toolchain::nvrtc_identity()
             .map(|id| (id, None))
@@ -337,6 +427,22 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
+    if recipe.targets().len() > 1 {
+        // One build is one target; callers split a several-target recipe with
+        // `Recipe::per_target`. Building only the first target would be a silent lie.
+        return Err(BuildError::Recipe {
+            source: crate::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "[build] `targets`: {} targets, but this command builds one recipe target at a time",
+                    recipe.targets().len()
+                ),
+                hint: Some("`repro build` and `repro bisect --toolchains` build each target; for a commit bisection, use a recipe with one `target`".into()),
+            },
+        });
+    }
     // Shared with other builds, exclusive of gc: the objects this build writes stay until
     // the record that references them is written.
     let _lock = store.lock_shared()?;
@@ -346,7 +452,7 @@ pub fn build(
         .map_err(|source| BuildError::Recipe { source })?;
     let recipe = &recipe;
     let inputs = collect(root, recipe)?;
-    let (compiler_id, nvcc_path) = compiler(recipe)?;
+    let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref())?;
     let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
     let key = keys::key_of(&key_in);
 

@@ -66,6 +66,9 @@ pub struct Args {
     /// Kill a benchmark process (or command run) that takes longer than this.
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Build with this toolchain (nvcc@RELEASE, nvrtc@VERSION, system) instead of the pin.
+    #[arg(long, value_name = "SPEC", value_parser = crate::cmd::build::parse_spec)]
+    toolchain: Option<crate::toolchain::install::Spec>,
     /// The CUDA device to run on.
     #[arg(long, default_value_t = 0)]
     device: usize,
@@ -178,7 +181,45 @@ fn recipe_bench(
         .into());
     }
     crate::runspec::override_params(&mut r.sections.params, &a.param).map_err(UserError::usage)?;
-    let built = build::build(root, store, &r, &Options::default())
+    if r.targets().len() > 1 {
+        // One artifact per target: run the one this GPU can load, and say which.
+        let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
+        let cc = fp.get(&cc_key).value().map(str::to_string);
+        let picked = cc.as_deref().and_then(|cc| r.for_capability(cc));
+        match (picked, cc) {
+            (Some(p), Some(cc)) => {
+                if !g.quiet {
+                    eprintln!(
+                        "note: recipe `{}` builds for {}; GPU {} has compute capability {cc}, so this runs the {} build",
+                        r.name,
+                        r.targets().join(", "),
+                        a.device,
+                        p.targets()[0]
+                    );
+                }
+                r = p;
+            }
+            (_, cc) => {
+                return Err(UserError::with_code(
+                    exit::ENVIRONMENT,
+                    format!(
+                        "recipe `{}` builds for {}, and none of them runs on GPU {} (compute capability {})",
+                        r.name,
+                        r.targets().join(", "),
+                        a.device,
+                        cc.as_deref().unwrap_or("unknown")
+                    ),
+                )
+                .hint("add this GPU's target to `targets`")
+                .into());
+            }
+        }
+    }
+    let opts = Options {
+        toolchain: a.toolchain.clone(),
+        ..Options::default()
+    };
+    let built = build::build(root, store, &r, &opts)
         .with_context(|| format!("failed to build recipe `{}`", r.name))?;
     if built.status != "ok" {
         let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();

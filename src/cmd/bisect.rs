@@ -40,11 +40,18 @@ pub enum Find {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A commit where all is well (the older end, or with --find fixed the newer).
-    #[arg(long, value_name = "REV")]
-    good: String,
+    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    good: Option<String>,
     /// A commit where it is broken (the newer end, or with --find fixed the older).
-    #[arg(long, value_name = "REV")]
-    bad: String,
+    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    bad: Option<String>,
+    /// Hold the commit fixed and search compiler releases instead: FROM..TO, e.g.
+    /// nvrtc@12.8.93..nvrtc@13.0.88 (NVRTC wheels) or nvcc@12.9..nvcc@13.0 (pinned releases).
+    #[arg(long, value_name = "RANGE", conflicts_with_all = ["good", "bad", "script", "command"], requires = "recipe")]
+    toolchains: Option<String>,
+    /// With --toolchains: fetch wheels from this directory only (or REPRO_WHEELHOUSE).
+    #[arg(long, value_name = "DIR", requires = "toolchains")]
+    wheels: Option<std::path::PathBuf>,
     /// The recipe to build, check or benchmark: a name (recipes/NAME.toml in the working
     /// tree) or a path; read once, committed or not, and applied to every commit.
     #[arg(long, value_name = "NAME|PATH", conflicts_with = "script")]
@@ -162,6 +169,12 @@ impl Diagnose for BisectError {
 /// Runs `repro bisect`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
+    if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
+        return super::toolchain::bisect(g, range, recipe, a.mode, a.timeout, a.wheels.clone());
+    }
+    let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
+        return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
+    };
     let question = match (&a.script, &a.command, a.mode) {
         (Some(s), _, _) => Question::Script(s.clone()),
         (None, Some(cmd), _) => Question::Bench(bench_question(
@@ -179,8 +192,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
     };
     let repo = history::open(&g.cwd)?;
-    let good = history::resolve(&repo, &a.good)?;
-    let bad = history::resolve(&repo, &a.bad)?;
+    let good = history::resolve(&repo, good)?;
+    let bad = history::resolve(&repo, bad)?;
     let (older, newer) = if a.find == Find::Fixed {
         (bad, good)
     } else {

@@ -46,9 +46,18 @@ pub struct Args {
     /// Build on the host even if repro.toml asks for Nix.
     #[arg(long)]
     no_nix: bool,
+    /// Build with this toolchain instead of the recipe's or the project's pin: nvcc@RELEASE,
+    /// nvrtc@VERSION (installed by `repro toolchain install`), or `system` for the machine's own.
+    #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
+    toolchain: Option<crate::toolchain::install::Spec>,
     /// Internal: this process runs inside the dev shell for a parent `repro build --nix`.
     #[arg(long, hide = true)]
     in_nix_shell: bool,
+}
+
+/// Parses a toolchain spec for clap.
+pub fn parse_spec(s: &str) -> Result<crate::toolchain::install::Spec, String> {
+    crate::toolchain::install::Spec::parse(s)
 }
 
 fn size(bytes: usize) -> String {
@@ -71,6 +80,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let mut opts = Options {
         force: a.force,
         explain: a.explain,
+        toolchain: a.toolchain.clone(),
         ..Options::default()
     };
     if use_nix {
@@ -106,11 +116,13 @@ fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
         };
         return Err(UserError::usage("name a recipe to build").hint(hint).into());
     }
-    // Parse every recipe before building any, so a typo fails fast and builds nothing.
-    Ok(names
+    // Parse every recipe before building any, so a typo fails fast and builds nothing. A
+    // recipe with several targets is one build per target.
+    let loaded: Vec<recipe::Recipe> = names
         .iter()
         .map(|n| recipe::load(root, n))
-        .collect::<Result<_, _>>()?)
+        .collect::<Result<_, _>>()?;
+    Ok(loaded.iter().flat_map(recipe::Recipe::per_target).collect())
 }
 
 fn warn_if_pin_missing(g: &Globals, cfg: &crate::config::Config, recipes: &[recipe::Recipe]) {
@@ -180,6 +192,9 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
         argv.push("--all".into());
     }
     argv.extend(a.recipes.iter().cloned());
+    if let Some(t) = &a.toolchain {
+        argv.push(format!("--toolchain={t}"));
+    }
     for (on, flag) in [(a.force, "--force"), (a.explain, "--explain")] {
         if on {
             argv.push(flag.into());
@@ -257,6 +272,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             nix: Some(info.clone()),
             nix_fallback: None,
             commit: None,
+            toolchain: a.toolchain.clone(),
         };
         let outcomes = build_all(g, &root, &recipes, &opts)?;
         let failed = outcomes.iter().any(|o| o.status == "failed");

@@ -264,10 +264,23 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let (path, lock, fp) = choose_lock(g, &a)?;
     let report = check::check(&lock.rules, |k| fp.lookup(k));
     let passed = report.passes(a.strict);
+    // The toolchains the project pins are part of this machine's readiness (not of a saved
+    // fingerprint from elsewhere).
+    let pins = if a.fingerprint.is_none() {
+        pinned_toolchains(g)
+    } else {
+        Vec::new()
+    };
+    let missing: Vec<&(String, Option<String>)> =
+        pins.iter().filter(|(_, p)| p.is_none()).collect();
     let elapsed = start.elapsed();
-    let code = if passed { exit::OK } else { exit::MISMATCH };
+    let code = match (passed, missing.is_empty()) {
+        (true, true) => exit::OK,
+        (true, false) => exit::ENVIRONMENT,
+        (false, _) => exit::MISMATCH,
+    };
     if g.json {
-        emit_json(&json!({
+        let mut v = json!({
             "schema": 1,
             "lockfile": g.shown(&path),
             "name": lock.name,
@@ -276,9 +289,28 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             "exit-code": code,
             "counts": counts_json(&report),
             "rows": report.rows,
-        }))?;
+        });
+        // A saved fingerprint is another machine: its toolchains are not checked here.
+        if a.fingerprint.is_none() {
+            v["toolchains"] = pins
+                .iter()
+                .map(|(spec, path)| {
+                    json!({
+                        "toolchain": spec, "installed": path.is_some(), "path": path,
+                        "install-command": crate::toolchain::install::InstallError::install_command(spec),
+                    })
+                })
+                .collect();
+        }
+        emit_json(&v)?;
     } else {
         emit(&render_report(&g.shown(&path), &lock, &report, passed, g))?;
+        for (spec, path) in &pins {
+            match path {
+                Some(p) => emit(&format!("toolchain {spec}: installed at {p}\n"))?,
+                None => emit(&format!("toolchain {spec}: pinned but NOT installed\n"))?,
+            }
+        }
         if g.verbose > 0 {
             let probes: Vec<String> = fp
                 .probe_ms
@@ -292,7 +324,70 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             ))?;
         }
     }
+    if code == exit::MISMATCH && !missing.is_empty() && !g.quiet {
+        for (spec, _) in &missing {
+            eprintln!(
+                "hint: run `{}`",
+                crate::toolchain::install::InstallError::install_command(spec)
+            );
+        }
+    }
+    if code == exit::ENVIRONMENT {
+        let specs: Vec<&str> = missing.iter().map(|(s, _)| s.as_str()).collect();
+        return Err(UserError::with_code(
+            exit::ENVIRONMENT,
+            format!("the pinned toolchain {} is not installed", specs.join(", ")),
+        )
+        .hint(format!(
+            "run `{}`",
+            specs
+                .iter()
+                .map(|s| crate::toolchain::install::InstallError::install_command(s))
+                .collect::<Vec<_>>()
+                .join("` and `")
+        ))
+        .into());
+    }
     Ok(code)
+}
+
+/// The toolchains the project pins for its builds (repro.toml's nvcc default and every
+/// recipe's `toolchain`), each with its installed tree if there is a complete one.
+fn pinned_toolchains(g: &Globals) -> Vec<(String, Option<String>)> {
+    use crate::toolchain::install::{self, Family, Spec};
+    let root = g.project_root();
+    let mut specs = std::collections::BTreeSet::new();
+    if let Ok(cfg) = crate::config::load(&root)
+        && let Some(r) = cfg.toolchain.nvcc_default
+    {
+        specs.insert(
+            Spec::Release {
+                family: Family::Nvcc,
+                release: r,
+            }
+            .to_string(),
+        );
+    }
+    for name in crate::recipe::list(&root) {
+        // A recipe that does not parse is `repro build`'s to report, not this check's.
+        if let Ok(r) = crate::recipe::load(&root, &name)
+            && let crate::recipe::Build::Nvrtc(c) | crate::recipe::Build::Nvcc(c) = &r.build
+            && let Some(t) = &c.toolchain
+            && t != "system"
+        {
+            specs.insert(t.clone());
+        }
+    }
+    specs
+        .into_iter()
+        .map(|s| {
+            let path = Spec::parse(&s)
+                .ok()
+                .and_then(|spec| install::find(&spec).ok())
+                .map(|t| t.dir.display().to_string());
+            (s, path)
+        })
+        .collect()
 }
 
 fn counts_json(r: &Report) -> serde_json::Value {

@@ -1,20 +1,17 @@
-//! `repro toolchain install | list | which`: provision the pinned NVRTC without root or a
-//! CUDA install, and say which compilers builds would use.
+//! `repro toolchain install | list | which`: provision pinned toolchains (NVRTC, nvcc) from
+//! NVIDIA's wheels without root or a CUDA install, and say which compilers builds would use.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use serde_json::json;
 
+use crate::bisect::toolchains::ToolchainBisectError;
 use crate::cli::{Globals, emit, emit_json};
 use crate::error::{Diagnose, UserError};
 use crate::exit;
 use crate::keys;
-use crate::process::{Cmd, ProcessError};
 use crate::toolchain;
-
-/// The Python package that carries NVRTC.
-pub const NVRTC_PACKAGE: &str = "nvidia-cuda-nvrtc";
+use crate::toolchain::install::{self, Family, InstallError, Source, Spec};
 
 /// Arguments of `repro toolchain`.
 #[derive(Debug, clap::Args)]
@@ -25,9 +22,10 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum ToolchainCommand {
-    /// Download (through pip) and install the pinned NVRTC, verified by sha256.
+    /// Fetch (through pip), verify by sha256 and install a pinned toolchain: nvcc@RELEASE or
+    /// nvrtc@VERSION [default: the NVRTC pinned in repro.toml].
     Install(InstallArgs),
-    /// List the toolchains repro has installed.
+    /// List the toolchains repro has installed, with size and origin.
     List,
     /// Say which NVRTC and nvcc builds would use, and why.
     Which,
@@ -35,87 +33,71 @@ enum ToolchainCommand {
 
 #[derive(Debug, clap::Args)]
 struct InstallArgs {
-    /// The nvidia-cuda-nvrtc version [default: the one pinned in repro.toml].
+    /// The toolchain: nvcc@13.0 (a [toolchain.nvcc."13.0"] release of repro.toml) or
+    /// nvrtc@13.0.88.
+    #[arg(value_name = "SPEC", conflicts_with = "nvrtc")]
+    spec: Option<String>,
+    /// The nvidia-cuda-nvrtc version (the same as nvrtc@VERSION).
     #[arg(long, value_name = "VERSION")]
     nvrtc: Option<String>,
-    /// Install from this wheel file instead of downloading one.
-    #[arg(long, value_name = "FILE")]
+    /// Install NVRTC from this wheel file instead of fetching one.
+    #[arg(long, value_name = "FILE", conflicts_with = "wheels")]
     wheel: Option<PathBuf>,
-    /// The wheel's expected sha256 [default: the pin in repro.toml for this architecture].
+    /// Fetch the wheels from this directory only (pip --no-index --find-links DIR); also
+    /// REPRO_WHEELHOUSE.
+    #[arg(long, value_name = "DIR")]
+    wheels: Option<PathBuf>,
+    /// The NVRTC wheel's expected sha256 [default: the pin in repro.toml for this architecture].
     #[arg(long, value_name = "HEX")]
     sha256: Option<String>,
-    /// Reinstall even if that version is installed.
+    /// Reinstall even if it is installed.
     #[arg(long)]
     force: bool,
-}
-
-/// Why a toolchain could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    /// No sha256 to verify against.
-    #[error("no sha256 is pinned for {NVRTC_PACKAGE} {version} on {arch}")]
-    NoPin {
-        /// The version asked for.
-        version: String,
-        /// This machine's architecture.
-        arch: String,
-    },
-    /// pip failed.
-    #[error("could not download {NVRTC_PACKAGE} {version}")]
-    Download {
-        /// The version.
-        version: String,
-        /// pip's failure.
-        #[source]
-        source: ProcessError,
-    },
-    /// The wheel is not the pinned one.
-    #[error("{wheel} has sha256 {actual}, but the pin is {expected}; refusing to install it")]
-    Mismatch {
-        /// The wheel file.
-        wheel: String,
-        /// The pinned digest.
-        expected: String,
-        /// Its digest.
-        actual: String,
-    },
-    /// The wheel does not contain an NVRTC library where one is expected.
-    #[error("{wheel} does not look like an NVRTC wheel: {what}")]
-    Layout {
-        /// The wheel file.
-        wheel: String,
-        /// What is missing.
-        what: String,
-    },
-    /// A file operation failed.
-    #[error("cannot {what} {}", .path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl Diagnose for InstallError {
     fn exit_code(&self) -> u8 {
         match self {
-            InstallError::NoPin { .. } | InstallError::Layout { .. } => exit::USAGE,
+            InstallError::BadSpec(_)
+            | InstallError::UnknownRelease { .. }
+            | InstallError::Layout { .. } => exit::USAGE,
             InstallError::Mismatch { .. } => exit::MISMATCH,
-            InstallError::Download { .. } => exit::ENVIRONMENT,
-            InstallError::Io { .. } => exit::IO,
+            InstallError::NotForPlatform { .. }
+            | InstallError::Download { .. }
+            | InstallError::NoCache
+            | InstallError::NotInstalled { .. } => exit::ENVIRONMENT,
+            InstallError::DiskFull { .. } | InstallError::Io { .. } => exit::IO,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
-            InstallError::NoPin { arch, .. } => Some(format!(
-                "pin it in repro.toml ([toolchain.nvrtc] sha256 = {{ {arch} = \"...\" }}) or pass --sha256"
+            InstallError::BadSpec(_) => Some("for example `repro toolchain install nvcc@13.0`".into()),
+            InstallError::UnknownRelease { known, spec } if spec.starts_with("nvrtc@") => Some(format!(
+                "pin it in repro.toml ([toolchain.nvrtc] version and sha256 = {{ {} = \"...\" }}) or pass --sha256; pinned here: {}",
+                install::arch(),
+                if known.is_empty() { "none".into() } else { known.join(", ") }
             )),
-            InstallError::Download { .. } => Some("check that python3 and pip work and can reach the package index, or pass --wheel FILE".into()),
+            InstallError::UnknownRelease { known, .. } => Some(format!(
+                "pinned here: {}; add a [toolchain.nvcc.\"RELEASE\"] table to repro.toml listing each wheel's package, version and sha256",
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            )),
+            InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
+                "it is pinned for {} only; add the sha256 of the {arch} wheels to repro.toml",
+                if offered.is_empty() { "no architecture".into() } else { offered.join(", ") }
+            )),
+            InstallError::Download { what, .. } if what.starts_with("from the wheel directory") => Some(
+                "put the pinned wheels in that directory (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`)".into(),
+            ),
+            InstallError::Download { .. } => Some(
+                "check that python3 and pip work and can reach the package index (or its mirror), or pass --wheels DIR with the wheels downloaded elsewhere".into(),
+            ),
             InstallError::Mismatch { .. } => Some("the file differs from the one the project pinned; download it again, or update the pin if the change is intended".into()),
+            InstallError::DiskFull { dir, .. } => Some(format!(
+                "free some space under {} (an nvcc tree takes about 400 MB while unpacking); nothing half-installed was left",
+                dir.display()
+            )),
+            InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
+            InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
             _ => None,
         }
     }
@@ -125,245 +107,187 @@ impl Diagnose for InstallError {
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let cfg = g.config()?;
     match a.command {
-        ToolchainCommand::Install(i) => install(g, &cfg, i),
+        ToolchainCommand::Install(i) => install_cmd(g, &cfg, i),
         ToolchainCommand::List => list(g),
-        ToolchainCommand::Which => which(g),
+        ToolchainCommand::Which => which(g, &cfg),
     }
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> InstallError + 'a {
-    move |source| InstallError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
-}
-
-fn install(g: &Globals, cfg: &crate::config::Config, a: InstallArgs) -> anyhow::Result<u8> {
-    let pin = cfg.toolchain.nvrtc.as_ref();
-    let version = match (&a.nvrtc, pin) {
-        (Some(v), _) => v.clone(),
-        (None, Some(p)) => p.version.clone(),
-        (None, None) => {
-            return Err(UserError::usage("no NVRTC version given and none pinned")
-                .hint("pass --nvrtc VERSION, or pin one in repro.toml under [toolchain.nvrtc]")
+fn install_cmd(g: &Globals, cfg: &crate::config::Config, a: InstallArgs) -> anyhow::Result<u8> {
+    let spec = match (&a.spec, &a.nvrtc, &cfg.toolchain.nvrtc) {
+        (Some(s), _, _) => Spec::parse(s).map_err(InstallError::BadSpec)?,
+        (None, Some(v), _) => Spec::parse(&format!("nvrtc@{v}")).map_err(InstallError::BadSpec)?,
+        (None, None, Some(p)) => Spec::Release {
+            family: Family::Nvrtc,
+            release: p.version.clone(),
+        },
+        (None, None, None) => {
+            return Err(UserError::usage("no toolchain given and no NVRTC pinned")
+                .hint("name one (`repro toolchain install nvcc@13.0`), or pin NVRTC in repro.toml under [toolchain.nvrtc]")
                 .into());
         }
     };
-    let arch = std::env::consts::ARCH.to_string();
-    let expected = match (&a.sha256, pin) {
-        (Some(s), _) => s.to_lowercase(),
-        (None, Some(p)) if p.version == version => match p.sha256.get(&arch) {
-            Some(s) => s.to_lowercase(),
-            None => return Err(InstallError::NoPin { version, arch }.into()),
-        },
-        _ => return Err(InstallError::NoPin { version, arch }.into()),
+    let plan = install::plan(cfg, &spec, a.sha256.as_deref(), false)?;
+    if a.wheel.is_some() && plan.family == Family::Nvcc {
+        return Err(UserError::usage("--wheel installs one NVRTC wheel")
+            .hint("an nvcc release is several wheels: pass --wheels DIR")
+            .into());
+    }
+    let source = Source::new(
+        a.wheels.map(|d| g.cwd.join(d)),
+        a.wheel.map(|w| g.cwd.join(w)),
+    );
+    let chatty = !g.quiet && !g.json;
+    let mut progress = |m: &str| {
+        if chatty {
+            eprintln!("{m}");
+        }
     };
-    let managed = toolchain::managed_dir().ok_or_else(|| {
-        UserError::with_code(
-            exit::ENVIRONMENT,
-            "cannot find a cache directory: neither XDG_CACHE_HOME nor HOME is set",
-        )
-    })?;
-    let dest = managed.join(format!("nvrtc-{version}"));
-    let installed_sha = std::fs::read(dest.join("toolchain.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["wheel-sha256"].as_str().map(str::to_string));
-    if !a.force && installed_sha.as_deref() == Some(expected.as_str()) {
-        let out = json!({"schema": 1, "version": version, "path": dest.display().to_string(), "installed": false, "already-installed": true});
-        if g.json {
-            emit_json(&out)?;
-        } else if !g.quiet {
+    let done = install::install(&plan, &source, a.force, &mut progress)?;
+    let t = &done.installed;
+    let label = match plan.family {
+        Family::Nvrtc => format!("NVRTC {}", plan.release),
+        Family::Nvcc => format!("nvcc {}", plan.release),
+    };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1, "toolchain": spec.to_string(), "path": t.dir.display().to_string(),
+            "installed": done.fresh, "already-installed": !done.fresh, "replaced": done.replaced,
+            "reports": t.stamp.reports, "wheels": t.stamp.wheels, "bytes": t.stamp.bytes,
+            "compiler": t.compiler().display().to_string(),
+        }))?;
+    } else if !g.quiet {
+        if done.fresh {
+            let n = t.stamp.wheels.len();
             emit(&format!(
-                "NVRTC {version} is already installed at {}\n",
-                dest.display()
+                "installed {label} (reports {}) at {}; {n} wheel{} verified by sha256 ({})\n",
+                t.stamp.reports,
+                t.dir.display(),
+                if n == 1 { "" } else { "s" },
+                t.stamp
+                    .wheels
+                    .iter()
+                    .map(|w| keys::short(&w.sha256))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))?;
+        } else {
+            emit(&format!(
+                "{label} is already installed at {}\n",
+                t.dir.display()
             ))?;
         }
-        return Ok(exit::OK);
-    }
-
-    std::fs::create_dir_all(&managed).map_err(io("create", &managed))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".install-")
-        .tempdir_in(&managed)
-        .map_err(io("create a directory in", &managed))?;
-    let wheel = match &a.wheel {
-        Some(w) => g.cwd.join(w),
-        None => {
-            let dl = staging.path().join("download");
-            if !g.quiet && !g.json {
-                eprintln!("downloading {NVRTC_PACKAGE}=={version} through pip...");
-            }
-            Cmd::new("python3")
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--disable-pip-version-check",
-                    "--quiet",
-                    "-d",
-                ])
-                .arg(&dl)
-                .arg(format!("{NVRTC_PACKAGE}=={version}"))
-                .timeout(Duration::from_secs(1800))
-                .run()
-                .map_err(|source| InstallError::Download {
-                    version: version.clone(),
-                    source,
-                })?;
-            std::fs::read_dir(&dl)
-                .map_err(io("read", &dl))?
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|e| e == "whl"))
-                .ok_or_else(|| InstallError::Layout {
-                    wheel: dl.display().to_string(),
-                    what: "pip downloaded no wheel".into(),
-                })?
-        }
-    };
-    let bytes = std::fs::read(&wheel).map_err(io("read", &wheel))?;
-    let actual = keys::sha256_hex(&bytes);
-    drop(bytes);
-    if actual != expected {
-        return Err(InstallError::Mismatch {
-            wheel: g.shown(&wheel),
-            expected,
-            actual,
-        }
-        .into());
-    }
-    let unpacked = staging.path().join("wheel");
-    Cmd::new("python3")
-        .args(["-m", "zipfile", "-e"])
-        .arg(&wheel)
-        .arg(&unpacked)
-        .timeout(Duration::from_secs(600))
-        .run()
-        .map_err(|e| InstallError::Layout {
-            wheel: g.shown(&wheel),
-            what: format!("it did not unpack: {e}"),
-        })?;
-    let lib = ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"]
-        .iter()
-        .map(|s| unpacked.join(s))
-        .find(|p| p.is_dir())
-        .ok_or_else(|| InstallError::Layout {
-            wheel: g.shown(&wheel),
-            what: "no nvidia/cu13/lib or nvidia/cuda_nvrtc/lib".into(),
-        })?;
-    let out = staging.path().join("toolchain");
-    std::fs::create_dir_all(&out).map_err(io("create", &out))?;
-    std::fs::rename(&lib, out.join("lib")).map_err(io("move", &lib))?;
-    let found = toolchain::Found {
-        path: toolchain::find_in(&out.join("lib")).ok_or_else(|| InstallError::Layout {
-            wheel: g.shown(&wheel),
-            what: "no libnvrtc.so in it".into(),
-        })?,
-        source: "new install".into(),
-    };
-    // Prove the library loads and answers before it is put in place.
-    let nvrtc_version = toolchain::load_at(found)
-        .map_err(|what| InstallError::Layout {
-            wheel: g.shown(&wheel),
-            what,
-        })?
-        .version;
-    let meta = json!({
-        "schema": 1,
-        "package": NVRTC_PACKAGE,
-        "version": version,
-        "nvrtc-version": nvrtc_version,
-        "wheel": wheel.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "wheel-sha256": actual,
-        "installed-at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-    });
-    crate::fsutil::write_atomic(
-        &out.join("toolchain.json"),
-        serde_json::to_string_pretty(&meta)?.as_bytes(),
-        true,
-    )?;
-    if dest.exists() {
-        std::fs::remove_dir_all(&dest).map_err(io("remove", &dest))?;
-    }
-    std::fs::rename(&out, &dest).map_err(io("install into", &dest))?;
-    if g.json {
-        emit_json(
-            &json!({"schema": 1, "version": version, "nvrtc-version": nvrtc_version, "path": dest.display().to_string(), "wheel-sha256": actual, "installed": true}),
-        )?;
-    } else if !g.quiet {
-        emit(&format!(
-            "installed NVRTC {version} (reports {nvrtc_version}) at {}; sha256 {} verified\n",
-            dest.display(),
-            keys::short(&actual)
-        ))?;
     }
     Ok(exit::OK)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 fn list(g: &Globals) -> anyhow::Result<u8> {
     let used = toolchain::find_nvrtc().ok();
-    let mut rows = Vec::new();
-    if let Some(dir) = toolchain::managed_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            let Ok(bytes) = std::fs::read(p.join("toolchain.json")) else {
-                continue;
-            };
-            let Ok(meta) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-                continue;
-            };
-            let in_use = used.as_ref().is_some_and(|u| u.path.starts_with(&p));
-            rows.push(json!({
-                "name": p.file_name().map(|n| n.to_string_lossy().into_owned()),
-                "version": meta["version"], "nvrtc-version": meta["nvrtc-version"],
-                "wheel-sha256": meta["wheel-sha256"], "path": p.display().to_string(), "used-by-builds": in_use,
-            }));
-        }
-    }
+    let entries = install::list();
     if g.json {
-        emit_json(&json!({"schema": 1, "toolchains": rows}))?;
-    } else if rows.is_empty() {
-        emit("no toolchains installed by repro (`repro toolchain install` adds one)\n")?;
-    } else {
-        let mut t = crate::output::Table::new();
-        for r in &rows {
-            t.row([
-                r["name"].as_str().unwrap_or_default().to_string(),
-                r["version"].as_str().unwrap_or_default().to_string(),
-                format!(
-                    "sha256 {}",
-                    keys::short(r["wheel-sha256"].as_str().unwrap_or_default())
-                ),
-                r["path"].as_str().unwrap_or_default().to_string(),
-                if r["used-by-builds"] == true {
-                    "(used by builds)".into()
-                } else {
-                    String::new()
-                },
-            ]);
-        }
-        emit(&t.render(0))?;
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| match &e.stamp {
+                Ok(s) => json!({
+                    "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "family": s.family, "release": s.release, "reports": s.reports,
+                    "path": e.dir.display().to_string(), "bytes": s.bytes, "origin": s.origin,
+                    "wheels": s.wheels, "complete": true,
+                    "used-by-builds": used.as_ref().is_some_and(|u| u.path.starts_with(&e.dir)),
+                }),
+                Err(why) => json!({
+                    "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "path": e.dir.display().to_string(), "complete": false, "problem": why,
+                }),
+            })
+            .collect();
+        emit_json(&json!({"schema": 2, "toolchains": rows}))?;
+        return Ok(exit::OK);
     }
+    if entries.is_empty() {
+        emit("no toolchains installed by repro (`repro toolchain install nvcc@13.0` adds one)\n")?;
+        return Ok(exit::OK);
+    }
+    let mut out = String::new();
+    for e in &entries {
+        let name = e
+            .dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match &e.stamp {
+            Ok(s) => {
+                let in_use = used.as_ref().is_some_and(|u| u.path.starts_with(&e.dir));
+                out.push_str(&format!(
+                    "{name}  {}  {}  from {}{}\n  {}\n",
+                    s.release,
+                    mib(s.bytes),
+                    s.origin,
+                    if in_use {
+                        "  (used by NVRTC builds)"
+                    } else {
+                        ""
+                    },
+                    e.dir.display()
+                ));
+                let mut t = crate::output::Table::new();
+                for w in &s.wheels {
+                    t.row([
+                        w.file.clone(),
+                        format!("sha256 {}", w.sha256),
+                        if w.pinned {
+                            "pinned".into()
+                        } else {
+                            "unpinned (recorded)".to_string()
+                        },
+                    ]);
+                }
+                out.push_str(&t.render(4));
+            }
+            Err(why) => out.push_str(&format!(
+                "{name}  INCOMPLETE: {why}; builds do not use it (reinstall it)\n  {}\n",
+                e.dir.display()
+            )),
+        }
+    }
+    emit(&out)?;
     Ok(exit::OK)
 }
 
-fn which(g: &Globals) -> anyhow::Result<u8> {
+fn which(g: &Globals, cfg: &crate::config::Config) -> anyhow::Result<u8> {
     let nvrtc = toolchain::nvrtc();
-    let nvcc = toolchain::find_nvcc();
-    let nvcc_version = nvcc
-        .as_ref()
-        .and_then(|_| toolchain::nvcc_identity().ok())
-        .map(|(_, id)| id["version"].as_str().unwrap_or_default().to_string());
+    // The project's nvcc pin, when there is one and it is installed, is what nvcc builds use.
+    let pinned_nvcc = cfg.toolchain.nvcc_default.as_ref().map(|r| {
+        let spec = Spec::Release {
+            family: Family::Nvcc,
+            release: r.clone(),
+        };
+        (spec.clone(), install::find(&spec))
+    });
+    let nvcc = match &pinned_nvcc {
+        Some((_, Ok(t))) => Some(t.compiler()),
+        _ => toolchain::find_nvcc(),
+    };
+    let nvcc_version = match &pinned_nvcc {
+        Some((_, Ok(t))) => Some(t.stamp.reports.clone()),
+        _ => nvcc
+            .as_ref()
+            .and_then(|_| toolchain::nvcc_identity().ok())
+            .map(|(_, id)| id["version"].as_str().unwrap_or_default().to_string()),
+    };
+    let nvcc_source = match &pinned_nvcc {
+        Some((spec, Ok(_))) => format!("{spec}, pinned in repro.toml, installed by repro"),
+        Some((spec, Err(_))) => format!(
+            "{spec} is pinned but not installed: nvcc builds fail until `{}`",
+            InstallError::install_command(&spec.to_string())
+        ),
+        None => "the machine's own (no nvcc pinned in repro.toml)".into(),
+    };
     if g.json {
         emit_json(&json!({
             "schema": 1,
@@ -372,7 +296,7 @@ fn which(g: &Globals) -> anyhow::Result<u8> {
                 Err(e) => json!({"unavailable": e.clone()}),
             },
             "nvcc": match &nvcc {
-                Some(p) => json!({"path": p.display().to_string(), "version": nvcc_version}),
+                Some(p) => json!({"path": p.display().to_string(), "version": nvcc_version, "source": nvcc_source}),
                 None => json!({"unavailable": "nvcc not found"}),
             },
         }))?;
@@ -390,7 +314,7 @@ fn which(g: &Globals) -> anyhow::Result<u8> {
         }
         match &nvcc {
             Some(p) => emit(&format!(
-                "nvcc   {}  {}\n",
+                "nvcc   {}  {}  ({nvcc_source})\n",
                 nvcc_version.unwrap_or_default(),
                 p.display()
             ))?,
@@ -404,4 +328,155 @@ fn which(g: &Globals) -> anyhow::Result<u8> {
     } else {
         exit::ENVIRONMENT
     })
+}
+
+impl Diagnose for ToolchainBisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ToolchainBisectError::NotAvailable { .. } | ToolchainBisectError::Backwards { .. } => {
+                exit::USAGE
+            }
+            ToolchainBisectError::List { .. } | ToolchainBisectError::Step { .. } => {
+                exit::ENVIRONMENT
+            }
+            ToolchainBisectError::Install { source, .. } => source.exit_code(),
+            ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
+                exit::MISMATCH
+            }
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ToolchainBisectError::NotAvailable { available, .. } => Some(format!(
+                "releases available: {}",
+                if available.is_empty() { "none".to_string() } else { available.join(", ") }
+            )),
+            ToolchainBisectError::Install { source, .. } => source.hint(),
+            ToolchainBisectError::List { .. } => Some("check that pip can reach the package index, or pass --wheels DIR".into()),
+            ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
+            ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
+            ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
+            _ => None,
+        }
+    }
+}
+
+/// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
+/// release searched.
+pub fn bisect(
+    g: &Globals,
+    range: &str,
+    recipe: &str,
+    mode: crate::cmd::bisect::Mode,
+    timeout: std::time::Duration,
+    wheels: Option<PathBuf>,
+) -> anyhow::Result<u8> {
+    use crate::bisect::toolchains::{self as tb, Question};
+    let cfg = g.config()?;
+    let range = tb::Range::parse(range).map_err(|m| {
+        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+    })?;
+    let question = match mode {
+        crate::cmd::bisect::Mode::Build => Question::Build,
+        crate::cmd::bisect::Mode::Check => Question::Check,
+        crate::cmd::bisect::Mode::Bench => {
+            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
+                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
+                .into());
+        }
+    };
+    let root = g.project_root();
+    let r = crate::recipe::load(&root, recipe)?;
+    let family = match &r.build {
+        crate::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .into());
+        }
+    };
+    if family != range.family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .into());
+    }
+    let targets = if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    let store = g.store();
+    let plan = tb::Plan {
+        root: &root,
+        store: store.root(),
+        cfg: &cfg,
+        recipe: recipe.to_string(),
+        targets,
+        range,
+        question,
+        source: tb::source(wheels.map(|w| g.cwd.join(w))),
+        timeout,
+    };
+    let quiet = g.quiet || g.json;
+    let mut progress = |m: &str| {
+        if !quiet {
+            eprintln!("bisect: {m}");
+        }
+    };
+    let report = tb::bisect(&plan, &mut progress)?;
+    let rec = serde_json::to_value(&report)?;
+    store.put_record(tb::RECORDS, &report.key, &rec)?;
+    if g.json {
+        emit_json(&rec)?;
+    } else {
+        let mut out = String::new();
+        for a in &report.answers {
+            if let Some(u) = &a.unchanged {
+                out.push_str(&format!("no change for {}: {u}\n", a.target));
+                continue;
+            }
+            match (&a.first_bad, &a.last_good) {
+                (Some(bad), Some(good)) => out.push_str(&format!(
+                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                    a.target,
+                    report.family.name(),
+                    report.family.name()
+                )),
+                _ => out.push_str(&format!(
+                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    a.target,
+                    a.undecided.join(", ")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated; record {}):\n",
+            report.wheels.len(),
+            report.releases.len(),
+            keys::short(&report.key)
+        ));
+        let mut t = crate::output::Table::new();
+        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+        for s in &report.steps {
+            t.row([
+                s.release.clone(),
+                s.target.clone(),
+                s.verdict.to_string(),
+                if s.cached { "yes".into() } else { "no".into() },
+                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+    }
+    let decided = report.answers.iter().all(|a| a.undecided.is_empty());
+    Ok(if decided { exit::OK } else { exit::MISMATCH })
 }

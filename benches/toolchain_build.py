@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Cold and cached build times of every shipped recipe: in-process NVRTC, the pinned nvcc
+(installed by `repro toolchain install nvcc@13.0` from NVIDIA's wheels), and plain
+`nvcc -cubin` with that same nvcc on the same source. Prints a table of medians.
+
+Each kernel is built three ways, cold (`--force`, so the compiler runs every time):
+  nvrtc     `repro build R --force` of the recipe as shipped (kind = "nvrtc"; PTX and CUBIN
+            from one compile)
+  nvcc      `repro build R_nvcc --force`, the same source as kind = "nvcc" with
+            toolchain = "nvcc@13.0" and outputs = ["cubin"]
+  nvcc -cubin   the pinned nvcc binary run directly: nvcc -cubin -arch=sm_90 --std=c++17
+and cached: `repro build R` when the store has the key (the whole process). Ratios are
+against NVRTC's cold build. The WMMA recipe includes <cuda_runtime.h>, which NVRTC cannot
+compile, so it has no NVRTC column.
+
+Usage: python3 benches/toolchain_build.py --wheels DIR [--repro PATH] [--runs N] [--hit-runs N]
+NVRTC comes from REPRO_NVRTC (or the usual search); DIR holds the nvcc 13.0 wheels.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(argv, cwd, env):
+    r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def timed(argv, cwd, env, runs):
+    run(argv, cwd, env)  # warm-up (page cache, the store), untimed
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        run(argv, cwd, env)
+        samples.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(samples)
+
+
+def lookup_ms(recipe, cwd, env, runs):
+    """The store lookup of a cache hit as repro itself times it (`duration-ms`, summed over
+    targets), without process start-up."""
+    samples = []
+    for _ in range(runs):
+        out = json.loads(run([REPRO, "--json", "build", recipe], cwd, env).stdout)
+        samples.append(sum(b["duration-ms"] for b in out["builds"]))
+    return statistics.median(samples)
+
+
+REPRO = None
+
+
+def git(cwd, *args):
+    env = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1",
+               GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def recipe_field(text, key):
+    for line in text.splitlines():
+        if line.startswith(f"{key} = "):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repro", default=os.path.join(HERE, "target/release/repro"))
+    ap.add_argument("--wheels", required=True, help="directory holding the nvcc 13.0 wheels")
+    ap.add_argument("--runs", type=int, default=5, help="cold builds per cell")
+    ap.add_argument("--hit-runs", type=int, default=20, help="cache-hit builds per cell")
+    a = ap.parse_args()
+    global REPRO
+    repro = REPRO = os.path.abspath(a.repro)
+    base = tempfile.mkdtemp(prefix="repro-tcbench-")
+    try:
+        root = os.path.join(base, "repo")
+        os.makedirs(root)
+        for d in ["kernels", "recipes"]:
+            shutil.copytree(os.path.join(HERE, d), os.path.join(root, d))
+        shutil.copy(os.path.join(HERE, "repro.toml"), root)
+        recipes = sorted(f[:-5] for f in os.listdir(os.path.join(root, "recipes")) if f.endswith(".toml"))
+        rows = []
+        for r in recipes:
+            text = open(os.path.join(root, "recipes", f"{r}.toml")).read()
+            kind = recipe_field(text, "kind").strip('"')
+            source = recipe_field(text, "source").strip('"')
+            entries = recipe_field(text, "entries")
+            rows.append((r, kind, source))
+            if kind == "nvrtc":
+                with open(os.path.join(root, "recipes", f"{r}_nvcc.toml"), "w") as f:
+                    f.write(f'schema = 1\n[build]\nkind = "nvcc"\nsource = "{source}"\nentries = {entries}\n'
+                            'toolchain = "nvcc@13.0"\ntarget = "sm_90"\noutputs = ["cubin"]\noptions = ["--std=c++17"]\n')
+        git(root, "init", "-q")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "bench")
+        env = dict(os.environ, XDG_CACHE_HOME=os.path.join(base, "cache"), NO_COLOR="1")
+        t = time.perf_counter()
+        run([repro, "toolchain", "install", "nvcc@13.0", "--wheels", a.wheels], root, env)
+        install_s = time.perf_counter() - t
+        nvcc = os.path.join(base, "cache/repro/toolchains/nvcc-13.0/nvidia/cu13/bin/nvcc")
+        out = os.path.join(base, "out.cubin")
+        print(f"repro toolchain install nvcc@13.0 from a wheel directory: {install_s:.1f} s (once)")
+        print(f"medians: cold builds of {a.runs} runs, cache hits of {a.hit_runs} runs, ms; ratio = time / NVRTC cold\n")
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print("cache hits: whole process / the lookup inside it (repro's own duration-ms)\n")
+        print("| recipe | NVRTC cold | pinned nvcc cold (repro) | `nvcc -cubin` | NVRTC cache hit | nvcc cache hit |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r, kind, source in rows:
+            cubin = [nvcc, "-cubin", "-arch=sm_90", "--std=c++17", "-o", out, source]
+            if kind == "nvrtc":
+                cold = timed([repro, "build", "--force", r], root, env, a.runs)
+                ncold = timed([repro, "build", "--force", f"{r}_nvcc"], root, env, a.runs)
+                plain = timed(cubin, root, env, a.runs)
+                hit = timed([repro, "build", r], root, env, a.hit_runs)
+                nhit = timed([repro, "build", f"{r}_nvcc"], root, env, a.hit_runs)
+                look = lookup_ms(r, root, env, a.hit_runs)
+                nlook = lookup_ms(f"{r}_nvcc", root, env, a.hit_runs)
+                print(f"| {r} | {cold:.0f} | {ncold:.0f} ({ncold / cold:.1f}x) | {plain:.0f} ({plain / cold:.1f}x) "
+                      f"| {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
+            else:
+                # Several targets: `repro build` compiles each; nvcc -cubin is timed for one.
+                ncold = timed([repro, "build", "--force", r], root, env, a.runs)
+                plain = timed(cubin, root, env, a.runs)
+                nhit = timed([repro, "build", r], root, env, a.hit_runs)
+                nlook = lookup_ms(r, root, env, a.hit_runs)
+                print(f"| {r} (nvcc, 2 targets) | n/a | {ncold:.0f} | {plain:.0f} (one target) | n/a | {nhit:.1f} / {nlook:.1f} |")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,598 @@
+//! `repro toolchain install nvcc@13.0`, builds with the pinned nvcc, `repro env check` of the
+//! pin, and `repro bisect --toolchains`, end to end with NVIDIA's real wheels.
+//!
+//! The wheels come from a local directory (REPRO_TEST_WHEELHOUSE), which CI fills with
+//! `pip download` (.ci/run), so the tests themselves need no network. Without it they print
+//! why they skip; with REPRO_TEST_REQUIRE_WHEELHOUSE set (CI) its absence is a failure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{crate_dir, repo_with, repro};
+use predicates::prelude::*;
+use serde_json::Value;
+
+/// The wheel directory, or `None` (with the reason printed) when this machine has none.
+fn wheelhouse() -> Option<PathBuf> {
+    match std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
+        Some(d) => Some(PathBuf::from(d)),
+        None => {
+            assert!(
+                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
+                "REPRO_TEST_WHEELHOUSE is required here but not set"
+            );
+            eprintln!(
+                "skipping: REPRO_TEST_WHEELHOUSE is not set (a directory of the nvcc 13.0 wheels and NVRTC 12.8.93, 12.9.86, 13.0.88; .ci/run fills one)"
+            );
+            None
+        }
+    }
+}
+
+/// A repository with the project's repro.toml and the WMMA nvcc recipe.
+fn nvcc_repo() -> (tempfile::TempDir, PathBuf) {
+    let read = |p: &str| std::fs::read_to_string(crate_dir().join(p)).unwrap();
+    let files = [
+        ("repro.toml", read("repro.toml")),
+        (
+            "kernels/wmma_gemm_nvcc.cu",
+            read("kernels/wmma_gemm_nvcc.cu"),
+        ),
+        (
+            "recipes/wmma_gemm_nvcc.toml",
+            read("recipes/wmma_gemm_nvcc.toml"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    repo_with(&refs)
+}
+
+fn toolchains(cache: &Path) -> PathBuf {
+    cache.join("repro/toolchains")
+}
+
+/// The entries of the toolchains directory, locks aside.
+fn entries(cache: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(toolchains(cache))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".locks")
+        .collect();
+    v.sort();
+    v
+}
+
+fn cmd(cache: &Path, root: &Path) -> assert_cmd::Command {
+    let mut c = repro(cache);
+    c.arg("-C").arg(root).env_remove("REPRO_WHEELHOUSE");
+    c
+}
+
+#[test]
+fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    // Not installed yet: the build refuses to fall back to another nvcc and says how to fix it.
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains(
+            "pins nvcc@13.0, which is not installed",
+        ))
+        .stderr(predicate::str::contains(
+            "`repro toolchain install nvcc@13.0`",
+        ));
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "installed nvcc 13.0 (reports 13.0.88)",
+        ))
+        .stdout(predicate::str::contains("5 wheels verified by sha256"));
+    // Idempotent, and the environment variable works as the option does.
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0"])
+        .env("REPRO_WHEELHOUSE", &wh)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("already installed"));
+    let nvcc = toolchains(&cache).join("nvcc-13.0/nvidia/cu13/bin/nvcc");
+    assert!(nvcc.is_file());
+    let list = cmd(&cache, &root)
+        .args(["toolchain", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("nvcc-13.0  13.0  "), "{text}");
+    assert!(text.contains("from wheel directory"), "{text}");
+    assert!(
+        text.contains("sha256 56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03")
+            || std::env::consts::ARCH != "x86_64",
+        "{text}"
+    );
+
+    // The recipe includes <cuda_runtime.h> and <mma.h>, and names two targets.
+    let out = cmd(&cache, &root)
+        .args(["build", "--json", "wmma_gemm_nvcc"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let builds = v["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 2, "{v}");
+    assert_eq!(builds[0]["recipe"], "wmma_gemm_nvcc@sm_89");
+    assert_eq!(builds[1]["recipe"], "wmma_gemm_nvcc@sm_90");
+    assert_ne!(builds[0]["key"], builds[1]["key"]);
+    assert_ne!(
+        builds[0]["outputs"]["cubin"]["sha256"],
+        builds[1]["outputs"]["cubin"]["sha256"]
+    );
+    for b in builds {
+        assert!(
+            b["outputs"]["cubin"]["bytes"].as_u64().unwrap() > 1000,
+            "{b}"
+        );
+    }
+    // The key holds the wheels' digests, not nvcc's --version text or its path.
+    let key = builds[1]["key"].as_str().unwrap();
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
+    )
+    .unwrap();
+    let compiler = &rec["inputs"]["compiler"];
+    assert_eq!(compiler["release"], "13.0");
+    assert_eq!(
+        compiler["wheels"].as_object().unwrap().len(),
+        5,
+        "{compiler}"
+    );
+    assert!(compiler.get("build").is_none(), "{compiler}");
+    assert!(!compiler.to_string().contains(cache.to_str().unwrap()));
+    // `--toolchain system` asks for the machine's own nvcc: with none on the PATH it fails
+    // instead of quietly using the pinned one.
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc", "--toolchain", "system"])
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("REPRO_NVCC")
+        .env_remove("CUDA_HOME")
+        .env_remove("CUDA_PATH")
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("nvcc not found"));
+}
+
+#[test]
+fn a_flipped_byte_is_refused_with_both_digests_and_nothing_is_installed() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    let bad = tmp.path().join("tampered");
+    std::fs::create_dir(&bad).unwrap();
+    let mut expected = String::new();
+    let mut actual = String::new();
+    for e in std::fs::read_dir(&wh).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("nvidia_cuda_crt-13.0.88-") && name.contains(std::env::consts::ARCH) {
+            let mut bytes = std::fs::read(e.path()).unwrap();
+            expected = repro::keys::sha256_hex(&bytes);
+            let n = bytes.len();
+            bytes[n / 2] ^= 0x01;
+            actual = repro::keys::sha256_hex(&bytes);
+            std::fs::write(bad.join(&name), bytes).unwrap();
+        } else {
+            std::os::unix::fs::symlink(e.path(), bad.join(&name)).unwrap();
+        }
+    }
+    assert!(!expected.is_empty(), "no crt wheel in {}", wh.display());
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&bad)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "has sha256 {actual}, but the pin is {expected}; refusing to install it"
+        )));
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+}
+
+#[test]
+fn an_interrupted_install_is_detected_and_redone() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    // A real install, killed while it unpacks.
+    let exe = assert_cmd::cargo::cargo_bin("repro");
+    let mut child = std::process::Command::new(&exe)
+        .arg("-C")
+        .arg(&root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .env("XDG_CACHE_HOME", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let unpacking = || {
+        std::fs::read_dir(toolchains(&cache))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".staging-nvcc-13.0-")
+                    && e.path().join("tree/nvidia").exists()
+            })
+    };
+    let start = Instant::now();
+    while !unpacking() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the install never started unpacking"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the install finished before it could be interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Nothing a build would use: the staging tree is not the toolchain.
+    assert!(!toolchains(&cache).join("nvcc-13.0").exists());
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("not installed"));
+
+    // A tree in place without its stamp (say, from a crash in an older repro) is named as
+    // incomplete, never used, and replaced.
+    let fake = toolchains(&cache).join("nvcc-13.0/nvidia/cu13/bin");
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::write(fake.join("nvcc"), "#!/bin/sh\nexit 0\n").unwrap();
+    cmd(&cache, &root)
+        .args(["toolchain", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "INCOMPLETE: it has no completion stamp",
+        ));
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("it has no completion stamp"));
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("installing it again"))
+        .stdout(predicate::str::contains("installed nvcc 13.0"));
+    // The killed install's unzip child may outlive it and refill its own staging directory
+    // for a moment; that directory is never a toolchain, and the next install removes it.
+    let trees: Vec<String> = entries(&cache)
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert_eq!(trees, ["nvcc-13.0"]);
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn two_concurrent_installs_leave_one_good_tree() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    let exe = assert_cmd::cargo::cargo_bin("repro");
+    let spawn = || {
+        std::process::Command::new(&exe)
+            .arg("-C")
+            .arg(&root)
+            .args(["--json", "toolchain", "install", "nvcc@13.0", "--wheels"])
+            .arg(&wh)
+            .env("XDG_CACHE_HOME", &cache)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+    let mut fresh = 0;
+    for o in &outs {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        fresh += usize::from(v["installed"] == true);
+    }
+    assert_eq!(fresh, 1, "exactly one of the two installs does the work");
+    assert_eq!(entries(&cache), ["nvcc-13.0"]);
+    let out = cmd(&cache, &root)
+        .args(["--json", "toolchain", "list"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["toolchains"][0]["complete"], true, "{v}");
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@12.4"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "nvcc@12.4 is not a release this project pins",
+        ))
+        .stderr(predicate::str::contains(
+            "pinned here: nvcc@13.0, nvrtc@13.0.88",
+        ));
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "gcc@13"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`gcc` is not a compiler repro installs",
+        ));
+    // A package index that cannot be reached: pip's own error, and nothing left behind.
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0"])
+        .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+        .env("PIP_RETRIES", "0")
+        .env("PIP_TIMEOUT", "2")
+        .env_remove("PIP_FIND_LINKS")
+        .env_remove("PIP_EXTRA_INDEX_URL")
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains(
+            "could not fetch the wheels of nvcc@13.0 (through pip)",
+        ))
+        .stderr(predicate::str::contains(
+            "hint: check that python3 and pip work",
+        ));
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+    // A release pinned only for another CPU architecture.
+    let other = if std::env::consts::ARCH == "x86_64" {
+        "aarch64"
+    } else {
+        "x86_64"
+    };
+    std::fs::write(
+        root.join("repro.toml"),
+        format!(
+            "schema = 1\n[toolchain.nvcc.\"13.0\"]\nwheels = [{{ package = \"nvidia-cuda-nvcc\", version = \"13.0.88\", sha256 = {{ {other} = \"{}\" }} }}]\n",
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains(format!(
+            "nvcc@13.0 is not offered for {}",
+            std::env::consts::ARCH
+        )))
+        .stderr(predicate::str::contains(format!(
+            "it is pinned for {other} only"
+        )));
+}
+
+#[test]
+fn env_check_fails_until_the_pinned_toolchain_is_installed() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    std::fs::create_dir_all(root.join("lockfiles")).unwrap();
+    std::fs::write(
+        root.join("lockfiles/cpu.toml"),
+        format!(
+            "schema = 1\nname = \"cpu\"\n[fields]\n\"host.arch\" = {{ policy = \"exact\", value = \"{}\" }}\n",
+            std::env::consts::ARCH
+        ),
+    )
+    .unwrap();
+    cmd(&cache, &root)
+        .args(["env", "check"])
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains(
+            "toolchain nvcc@13.0: pinned but NOT installed",
+        ))
+        .stderr(predicate::str::contains(
+            "hint: run `repro toolchain install nvcc@13.0`",
+        ));
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .assert()
+        .success();
+    cmd(&cache, &root)
+        .args(["env", "check"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "toolchain nvcc@13.0: installed at",
+        ));
+}
+
+#[test]
+fn toolchain_bisection_names_the_nvrtc_release_that_dropped_sm_70() {
+    let Some(wh) = wheelhouse() else { return };
+    // NVRTC 13.0 removed the pre-Turing targets: sm_70 builds with 12.9 and fails with 13.0,
+    // while sm_90 builds with every release. One recipe with both targets.
+    let kernel = std::fs::read_to_string(crate_dir().join("kernels/vector_add.cu")).unwrap();
+    let recipe = std::fs::read_to_string(crate_dir().join("recipes/vector_add.toml"))
+        .unwrap()
+        .replace("target = \"sm_90\"", "targets = [\"sm_70\", \"sm_90\"]");
+    let (tmp, root) = repo_with(&[
+        ("kernels/vector_add.cu", &kernel),
+        ("recipes/va.toml", &recipe),
+    ]);
+    let cache = tmp.path().join("cache");
+    let out = cmd(&cache, &root)
+        .args([
+            "--json",
+            "bisect",
+            "--toolchains",
+            "nvrtc@12.8.93..nvrtc@13.0.88",
+            "--recipe",
+            "va",
+            "--wheels",
+        ])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["releases"],
+        serde_json::json!(["12.8.93", "12.9.86", "13.0.88"]),
+        "{v}"
+    );
+    let sm70 = &v["answers"][0];
+    assert_eq!(sm70["target"], "sm_70");
+    assert_eq!(sm70["first-bad"], "13.0.88", "{v}");
+    assert_eq!(sm70["last-good"], "12.9.86", "{v}");
+    let sm90 = &v["answers"][1];
+    assert_eq!(sm90["target"], "sm_90");
+    assert!(sm90["first-bad"].is_null(), "{v}");
+    assert!(
+        sm90["unchanged"].as_str().unwrap().starts_with("good with"),
+        "{v}"
+    );
+    let bad_step = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["release"] == "13.0.88" && s["target"] == "sm_70")
+        .unwrap();
+    assert!(
+        bad_step["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--gpu-architecture"),
+        "{bad_step}"
+    );
+    // Unpinned releases are installed on demand with their digests recorded.
+    assert_eq!(v["wheels"]["12.9.86"][0]["pinned"], false);
+    assert_eq!(
+        v["wheels"]["12.9.86"][0]["sha256"].as_str().unwrap().len(),
+        64
+    );
+    // Recorded like any bisection, and a second run answers every step from the store.
+    let key = v["key"].as_str().unwrap();
+    assert!(root.join(format!(".repro/bisections/{key}.json")).is_file());
+    let again = cmd(&cache, &root)
+        .args([
+            "--json",
+            "bisect",
+            "--toolchains",
+            "nvrtc@12.8.93..13.0.88",
+            "--recipe",
+            "va",
+            "--wheels",
+        ])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    let w: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(
+        w["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["cached"] == true),
+        "{w}"
+    );
+    // A release that is not among the wheels is named with the ones that are.
+    cmd(&cache, &root)
+        .args([
+            "bisect",
+            "--toolchains",
+            "nvrtc@12.7.1..nvrtc@13.0.88",
+            "--recipe",
+            "va",
+            "--wheels",
+        ])
+        .arg(&wh)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "nvrtc@12.7.1 is not among the releases available",
+        ))
+        .stderr(predicate::str::contains("12.8.93, 12.9.86, 13.0.88"));
+}
+
+/// Unmounts a test's small file system, also when the test fails.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
+    let Some(wh) = wheelhouse() else { return };
+    let (tmp, root) = nvcc_repo();
+    // A 150 MB file system holds the downloaded wheels but not the unpacked tree, so the
+    // install fails while unpacking. Mounting one needs privileges this machine may lack.
+    let cache = tmp.path().join("small");
+    std::fs::create_dir(&cache).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=150m", "tmpfs"])
+        .arg(&cache)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a small tmpfs here (needs CAP_SYS_ADMIN)");
+        return;
+    }
+    let _guard = Mounted(cache.clone());
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "no space left on the device while installing nvcc@13.0",
+        ))
+        .stderr(predicate::str::contains("nothing half-installed was left"));
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+    cmd(&cache, &root)
+        .args(["build", "wmma_gemm_nvcc"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("not installed"));
+}
