@@ -289,6 +289,8 @@ pub struct Worktree {
     dir: tempfile::TempDir,
     /// Every file written, with its blob, mode and stamp.
     files: HashMap<String, (Oid, i32, Stamp)>,
+    /// The tree it holds in full, when the last update wrote a whole tree.
+    tree: Option<Oid>,
 }
 
 /// What bringing a worktree up to date did.
@@ -306,6 +308,7 @@ impl Worktree {
         Worktree {
             dir,
             files: HashMap::new(),
+            tree: None,
         }
     }
 
@@ -406,6 +409,170 @@ impl Worktree {
     }
 }
 
+impl Worktree {
+    /// Makes the directory hold the whole tree of `files`' commit. When it holds a whole
+    /// tree already, only what differs between the two trees is read (unchanged subtrees
+    /// are skipped by id, as `git checkout` does), and one `lstat` per file finds what the
+    /// last step's script created, edited or deleted. `fetch` is given the entries whose
+    /// blobs will be read, before any is.
+    pub fn update_tree<E: From<CheckoutError>>(
+        &mut self,
+        files: &CommitFiles,
+        fetch: &mut dyn FnMut(&[Entry]) -> Result<(), E>,
+    ) -> Result<Update, E> {
+        let new_id = files.tree_id();
+        let repo = files.repo();
+        let git = |e: git2::Error| {
+            E::from(CheckoutError::Write {
+                path: self.dir.path().display().to_string(),
+                source: std::io::Error::other(e.message().to_string()),
+            })
+        };
+        let Some(old_id) = self.tree else {
+            let entries = files.all_entries();
+            fetch(&self.new_blobs(&entries))?;
+            let up = self.update(files, &entries)?;
+            self.tree = Some(new_id);
+            return Ok(up);
+        };
+        let old_tree = repo.find_tree(old_id).map_err(git)?;
+        let new_tree = repo.find_tree(new_id).map_err(git)?;
+        let mut changed: Vec<Entry> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        if old_id != new_id {
+            let diff = repo
+                .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+                .map_err(git)?;
+            for d in diff.deltas() {
+                let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
+                match d.status() {
+                    git2::Delta::Deleted => removed.extend(path(d.old_file())),
+                    git2::Delta::Added | git2::Delta::Modified | git2::Delta::Typechange => {
+                        if let Some(p) = path(d.new_file())
+                            && i32::from(d.new_file().mode()) != 0o160000
+                        {
+                            changed.push(Entry {
+                                path: p,
+                                id: d.new_file().id(),
+                                mode: i32::from(d.new_file().mode()),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // What the last step did to the worktree: files it edited, replaced, created or
+        // deleted. Known files that still look as written stay.
+        let root = self.dir.path().to_path_buf();
+        let mut stale: Vec<String> = Vec::new();
+        let mut seen = 0usize;
+        for item in walkdir::WalkDir::new(&root)
+            .min_depth(1)
+            .into_iter()
+            .flatten()
+        {
+            if item.file_type().is_dir() {
+                continue;
+            }
+            let Ok(rel) = item.path().strip_prefix(&root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy();
+            match self.files.get(rel.as_ref()) {
+                Some((_, _, stamp))
+                    if item
+                        .path()
+                        .symlink_metadata()
+                        .is_ok_and(|m| Stamp::of(&m) == *stamp) =>
+                {
+                    seen += 1;
+                }
+                Some(_) => {
+                    seen += 1;
+                    stale.push(rel.into_owned());
+                }
+                None => stale.push(rel.into_owned()),
+            }
+        }
+        if seen < self.files.len() {
+            // The script deleted some: they are written again if the new tree has them.
+            let gone: Vec<String> = self
+                .files
+                .keys()
+                .filter(|p| root.join(p).symlink_metadata().is_err())
+                .cloned()
+                .collect();
+            for p in gone {
+                self.files.remove(&p);
+                stale.push(p);
+            }
+        }
+        let mut up = Update::default();
+        let io = |path: &Path, source: std::io::Error| {
+            E::from(CheckoutError::Write {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let pending: HashSet<String> = changed.iter().map(|e| e.path.clone()).collect();
+        let mut restore: Vec<Entry> = Vec::new();
+        for rel in &stale {
+            let at = root.join(rel);
+            if at.symlink_metadata().is_ok() {
+                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
+            }
+            let known = self.files.remove(rel).is_some();
+            match new_tree.get_path(Path::new(rel)) {
+                Ok(e) if e.kind() == Some(git2::ObjectType::Blob) && !pending.contains(rel) => {
+                    restore.push(Entry {
+                        path: rel.clone(),
+                        id: e.id(),
+                        mode: e.filemode(),
+                    });
+                }
+                Ok(_) => {}
+                Err(_) if !known => up.removed += 1,
+                Err(_) => {}
+            }
+        }
+        for rel in &removed {
+            let at = root.join(rel);
+            if at.symlink_metadata().is_ok() {
+                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
+            }
+            self.files.remove(rel);
+            up.removed += 1;
+        }
+        changed.extend(restore);
+        fetch(&changed)?;
+        let mut made = HashSet::new();
+        for e in &changed {
+            write_entry(repo, &root, e, &mut made).map_err(E::from)?;
+            let at = root.join(&e.path);
+            let meta = at.symlink_metadata().map_err(|err| io(&at, err))?;
+            self.files
+                .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
+            up.written += 1;
+        }
+        if !stale.is_empty() || !removed.is_empty() {
+            // Directories left empty (by a deletion, or made by the script) go too.
+            for item in walkdir::WalkDir::new(&root)
+                .min_depth(1)
+                .contents_first(true)
+                .into_iter()
+                .flatten()
+            {
+                if item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok() {
+                    up.removed += 1;
+                }
+            }
+        }
+        self.tree = Some(new_id);
+        Ok(up)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,5 +656,56 @@ mod tests {
         // Nothing changed: nothing written.
         let up = wt.update(&fb, &fb.all_entries()).unwrap();
         assert_eq!(up, Update::default());
+    }
+
+    #[test]
+    fn whole_tree_updates_read_only_the_differences() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
+        let a = commit(
+            &repo,
+            &[("a/x.txt", "1"), ("a/y.txt", "2"), ("b.txt", "3")],
+            None,
+        );
+        let b = commit(
+            &repo,
+            &[("a/x.txt", "1"), ("a/y.txt", "22"), ("c/z.txt", "4")],
+            Some(a),
+        );
+        let mut wt = Worktree::new(tempfile::tempdir().unwrap());
+        let asked: std::cell::RefCell<Vec<Vec<String>>> = Default::default();
+        let mut fetch = |e: &[Entry]| -> Result<(), CheckoutError> {
+            asked
+                .borrow_mut()
+                .push(e.iter().map(|e| e.path.clone()).collect());
+            Ok(())
+        };
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        assert_eq!(wt.update_tree(&fa, &mut fetch).unwrap().written, 3);
+        // The step's leftovers: an output, a new directory, an edit and a deletion.
+        std::fs::write(wt.path().join("a/out.o"), "junk").unwrap();
+        std::fs::create_dir_all(wt.path().join("build/deep")).unwrap();
+        std::fs::write(wt.path().join("build/deep/f"), "junk").unwrap();
+        std::fs::write(wt.path().join("a/x.txt"), "edited").unwrap();
+        let fb = CommitFiles::new(&repo, b).unwrap();
+        let up = wt.update_tree(&fb, &mut fetch).unwrap();
+        let dir = wt.path().to_path_buf();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).ok();
+        assert_eq!(read("a/x.txt").as_deref(), Some("1"));
+        assert_eq!(read("a/y.txt").as_deref(), Some("22"));
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(read("b.txt"), None);
+        assert!(!wt.path().join("build").exists());
+        assert!(!wt.path().join("a/out.o").exists());
+        assert_eq!(up.written, 3);
+        // Only the changed files and the restored one were asked for, not the whole tree.
+        let mut last = asked.borrow().last().unwrap().clone();
+        last.sort();
+        assert_eq!(last, ["a/x.txt", "a/y.txt", "c/z.txt"]);
+        std::fs::remove_file(wt.path().join("c/z.txt")).unwrap();
+        let up = wt.update_tree(&fb, &mut fetch).unwrap();
+        assert_eq!(up.written, 1);
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(wt.update_tree(&fb, &mut fetch).unwrap(), Update::default());
     }
 }

@@ -473,7 +473,8 @@ impl<'a> Ctx<'a> {
             Some(list) => files
                 .entries_of(list)
                 .map_err(|e| StepFail::Answer(Answer::Skip, e.to_string()))?,
-            None if self.plan.paths.is_empty() => files.all_entries(),
+            // The whole tree: read from the differences to what the worktree holds.
+            None if self.plan.paths.is_empty() => Vec::new(),
             None => {
                 let spec = git2::Pathspec::new(self.plan.paths.iter())
                     .map_err(|e| StepFail::Fatal(e.into()))?;
@@ -496,9 +497,15 @@ impl<'a> Ctx<'a> {
             ));
         }
         let wt = guard.as_mut().expect("just made");
-        // Only blobs the worktree does not hold yet can be missing: fetch just those.
-        self.fetch(files, &wt.new_blobs(&entries))?;
-        wt.update(files, &entries)?;
+        if self.plan.paths.is_empty() {
+            wt.update_tree(files, &mut |need: &[Entry]| {
+                self.fetch(files, need).map(|_| ())
+            })?;
+        } else {
+            // Only blobs the worktree does not hold yet can be missing: fetch just those.
+            self.fetch(files, &wt.new_blobs(&entries))?;
+            wt.update(files, &entries)?;
+        }
         Ok(StepDir::Kept(guard))
     }
 
