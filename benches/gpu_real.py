@@ -114,7 +114,7 @@ def main():
         if ok:
             v = json.loads(r.stdout)
             res = (v.get("results") or [v])[0]
-            detail = [f"verdict {res.get('verdict')}, median {res.get('median-us', res.get('median'))} us"]
+            detail = [f"verdict {res.get('verdict')}, median {(res.get('summary') or {}).get('median')} us"]
         rows.append(("bench of a templated kernel (mangled symbol)", "ok" if ok else f"FAILED ({r.returncode})",
                      f"{secs:.1f}", "; ".join(map(str, detail))[:100]))
         subprocess.run(["git", "checkout", "-q", "main"], cwd=root, env=ENV, check=True)
@@ -135,6 +135,20 @@ def main():
                 got, detail = "-", (r.stderr.strip().splitlines() or ["?"])[-1][:100]
             rows.append((f"bisect --mode check, {kind} recipe (uncommitted)",
                          "ok" if got == "commit 9" else f"FAILED: {got}", f"{secs:.1f}", detail))
+        # 4. A recipe with two targets: bench picks the artifact for this GPU and says so.
+        crate = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+        with open(os.path.join(crate, "recipes/vector_add.toml")) as f:
+            text = f.read().replace('target = "sm_90"', 'targets = ["sm_89", "sm_90"]')
+        va = os.path.join(base, "va2")
+        shutil.copytree(os.path.join(crate, "kernels"), os.path.join(va, "kernels"))
+        os.makedirs(os.path.join(va, "recipes"))
+        with open(os.path.join(va, "recipes/va.toml"), "w") as f:
+            f.write(text)
+        subprocess.run(["git", "init", "-q"], cwd=va, env=ENV, check=True)
+        r, secs = run([repro, "bench", "va", "--param", "n=67108864"], va)
+        said = [l for l in (r.stdout + r.stderr).splitlines() if "sm_9" in l or "target" in l][:1]
+        rows.append(("bench of a two-target recipe picks sm_90", "ok" if r.returncode == 0 else f"FAILED ({r.returncode})",
+                     f"{secs:.1f}", (said[0] if said else (r.stderr.strip().splitlines() or ["?"])[-1])[:100]))
         print(f"{'check':<48} {'result':<16} {'s':>6}  detail")
         for name, res, secs, detail in rows:
             print(f"{name:<48} {res:<16} {secs:>6}  {detail}")
