@@ -664,3 +664,65 @@ fn builds_made_by_a_bisection_replay_with_the_recipe_they_were_made_with() {
         "no build from before the rename was replayed: {seen:?} {v}"
     );
 }
+
+#[test]
+fn a_recipes_bisect_paths_are_written_into_each_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A command build whose script lives outside its declared inputs: the recipe's
+    // `[bisect] paths` brings it into each sparse step.
+    let (_keep, root) = common::repo_with(&[
+        (
+            "scripts/build.sh",
+            "grep -q fine src/k.txt && cp src/k.txt out.bin\n",
+        ),
+        ("src/k.txt", "fine 0\n"),
+        ("data/big.txt", "unrelated\n"),
+    ]);
+    for i in 1..=12 {
+        let state = if i >= 7 { "failing" } else { "fine" };
+        std::fs::write(root.join("src/k.txt"), format!("{state} {i}\n")).unwrap();
+        git(&root, &["commit", "-q", "-am", &format!("commit {i}")]);
+    }
+    let recipe = |extra: &str| {
+        format!(
+            "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"scripts/build.sh\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out.bin\"]\n{extra}"
+        )
+    };
+    let with = tmp.path().join("with.toml");
+    std::fs::write(&with, recipe("[bisect]\npaths = [\"scripts/\"]\n")).unwrap();
+    let (code, v, err) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            "--good",
+            "HEAD~12",
+            "--bad",
+            "HEAD",
+            "--recipe",
+            with.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(culprit(&v), "commit 7", "{v}");
+    // Without them the script is not in the step's tree, so the good end cannot build (a
+    // fresh store: the builds above would answer from the store, their keys being equal).
+    let without = tmp.path().join("without.toml");
+    std::fs::write(&without, recipe("")).unwrap();
+    let fresh = tmp.path().join("fresh-store");
+    let (code, _, err) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            "--store",
+            fresh.to_str().unwrap(),
+            "--good",
+            "HEAD~12",
+            "--bad",
+            "HEAD",
+            "--recipe",
+            without.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the good end"), "{err}");
+}
