@@ -376,8 +376,11 @@ fn every_example_recipe_has_a_valid_run_section() {
 
 #[test]
 fn gpu_a_trapping_or_hanging_kernel_is_a_verdict_and_the_gpu_stays_usable() {
-    if !has_gpu() || !nvrtc_available() {
-        eprintln!("skipping: needs a GPU");
+    if !has_gpu() {
+        common::skip("needs an NVIDIA GPU (no /proc/driver/nvidia/version)");
+        return;
+    }
+    if !nvrtc_available() {
         return;
     }
     let kernel = "extern \"C\" __global__ void good(float* a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 2.0f * i; }\n\

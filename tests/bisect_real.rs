@@ -520,7 +520,9 @@ fn test_nvcc() -> Option<PathBuf> {
             std::env::var_os("REPRO_TEST_REQUIRE_NVCC").is_none(),
             "nvcc is required here but REPRO_TEST_NVCC names none"
         );
-        eprintln!("skipping: set REPRO_TEST_NVCC to an nvcc (e.g. from NVIDIA's wheels)");
+        common::skip(
+            "needs nvcc: set REPRO_TEST_NVCC to an nvcc (e.g. unpacked from NVIDIA's wheels)",
+        );
     }
     nvcc
 }

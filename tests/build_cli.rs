@@ -472,11 +472,13 @@ fn command_builds_hash_declared_inputs_and_check_declared_outputs() {
 
 #[test]
 fn toolchain_install_verifies_the_pin() {
-    // CI provides the wheel it downloaded; installing it again through pip would only
-    // test the package index.
-    let Some(wheel) = std::env::var_os("REPRO_TEST_NVRTC_WHEEL") else {
-        eprintln!("skipping: REPRO_TEST_NVRTC_WHEEL is not set");
-        return;
+    // The wheel the tests provision for themselves (downloaded once through pip).
+    let wheel = match common::nvrtc_wheel() {
+        Ok(w) => w,
+        Err(why) => {
+            common::skip(&format!("needs the NVRTC wheel: {why}"));
+            return;
+        }
     };
     let sha = repro::keys::sha256_hex(&std::fs::read(&wheel).unwrap());
     let (tmp, root) = repo_with(&[(
@@ -581,7 +583,7 @@ fn nvcc_builds_produce_the_declared_outputs() {
     // nvcc exists on the GPU machine (and in the Nix shell), not on CI.
     let has_nvcc = repro::toolchain::find_nvcc().is_some();
     if !has_nvcc {
-        eprintln!("skipping: nvcc not found");
+        common::skip("needs nvcc: none on PATH, CUDA_HOME or /usr/local/cuda");
         return;
     }
     let (tmp, root) = kernel_repo();

@@ -220,7 +220,7 @@ fn the_project_flake_parses_and_has_its_outputs() {
             std::env::var_os("REPRO_TEST_REQUIRE_NIX").is_none(),
             "nix-instantiate is required here"
         );
-        eprintln!("skipping: nix-instantiate is not installed");
+        common::skip("needs nix-instantiate (install nix, e.g. Debian's nix-bin)");
         return;
     }
     let dir = crate_dir();

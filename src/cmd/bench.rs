@@ -181,6 +181,17 @@ fn recipe_bench(
         .into());
     }
     crate::runspec::override_params(&mut r.sections.params, &a.param).map_err(UserError::usage)?;
+    let s = settings(a);
+    // Resolve every point once before building, with no module to read symbols from, so that
+    // a recipe's own mistakes are reported even on a machine without a compiler.
+    bench::resolve(
+        &r.sections,
+        std::path::Path::new(""),
+        &s,
+        a.check_only,
+        a.time_anyway,
+    )
+    .map_err(|e| UserError::usage(format!("{}: {e}", r.path)))?;
     if r.targets().len() > 1 {
         // One artifact per target: run the one this GPU can load, and say which.
         let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
@@ -243,7 +254,6 @@ fn recipe_bench(
         .outputs
         .get("ptx")
         .and_then(|p| std::fs::read_to_string(&p.path).ok());
-    let s = settings(a);
     let points = bench::resolve(
         &r.sections,
         std::path::Path::new(&module.path),

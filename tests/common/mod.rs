@@ -11,7 +11,23 @@ pub fn repro(cache: &Path) -> assert_cmd::Command {
     c.env("XDG_CACHE_HOME", cache)
         .env("NO_COLOR", "1")
         .env_remove("CUDA_VISIBLE_DEVICES");
+    // The NVRTC this test binary provisioned, if it had to (see `nvrtc_available`).
+    if let Some(Ok(dir)) = PROVISIONED.get() {
+        c.env("REPRO_NVRTC", dir);
+    }
     c
+}
+
+/// Reports a test as skipped at run time, with the reason. The line goes straight to the
+/// process's stderr, past libtest's capture, so it shows in `cargo test`'s output however
+/// the test ends; `.ci/run` counts these lines and lists them.
+pub fn skip(reason: &str) {
+    use std::io::Write as _;
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("unknown test")
+        .to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {reason}");
 }
 
 /// Runs git in `dir` with the user's and the system's configuration shut out.
@@ -63,24 +79,145 @@ pub fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Whether NVRTC can be found. On CI (`REPRO_TEST_REQUIRE_NVRTC`) its absence is a
-/// failure, elsewhere the tests that need it skip with a message.
+/// The NVRTC directory this process provisioned, or why it could not.
+static PROVISIONED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+
+/// Whether NVRTC can be found, provisioning it if not. An NVRTC the machine has
+/// (`REPRO_NVRTC`, a CUDA install, a wheel in site-packages) is used as it is; otherwise the
+/// version `repro.toml` pins is downloaded once through pip into cargo's target directory
+/// and installed there with `repro toolchain install --wheel` (which checks the sha256 pin),
+/// so that `cargo test` on a fresh machine with only Rust and Python runs the NVRTC tests.
+/// Where even that fails (no network), the test is reported as skipped with the reason.
 pub fn nvrtc_available() -> bool {
+    if PROVISIONED.get().is_none() && found_nvrtc() {
+        return true;
+    }
+    match PROVISIONED.get_or_init(provision_nvrtc) {
+        Ok(_) => true,
+        Err(why) => {
+            assert!(
+                std::env::var_os("REPRO_TEST_REQUIRE_NVRTC").is_none(),
+                "NVRTC is required here but could not be provisioned: {why}"
+            );
+            skip(&format!("needs NVRTC: {why}"));
+            false
+        }
+    }
+}
+
+/// Whether `repro toolchain which` finds an NVRTC without help.
+fn found_nvrtc() -> bool {
     let tmp = tempfile::tempdir().unwrap();
-    let ok = repro(tmp.path())
+    repro(tmp.path())
         .args(["toolchain", "which"])
         .output()
         .unwrap()
         .status
-        .success();
-    if !ok {
-        assert!(
-            std::env::var_os("REPRO_TEST_REQUIRE_NVRTC").is_none(),
-            "NVRTC is required here but was not found"
-        );
-        eprintln!("skipping: no NVRTC on this machine (set REPRO_NVRTC)");
-    }
-    ok
+        .success()
+}
+
+/// The NVRTC version `repro.toml` pins.
+pub fn pinned_nvrtc_version() -> String {
+    let text = std::fs::read_to_string(crate_dir().join("repro.toml")).unwrap();
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    v["toolchain"]["nvrtc"]["version"]
+        .as_str()
+        .expect("repro.toml pins an NVRTC version")
+        .to_string()
+}
+
+/// Where provisioned test dependencies live: cargo's per-target scratch directory, shared
+/// by every test binary and kept between runs.
+fn deps_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("repro-test-deps")
+}
+
+/// Runs `f` holding an exclusive lock on `deps_dir()/NAME.lock`, so that test binaries
+/// running at once download and install only once.
+fn locked<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    std::fs::create_dir_all(deps_dir()).unwrap();
+    let file = std::fs::File::create(deps_dir().join(format!("{name}.lock"))).unwrap();
+    fs4::fs_std::FileExt::lock_exclusive(&file).unwrap();
+    let out = f();
+    drop(file);
+    out
+}
+
+/// The pinned `nvidia-cuda-nvrtc` wheel, downloaded through pip once.
+pub fn nvrtc_wheel() -> Result<PathBuf, String> {
+    let version = pinned_nvrtc_version();
+    let dir = deps_dir().join(format!("wheels-nvrtc-{version}"));
+    let find = |dir: &Path| {
+        std::fs::read_dir(dir).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        })
+    };
+    locked("wheel", || {
+        if let Some(w) = find(&dir) {
+            return Ok(w);
+        }
+        let part = deps_dir().join(format!(".download-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&part);
+        let out = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--quiet",
+                "-d",
+            ])
+            .arg(&part)
+            .arg(format!("nvidia-cuda-nvrtc=={version}"))
+            .output()
+            .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(2).collect();
+            return Err(format!(
+                "pip could not download nvidia-cuda-nvrtc=={version}: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ));
+        }
+        std::fs::rename(&part, &dir).map_err(|e| e.to_string())?;
+        find(&dir).ok_or_else(|| "pip downloaded no wheel".to_string())
+    })
+}
+
+/// Installs the pinned NVRTC from its wheel with `repro toolchain install` into a cache
+/// under the target directory and returns its library directory.
+fn provision_nvrtc() -> Result<PathBuf, String> {
+    let version = pinned_nvrtc_version();
+    let cache = deps_dir().join("cache");
+    let lib = cache.join(format!("repro/toolchains/nvrtc-{version}/lib"));
+    let wheel = nvrtc_wheel()?;
+    locked("nvrtc", || {
+        if lib.is_dir() {
+            return Ok(lib.clone());
+        }
+        let out = assert_cmd::Command::cargo_bin("repro")
+            .unwrap()
+            .arg("-C")
+            .arg(crate_dir())
+            .args(["-q", "toolchain", "install", "--wheel"])
+            .arg(&wheel)
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("REPRO_NVRTC")
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(format!(
+                "`repro toolchain install --wheel {}` failed: {}",
+                wheel.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(lib.clone())
+    })
 }
 
 /// A repository holding a copy of the project's kernels and recipes.
@@ -119,7 +256,7 @@ pub fn nix_available() -> bool {
             std::env::var_os("REPRO_TEST_REQUIRE_NIX").is_none(),
             "nix is required here but was not found"
         );
-        eprintln!("skipping: nix is not installed");
+        skip("needs nix: `nix --version` does not run (install nix, e.g. Debian's nix-bin)");
     }
     ok
 }
