@@ -91,7 +91,11 @@ fn the_human_demo_narrates_each_step_and_ends_with_a_summary() {
 #[test]
 fn the_demo_summary_snapshot() {
     // The narration differs on a GPU machine (it runs the GPU bisections there).
-    if !nvrtc_available() || has_gpu() {
+    if has_gpu() {
+        common::skip("needs a machine without a GPU: the snapshot is of the CPU narration");
+        return;
+    }
+    if !nvrtc_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -180,3 +180,100 @@ fn every_command_line_in_the_readme_parses() {
         failures.join("\n")
     );
 }
+
+/// CI runs the README's test command, word for word, in a fresh clone with an empty home
+/// and cache, and sets none of the variables a test could depend on.
+#[test]
+fn ci_runs_the_readme_test_command_in_a_fresh_clone() {
+    let text = readme();
+    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
+    let readme_test = text
+        .lines()
+        .find_map(|l| {
+            let cmd = l.split('#').next().unwrap().trim();
+            cmd.starts_with("cargo test").then(|| cmd.to_string())
+        })
+        .expect("the README gives a test command");
+    assert!(
+        ci.lines()
+            .any(|l| l.trim().starts_with(&format!("{readme_test} 2>&1 |"))
+                || l.trim() == readme_test),
+        "CI does not run `{readme_test}`"
+    );
+    for needed in [
+        "git clone",
+        "export HOME=",
+        "XDG_CACHE_HOME=",
+        "unset REPRO_NVRTC",
+    ] {
+        assert!(ci.contains(needed), "CI lacks `{needed}`");
+    }
+    for var in ["REPRO_NVRTC=", "REPRO_TEST_NVRTC_WHEEL="] {
+        assert!(
+            !ci.lines()
+                .any(|l| l.trim_start().starts_with("export") && l.contains(var)),
+            "CI exports {var}, which a fresh machine lacks"
+        );
+    }
+}
+
+/// Every repository file the README names in backquotes exists.
+#[test]
+fn the_readme_names_only_files_that_exist() {
+    let text = readme();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let prefixes = [
+        "src/",
+        "tests/",
+        "benches/",
+        "kernels/",
+        "recipes/",
+        "lockfiles/",
+        ".ci/",
+    ];
+    let mut missing = Vec::new();
+    for (i, chunk) in text.split('`').enumerate() {
+        // Odd chunks are inside backquotes: a lone path, or a command that runs a script
+        // (`python3 benches/x.py ...`). Quoted messages (`file kernels/x.cuh is a new input`)
+        // name example files and are left alone.
+        let all: Vec<&str> = chunk.split_whitespace().collect();
+        let words: Vec<&str> = match all.as_slice() {
+            _ if i % 2 == 0 => Vec::new(),
+            [one] => vec![*one],
+            [run, script, ..] if ["python3", "bash", "sh"].contains(run) => vec![*script],
+            _ => Vec::new(),
+        };
+        for w in words {
+            let w = w.trim_end_matches([',', '.', ':', ')']);
+            if !prefixes.iter().any(|p| w.starts_with(p))
+                || w.contains(['*', '<', '{', '$', ':', '(', '?'])
+                || w.contains("NAME")
+                || w.contains("KEY")
+                || w.contains("ID")
+            {
+                continue;
+            }
+            if !root.join(w).exists() {
+                missing.push(w.to_string());
+            }
+        }
+    }
+    // Paths in the layout block and in prose lists outside backquotes.
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        let first = first.trim_end_matches([',', ':']);
+        if prefixes.iter().any(|p| first.starts_with(p))
+            && !first.contains(['*', '<', '{'])
+            && line.starts_with(first)
+            && !root.join(first).exists()
+        {
+            missing.push(first.to_string());
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "the README names files that do not exist: {missing:?}"
+    );
+}
