@@ -11,6 +11,7 @@ pub mod bench;
 pub mod bisect;
 pub mod build;
 pub mod bundle;
+pub mod catalog;
 pub mod check;
 pub mod cli;
 pub mod cmd;

@@ -187,7 +187,7 @@ fn log_lists_newest_first_and_filters() {
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = v["results"]
+    let names: Vec<&str> = v["records"]
         .as_array()
         .unwrap()
         .iter()
@@ -201,14 +201,14 @@ fn log_lists_newest_first_and_filters() {
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["results"].as_array().unwrap().len(), 1);
+    assert_eq!(v["records"].as_array().unwrap().len(), 1);
     repro(tmp.path())
         .arg("-C")
         .arg(&root)
         .args(["log"])
         .assert()
         .success()
-        .stdout(predicate::str::is_match("(?m)^ID +DATE +NAME").unwrap());
+        .stdout(predicate::str::is_match("(?m)^KIND +ID +DATE +NAME").unwrap());
     // Prefixes must be unique and hex.
     repro(tmp.path())
         .arg("-C")
@@ -216,14 +216,14 @@ fn log_lists_newest_first_and_filters() {
         .args(["show", "zzzz"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("is not a result ID"));
+        .stderr(predicate::str::contains("is not a record ID"));
     repro(tmp.path())
         .arg("-C")
         .arg(&root)
         .args(["show", "0000000"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("no result with ID 0000000"));
+        .stderr(predicate::str::contains("no record with ID 0000000"));
 }
 
 #[test]

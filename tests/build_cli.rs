@@ -327,8 +327,11 @@ fn concurrent_builds_of_one_recipe_share_one_object() {
     let (tmp, root) = kernel_repo();
     let children: Vec<_> = (0..4)
         .map(|_| {
-            std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
-                .arg("-C")
+            let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"));
+            if let Some(dir) = common::provisioned_nvrtc() {
+                c.env("REPRO_NVRTC", dir);
+            }
+            c.arg("-C")
                 .arg(&root)
                 .args(["build", "--json", "reduction"])
                 .env("XDG_CACHE_HOME", tmp.path())

@@ -427,16 +427,7 @@ fn command_bench(
     Ok(vec![(id, rec)])
 }
 
-/// Formats a time in microseconds (or a unit-less metric) for people.
-pub fn fmt_value(v: f64, unit: &str) -> String {
-    match unit {
-        "us" if v >= 1000.0 => format!("{:.3} ms", v / 1000.0),
-        "us" => format!("{v:.3} µs"),
-        "ms" => format!("{v:.3} ms"),
-        "" => format!("{v:.4}"),
-        u => format!("{v:.4} {u}"),
-    }
-}
+pub use crate::stats::fmt_value;
 
 /// One result as a line (or a few) of text.
 pub fn render(id: &str, rec: &Value, g: &Globals) -> String {

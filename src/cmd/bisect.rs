@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use serde_json::json;
 
 use crate::bench::{Metric, Settings};
@@ -276,14 +278,28 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
     };
+    let doc = json!({
+        "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
+        "outcome": report.outcome, "culprit": culprit, "parent": parent,
+        "range": report.outcome_range(&commits),
+        "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
+        "recheck": report.recheck,
+    });
+    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
+    let question = json!({
+        "mode": if a.script.is_some() { "script".to_string() } else {
+            clap::ValueEnum::to_possible_value(&a.mode).map_or_else(String::new, |v| v.get_name().to_string())
+        },
+        "name": a.recipe.as_deref().or(a.command.as_deref()).or(a.script.as_deref()),
+        "good": if a.find == Find::Fixed { commits.last() } else { commits.first() }.map(|c| c.to_string()),
+        "bad": if a.find == Find::Fixed { commits.first() } else { commits.last() }.map(|c| c.to_string()),
+    });
+    let id = crate::catalog::record_bisection(&g.store(), question, &doc)
+        .context("failed to record the bisection's report")?;
     if g.json {
-        emit_json(&json!({
-            "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
-            "outcome": report.outcome, "culprit": culprit, "parent": parent,
-            "range": report.outcome_range(&commits),
-            "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
-            "recheck": report.recheck,
-        }))?;
+        let mut doc = doc;
+        doc["id"] = json!(id);
+        emit_json(&doc)?;
     } else {
         emit(&render(
             &report,

@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use crate::bench;
+use crate::catalog;
 use crate::cli::{Globals, emit, emit_json};
 use crate::cmd::bench::{fmt_value, parse_fraction};
 use crate::error::UserError;
@@ -16,16 +17,19 @@ use crate::stats::{self, Verdict};
 /// Arguments of `repro log`.
 #[derive(Debug, clap::Args)]
 pub struct LogArgs {
-    /// Only results of this recipe (or command-bench name).
-    #[arg(long)]
+    /// Only records of these kinds (repeat or separate with commas) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    kind: Vec<catalog::Kind>,
+    /// Only records of this recipe (or command-bench name, or a bisection's recipe).
+    #[arg(long, value_name = "NAME")]
     recipe: Option<String>,
-    /// Only results at a commit starting with this.
-    #[arg(long)]
+    /// Only records at a commit starting with this (a bisection's: its first bad commit).
+    #[arg(long, value_name = "PREFIX")]
     commit: Option<String>,
-    /// Only results from machines whose GPU name contains this.
+    /// Only results from machines whose GPU name contains this (other kinds have none).
     #[arg(long)]
     machine: Option<String>,
-    /// At most this many results.
+    /// At most this many records.
     #[arg(short = 'n', long, default_value_t = 50)]
     limit: usize,
 }
@@ -33,7 +37,9 @@ pub struct LogArgs {
 /// Arguments of `repro show`.
 #[derive(Debug, clap::Args)]
 pub struct ShowArgs {
-    /// A result ID or a unique prefix of one.
+    /// A record's ID (a result's ID, a build's key, a bisection's ID) or a unique prefix
+    /// of at least 4 hex digits.
+    #[arg(value_name = "ID")]
     id: String,
 }
 
@@ -66,17 +72,19 @@ fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
 pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
-    let results: Vec<(String, Value)> = bench::all_results(&store)
+    let records: Vec<(catalog::Entry, Value)> = catalog::list(&store, &a.kind)
         .into_iter()
-        .filter(|(_, r)| {
+        .filter(|(e, r)| {
             a.recipe
                 .as_deref()
-                .is_none_or(|n| r["name"] == n || r["recipe"] == n)
+                .is_none_or(|n| e.name == n || r["recipe"] == n)
         })
-        .filter(|(_, r)| {
-            a.commit
-                .as_deref()
-                .is_none_or(|c| r["commit"].as_str().is_some_and(|x| x.starts_with(c)))
+        .filter(|(e, _)| {
+            a.commit.as_deref().is_none_or(|c| {
+                e.commit
+                    .as_deref()
+                    .is_some_and(|x| x.starts_with(&c.to_lowercase()))
+            })
         })
         .filter(|(_, r)| {
             a.machine.as_deref().is_none_or(|m| {
@@ -88,73 +96,80 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
         .take(a.limit)
         .collect();
     if g.json {
-        let list: Vec<Value> = results.iter().map(|(id, r)| json!({
-            "id": id, "key": r["key"], "created-at": r["created-at"], "name": r["name"], "params": r["params"],
-            "verdict": r["verdict"], "median": r["summary"]["median"], "ci-low": r["summary"]["ci-low"], "ci-high": r["summary"]["ci-high"],
-            "unit": r["unit"], "commit": r["commit"], "machine": r["machine"],
-        })).collect();
-        emit_json(&json!({ "schema": 1, "results": list }))?;
+        let list: Vec<Value> = records
+            .iter()
+            .map(|(e, r)| {
+                let mut v = serde_json::to_value(e).expect("entries serialise");
+                if e.kind == catalog::Kind::Result {
+                    let s = &r["summary"];
+                    for (k, x) in [
+                        ("key", &r["key"]),
+                        ("params", &r["params"]),
+                        ("median", &s["median"]),
+                        ("ci-low", &s["ci-low"]),
+                        ("ci-high", &s["ci-high"]),
+                        ("unit", &r["unit"]),
+                        ("machine", &r["machine"]),
+                    ] {
+                        v[k] = x.clone();
+                    }
+                }
+                v
+            })
+            .collect();
+        emit_json(&json!({ "schema": 2, "records": list }))?;
         return Ok(exit::OK);
     }
-    if results.is_empty() {
-        emit("no results recorded (`repro bench` records them)\n")?;
+    if records.is_empty() {
+        if !g.quiet {
+            emit("nothing recorded (`repro build`, `repro bench` and `repro bisect` record)\n")?;
+        }
         return Ok(exit::OK);
     }
     let mut t = Table::new();
-    t.row([
-        "ID", "DATE", "NAME", "PARAMS", "VERDICT", "MEDIAN", "95% CI", "COMMIT", "MACHINE",
-    ]);
-    for (id, r) in &results {
-        let unit = r["unit"].as_str().unwrap_or("us");
-        let s = &r["summary"];
-        let (median, ci) = match s["median"].as_f64() {
-            Some(m) => (
-                fmt_value(m, unit),
-                format!(
-                    "[{}, {}]",
-                    fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-                    fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
-                ),
-            ),
-            None => ("-".into(), "-".into()),
-        };
+    t.row(["KIND", "ID", "DATE", "NAME", "STATUS", "COMMIT", "SUMMARY"]);
+    for (e, _) in &records {
         t.row([
-            keys::short(id).to_string(),
-            r["created-at"]
-                .as_str()
+            e.kind.word().to_string(),
+            keys::short(&e.id).to_string(),
+            e.created_at
+                .as_deref()
                 .unwrap_or_default()
                 .chars()
                 .take(19)
                 .collect::<String>()
                 .replace('T', " "),
-            r["name"]
-                .as_str()
-                .unwrap_or_default()
-                .chars()
-                .take(40)
-                .collect(),
-            bench::params_text(&r["params"]),
-            r["verdict"].as_str().unwrap_or_default().to_string(),
-            median,
-            ci,
-            r["commit"]
-                .as_str()
+            crate::output::printable(&e.name.chars().take(40).collect::<String>()),
+            e.status.clone(),
+            e.commit
+                .as_deref()
                 .map_or("-".into(), |c| c.chars().take(10).collect()),
-            r["machine"].as_str().unwrap_or_default().to_string(),
+            crate::output::printable(&e.summary),
         ]);
     }
     emit(&t.render(0))?;
     Ok(exit::OK)
 }
 
-/// Runs `repro show`.
+/// Runs `repro show`: any record, by a prefix of its ID.
 pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
-    let (id, r) = find(g, &a.id)?;
+    let store = g.store();
+    store.check_schema()?;
+    let (entry, r) = catalog::find(&store, &a.id).map_err(|e| {
+        UserError::usage(e.to_string()).hint("`repro log` lists every record with its ID")
+    })?;
+    let id = entry.id.clone();
     if g.json {
         let mut r = r;
         r["id"] = json!(id);
+        r["kind"] = json!(entry.kind.word());
         emit_json(&r)?;
         return Ok(exit::OK);
+    }
+    match entry.kind {
+        catalog::Kind::Result => {}
+        catalog::Kind::Build => return show_build(&id, &r),
+        catalog::Kind::Bisection => return show_bisection(&id, &entry, &r),
     }
     let unit = r["unit"].as_str().unwrap_or("us");
     let mut t = Table::new();
@@ -283,6 +298,120 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         }
     }
     emit(&t.render(0))?;
+    Ok(exit::OK)
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => crate::output::printable(s),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `repro show` of a build record.
+fn show_build(id: &str, r: &Value) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "build".to_string()]);
+    t.row(["key".to_string(), id.to_string()]);
+    for k in [
+        "recipe",
+        "recipe-path",
+        "status",
+        "created-at",
+        "commit",
+        "dirty",
+        "duration-ms",
+        "repro-version",
+    ] {
+        if !r[k].is_null() {
+            t.row([k.to_string(), plain(&r[k])]);
+        }
+    }
+    if let Some(env) = r["environment"].as_object() {
+        let mut parts: Vec<String> = env
+            .iter()
+            .map(|(k, v)| format!("{k} {}", plain(v)))
+            .collect();
+        parts.sort();
+        t.row(["environment".to_string(), parts.join(", ")]);
+    }
+    if !r["inputs"]["compiler"].is_null() {
+        t.row(["compiler".to_string(), plain(&r["inputs"]["compiler"])]);
+    }
+    if let Some(files) = r["inputs"]["files"].as_object() {
+        t.row(["input files".to_string(), files.len().to_string()]);
+    }
+    if let Some(outs) = r["outputs"].as_object() {
+        for (name, o) in outs {
+            t.row([
+                format!("output {name}"),
+                format!(
+                    "{} bytes, sha256 {}",
+                    o["bytes"],
+                    o["sha256"].as_str().unwrap_or("-")
+                ),
+            ]);
+        }
+    }
+    let mut out = t.render(0);
+    if let Some(log) = r["log"].as_str().filter(|l| !l.trim().is_empty()) {
+        out.push_str("compiler log:\n");
+        for l in log.lines() {
+            out.push_str(&format!("  | {}\n", crate::output::printable(l)));
+        }
+    }
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// `repro show` of a bisection's report.
+fn show_bisection(id: &str, e: &catalog::Entry, r: &Value) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), plain(&r["created-at"])]);
+    let q = &r["question"];
+    t.row([
+        "question".to_string(),
+        format!("{} {}", plain(&q["mode"]), plain(&q["name"])),
+    ]);
+    t.row(["good end".to_string(), plain(&q["good"])]);
+    t.row(["bad end".to_string(), plain(&q["bad"])]);
+    t.row(["outcome".to_string(), e.summary.clone()]);
+    if r["culprit"].is_object() {
+        let c = &r["culprit"];
+        let word = if r["find"] == "fixed" {
+            "first fixed commit"
+        } else {
+            "first bad commit"
+        };
+        t.row([
+            word.to_string(),
+            format!("{} {}", plain(&c["hash"]), plain(&c["subject"])),
+        ]);
+    }
+    let mut out = t.render(0);
+    if let Some(steps) = r["steps"].as_array() {
+        out.push_str("\nsteps:\n");
+        let mut s = Table::new();
+        s.row(["COMMIT", "VERDICT", "SUBJECT / DETAIL"]);
+        for step in steps {
+            let mut what = plain(&step["subject"]);
+            if let Some(d) = step["detail"].as_str() {
+                what.push_str(&format!(" ({})", crate::output::printable(d)));
+            }
+            s.row([
+                step["commit"]
+                    .as_str()
+                    .map_or("-".into(), |c| keys::short(c).to_string()),
+                plain(&step["verdict"]),
+                what,
+            ]);
+        }
+        out.push_str(&s.render(2));
+    }
+    emit(&out)?;
     Ok(exit::OK)
 }
 

@@ -105,6 +105,12 @@ pub fn nvrtc_available() -> bool {
     }
 }
 
+/// The NVRTC directory `nvrtc_available` provisioned, if it had to (for tests that start
+/// repro without [`repro`]).
+pub fn provisioned_nvrtc() -> Option<PathBuf> {
+    PROVISIONED.get().and_then(|r| r.as_ref().ok().cloned())
+}
+
 /// Whether `repro toolchain which` finds an NVRTC without help.
 fn found_nvrtc() -> bool {
     let tmp = tempfile::tempdir().unwrap();
