@@ -100,6 +100,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::archive::ArchiveError,
             crate::toolchain::install::InstallError,
             crate::bisect::toolchains::ToolchainBisectError,
+            crate::nvbench::NvbenchError,
         );
     }
     None

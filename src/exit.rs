@@ -36,7 +36,7 @@ pub const ALL: &[(u8, &str)] = &[
     ),
     (
         MISMATCH,
-        "bad: a must-match field differs (with `--strict`, also a warning); a bench verdict is `wrong`, `crash` or `timeout`; `store verify` found a problem",
+        "bad: a must-match field differs (with `--strict`, also a warning); a bench verdict is `wrong`, `crash` or `timeout`; `store verify` found a problem; `compare --fail-on` found a significant change in that direction beyond `--threshold`",
     ),
     (
         USAGE,

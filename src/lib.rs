@@ -27,6 +27,7 @@ pub mod gpurun;
 pub mod keys;
 pub mod lockfile;
 pub mod nix;
+pub mod nvbench;
 pub mod output;
 pub mod plot;
 pub mod process;

@@ -438,3 +438,131 @@ fn gpu_a_trapping_or_hanging_kernel_is_a_verdict_and_the_gpu_stays_usable() {
     assert_eq!(v["results"][0]["verdict"], "ok");
     assert!(v["results"][0]["summary"]["median"].as_f64().unwrap() > 0.0);
 }
+
+/// Writes an nvbench `--jsonbin` output: one benchmark `copy` with two states whose sample
+/// times (seconds, little-endian float32) are `values` µs, in `dir/NAME.json-bin/`.
+fn nvbench_file(dir: &Path, name: &str, values: &[f64]) -> String {
+    let bin = dir.join(format!("{name}.json-bin"));
+    std::fs::create_dir_all(&bin).unwrap();
+    let mut states = Vec::new();
+    for (i, n) in ["2^10", "2^20"].iter().enumerate() {
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|v| ((v * 1e-6) as f32).to_le_bytes())
+            .collect();
+        std::fs::write(bin.join(format!("{i}.bin")), bytes).unwrap();
+        states.push(serde_json::json!({
+            "name": format!("Device=0 Elements={n}"), "device": 0,
+            "axis_values": [{"name": "Elements", "type": "int64", "value": n}],
+            "summaries": [{"tag": "nv/json/bin:nv/cold/sample_times", "hint": "file/sample_times",
+                "data": [{"name": "filename", "type": "string", "value": format!("{name}.json-bin/{i}.bin")},
+                         {"name": "size", "type": "int64", "value": values.len().to_string()}]}],
+            "is_skipped": false}));
+    }
+    let doc = serde_json::json!({"devices": [{"id": 0, "name": "NVIDIA H200"}],
+        "benchmarks": [{"name": "copy", "index": 0, "axes": [], "states": states}]});
+    std::fs::write(dir.join(format!("{name}.json")), doc.to_string()).unwrap();
+    format!("{name}.json")
+}
+
+#[test]
+fn compare_gates_ci_prints_markdown_and_reads_nvbench() {
+    let (tmp, root) = repo_with(&[]);
+    let a = sample_script(&root, "a", &noisy(100.0, 0.02, 30, 1));
+    let same = sample_script(&root, "same", &noisy(100.0, 0.02, 30, 2));
+    let slow = sample_script(&root, "slow", &noisy(110.0, 0.02, 30, 3));
+    let id = |cmd: &str| {
+        bench(tmp.path(), &root, cmd, "k", &["--runs", "30"]).1["results"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (ia, isame, islow) = (id(&a), id(&same), id(&slow));
+    let compare = |args: &[&str]| {
+        repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .arg("compare")
+            .args(args)
+            .assert()
+    };
+    // A 10% slowdown fails --fail-on slower at 5%, not at 20%, and not --fail-on faster.
+    compare(&[&ia, &islow, "--fail-on", "slower", "--threshold", "5%"])
+        .code(1)
+        .stdout(predicate::str::contains(
+            "FAILED: B is significantly slower",
+        ));
+    compare(&[&ia, &islow, "--fail-on", "any", "--threshold", "5%"]).code(1);
+    compare(&[&ia, &islow, "--fail-on", "slower", "--threshold", "20%"])
+        .code(0)
+        .stdout(predicate::str::contains("passed"));
+    compare(&[&ia, &islow, "--fail-on", "faster"]).code(0);
+    compare(&[&islow, &ia, "--fail-on", "faster", "--threshold", "5%"]).code(1);
+    compare(&[&ia, &isame, "--fail-on", "any"]).code(0);
+    // Without --fail-on a slowdown is reported, not failed.
+    compare(&[&ia, &islow]).code(0);
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["compare", "--json", &ia, &islow, "--fail-on", "slower"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failed"], true);
+    assert_eq!(v["fail-on"], "slower");
+    // Markdown for a pull request: a table with both rows, then the verdict in bold.
+    compare(&[&ia, &islow, "--format", "md"])
+        .code(0)
+        .stdout(predicate::str::starts_with(
+            "| | result | name | params | median | 95% CI | n |\n|---|",
+        ))
+        .stdout(predicate::str::is_match(r"(?m)^\| A \| `[0-9a-f]{12}` \| k \|").unwrap())
+        .stdout(predicate::str::contains("**slower**: B is 1.1"));
+    compare(&[&ia, &isame, "--format", "nope"]).code(2);
+
+    // nvbench output: two files, one state each picked by name, 10% apart.
+    let base = nvbench_file(&root, "base", &noisy(10.0, 0.02, 40, 4));
+    let cand = nvbench_file(&root, "cand", &noisy(11.0, 0.02, 40, 5));
+    let pick = |f: &str| format!("{f}@Elements=2^20");
+    compare(&[&pick(&base), &pick(&cand), "--fail-on", "slower"])
+        .code(1)
+        .stdout(predicate::str::contains("base.json@Elements=2^20"))
+        .stdout(predicate::str::contains("verdict: slower"));
+    // Against a result of repro's own (a command bench reporting µs).
+    let ours = sample_script(&root, "ours", &noisy(10.0, 0.02, 30, 6));
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bench",
+            "--json",
+            "--command",
+            &ours,
+            "--name",
+            "copy",
+            "--metric",
+            "json:ms",
+            "--unit",
+            "us",
+            "--runs",
+            "30",
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours_id = v["results"][0]["id"].as_str().unwrap().to_string();
+    compare(&[&pick(&base), &ours_id, "--fail-on", "any"])
+        .code(0)
+        .stdout(predicate::str::contains("verdict: same"));
+    // Several states and no selector; a file that is not nvbench; no sample times.
+    compare(&[&base, &ours_id])
+        .code(2)
+        .stderr(predicate::str::contains("2 states match"))
+        .stderr(predicate::str::contains("`copy Device=0 Elements=2^10`"));
+    std::fs::write(root.join("other.json"), "{\"results\": []}").unwrap();
+    compare(&["other.json", &ours_id])
+        .code(2)
+        .stderr(predicate::str::contains("is not nvbench JSON output"));
+    compare(&["missing.json", &ours_id]).code(2);
+}

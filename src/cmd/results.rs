@@ -46,18 +46,72 @@ pub struct ShowArgs {
 /// Arguments of `repro compare`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// The baseline result (ID or unique prefix).
+    /// The baseline: a result ID (or unique prefix), or an nvbench JSON file
+    /// (`out.json`, `out.json@STATE` to pick one of its states).
     a: String,
-    /// The candidate result.
+    /// The candidate, likewise.
     b: String,
-    /// Call a change "same" only if the ratio's interval lies within ±THRESHOLD.
+    /// Call a change "same" only if the ratio's interval lies within ±THRESHOLD; with
+    /// --fail-on, a significant change smaller than this does not fail.
     #[arg(long, default_value = "2%", value_parser = parse_fraction)]
     threshold: f64,
     /// Significance level of the rank tests.
     #[arg(long, default_value_t = 0.01)]
     alpha: f64,
+    /// Exit 1 when B is significantly slower (or faster, or either) than A by more than
+    /// --threshold, for CI.
+    #[arg(long, value_enum, value_name = "DIRECTION")]
+    fail_on: Option<FailOn>,
+    /// Output format: text, or a Markdown table for pull-request comments.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
     #[command(flatten)]
     export: export::ExportArgs,
+}
+
+/// Which significant change fails `compare --fail-on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    /// B is slower (larger) than A.
+    Slower,
+    /// B is faster (smaller) than A.
+    Faster,
+    /// Either.
+    Any,
+}
+
+/// `compare`'s output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text.
+    Text,
+    /// A Markdown table and verdict.
+    Md,
+}
+
+/// Whether a comparison fails the gate: significant (p ≤ alpha) and the ratio of medians
+/// beyond 1 ± threshold in a failing direction, as `asv compare --factor` does.
+pub fn fails(c: &stats::Comparison, fail_on: FailOn, threshold: f64) -> bool {
+    let slower = c.verdict == Verdict::Slower && c.ratio > 1.0 + threshold;
+    let faster = c.verdict == Verdict::Faster && c.ratio < 1.0 - threshold;
+    match fail_on {
+        FailOn::Slower => slower,
+        FailOn::Faster => faster,
+        FailOn::Any => slower || faster,
+    }
+}
+
+/// A compare operand: a result by ID prefix, or a state of an nvbench JSON file.
+fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, Value)> {
+    let (file, selector) = match text.split_once(".json@") {
+        Some((f, sel)) => (format!("{f}.json"), Some(sel)),
+        None => (text.to_string(), None),
+    };
+    if file.ends_with(".json") {
+        let r = crate::nvbench::load(&g.cwd.join(&file), selector)?;
+        return Ok((text.to_string(), r));
+    }
+    find(g, text)
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
@@ -424,8 +478,8 @@ fn samples(r: &Value) -> Vec<f64> {
 
 /// Runs `repro compare`.
 pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
-    let (ida, ra) = find(g, &a.a)?;
-    let (idb, rb) = find(g, &a.b)?;
+    let (ida, ra) = operand(g, &a.a)?;
+    let (idb, rb) = operand(g, &a.b)?;
     let (sa, sb) = (samples(&ra), samples(&rb));
     if sa.len() < 2 || sb.len() < 2 {
         return Err(
@@ -460,59 +514,45 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
                 .to_string(),
         );
     }
-    if ra["fingerprint"].is_object() && ra["machine"] != rb["machine"] {
+    if !ra["machine"].is_null() && !rb["machine"].is_null() && ra["machine"] != rb["machine"] {
         warnings.push(format!(
             "measured on different GPUs ({} vs {})",
             ra["machine"], rb["machine"]
         ));
     }
+    let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
+    let code = if failed { exit::MISMATCH } else { exit::OK };
     if g.json {
         emit_json(
-            &json!({ "schema": 1, "a": ida, "b": idb, "comparison": c, "threshold": a.threshold, "alpha": a.alpha, "warnings": warnings }),
+            &json!({ "schema": 1, "a": ida, "b": idb, "comparison": c, "threshold": a.threshold, "alpha": a.alpha,
+                "fail-on": a.fail_on.map(|f| format!("{f:?}").to_lowercase()), "failed": failed, "warnings": warnings }),
         )?;
-        return Ok(exit::OK);
+        return Ok(code);
     }
-    let style = Style::for_stdout();
     let unit = ra["unit"].as_str().unwrap_or("us");
-    let mut t = Table::new();
-    t.row(["", "RESULT", "NAME", "PARAMS", "MEDIAN", "95% CI", "N"]);
-    for (label, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
-        let s = &r["summary"];
-        let m = s["median"].as_f64().unwrap_or(0.0);
-        t.row([
-            label.to_string(),
-            keys::short(id).to_string(),
-            r["name"].as_str().unwrap_or_default().to_string(),
-            bench::params_text(&r["params"]),
-            fmt_value(m, unit),
-            format!(
-                "[{}, {}]",
-                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
-            ),
-            s["n"].to_string(),
-        ]);
-    }
-    let mut out = t.render(0);
     let times = matches!(unit, "us" | "ms" | "s");
     let (word, factor) = if c.ratio >= 1.0 {
         (if times { "slower" } else { "larger" }, c.ratio)
     } else {
         (if times { "faster" } else { "smaller" }, 1.0 / c.ratio)
     };
-    out.push_str(&format!(
-        "\nB is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}])\n",
-        c.ratio, c.ratio_ci_low, c.ratio_ci_high
-    ));
-    out.push_str(&format!(
-        "p = {:.2e} (Mann-Whitney U {:.2e}, Kolmogorov-Smirnov {:.2e}; alpha {})\n",
-        c.p, c.p_mann_whitney, c.p_ks, a.alpha
-    ));
-    let v = match c.verdict {
-        Verdict::Faster => style.good(if times { "faster" } else { "smaller" }),
-        Verdict::Slower => style.error(if times { "slower" } else { "larger" }),
-        Verdict::Same => style.good("same"),
-        Verdict::Unknown => style.warn("unknown"),
+    let verdict_word = match c.verdict {
+        Verdict::Faster => {
+            if times {
+                "faster"
+            } else {
+                "smaller"
+            }
+        }
+        Verdict::Slower => {
+            if times {
+                "slower"
+            } else {
+                "larger"
+            }
+        }
+        Verdict::Same => "same",
+        Verdict::Unknown => "unknown",
     };
     let why = match c.verdict {
         Verdict::Same => format!(" (the interval lies within ±{:.1}%)", a.threshold * 100.0),
@@ -522,10 +562,142 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         ),
         _ => String::new(),
     };
+    let gate = a.fail_on.map(|f| {
+        let dir = format!("{f:?}").to_lowercase();
+        if failed {
+            format!(
+                "FAILED: B is significantly {word} than A by more than {:.1}% (--fail-on {dir})",
+                a.threshold * 100.0
+            )
+        } else {
+            format!(
+                "passed: no significant {dir} change beyond {:.1}% (--fail-on {dir})",
+                a.threshold * 100.0
+            )
+        }
+    });
+    let label = |id: &str, r: &Value| {
+        if r["kind"] == "nvbench" {
+            id.to_string()
+        } else {
+            keys::short(id).to_string()
+        }
+    };
+    let ci = |r: &Value| {
+        let s = &r["summary"];
+        let m = s["median"].as_f64().unwrap_or(0.0);
+        (
+            fmt_value(m, unit),
+            format!(
+                "[{}, {}]",
+                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
+                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+            ),
+            s["n"].to_string(),
+        )
+    };
+    if a.format == Format::Md {
+        let mut out = String::from(
+            "| | result | name | params | median | 95% CI | n |\n|---|---|---|---|---:|---|---:|\n",
+        );
+        for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
+            let (m, interval, n) = ci(r);
+            out.push_str(&format!(
+                "| {l} | `{}` | {} | {} | {m} | {interval} | {n} |\n",
+                label(id, r).replace('|', "\\|"),
+                r["name"].as_str().unwrap_or_default().replace('|', "\\|"),
+                bench::params_text(&r["params"]).replace('|', "\\|")
+            ));
+        }
+        out.push_str(&format!(
+            "\n**{verdict_word}**{why}: B is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}]; p = {:.2e}, alpha {})\n",
+            c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.p, a.alpha
+        ));
+        if let Some(gate) = &gate {
+            out.push_str(&format!("\n{gate}\n"));
+        }
+        for w in &warnings {
+            out.push_str(&format!("\n> warning: {w}\n"));
+        }
+        emit(&out)?;
+        return Ok(code);
+    }
+    let style = Style::for_stdout();
+    let mut t = Table::new();
+    t.row(["", "RESULT", "NAME", "PARAMS", "MEDIAN", "95% CI", "N"]);
+    for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
+        let (m, interval, n) = ci(r);
+        t.row([
+            l.to_string(),
+            label(id, r),
+            r["name"].as_str().unwrap_or_default().to_string(),
+            bench::params_text(&r["params"]),
+            m,
+            interval,
+            n,
+        ]);
+    }
+    let mut out = t.render(0);
+    out.push_str(&format!(
+        "\nB is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}])\n",
+        c.ratio, c.ratio_ci_low, c.ratio_ci_high
+    ));
+    out.push_str(&format!(
+        "p = {:.2e} (Mann-Whitney U {:.2e}, Kolmogorov-Smirnov {:.2e}; alpha {})\n",
+        c.p, c.p_mann_whitney, c.p_ks, a.alpha
+    ));
+    let v = match c.verdict {
+        Verdict::Faster | Verdict::Same => style.good(verdict_word),
+        Verdict::Slower => style.error(verdict_word),
+        Verdict::Unknown => style.warn(verdict_word),
+    };
     out.push_str(&format!("verdict: {v}{why}\n"));
+    if let Some(gate) = gate {
+        out.push_str(&format!(
+            "{}\n",
+            if failed {
+                style.error(&gate)
+            } else {
+                style.good(&gate)
+            }
+        ));
+    }
     for w in warnings {
         out.push_str(&format!("{} {w}\n", style.warn("warning:")));
     }
     emit(&out)?;
-    Ok(exit::OK)
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comparison(ratio: f64, verdict: Verdict) -> stats::Comparison {
+        stats::Comparison {
+            ratio,
+            ratio_ci_low: ratio * 0.99,
+            ratio_ci_high: ratio * 1.01,
+            p_mann_whitney: 1e-6,
+            p_ks: 1e-6,
+            p: 1e-6,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn the_gate_fails_only_significant_changes_beyond_the_threshold_in_its_direction() {
+        let slow = comparison(1.10, Verdict::Slower);
+        let fast = comparison(0.90, Verdict::Faster);
+        let small = comparison(1.01, Verdict::Slower);
+        let unknown = comparison(1.10, Verdict::Unknown);
+        assert!(fails(&slow, FailOn::Slower, 0.05));
+        assert!(!fails(&slow, FailOn::Faster, 0.05));
+        assert!(fails(&slow, FailOn::Any, 0.05));
+        assert!(fails(&fast, FailOn::Faster, 0.05));
+        assert!(!fails(&fast, FailOn::Slower, 0.05));
+        assert!(!fails(&small, FailOn::Slower, 0.05));
+        assert!(fails(&small, FailOn::Slower, 0.0));
+        assert!(!fails(&unknown, FailOn::Any, 0.0));
+    }
 }
