@@ -590,6 +590,30 @@ pub enum CommandRun {
     Timeout,
 }
 
+/// One run of a command bench, with what hyperfine also reports.
+#[derive(Clone, Copy, Debug)]
+pub struct TimedRun {
+    /// The metric's value.
+    pub value: f64,
+    /// Wall time of the run, seconds.
+    pub wall_s: f64,
+    /// User CPU time of the run's processes, seconds.
+    pub user_s: f64,
+    /// System CPU time of the run's processes, seconds.
+    pub system_s: f64,
+}
+
+/// CPU time (user, system) of every child this process has waited for, seconds.
+fn children_cpu() -> (f64, f64) {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (secs(u.ru_utime), secs(u.ru_stime))
+}
+
 /// Runs the command once (`sh -c`) at `root`.
 pub fn run_command_once(
     root: &Path,
@@ -597,17 +621,40 @@ pub fn run_command_once(
     metric: &Metric,
     timeout: Duration,
 ) -> CommandRun {
+    match run_command_timed(root, command, metric, timeout) {
+        Ok(r) => CommandRun::Sample(r.value),
+        Err(e) => e,
+    }
+}
+
+/// Runs the command once (`sh -c`) at `root`, measuring its CPU time as hyperfine does:
+/// the growth of this process's children's resource usage across the run (runs are
+/// sequential, and every child is waited for).
+pub fn run_command_timed(
+    root: &Path,
+    command: &str,
+    metric: &Metric,
+    timeout: Duration,
+) -> Result<TimedRun, CommandRun> {
     let cmd = Cmd::new("sh")
         .arg("-c")
         .arg(command)
         .current_dir(root)
         .timeout(timeout);
-    match cmd.output() {
+    let (u0, s0) = children_cpu();
+    let result = cmd.output();
+    let (u1, s1) = children_cpu();
+    match result {
         Ok(out) if out.status.success() => {
             match metric.extract(&out.stdout_str(), out.elapsed.as_secs_f64() * 1e3) {
-                Ok(v) if v.is_finite() => CommandRun::Sample(v),
-                Ok(v) => CommandRun::Failed(format!("the metric is {v}")),
-                Err(e) => CommandRun::Failed(e),
+                Ok(v) if v.is_finite() => Ok(TimedRun {
+                    value: v,
+                    wall_s: out.elapsed.as_secs_f64(),
+                    user_s: (u1 - u0).max(0.0),
+                    system_s: (s1 - s0).max(0.0),
+                }),
+                Ok(v) => Err(CommandRun::Failed(format!("the metric is {v}"))),
+                Err(e) => Err(CommandRun::Failed(e)),
             }
         }
         Ok(out) => {
@@ -620,14 +667,14 @@ pub fn run_command_once(
                 .collect();
             let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
             let status = crate::process::describe_status(out.status);
-            CommandRun::Failed(if tail.is_empty() {
+            Err(CommandRun::Failed(if tail.is_empty() {
                 format!("`{command}` {status}")
             } else {
                 format!("`{command}` {status}: {tail}")
-            })
+            }))
         }
-        Err(ProcessError::Timeout { .. }) => CommandRun::Timeout,
-        Err(e) => CommandRun::Failed(e.to_string()),
+        Err(ProcessError::Timeout { .. }) => Err(CommandRun::Timeout),
+        Err(e) => Err(CommandRun::Failed(e.to_string())),
     }
 }
 

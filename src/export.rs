@@ -40,6 +40,25 @@ pub struct Row {
     pub gb_per_s: Option<f64>,
     /// Achieved compute.
     pub tflops: Option<f64>,
+    /// hyperfine's `command`: the command of a command bench, else the name.
+    #[serde(skip)]
+    pub command: String,
+    /// The parameters as hyperfine's `parameters` (name → value as text).
+    #[serde(skip)]
+    pub parameters: serde_json::Map<String, Value>,
+    /// hyperfine's `times`: each sample in seconds (a time metric), or, for any other
+    /// metric, the wall time of each run.
+    #[serde(skip)]
+    pub times_s: Vec<f64>,
+    /// Mean user CPU time per run, seconds (command benches).
+    #[serde(skip)]
+    pub user_s: Option<f64>,
+    /// Mean system CPU time per run, seconds (command benches).
+    #[serde(skip)]
+    pub system_s: Option<f64>,
+    /// The exit code of each timed run (command benches).
+    #[serde(skip)]
+    pub exit_codes: Option<Vec<i64>>,
 }
 
 impl Row {
@@ -47,7 +66,47 @@ impl Row {
     pub fn from_record(id: &str, rec: &Value) -> Row {
         let s = &rec["summary"];
         let f = |k: &str| s[k].as_f64();
+        let list = |k: &str| -> Vec<f64> {
+            rec[k]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        let unit = rec["unit"].as_str().unwrap_or("us");
+        let scale = match unit {
+            "us" => Some(1e-6),
+            "ms" => Some(1e-3),
+            "s" => Some(1.0),
+            _ => None,
+        };
+        let times_s = match scale {
+            Some(k) => list("samples").iter().map(|x| x * k).collect(),
+            None => list("wall-s"),
+        };
+        let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         Row {
+            command: rec["command"]
+                .as_str()
+                .or(rec["name"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+            parameters: rec["params"]
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| {
+                            let t = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                            (k.clone(), Value::String(t))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            times_s,
+            user_s: mean_of(list("user-s")),
+            system_s: mean_of(list("system-s")),
+            exit_codes: rec["exit-codes"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_i64).collect()),
             id: id.to_string(),
             name: rec["name"].as_str().unwrap_or_default().to_string(),
             params: crate::bench::params_text(&rec["params"]),
@@ -135,10 +194,43 @@ pub fn markdown(rows: &[Row]) -> String {
     out
 }
 
-/// JSON: the rows, versioned.
+/// JSON in hyperfine's `--export-json` layout, so that tools reading hyperfine's exports
+/// read these: `results[]` with `command`, `mean`, `stddev`, `median`, `user`, `system`,
+/// `min`, `max` (seconds), `times[]` and `exit_codes[]`, and `parameters` where the result has
+/// any. What hyperfine does not have (the ID, the verdict, the median's interval, the unit of
+/// a non-time metric) is under `repro`. Values repro did not measure (CPU times of a GPU
+/// kernel) are `null`.
 pub fn json(rows: &[Row]) -> String {
-    serde_json::to_string_pretty(&json!({ "schema": 1, "results": rows })).expect("rows serialise")
-        + "\n"
+    let results: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let t = &r.times_s;
+            let n = t.len() as f64;
+            let mean = (!t.is_empty()).then(|| t.iter().sum::<f64>() / n);
+            let stddev = mean
+                .filter(|_| t.len() > 1)
+                .map(|m| (t.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)).sqrt());
+            let fold = |f: fn(f64, f64) -> f64| t.iter().copied().reduce(f);
+            let mut o = json!({
+                "command": r.command,
+                "mean": mean,
+                "stddev": stddev,
+                "median": crate::stats::median(t),
+                "user": r.user_s,
+                "system": r.system_s,
+                "min": fold(f64::min),
+                "max": fold(f64::max),
+                "times": t,
+                "exit_codes": r.exit_codes,
+                "repro": r,
+            });
+            if !r.parameters.is_empty() {
+                o["parameters"] = Value::Object(r.parameters.clone());
+            }
+            o
+        })
+        .collect();
+    serde_json::to_string_pretty(&json!({ "results": results })).expect("rows serialise") + "\n"
 }
 
 /// The `--export-json/--export-csv/--export-markdown FILE` options of a command.
@@ -209,6 +301,12 @@ mod tests {
             unit: "us".into(),
             gb_per_s: None,
             tflops: Some(3.0),
+            command: "k".into(),
+            parameters: Default::default(),
+            times_s: vec![1e-6, 2e-6, 1.5e-6],
+            user_s: None,
+            system_s: None,
+            exit_codes: None,
         };
         let c = csv(std::slice::from_ref(&r));
         assert!(
@@ -217,6 +315,18 @@ mod tests {
                 .unwrap()
                 .starts_with("abcdef0123456789,k,\"n=1, m=2\",ok,3,1.5000")
         );
-        assert_eq!(markdown(&[r.clone(), r]).lines().count(), 4);
+        assert_eq!(markdown(&[r.clone(), r.clone()]).lines().count(), 4);
+        // hyperfine's layout: seconds, sample standard deviation, the times themselves.
+        let j: Value = serde_json::from_str(&json(&[r])).unwrap();
+        let x = &j["results"][0];
+        assert_eq!(x["command"], "k");
+        assert!((x["mean"].as_f64().unwrap() - 1.5e-6).abs() < 1e-12);
+        assert!((x["stddev"].as_f64().unwrap() - 0.5e-6).abs() < 1e-12);
+        assert_eq!(x["median"], 1.5e-6);
+        assert_eq!(x["min"], 1e-6);
+        assert_eq!(x["max"], 2e-6);
+        assert_eq!(x["times"].as_array().unwrap().len(), 3);
+        assert!(x["user"].is_null());
+        assert_eq!(x["repro"]["id"], "abcdef0123456789");
     }
 }

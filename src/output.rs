@@ -175,6 +175,42 @@ pub fn sanitize(text: &str) -> String {
     out
 }
 
+/// A progress bar with a count and an ETA on stderr, for a step that can take more than a
+/// second. It is hidden (every call on it does nothing) when `quiet` (`-q`, `--json`) or when
+/// stderr is not a terminal, so logs and pipes get no control characters.
+pub fn progress(quiet: bool, len: u64, unit: &str) -> indicatif::ProgressBar {
+    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, ETA {{eta}})"
+        ))
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// A progress bar over bytes (`12.3 MiB/45.6 MiB`), hidden as [`progress`] is.
+pub fn progress_bytes(quiet: bool, len: u64, what: &str) -> indicatif::ProgressBar {
+    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{bar:30}}] {{bytes}}/{{total_bytes}} ({{elapsed}}, ETA {{eta}})"
+        ))
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
 #[cfg(test)]
 mod sanitize_tests {
     #[test]

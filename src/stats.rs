@@ -553,6 +553,17 @@ impl SplitMix64 {
     }
 }
 
+/// Formats a time in microseconds (or a unit-less metric) for people.
+pub fn fmt_value(v: f64, unit: &str) -> String {
+    match unit {
+        "us" if v >= 1000.0 => format!("{:.3} ms", v / 1000.0),
+        "us" => format!("{v:.3} µs"),
+        "ms" => format!("{v:.3} ms"),
+        "" => format!("{v:.4}"),
+        u => format!("{v:.4} {u}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -924,16 +935,5 @@ mod tests {
             }
             prop_assert!(c.ratio_ci_low <= c.ratio_ci_high);
         }
-    }
-}
-
-/// Formats a time in microseconds (or a unit-less metric) for people.
-pub fn fmt_value(v: f64, unit: &str) -> String {
-    match unit {
-        "us" if v >= 1000.0 => format!("{:.3} ms", v / 1000.0),
-        "us" => format!("{v:.3} µs"),
-        "ms" => format!("{v:.3} ms"),
-        "" => format!("{v:.4}"),
-        u => format!("{v:.4} {u}"),
     }
 }

@@ -566,3 +566,120 @@ fn compare_gates_ci_prints_markdown_and_reads_nvbench() {
         .stderr(predicate::str::contains("is not nvbench JSON output"));
     compare(&["missing.json", &ours_id]).code(2);
 }
+
+#[test]
+fn command_benches_take_hyperfines_options_and_export_its_json() {
+    let (tmp, root) = repo_with(&[]);
+    let run = |args: &[&str]| {
+        repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .arg("bench")
+            .args(args)
+            .assert()
+    };
+    let lines = |f: &str| {
+        std::fs::read_to_string(root.join(f))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    // 2 warm-ups and 3 timed runs, each after --prepare.
+    run(&[
+        "--command",
+        "echo x >> count.txt",
+        "--name",
+        "count",
+        "--warmup",
+        "2",
+        "--runs",
+        "3",
+        "--prepare",
+        "echo p >> prep.txt",
+        "--export-json",
+        "h.json",
+    ])
+    .success();
+    assert_eq!(lines("count.txt"), 5);
+    assert_eq!(lines("prep.txt"), 5);
+    let h: Value = serde_json::from_slice(&std::fs::read(root.join("h.json")).unwrap()).unwrap();
+    let r = &h["results"][0];
+    assert_eq!(r["command"], "echo x >> count.txt");
+    assert_eq!(r["times"].as_array().unwrap().len(), 3);
+    assert_eq!(r["exit_codes"], serde_json::json!([0, 0, 0]));
+    for k in ["mean", "stddev", "median", "user", "system", "min", "max"] {
+        assert!(r[k].as_f64().is_some_and(|x| x >= 0.0), "{k}: {r}");
+    }
+    // Times are in seconds: a shell that appends a line takes well under a second.
+    assert!(r["mean"].as_f64().unwrap() < 1.0, "{r}");
+    assert_eq!(r["repro"]["name"], "count");
+
+    // --min-runs/--max-runs bound the adaptive count.
+    std::fs::remove_file(root.join("count.txt")).unwrap();
+    run(&[
+        "--command",
+        "echo x >> count.txt",
+        "--min-runs",
+        "4",
+        "--max-runs",
+        "4",
+    ])
+    .success();
+    assert_eq!(lines("count.txt"), 4);
+
+    // A failing --prepare is the bench's failure, named.
+    run(&["--command", "true", "--runs", "2", "--prepare", "exit 7"])
+        .code(1)
+        .stdout(predicate::str::contains("CRASH"));
+
+    // Options that do not apply are errors, not ignored.
+    run(&["--command", "true", "--min-runs", "5", "--max-runs", "3"])
+        .code(2)
+        .stderr(predicate::str::contains("need 2 <= min-runs <= max-runs"));
+    run(&["--command", "true", "--warmup", "100ms"])
+        .code(2)
+        .stderr(predicate::str::contains("a number of runs, not a time"));
+    run(&["--command", "true", "--runs", "3", "--min-runs", "2"]).code(2);
+    for gpu_only in [
+        ["--budget", "1s"],
+        ["--min-time", "1s"],
+        ["--max-samples", "5"],
+        ["--device", "1"],
+        ["--mode", "hot"],
+    ] {
+        run(&["--command", "true", gpu_only[0], gpu_only[1]])
+            .code(2)
+            .stderr(predicate::str::contains("cannot be used with"));
+    }
+    run(&["somerecipe", "--min-runs", "3"]).code(2);
+    run(&["somerecipe", "--prepare", "true"]).code(2);
+
+    // The same command through hyperfine: every key hyperfine writes, ours writes too.
+    let hf = std::process::Command::new("hyperfine")
+        .current_dir(&root)
+        .args(["--runs", "3", "--export-json", "hf.json", "true"])
+        .output();
+    match hf {
+        Ok(o) if o.status.success() => {
+            let theirs: Value =
+                serde_json::from_slice(&std::fs::read(root.join("hf.json")).unwrap()).unwrap();
+            let keys = |v: &Value| -> Vec<String> {
+                v["results"][0]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect()
+            };
+            let ours = keys(&h);
+            for k in keys(&theirs) {
+                assert!(
+                    ours.contains(&k),
+                    "hyperfine writes `{k}`; we do not: {ours:?}"
+                );
+            }
+        }
+        _ => common::skip(
+            "needs hyperfine for the side-by-side key check (apt-get install hyperfine)",
+        ),
+    }
+}

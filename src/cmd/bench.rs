@@ -36,33 +36,46 @@ pub struct Args {
     /// The unit of a json: or regex: metric (us, ms or s make it a time: lower is faster).
     #[arg(long, requires = "command")]
     unit: Option<String>,
-    /// Exactly N runs of the command (otherwise at least 10, until --max-noise, at most 200).
-    #[arg(long, value_name = "N", requires = "command")]
+    /// Exactly N runs of the command (otherwise --min-runs, until --max-noise, up to --max-runs).
+    #[arg(long, value_name = "N", requires = "command", conflicts_with_all = ["min_runs", "max_runs"])]
     runs: Option<usize>,
+    /// A command bench runs at least this many times (hyperfine's --min-runs).
+    #[arg(long, value_name = "N", requires = "command")]
+    min_runs: Option<usize>,
+    /// A command bench runs at most this many times (hyperfine's --max-runs).
+    #[arg(long, value_name = "N", requires = "command")]
+    max_runs: Option<usize>,
+    /// A command run before each run of a command bench, warm-ups included, and not timed
+    /// (hyperfine's --prepare), e.g. to clear a cache.
+    #[arg(long, value_name = "CMD", requires = "command")]
+    prepare: Option<String>,
     /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep).
     #[arg(long = "param", value_name = "K=V")]
     param: Vec<String>,
     /// cold: L2 flushed before each sample; hot: back to back; graph: CUDA-graph batches.
     #[arg(long, value_enum, default_value = "cold")]
     mode: Mode,
+    // The GPU runner's sampling options do not apply to a command bench: they conflict with
+    // --command, so that a hyperfine user's habit is an error, not silently ignored.
     /// Stop when the relative noise of the median is at most this (e.g. 0.5% or 0.005).
     #[arg(long, default_value = "0.5%", value_parser = parse_fraction)]
     max_noise: f64,
     /// At least this many samples.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, conflicts_with = "command")]
     min_samples: usize,
     /// At most this many samples.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, conflicts_with = "command")]
     max_samples: usize,
     /// Sample for at least this long.
-    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, conflicts_with = "command")]
     min_time: Duration,
     /// Stop sampling after this long even if the noise target is not met.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, conflicts_with = "command")]
     budget: Duration,
-    /// Warm up for this long before sampling.
-    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
-    warmup: Duration,
+    /// Warm up: a recipe for this long (default 100ms); a command bench this many untimed
+    /// runs first (hyperfine's --warmup N; default 0).
+    #[arg(long, value_name = "TIME|N", value_parser = parse_warmup)]
+    warmup: Option<Warmup>,
     /// Kill a benchmark process (or command run) that takes longer than this.
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -70,7 +83,7 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", value_parser = crate::cmd::build::parse_spec)]
     toolchain: Option<crate::toolchain::install::Spec>,
     /// The CUDA device to run on.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "command")]
     device: usize,
     /// Check against the reference only; do not time.
     #[arg(long)]
@@ -80,6 +93,25 @@ pub struct Args {
     time_anyway: bool,
     #[command(flatten)]
     export: export::ExportArgs,
+}
+
+/// `--warmup`: a duration for the GPU runner, or a number of runs for a command bench.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Warmup {
+    /// Warm up for this long.
+    Time(Duration),
+    /// Run this many times untimed.
+    Runs(usize),
+}
+
+/// Parses `--warmup`: `3` (runs) or `100ms` (a duration).
+fn parse_warmup(s: &str) -> Result<Warmup, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) => Ok(Warmup::Runs(n)),
+        Err(_) => humantime::parse_duration(s.trim())
+            .map(Warmup::Time)
+            .map_err(|e| format!("`{s}` is neither a number of runs nor a duration: {e}")),
+    }
 }
 
 /// Parses `0.5%` or `0.005`.
@@ -142,7 +174,10 @@ fn settings(a: &Args) -> Settings {
         max_samples: a.max_samples.max(a.min_samples),
         min_time_ms: a.min_time.as_secs_f64() * 1e3,
         budget_ms: a.budget.as_secs_f64() * 1e3,
-        warmup_ms: a.warmup.as_secs_f64() * 1e3,
+        warmup_ms: match a.warmup {
+            Some(Warmup::Time(d)) => d.as_secs_f64() * 1e3,
+            _ => 100.0,
+        },
         device: a.device,
     }
 }
@@ -181,6 +216,13 @@ fn recipe_bench(
         .into());
     }
     crate::runspec::override_params(&mut r.sections.params, &a.param).map_err(UserError::usage)?;
+    if let Some(Warmup::Runs(n)) = a.warmup {
+        return Err(UserError::usage(format!(
+            "--warmup {n}: a recipe bench warms up for a time, not a number of runs"
+        ))
+        .hint("give a duration (`--warmup 200ms`); a count of runs is for --command")
+        .into());
+    }
     let s = settings(a);
     // Resolve every point once before building, with no module to read symbols from, so that
     // a recipe's own mistakes are reported even on a machine without a compiler.
@@ -362,30 +404,100 @@ fn command_bench(
 ) -> anyhow::Result<Vec<(String, Value)>> {
     let root = g.project_root();
     let metric = Metric::parse(&a.metric).map_err(UserError::usage)?;
-    let (min_runs, max_runs) = match a.runs {
-        Some(n) if n >= 1 => (n, n),
-        Some(_) => return Err(UserError::usage("--runs must be at least 1").into()),
-        None => (a.min_samples.max(2), 200),
+    let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
+        (Some(0), _, _) => return Err(UserError::usage("--runs must be at least 1").into()),
+        (Some(n), _, _) => (n, n),
+        (None, min, max) => {
+            let min = min.unwrap_or(10);
+            let max = max.unwrap_or(200.max(min));
+            if min < 2 || max < min {
+                return Err(UserError::usage(format!(
+                    "--min-runs {min} --max-runs {max}: need 2 <= min-runs <= max-runs"
+                ))
+                .hint("or pass --runs N for exactly N runs")
+                .into());
+            }
+            (min, max)
+        }
+    };
+    let warmup_runs = match a.warmup {
+        None => 0,
+        Some(Warmup::Runs(n)) => n,
+        Some(Warmup::Time(d)) => {
+            return Err(UserError::usage(format!(
+                "--warmup {}: a command bench warms up for a number of runs, not a time",
+                humantime::format_duration(d)
+            ))
+            .hint("give a count, as hyperfine does: `--warmup 3`")
+            .into());
+        }
     };
     let mut samples = Vec::new();
+    let mut runs: Vec<bench::TimedRun> = Vec::new();
     let mut failure = None;
     let mut timed_out = false;
-    while samples.len() < max_runs {
-        match bench::run_command_once(&root, cmd, &metric, a.timeout) {
-            bench::CommandRun::Sample(v) => samples.push(v),
-            bench::CommandRun::Failed(why) => {
-                failure = Some(why);
-                break;
+    // --prepare before every run, warm-ups included; its failure ends the bench.
+    let prepare = |label: &str| -> Result<(), String> {
+        let Some(p) = &a.prepare else { return Ok(()) };
+        match bench::run_command_timed(&root, p, &Metric::Time, a.timeout) {
+            Ok(_) => Ok(()),
+            Err(bench::CommandRun::Timeout) => Err(format!(
+                "--prepare `{p}` before {label} took longer than {}",
+                humantime::format_duration(a.timeout)
+            )),
+            Err(bench::CommandRun::Failed(why)) => {
+                Err(format!("--prepare before {label} failed: {why}"))
             }
-            bench::CommandRun::Timeout => {
+            Err(bench::CommandRun::Sample(_)) => Ok(()),
+        }
+    };
+    let bar = crate::output::progress(g.quiet || g.json, max_runs as u64, "runs");
+    for i in 0..warmup_runs {
+        bar.set_message(format!("warm-up {}/{warmup_runs}", i + 1));
+        if let Err(why) = prepare(&format!("warm-up run {}", i + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
+            Ok(_) => {}
+            Err(bench::CommandRun::Timeout) => {
                 timed_out = true;
                 break;
             }
+            Err(bench::CommandRun::Failed(why)) => {
+                failure = Some(format!("warm-up run {}: {why}", i + 1));
+                break;
+            }
+            Err(bench::CommandRun::Sample(_)) => {}
         }
+    }
+    bar.set_message("timing");
+    while failure.is_none() && !timed_out && samples.len() < max_runs {
+        if let Err(why) = prepare(&format!("run {}", samples.len() + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
+            Ok(r) => {
+                samples.push(r.value);
+                runs.push(r);
+            }
+            Err(bench::CommandRun::Failed(why)) => {
+                failure = Some(why);
+                break;
+            }
+            Err(bench::CommandRun::Timeout) => {
+                timed_out = true;
+                break;
+            }
+            Err(bench::CommandRun::Sample(v)) => samples.push(v),
+        }
+        bar.inc(1);
         if samples.len() >= min_runs && crate::stats::median_rel_noise(&samples) <= a.max_noise {
             break;
         }
     }
+    bar.finish_and_clear();
     let (verdict, detail) = if timed_out {
         (
             "timeout",
@@ -418,6 +530,12 @@ fn command_bench(
             "samples": samples,
             "summary": bench::summarize(&samples),
             "converged": crate::stats::median_rel_noise(&samples) <= a.max_noise,
+            "warmup-runs": warmup_runs,
+            "prepare": a.prepare,
+            "wall-s": runs.iter().map(|r| r.wall_s).collect::<Vec<_>>(),
+            "user-s": runs.iter().map(|r| r.user_s).collect::<Vec<_>>(),
+            "system-s": runs.iter().map(|r| r.system_s).collect::<Vec<_>>(),
+            "exit-codes": runs.iter().map(|_| 0).collect::<Vec<_>>(),
         }),
     );
     let id = bench::record(store, rec.clone())?;
