@@ -178,7 +178,17 @@ fn header(size: u64, executable: bool) -> tar::Header {
 /// compression is zstd level 19 on one thread. The same entries give byte-identical files
 /// whatever order they come in. Unsafe or repeated paths are refused before anything is
 /// written; the file is replaced atomically. Returns the sha256 hex of the written file.
-pub fn write(path: &Path, mut entries: Vec<Entry>) -> Result<String, ArchiveError> {
+pub fn write(path: &Path, entries: Vec<Entry>) -> Result<String, ArchiveError> {
+    write_with(path, entries, &|_, _| {})
+}
+
+/// [`write`], calling `progress(done, total)` with the bytes of the tar compressed so far
+/// (compression is the slow part: zstd level 19 on one thread).
+pub fn write_with(
+    path: &Path,
+    mut entries: Vec<Entry>,
+    progress: &dyn Fn(u64, u64),
+) -> Result<String, ArchiveError> {
     let write_err = |source| ArchiveError::Write {
         path: path.to_owned(),
         source,
@@ -223,7 +233,13 @@ pub fn write(path: &Path, mut entries: Vec<Entry>) -> Result<String, ArchiveErro
     let mut enc = zstd::Encoder::new(Vec::new(), ZSTD_LEVEL).map_err(write_err)?;
     enc.include_checksum(true).map_err(write_err)?;
     enc.include_contentsize(false).map_err(write_err)?;
-    enc.write_all(&tar).map_err(write_err)?;
+    let total = tar.len() as u64;
+    let mut done = 0u64;
+    for chunk in tar.chunks(1 << 20) {
+        enc.write_all(chunk).map_err(write_err)?;
+        done += chunk.len() as u64;
+        progress(done, total);
+    }
     let compressed = enc.finish().map_err(write_err)?;
 
     fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
@@ -245,10 +261,43 @@ pub fn read(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
 
 /// [`read`] with explicit limits.
 pub fn read_with(path: &Path, limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
+    read_progress(path, limits, &|_, _| {})
+}
+
+/// Counts the bytes read through it and reports them with the total.
+struct Counting<'a, R> {
+    inner: R,
+    done: u64,
+    total: u64,
+    progress: &'a dyn Fn(u64, u64),
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        (self.progress)(self.done, self.total);
+        Ok(n)
+    }
+}
+
+/// [`read_with`], calling `progress(done, total)` with the compressed bytes read so far.
+pub fn read_progress(
+    path: &Path,
+    limits: Limits,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Vec<Entry>, ArchiveError> {
     let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
         path: path.to_owned(),
         source,
     })?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let file = Counting {
+        inner: std::io::BufReader::new(file),
+        done: 0,
+        total,
+        progress,
+    };
     // Decompress the whole stream before parsing the tar: the tar reader stops at the
     // end-of-archive marker, so streaming would let a truncated or damaged tail (and the
     // zstd checksum after it) go unchecked. At most one byte past the limit is read.
@@ -376,7 +425,12 @@ fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, String>,
 
 /// Re-hashes every member against MANIFEST.
 pub fn verify(path: &Path) -> Result<Verification, ArchiveError> {
-    let entries = read(path)?;
+    verify_with(path, &|_, _| {})
+}
+
+/// [`verify`], calling `progress(done, total)` with the compressed bytes read so far.
+pub fn verify_with(path: &Path, progress: &dyn Fn(u64, u64)) -> Result<Verification, ArchiveError> {
+    let entries = read_progress(path, Limits::from_env(), progress)?;
     let manifest = entries
         .iter()
         .find(|e| e.path == MANIFEST)

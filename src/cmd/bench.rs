@@ -339,7 +339,14 @@ fn recipe_bench(
     }
     let must = bench::must_match(fp);
     let mut out = Vec::new();
+    // A sweep's points each take seconds on the GPU: a bar with an ETA on a terminal.
+    let bar = crate::output::progress(g.quiet || g.json, points.len() as u64, "points");
     for p in points {
+        bar.set_message(format!(
+            "{} {}",
+            r.name,
+            bench::params_text(&bench::params_json(&p.params))
+        ));
         let report = bench::run_child(&p.job, a.timeout)
             .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
         let (verdict, detail) = if report
@@ -381,11 +388,14 @@ fn recipe_bench(
         });
         merge(&mut rec, extra);
         let id = bench::record(store, rec.clone())?;
-        if !g.json {
-            emit(&render(&id, &rec, g))?;
+        // -q prints only problems: a result that is not ok.
+        if !g.json && (!g.quiet || rec["verdict"] != "ok") {
+            bar.suspend(|| emit(&render(&id, &rec, g)))?;
         }
+        bar.inc(1);
         out.push((id, rec));
     }
+    bar.finish_and_clear();
     Ok(out)
 }
 
@@ -539,7 +549,7 @@ fn command_bench(
         }),
     );
     let id = bench::record(store, rec.clone())?;
-    if !g.json {
+    if !g.json && (!g.quiet || rec["verdict"] != "ok") {
         emit(&render(&id, &rec, g))?;
     }
     Ok(vec![(id, rec)])

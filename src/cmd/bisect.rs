@@ -300,7 +300,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         let mut doc = doc;
         doc["id"] = json!(id);
         emit_json(&doc)?;
-    } else {
+    } else if !g.quiet {
+        // -q: the exit code says whether a culprit was found.
         emit(&render(
             &report,
             &commits,

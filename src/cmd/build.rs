@@ -152,7 +152,8 @@ fn build_all(
     for r in recipes {
         let o = build::build(root, &store, r, opts)
             .with_context(|| format!("failed to build recipe `{}`", r.name))?;
-        if !g.json && opts.nix.is_none() {
+        // -q prints only problems: a failed build.
+        if !g.json && opts.nix.is_none() && (!g.quiet || o.status != "ok") {
             emit(&render(&o, g))?;
         }
         outcomes.push(o);
@@ -240,7 +241,9 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
             for b in builds {
                 let o: Outcome = serde_json::from_value(b.clone())
                     .context("failed to read the result of the build inside the dev shell")?;
-                emit(&render(&o, g))?;
+                if !g.quiet || o.status != "ok" {
+                    emit(&render(&o, g))?;
+                }
             }
             if !g.quiet {
                 emit(&format!("  (built inside {})\n", info.installable()))?;

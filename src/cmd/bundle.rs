@@ -117,8 +117,13 @@ fn create(
     let entries = bundle::entries(&repo, &store, &contents, inputs_only, &name)?;
     let count = entries.len();
     let bytes: usize = entries.iter().map(|e| e.bytes.len()).sum();
-    let digest = archive::write(output, entries)
-        .with_context(|| format!("failed to write bundle {}", g.shown(output)))?;
+    let bar = crate::output::progress_bytes(g.quiet || g.json, 0, "compressing the bundle");
+    let digest = archive::write_with(output, entries, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to write bundle {}", g.shown(output)))?;
+    bar.finish_and_clear();
     let size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
     if g.json {
         emit_json(
@@ -141,7 +146,13 @@ fn create(
 }
 
 fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
-    let v = archive::verify(file).with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    let bar = crate::output::progress_bytes(g.quiet || g.json, 0, "verifying the bundle");
+    let v = archive::verify_with(file, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    bar.finish_and_clear();
     if g.json {
         emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "verification": v}))?;
     } else {
@@ -163,7 +174,9 @@ fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
             v.missing.len(),
             v.extra.len()
         ));
-        emit(&out)?;
+        if !g.quiet || !v.ok() {
+            emit(&out)?;
+        }
     }
     Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
 }

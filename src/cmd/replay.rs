@@ -43,10 +43,15 @@ struct Origin {
     _unpacked: Option<tempfile::TempDir>,
 }
 
-fn from_bundle(path: &Path) -> anyhow::Result<Origin> {
+fn from_bundle(path: &Path, quiet: bool) -> anyhow::Result<Origin> {
     // Nothing from a bundle is trusted before every file matches its manifest.
-    let v = crate::archive::verify(path)
-        .with_context(|| format!("failed to verify {}", path.display()))?;
+    let bar = crate::output::progress_bytes(quiet, 0, "verifying the bundle");
+    let v = crate::archive::verify_with(path, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to verify {}", path.display()))?;
+    bar.finish_and_clear();
     if !v.ok() {
         let named: Vec<&String> = v
             .differs
@@ -240,7 +245,7 @@ fn lock_policy(
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let style = Style::for_stdout();
     let origin = match &a.bundle {
-        Some(b) => from_bundle(&g.cwd.join(b))?,
+        Some(b) => from_bundle(&g.cwd.join(b), g.quiet || g.json)?,
         None => from_store(&g.store()),
     };
     let prefix = a.id.to_lowercase();
@@ -599,7 +604,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             style.error(verdict)
         };
         out.push_str(&format!("verdict: {painted}\n"));
-        emit(&out)?;
+        // -q: only a replay that did not reproduce prints its report.
+        if !g.quiet || code != exit::OK {
+            emit(&out)?;
+        }
     }
     Ok(code)
 }

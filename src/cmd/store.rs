@@ -51,17 +51,19 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 for p in &r.problems {
                     emit(&format!("CORRUPT  {}: {}\n", p.path, p.what))?;
                 }
-                emit(&format!(
-                    "{}: {} objects and {} records checked, {} problems\n",
-                    if r.problems.is_empty() {
-                        "ok"
-                    } else {
-                        "FAILED"
-                    },
-                    r.objects,
-                    r.records,
-                    r.problems.len()
-                ))?;
+                if !g.quiet || !r.problems.is_empty() {
+                    emit(&format!(
+                        "{}: {} objects and {} records checked, {} problems\n",
+                        if r.problems.is_empty() {
+                            "ok"
+                        } else {
+                            "FAILED"
+                        },
+                        r.objects,
+                        r.records,
+                        r.problems.len()
+                    ))?;
+                }
             }
             Ok(if r.problems.is_empty() {
                 exit::OK
