@@ -151,3 +151,63 @@ fn a_bisection_renders_with_its_ends_and_culprit() {
         "the culprit's marker is drawn"
     );
 }
+
+#[test]
+fn plot_speaks_json_takes_a_recorded_bisection_and_names_a_missing_report() {
+    let (tmp, root) = common::repo_with(&[("ok.sh", "exit 0\n")]);
+    for i in 0..3 {
+        std::fs::write(
+            root.join("ok.sh"),
+            if i == 0 { "exit 0\n" } else { "exit 1\n" },
+        )
+        .unwrap();
+        std::fs::write(root.join("n.txt"), format!("{i}\n")).unwrap();
+        common::git(&root, &["add", "-A"]);
+        common::git(&root, &["commit", "-q", "-m", &format!("c{i}")]);
+    }
+    let out = common::repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "--json", "bisect", "--good", "HEAD~3", "--bad", "HEAD", "--script", "sh ok.sh",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    let plot = |args: &[&str]| {
+        common::repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .arg("plot")
+            .args(args)
+            .assert()
+    };
+    // A missing report is a usage error (2) that names the file, not a bug (70).
+    plot(&["--bisect", "missing.json", "-o", "x.svg"])
+        .code(2)
+        .stderr(predicates::str::contains("cannot read missing.json"))
+        .stderr(predicates::str::contains("hint:"));
+    // A recorded bisection by ID, with --json.
+    let out = common::repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--json", "plot", "--bisect", &id[..10], "-o", "b.svg"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["output"], "b.svg");
+    assert_eq!(j["kind"], "bisection");
+    assert!(j["points"].as_u64().unwrap() >= 2, "{j}");
+    assert!(
+        std::fs::read_to_string(root.join("b.svg"))
+            .unwrap()
+            .starts_with("<svg")
+    );
+    plot(&["--bisect", "0000", "-o", "x.svg"]).code(2);
+}

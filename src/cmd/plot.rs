@@ -19,8 +19,9 @@ pub struct Args {
     /// The recipe (or command-bench name) whose recorded results to plot.
     #[arg(required_unless_present = "bisect")]
     name: Option<String>,
-    /// Plot a bisection report (the JSON of `repro bisect --json`) instead.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "sweep"])]
+    /// Plot a bisection instead: its report (the JSON of `repro bisect --json`), or the ID
+    /// of a recorded bisection (`repro log --kind bisection`).
+    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"])]
     bisect: Option<PathBuf>,
     /// Plot the results over this parameter (the newest result at each value).
     #[arg(long, value_name = "PARAM")]
@@ -44,14 +45,45 @@ fn median_point(x: f64, label: String, r: &Value) -> Point {
 /// Runs `repro plot`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let (svg, n) = if let Some(path) = &a.bisect {
-        let report: Value = serde_json::from_slice(
-            &std::fs::read(g.cwd.join(path))
-                .with_context(|| format!("failed to read {}", path.display()))?,
-        )
-        .map_err(|e| {
-            UserError::usage(format!("{} is not a bisection report: {e}", path.display()))
-                .hint("write one with `repro bisect ... --json > FILE`")
-        })?;
+        let file = g.cwd.join(path);
+        let text = path.to_string_lossy();
+        let report: Value = if !file.exists()
+            && text.len() >= 4
+            && text.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            // A recorded bisection, by ID.
+            match crate::catalog::find(&g.store(), &text) {
+                Ok((e, r)) if e.kind == crate::catalog::Kind::Bisection => r,
+                Ok((e, _)) => {
+                    return Err(UserError::usage(format!(
+                        "{text} is a {}, not a bisection",
+                        e.kind.word()
+                    ))
+                    .hint("`repro log --kind bisection` lists recorded bisections")
+                    .into());
+                }
+                Err(e) => {
+                    return Err(UserError::usage(e.to_string())
+                        .hint("`repro log --kind bisection` lists recorded bisections")
+                        .into());
+                }
+            }
+        } else {
+            let bytes = std::fs::read(&file).map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    exit::USAGE
+                } else {
+                    exit::IO
+                };
+                UserError::with_code(code, format!("cannot read {}: {e}", path.display())).hint(
+                    "pass a report written by `repro bisect ... --json > FILE`, or a recorded bisection's ID",
+                )
+            })?;
+            serde_json::from_slice(&bytes).map_err(|e| {
+                UserError::usage(format!("{} is not a bisection report: {e}", path.display()))
+                    .hint("write one with `repro bisect ... --json > FILE`")
+            })?
+        };
         let steps = report["steps"]
             .as_array()
             .ok_or_else(|| UserError::usage(format!("{} has no steps", path.display())))?;
@@ -224,7 +256,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let out = g.cwd.join(&a.output);
     crate::fsutil::write_atomic(&out, svg.as_bytes(), true)
         .with_context(|| format!("failed to write {}", g.shown(&out)))?;
-    if !g.quiet {
+    if g.json {
+        crate::cli::emit_json(&serde_json::json!({
+            "schema": 1,
+            "output": g.shown(&out),
+            "points": n,
+            "kind": if a.bisect.is_some() { "bisection" } else if a.sweep.is_some() { "sweep" } else { "commits" },
+        }))?;
+    } else if !g.quiet {
         emit(&format!("wrote {} ({n} points)\n", g.shown(&out)))?;
     }
     Ok(exit::OK)
