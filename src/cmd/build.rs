@@ -7,6 +7,8 @@
 
 use std::path::Path;
 
+use std::io::Write as _;
+
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
@@ -154,7 +156,7 @@ fn build_all(
             .with_context(|| format!("failed to build recipe `{}`", r.name))?;
         // -q prints only problems: a failed build.
         if !g.json && opts.nix.is_none() && (!g.quiet || o.status != "ok") {
-            emit(&render(&o, g))?;
+            emit_outcome(&o, g)?;
         }
         outcomes.push(o);
     }
@@ -242,7 +244,7 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
                 let o: Outcome = serde_json::from_value(b.clone())
                     .context("failed to read the result of the build inside the dev shell")?;
                 if !g.quiet || o.status != "ok" {
-                    emit(&render(&o, g))?;
+                    emit_outcome(&o, g)?;
                 }
             }
             if !g.quiet {
@@ -323,10 +325,18 @@ fn render(o: &Outcome, g: &Globals) -> String {
             s.push_str(&format!("  {k}: {}\n", v.path));
         }
     }
+    s
+}
+
+/// Prints a build's line on stdout and, for a failed build (or with -v), the compiler's
+/// log on stderr, where diagnostics belong: `repro build > list.txt` keeps only the lines.
+fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
+    emit(&render(o, g))?;
     if o.status != "ok" || (g.verbose > 0 && !o.log.is_empty()) {
+        let mut err = std::io::stderr().lock();
         for line in o.log.lines() {
-            s.push_str(&format!("  | {line}\n"));
+            let _ = writeln!(err, "  | {line}");
         }
     }
-    s
+    Ok(())
 }
