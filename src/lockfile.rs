@@ -98,7 +98,7 @@ impl Diagnose for LockfileError {
             LockfileError::NoneFound { .. } => {
                 Some("create one with `repro env lock`, or pass one with --lock FILE".into())
             }
-            LockfileError::Ambiguous { .. } => Some("choose one with --lock FILE".into()),
+            LockfileError::Ambiguous { .. } => Some("choose one with --lock FILE, or keep this machine's as the name `repro env lock` gives it (h200.toml, cpu.toml without a GPU)".into()),
         }
     }
 }

@@ -416,3 +416,66 @@ fn help_snapshot() {
         .unwrap();
     insta::assert_snapshot!("env_check_help", String::from_utf8(out.stdout).unwrap());
 }
+
+#[test]
+fn env_check_with_two_lockfiles_says_which_it_used_and_why() {
+    let (tmp, root) = repo_with(&[(
+        "lockfiles/other.toml",
+        "schema = 1\nname = \"other\"\n\n[fields]\n\"gpu.name\" = { policy = \"exact\", value = \"No Such GPU 9000\" }\n",
+    )]);
+    let run = |args: &[&str]| {
+        repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // `env lock` names this machine's lockfile (cpu.toml here, h200.toml on an H200).
+    let out = run(&["env", "lock"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["env", "check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("chosen of 2 lockfiles in lockfiles"),
+        "{text}"
+    );
+    assert!(!text.contains("other.toml"), "{text}");
+    let out = run(&["--json", "env", "check"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["lockfile-choice"]
+            .as_str()
+            .unwrap()
+            .contains("chosen of 2"),
+        "{v}"
+    );
+    // A third that nothing singles out: the error names them all and says what to do.
+    std::fs::copy(
+        root.join("lockfiles/other.toml"),
+        root.join("lockfiles/another.toml"),
+    )
+    .unwrap();
+    std::fs::remove_file(
+        std::fs::read_dir(root.join("lockfiles"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| !p.ends_with("other.toml") && !p.ends_with("another.toml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let out = run(&["env", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another.toml, other.toml"), "{err}");
+    assert!(err.contains("hint: choose one with --lock FILE"), "{err}");
+    assert!(
+        err.ends_with('\n'),
+        "the hint line ends with a newline: {err:?}"
+    );
+}

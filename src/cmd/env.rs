@@ -176,7 +176,12 @@ pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
 }
 
 /// Which lockfile to check against, and the fingerprint to check.
-fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fingerprint)> {
+/// The lockfile to check against, the fingerprint, and, when it was picked from several,
+/// why that one (shown under the report's first line, so two lockfiles never leave the
+/// user guessing).
+type Chosen = (PathBuf, Lock, Fingerprint, Option<String>);
+
+fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
     let saved = a
         .fingerprint
         .as_ref()
@@ -197,7 +202,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fin
         let path = resolve(g, p);
         let lock = lockfile::load(&path)?;
         let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
-        return Ok((path, lock, fp));
+        return Ok((path, lock, fp, None));
     }
     let dir = g.project_root().join("lockfiles");
     let candidates = lockfile::list(&dir);
@@ -206,7 +211,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fin
         1 => {
             let lock = lockfile::load(&candidates[0])?;
             let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
-            Ok((candidates[0].clone(), lock, fp))
+            Ok((candidates[0].clone(), lock, fp, None))
         }
         _ => {
             let locks: Vec<(PathBuf, Lock)> = candidates
@@ -231,8 +236,41 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<(PathBuf, Lock, Fin
                     })
                 })
                 .collect();
-            match matching.as_slice() {
-                [(path, lock)] => Ok((path.clone(), lock.clone(), fp)),
+            let gpu_text = gpu
+                .first()
+                .and_then(|f| f.value().map(str::to_string))
+                .unwrap_or_else(|| "none".into());
+            let file_name = |p: &PathBuf| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            // With no lockfile for this GPU, the one `repro env lock` names after this machine
+            // (lockfiles/cpu.toml without a GPU) is the one its user wrote for it.
+            let own = format!("{}.toml", lockfile::default_name(&fp));
+            let by_name = locks.iter().find(|(p, _)| file_name(p) == own);
+            match (matching.as_slice(), by_name) {
+                ([(path, lock)], _) => Ok((
+                    path.clone(),
+                    lock.clone(),
+                    fp,
+                    Some(format!(
+                        "chosen of {} lockfiles in {}: its gpu.name accepts this GPU ({gpu_text})",
+                        locks.len(),
+                        g.shown(&dir)
+                    )),
+                )),
+                ([], Some((path, lock))) => Ok((
+                    path.clone(),
+                    lock.clone(),
+                    fp,
+                    Some(format!(
+                        "chosen of {} lockfiles in {}: none accepts this GPU ({gpu_text}) by gpu.name, and {own} is the name `repro env lock` gives this machine",
+                        locks.len(),
+                        g.shown(&dir)
+                    )),
+                )),
                 _ => Err(LockfileError::Ambiguous {
                     dir,
                     count: candidates.len(),
@@ -261,7 +299,7 @@ fn checked_keys(lock: &Lock) -> impl Iterator<Item = &str> {
 
 fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let (path, lock, fp) = choose_lock(g, &a)?;
+    let (path, lock, fp, why) = choose_lock(g, &a)?;
     let report = check::check(&lock.rules, |k| fp.lookup(k));
     let passed = report.passes(a.strict);
     // The toolchains the project pins are part of this machine's readiness (not of a saved
@@ -283,6 +321,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         let mut v = json!({
             "schema": 1,
             "lockfile": g.shown(&path),
+            "lockfile-choice": why,
             "name": lock.name,
             "strict": a.strict,
             "passed": passed,
@@ -304,7 +343,13 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         }
         emit_json(&v)?;
     } else {
-        emit(&render_report(&g.shown(&path), &lock, &report, passed, g))?;
+        let mut text = render_report(&g.shown(&path), &lock, &report, passed, g);
+        if let Some(why) = &why {
+            // Right under the `lockfile PATH (NAME)` line.
+            let at = text.find('\n').map_or(text.len(), |i| i + 1);
+            text.insert_str(at, &format!("  {why}\n"));
+        }
+        emit(&text)?;
         for (spec, path) in &pins {
             match path {
                 Some(p) => emit(&format!("toolchain {spec}: installed at {p}\n"))?,
