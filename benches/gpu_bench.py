@@ -67,7 +67,7 @@ def table2(repro, runs):
         print(f"{recipe + ' ' + param:40} {statistics.median(meds):21.3f} {min(meds):10.3f} {max(meds):10.3f} {100 * cv:7.3f}%")
 
 
-def table3(results):
+def table3(repro, results):
     try:
         import torch
         import triton
@@ -85,7 +85,7 @@ def table3(results):
     for res in results:
         if res["verdict"] != "ok":
             continue
-        store = subprocess.run(["target/release/repro", "store", "path"], capture_output=True, text=True).stdout.strip()
+        store = subprocess.run([repro, "store", "path"], capture_output=True, text=True).stdout.strip()
         sha = res["artifact"]
         image = open(os.path.join(store, "objects", sha[:2], sha[2:]), "rb").read()
         mod = ctypes.c_void_p()
@@ -122,7 +122,7 @@ def main():
     a = ap.parse_args()
     results = table1(a.repro)
     table2(a.repro, a.stability_runs)
-    table3(results)
+    table3(a.repro, results)
 
 
 if __name__ == "__main__":

@@ -277,3 +277,30 @@ fn the_readme_names_only_files_that_exist() {
         "the README names files that do not exist: {missing:?}"
     );
 }
+
+/// A bench script that takes `--repro PATH` runs that binary everywhere: the default path
+/// appears only as the option's default.
+#[test]
+fn bench_scripts_use_their_repro_option_throughout() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches");
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "py") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.contains("\"--repro\"") {
+            continue;
+        }
+        for (i, line) in text.lines().enumerate() {
+            if line.contains("target/release/repro\"") || line.contains("target/release/repro'") {
+                assert!(
+                    line.contains("add_argument(\"--repro\""),
+                    "{}:{}: runs target/release/repro instead of --repro: {line}",
+                    path.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}
