@@ -236,6 +236,13 @@ pub static SPECS: &[Spec] = &[
         "where libcuda was loaded from",
     ),
     spec(
+        "driver.found-by",
+        Driver,
+        Text,
+        Record,
+        "how libcuda was found: the dynamic loader, or repro's search of the host's driver directories",
+    ),
+    spec(
         "toolchain.nvrtc.version",
         Nvrtc,
         Version,

@@ -16,6 +16,7 @@ pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod driverlib;
 pub mod error;
 pub mod exit;
 pub mod export;

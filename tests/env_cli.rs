@@ -479,3 +479,85 @@ fn env_check_with_two_lockfiles_says_which_it_used_and_why() {
         "the hint line ends with a newline: {err:?}"
     );
 }
+
+/// A repro whose loader cannot find libcuda (as a Nix-built one on Ubuntu: here there is no
+/// libcuda on the loader's path at all) finds it in the host's driver directories and says
+/// where. The driver is a stand-in built with the C compiler: libcuda.so.1 with
+/// cuDriverGetVersion, in a directory only the search names.
+#[test]
+fn a_driver_the_loader_cannot_find_is_found_in_the_host_directories() {
+    if has_gpu() {
+        common::skip("needs a machine without a GPU: a real libcuda would be found by the loader");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("driver-lib");
+    std::fs::create_dir(&dir).unwrap();
+    let src = tmp.path().join("fake.c");
+    std::fs::write(
+        &src,
+        "int cuDriverGetVersion(int *v) { *v = 13000; return 0; }\nint cuInit(unsigned f) { (void)f; return 100; }\n",
+    )
+    .unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(dir.join("libcuda.so.1"))
+        .arg(&src)
+        .output();
+    match cc {
+        Ok(o) if o.status.success() => {}
+        _ => {
+            common::skip("needs a C compiler (cc) to build a stand-in libcuda");
+            return;
+        }
+    }
+    let capture = |dirs: &std::path::Path| {
+        let out = repro(tmp.path())
+            .args(["env", "capture", "--json"])
+            .env("REPRO_DRIVER_LIB_DIRS", dirs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let fp = capture(&dir);
+    let found = fp["driver"]["found-by"].as_str().unwrap_or_default();
+    let lib = dir.join("libcuda.so.1");
+    assert!(
+        found.starts_with("repro's host search: ") && found.contains(lib.to_str().unwrap()),
+        "{fp}"
+    );
+    assert!(found.contains("REPRO_DRIVER_LIB_DIRS"), "{found}");
+    assert_eq!(fp["driver"]["library"], lib.to_str().unwrap(), "{fp}");
+    assert_eq!(fp["driver"]["cuda-version"], "13.0", "{fp}");
+    // env check says where the driver came from.
+    let lock = tmp.path().join("lock.toml");
+    std::fs::write(
+        &lock,
+        "schema = 1\nname = \"t\"\n\n[fields]\n\"driver.cuda-version\" = { policy = \"exact\", value = \"13.0\" }\n",
+    )
+    .unwrap();
+    let out = repro(tmp.path())
+        .args(["env", "check", "--lock"])
+        .arg(&lock)
+        .env("REPRO_DRIVER_LIB_DIRS", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "driver: libcuda.so.1 from repro's host search: {}",
+            lib.display()
+        )),
+        "{text}"
+    );
+    // A search that finds nothing leaves the driver unavailable, and says where it looked.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let fp = capture(&empty);
+    assert!(fp["driver"]["unavailable"].is_string(), "{fp}");
+}

@@ -318,6 +318,7 @@ fn recipe_bench(
         }
     }
     // Everything above works without a GPU: recipe, build and argument errors come first.
+    crate::driverlib::ensure();
     // SAFETY: only probes for the library by name.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU")
@@ -633,6 +634,7 @@ pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
     let job: crate::gpurun::Job =
         serde_json::from_slice(&input).context("failed to read the job on stdin")?;
+    crate::driverlib::ensure();
     // SAFETY: only probes for the library by name.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(

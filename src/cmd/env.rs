@@ -322,6 +322,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             "schema": 1,
             "lockfile": g.shown(&path),
             "lockfile-choice": why,
+            "driver-found-by": fp.get("driver.found-by").value(),
             "name": lock.name,
             "strict": a.strict,
             "passed": passed,
@@ -344,11 +345,19 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         emit_json(&v)?;
     } else {
         let mut text = render_report(&g.shown(&path), &lock, &report, passed, g);
+        // Right under the `lockfile PATH (NAME)` line: which lockfile and why, and where the
+        // driver came from when the loader could not find it.
+        let mut notes = String::new();
         if let Some(why) = &why {
-            // Right under the `lockfile PATH (NAME)` line.
-            let at = text.find('\n').map_or(text.len(), |i| i + 1);
-            text.insert_str(at, &format!("  {why}\n"));
+            notes.push_str(&format!("  {why}\n"));
         }
+        if let Some(how) = fp.get("driver.found-by").value()
+            && how.starts_with("repro's host search")
+        {
+            notes.push_str(&format!("  driver: libcuda.so.1 from {how}\n"));
+        }
+        let at = text.find('\n').map_or(text.len(), |i| i + 1);
+        text.insert_str(at, &notes);
         emit(&text)?;
         for (spec, path) in &pins {
             match path {

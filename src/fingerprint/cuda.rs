@@ -15,6 +15,9 @@ use crate::fsutil;
 pub const NO_DRIVER: &str = "no NVIDIA driver on this machine (libcuda.so.1 not found)";
 
 fn driver_present() -> bool {
+    // Where the loader cannot find the host's driver (a Nix-built repro on Ubuntu), load it
+    // from the host's driver directories first.
+    crate::driverlib::ensure();
     // SAFETY: only tries to dlopen the library by its candidate names.
     unsafe { sys::is_culib_present() }
 }
@@ -31,7 +34,11 @@ fn check(r: CUresult, what: &str) -> Result<(), String> {
 pub fn probe_driver() -> Fields {
     let mut f = Fields::new();
     let proc_version = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
-    if !driver_present() {
+    let present = driver_present();
+    if let Some(how) = crate::driverlib::located("libcuda.so.1") {
+        f.insert("driver.found-by".into(), Field::Value(how.describe()));
+    }
+    if !present {
         let reason = match proc_version {
             Some(_) => "the NVIDIA kernel module is loaded but libcuda.so.1 was not found".into(),
             None => NO_DRIVER.to_string(),

@@ -12,6 +12,7 @@ use crate::fields::{Probe, SPECS};
 
 /// Opens NVML by its versioned name: machines with only the driver have no unversioned symlink.
 pub fn open() -> Result<Nvml, nvml_wrapper::error::NvmlError> {
+    crate::driverlib::ensure();
     Nvml::builder()
         .lib_path("libnvidia-ml.so.1".as_ref())
         .init()
