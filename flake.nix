@@ -57,8 +57,13 @@
             packages = [
               pkgs.rustc pkgs.cargo pkgs.clippy pkgs.rustfmt
               pkgs.git pkgs.python3
-              cuda.cuda_nvcc
+              # nvcc alone has no runtime headers: cuda_runtime.h comes from cuda_cudart, and
+              # <cub/...>, <thrust/...>, <cuda/...> from CCCL.
+              cuda.cuda_nvcc cuda.cuda_cudart cuda.cuda_cccl
             ];
+            # nvcc looks for headers beside itself; nixpkgs splits CUDA into one package per
+            # component, so the shell points nvcc at the others' include directories.
+            NVCC_PREPEND_FLAGS = "-I${pkgs.lib.getInclude cuda.cuda_cudart}/include -I${pkgs.lib.getInclude cuda.cuda_cccl}/include";
             # Builds use the shell's NVRTC through this variable. There is deliberately no
             # LD_LIBRARY_PATH: a global one would shadow the host's libcuda, and the driver
             # always comes from the host (repro env check verifies it).

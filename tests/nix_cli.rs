@@ -246,7 +246,9 @@ in {
   mkShell = a: drv "shell" a;
   rustc = drv "rustc" { }; cargo = drv "cargo" { }; clippy = drv "clippy" { }; rustfmt = drv "rustfmt" { };
   git = drv "git" { }; python3 = drv "python3" { };
-  cudaPackages_13_0 = { cuda_nvcc = drv "cuda_nvcc" { }; cuda_nvrtc = drv "cuda_nvrtc" { lib = drv "cuda_nvrtc-lib" { }; }; };
+  lib.getInclude = p: p.include or p;
+  cudaPackages_13_0 = { cuda_nvcc = drv "cuda_nvcc" { }; cuda_nvrtc = drv "cuda_nvrtc" { lib = drv "cuda_nvrtc-lib" { }; };
+    cuda_cudart = drv "cuda_cudart" { include = drv "cuda_cudart-include" { }; }; cuda_cccl = drv "cuda_cccl" { }; };
 }
 "#,
     )
@@ -256,7 +258,7 @@ in {
            sh = outs.devShells.x86_64-linux.default; pkg = outs.packages.x86_64-linux.default;
         in {{ systems = builtins.attrNames outs.devShells; pkg = pkg.pname; lock = builtins.baseNameOf (toString pkg.cargoLock.lockFile);
               app = outs.apps.x86_64-linux.default.program; nvrtc = sh.REPRO_NVRTC; nvcc = sh.REPRO_NVCC;
-              ld = sh ? LD_LIBRARY_PATH; packages = map (p: p.name) sh.packages; }}"#,
+              ld = sh ? LD_LIBRARY_PATH; packages = map (p: p.name) sh.packages; nvcc_flags = sh.NVCC_PREPEND_FLAGS; }}"#,
         stub = stub.path().display()
     );
     let out = std::process::Command::new("nix-instantiate")
@@ -281,6 +283,11 @@ in {
     assert_eq!(v["nvcc"], "/nix/store/stub-cuda_nvcc/bin/nvcc");
     // No global LD_LIBRARY_PATH: it would shadow the host's driver.
     assert_eq!(v["ld"], false);
+    // nvcc finds cuda_runtime.h (cuda_cudart's headers) and CCCL's.
+    assert_eq!(
+        v["nvcc_flags"],
+        "-I/nix/store/stub-cuda_cudart-include/include -I/nix/store/stub-cuda_cccl/include"
+    );
     for p in [
         "rustc",
         "cargo",
@@ -289,6 +296,8 @@ in {
         "git",
         "python3",
         "cuda_nvcc",
+        "cuda_cudart",
+        "cuda_cccl",
     ] {
         assert!(
             v["packages"].as_array().unwrap().iter().any(|x| x == p),
