@@ -24,8 +24,8 @@ fn wheelhouse() -> Option<PathBuf> {
                 std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
                 "REPRO_TEST_WHEELHOUSE is required here but not set"
             );
-            eprintln!(
-                "skipping: REPRO_TEST_WHEELHOUSE is not set (a directory of the nvcc 13.0 wheels and NVRTC 12.8.93, 12.9.86, 13.0.88; .ci/run fills one)"
+            common::skip(
+                "needs a wheelhouse: REPRO_TEST_WHEELHOUSE is not set (a directory of the nvcc 13.0 wheels and NVRTC 12.8.93, 12.9.86, 13.0.88; .ci/run fills one)",
             );
             None
         }
@@ -576,7 +576,7 @@ fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a small tmpfs here (needs CAP_SYS_ADMIN)");
+        common::skip("needs CAP_SYS_ADMIN to mount a small tmpfs");
         return;
     }
     let _guard = Mounted(cache.clone());
