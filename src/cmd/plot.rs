@@ -148,7 +148,12 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             plot::render(
                 &title,
                 "commit (position in the range)",
-                "median of per-process medians",
+                // Build, check and script bisections are not timed: their points are verdicts.
+                if points.iter().any(|p| p.y.is_some()) {
+                    "median of per-process medians"
+                } else {
+                    "verdict only (this mode is not timed)"
+                },
                 &points,
                 &markers,
                 false,
