@@ -680,6 +680,10 @@ impl crate::error::Diagnose for crate::archive::ArchiveError {
     fn exit_code(&self) -> u8 {
         use crate::archive::ArchiveError as E;
         match self {
+            // A bundle that is not there is the user's input mistake (2), as the README says.
+            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                crate::exit::USAGE
+            }
             E::Read { .. } | E::Write { .. } => crate::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
             E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => crate::exit::MISMATCH,
@@ -696,6 +700,9 @@ impl crate::error::Diagnose for crate::archive::ArchiveError {
             E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
             E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
             E::Output(w) => crate::error::Diagnose::hint(w),
+            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Some("check the path of the bundle".into())
+            }
             _ => None,
         }
     }

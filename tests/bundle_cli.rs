@@ -299,3 +299,24 @@ fn bundles_are_deterministic_across_runs_and_checkout_paths() {
     assert_eq!(a, b, "two runs");
     assert_eq!(a, c, "two checkout paths");
 }
+
+#[test]
+fn a_missing_bundle_is_an_input_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for args in [
+        &["bundle", "verify", "nope.tar.zst"][..],
+        &["bundle", "show", "nope.tar.zst"],
+        &["replay", "abcd", "--bundle", "nope.tar.zst"],
+    ] {
+        repro(tmp.path())
+            .arg("-C")
+            .arg(tmp.path())
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("nope.tar.zst"))
+            .stderr(predicates::str::contains(
+                "hint: check the path of the bundle",
+            ));
+    }
+}
