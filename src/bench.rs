@@ -87,7 +87,7 @@ fn dims(
 ) -> Result<[u32; 3], String> {
     let mut d = [1u32; 3];
     for (i, e) in exprs.iter().enumerate() {
-        let c = e.eval_count(params, what).map_err(|e| e.to_string())?;
+        let c = e.eval_count(params, what).map_err(|err| e.explain(&err))?;
         d[i] = u32::try_from(c).map_err(|_| format!("{what} `{}` is {c}, too large", e.text()))?;
     }
     Ok(d)
@@ -112,7 +112,7 @@ fn launch(
     let smem = l
         .shared_mem
         .eval_count(params, &format!("[{section}] shared-mem"))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| l.shared_mem.explain(&e))?;
     Ok(LaunchSpec {
         kernel: l.kernel.clone(),
         grid,
@@ -203,7 +203,7 @@ pub fn resolve(
                 } => {
                     let n = count
                         .eval_count(&params, &format!("[run] args `{name}` count"))
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| count.explain(&e))?;
                     let bytes = n
                         .checked_mul(dtype.size() as u64)
                         .and_then(|b| total.checked_add(b))
@@ -225,7 +225,7 @@ pub fn resolve(
                     }
                 }
                 Arg::Scalar { name, dtype, value } => {
-                    let v = value.eval(&params).map_err(|e| e.to_string())?.as_f64();
+                    let v = value.eval(&params).map_err(|e| value.explain(&e))?.as_f64();
                     scalar_fits(name, *dtype, v)?;
                     ArgSpec::Scalar {
                         name: name.clone(),
@@ -258,7 +258,7 @@ pub fn resolve(
                 .map(|e| {
                     e.eval(&params)
                         .map(|v| v.as_f64())
-                        .map_err(|e| e.to_string())
+                        .map_err(|err| e.explain(&err))
                 })
                 .transpose()
         };

@@ -50,6 +50,8 @@ const FUNCTIONS: &[(&str, Func)] = &[
 pub struct Expr {
     text: String,
     root: Node,
+    /// Where it was written (line, column, key), for evaluation errors.
+    at: Option<(usize, usize, String)>,
 }
 
 /// A value: integers stay exact (i64); any float operand makes the result a float.
@@ -201,12 +203,29 @@ impl Expr {
                 Tok::End => Ok(Expr {
                     text: text.to_string(),
                     root,
+                    at: None,
                 }),
                 Tok::RParen => Err(parser.error(parser.tok.start, "unmatched `)`")),
                 _ => Err(parser.expected("an operator or end of input")),
             }
         };
         parse().map_err(|e| *e)
+    }
+
+    /// This expression, known to be written at `line`:`column` under the key `what` (so
+    /// that an evaluation error names the place).
+    pub fn at(mut self, line: usize, column: usize, what: &str) -> Self {
+        self.at = Some((line, column, what.to_string()));
+        self
+    }
+
+    /// An evaluation error of this expression, with the line, column and key where it was
+    /// written when they are known: `17:8: [run] grid: in `ceil_div(n, 0)`: division by zero`.
+    pub fn explain(&self, e: &ExprError) -> String {
+        match &self.at {
+            Some((line, column, what)) => format!("{line}:{column}: {what}: {e}"),
+            None => e.to_string(),
+        }
     }
 
     /// The expression exactly as written.

@@ -881,6 +881,7 @@ fn parse_in(
             work: raw.work,
         },
         &entries,
+        text,
     )
     .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
     let mut bisect_paths = Vec::new();

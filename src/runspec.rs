@@ -333,7 +333,12 @@ pub const DEFAULT_ATOL: f64 = 1e-5;
 /// See [`DEFAULT_ATOL`].
 pub const DEFAULT_RTOL: f64 = 1e-5;
 
-fn expr(raw: &RawExpr, what: &str, params: &BTreeMap<String, Vec<Value>>) -> Result<Expr, Problem> {
+fn expr(
+    raw: &RawExpr,
+    what: &str,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Expr, Problem> {
     let span = raw.0.span();
     let text = crate::spans::scalar(raw.0.get_ref()).ok_or_else(|| {
         (
@@ -342,7 +347,10 @@ fn expr(raw: &RawExpr, what: &str, params: &BTreeMap<String, Vec<Value>>) -> Res
             None,
         )
     })?;
-    let e = Expr::parse(&text).map_err(|e| (Some(span.clone()), format!("`{what}`: {e}"), None))?;
+    let (line, column) = crate::spans::locate(src, Some(span.clone()));
+    let e = Expr::parse(&text)
+        .map_err(|e| (Some(span.clone()), format!("`{what}`: {e}"), None))?
+        .at(line, column, what);
     for name in e.names() {
         if !params.contains_key(&name) {
             let known: Vec<&String> = params.keys().collect();
@@ -372,6 +380,7 @@ fn dims(
     raw: &RawDims,
     what: &str,
     params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
 ) -> Result<Vec<Expr>, Problem> {
     let span = raw.0.span();
     let items: Vec<RawExpr> = match raw.0.get_ref() {
@@ -388,11 +397,12 @@ fn dims(
             None,
         ));
     }
-    items.iter().map(|i| expr(i, what, params)).collect()
+    items.iter().map(|i| expr(i, what, params, src)).collect()
 }
 
 /// Validates the raw sections against the build's entry points.
-pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
+/// `src` is the recipe's text, for the line and column that evaluation errors name.
+pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Problem> {
     let mut params = BTreeMap::new();
     if let Some(p) = raw.params {
         let p_span = p.span();
@@ -449,10 +459,10 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
             let r = r.into_inner();
             let launch = Launch {
                 kernel: entry(&r.kernel, "run")?,
-                grid: dims(&r.grid, "[run] grid", &params)?,
-                block: dims(&r.block, "[run] block", &params)?,
+                grid: dims(&r.grid, "[run] grid", &params, src)?,
+                block: dims(&r.block, "[run] block", &params, src)?,
                 shared_mem: match &r.shared_mem {
-                    Some(e) => expr(e, "[run] shared-mem", &params)?,
+                    Some(e) => expr(e, "[run] shared-mem", &params, src)?,
                     None => Expr::parse("0").expect("a literal parses"),
                 },
             };
@@ -546,7 +556,7 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                         Arg::Buffer {
                             name,
                             dtype,
-                            count: expr(count, &what("count"), &params)?,
+                            count: expr(count, &what("count"), &params, src)?,
                             init,
                             seed,
                             output,
@@ -587,7 +597,7 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                         Arg::Scalar {
                             name,
                             dtype,
-                            value: expr(value, &what("value"), &params)?,
+                            value: expr(value, &what("value"), &params, src)?,
                         }
                     }
                     _ => {
@@ -669,15 +679,15 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                 launch: Launch {
                     kernel: entry(&c.kernel, "check")?,
                     grid: match &c.grid {
-                        Some(g) => dims(g, "[check] grid", &params)?,
+                        Some(g) => dims(g, "[check] grid", &params, src)?,
                         None => run.launch.grid.clone(),
                     },
                     block: match &c.block {
-                        Some(b) => dims(b, "[check] block", &params)?,
+                        Some(b) => dims(b, "[check] block", &params, src)?,
                         None => run.launch.block.clone(),
                     },
                     shared_mem: match &c.shared_mem {
-                        Some(e) => expr(e, "[check] shared-mem", &params)?,
+                        Some(e) => expr(e, "[check] shared-mem", &params, src)?,
                         None => run.launch.shared_mem.clone(),
                     },
                 },
@@ -695,12 +705,12 @@ pub fn validate(raw: Raw, entries: &[String]) -> Result<Sections, Problem> {
                 bytes: w
                     .bytes
                     .as_ref()
-                    .map(|e| expr(e, "[work] bytes", &params))
+                    .map(|e| expr(e, "[work] bytes", &params, src))
                     .transpose()?,
                 flops: w
                     .flops
                     .as_ref()
-                    .map(|e| expr(e, "[work] flops", &params))
+                    .map(|e| expr(e, "[work] flops", &params, src))
                     .transpose()?,
             }
         }

@@ -446,6 +446,24 @@ fn finding_7_errors_are_user_errors_with_locations() {
         );
     }
 
+    // An expression that fails only when evaluated names the file, line, column and key.
+    let (tmp, root) = repo_with(&[
+        (
+            "recipes/r.toml",
+            &format!(
+                "{}args = [{{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }}]\n",
+                base.replace("grid = 1", "grid = \"ceil_div(n, 0)\"")
+            ),
+        ),
+        ("k.cu", "x"),
+    ]);
+    let (code, out, err) = run(tmp.path(), &root, &["bench", "r"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("recipes/r.toml:11:8: [run] grid: in `ceil_div(n, 0)`: division by zero"),
+        "{err}"
+    );
+
     // A 200 KB expression is quoted shortened.
     let long = format!("n{}", " + 1".repeat(50_000));
     let (tmp, root) = repo_with(&[

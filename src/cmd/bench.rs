@@ -233,7 +233,7 @@ fn recipe_bench(
         a.check_only,
         a.time_anyway,
     )
-    .map_err(|e| UserError::usage(format!("{}: {e}", r.path)))?;
+    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
     if r.targets().len() > 1 {
         // One artifact per target: run the one this GPU can load, and say which.
         let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
@@ -303,7 +303,7 @@ fn recipe_bench(
         a.check_only,
         a.time_anyway,
     )
-    .map_err(|e| UserError::usage(format!("{}: {e}", r.path)))?;
+    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
     if let Some(ptx) = &ptx {
         for p in &points {
             bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {
@@ -648,4 +648,13 @@ pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// `path: message`, or `path:line:column: ...` when the message starts with a location.
+fn located(path: &str, message: &str) -> String {
+    if message.starts_with(|c: char| c.is_ascii_digit()) && message.contains(": ") {
+        format!("{path}:{message}")
+    } else {
+        format!("{path}: {message}")
+    }
 }
