@@ -86,6 +86,8 @@ fn progress_shows_on_a_terminal_only() {
         std::process::Command::new("script")
             .current_dir(&root)
             .env("XDG_CACHE_HOME", tmp.path())
+            // A terminal that says what it is: CI runs with no TERM at all.
+            .env("TERM", "xterm")
             .args([
                 "-qec",
                 &format!(
