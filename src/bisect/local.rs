@@ -417,6 +417,7 @@ impl<'a> Ctx<'a> {
             let b = b.clone();
             let (cmd, metric) = (cmd.clone(), metric.clone());
             let timeout = self.plan.timeout;
+            let device = b.settings.device;
             let dir = self.checkout(files, None)?;
             let root = dir.path().to_path_buf();
             return self.judge(
@@ -424,7 +425,7 @@ impl<'a> Ctx<'a> {
                 |n| {
                     let mut v = Vec::new();
                     for _ in 0..n {
-                        match bench::run_command_once(&root, &cmd, &metric, timeout) {
+                        match bench::run_command_once(&root, &cmd, &metric, timeout, Some(device)) {
                             bench::CommandRun::Sample(x) => v.push(x),
                             bench::CommandRun::Failed(w) => {
                                 return Err(format!("the bench command failed: {w}"));
@@ -890,7 +891,9 @@ impl LocalExecutor {
             plan: plan.clone(),
             shared: Shared {
                 fetcher: Fetcher::new(repo, plan.offline),
-                worktrees: (0..plan.width()).map(|_| Mutex::new(None)).collect(),
+                worktrees: (0..plan.width().max(plan.devices.len()))
+                    .map(|_| Mutex::new(None))
+                    .collect(),
                 renames: OnceLock::new(),
                 newest,
             },
@@ -994,26 +997,22 @@ impl LocalExecutor {
             .insert((device, commit), s.samples.clone());
         Ok(s.samples)
     }
-}
 
-impl Executor for LocalExecutor {
-    fn width(&self) -> usize {
-        self.plan.width()
-    }
-
-    fn run(
+    /// One step on one device, from worker slot `slot`.
+    fn run_on(
         &self,
         req: &StepRequest,
+        device: usize,
+        slot: usize,
+        plan: Plan,
         events: &(dyn Fn(Event<'_>) + Sync),
     ) -> Result<Step, BisectError> {
-        let device = self.device(req.slot);
-        let plan = self.plan.on_device(device);
         let repo = self.open(req.commit)?;
         let bench = matches!(plan.question, Question::Bench(_));
         let (baseline, baseline_tree) = if bench {
             match req.baseline {
                 Some((bi, boid)) => (
-                    Some(self.baseline_on(&repo, &plan, device, req.slot, bi, boid, events)?),
+                    Some(self.baseline_on(&repo, &plan, device, slot, bi, boid, events)?),
                     Some(Self::tree_of(&repo, boid)?),
                 ),
                 None => (None, Some(Self::tree_of(&repo, req.commit)?)),
@@ -1028,7 +1027,7 @@ impl Executor for LocalExecutor {
             baseline,
             baseline_tree,
             shared: &self.shared,
-            slot: req.slot,
+            slot,
             salt: self.salt.as_deref(),
             events,
             fetched: std::cell::Cell::new(0),
@@ -1049,6 +1048,70 @@ impl Executor for LocalExecutor {
         Ok(s)
     }
 
+    /// A performance step on several GPUs: its processes are spread over every device
+    /// (each measures its share, at once), and each device judges its samples against its
+    /// own baseline of the good end. The step's verdict is theirs when they agree; when they
+    /// do not, the commit is a skip (untestable here), never a verdict one card made
+    /// against another.
+    fn run_split(
+        &self,
+        req: &StepRequest,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Step, BisectError> {
+        let devices = self.plan.devices.clone();
+        let k = devices.len();
+        let quiet = |e: Event<'_>| {
+            if let Event::Status(m) = e {
+                events(Event::Status(m));
+            }
+        };
+        let quiet = &quiet;
+        let results: Vec<Result<Step, BisectError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(pos, &device)| {
+                    let mut plan = self.plan.on_device(device);
+                    if let Question::Bench(b) = &mut plan.question {
+                        b.first_attempts = b.first_attempts.div_ceil(k).max(2);
+                        b.max_attempts = b.max_attempts.div_ceil(k).max(b.first_attempts);
+                    }
+                    scope.spawn(move || self.run_on(req, device, pos, plan, quiet))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(BisectError::Inconsistent("a GPU's worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let parts = results.into_iter().collect::<Result<Vec<Step>, _>>()?;
+        let step = combine(req, &parts);
+        events(Event::Step(&step));
+        Ok(step)
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn width(&self) -> usize {
+        self.plan.width()
+    }
+
+    fn run(
+        &self,
+        req: &StepRequest,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Step, BisectError> {
+        if matches!(self.plan.question, Question::Bench(_)) && self.plan.devices.len() > 1 {
+            return self.run_split(req, events);
+        }
+        let device = self.device(req.slot);
+        self.run_on(req, device, req.slot, self.plan.on_device(device), events)
+    }
+
     fn prefetch(&self, commit: Oid) {
         prefetch_build(
             &self.repo_path,
@@ -1065,4 +1128,60 @@ impl Executor for LocalExecutor {
             .and_then(|r| history::subject(&r, commit).ok())
             .unwrap_or_default()
     }
+}
+
+/// One step's verdict from the per-device parts of a split performance step.
+fn combine(req: &StepRequest, parts: &[Step]) -> Step {
+    let first = &parts[0];
+    let mut s = Step::new(req.index, req.commit, first.subject.clone());
+    s.note = first.note.clone();
+    s.cached = parts.iter().all(|p| p.cached);
+    s.attempts = parts.iter().map(|p| p.attempts).sum();
+    s.ms = parts.iter().map(|p| p.ms).fold(0.0, f64::max);
+    s.samples = parts
+        .iter()
+        .flat_map(|p| p.samples.iter().copied())
+        .collect();
+    s.median = crate::stats::median(&s.samples);
+    // For display: the geometric mean of the per-device ratios, the widest interval, and
+    // the largest p-value. The decisions were each device's own.
+    let ratios: Vec<(f64, f64, f64)> = parts.iter().filter_map(|p| p.ratio).collect();
+    if ratios.len() == parts.len() {
+        let g = (ratios.iter().map(|r| r.0.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let lo = ratios.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().map(|r| r.2).fold(f64::NEG_INFINITY, f64::max);
+        s.ratio = Some((g, lo, hi));
+    }
+    s.p = parts
+        .iter()
+        .filter_map(|p| p.p)
+        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.max(p))));
+    let each = |p: &Step| {
+        format!(
+            "{}: {}{}",
+            p.placement.as_deref().unwrap_or("?"),
+            p.verdict,
+            p.detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        )
+    };
+    if parts.iter().all(|p| p.verdict == first.verdict) {
+        s.verdict = first.verdict.clone();
+        s.detail = match first.verdict.as_str() {
+            "good" if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
+            "good" => None,
+            _ => Some(parts.iter().map(each).collect::<Vec<_>>().join("; ")),
+        };
+    } else {
+        s.verdict = "skip".into();
+        s.detail = Some(format!(
+            "the GPUs disagree, each against its own baseline: {}",
+            parts.iter().map(each).collect::<Vec<_>>().join("; ")
+        ));
+    }
+    // Samples of several cards are never compared as one: a re-check measures again.
+    s.placement = None;
+    s
 }

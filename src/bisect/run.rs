@@ -115,10 +115,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// How many commits one round evaluates at once.
+    /// How many commits one round evaluates at once on this machine. A performance step
+    /// is one commit at a time, its processes spread over every GPU (each judged against
+    /// its own baseline); a check is one commit per GPU; builds and scripts `--jobs`.
     pub fn width(&self) -> usize {
         match self.question {
-            Question::Bench(_) | Question::Check => self.devices.len().max(1),
+            Question::Bench(_) => 1,
+            Question::Check => self.devices.len().max(1),
             _ => self.jobs.max(1),
         }
     }
