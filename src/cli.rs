@@ -76,6 +76,9 @@ pub enum Command {
     /// Internal: run one GPU job from stdin (the child process of `repro bench`).
     #[command(hide = true)]
     GpuJob(cmd::bench::GpuJobArgs),
+    /// Internal: evaluate one bisection step from a request file (a Slurm job's command).
+    #[command(hide = true)]
+    BisectStep(cmd::bisect::StepArgs),
 }
 
 /// Options every command sees.
@@ -171,6 +174,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show(args) => cmd::results::show(&globals, args),
         Command::Compare(args) => cmd::results::compare(&globals, args),
         Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
+        Command::BisectStep(args) => cmd::bisect::run_step(&globals, args),
         Command::Bisect(args) => cmd::bisect::run(&globals, args),
         Command::Replay(args) => cmd::replay::run(&globals, args),
         Command::Completions(args) => cmd::shell::completions(&globals, args),

@@ -287,7 +287,49 @@ impl<'a> Ctx<'a> {
         Ok(StepDir::Kept(guard))
     }
 
+    /// The step's answer from the store, if it is known there.
+    fn stored(&self, index: usize, oid: Oid) -> Result<Option<Step>, BisectError> {
+        let start = Instant::now();
+        let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let key = self.step_key(files.tree_id());
+        let Ok(Some(rec)) = self.store.get_record(STEPS, &key) else {
+            return Ok(None);
+        };
+        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let mut step = Step::new(index, oid, subject);
+        step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
+        step.detail = rec["detail"].as_str().map(str::to_string);
+        step.note = rec["note"].as_str().map(str::to_string);
+        step.median = rec["median"].as_f64();
+        step.p = rec["p"].as_f64();
+        step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
+        step.ratio = rec["ratio"].as_array().map(|a| {
+            (
+                a[0].as_f64().unwrap_or(0.0),
+                a[1].as_f64().unwrap_or(0.0),
+                a[2].as_f64().unwrap_or(0.0),
+            )
+        });
+        step.samples = rec["samples"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        step.cached = true;
+        step.ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(Some(step))
+    }
+
     fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
+        if let Some(step) = self.stored(index, oid)? {
+            (self.events)(Event::Step(&step));
+            return Ok(step);
+        }
         let start = Instant::now();
         let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
             commit: history::short(oid),
@@ -299,29 +341,6 @@ impl<'a> Ctx<'a> {
         })?;
         let key = self.step_key(files.tree_id());
         let mut step = Step::new(index, oid, subject);
-        if let Ok(Some(rec)) = self.store.get_record(STEPS, &key) {
-            step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
-            step.detail = rec["detail"].as_str().map(str::to_string);
-            step.note = rec["note"].as_str().map(str::to_string);
-            step.median = rec["median"].as_f64();
-            step.p = rec["p"].as_f64();
-            step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
-            step.ratio = rec["ratio"].as_array().map(|a| {
-                (
-                    a[0].as_f64().unwrap_or(0.0),
-                    a[1].as_f64().unwrap_or(0.0),
-                    a[2].as_f64().unwrap_or(0.0),
-                )
-            });
-            step.samples = rec["samples"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            step.cached = true;
-            step.ms = start.elapsed().as_secs_f64() * 1e3;
-            (self.events)(Event::Step(&step));
-            return Ok(step);
-        }
         let mut keep = true;
         self.fetched.set(0);
         let result = self.evaluate_fresh(&files, oid, &mut step);
@@ -996,6 +1015,30 @@ impl LocalExecutor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert((device, commit), s.samples.clone());
         Ok(s.samples)
+    }
+
+    /// A build, check or script step's answer if the store knows it, without evaluating
+    /// anything (a remote executor asks this before it submits a job). Performance steps
+    /// are measured where they run, so they are never answered this way.
+    pub fn stored(&self, req: &StepRequest) -> Result<Option<Step>, BisectError> {
+        if matches!(self.plan.question, Question::Bench(_)) {
+            return Ok(None);
+        }
+        let repo = self.open(req.commit)?;
+        let plan = self.plan.on_device(self.device(req.slot));
+        let ctx = Ctx {
+            repo: &repo,
+            store: self.store.clone(),
+            plan: &plan,
+            baseline: None,
+            baseline_tree: None,
+            shared: &self.shared,
+            slot: req.slot,
+            salt: None,
+            events: &|_| {},
+            fetched: std::cell::Cell::new(0),
+        };
+        ctx.stored(req.index, req.commit)
     }
 
     /// One step on one device, from worker slot `slot`.

@@ -8,4 +8,5 @@ pub mod history;
 pub mod local;
 pub mod run;
 pub mod search;
+pub mod slurm;
 pub mod toolchains;
