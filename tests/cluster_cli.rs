@@ -366,7 +366,7 @@ fn ctrl_c_cancels_every_job() {
 fn slurm_bad_input_is_named() {
     let (tmp, root) = state_history();
     let range = ["--good", "HEAD~39", "--bad", "HEAD", "--script", "true"];
-    // No sbatch on the PATH (only a shell).
+    // No srun on the PATH (only a shell).
     let bin = tmp.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::os::unix::fs::symlink("/bin/sh", bin.join("sh")).unwrap();
@@ -381,7 +381,7 @@ fn slurm_bad_input_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
-        stderr.contains("needs `sbatch`") && stderr.contains("hint:"),
+        stderr.contains("needs Slurm's `srun`") && stderr.contains("hint:"),
         "{stderr}"
     );
     // Slurm options without Slurm.

@@ -1,10 +1,11 @@
-//! The Slurm executor: each bisection step is a batch job with one GPU.
+//! The Slurm executor: each bisection step is a Slurm job with one GPU.
 //!
 //! A step travels as a small request file (the commit id, the recipe's text and the
 //! question, [`JobRequest`]) in the store, which must be on a filesystem the cluster's nodes
 //! share; the job runs `repro bisect-step` on it, which evaluates the step with the local
 //! executor on the node and writes the step record into the same store and a result file
-//! ([`JobResult`]) beside the request. `sbatch --wait` returns when the job has ended.
+//! ([`JobResult`]) beside the request. `srun` (one task, the job's GPU from `--gres`) returns
+//! when the job has ended.
 //!
 //! A job that ends without a result (preempted, cancelled, out of time, its node lost) is
 //! submitted again, up to a limit; it never becomes a verdict. Every job of a bisection
@@ -290,32 +291,27 @@ impl JobError {
 /// Why the cluster cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
-    /// `sbatch` is not on the PATH.
-    #[error("--executor slurm needs `sbatch`, and it is not on the PATH")]
-    NoSbatch,
+    /// `srun` is not on the PATH.
+    #[error("--executor slurm needs Slurm's `srun`, and it is not on the PATH")]
+    NoSrun,
     /// Slurm refused the job options (a partition that does not exist, a GRES no node
     /// has, a malformed time limit).
     #[error("Slurm refuses these job options ({options}): {reason}")]
     Refused {
-        /// The options, as given to sbatch.
+        /// The options, as given to srun.
         options: String,
-        /// What sbatch said.
+        /// What srun said.
         reason: String,
         /// The partitions there are.
         partitions: Vec<String>,
     },
-    /// sbatch could not be asked at all (the controller is down).
+    /// srun could not be asked at all (the controller is down).
     #[error("cannot reach the Slurm controller")]
     Unreachable {
         /// The failure.
         #[source]
         source: ProcessError,
     },
-}
-
-/// Quotes a word for `sh`.
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Runs steps as Slurm batch jobs.
@@ -335,7 +331,7 @@ pub struct SlurmExecutor {
 }
 
 impl SlurmExecutor {
-    /// Checks that Slurm is there and accepts the job options (`sbatch --test-only`), and
+    /// Checks that Slurm is there and accepts the job options (`srun --test-only`), and
     /// makes an executor that runs `plan`'s steps as jobs, `plan.jobs` at once.
     pub fn new(
         repo: &git2::Repository,
@@ -344,19 +340,19 @@ impl SlurmExecutor {
         newest: Oid,
         opts: SlurmOptions,
     ) -> Result<Self, SlurmError> {
-        let test = Cmd::new("sbatch")
+        let test = Cmd::new("srun")
             .arg("--test-only")
             .args(Self::job_options(&opts))
-            .args(["--wrap", "true"])
+            .arg("true")
             .timeout(Duration::from_secs(60));
         match test.output() {
-            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSbatch),
+            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
             Err(source) => return Err(SlurmError::Unreachable { source }),
             Ok(o) if !o.status.success() => {
                 let reason = o
                     .stderr_str()
                     .lines()
-                    .map(|l| l.trim_start_matches("sbatch: error: ").trim())
+                    .map(|l| l.trim_start_matches("srun: error: ").trim())
                     .filter(|l| !l.is_empty())
                     .collect::<Vec<_>>()
                     .join("; ");
@@ -448,6 +444,18 @@ impl SlurmExecutor {
     }
 }
 
+/// The job id in `srun -v`'s messages ("srun: jobid 107: nodes(1)...", "srun: job 107
+/// queued and waiting for resources").
+fn job_id(stderr: &str) -> Option<String> {
+    stderr.lines().find_map(|l| {
+        let rest = l
+            .strip_prefix("srun: jobid ")
+            .or_else(|| l.strip_prefix("srun: job "))?;
+        let id: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!id.is_empty()).then_some(id)
+    })
+}
+
 /// A short token naming this bisection's jobs: the scratch directory's unique suffix.
 fn keys_token(dir: &Path) -> String {
     let name = dir
@@ -509,34 +517,36 @@ impl Executor for SlurmExecutor {
             let text = serde_json::to_vec_pretty(&request).expect("a request serialises");
             crate::fsutil::write_atomic(&request_path, &text, true)
                 .map_err(|e| fatal(format!("cannot write the job's request: {e}")))?;
-            let wrap = format!(
-                "exec {} --store {} bisect-step {}",
-                sh_quote(&self.opts.repro.to_string_lossy()),
-                sh_quote(&self.store.root().to_string_lossy()),
-                sh_quote(&request_path.to_string_lossy())
-            );
-            let out = Cmd::new("sbatch")
-                .args(["--wait", "--parsable"])
+            // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
+            // longer than many steps take); -v makes it say the job's id.
+            let out = Cmd::new("srun")
+                .args(["-v", "--ntasks=1"])
                 .arg(format!("--job-name={}", self.name))
-                .arg(format!("--output={}", log_path.display()))
                 .arg(format!("--chdir={}", self.dir.path().display()))
                 .args(Self::job_options(&self.opts))
-                .args(["--wrap", &wrap])
+                .arg(&self.opts.repro)
+                .arg("--store")
+                .arg(self.store.root())
+                .arg("bisect-step")
+                .arg(&request_path)
                 .output()
-                .map_err(|e| fatal(format!("cannot submit a Slurm job: {e}")))?;
-            let job = out
-                .stdout_str()
-                .lines()
-                .next()
-                .and_then(|l| l.split(';').next())
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()));
+                .map_err(|e| fatal(format!("cannot start a Slurm job: {e}")))?;
+            let mut log = out.stdout.clone();
+            log.extend_from_slice(&out.stderr);
+            let _ = std::fs::write(&log_path, &log);
+            let job = job_id(&out.stderr_str());
             let Some(job) = job else {
-                // Not even submitted: the options or the controller; retrying will not help.
+                // Not even allocated: the options or the controller; retrying will not help.
+                let stderr = out.stderr_str();
+                let said: Vec<&str> = stderr
+                    .lines()
+                    .filter(|l| l.contains("error"))
+                    .map(str::trim)
+                    .collect();
                 return Err(fatal(format!(
-                    "sbatch did not submit the job ({}): {}",
+                    "srun did not start the job ({}): {}",
                     crate::process::describe_status(out.status),
-                    out.stderr_str().trim()
+                    said.join("; ")
                 )));
             };
             match Self::read_result(&result_path) {

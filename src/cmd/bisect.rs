@@ -35,8 +35,8 @@ pub enum Mode {
 pub enum ExecutorKind {
     /// On this machine (its GPUs: --devices).
     Local,
-    /// As Slurm batch jobs with one GPU each (sbatch --wait); the store must be on a
-    /// filesystem the nodes share.
+    /// As Slurm jobs with one GPU each (srun); the store must be on a filesystem the nodes
+    /// share.
     Slurm,
 }
 
@@ -167,12 +167,12 @@ impl Diagnose for SlurmError {
     fn exit_code(&self) -> u8 {
         match self {
             SlurmError::Refused { .. } => exit::USAGE,
-            SlurmError::NoSbatch | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
+            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            SlurmError::NoSbatch => "run it where Slurm's client commands (sbatch, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
+            SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
             SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
                 "check --partition, --gres, --time-limit and --account against `sinfo`".into()
             }
