@@ -1081,6 +1081,9 @@ impl LocalExecutor {
                 Some(salt) => salt.clone(),
                 None => format!("GPU {device}"),
             });
+            if let Some(place) = &s.placement {
+                s.by_place = BTreeMap::from([(place.clone(), s.samples.clone())]);
+            }
             if req.baseline.is_none() && s.verdict == "good" && !s.samples.is_empty() {
                 self.baselines
                     .lock()
@@ -1224,7 +1227,7 @@ fn combine(req: &StepRequest, parts: &[Step]) -> Step {
             parts.iter().map(each).collect::<Vec<_>>().join("; ")
         ));
     }
-    // Samples of several cards are never compared as one: a re-check measures again.
+    // Samples of several cards are never compared as one: `by_place` keeps them apart.
     s.placement = None;
     s
 }

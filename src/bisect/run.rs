@@ -175,6 +175,10 @@ pub struct Step {
     /// baseline of every comparison, also when the bisection is resumed).
     #[serde(skip)]
     pub samples: Vec<f64>,
+    /// Bench: the samples by the place that took them (one place, or one per GPU of a
+    /// step spread over several): only samples of one place are ever compared.
+    #[serde(skip)]
+    pub by_place: BTreeMap<String, Vec<f64>>,
 }
 
 impl Step {
@@ -195,6 +199,7 @@ impl Step {
             ms: 0.0,
             placement: None,
             samples: Vec::new(),
+            by_place: BTreeMap::new(),
         }
     }
 }
@@ -612,7 +617,8 @@ pub fn drive(
 
 /// The culprit compared with its parent directly, not only with the good end: a slow
 /// drift over many commits would otherwise be blamed on one of them. Samples taken at one
-/// place are compared as they are; otherwise the executor measures the pair on one device.
+/// place are compared as they are (place by place); otherwise the executor measures the pair
+/// on one device.
 fn recheck(
     executor: &dyn Executor,
     b: &BenchQuestion,
@@ -628,19 +634,29 @@ fn recheck(
         json!({"culprit": commits[index].to_string(), "parent": commits[index - 1].to_string(),
                "ratio": ratio, "ratio-ci": [ci.0, ci.1], "p": p, "confirmed": confirmed})
     };
-    if parent.placement.is_some() && parent.placement == culprit.placement {
-        if parent.samples.len() < 2 || culprit.samples.len() < 2 {
-            return Ok(None);
-        }
-        return Ok(decide::decide(
-            &parent.samples,
-            &culprit.samples,
-            b.threshold,
-            b.direction,
-            0.01,
-            11,
-        )
-        .map(|j| verdict(j.ratio, j.ratio_ci, j.p, j.decision == Decision::Bad)));
+    // Samples of the same place on both sides: each place decides, and the culprit is
+    // confirmed when every one finds it worse.
+    let judged: Vec<decide::Judgement> = parent
+        .by_place
+        .iter()
+        .filter_map(|(place, p)| Some((p, culprit.by_place.get(place)?)))
+        .filter(|(p, c)| p.len() >= 2 && c.len() >= 2)
+        .filter_map(|(p, c)| decide::decide(p, c, b.threshold, b.direction, 0.01, 11))
+        .collect();
+    if !judged.is_empty() {
+        let k = judged.len() as f64;
+        let ratio = (judged.iter().map(|j| j.ratio.ln()).sum::<f64>() / k).exp();
+        let lo = judged
+            .iter()
+            .map(|j| j.ratio_ci.0)
+            .fold(f64::INFINITY, f64::min);
+        let hi = judged
+            .iter()
+            .map(|j| j.ratio_ci.1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let p = judged.iter().map(|j| j.p).fold(0.0, f64::max);
+        let confirmed = judged.iter().all(|j| j.decision == Decision::Bad);
+        return Ok(Some(verdict(ratio, (lo, hi), p, confirmed)));
     }
     events(Event::Status(&format!(
         "re-checking {} against its parent {} on one device",
@@ -717,6 +733,9 @@ mod tests {
             s.placement = (self.placement)(req);
             if matches!(verdict, "good" | "bad") {
                 s.samples = vec![1.0, 1.0, 1.0];
+                if let Some(p) = &s.placement {
+                    s.by_place.insert(p.clone(), s.samples.clone());
+                }
                 s.ratio = Some((1.0, 1.0, 1.0));
                 s.p = Some(0.5);
             }

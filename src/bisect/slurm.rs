@@ -563,8 +563,11 @@ impl Executor for SlurmExecutor {
                             step.commit
                         )));
                     }
-                    step.samples = r.samples;
                     step.placement = r.placement;
+                    if let Some(place) = &step.placement {
+                        step.by_place.insert(place.clone(), r.samples.clone());
+                    }
+                    step.samples = r.samples;
                     if !lost.is_empty() {
                         let note = format!("after {} lost jobs", lost.len());
                         step.note = Some(match step.note.take() {
