@@ -1188,6 +1188,10 @@ fn combine(req: &StepRequest, parts: &[Step]) -> Step {
         .iter()
         .flat_map(|p| p.samples.iter().copied())
         .collect();
+    s.by_place = parts
+        .iter()
+        .flat_map(|p| p.by_place.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect();
     s.median = crate::stats::median(&s.samples);
     // For display: the geometric mean of the per-device ratios, the widest interval, and
     // the largest p-value. The decisions were each device's own.

@@ -565,8 +565,9 @@ pub fn drive(
                             baseline: good_end,
                         })
                         .collect();
-                    for r in run_round(executor, &requests, events) {
-                        let s = r?;
+                    let results = run_round(executor, &requests, events);
+                    for (req, r) in requests.iter().zip(results) {
+                        let s = keep_going(plan, executor, req, r)?;
                         evaluated += usize::from(!s.cached);
                         search
                             .record(s.index, flip(raw(&s)))
@@ -597,14 +598,7 @@ pub fn drive(
                     }
                     executor.run(&req, events)
                 });
-                let s = match s {
-                    Err(BisectError::Fatal { commit, source }) if plan.keep_going => Step {
-                        verdict: "skip".into(),
-                        detail: Some(format!("cannot evaluate {commit}: {source:#}")),
-                        ..Step::new(i, commits[i], executor.subject(commits[i]))
-                    },
-                    other => other?,
-                };
+                let s = keep_going(plan, executor, &req, s)?;
                 evaluated += usize::from(!s.cached);
                 search
                     .record(i, flip(raw(&s)))
@@ -612,6 +606,23 @@ pub fn drive(
                 steps.insert(i, s);
             }
         }
+    }
+}
+
+/// With `--keep-going`, a step that failed for reasons outside the commit becomes a skip.
+fn keep_going(
+    plan: &Plan,
+    executor: &dyn Executor,
+    req: &StepRequest,
+    result: Result<Step, BisectError>,
+) -> Result<Step, BisectError> {
+    match result {
+        Err(BisectError::Fatal { commit, source }) if plan.keep_going => Ok(Step {
+            verdict: "skip".into(),
+            detail: Some(format!("cannot evaluate {commit}: {source:#}")),
+            ..Step::new(req.index, req.commit, executor.subject(req.commit))
+        }),
+        other => other,
     }
 }
 
@@ -939,9 +950,13 @@ mod tests {
         ));
         let mut p = script();
         p.keep_going = true;
+        for width in [3, 1] {
+            let fake = Fake::new(width, answer);
+            let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
+            assert_eq!(first_bad(&r), 13, "width {width}");
+        }
         let fake = Fake::new(1, answer);
         let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
-        assert_eq!(first_bad(&r), 13);
         let s = r.steps.iter().find(|s| s.index == 10).unwrap();
         assert_eq!(s.verdict, "skip");
         assert_eq!(s.subject, "a subject");
