@@ -418,8 +418,24 @@ impl SlurmExecutor {
         v
     }
 
-    /// The job's state as the controller remembers it ("CANCELLED", "TIMEOUT", ...).
+    /// The job's final state as the controller remembers it ("CANCELLED", "TIMEOUT",
+    /// ...), waiting a few seconds for a job that is still completing.
     fn job_state(job: &str) -> String {
+        let mut state = Self::job_state_now(job);
+        for _ in 0..20 {
+            if !matches!(
+                state.as_str(),
+                "COMPLETING" | "RUNNING" | "CONFIGURING" | "PENDING" | "STAGE_OUT"
+            ) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            state = Self::job_state_now(job);
+        }
+        state
+    }
+
+    fn job_state_now(job: &str) -> String {
         Cmd::new("scontrol")
             .args(["show", "job", job])
             .timeout(Duration::from_secs(30))
