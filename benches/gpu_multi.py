@@ -36,8 +36,10 @@ ARGS = ["--recipe", "spin", "--mode", "bench", "--threshold", "3%", "--min-time"
 
 
 def short(text, n=70):
+    """The error line of repro's stderr (or its last line)."""
     lines = (text or "").strip().splitlines()
-    return (lines[-1] if lines else "-")[:n]
+    errors = [l for l in lines if l.startswith("error:")]
+    return (errors[-1] if errors else lines[-1] if lines else "-")[:n]
 
 
 def main():
