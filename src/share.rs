@@ -1,7 +1,8 @@
 //! Records shared through a git remote: `repro push` and `repro pull`.
 //!
-//! Each record of the store (`builds/KEY.json`, `results/ID.json`, `bisect/KEY.json`) is a
-//! git blob under its own ref, `refs/repro/KIND/KEY`, and each object a build references
+//! Each record of the store (`builds/KEY.json`, `results/ID.json`, `bisect/KEY.json`,
+//! `bisections/ID.json`) is a git blob under its own ref, `refs/repro/KIND/KEY`, and each
+//! object a build references
 //! under `refs/repro/objects/SHA256`. Names are keys of content, so two people pushing at
 //! once touch different refs, or the same ref with the same blob: pushes never need a merge.
 //! The same key with different bytes is a conflict; it is reported and both sides are
@@ -35,7 +36,7 @@ pub const NAMESPACE: &str = "refs/repro";
 const INCOMING: &str = "refs/repro-incoming";
 
 /// The kinds of records shared.
-pub const KINDS: &[&str] = &["builds", "results", "bisect"];
+pub const KINDS: &[&str] = &["builds", "results", "bisect", "bisections"];
 
 /// The largest record taken from a remote.
 const MAX_RECORD: usize = 4 << 20;

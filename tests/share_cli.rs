@@ -140,6 +140,19 @@ fn a_clone_that_pulls_answers_a_repeated_bisection_without_running_a_step() {
     let (code, out, err) = run(t, &b, &["pull"], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("pulled "), "{out}");
+    // A's bisection reports came too.
+    let names = |root: &Path| -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(root.join(".repro/bisections"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default()
+    };
+    assert!(!names(&a).is_empty());
+    assert!(
+        names(&a).is_subset(&names(&b)),
+        "{:?} {:?}",
+        names(&a),
+        names(&b)
+    );
     let mark_b = t.join("mark-b");
     let again = script_bisect(t, &b, SCRIPT, &mark_b);
     assert_eq!(again["evaluated"], 0, "{again}");
