@@ -620,8 +620,9 @@ pub fn run_command_once(
     command: &str,
     metric: &Metric,
     timeout: Duration,
+    device: Option<usize>,
 ) -> CommandRun {
-    match run_command_timed(root, command, metric, timeout) {
+    match run_command_timed_on(root, command, metric, timeout, device) {
         Ok(r) => CommandRun::Sample(r.value),
         Err(e) => e,
     }
@@ -636,11 +637,26 @@ pub fn run_command_timed(
     metric: &Metric,
     timeout: Duration,
 ) -> Result<TimedRun, CommandRun> {
-    let cmd = Cmd::new("sh")
+    run_command_timed_on(root, command, metric, timeout, None)
+}
+
+/// [`run_command_timed`] for one GPU: the command finds it in `REPRO_DEVICE` and selects
+/// it with `CUDA_VISIBLE_DEVICES=$REPRO_DEVICE`.
+pub fn run_command_timed_on(
+    root: &Path,
+    command: &str,
+    metric: &Metric,
+    timeout: Duration,
+    device: Option<usize>,
+) -> Result<TimedRun, CommandRun> {
+    let mut cmd = Cmd::new("sh")
         .arg("-c")
         .arg(command)
         .current_dir(root)
         .timeout(timeout);
+    if let Some(d) = device {
+        cmd = cmd.env("REPRO_DEVICE", d.to_string());
+    }
     let (u0, s0) = children_cpu();
     let result = cmd.output();
     let (u1, s1) = children_cpu();

@@ -61,6 +61,10 @@ pub enum Command {
     Compare(cmd::results::CompareArgs),
     /// Find the commit that broke a build, a check or a benchmark (or fixed it).
     Bisect(cmd::bisect::Args),
+    /// Send the store's records (builds, results, bisection steps) to a git remote.
+    Push(cmd::push::Args),
+    /// File the records a git remote holds in the store.
+    Pull(cmd::pull::Args),
     /// Re-create a recorded result or build exactly: same tree, recipe and toolchain.
     Replay(cmd::replay::Args),
     /// Archive results for a paper, and verify or inspect such archives.
@@ -76,6 +80,9 @@ pub enum Command {
     /// Internal: run one GPU job from stdin (the child process of `repro bench`).
     #[command(hide = true)]
     GpuJob(cmd::bench::GpuJobArgs),
+    /// Internal: evaluate one bisection step from a request file (a Slurm job's command).
+    #[command(hide = true)]
+    BisectStep(cmd::bisect::StepArgs),
 }
 
 /// Options every command sees.
@@ -171,7 +178,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show(args) => cmd::results::show(&globals, args),
         Command::Compare(args) => cmd::results::compare(&globals, args),
         Command::GpuJob(args) => cmd::bench::gpu_job(&globals, args),
+        Command::BisectStep(args) => cmd::bisect::run_step(&globals, args),
         Command::Bisect(args) => cmd::bisect::run(&globals, args),
+        Command::Push(args) => cmd::push::run(&globals, args),
+        Command::Pull(args) => cmd::pull::run(&globals, args),
         Command::Replay(args) => cmd::replay::run(&globals, args),
         Command::Completions(args) => cmd::shell::completions(&globals, args),
         Command::Demo(args) => cmd::demo::run(&globals, args),

@@ -96,6 +96,8 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::nix::NixError,
             crate::bisect::history::HistoryError,
             crate::bisect::run::BisectError,
+            crate::bisect::slurm::SlurmError,
+            crate::share::ShareError,
             crate::bundle::BundleError,
             crate::archive::ArchiveError,
             crate::toolchain::install::InstallError,

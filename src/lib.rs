@@ -34,6 +34,7 @@ pub mod plot;
 pub mod process;
 pub mod recipe;
 pub mod runspec;
+pub mod share;
 pub mod spans;
 pub mod stats;
 pub mod store;

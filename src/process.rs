@@ -380,15 +380,31 @@ impl Drop for Group {
 /// end of the pipe closes. It ignores the signals a terminal sends, so it outlives repro.
 const GUARDIAN: &str = r#"trap '' INT TERM HUP QUIT
 g=' '
+s=''
 while read -r l; do
   op=${l%"${l#?}"}; p=${l#?}
   case "$op" in
     +) g="$g$p " ;;
     -) case "$g" in *" $p "*) g="${g%% $p *} ${g#* $p }" ;; esac ;;
+    s) s="$s $p" ;;
   esac
 done
 for p in $g; do kill -s KILL -- "-$p" 2>/dev/null; done
+for n in $s; do scancel --name="$n" >/dev/null 2>&1; done
 "#;
+
+/// Makes the guardian cancel every Slurm job named `name` when repro exits, however it
+/// exits (Ctrl-C, SIGTERM, SIGKILL or a normal end, where it cancels nothing that still
+/// runs). `name` must be letters, digits, `-` and `_`: it is a word of a shell command.
+pub fn cancel_slurm_jobs_on_exit(name: &str) {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        guardian_send(&format!("s{name}"));
+    }
+}
 
 static GUARDIAN_PIPE: std::sync::Mutex<Option<Option<std::process::ChildStdin>>> =
     std::sync::Mutex::new(None);

@@ -535,55 +535,90 @@ impl Store {
                         continue;
                     }
                 };
-                match kind.as_str() {
-                    "builds" => {
-                        if keys::key_of(&rec["inputs"]) != key {
-                            problem("its inputs do not hash to its key".into());
-                        }
-                        for digest in referenced(&rec) {
-                            if !has_object(&digest) {
-                                problem(format!(
-                                    "references object {} that is missing or corrupt",
-                                    keys::short(&digest)
-                                ));
-                            }
-                        }
-                    }
-                    "results" => {
-                        let mut content = rec.clone();
-                        if let Some(o) = content.as_object_mut() {
-                            o.remove("id");
-                        }
-                        if keys::key_of(&content) != key {
-                            problem("its content does not hash to its ID (edited?)".into());
-                        }
-                    }
-                    "recipes" => match rec["key"].as_str() {
-                        Some(k) if keys::is_key(k) => {
-                            if !self.record_path("builds", k).exists() {
-                                problem(format!(
-                                    "names build {} that is not in the store",
-                                    keys::short(k)
-                                ));
-                            }
-                        }
-                        _ => problem("has no valid `key`".into()),
-                    },
-                    _ => {
-                        if let Some(k) = rec.get("key").and_then(Value::as_str)
-                            && k != key
-                        {
-                            problem(format!(
-                                "says key {}, but is filed as {}",
-                                keys::short(k),
-                                keys::short(&key)
-                            ));
-                        }
-                    }
+                for what in self.check_record(&kind, &key, &rec, &has_object) {
+                    problem(what);
                 }
             }
         }
         report
+    }
+
+    /// What is wrong with one parsed record filed as `kind/key`: a build's inputs must hash
+    /// to its key and its objects exist (`has_object`), a result's content to its ID, a
+    /// recipe pointer must name a stored build, and any record's own `key` its file name.
+    pub fn check_record(
+        &self,
+        kind: &str,
+        key: &str,
+        rec: &Value,
+        has_object: &dyn Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        match kind {
+            "builds" => {
+                if keys::key_of(&rec["inputs"]) != key {
+                    problems.push("its inputs do not hash to its key".into());
+                }
+                for digest in referenced(rec) {
+                    if !has_object(&digest) {
+                        problems.push(format!(
+                            "references object {} that is missing or corrupt",
+                            keys::short(&digest)
+                        ));
+                    }
+                }
+            }
+            "results" => {
+                let mut content = rec.clone();
+                if let Some(o) = content.as_object_mut() {
+                    o.remove("id");
+                }
+                if keys::key_of(&content) != key {
+                    problems.push("its content does not hash to its ID (edited?)".into());
+                }
+            }
+            "recipes" => match rec["key"].as_str() {
+                Some(k) if keys::is_key(k) => {
+                    if !self.record_path("builds", k).exists() {
+                        problems.push(format!(
+                            "names build {} that is not in the store",
+                            keys::short(k)
+                        ));
+                    }
+                }
+                _ => problems.push("has no valid `key`".into()),
+            },
+            _ => {
+                if let Some(k) = rec.get("key").and_then(Value::as_str)
+                    && k != key
+                {
+                    problems.push(format!(
+                        "says key {}, but is filed as {}",
+                        keys::short(k),
+                        keys::short(key)
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
+    /// The bytes of the record `kind/key`, if there is one.
+    pub fn record_bytes(&self, kind: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.record_path(kind, key);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Read { path, source }),
+        }
+    }
+
+    /// Files a record from elsewhere exactly as it is (its seal kept), never replacing one
+    /// already filed under that key. The caller has checked it.
+    pub fn import_record(&self, kind: &str, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.ensure()?;
+        fsutil::write_atomic(&self.record_path(kind, key), bytes, false)?;
+        Ok(())
     }
 
     /// Removes leftover temporary files, corrupt objects, objects no record references,

@@ -3,7 +3,10 @@
 
 pub mod checkout;
 pub mod decide;
+pub mod executor;
 pub mod history;
+pub mod local;
 pub mod run;
 pub mod search;
+pub mod slurm;
 pub mod toolchains;

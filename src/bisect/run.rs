@@ -1,30 +1,31 @@
 //! Running a bisection: evaluate the ends, then ask the pure search which commit to test
-//! next until it is done, evaluating each commit in a temporary directory.
+//! next until it is done, handing each step to an [`Executor`].
 //!
-//! Every evaluation goes through the store: builds by build key, measurements as result
-//! records, and each step's answer under a step key (the question, the commit's tree, the
-//! baseline), so re-running or widening a bisection, or resuming one that was interrupted,
-//! re-evaluates nothing it already knows, and commits whose inputs did not change share work.
+//! The driver here decides what to evaluate and what the answers mean; it does not know
+//! where a step runs (this machine, a GPU of several, a cluster job). Every evaluation goes
+//! through the store: builds by build key, measurements as result records, and each step's
+//! answer under a step key (the question, the commit's tree, the baseline), so re-running
+//! or widening a bisection, or resuming one that was interrupted, re-evaluates nothing it
+//! already knows, and commits whose inputs did not change share work.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use git2::{Oid, Repository};
 use serde_json::{Value, json};
 
-use super::checkout::{CheckoutError, Fetcher, Worktree};
 use super::decide::{self, Decision, Direction};
-use super::history::{self, CommitFiles, Entry, Rename};
+use super::executor::{Executor, StepRequest};
+use super::history::{self, CommitFiles};
+use super::local::LocalExecutor;
 use super::search::{Answer, Next, Outcome, Search};
-use crate::bench::{self, Metric, Settings};
-use crate::build::inputs::{self, InputError};
-use crate::build::{self, BuildError, Options};
+use crate::bench::{Metric, Settings};
 use crate::keys;
-use crate::process::{Cmd, ProcessError};
-use crate::recipe::{self, Build, Recipe};
+use crate::recipe::Recipe;
 use crate::store::Store;
+
+pub use super::local::recipe_paths;
 
 /// The store directory of step answers.
 pub const STEPS: &str = "bisect";
@@ -76,7 +77,7 @@ pub enum RecipeSource {
 impl RecipeSource {
     /// What the step key and the records say of it: the fixed recipe's path and the
     /// sha256 of its text, or the per-commit recipe's name.
-    fn key_json(&self) -> Value {
+    pub(crate) fn key_json(&self) -> Value {
         match self {
             RecipeSource::Fixed(r) => {
                 json!({"path": r.path, "sha256": keys::sha256_hex(r.text.as_bytes())})
@@ -114,16 +115,19 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// How many commits one round evaluates at once.
+    /// How many commits one round evaluates at once on this machine. A performance step
+    /// is one commit at a time, its processes spread over every GPU (each judged against
+    /// its own baseline); a check is one commit per GPU; builds and scripts `--jobs`.
     pub fn width(&self) -> usize {
         match self.question {
-            Question::Bench(_) | Question::Check => self.devices.len().max(1),
+            Question::Bench(_) => 1,
+            Question::Check => self.devices.len().max(1),
             _ => self.jobs.max(1),
         }
     }
 
     /// This plan with its GPU work on `device`.
-    fn on_device(&self, device: usize) -> Plan {
+    pub(crate) fn on_device(&self, device: usize) -> Plan {
         let mut p = self.clone();
         if let Question::Bench(b) = &mut p.question {
             b.settings.device = device;
@@ -133,9 +137,10 @@ impl Plan {
     }
 }
 
-/// One evaluated commit.
-#[derive(Clone, Debug, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// One evaluated commit: the typed step record an [`Executor`](super::executor::Executor)
+/// returns.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Step {
     /// Its position (0 = the older end).
     pub index: usize,
@@ -162,15 +167,23 @@ pub struct Step {
     pub attempts: usize,
     /// Wall time of this step (ms).
     pub ms: f64,
+    /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
+    /// steps' samples are compared directly only when they name the same place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
     /// Bench: the per-process medians (kept in the step record; the good end's are the
     /// baseline of every comparison, also when the bisection is resumed).
     #[serde(skip)]
     pub samples: Vec<f64>,
+    /// Bench: the samples by the place that took them (one place, or one per GPU of a
+    /// step spread over several): only samples of one place are ever compared.
+    #[serde(skip)]
+    pub by_place: BTreeMap<String, Vec<f64>>,
 }
 
 impl Step {
     /// A step not yet evaluated.
-    fn new(index: usize, commit: Oid, subject: String) -> Self {
+    pub(crate) fn new(index: usize, commit: Oid, subject: String) -> Self {
         Step {
             index,
             commit: commit.to_string(),
@@ -184,7 +197,9 @@ impl Step {
             p: None,
             attempts: 0,
             ms: 0.0,
+            placement: None,
             samples: Vec::new(),
+            by_place: BTreeMap::new(),
         }
     }
 }
@@ -243,17 +258,6 @@ pub enum Event<'a> {
     Step(&'a Step),
 }
 
-/// State the workers of one bisection share: how blobs are fetched, the whole-tree
-/// checkouts kept from step to step (one per worker), and the renames of the recipe's
-/// source, found once.
-struct Shared {
-    fetcher: Fetcher,
-    worktrees: Vec<Mutex<Option<Worktree>>>,
-    renames: OnceLock<Vec<Rename>>,
-    /// The newest commit of the range: renames are followed back from there.
-    newest: git2::Oid,
-}
-
 /// The whole result.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -268,865 +272,6 @@ pub struct Report {
     pub evaluated: usize,
     /// Bench: the culprit re-checked against its parent.
     pub recheck: Option<Value>,
-}
-
-struct Ctx<'a> {
-    repo: &'a Repository,
-    store: Store,
-    plan: &'a Plan,
-    baseline: Option<Vec<f64>>,
-    baseline_tree: Option<Oid>,
-    shared: &'a Shared,
-    /// Which of the shared worktrees this evaluation uses.
-    slot: usize,
-    events: &'a (dyn Fn(Event<'_>) + Sync),
-    /// Blobs fetched for the step being evaluated.
-    fetched: std::cell::Cell<usize>,
-}
-
-/// A step's files, written out: a fresh sparse directory, or a worker's worktree.
-enum StepDir<'a> {
-    Fresh(tempfile::TempDir),
-    Kept(std::sync::MutexGuard<'a, Option<Worktree>>),
-}
-
-impl StepDir<'_> {
-    fn path(&self) -> &Path {
-        match self {
-            StepDir::Fresh(d) => d.path(),
-            StepDir::Kept(w) => w.as_ref().expect("a kept worktree exists").path(),
-        }
-    }
-}
-
-impl<'a> Ctx<'a> {
-    fn question_json(&self) -> Value {
-        let q = match &self.plan.question {
-            Question::Build => json!({"mode": "build"}),
-            Question::Check => json!({"mode": "check"}),
-            Question::Script(s) => json!({"mode": "script", "script": s}),
-            Question::Bench(b) => json!({
-                "mode": "bench", "threshold": b.threshold, "direction": b.direction, "params": b.params,
-                "command": b.command.as_ref().map(|(c, m)| json!([c, m.text()])), "settings": b.settings,
-            }),
-        };
-        let mut v = json!({"schema": 1, "question": q, "recipe": self.plan.recipe.as_ref().map(RecipeSource::key_json), "nix": self.plan.nix});
-        // Only present when given, so keys of whole-tree steps stay as they were.
-        if !self.plan.paths.is_empty() {
-            v["paths"] = json!(self.plan.paths);
-        }
-        v
-    }
-
-    fn step_key(&self, tree: Oid) -> String {
-        keys::key_of(
-            &json!({"q": self.question_json(), "tree": tree.to_string(), "baseline": self.baseline_tree.map(|t| t.to_string())}),
-        )
-    }
-
-    /// The recipe to apply at this commit, with a note when its source had to be found
-    /// under an earlier name. `Err` says why the commit cannot be tested with it.
-    fn recipe_at(
-        &self,
-        files: &CommitFiles,
-        oid: Oid,
-    ) -> Result<(Recipe, Option<String>), (Answer, String)> {
-        let fixed = match self
-            .plan
-            .recipe
-            .as_ref()
-            .expect("recipe questions have a recipe")
-        {
-            RecipeSource::Fixed(r) => (**r).clone(),
-            RecipeSource::PerCommit(name) => {
-                let rel = format!("{}/{name}.toml", recipe::DIR);
-                if !files.is_file_in_tree(&rel) {
-                    return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
-                }
-                let text = inputs::FileSource::read(files, &rel)
-                    .map_err(|e| (Answer::Skip, e.to_string()))?;
-                let r =
-                    recipe::parse_detached(&rel, &String::from_utf8_lossy(&text)).map_err(|e| {
-                        (
-                            Answer::Skip,
-                            format!("the recipe cannot be used at this commit: {e}"),
-                        )
-                    })?;
-                return Ok((r, None));
-            }
-        };
-        let mut r = fixed;
-        let (Build::Nvrtc(c) | Build::Nvcc(c)) = &mut r.build else {
-            return Ok((r, None));
-        };
-        if files.is_file_in_tree(&c.source) {
-            return Ok((r, None));
-        }
-        // The source moved: follow it back as `git log --follow` would.
-        let renames = self.shared.renames.get_or_init(|| {
-            let start = [self.shared.newest]
-                .into_iter()
-                .chain(self.repo.head().ok().and_then(|h| h.target()))
-                .find(|c2| {
-                    CommitFiles::new(self.repo, *c2).is_ok_and(|f| f.is_file_in_tree(&c.source))
-                })
-                .unwrap_or(self.shared.newest);
-            history::follow_renames(self.repo, start, &c.source, self.plan.offline)
-                .unwrap_or_default()
-        });
-        let here = history::name_at(self.repo, renames, &c.source, oid);
-        if here != c.source && files.is_file_in_tree(&here) {
-            let note = format!("source here: {here}");
-            // The text that records keep says what was built: the recipe as applied here.
-            let quoted = format!("\"{}\"", c.source);
-            if r.text.matches(&quoted).count() == 1 {
-                r.text = format!(
-                    "# applied by repro bisect at {oid}: the source, followed back through a rename\n{}",
-                    r.text.replacen(&quoted, &format!("\"{here}\""), 1)
-                );
-            }
-            c.source = here;
-            return Ok((r, Some(note)));
-        }
-        Err((
-            Answer::Skip,
-            format!(
-                "the recipe's source {} is not in this commit{}",
-                c.source,
-                if here != c.source {
-                    format!(" (nor its earlier name {here})")
-                } else {
-                    String::new()
-                }
-            ),
-        ))
-    }
-
-    /// The files a recipe reads at this commit ([`recipe_paths`]), fetching the blobs a
-    /// partial clone lacks as the include closure is discovered.
-    fn recipe_files(&self, files: &CommitFiles, r: &Recipe) -> Result<Vec<String>, StepFail> {
-        let own = matches!(self.plan.recipe, Some(RecipeSource::PerCommit(_)));
-        let can_fetch = self.shared.fetcher.remote.is_some() && !self.plan.offline;
-        let mut failed: Option<StepFail> = None;
-        let mut fetch = |path: &str| -> bool {
-            if !can_fetch || failed.is_some() {
-                return false;
-            }
-            let entries = match files.entries_of(&[path.to_string()]) {
-                Ok(e) => e,
-                Err(_) => return false,
-            };
-            match self.fetch(files, &entries) {
-                Ok(n) => n > 0,
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            }
-        };
-        let out = recipe_paths(files, r, own, &mut fetch);
-        if let Some(f) = failed {
-            return Err(f);
-        }
-        out.map_err(|(a, why)| {
-            if why.contains(history::MISSING_BLOB) {
-                let how = if self.plan.offline {
-                    " (--offline: not fetched)"
-                } else if self.shared.fetcher.remote.is_none() {
-                    " (not a partial clone: there is no promisor remote to fetch it from)"
-                } else {
-                    ""
-                };
-                StepFail::Unavailable(format!("{why}{how}"))
-            } else {
-                StepFail::Answer(a, why)
-            }
-        })
-    }
-
-    /// Fetches the missing blobs of `entries` (a partial clone), saying so.
-    fn fetch(&self, files: &CommitFiles, entries: &[Entry]) -> Result<usize, StepFail> {
-        let events = self.events;
-        let n = self
-            .shared
-            .fetcher
-            .ensure(files.repo(), entries, &|m| events(Event::Status(m)))
-            .map_err(StepFail::from)?;
-        self.fetched.set(self.fetched.get() + n);
-        Ok(n)
-    }
-
-    /// Writes out what a step needs: `Some(paths)` into a fresh directory, `None` (the
-    /// whole tree, or the `--paths` selection) into this worker's kept worktree.
-    fn checkout(
-        &self,
-        files: &CommitFiles,
-        only: Option<&[String]>,
-    ) -> Result<StepDir<'a>, StepFail> {
-        let io = |e: std::io::Error| {
-            StepFail::Fatal(anyhow::Error::new(e).context(format!(
-                "cannot create a scratch directory in {}",
-                self.store.scratch().display()
-            )))
-        };
-        let entries = match only {
-            Some(list) => files
-                .entries_of(list)
-                .map_err(|e| StepFail::Answer(Answer::Skip, e.to_string()))?,
-            // The whole tree: read from the differences to what the worktree holds.
-            None if self.plan.paths.is_empty() => Vec::new(),
-            None => {
-                let spec = git2::Pathspec::new(self.plan.paths.iter())
-                    .map_err(|e| StepFail::Fatal(e.into()))?;
-                files.entries_matching(&spec)
-            }
-        };
-        if only.is_some() {
-            self.fetch(files, &entries)?;
-            let dir = self.store.scratch_dir("bisect").map_err(io)?;
-            super::checkout::write_sparse(files.repo(), dir.path(), &entries)?;
-            return Ok(StepDir::Fresh(dir));
-        }
-        let shared: &'a Shared = self.shared;
-        let mut guard = shared.worktrees[self.slot % shared.worktrees.len()]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if guard.is_none() {
-            *guard = Some(Worktree::new(
-                self.store.scratch_dir("bisecttree").map_err(io)?,
-            ));
-        }
-        let wt = guard.as_mut().expect("just made");
-        if self.plan.paths.is_empty() {
-            wt.update_tree(files, &mut |need: &[Entry]| {
-                self.fetch(files, need).map(|_| ())
-            })?;
-        } else {
-            // Only blobs the worktree does not hold yet can be missing: fetch just those.
-            self.fetch(files, &wt.new_blobs(&entries))?;
-            wt.update(files, &entries)?;
-        }
-        Ok(StepDir::Kept(guard))
-    }
-
-    fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
-        let start = Instant::now();
-        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
-            source: e.into(),
-        })?;
-        let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
-            source: e.into(),
-        })?;
-        let key = self.step_key(files.tree_id());
-        let mut step = Step::new(index, oid, subject);
-        if let Ok(Some(rec)) = self.store.get_record(STEPS, &key) {
-            step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
-            step.detail = rec["detail"].as_str().map(str::to_string);
-            step.note = rec["note"].as_str().map(str::to_string);
-            step.median = rec["median"].as_f64();
-            step.p = rec["p"].as_f64();
-            step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
-            step.ratio = rec["ratio"].as_array().map(|a| {
-                (
-                    a[0].as_f64().unwrap_or(0.0),
-                    a[1].as_f64().unwrap_or(0.0),
-                    a[2].as_f64().unwrap_or(0.0),
-                )
-            });
-            step.samples = rec["samples"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            step.cached = true;
-            step.ms = start.elapsed().as_secs_f64() * 1e3;
-            if index == 0
-                && matches!(self.plan.question, Question::Bench(_))
-                && self.baseline.is_none()
-                && !step.samples.is_empty()
-            {
-                self.baseline = Some(step.samples.clone());
-            }
-            (self.events)(Event::Step(&step));
-            return Ok(step);
-        }
-        let mut keep = true;
-        self.fetched.set(0);
-        let result = self.evaluate_fresh(&files, oid, &mut step);
-        if self.fetched.get() > 0 {
-            let fetched = format!("fetched {} blobs", self.fetched.get());
-            step.note = Some(match step.note.take() {
-                Some(n) => format!("{n}; {fetched}"),
-                None => fetched,
-            });
-        }
-        let (answer, detail) = match result {
-            Ok(a) => a,
-            Err(StepFail::Answer(a, why)) => (a, Some(why)),
-            Err(StepFail::Unavailable(why)) => {
-                keep = false;
-                (Answer::Skip, Some(why))
-            }
-            Err(StepFail::Fatal(source)) => {
-                return Err(BisectError::Fatal {
-                    commit: history::short(oid),
-                    source,
-                });
-            }
-            Err(StepFail::Abort(e)) => return Err(e),
-        };
-        step.verdict = match answer {
-            Answer::Good => "good",
-            Answer::Bad => "bad",
-            Answer::Skip => "skip",
-        }
-        .into();
-        step.detail = detail;
-        step.ms = start.elapsed().as_secs_f64() * 1e3;
-        let recipe_text = match &self.plan.recipe {
-            Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
-            _ => None,
-        };
-        let rec = json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
-            "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
-            "question": self.question_json(), "recipe-text": recipe_text});
-        if keep {
-            self.store
-                .put_record(STEPS, &key, &rec)
-                .map_err(|e| BisectError::Fatal {
-                    commit: history::short(oid),
-                    source: e.into(),
-                })?;
-        }
-        (self.events)(Event::Step(&step));
-        Ok(step)
-    }
-
-    fn evaluate_fresh(
-        &mut self,
-        files: &CommitFiles,
-        oid: Oid,
-        step: &mut Step,
-    ) -> Result<(Answer, Option<String>), StepFail> {
-        if let Question::Script(script) = &self.plan.question {
-            let dir = self.checkout(files, None)?;
-            let root = dir.path();
-            return match Cmd::new("sh")
-                .arg("-c")
-                .arg(script)
-                .current_dir(root)
-                .timeout(self.plan.timeout)
-                .output()
-            {
-                Ok(o) => match o.status.code() {
-                    Some(0) => Ok((Answer::Good, None)),
-                    Some(125) => Ok((Answer::Skip, Some("the script exited 125 (skip)".into()))),
-                    Some(c) if (1..=127).contains(&c) => {
-                        Ok((Answer::Bad, Some(format!("the script exited {c}"))))
-                    }
-                    _ => Err(StepFail::Abort(BisectError::Aborted {
-                        commit: history::short(oid),
-                        detail: crate::process::describe_status(o.status),
-                    })),
-                },
-                Err(ProcessError::Timeout { .. }) => Ok((
-                    Answer::Bad,
-                    Some(format!(
-                        "timeout: the script ran longer than {}",
-                        humantime::format_duration(self.plan.timeout)
-                    )),
-                )),
-                Err(e) => Err(StepFail::Fatal(e.into())),
-            };
-        }
-        if let Question::Bench(b) = &self.plan.question
-            && let Some((cmd, metric)) = &b.command
-        {
-            let b = b.clone();
-            let (cmd, metric) = (cmd.clone(), metric.clone());
-            let timeout = self.plan.timeout;
-            let dir = self.checkout(files, None)?;
-            let root = dir.path().to_path_buf();
-            return self.judge(
-                step,
-                |n| {
-                    let mut v = Vec::new();
-                    for _ in 0..n {
-                        match bench::run_command_once(&root, &cmd, &metric, timeout) {
-                            bench::CommandRun::Sample(x) => v.push(x),
-                            bench::CommandRun::Failed(w) => {
-                                return Err(format!("the bench command failed: {w}"));
-                            }
-                            bench::CommandRun::Timeout => {
-                                return Err("the bench command timed out".into());
-                            }
-                        }
-                    }
-                    Ok(v)
-                },
-                &b,
-            );
-        }
-        // Recipe questions: the recipe as it applies here, then its files, then the build.
-        let (mut r, note) = self
-            .recipe_at(files, oid)
-            .map_err(|(a, why)| StepFail::Answer(a, why))?;
-        step.note = note;
-        if self.plan.nix {
-            let dir = self.checkout(files, None)?;
-            // The recipe applied is the fixed one, whatever the commit has under its name.
-            if matches!(self.plan.recipe, Some(RecipeSource::Fixed(_))) {
-                let at = dir.path().join(&r.path);
-                if let Some(parent) = at.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| StepFail::Fatal(e.into()))?;
-                }
-                std::fs::write(&at, &r.text).map_err(|e| StepFail::Fatal(e.into()))?;
-            }
-            return Ok(self.build_in_nix(dir.path(), &r.path));
-        }
-        let needed = self.recipe_files(files, &r)?;
-        let dir = self.checkout(files, Some(&needed))?;
-        let root = dir.path();
-        let opts = Options {
-            commit: Some(oid.to_string()),
-            ..Options::default()
-        };
-        let built = match build::build(root, &self.store, &r, &opts) {
-            Ok(b) => b,
-            Err(BuildError::Inputs { source, .. }) => {
-                return Ok((Answer::Bad, Some(source.to_string())));
-            }
-            Err(BuildError::Recipe { source }) => {
-                return Ok((Answer::Skip, Some(source.to_string())));
-            }
-            Err(e) => return Err(StepFail::Fatal(e.into())),
-        };
-        let build_failed = built.status != "ok";
-        let first_error = built
-            .log
-            .lines()
-            .find(|l| l.contains("error"))
-            .or(built.log.lines().next())
-            .unwrap_or("")
-            .to_string();
-        match &self.plan.question {
-            Question::Build => Ok(if build_failed {
-                (Answer::Bad, Some(format!("build failed: {first_error}")))
-            } else {
-                (Answer::Good, None)
-            }),
-            Question::Check => {
-                if build_failed {
-                    return Ok((Answer::Bad, Some(format!("build failed: {first_error}"))));
-                }
-                let module = built
-                    .outputs
-                    .get("cubin")
-                    .or(built.outputs.get("ptx"))
-                    .map(|o| PathBuf::from(&o.path));
-                let Some(module) = module else {
-                    return Ok((Answer::Skip, Some("no loadable artifact".into())));
-                };
-                let settings = Settings {
-                    mode: crate::gpurun::Mode::Cold,
-                    max_noise: 0.005,
-                    min_samples: 1,
-                    max_samples: 1,
-                    min_time_ms: 0.0,
-                    budget_ms: 0.0,
-                    warmup_ms: 0.0,
-                    device: 0,
-                };
-                let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
-                    Ok(p) => p,
-                    Err(e) => return Ok((Answer::Skip, Some(e))),
-                };
-                for p in points {
-                    let report = bench::run_child(&p.job, self.plan.timeout)
-                        .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
-                    let (v, d) = bench::verdict(&report);
-                    if v != "ok" {
-                        return Ok((
-                            Answer::Bad,
-                            Some(format!(
-                                "{v} at {}: {}",
-                                bench::params_text(&bench::params_json(&p.params)),
-                                d.unwrap_or_default()
-                            )),
-                        ));
-                    }
-                }
-                Ok((Answer::Good, None))
-            }
-            Question::Bench(b) => {
-                if build_failed {
-                    return Ok((
-                        Answer::Skip,
-                        Some(format!(
-                            "the build fails here, so it cannot be timed: {first_error}"
-                        )),
-                    ));
-                }
-                if let Err(e) = crate::runspec::override_params(&mut r.sections.params, &b.params) {
-                    return Ok((Answer::Skip, Some(e)));
-                }
-                let module = built
-                    .outputs
-                    .get("cubin")
-                    .or(built.outputs.get("ptx"))
-                    .map(|o| PathBuf::from(&o.path));
-                let Some(module) = module else {
-                    return Ok((Answer::Skip, Some("no loadable artifact".into())));
-                };
-                let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
-                    Ok(p) if p.len() == 1 => p,
-                    Ok(p) => {
-                        return Err(StepFail::Fatal(anyhow::anyhow!(
-                            "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
-                            p.len()
-                        )));
-                    }
-                    Err(e) => return Ok((Answer::Skip, Some(e))),
-                };
-                let job = points.into_iter().next().expect("one point").job;
-                let b = b.clone();
-                let timeout = self.plan.timeout;
-                // Commits whose builds are identical share measurements: the samples are
-                // kept per experiment (build key, launch, settings), not per commit.
-                let exp = keys::key_of(
-                    &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
-                );
-                let store = self.store.clone();
-                let mut taken = 0usize;
-                self.judge(
-                    step,
-                    |n| {
-                        let mut cached: Vec<f64> = store
-                            .get_record(SAMPLES, &exp)
-                            .ok()
-                            .flatten()
-                            .and_then(|r| {
-                                r["samples"]
-                                    .as_array()
-                                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                            })
-                            .unwrap_or_default();
-                        while cached.len() < taken + n {
-                            let report = bench::run_child(&job, timeout)?;
-                            let (verdict, detail) = bench::verdict(&report);
-                            if verdict != "ok" {
-                                return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
-                            }
-                            cached.push(
-                                crate::stats::median(&report.samples_us).ok_or("no samples")?,
-                            );
-                            let _ = store.put_record(
-                                SAMPLES,
-                                &exp,
-                                &json!({"schema": 1, "experiment": exp, "samples": cached}),
-                            );
-                        }
-                        let out = cached[taken..taken + n].to_vec();
-                        taken += n;
-                        Ok(out)
-                    },
-                    &b,
-                )
-            }
-            Question::Script(_) => unreachable!("handled above"),
-        }
-    }
-
-    /// Measures a commit in `first_attempts` processes, doubling while the decision against
-    /// the baseline is unknown, up to `max_attempts`.
-    fn judge(
-        &mut self,
-        step: &mut Step,
-        mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
-        b: &BenchQuestion,
-    ) -> Result<(Answer, Option<String>), StepFail> {
-        let mut samples = match measure(b.first_attempts) {
-            Ok(s) => s,
-            Err(e) => return Ok((Answer::Bad, Some(e))),
-        };
-        let Some(base) = self.baseline.clone() else {
-            // This is the good end itself: it becomes the baseline.
-            step.median = crate::stats::median(&samples);
-            step.attempts = samples.len();
-            step.samples = samples.clone();
-            self.baseline = Some(samples);
-            return Ok((Answer::Good, Some("the baseline".into())));
-        };
-        loop {
-            let seed = samples.len() as u64;
-            let j = decide::decide(&base, &samples, b.threshold, b.direction, 0.01, seed);
-            step.median = crate::stats::median(&samples);
-            step.attempts = samples.len();
-            step.samples = samples.clone();
-            if let Some(j) = &j {
-                step.ratio = Some((j.ratio, j.ratio_ci.0, j.ratio_ci.1));
-                step.p = Some(j.p);
-                match j.decision {
-                    Decision::Good => return Ok((Answer::Good, None)),
-                    Decision::Bad => {
-                        return Ok((
-                            Answer::Bad,
-                            Some(format!(
-                                "{:+.2}% (p = {:.1e})",
-                                (j.ratio - 1.0) * 100.0,
-                                j.p
-                            )),
-                        ));
-                    }
-                    Decision::Unknown => {}
-                }
-            }
-            if samples.len() >= b.max_attempts {
-                return Ok((
-                    Answer::Skip,
-                    Some(format!(
-                        "undecided after {} processes: the difference is near the threshold or the noise too large",
-                        samples.len()
-                    )),
-                ));
-            }
-            let more = samples.len().min(b.max_attempts - samples.len());
-            match measure(more) {
-                Ok(s) => samples.extend(s),
-                Err(e) => return Ok((Answer::Bad, Some(e))),
-            }
-        }
-    }
-
-    fn build_in_nix(&self, root: &Path, name: &str) -> (Answer, Option<String>) {
-        let Ok(exe) = std::env::current_exe() else {
-            return (
-                Answer::Skip,
-                Some("cannot find the repro executable".into()),
-            );
-        };
-        let out = Cmd::new(exe)
-            .arg("-C")
-            .arg(root)
-            .arg("--store")
-            .arg(self.store.root())
-            .args(["build", "--nix", "--json", name])
-            .timeout(self.plan.timeout)
-            .output();
-        match out {
-            Ok(o) => match o.status.code() {
-                Some(0) => (Answer::Good, None),
-                Some(5) => (
-                    Answer::Bad,
-                    Some("build failed inside the commit's Nix shell".into()),
-                ),
-                _ => (
-                    Answer::Skip,
-                    Some(format!(
-                        "untestable: {}",
-                        o.stderr_str()
-                            .lines()
-                            .next()
-                            .unwrap_or("the Nix shell could not be used")
-                    )),
-                ),
-            },
-            Err(e) => (Answer::Skip, Some(e.to_string())),
-        }
-    }
-}
-
-/// Why a step could not give an answer of its own.
-enum StepFail {
-    /// The commit gets this answer, for this reason (an untestable commit is a skip).
-    Answer(Answer, String),
-    /// The commit cannot be tested here and now (a blob this clone lacks): a skip that is
-    /// not stored, since another clone, or this one after a fetch, can test it.
-    Unavailable(String),
-    /// Something that stops every step (no compiler, a broken store, a full disk).
-    Fatal(anyhow::Error),
-    /// The bisection must stop (the script's abort).
-    Abort(BisectError),
-}
-
-impl From<CheckoutError> for StepFail {
-    fn from(e: CheckoutError) -> Self {
-        if e.is_untestable() {
-            StepFail::Unavailable(format!("cannot materialise the commit: {e}"))
-        } else {
-            StepFail::Fatal(e.into())
-        }
-    }
-}
-
-/// The files a recipe reads at a commit, from the commit's tree: repro.toml, the include
-/// closure (or the command's input globs), the recipe's `[bisect] paths`, and with
-/// `own_recipe` the recipe file itself. `fetch(path)` may bring a missing blob in (a partial
-/// clone) and says whether it did, so the closure is read again. `Err` says whether the
-/// commit is untestable (skip) or its build is broken (bad), and why.
-pub fn recipe_paths(
-    files: &CommitFiles,
-    r: &Recipe,
-    own_recipe: bool,
-    fetch: &mut dyn FnMut(&str) -> bool,
-) -> Result<Vec<String>, (Answer, String)> {
-    let mut need: Vec<String> = Vec::new();
-    if own_recipe {
-        need.push(r.path.clone());
-    }
-    if files.is_file_in_tree(crate::config::FILE) {
-        need.push(crate::config::FILE.to_string());
-    }
-    match &r.build {
-        Build::Nvrtc(c) | Build::Nvcc(c) => {
-            if !files.is_file_in_tree(&c.source) {
-                return Err((
-                    Answer::Skip,
-                    format!("the recipe's source {} is not in this commit", c.source),
-                ));
-            }
-            loop {
-                match inputs::include_closure_in(files, &c.source, &c.include_dirs) {
-                    Ok(closure) => {
-                        need.extend(closure.files.into_keys());
-                        break;
-                    }
-                    Err(InputError::Read { path, .. })
-                        if files.is_file_in_tree(&path) && fetch(&path) => {}
-                    // A blob that cannot be read makes the commit untestable.
-                    Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
-                    // A missing or cyclic include is a broken build.
-                    Err(e) => return Err((Answer::Bad, e.to_string())),
-                }
-            }
-            // Include directories must exist for the build to use them.
-            for d in &c.include_dirs {
-                match files.paths_under(d).into_iter().next() {
-                    Some(p) => need.push(p),
-                    None => {
-                        return Err((
-                            Answer::Skip,
-                            format!("include directory {d} does not exist at this commit"),
-                        ));
-                    }
-                }
-            }
-        }
-        Build::Command(cb) => {
-            let globs: Vec<globset::GlobMatcher> = cb
-                .inputs
-                .iter()
-                .filter_map(|g| {
-                    globset::GlobBuilder::new(g)
-                        .literal_separator(true)
-                        .build()
-                        .ok()
-                })
-                .map(|g| g.compile_matcher())
-                .collect();
-            need.extend(
-                files
-                    .paths()
-                    .into_iter()
-                    .filter(|p| globs.iter().any(|g| g.is_match(p))),
-            );
-        }
-    }
-    if !r.bisect_paths.is_empty() {
-        let spec = git2::Pathspec::new(r.bisect_paths.iter()).map_err(|e| {
-            (
-                Answer::Skip,
-                format!("{}: [bisect] paths: {}", r.path, e.message()),
-            )
-        })?;
-        need.extend(files.entries_matching(&spec).into_iter().map(|e| e.path));
-    }
-    need.sort();
-    need.dedup();
-    Ok(need)
-}
-
-impl CommitFiles<'_> {
-    /// Whether `rel` is a file in this commit.
-    pub fn is_file_in_tree(&self, rel: &str) -> bool {
-        inputs::FileSource::is_file(self, rel)
-    }
-    /// Files under a directory.
-    pub fn paths_under(&self, dir: &str) -> Vec<String> {
-        let prefix = format!("{}/", dir.trim_end_matches('/'));
-        self.paths()
-            .into_iter()
-            .filter(|p| p.starts_with(&prefix))
-            .collect()
-    }
-}
-
-/// Evaluates one commit in a thread of its own (git2 repositories are not shared across
-/// threads, so each worker opens its own).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one worker's whole context, passed by value into its thread"
-)]
-fn evaluate_in_worker(
-    repo_path: &Path,
-    store: &Store,
-    plan: &Plan,
-    shared: &Shared,
-    events: &(dyn Fn(Event<'_>) + Sync),
-    slot: usize,
-    baseline: Option<Vec<f64>>,
-    baseline_tree: Option<Oid>,
-    index: usize,
-    oid: Oid,
-) -> Result<Step, BisectError> {
-    let repo = Repository::open(repo_path).map_err(|e| BisectError::Fatal {
-        commit: history::short(oid),
-        source: e.into(),
-    })?;
-    let mut ctx = Ctx {
-        repo: &repo,
-        store: store.clone(),
-        plan,
-        baseline,
-        baseline_tree,
-        shared,
-        slot,
-        events,
-        fetched: std::cell::Cell::new(0),
-    };
-    ctx.evaluate(index, oid)
-}
-
-/// Builds a commit's recipe into the store, ahead of its evaluation (the speculative builds
-/// of both possible next midpoints while the current one is measured). Failures are ignored:
-/// the real evaluation will meet and report them.
-fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, shared: &Shared, oid: Oid) {
-    if plan.nix || plan.recipe.is_none() {
-        return;
-    }
-    let Ok(repo) = Repository::open(repo_path) else {
-        return;
-    };
-    let mut build_plan = plan.clone();
-    build_plan.question = Question::Build;
-    let mut ctx = Ctx {
-        repo: &repo,
-        store: store.clone(),
-        plan: &build_plan,
-        baseline: None,
-        baseline_tree: None,
-        shared,
-        slot: 0,
-        events: &|_| {},
-        fetched: std::cell::Cell::new(0),
-    };
-    let Ok(files) = CommitFiles::new(&repo, oid) else {
-        return;
-    };
-    let mut scratch = Step::new(0, oid, String::new());
-    // Build questions only ever write sparse trees, so the shared worktrees stay untouched.
-    let _ = ctx.evaluate_fresh(&files, oid, &mut scratch);
 }
 
 /// Checks `--paths` against both ends before any step runs: a pathspec that cannot be
@@ -1206,7 +351,8 @@ fn multisection_points(search: &Search, k: usize) -> Vec<usize> {
     points
 }
 
-/// Runs a bisection over `commits` (oldest first). `progress` is told about each step.
+/// Runs a bisection over `commits` (oldest first) on this machine. `events` is told about
+/// each step.
 pub fn bisect(
     repo: &Repository,
     store: Store,
@@ -1214,40 +360,70 @@ pub fn bisect(
     commits: &[Oid],
     events: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<Report, BisectError> {
+    prepare(repo, &store, plan, commits)?;
+    let newest = *commits.last().expect("a range has two ends");
+    let executor = LocalExecutor::new(repo, store, plan, newest);
+    drive(&executor, plan, commits, events)
+}
+
+/// What every executor's bisection checks first: stale scratch space is cleaned, and
+/// `--paths` must select files at both ends.
+pub fn prepare(
+    repo: &Repository,
+    store: &Store,
+    plan: &Plan,
+    commits: &[Oid],
+) -> Result<(), BisectError> {
     store.clean_stale_scratch();
-    let progress = |m: &str| events(Event::Status(m));
     if !plan.paths.is_empty() {
         check_paths(repo, &plan.paths, commits)?;
     }
-    let shared = Shared {
-        fetcher: Fetcher::new(repo, plan.offline),
-        worktrees: (0..plan.width()).map(|_| Mutex::new(None)).collect(),
-        renames: OnceLock::new(),
-        newest: *commits.last().expect("a range has two ends"),
-    };
-    let baseline_tree = match &plan.question {
-        Question::Bench(_) => Some(
-            CommitFiles::new(repo, commits[0])
-                .map_err(|e| BisectError::Fatal {
-                    commit: history::short(commits[0]),
-                    source: e.into(),
-                })?
-                .tree_id(),
-        ),
-        _ => None,
-    };
-    let mut ctx = Ctx {
-        repo,
-        store,
-        plan,
-        baseline: None,
-        baseline_tree,
-        shared: &shared,
-        slot: 0,
-        events,
-        fetched: std::cell::Cell::new(0),
-    };
+    Ok(())
+}
+
+/// Evaluates several steps at once, one per slot, and returns their results in order.
+fn run_round(
+    executor: &dyn Executor,
+    requests: &[StepRequest],
+    events: &(dyn Fn(Event<'_>) + Sync),
+) -> Vec<Result<Step, BisectError>> {
+    if requests.len() == 1 {
+        return vec![executor.run(&requests[0], events)];
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = requests
+            .iter()
+            .map(|req| scope.spawn(move || executor.run(req, events)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BisectError::Inconsistent("a worker panicked".into())))
+            })
+            .collect()
+    })
+}
+
+/// The search itself, over any executor: the ends (at once when the executor has two
+/// workers), then midpoints (several at once: a multisection), then for a performance
+/// bisection the culprit re-checked against its parent on one device.
+pub fn drive(
+    executor: &dyn Executor,
+    plan: &Plan,
+    commits: &[Oid],
+    events: &(dyn Fn(Event<'_>) + Sync),
+) -> Result<Report, BisectError> {
+    let progress = |m: &str| events(Event::Status(m));
     let n = commits.len();
+    if n < 2 {
+        return Err(BisectError::Inconsistent(format!(
+            "bisection needs at least 2 commits (a good and a bad end), got {n}"
+        )));
+    }
+    let bench = matches!(plan.question, Question::Bench(_));
+    // Bench steps are judged against the good end, measured where each step runs.
+    let good_end = bench.then_some((0, commits[0]));
     // In search terms the older end answers Good and the newer Bad; --find fixed flips the
     // raw answers so that the first "bad" commit is the first fixed one.
     let flip = |a: Answer| {
@@ -1268,24 +444,22 @@ pub fn bisect(
     };
     let mut steps: BTreeMap<usize, Step> = BTreeMap::new();
     let mut evaluated = 0;
+    let width = executor.width().max(1);
 
-    // The ends first: the good end must be good and the bad end bad, or the search means nothing.
+    // The ends first: the good end must be good and the bad end bad, or the search means
+    // nothing. With two workers both are evaluated at once (the bad end's worker measures
+    // its own baseline of the good end).
     let (older_state, newer_state) = if plan.find_fixed {
         ("bad", "good")
     } else {
         ("good", "bad")
     };
-    for (i, expected, which) in [
-        (0, Answer::Good, older_state),
-        (n - 1, Answer::Bad, newer_state),
-    ] {
-        progress(&format!(
-            "checking the {which} end {}",
-            history::short(commits[i])
-        ));
-        let s = ctx.evaluate(i, commits[i])?;
-        evaluated += usize::from(!s.cached);
-        if flip(raw(&s)) != expected {
+    let ends = [
+        (0, Answer::Good, older_state, None),
+        (n - 1, Answer::Bad, newer_state, good_end),
+    ];
+    let check_end = |i: usize, expected: Answer, which: &'static str, s: &Step| {
+        if flip(raw(s)) != expected {
             let expected_word = if which == "good" { "good" } else { "bad" };
             return Err(BisectError::BadEnd {
                 which,
@@ -1301,30 +475,60 @@ pub fn bisect(
                 ),
             });
         }
-        steps.insert(i, s);
+        Ok(())
+    };
+    if width >= 2 {
+        progress(&format!(
+            "checking the {older_state} end {} and the {newer_state} end {}",
+            history::short(commits[0]),
+            history::short(commits[n - 1])
+        ));
+        let requests: Vec<StepRequest> = ends
+            .iter()
+            .enumerate()
+            .map(|(slot, &(i, _, _, baseline))| StepRequest {
+                index: i,
+                commit: commits[i],
+                slot,
+                baseline,
+            })
+            .collect();
+        let mut results = run_round(executor, &requests, events).into_iter();
+        // The older end's answer comes first: a bad end measured against a broken good end
+        // fails for the good end's reason.
+        for (i, expected, which, _) in ends {
+            let s = results.next().expect("one result per end")?;
+            evaluated += usize::from(!s.cached);
+            check_end(i, expected, which, &s)?;
+            steps.insert(i, s);
+        }
+    } else {
+        for (i, expected, which, baseline) in ends {
+            progress(&format!(
+                "checking the {which} end {}",
+                history::short(commits[i])
+            ));
+            let s = executor.run(
+                &StepRequest {
+                    index: i,
+                    commit: commits[i],
+                    slot: 0,
+                    baseline,
+                },
+                events,
+            )?;
+            evaluated += usize::from(!s.cached);
+            check_end(i, expected, which, &s)?;
+            steps.insert(i, s);
+        }
     }
     let mut search = Search::new(n).map_err(BisectError::Inconsistent)?;
     loop {
         match search.next() {
             Next::Done(outcome) => {
-                // The culprit is compared with its parent directly, not only with the good end:
-                // a slow drift over many commits would otherwise be blamed on one of them.
                 let recheck = match (&outcome, &plan.question) {
                     (Outcome::FirstBad { index }, Question::Bench(b)) => {
-                        let parent = if index - 1 == 0 {
-                            ctx.baseline.clone()
-                        } else {
-                            steps.get(&(index - 1)).map(|s| s.samples.clone())
-                        };
-                        let culprit = steps.get(index).map(|s| s.samples.clone());
-                        match (parent, culprit) {
-                            (Some(p), Some(c)) if p.len() >= 2 && c.len() >= 2 => decide::decide(&p, &c, b.threshold, b.direction, 0.01, 11).map(|j| {
-                                json!({"culprit": commits[*index].to_string(), "parent": commits[index - 1].to_string(),
-                                       "ratio": j.ratio, "ratio-ci": [j.ratio_ci.0, j.ratio_ci.1], "p": j.p,
-                                       "confirmed": j.decision == Decision::Bad})
-                            }),
-                            _ => None,
-                        }
+                        recheck(executor, b, commits, *index, &steps, events)?
                     }
                     _ => None,
                 };
@@ -1338,8 +542,6 @@ pub fn bisect(
             }
             Next::Test(i) => {
                 let (lo, hi) = search.bracket();
-                let width = plan.width();
-                let repo_path = repo.path().to_path_buf();
                 if width > 1 {
                     // Multisection: several commits of the bracket at once, one per worker.
                     let points = multisection_points(&search, width);
@@ -1353,53 +555,19 @@ pub fn bisect(
                         hi - lo - 1,
                         search.steps_left().div_ceil(width.ilog2().max(1) as usize)
                     ));
-                    let devices = plan.devices.clone();
-                    let results: Vec<Result<Step, BisectError>> = std::thread::scope(|scope| {
-                        let handles: Vec<_> = points
-                            .iter()
-                            .enumerate()
-                            .map(|(slot, &p)| {
-                                let worker_plan = plan.on_device(
-                                    devices
-                                        .get(slot % devices.len().max(1))
-                                        .copied()
-                                        .unwrap_or(0),
-                                );
-                                let (store, baseline, tree, oid, path) = (
-                                    ctx.store.clone(),
-                                    ctx.baseline.clone(),
-                                    ctx.baseline_tree,
-                                    commits[p],
-                                    repo_path.clone(),
-                                );
-                                let shared = &shared;
-                                scope.spawn(move || {
-                                    evaluate_in_worker(
-                                        &path,
-                                        &store,
-                                        &worker_plan,
-                                        shared,
-                                        events,
-                                        slot,
-                                        baseline,
-                                        tree,
-                                        p,
-                                        oid,
-                                    )
-                                })
-                            })
-                            .collect();
-                        handles
-                            .into_iter()
-                            .map(|h| {
-                                h.join().unwrap_or_else(|_| {
-                                    Err(BisectError::Inconsistent("a worker panicked".into()))
-                                })
-                            })
-                            .collect()
-                    });
-                    for r in results {
-                        let s = r?;
+                    let requests: Vec<StepRequest> = points
+                        .iter()
+                        .enumerate()
+                        .map(|(slot, &p)| StepRequest {
+                            index: p,
+                            commit: commits[p],
+                            slot,
+                            baseline: good_end,
+                        })
+                        .collect();
+                    let results = run_round(executor, &requests, events);
+                    for (req, r) in requests.iter().zip(results) {
+                        let s = keep_going(plan, executor, req, r)?;
                         evaluated += usize::from(!s.cached);
                         search
                             .record(s.index, flip(raw(&s)))
@@ -1414,38 +582,417 @@ pub fn bisect(
                     hi - lo - 1,
                     search.steps_left()
                 ));
-                // While this commit is measured (GPU work), build both possible next midpoints.
-                let speculate = matches!(plan.question, Question::Bench(_) | Question::Check)
-                    && plan.recipe.is_some();
-                let s = std::thread::scope(|scope| {
-                    if speculate {
-                        let (if_good, if_bad) = search.speculate();
-                        for j in [if_good, if_bad].into_iter().flatten() {
-                            let (store, oid, path, shared) =
-                                (ctx.store.clone(), commits[j], repo_path.clone(), &shared);
-                            scope.spawn(move || prefetch_build(&path, &store, plan, shared, oid));
-                        }
-                    }
-                    ctx.evaluate(i, commits[i])
-                });
-                let s = match s {
-                    Err(BisectError::Fatal { commit, source }) if plan.keep_going => Step {
-                        verdict: "skip".into(),
-                        detail: Some(format!("cannot evaluate {commit}: {source:#}")),
-                        ..Step::new(
-                            i,
-                            commits[i],
-                            history::subject(repo, commits[i]).unwrap_or_default(),
-                        )
-                    },
-                    other => other?,
+                // While this commit is evaluated, the executor may prepare both possible
+                // next midpoints (builds, while a GPU measures).
+                let req = StepRequest {
+                    index: i,
+                    commit: commits[i],
+                    slot: 0,
+                    baseline: good_end,
                 };
+                let s = std::thread::scope(|scope| {
+                    let (if_good, if_bad) = search.speculate();
+                    for j in [if_good, if_bad].into_iter().flatten() {
+                        let oid = commits[j];
+                        scope.spawn(move || executor.prefetch(oid));
+                    }
+                    executor.run(&req, events)
+                });
+                let s = keep_going(plan, executor, &req, s)?;
                 evaluated += usize::from(!s.cached);
                 search
                     .record(i, flip(raw(&s)))
                     .map_err(BisectError::Inconsistent)?;
                 steps.insert(i, s);
             }
+        }
+    }
+}
+
+/// With `--keep-going`, a step that failed for reasons outside the commit becomes a skip.
+fn keep_going(
+    plan: &Plan,
+    executor: &dyn Executor,
+    req: &StepRequest,
+    result: Result<Step, BisectError>,
+) -> Result<Step, BisectError> {
+    match result {
+        Err(BisectError::Fatal { commit, source }) if plan.keep_going => Ok(Step {
+            verdict: "skip".into(),
+            detail: Some(format!("cannot evaluate {commit}: {source:#}")),
+            ..Step::new(req.index, req.commit, executor.subject(req.commit))
+        }),
+        other => other,
+    }
+}
+
+/// The culprit compared with its parent directly, not only with the good end: a slow
+/// drift over many commits would otherwise be blamed on one of them. Samples taken at one
+/// place are compared as they are (place by place); otherwise the executor measures the pair
+/// on one device.
+fn recheck(
+    executor: &dyn Executor,
+    b: &BenchQuestion,
+    commits: &[Oid],
+    index: usize,
+    steps: &BTreeMap<usize, Step>,
+    events: &(dyn Fn(Event<'_>) + Sync),
+) -> Result<Option<Value>, BisectError> {
+    let (Some(parent), Some(culprit)) = (steps.get(&(index - 1)), steps.get(&index)) else {
+        return Ok(None);
+    };
+    let verdict = |ratio: f64, ci: (f64, f64), p: f64, confirmed: bool| {
+        json!({"culprit": commits[index].to_string(), "parent": commits[index - 1].to_string(),
+               "ratio": ratio, "ratio-ci": [ci.0, ci.1], "p": p, "confirmed": confirmed})
+    };
+    // Samples of the same place on both sides: each place decides, and the culprit is
+    // confirmed when every one finds it worse.
+    let judged: Vec<decide::Judgement> = parent
+        .by_place
+        .iter()
+        .filter_map(|(place, p)| Some((p, culprit.by_place.get(place)?)))
+        .filter(|(p, c)| p.len() >= 2 && c.len() >= 2)
+        .filter_map(|(p, c)| decide::decide(p, c, b.threshold, b.direction, 0.01, 11))
+        .collect();
+    if !judged.is_empty() {
+        let k = judged.len() as f64;
+        let ratio = (judged.iter().map(|j| j.ratio.ln()).sum::<f64>() / k).exp();
+        let lo = judged
+            .iter()
+            .map(|j| j.ratio_ci.0)
+            .fold(f64::INFINITY, f64::min);
+        let hi = judged
+            .iter()
+            .map(|j| j.ratio_ci.1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let p = judged.iter().map(|j| j.p).fold(0.0, f64::max);
+        let confirmed = judged.iter().all(|j| j.decision == Decision::Bad);
+        return Ok(Some(verdict(ratio, (lo, hi), p, confirmed)));
+    }
+    events(Event::Status(&format!(
+        "re-checking {} against its parent {} on one device",
+        history::short(commits[index]),
+        history::short(commits[index - 1])
+    )));
+    let quiet = |e: Event<'_>| {
+        if let Event::Status(m) = e {
+            events(Event::Status(m));
+        }
+    };
+    let s = executor.run(
+        &StepRequest {
+            index,
+            commit: commits[index],
+            slot: 0,
+            baseline: Some((index - 1, commits[index - 1])),
+        },
+        &quiet,
+    )?;
+    Ok(match (s.ratio, s.p) {
+        (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == "bad")),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The driver over a fake executor: no git, no store, no processes.
+    use super::*;
+    use std::sync::Mutex;
+
+    type Answering = Box<dyn Fn(&StepRequest) -> Result<&'static str, BisectError> + Sync>;
+    type Placing = Box<dyn Fn(&StepRequest) -> Option<String> + Sync>;
+
+    /// Answers each commit by its index through `answer`, remembering every request.
+    struct Fake {
+        width: usize,
+        answer: Answering,
+        placement: Placing,
+        seen: Mutex<Vec<StepRequest>>,
+    }
+
+    impl Fake {
+        fn new(
+            width: usize,
+            answer: impl Fn(&StepRequest) -> Result<&'static str, BisectError> + Sync + 'static,
+        ) -> Self {
+            Fake {
+                width,
+                answer: Box::new(answer),
+                placement: Box::new(|_| None),
+                seen: Mutex::new(Vec::new()),
+            }
+        }
+        fn seen(&self) -> Vec<StepRequest> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    impl Executor for Fake {
+        fn width(&self) -> usize {
+            self.width
+        }
+        fn run(
+            &self,
+            req: &StepRequest,
+            _events: &(dyn Fn(Event<'_>) + Sync),
+        ) -> Result<Step, BisectError> {
+            self.seen.lock().unwrap().push(*req);
+            let verdict = (self.answer)(req)?;
+            let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
+            s.verdict = verdict.into();
+            s.placement = (self.placement)(req);
+            if matches!(verdict, "good" | "bad") {
+                s.samples = vec![1.0, 1.0, 1.0];
+                if let Some(p) = &s.placement {
+                    s.by_place.insert(p.clone(), s.samples.clone());
+                }
+                s.ratio = Some((1.0, 1.0, 1.0));
+                s.p = Some(0.5);
+            }
+            Ok(s)
+        }
+        fn subject(&self, _commit: Oid) -> String {
+            "a subject".into()
+        }
+    }
+
+    fn commits(n: usize) -> Vec<Oid> {
+        (0..n)
+            .map(|i| {
+                let mut b = [0u8; 20];
+                b[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+                Oid::from_bytes(&b).unwrap()
+            })
+            .collect()
+    }
+
+    fn plan(question: Question) -> Plan {
+        Plan {
+            recipe: None,
+            paths: Vec::new(),
+            offline: false,
+            question,
+            nix: false,
+            timeout: Duration::from_secs(1),
+            find_fixed: false,
+            jobs: 1,
+            keep_going: false,
+            devices: vec![0],
+        }
+    }
+
+    fn script() -> Plan {
+        plan(Question::Script("true".into()))
+    }
+
+    fn bench() -> Plan {
+        plan(Question::Bench(BenchQuestion {
+            threshold: 0.05,
+            direction: Direction::Slower,
+            command: None,
+            params: Vec::new(),
+            settings: Settings {
+                mode: crate::gpurun::Mode::Cold,
+                max_noise: 0.005,
+                min_samples: 10,
+                max_samples: 100,
+                min_time_ms: 1.0,
+                budget_ms: 10.0,
+                warmup_ms: 1.0,
+                device: 0,
+            },
+            first_attempts: 3,
+            max_attempts: 6,
+        }))
+    }
+
+    fn first_bad(r: &Report) -> usize {
+        match r.outcome {
+            Outcome::FirstBad { index } => index,
+            ref o => panic!("expected a first bad commit, got {o:?}"),
+        }
+    }
+
+    #[test]
+    fn finds_the_first_bad_commit_at_every_width_evaluating_each_commit_once() {
+        for width in [1, 2, 3, 4, 8] {
+            for culprit in 1..40 {
+                let fake = Fake::new(width, move |r| {
+                    Ok(if r.index >= culprit { "bad" } else { "good" })
+                });
+                let r = drive(&fake, &script(), &commits(40), &|_| {}).unwrap();
+                assert_eq!(first_bad(&r), culprit, "width {width}");
+                let seen = fake.seen();
+                let mut idx: Vec<usize> = seen.iter().map(|r| r.index).collect();
+                idx.sort_unstable();
+                idx.dedup();
+                assert_eq!(
+                    idx.len(),
+                    seen.len(),
+                    "a commit was evaluated twice: {seen:?}"
+                );
+                assert_eq!(r.evaluated, seen.len());
+                // Never more workers at once than the executor has, on distinct slots.
+                assert!(seen.iter().all(|r| r.slot < width));
+            }
+        }
+    }
+
+    #[test]
+    fn two_workers_evaluate_both_ends_in_one_round() {
+        let mut fake = Fake::new(2, |r| Ok(if r.index >= 5 { "bad" } else { "good" }));
+        fake.placement = Box::new(|_| Some("GPU 0".into()));
+        drive(&fake, &bench(), &commits(10), &|_| {}).unwrap();
+        let mut seen = fake.seen();
+        seen[..2].sort_by_key(|r| r.index);
+        assert_eq!((seen[0].index, seen[0].slot), (0, 0));
+        assert_eq!((seen[1].index, seen[1].slot), (9, 1));
+        let c = commits(10);
+        // The good end is the baseline of every other bench step, measured where it runs.
+        assert_eq!(seen[0].baseline, None);
+        assert!(seen[1..].iter().all(|r| r.baseline == Some((0, c[0]))));
+    }
+
+    #[test]
+    fn a_flaky_commit_is_an_inconsistency_not_a_verdict() {
+        // Commit 7 is bad, but 8 after it answers good: the property is not monotone.
+        let fake = Fake::new(1, |r| {
+            Ok(match r.index {
+                0..=6 => "good",
+                8 => "good",
+                _ => "bad",
+            })
+        });
+        let c = commits(12);
+        // Steer the search through both: whatever order it takes, it must either never
+        // meet the contradiction or report it.
+        match drive(&fake, &script(), &c, &|_| {}) {
+            Err(BisectError::Inconsistent(m)) => assert!(m.contains("not monotone"), "{m}"),
+            Ok(r) => {
+                let seen: Vec<usize> = fake.seen().iter().map(|r| r.index).collect();
+                assert!(
+                    !(seen.contains(&7) && seen.contains(&8)),
+                    "met both and said nothing: {r:?}"
+                );
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn a_run_of_untestable_commits_gives_the_range() {
+        let fake = Fake::new(1, |r| {
+            Ok(match r.index {
+                0..=3 => "good",
+                4..=7 => "skip",
+                _ => "bad",
+            })
+        });
+        let r = drive(&fake, &script(), &commits(12), &|_| {}).unwrap();
+        assert_eq!(r.outcome, Outcome::Untestable { first: 4, last: 8 });
+    }
+
+    #[test]
+    fn skips_at_the_ends_are_named() {
+        for (end, which) in [(0usize, "good"), (9, "bad")] {
+            for width in [1, 2] {
+                let fake = Fake::new(width, move |r| {
+                    Ok(if r.index == end {
+                        "skip"
+                    } else if r.index >= 5 {
+                        "bad"
+                    } else {
+                        "good"
+                    })
+                });
+                match drive(&fake, &script(), &commits(10), &|_| {}) {
+                    Err(BisectError::BadEnd { which: w, .. }) => assert_eq!(w, which),
+                    other => panic!("expected a bad {which} end, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn find_fixed_flips_the_answers() {
+        let mut p = script();
+        p.find_fixed = true;
+        for width in [1, 3] {
+            // Broken (bad) up to 5, fixed (good) from 6 on.
+            let fake = Fake::new(width, |r| Ok(if r.index >= 6 { "good" } else { "bad" }));
+            let r = drive(&fake, &p, &commits(20), &|_| {}).unwrap();
+            assert_eq!(first_bad(&r), 6);
+        }
+        // Without --find fixed the same history has a good end that is bad.
+        let fake = Fake::new(1, |r| Ok(if r.index >= 6 { "good" } else { "bad" }));
+        assert!(matches!(
+            drive(&fake, &script(), &commits(20), &|_| {}),
+            Err(BisectError::BadEnd { which: "good", .. })
+        ));
+    }
+
+    #[test]
+    fn keep_going_turns_a_fatal_step_into_a_skip() {
+        let answer = |r: &StepRequest| {
+            if r.index == 10 {
+                return Err(BisectError::Fatal {
+                    commit: "x".into(),
+                    source: anyhow::anyhow!("the disk is full"),
+                });
+            }
+            Ok(if r.index >= 13 { "bad" } else { "good" })
+        };
+        let fake = Fake::new(1, answer);
+        assert!(matches!(
+            drive(&fake, &script(), &commits(21), &|_| {}),
+            Err(BisectError::Fatal { .. })
+        ));
+        let mut p = script();
+        p.keep_going = true;
+        for width in [3, 1] {
+            let fake = Fake::new(width, answer);
+            let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
+            assert_eq!(first_bad(&r), 13, "width {width}");
+        }
+        let fake = Fake::new(1, answer);
+        let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
+        let s = r.steps.iter().find(|s| s.index == 10).unwrap();
+        assert_eq!(s.verdict, "skip");
+        assert_eq!(s.subject, "a subject");
+        assert!(s.detail.as_deref().unwrap().contains("the disk is full"));
+    }
+
+    #[test]
+    fn the_recheck_compares_samples_from_one_place_only() {
+        // Same place: compared directly, no extra step.
+        let mut fake = Fake::new(1, |r| Ok(if r.index >= 4 { "bad" } else { "good" }));
+        fake.placement = Box::new(|_| Some("GPU 0".into()));
+        let r = drive(&fake, &bench(), &commits(8), &|_| {}).unwrap();
+        assert_eq!(first_bad(&r), 4);
+        let n = fake.seen().len();
+        assert_eq!(n, r.evaluated);
+        // Different places (two GPUs, or cluster jobs): the pair is measured again on one.
+        let mut fake = Fake::new(2, |r| Ok(if r.index >= 4 { "bad" } else { "good" }));
+        fake.placement = Box::new(|r| Some(format!("GPU {}", r.slot)));
+        let r = drive(&fake, &bench(), &commits(8), &|_| {}).unwrap();
+        let c = commits(8);
+        let last = *fake.seen().last().unwrap();
+        let culprit = first_bad(&r);
+        if r.steps
+            .iter()
+            .find(|s| s.index == culprit - 1)
+            .unwrap()
+            .placement
+            != r.steps
+                .iter()
+                .find(|s| s.index == culprit)
+                .unwrap()
+                .placement
+        {
+            assert_eq!(last.index, culprit);
+            assert_eq!(last.baseline, Some((culprit - 1, c[culprit - 1])));
+            assert!(r.recheck.is_some());
         }
     }
 }

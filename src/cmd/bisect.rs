@@ -12,6 +12,7 @@ use crate::bisect::decide::Direction;
 use crate::bisect::history::{self, HistoryError};
 use crate::bisect::run::{self, BenchQuestion, BisectError, Plan, Question, RecipeSource};
 use crate::bisect::search::Outcome;
+use crate::bisect::slurm::{SlurmError, SlurmExecutor, SlurmOptions};
 use crate::cli::{Globals, emit, emit_json};
 use crate::cmd::bench::{fmt_value, parse_fraction};
 use crate::error::{Diagnose, UserError};
@@ -27,6 +28,16 @@ pub enum Mode {
     Check,
     /// The first commit whose benchmark is worse than the good end's by --threshold.
     Bench,
+}
+
+/// Where the steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// On this machine (its GPUs: --devices).
+    Local,
+    /// As Slurm jobs with one GPU each (srun); the store must be on a filesystem the nodes
+    /// share.
+    Slurm,
 }
 
 /// Which transition to find.
@@ -126,9 +137,149 @@ pub struct Args {
     /// Evaluate this many commits at once (build and script modes): a multisection.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: u16,
-    /// GPUs for check and bench modes, e.g. 0,1: one commit is measured on each at once.
+    /// GPUs for check and bench modes, e.g. 0,1: a check runs one commit on each at once;
+    /// a performance step spreads its processes over all of them, each GPU judged against
+    /// its own baseline of the good end.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0")]
     devices: Vec<usize>,
+    /// Where steps run: here, or as Slurm jobs (--jobs of them at once).
+    #[arg(long, value_enum, default_value = "local")]
+    executor: ExecutorKind,
+    /// Slurm: the partition [default: the cluster's default].
+    #[arg(long, value_name = "NAME")]
+    partition: Option<String>,
+    /// Slurm: the generic resources of each job ("" for none).
+    #[arg(long, value_name = "GRES", default_value = "gpu:1")]
+    gres: String,
+    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS).
+    #[arg(long, value_name = "TIME")]
+    time_limit: Option<String>,
+    /// Slurm: the account to charge.
+    #[arg(long, value_name = "NAME")]
+    account: Option<String>,
+    /// Slurm: submissions of a step again when its job ends without a result (preempted,
+    /// cancelled, out of time, its node lost).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    retries: usize,
+}
+
+impl Diagnose for SlurmError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            SlurmError::Refused { .. } => exit::USAGE,
+            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
+            SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
+                "check --partition, --gres, --time-limit and --account against `sinfo`".into()
+            }
+            SlurmError::Refused { partitions, .. } => format!(
+                "the partitions here are: {}; check --gres, --time-limit and --account against `sinfo`",
+                partitions.join(", ")
+            ),
+            SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
+        })
+    }
+}
+
+/// Arguments of the hidden `repro bisect-step`.
+#[derive(Debug, clap::Args)]
+pub struct StepArgs {
+    /// The request file a Slurm job was given.
+    request: std::path::PathBuf,
+}
+
+/// Runs `repro bisect-step`: one step of a bisection, as a Slurm job runs it. The result
+/// (the step, or its error) goes to the file the request names; the exit code says only
+/// whether that file was written.
+pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
+    use crate::bisect::executor::{Executor, StepRequest};
+    use crate::bisect::slurm::{JobError, JobRequest, JobResult, MAX_BYTES, SCHEMA};
+    let bytes = crate::fsutil::read_bounded(&a.request, MAX_BYTES).map_err(|e| {
+        UserError::usage(format!(
+            "cannot read the step request {}: {e}",
+            a.request.display()
+        ))
+    })?;
+    let req: JobRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        UserError::usage(format!(
+            "the step request {} is malformed: {e}",
+            a.request.display()
+        ))
+    })?;
+    if req.schema != SCHEMA {
+        return Err(UserError::usage(format!(
+            "the step request {} has schema {}; this repro reads {SCHEMA}",
+            a.request.display(),
+            req.schema
+        ))
+        .hint("run the same repro on the nodes as on the submitting machine")
+        .into());
+    }
+    let plan = req
+        .plan
+        .plan()
+        .map_err(|e| UserError::usage(format!("the step request's plan cannot be used: {e}")))?;
+    let oid = |s: &str| {
+        git2::Oid::from_str(s)
+            .map_err(|_| UserError::usage(format!("the step request names a bad commit `{s}`")))
+    };
+    let commit = oid(&req.commit)?;
+    let newest = oid(&req.newest)?;
+    let baseline = match &req.baseline {
+        Some((i, c)) => Some((*i, oid(c)?)),
+        None => None,
+    };
+    let repo = git2::Repository::open(&req.repo)
+        .map_err(HistoryError::Git)
+        .with_context(|| format!("cannot open the repository {}", req.repo.display()))?;
+    let store = crate::store::Store::at(&req.store);
+    // A job's GPU is whichever Slurm gave it: its samples are its own, and never reused
+    // for a comparison in another job.
+    let place = format!(
+        "slurm job {} on {}",
+        std::env::var("SLURM_JOB_ID").unwrap_or_else(|_| "?".into()),
+        std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| "?".into())
+    );
+    let bench = matches!(plan.question, Question::Bench(_));
+    let executor = crate::bisect::local::LocalExecutor::new(&repo, store, &plan, newest)
+        .with_salt(bench.then(|| place.clone()));
+    let events = |e: run::Event<'_>| {
+        if let run::Event::Status(m) = e {
+            eprintln!("bisect-step: {m}");
+        }
+    };
+    let out = executor.run(
+        &StepRequest {
+            index: req.index,
+            commit,
+            slot: 0,
+            baseline,
+        },
+        &events,
+    );
+    let result = match out {
+        Ok(step) => JobResult {
+            schema: SCHEMA,
+            samples: step.samples.clone(),
+            placement: step.placement.clone(),
+            step: Some(step),
+            error: None,
+        },
+        Err(e) => JobResult {
+            schema: SCHEMA,
+            step: None,
+            samples: Vec::new(),
+            placement: Some(place),
+            error: Some(JobError::of(&e)),
+        },
+    };
+    let text = serde_json::to_vec_pretty(&result).expect("a result serialises");
+    crate::fsutil::write_atomic(&req.result, &text, true)?;
+    Ok(exit::OK)
 }
 
 impl Diagnose for HistoryError {
@@ -193,6 +344,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (None, None, Mode::Check) => Question::Check,
         (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
     };
+    if a.executor == ExecutorKind::Local
+        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some())
+    {
+        return Err(UserError::usage(
+            "--partition, --time-limit and --account are options of --executor slurm",
+        )
+        .into());
+    }
     let repo = history::open(&g.cwd)?;
     let good = history::resolve(&repo, good)?;
     let bad = history::resolve(&repo, bad)?;
@@ -268,7 +427,27 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         run::Event::Step(_) => {}
     };
-    let report = run::bisect(&repo, g.store(), &plan, &commits, &events);
+    let report = match a.executor {
+        ExecutorKind::Local => run::bisect(&repo, g.store(), &plan, &commits, &events),
+        ExecutorKind::Slurm => {
+            let store = g.store();
+            let store = crate::store::Store::at(
+                std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
+            );
+            run::prepare(&repo, &store, &plan, &commits)?;
+            let newest = *commits.last().expect("a range has two ends");
+            let opts = SlurmOptions {
+                partition: a.partition.clone(),
+                gres: a.gres.clone(),
+                time_limit: a.time_limit.clone(),
+                account: a.account.clone(),
+                retries: a.retries,
+                repro: std::env::current_exe().context("cannot find the repro executable")?,
+            };
+            let executor = SlurmExecutor::new(&repo, store, &plan, newest, opts)?;
+            run::drive(&executor, &plan, &commits, &events)
+        }
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

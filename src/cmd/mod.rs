@@ -7,6 +7,8 @@ pub mod bundle;
 pub mod demo;
 pub mod env;
 pub mod plot;
+pub mod pull;
+pub mod push;
 pub mod replay;
 pub mod results;
 pub mod shell;

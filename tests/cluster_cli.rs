@@ -1,0 +1,423 @@
+//! Many GPUs, many machines: performance bisections over several devices judged within
+//! each device, steps run as jobs of a real Slurm cluster, and records shared through a
+//! git remote.
+
+mod common;
+
+use std::path::Path;
+
+use common::{git, repo_with, repro};
+use serde_json::Value;
+
+/// A history of `n` commits; `extra(i)` are the files commit i (1-based) writes.
+fn history(
+    n: usize,
+    extra: impl Fn(usize) -> Vec<(String, String)>,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    let (tmp, root) = repo_with(&[("README", "a project\n")]);
+    for i in 1..=n {
+        std::fs::write(root.join("NOTES.md"), format!("note {i}\n")).unwrap();
+        for (p, t) in extra(i) {
+            let path = root.join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, t).unwrap();
+        }
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-q", "-m", &format!("commit {i}")]);
+    }
+    (tmp, root)
+}
+
+fn bisect(tmp: &Path, root: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = repro(tmp)
+        .arg("-C")
+        .arg(root)
+        .args(["bisect", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A noisy "time" from base.txt; GPU 1 (`$REPRO_DEVICE`) is a card 8% slower than GPU 0,
+/// as two cards of one model with different clocks can be.
+const TWO_CARDS: &str = "r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' '); f=1; [ \"$REPRO_DEVICE\" = 1 ] && f=1.08; awk -v base=$(cat base.txt) -v f=$f -v r=$r 'BEGIN { printf \"{\\\"t\\\": %.4f}\\n\", base * f * (1 + (r / 65535 - 0.5) * 0.01) }'";
+
+#[test]
+fn two_devices_judge_each_against_its_own_baseline() {
+    let bench = |back: &str| {
+        vec![
+            "--good".to_string(),
+            back.to_string(),
+            "--bad".into(),
+            "HEAD".into(),
+            "--mode".into(),
+            "bench".into(),
+            "--command".into(),
+            TWO_CARDS.into(),
+            "--metric".into(),
+            "json:t".into(),
+            "--threshold".into(),
+            "5%".into(),
+            "--devices".into(),
+            "0,1".into(),
+        ]
+    };
+    // A/A: nothing changes, but the second card is slower. Compared across cards the bad
+    // end would be 8% slower; each card against itself finds nothing.
+    let (tmp, root) = history(8, |_| vec![("base.txt".into(), "100\n".into())]);
+    let args = bench("HEAD~7");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) = bisect(tmp.path(), &root, &args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("the bad end") && stderr.contains("is not bad"),
+        "{stderr}"
+    );
+    // The same history measured on GPU 1 against a baseline from GPU 0 is what the
+    // comparison must never be: the store holds a good end for each card.
+    let records: Vec<Value> = std::fs::read_dir(root.join(".repro/bisect"))
+        .unwrap()
+        .map(|e| serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
+        .collect();
+    let good_end = git(&root, &["rev-parse", "HEAD~7"]);
+    let devices: std::collections::BTreeSet<u64> = records
+        .iter()
+        .filter(|r| r["commit"] == good_end.as_str())
+        .map(|r| {
+            r["question"]["question"]["settings"]["device"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(devices, [0, 1].into(), "{records:?}");
+
+    // A real 10% slowdown at commit 9 is found, on both cards, and re-checked on one.
+    let (tmp, root) = history(16, |i| {
+        vec![(
+            "base.txt".into(),
+            if i >= 9 { "110\n" } else { "100\n" }.into(),
+        )]
+    });
+    let args = bench("HEAD~15");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, v, stderr) = bisect(tmp.path(), &root, &args);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["culprit"]["subject"], "commit 9", "{v}");
+    let culprit = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["subject"] == "commit 9")
+        .unwrap();
+    let detail = culprit["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("GPU 0: bad") && detail.contains("GPU 1: bad"),
+        "{detail}"
+    );
+    let ratio = culprit["ratio"][0].as_f64().unwrap();
+    assert!((ratio - 1.10).abs() < 0.01, "{ratio}");
+    assert_eq!(v["recheck"]["confirmed"], true, "{v}");
+}
+
+/// Slurm tests submit to one cluster and cancel its jobs: one at a time.
+static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether a Slurm cluster answers here. Without one the Slurm tests skip, saying why,
+/// unless REPRO_TEST_REQUIRE_SLURM is set (CI starts one with .ci/slurm-up).
+fn slurm_up() -> bool {
+    let why = match std::process::Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+    {
+        Ok(o) if o.status.success() && !o.stdout.is_empty() => return true,
+        Ok(o) => format!("sinfo: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("no sinfo on the PATH: {e}"),
+    };
+    if std::env::var_os("REPRO_TEST_REQUIRE_SLURM").is_some() {
+        panic!(
+            "REPRO_TEST_REQUIRE_SLURM is set but no Slurm cluster answers ({why}); .ci/slurm-up starts one"
+        );
+    }
+    eprintln!("skipped: no Slurm cluster answers ({why}); .ci/slurm-up starts one");
+    false
+}
+
+/// The Slurm jobs whose working directory is under `store`: (id, state).
+fn jobs_under(store: &Path) -> Vec<(String, String)> {
+    let out = std::process::Command::new("squeue")
+        .args(["-h", "-o", "%i|%T|%Z"])
+        .output()
+        .unwrap();
+    let store = store.to_string_lossy().into_owned();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f.len() == 3 && f[2].starts_with(&store)).then(|| (f[0].into(), f[1].into()))
+        })
+        .collect()
+}
+
+fn job_state(id: &str) -> String {
+    let out = std::process::Command::new("scontrol")
+        .args(["show", "job", id])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("JobState=").map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// A 40-commit history whose state breaks at commit 27; the script sleeps so that jobs
+/// can be caught running.
+fn state_history() -> (tempfile::TempDir, std::path::PathBuf) {
+    history(40, |i| {
+        vec![(
+            "state.txt".into(),
+            if i >= 27 { "broken\n" } else { "fine\n" }.into(),
+        )]
+    })
+}
+
+const STATE_SCRIPT: &str = "sleep 2; grep -q fine state.txt";
+
+fn spawn_repro(tmp: &Path, root: &Path, store: &Path, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
+        .arg("-C")
+        .arg(root)
+        .arg("--store")
+        .arg(store)
+        .arg("bisect")
+        .args(args)
+        .env("XDG_CACHE_HOME", tmp)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn slurm_jobs_find_the_local_answer_and_survive_a_cancelled_job() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = state_history();
+    let range = [
+        "--good",
+        "HEAD~39",
+        "--bad",
+        "HEAD",
+        "--script",
+        STATE_SCRIPT,
+    ];
+    let local_store = tmp.path().join("local-store");
+    let (code, local, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &["--store", local_store.to_str().unwrap(), "--jobs", "4"],
+            &range[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(local["culprit"]["subject"], "commit 27");
+
+    // The same bisection as Slurm jobs, four at a time; one running job is cancelled.
+    let store = tmp.path().join("slurm-store");
+    let child = spawn_repro(
+        tmp.path(),
+        &root,
+        &store,
+        &[&["--executor", "slurm", "--jobs", "4"], &range[..]].concat(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let cancelled = loop {
+        if let Some((id, _)) = jobs_under(&store).into_iter().find(|(_, s)| s == "RUNNING") {
+            let st = std::process::Command::new("scancel")
+                .arg(&id)
+                .status()
+                .unwrap();
+            assert!(st.success());
+            break id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no job of the bisection was seen running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("first bad commit: ") && stdout.contains("subject  commit 27"),
+        "{stdout}"
+    );
+    assert_eq!(job_state(&cancelled), "CANCELLED");
+    assert!(
+        stderr.contains(&format!("Slurm job {cancelled} for"))
+            && stderr.contains("ended CANCELLED without a result; resubmitting"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("after 1 lost jobs"), "{stderr}");
+    // The steps' records are in the shared store: a rerun submits no job, and every
+    // verdict is the script's (the cancelled job became no verdict of its own).
+    let submitted = jobs_known(&store);
+    let (code, again, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &[
+                "--store",
+                store.to_str().unwrap(),
+                "--executor",
+                "slurm",
+                "--jobs",
+                "4",
+            ],
+            &range[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(again["culprit"], local["culprit"], "{again}");
+    assert_eq!(again["evaluated"], 0, "{again}");
+    assert_eq!(jobs_known(&store), submitted, "a job was submitted");
+    for s in again["steps"].as_array().unwrap() {
+        let i = s["index"].as_u64().unwrap();
+        let expected = if i >= 26 { "bad" } else { "good" };
+        assert_eq!(s["verdict"], expected, "{s}");
+    }
+}
+
+/// How many jobs the controller remembers (running or ended) that worked under `store`.
+fn jobs_known(store: &Path) -> usize {
+    let out = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let needle = format!("WorkDir={}", store.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .count()
+}
+
+#[test]
+fn ctrl_c_cancels_every_job() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = state_history();
+    let store = tmp.path().join("store");
+    let mut child = spawn_repro(
+        tmp.path(),
+        &root,
+        &store,
+        &[
+            "--executor",
+            "slurm",
+            "--jobs",
+            "4",
+            "--good",
+            "HEAD~39",
+            "--bad",
+            "HEAD",
+            "--script",
+            "sleep 30",
+        ],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !jobs_under(&store).iter().any(|(_, s)| s == "RUNNING") {
+        assert!(std::time::Instant::now() < deadline, "no job started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill only sends a signal to the child this test started.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = jobs_under(&store);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "jobs left after Ctrl-C: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn slurm_bad_input_is_named() {
+    let (tmp, root) = state_history();
+    let range = ["--good", "HEAD~39", "--bad", "HEAD", "--script", "true"];
+    // No srun on the PATH (only a shell).
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", bin.join("sh")).unwrap();
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["bisect", "--executor", "slurm"])
+        .args(range)
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("needs Slurm's `srun`") && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    // Slurm options without Slurm.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["bisect", "--partition", "gpu"])
+        .args(range)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    if !slurm_up() {
+        return;
+    }
+    // A partition that does not exist: named, with the ones that do.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bisect",
+            "--executor",
+            "slurm",
+            "--partition",
+            "no-such-part",
+        ])
+        .args(range)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--partition=no-such-part")
+            && stderr.contains("invalid partition")
+            && stderr.contains("the partitions here are:"),
+        "{stderr}"
+    );
+    // Nothing was written for the refused bisection but the store's scratch space.
+    assert!(!root.join(".repro/bisect").exists());
+}
