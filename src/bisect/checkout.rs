@@ -612,8 +612,8 @@ mod tests {
         repo.commit(None, &sig, &sig, "c", &tree, &refs).unwrap()
     }
 
-    #[test]
-    fn a_worktree_is_brought_up_to_date_like_a_checkout() {
+    /// A bare repository with two commits: files changed, removed and added between them.
+    fn two_commits() -> (tempfile::TempDir, Repository, Oid, Oid) {
         let d = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
         let a = commit(
@@ -626,6 +626,12 @@ mod tests {
             &[("a/x.txt", "1"), ("a/y.txt", "22"), ("c/z.txt", "4")],
             Some(a),
         );
+        (d, repo, a, b)
+    }
+
+    #[test]
+    fn a_worktree_is_brought_up_to_date_like_a_checkout() {
+        let (_d, repo, a, b) = two_commits();
         let mut wt = Worktree::new(tempfile::tempdir().unwrap());
         let fa = CommitFiles::new(&repo, a).unwrap();
         let up = wt.update(&fa, &fa.all_entries()).unwrap();
@@ -660,18 +666,7 @@ mod tests {
 
     #[test]
     fn whole_tree_updates_read_only_the_differences() {
-        let d = tempfile::tempdir().unwrap();
-        let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
-        let a = commit(
-            &repo,
-            &[("a/x.txt", "1"), ("a/y.txt", "2"), ("b.txt", "3")],
-            None,
-        );
-        let b = commit(
-            &repo,
-            &[("a/x.txt", "1"), ("a/y.txt", "22"), ("c/z.txt", "4")],
-            Some(a),
-        );
+        let (_d, repo, a, b) = two_commits();
         let mut wt = Worktree::new(tempfile::tempdir().unwrap());
         let asked: std::cell::RefCell<Vec<Vec<String>>> = Default::default();
         let mut fetch = |e: &[Entry]| -> Result<(), CheckoutError> {
