@@ -501,6 +501,12 @@ impl<'a> Ctx<'a> {
             .or(built.log.lines().next())
             .unwrap_or("")
             .to_string();
+        // What check and bench steps load: the CUBIN, else the PTX.
+        let module = built
+            .outputs
+            .get("cubin")
+            .or(built.outputs.get("ptx"))
+            .map(|o| PathBuf::from(&o.path));
         match &self.plan.question {
             Question::Build => Ok(if build_failed {
                 (Answer::Bad, Some(format!("build failed: {first_error}")))
@@ -511,11 +517,6 @@ impl<'a> Ctx<'a> {
                 if build_failed {
                     return Ok((Answer::Bad, Some(format!("build failed: {first_error}"))));
                 }
-                let module = built
-                    .outputs
-                    .get("cubin")
-                    .or(built.outputs.get("ptx"))
-                    .map(|o| PathBuf::from(&o.path));
                 let Some(module) = module else {
                     return Ok((Answer::Skip, Some("no loadable artifact".into())));
                 };
@@ -562,11 +563,6 @@ impl<'a> Ctx<'a> {
                 if let Err(e) = crate::runspec::override_params(&mut r.sections.params, &b.params) {
                     return Ok((Answer::Skip, Some(e)));
                 }
-                let module = built
-                    .outputs
-                    .get("cubin")
-                    .or(built.outputs.get("ptx"))
-                    .map(|o| PathBuf::from(&o.path));
                 let Some(module) = module else {
                     return Ok((Answer::Skip, Some("no loadable artifact".into())));
                 };
@@ -805,16 +801,11 @@ pub fn recipe_paths(
             }
         }
         Build::Command(cb) => {
+            // The recipe's globs were validated when it was parsed.
             let globs: Vec<globset::GlobMatcher> = cb
                 .inputs
                 .iter()
-                .filter_map(|g| {
-                    globset::GlobBuilder::new(g)
-                        .literal_separator(true)
-                        .build()
-                        .ok()
-                })
-                .map(|g| g.compile_matcher())
+                .filter_map(|g| inputs::glob_matcher(g).ok())
                 .collect();
             need.extend(
                 files

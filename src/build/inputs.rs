@@ -300,18 +300,22 @@ fn literal_prefix(glob: &str) -> PathBuf {
     p
 }
 
+/// The matcher of one input glob, as every command build reads it: `*` does not cross `/`.
+pub fn glob_matcher(glob: &str) -> Result<globset::GlobMatcher, globset::Error> {
+    Ok(globset::GlobBuilder::new(glob)
+        .literal_separator(true)
+        .build()?
+        .compile_matcher())
+}
+
 /// Reads every file matching the globs (relative to `root`), skipping `.git` and `.repro`.
 pub fn glob_inputs(root: &Path, globs: &[String]) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
     let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let mut files = BTreeMap::new();
     for g in globs {
-        let matcher = globset::GlobBuilder::new(g)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| InputError::NoMatch {
-                glob: format!("{g} ({e})"),
-            })?
-            .compile_matcher();
+        let matcher = glob_matcher(g).map_err(|e| InputError::NoMatch {
+            glob: format!("{g} ({e})"),
+        })?;
         let start = root.join(literal_prefix(g));
         let mut matched = false;
         for entry in walkdir::WalkDir::new(&start)
