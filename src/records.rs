@@ -20,7 +20,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::keys;
+use crate::runspec::{DType, Init};
 use crate::stats::Summary;
+use crate::store::{Store, StoreError};
+
+/// The store directory of build records.
+pub const BUILDS: &str = "builds";
+/// The store directory of result records.
+pub const RESULTS: &str = "results";
+/// The store directory of finished bisections' reports.
+pub const BISECTIONS: &str = "bisections";
 
 /// The schema of every record this build writes.
 pub const SCHEMA: u32 = 1;
@@ -201,6 +211,88 @@ pub struct BuildInputs {
     pub nix: Option<Value>,
 }
 
+impl BuildInputs {
+    /// Lists what differs between two sets of key inputs, in words.
+    pub fn explain(&self, new: &BuildInputs) -> Vec<String> {
+        let (old, new) = (&to_json(self), &to_json(new));
+        let mut out = Vec::new();
+        let (ob, nb) = (&old["build"], &new["build"]);
+        let fields: std::collections::BTreeSet<&String> = ob
+            .as_object()
+            .into_iter()
+            .chain(nb.as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for f in fields {
+            if ob[f] != nb[f] {
+                out.push(format!("recipe: `{f}` changed from {} to {}", ob[f], nb[f]));
+            }
+        }
+        let (of, nf) = (&old["files"], &new["files"]);
+        let names: std::collections::BTreeSet<&String> = of
+            .as_object()
+            .into_iter()
+            .chain(nf.as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for n in names {
+            match (of.get(n), nf.get(n)) {
+                (Some(a), Some(b)) if a != b => out.push(format!("file {n} changed")),
+                (None, Some(_)) => out.push(format!("file {n} is a new input")),
+                (Some(_), None) => out.push(format!("file {n} is no longer an input")),
+                _ => {}
+            }
+        }
+        let (oc, nc) = (&old["compiler"], &new["compiler"]);
+        if oc != nc {
+            let describe = |c: &Value| {
+                let lib = c["library-sha256"]
+                    .as_str()
+                    .map(|s| format!(", library {}", keys::short(s)))
+                    .unwrap_or_default();
+                format!(
+                    "{} {}{lib}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["version"].as_str().unwrap_or("")
+                )
+            };
+            out.push(format!(
+                "compiler changed: {} -> {}",
+                describe(oc),
+                describe(nc)
+            ));
+        }
+        if old["nix"] != new["nix"] {
+            let describe = |n: &Value| match n {
+                Value::Null => "the host".to_string(),
+                n => format!("the Nix shell {}", n["shell-drv"].as_str().unwrap_or("?")),
+            };
+            let lock_changed = !old["nix"].is_null()
+                && !new["nix"].is_null()
+                && old["nix"]["flake-lock-sha256"] != new["nix"]["flake-lock-sha256"];
+            if lock_changed {
+                out.push("flake.lock changed".into());
+            }
+            if old["nix"]["shell-drv"] != new["nix"]["shell-drv"] {
+                out.push(format!(
+                    "build environment changed: {} -> {}",
+                    describe(&old["nix"]),
+                    describe(&new["nix"])
+                ));
+            }
+        }
+        if old["schema"] != new["schema"] {
+            out.push("the build-key schema changed (a newer repro)".into());
+        }
+        out
+    }
+
+    /// A string field of the compiler's identity (`name`, `version`).
+    pub fn compiler_field(&self, field: &str) -> Option<&str> {
+        self.compiler.get(field)?.as_str()
+    }
+}
+
 /// A build record: `builds/KEY.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -257,6 +349,110 @@ impl BuildRecord {
 
 // ---------------------------------------------------------------------------------------
 // Results
+
+/// How samples are taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// L2 flushed (a memset over twice its size) before every sample.
+    Cold,
+    /// Back-to-back launches, caches warm.
+    Hot,
+    /// A CUDA graph of many launches per sample, for kernels of a few microseconds.
+    Graph,
+}
+
+/// How to measure, as given on the command line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Settings {
+    /// Cold, hot or graph.
+    pub mode: Mode,
+    /// Target relative noise of the median.
+    pub max_noise: f64,
+    /// Minimum samples.
+    pub min_samples: usize,
+    /// Maximum samples.
+    pub max_samples: usize,
+    /// Minimum sampling time (ms).
+    pub min_time_ms: f64,
+    /// Sampling budget (ms).
+    pub budget_ms: f64,
+    /// Warm-up (ms).
+    pub warmup_ms: f64,
+    /// Device ordinal.
+    pub device: usize,
+}
+
+/// One launch, resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LaunchSpec {
+    /// The entry point.
+    pub kernel: String,
+    /// Grid.
+    pub grid: [u32; 3],
+    /// Block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes.
+    #[serde(alias = "shared_mem")]
+    pub shared_mem: u32,
+}
+
+/// One argument, resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ArgSpec {
+    /// A device buffer.
+    Buffer {
+        /// Name.
+        name: String,
+        /// Element type.
+        dtype: DType,
+        /// Element count.
+        count: u64,
+        /// Fill (`None`: an output poisoned before every run).
+        init: Option<Init>,
+        /// Fill seed.
+        seed: u64,
+        /// Compared by the check.
+        output: bool,
+    },
+    /// A scalar.
+    Scalar {
+        /// Name.
+        name: String,
+        /// Type.
+        dtype: DType,
+        /// Value (integers are exact up to 2^53).
+        value: f64,
+    },
+}
+
+/// How one output compared with the reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct OutputCheck {
+    /// The output.
+    pub name: String,
+    /// Elements compared.
+    pub elements: u64,
+    /// Elements outside the tolerance (NaN always is).
+    pub mismatches: u64,
+    /// Elements the kernel left poisoned (never written).
+    pub unwritten: u64,
+    /// Largest absolute error among finite pairs.
+    pub max_abs_err: f64,
+    /// Largest relative error among finite pairs.
+    pub max_rel_err: f64,
+    /// The tolerance used.
+    pub atol: f64,
+    /// The tolerance used.
+    pub rtol: f64,
+    /// The first mismatch: index, kernel value, reference value. The values are text
+    /// because they may be NaN (an unwritten, poisoned element), which JSON cannot hold.
+    pub first_mismatch: Option<(u64, String, String)>,
+}
 
 /// What a benchmark found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -341,20 +537,20 @@ pub struct ResultRecord {
     pub artifact: Option<String>,
     /// Recipe benches: how it was timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<Value>,
+    pub settings: Option<Settings>,
     /// Recipe benches: the launch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch: Option<Value>,
+    pub launch: Option<LaunchSpec>,
     /// Recipe benches: the reference's launch (`null` without a check).
     #[serde(
         default,
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    pub reference: Option<Option<Value>>,
+    pub reference: Option<Option<LaunchSpec>>,
     /// Recipe benches: the arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args: Option<Value>,
+    pub args: Option<Vec<ArgSpec>>,
     /// ok, wrong, crash or timeout.
     pub verdict: ResultVerdict,
     /// Why, when not ok.
@@ -365,7 +561,7 @@ pub struct ResultRecord {
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
-    pub check: Option<Option<Vec<Value>>>,
+    pub check: Option<Option<Vec<OutputCheck>>>,
     /// The unit of the samples (`us`, `ms`, or a metric's).
     pub unit: String,
     /// The samples.
@@ -418,6 +614,87 @@ pub struct ResultRecord {
 }
 
 impl ResultRecord {
+    /// A measurement read from another tool's output (`kind` names the tool, such as
+    /// `nvbench`), so that `compare` and the exporters treat it as a result.
+    pub fn external(
+        kind: &str,
+        name: String,
+        params: BTreeMap<String, Value>,
+        unit: &str,
+        samples: Vec<f64>,
+        summary: Option<Summary>,
+        machine: String,
+    ) -> Self {
+        let mut r = ResultRecord::new(Value::Null, machine, None, false, String::new(), name, unit);
+        r.kind = kind.to_string();
+        r.created_at = String::new();
+        r.repro_version = String::new();
+        r.params = params;
+        r.samples = samples;
+        r.summary = summary;
+        r.converged = true;
+        r
+    }
+
+    /// A result measured now by this repro, with nothing measured yet: the caller fills in
+    /// what its kind of bench has (recipe or command).
+    pub fn new(
+        fingerprint: Value,
+        machine: String,
+        commit: Option<String>,
+        dirty: bool,
+        key: String,
+        name: String,
+        unit: &str,
+    ) -> Self {
+        ResultRecord {
+            schema: SCHEMA,
+            kind: "result".to_string(),
+            fingerprint,
+            machine,
+            commit,
+            dirty,
+            created_at: now(),
+            repro_version: VERSION.to_string(),
+            key,
+            name,
+            recipe: None,
+            recipe_path: None,
+            command: None,
+            metric: None,
+            params: BTreeMap::new(),
+            build_key: None,
+            artifact: None,
+            settings: None,
+            launch: None,
+            reference: None,
+            args: None,
+            verdict: ResultVerdict::Ok,
+            detail: None,
+            check: None,
+            unit: unit.to_string(),
+            samples: Vec::new(),
+            summary: None,
+            throughput: None,
+            launches_per_sample: None,
+            warmup_launches: None,
+            converged: false,
+            sm_clock_mhz: None,
+            throttled: None,
+            warmup_runs: None,
+            prepare: None,
+            wall_s: None,
+            user_s: None,
+            system_s: None,
+            exit_codes: None,
+        }
+    }
+
+    /// Parameters as `n=4096, m=8` for display.
+    pub fn params_text(&self) -> String {
+        params_text(&self.params)
+    }
+
     /// Reads a result record.
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
@@ -425,9 +702,85 @@ impl ResultRecord {
         shape(v, what)
     }
 
+    /// A string field of one section of the machine's fingerprint (`driver`, `version`).
+    pub fn fingerprint_field(&self, section: &str, field: &str) -> Option<&str> {
+        self.fingerprint.get(section)?.get(field)?.as_str()
+    }
+
     /// The median, if there were samples.
     pub fn median(&self) -> Option<f64> {
         self.summary.as_ref().map(|s| s.median)
+    }
+}
+
+/// Parameters as `n=4096, m=8` for display.
+pub fn params_text(params: &BTreeMap<String, Value>) -> String {
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Writes a result record; its ID is the sha256 of its content.
+pub fn put_result(store: &Store, rec: &ResultRecord) -> Result<String, StoreError> {
+    let v = to_json(rec);
+    let id = keys::key_of(&v);
+    store.put_record(RESULTS, &id, &v)?;
+    Ok(id)
+}
+
+/// Every result record that reads, newest first: (ID, record). Those that do not read are
+/// left out (`repro store verify` names them).
+pub fn results(store: &Store) -> Vec<(String, ResultRecord)> {
+    let mut v: Vec<(String, ResultRecord)> = store
+        .records(RESULTS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = ResultRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.created_at.cmp(&a.1.created_at).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Every build record that reads: (key, record), by key. Those that do not read are left
+/// out (`repro store verify` names them).
+pub fn builds(store: &Store) -> Vec<(String, BuildRecord)> {
+    store
+        .records(BUILDS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = BuildRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect()
+}
+
+/// Finds one result by ID prefix; errors say whether none or several matched.
+pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), String> {
+    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{prefix}` is not a result ID (at least 4 hex digits)"
+        ));
+    }
+    let mut matches: Vec<(String, ResultRecord)> = results(store)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
+        .collect();
+    match matches.len() {
+        0 => Err(format!("no result with ID {prefix}")),
+        1 => Ok(matches.remove(0)),
+        n => Err(format!(
+            "{prefix} is ambiguous: {n} results match ({})",
+            matches
+                .iter()
+                .take(5)
+                .map(|(id, _)| keys::short(id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 
@@ -507,6 +860,28 @@ impl StepRecord {
     }
 }
 
+/// The per-process medians a bisection measured for one experiment (a build, a kernel, its
+/// arguments and settings): `bisect-samples/KEY.json`, so that a later step or a resumed
+/// bisection takes more samples rather than starting again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SamplesRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// The experiment's key.
+    pub experiment: String,
+    /// The medians, in the order they were taken.
+    pub samples: Vec<f64>,
+}
+
+impl SamplesRecord {
+    /// Reads a samples record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        shape(v, what)
+    }
+}
+
 /// What a bisection asked: `question` in its report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -567,6 +942,72 @@ pub enum Find {
     Fixed,
 }
 
+/// One evaluated commit, as a bisection's report lists it and an executor returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Step {
+    /// Its position (0 = the older end).
+    pub index: usize,
+    /// The commit.
+    pub commit: String,
+    /// Its subject line.
+    pub subject: String,
+    /// good, bad or skip (in the terms of the question: for --find fixed, "bad" is the old state).
+    pub verdict: String,
+    /// Why, for bad and skip.
+    pub detail: Option<String>,
+    /// What the step had to do to test this commit (a moved source, fetched blobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Whether the answer came from the store.
+    pub cached: bool,
+    /// Bench: the median of the per-process medians.
+    pub median: Option<f64>,
+    /// Bench: ratio to the baseline and its interval.
+    pub ratio: Option<(f64, f64, f64)>,
+    /// Bench: p-value against the baseline.
+    pub p: Option<f64>,
+    /// Bench: processes measured.
+    pub attempts: usize,
+    /// Wall time of this step (ms).
+    pub ms: f64,
+    /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
+    /// steps' samples are compared directly only when they name the same place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// Bench: the per-process medians (kept in the step record; the good end's are the
+    /// baseline of every comparison, also when the bisection is resumed).
+    #[serde(skip)]
+    pub samples: Vec<f64>,
+    /// Bench: the samples by the place that took them (one place, or one per GPU of a
+    /// step spread over several): only samples of one place are ever compared.
+    #[serde(skip)]
+    pub by_place: BTreeMap<String, Vec<f64>>,
+}
+
+impl Step {
+    /// A step not yet evaluated.
+    pub fn new(index: usize, commit: git2::Oid, subject: String) -> Self {
+        Step {
+            index,
+            commit: commit.to_string(),
+            subject,
+            verdict: String::new(),
+            detail: None,
+            note: None,
+            cached: false,
+            median: None,
+            ratio: None,
+            p: None,
+            attempts: 0,
+            ms: 0.0,
+            placement: None,
+            samples: Vec::new(),
+            by_place: BTreeMap::new(),
+        }
+    }
+}
+
 /// A finished bisection's report: `bisections/ID.json`, and `repro bisect --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -588,7 +1029,7 @@ pub struct BisectRecord {
     /// Evaluations not answered from the store.
     pub evaluated: usize,
     /// Every evaluated step, in history order.
-    pub steps: Vec<Value>,
+    pub steps: Vec<Step>,
     /// Bench: the culprit re-checked against its parent.
     pub recheck: Option<Value>,
     /// Always `bisection` once recorded (absent in `--json` before it is).
@@ -613,6 +1054,12 @@ impl BisectRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "bisection")?;
+        shape(v, what)
+    }
+
+    /// Reads a report as `repro bisect --json` writes it (not yet recorded: no `kind`).
+    pub fn from_report(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
         shape(v, what)
     }
 
@@ -667,6 +1114,12 @@ mod tests {
         assert_eq!(r.median(), Some(10.6));
         assert_eq!(r.reference, Some(None));
         assert_eq!(r.sm_clock_mhz, Some(Some((1980, 1980, 1980))));
+        assert_eq!(r.launch.as_ref().unwrap().shared_mem, 0);
+        // Records written before the launch's keys were kebab-case still read.
+        let mut old = fixture("result-recipe.json");
+        old["launch"] = serde_json::json!({"kernel": "k", "grid": [1, 1, 1], "block": [1, 1, 1], "shared_mem": 96});
+        let o = ResultRecord::from_json(&old, "old").unwrap();
+        assert_eq!(o.launch.unwrap().shared_mem, 96);
         let c = ResultRecord::from_json(&fixture("result-command.json"), "r").unwrap();
         assert_eq!(c.reference, None);
         assert_eq!(c.prepare, Some(None));
@@ -678,17 +1131,36 @@ mod tests {
     }
 
     #[test]
+    fn explanations_name_what_changed() {
+        let old: BuildInputs = serde_json::from_value(serde_json::json!({"schema": 1, "build": {"options": ["-O3"], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "2"}, "compiler": {"name": "nvrtc", "version": "13.0"}})).unwrap();
+        let new: BuildInputs = serde_json::from_value(serde_json::json!({"schema": 1, "build": {"options": [], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "3", "c.h": "4"}, "compiler": {"name": "nvrtc", "version": "13.1"}})).unwrap();
+        assert_eq!(
+            old.explain(&new),
+            [
+                "recipe: `options` changed from [\"-O3\"] to []",
+                "file b.h changed",
+                "file c.h is a new input",
+                "compiler changed: nvrtc 13.0 -> nvrtc 13.1",
+            ]
+        );
+    }
+
+    #[test]
     fn hostile_records_are_refused_naming_what_is_wrong() {
         let mut v = fixture("build-ok.json");
         v["schema"] = serde_json::json!(2);
-        let e = BuildRecord::from_json(&v, "builds/x.json").unwrap_err().to_string();
+        let e = BuildRecord::from_json(&v, "builds/x.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("builds/x.json has schema 2"), "{e}");
         let v = fixture("result-command.json");
         let e = BuildRecord::from_json(&v, "x").unwrap_err().to_string();
         assert!(e.contains("is a result record, not a build record"), "{e}");
         let mut v = fixture("result-command.json");
         v["verdict"] = serde_json::json!("great");
-        let e = ResultRecord::from_json(&v, "r.json").unwrap_err().to_string();
+        let e = ResultRecord::from_json(&v, "r.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("r.json: unknown variant `great`"), "{e}");
         let mut v = fixture("build-ok.json");
         v["outputs"]["ptx"]["bytes"] = serde_json::json!(-1);

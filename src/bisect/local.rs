@@ -23,12 +23,13 @@ use super::run::{
     BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
 };
 use super::search::Answer;
-use crate::bench::{self, Settings};
+use crate::bench;
 use crate::build::inputs::{self, InputError};
 use crate::build::{self, BuildError, Options};
 use crate::keys;
 use crate::process::{Cmd, ProcessError};
 use crate::recipe::{self, Build, Recipe};
+use crate::records::{SamplesRecord, Settings, StepRecord};
 use crate::store::Store;
 
 /// State the workers of one bisection share: how blobs are fetched, the whole-tree
@@ -295,7 +296,14 @@ impl<'a> Ctx<'a> {
             source: e.into(),
         })?;
         let key = self.step_key(files.tree_id());
-        let Ok(Some(rec)) = self.store.get_record(STEPS, &key) else {
+        // A stored step that does not read (another schema, damage) is evaluated again.
+        let Some(rec) = self
+            .store
+            .get_record(STEPS, &key)
+            .ok()
+            .flatten()
+            .and_then(|v| StepRecord::from_json(&v, &key).ok())
+        else {
             return Ok(None);
         };
         let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
@@ -303,23 +311,14 @@ impl<'a> Ctx<'a> {
             source: e.into(),
         })?;
         let mut step = Step::new(index, oid, subject);
-        step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
-        step.detail = rec["detail"].as_str().map(str::to_string);
-        step.note = rec["note"].as_str().map(str::to_string);
-        step.median = rec["median"].as_f64();
-        step.p = rec["p"].as_f64();
-        step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
-        step.ratio = rec["ratio"].as_array().map(|a| {
-            (
-                a[0].as_f64().unwrap_or(0.0),
-                a[1].as_f64().unwrap_or(0.0),
-                a[2].as_f64().unwrap_or(0.0),
-            )
-        });
-        step.samples = rec["samples"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
+        step.verdict = rec.verdict.word().to_string();
+        step.detail = rec.detail;
+        step.note = rec.note;
+        step.median = rec.median;
+        step.p = rec.p;
+        step.attempts = rec.attempts;
+        step.ratio = rec.ratio.map(|[a, b, c]| (a, b, c));
+        step.samples = rec.samples;
         step.cached = true;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(Some(step))
@@ -366,24 +365,32 @@ impl<'a> Ctx<'a> {
             }
             Err(StepFail::Abort(e)) => return Err(e),
         };
-        step.verdict = match answer {
-            Answer::Good => "good",
-            Answer::Bad => "bad",
-            Answer::Skip => "skip",
-        }
-        .into();
+        step.verdict = answer.word().into();
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         let recipe_text = match &self.plan.recipe {
-            Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
+            Some(RecipeSource::Fixed(r)) => Some(r.text.clone()),
             _ => None,
         };
-        let rec = json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
-            "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
-            "question": self.question_json(), "recipe-text": recipe_text});
+        let rec = StepRecord {
+            schema: crate::records::SCHEMA,
+            key: key.clone(),
+            commit: step.commit.clone(),
+            subject: step.subject.clone(),
+            verdict: answer,
+            detail: step.detail.clone(),
+            note: step.note.clone(),
+            median: step.median,
+            p: step.p,
+            attempts: step.attempts,
+            ratio: step.ratio.map(|r| [r.0, r.1, r.2]),
+            samples: step.samples.clone(),
+            question: self.question_json(),
+            recipe_text,
+        };
         if keep {
             self.store
-                .put_record(STEPS, &key, &rec)
+                .put_record(STEPS, &key, &crate::records::to_json(&rec))
                 .map_err(|e| BisectError::Fatal {
                     commit: history::short(oid),
                     source: e.into(),
@@ -521,7 +528,7 @@ impl<'a> Ctx<'a> {
                     return Ok((Answer::Skip, Some("no loadable artifact".into())));
                 };
                 let settings = Settings {
-                    mode: crate::gpurun::Mode::Cold,
+                    mode: crate::records::Mode::Cold,
                     max_noise: 0.005,
                     min_samples: 1,
                     max_samples: 1,
@@ -538,12 +545,13 @@ impl<'a> Ctx<'a> {
                     let report = bench::run_child(&p.job, self.plan.timeout)
                         .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
                     let (v, d) = bench::verdict(&report);
-                    if v != "ok" {
+                    if v != crate::records::ResultVerdict::Ok {
                         return Ok((
                             Answer::Bad,
                             Some(format!(
-                                "{v} at {}: {}",
-                                bench::params_text(&bench::params_json(&p.params)),
+                                "{} at {}: {}",
+                                v.word(),
+                                crate::records::params_text(&bench::params_json(&p.params)),
                                 d.unwrap_or_default()
                             )),
                         ));
@@ -593,17 +601,18 @@ impl<'a> Ctx<'a> {
                             .get_record(SAMPLES, &exp)
                             .ok()
                             .flatten()
-                            .and_then(|r| {
-                                r["samples"]
-                                    .as_array()
-                                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                            })
+                            .and_then(|v| SamplesRecord::from_json(&v, &exp).ok())
+                            .map(|r| r.samples)
                             .unwrap_or_default();
                         while cached.len() < taken + n {
                             let report = bench::run_child(&job, timeout)?;
                             let (verdict, detail) = bench::verdict(&report);
-                            if verdict != "ok" {
-                                return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
+                            if verdict != crate::records::ResultVerdict::Ok {
+                                return Err(format!(
+                                    "{}: {}",
+                                    verdict.word(),
+                                    detail.unwrap_or_default()
+                                ));
                             }
                             cached.push(
                                 crate::stats::median(&report.samples_us).ok_or("no samples")?,
@@ -611,7 +620,11 @@ impl<'a> Ctx<'a> {
                             let _ = store.put_record(
                                 SAMPLES,
                                 &exp,
-                                &json!({"schema": 1, "experiment": exp, "samples": cached}),
+                                &crate::records::to_json(&SamplesRecord {
+                                    schema: crate::records::SCHEMA,
+                                    experiment: exp.clone(),
+                                    samples: cached.clone(),
+                                }),
                             );
                         }
                         let out = cached[taken..taken + n].to_vec();

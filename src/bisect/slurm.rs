@@ -24,8 +24,9 @@ use super::decide::Direction;
 use super::executor::{Executor, StepRequest};
 use super::history;
 use super::run::{BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step};
-use crate::bench::{Metric, Settings};
+use crate::bench::Metric;
 use crate::process::{Cmd, ProcessError};
+use crate::records::Settings;
 use crate::store::Store;
 
 /// The schema of request and result files.

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 
 use serde_json::json;
 
-use crate::bench::{Metric, Settings};
+use crate::bench::Metric;
 use crate::bisect::decide::Direction;
 use crate::bisect::history::{self, HistoryError};
 use crate::bisect::run::{self, BenchQuestion, BisectError, Plan, Question, RecipeSource};
@@ -18,6 +18,8 @@ use crate::cmd::bench::{fmt_value, parse_fraction};
 use crate::error::{Diagnose, UserError};
 use crate::exit;
 use crate::output::{Style, Table};
+use crate::records;
+use crate::records::Settings;
 
 /// What the search looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -457,26 +459,58 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
     };
-    let doc = json!({
-        "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
-        "outcome": report.outcome, "culprit": culprit, "parent": parent,
-        "range": report.outcome_range(&commits),
-        "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
-        "recheck": report.recheck,
-    });
-    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
-    let question = json!({
-        "mode": if a.script.is_some() { "script".to_string() } else {
-            clap::ValueEnum::to_possible_value(&a.mode).map_or_else(String::new, |v| v.get_name().to_string())
+    let doc = records::BisectRecord {
+        schema: records::SCHEMA,
+        find: if a.find == Find::Fixed {
+            records::Find::Fixed
+        } else {
+            records::Find::Broken
         },
-        "name": a.recipe.as_deref().or(a.command.as_deref()).or(a.script.as_deref()),
-        "good": if a.find == Find::Fixed { commits.last() } else { commits.first() }.map(|c| c.to_string()),
-        "bad": if a.find == Find::Fixed { commits.first() } else { commits.last() }.map(|c| c.to_string()),
-    });
+        outcome: report.outcome.clone(),
+        culprit: culprit.clone(),
+        parent: parent.clone(),
+        range: json!(report.outcome_range(&commits)),
+        commits: report.commits,
+        evaluated: report.evaluated,
+        steps: report.steps.clone(),
+        recheck: report.recheck.clone(),
+        kind: None,
+        question: None,
+        created_at: None,
+        repro_version: None,
+        key: None,
+    };
+    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
+    let question = records::Question {
+        mode: if a.script.is_some() {
+            "script".to_string()
+        } else {
+            clap::ValueEnum::to_possible_value(&a.mode)
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        },
+        name: a
+            .recipe
+            .as_deref()
+            .or(a.command.as_deref())
+            .or(a.script.as_deref())
+            .map(str::to_string),
+        good: if a.find == Find::Fixed {
+            commits.last()
+        } else {
+            commits.first()
+        }
+        .map(|c| c.to_string()),
+        bad: if a.find == Find::Fixed {
+            commits.first()
+        } else {
+            commits.last()
+        }
+        .map(|c| c.to_string()),
+    };
     let id = crate::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
     if g.json {
-        let mut doc = doc;
+        let mut doc = records::to_json(&doc);
         doc["id"] = json!(id);
         emit_json(&doc)?;
     } else if !g.quiet {
@@ -609,7 +643,7 @@ fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion 
         command,
         params: a.param.clone(),
         settings: Settings {
-            mode: crate::gpurun::Mode::Cold,
+            mode: crate::records::Mode::Cold,
             max_noise: 0.005,
             min_samples: 10,
             max_samples: 100_000,
