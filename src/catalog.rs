@@ -253,6 +253,68 @@ pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Record)> {
     out
 }
 
+/// Writes a result record; its ID is the sha256 of its content.
+pub fn put_result(store: &Store, rec: &ResultRecord) -> Result<String, StoreError> {
+    let v = records::to_json(rec);
+    let id = keys::key_of(&v);
+    store.put_record(records::RESULTS, &id, &v)?;
+    Ok(id)
+}
+
+/// Every result record that reads, newest first: (ID, record). Those that do not read are
+/// left out (`repro store verify` names them).
+pub fn results(store: &Store) -> Vec<(String, ResultRecord)> {
+    let mut v: Vec<(String, ResultRecord)> = store
+        .records(records::RESULTS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = ResultRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.created_at.cmp(&a.1.created_at).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Every build record that reads: (key, record), by key. Those that do not read are left
+/// out (`repro store verify` names them).
+pub fn builds(store: &Store) -> Vec<(String, BuildRecord)> {
+    store
+        .records(records::BUILDS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = BuildRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect()
+}
+
+/// Finds one result by ID prefix; errors say whether none or several matched.
+pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), String> {
+    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{prefix}` is not a result ID (at least 4 hex digits)"
+        ));
+    }
+    let mut matches: Vec<(String, ResultRecord)> = results(store)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
+        .collect();
+    match matches.len() {
+        0 => Err(format!("no result with ID {prefix}")),
+        1 => Ok(matches.remove(0)),
+        n => Err(format!(
+            "{prefix} is ambiguous: {n} results match ({})",
+            matches
+                .iter()
+                .take(5)
+                .map(|(id, _)| keys::short(id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
 /// The one record of any kind whose ID starts with `prefix`.
 pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Record), FindError> {
     if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -325,7 +387,7 @@ mod tests {
         let mut result = fixture("result-command.json");
         result["created-at"] = json!("2026-01-01T00:00:03.000Z");
         let result = ResultRecord::from_json(&result, "r").unwrap();
-        let rid = records::put_result(&store, &result).unwrap();
+        let rid = put_result(&store, &result).unwrap();
         let mut report = fixture("bisection.json");
         report["outcome"] = json!({"kind": "first-bad", "index": 3});
         report["culprit"]["hash"] = json!("d".repeat(40));

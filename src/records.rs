@@ -20,10 +20,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::keys;
 use crate::runspec::{DType, Init};
 use crate::stats::Summary;
-use crate::store::{Store, StoreError};
 
 /// The store directory of build records.
 pub const BUILDS: &str = "builds";
@@ -119,6 +117,24 @@ pub fn now() -> String {
 
 /// This build's version, as records write it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Every blob digest a stored record references, read from its JSON as it is (so that a
+/// record this build cannot type, an older one, still keeps its blobs from `gc`) (`"sha256"` fields anywhere under `outputs` and
+/// `log-sha256`).
+pub fn referenced_blobs(rec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(outputs) = rec["outputs"].as_object() {
+        for o in outputs.values() {
+            if let Some(d) = o["sha256"].as_str() {
+                out.push(d.to_string());
+            }
+        }
+    }
+    if let Some(d) = rec["log-sha256"].as_str() {
+        out.push(d.to_string());
+    }
+    out
+}
 
 // ---------------------------------------------------------------------------------------
 // Builds
@@ -248,7 +264,7 @@ impl BuildInputs {
             let describe = |c: &Value| {
                 let lib = c["library-sha256"]
                     .as_str()
-                    .map(|s| format!(", library {}", keys::short(s)))
+                    .map(|s| format!(", library {}", crate::keys::short(s)))
                     .unwrap_or_default();
                 format!(
                     "{} {}{lib}",
@@ -720,68 +736,6 @@ pub fn params_text(params: &BTreeMap<String, Value>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Writes a result record; its ID is the sha256 of its content.
-pub fn put_result(store: &Store, rec: &ResultRecord) -> Result<String, StoreError> {
-    let v = to_json(rec);
-    let id = keys::key_of(&v);
-    store.put_record(RESULTS, &id, &v)?;
-    Ok(id)
-}
-
-/// Every result record that reads, newest first: (ID, record). Those that do not read are
-/// left out (`repro store verify` names them).
-pub fn results(store: &Store) -> Vec<(String, ResultRecord)> {
-    let mut v: Vec<(String, ResultRecord)> = store
-        .records(RESULTS)
-        .into_iter()
-        .filter_map(|(k, _, r)| {
-            let r = ResultRecord::from_json(&r.ok()?, &k).ok()?;
-            Some((k, r))
-        })
-        .collect();
-    v.sort_by(|a, b| b.1.created_at.cmp(&a.1.created_at).then(a.0.cmp(&b.0)));
-    v
-}
-
-/// Every build record that reads: (key, record), by key. Those that do not read are left
-/// out (`repro store verify` names them).
-pub fn builds(store: &Store) -> Vec<(String, BuildRecord)> {
-    store
-        .records(BUILDS)
-        .into_iter()
-        .filter_map(|(k, _, r)| {
-            let r = BuildRecord::from_json(&r.ok()?, &k).ok()?;
-            Some((k, r))
-        })
-        .collect()
-}
-
-/// Finds one result by ID prefix; errors say whether none or several matched.
-pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), String> {
-    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "`{prefix}` is not a result ID (at least 4 hex digits)"
-        ));
-    }
-    let mut matches: Vec<(String, ResultRecord)> = results(store)
-        .into_iter()
-        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
-        .collect();
-    match matches.len() {
-        0 => Err(format!("no result with ID {prefix}")),
-        1 => Ok(matches.remove(0)),
-        n => Err(format!(
-            "{prefix} is ambiguous: {n} results match ({})",
-            matches
-                .iter()
-                .take(5)
-                .map(|(id, _)| keys::short(id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -195,7 +195,7 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
                 continue;
             };
             if *kind == "builds" {
-                for digest in store::referenced(&rec) {
+                for digest in crate::records::referenced_blobs(&rec) {
                     if let Ok(b) = store.get_blob(&digest) {
                         let oid = repo.blob(&b).map_err(git_err)?;
                         sent.insert(format!("objects/{digest}"), oid);

@@ -29,6 +29,15 @@ use crate::error::Diagnose;
 use crate::exit;
 use crate::fsutil::{self, WriteError};
 use crate::keys;
+use crate::records::{self, BuildRecord, ResultRecord};
+
+/// `recipes/NAME.json`: the key of the recipe's last build (for `build --explain`).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct LastBuild {
+    schema: u64,
+    recipe: String,
+    key: String,
+}
 
 /// The store schema this build reads and writes.
 pub const SCHEMA: u64 = 1;
@@ -362,10 +371,14 @@ impl Store {
 
     /// Remembers `key` as the last build of `recipe`.
     pub fn set_last(&self, recipe: &str, key: &str) -> Result<(), StoreError> {
-        let v = json!({"schema": SCHEMA, "recipe": recipe, "key": key});
+        let v = LastBuild {
+            schema: SCHEMA,
+            recipe: recipe.to_string(),
+            key: key.to_string(),
+        };
         fsutil::write_atomic(
             &self.root.join("recipes").join(format!("{recipe}.json")),
-            v.to_string().as_bytes(),
+            serde_json::to_string(&v).expect("serialises").as_bytes(),
             true,
         )?;
         Ok(())
@@ -384,8 +397,9 @@ impl Store {
     /// The key of the last build of `recipe`, if any.
     pub fn get_last(&self, recipe: &str) -> Option<String> {
         let bytes = std::fs::read(self.root.join("recipes").join(format!("{recipe}.json"))).ok()?;
-        let v: Value = serde_json::from_slice(&bytes).ok()?;
-        v["key"].as_str().map(str::to_string)
+        serde_json::from_slice::<LastBuild>(&bytes)
+            .ok()
+            .map(|l| l.key)
     }
 
     fn files_in(dir: &Path) -> Vec<PathBuf> {
@@ -556,10 +570,14 @@ impl Store {
         let mut problems = Vec::new();
         match kind {
             "builds" => {
-                if keys::key_of(&rec["inputs"]) != key {
-                    problems.push("its inputs do not hash to its key".into());
+                match BuildRecord::from_json(rec, key) {
+                    Ok(b) if keys::key_of(&records::to_json(&b.inputs)) != key => {
+                        problems.push("its inputs do not hash to its key".into());
+                    }
+                    Ok(_) => {}
+                    Err(e) => problems.push(format!("does not read as a build record: {e}")),
                 }
-                for digest in referenced(rec) {
+                for digest in records::referenced_blobs(rec) {
                     if !has_object(&digest) {
                         problems.push(format!(
                             "references object {} that is missing or corrupt",
@@ -576,9 +594,13 @@ impl Store {
                 if keys::key_of(&content) != key {
                     problems.push("its content does not hash to its ID (edited?)".into());
                 }
+                if let Err(e) = ResultRecord::from_json(&content, key) {
+                    problems.push(format!("does not read as a result record: {e}"));
+                }
             }
-            "recipes" => match rec["key"].as_str() {
-                Some(k) if keys::is_key(k) => {
+            "recipes" => match serde_json::from_value::<LastBuild>(rec.clone()) {
+                Ok(LastBuild { key: k, .. }) if keys::is_key(&k) => {
+                    let k = k.as_str();
                     if !self.record_path("builds", k).exists() {
                         problems.push(format!(
                             "names build {} that is not in the store",
@@ -666,14 +688,18 @@ impl Store {
                 .collect();
             let mut by_recipe: std::collections::BTreeMap<String, Vec<(String, String, PathBuf)>> =
                 Default::default();
+            // A record that does not read is kept: it is not known to be an old build.
             for (key, path, parsed) in &records {
-                if let Ok(rec) = parsed {
-                    let recipe = rec["recipe"].as_str().unwrap_or_default().to_string();
-                    let at = rec["created-at"].as_str().unwrap_or_default().to_string();
-                    by_recipe
-                        .entry(recipe)
-                        .or_default()
-                        .push((at, key.clone(), path.clone()));
+                if let Some(rec) = parsed
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| BuildRecord::from_json(v, key).ok())
+                {
+                    by_recipe.entry(rec.recipe).or_default().push((
+                        rec.created_at,
+                        key.clone(),
+                        path.clone(),
+                    ));
                 }
             }
             for (_, mut builds) in by_recipe {
@@ -689,7 +715,7 @@ impl Store {
         let mut live = BTreeSet::new();
         for (_, _, parsed) in self.records("builds") {
             if let Ok(rec) = parsed {
-                live.extend(referenced(&rec));
+                live.extend(records::referenced_blobs(&rec));
             }
         }
         for (name, path) in self.objects() {
@@ -752,23 +778,6 @@ fn tree_len(p: &Path) -> u64 {
         Ok(m) => m.len(),
         Err(_) => 0,
     }
-}
-
-/// Every blob digest a record references (`"sha256"` fields anywhere under `outputs` and
-/// `log-sha256`).
-pub fn referenced(rec: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(outputs) = rec["outputs"].as_object() {
-        for o in outputs.values() {
-            if let Some(d) = o["sha256"].as_str() {
-                out.push(d.to_string());
-            }
-        }
-    }
-    if let Some(d) = rec["log-sha256"].as_str() {
-        out.push(d.to_string());
-    }
-    out
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::bench::{self, Metric};
 use crate::build::{self, Options};
+use crate::catalog;
 use crate::cli::{Globals, emit, emit_json};
 use crate::error::UserError;
 use crate::exit;
@@ -400,7 +401,7 @@ fn recipe_bench(
         rec.converged = report.converged;
         rec.sm_clock_mhz = Some(report.sm_clock_mhz);
         rec.throttled = Some(report.throttled);
-        let id = records::put_result(store, &rec)?;
+        let id = catalog::put_result(store, &rec)?;
         // -q prints only problems: a result that is not ok.
         if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
             bar.suspend(|| emit(&render(&id, &rec, g)))?;
@@ -549,7 +550,7 @@ fn command_bench(
     rec.user_s = Some(runs.iter().map(|r| r.user_s).collect());
     rec.system_s = Some(runs.iter().map(|r| r.system_s).collect());
     rec.exit_codes = Some(runs.iter().map(|_| 0).collect());
-    let id = records::put_result(store, &rec)?;
+    let id = catalog::put_result(store, &rec)?;
     if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
         emit(&render(&id, &rec, g))?;
     }

@@ -78,8 +78,8 @@ fn create(
     }
     let store = g.store();
     store.check_schema()?;
-    let results = crate::records::results(&store);
-    let builds = crate::records::builds(&store);
+    let results = crate::catalog::results(&store);
+    let builds = crate::catalog::builds(&store);
     let mut contents = Contents::default();
     for id in ids {
         let p = id.to_lowercase();

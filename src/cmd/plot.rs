@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde_json::Value;
 
+use crate::catalog;
 use crate::cli::{Globals, emit};
 use crate::error::UserError;
 use crate::exit;
@@ -156,7 +157,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .name
             .clone()
             .expect("clap requires a name without --bisect");
-        let results: Vec<(String, ResultRecord)> = records::results(&g.store())
+        let results: Vec<(String, ResultRecord)> = catalog::results(&g.store())
             .into_iter()
             .filter(|(_, r)| r.name == name)
             .collect();

@@ -115,7 +115,7 @@ fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
-    records::find_result(&g.store(), id).map_err(|e| {
+    catalog::find_result(&g.store(), id).map_err(|e| {
         UserError::usage(e)
             .hint("`repro log` lists results with their IDs")
             .into()
