@@ -811,14 +811,14 @@ mod tests {
         let (_d, s) = store();
         let used = s.put_blob(b"artifact").unwrap();
         let orphan = s.put_blob(b"orphan").unwrap();
-        let inputs = json!({"x": 1});
-        let key = keys::key_of(&inputs);
-        s.put_record(
-            "builds",
-            &key,
-            &json!({"inputs": inputs, "recipe": "r", "outputs": {"ptx": {"sha256": used}}}),
-        )
-        .unwrap();
+        let path = format!(
+            "{}/tests/fixtures/records/build-ok.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut rec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        rec["outputs"] = json!({"ptx": {"sha256": used, "bytes": 8}});
+        let key = rec["key"].as_str().unwrap().to_string();
+        s.put_record("builds", &key, &rec).unwrap();
         let r = s.verify();
         assert_eq!((r.objects, r.records, r.problems.len()), (2, 1, 0));
 
@@ -835,6 +835,22 @@ mod tests {
         let g = s.gc(None).unwrap();
         assert_eq!(g.objects_removed, 2);
         assert!(!s.blob_path(&orphan).exists());
+
+        // A build record that does not read as one is reported, and keeps its objects.
+        let kept = s.put_blob(b"kept").unwrap();
+        let odd = json!({"inputs": {"x": 1}, "recipe": "r", "outputs": {"ptx": {"sha256": kept}}});
+        let odd_key = keys::key_of(&odd["inputs"]);
+        s.put_record("builds", &odd_key, &odd).unwrap();
+        let r = s.verify();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.what.contains("does not read as a build record")),
+            "{:?}",
+            r.problems
+        );
+        s.gc(None).unwrap();
+        assert!(s.blob_path(&kept).exists());
     }
 
     #[test]
