@@ -807,6 +807,11 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
+    /// The question's mode (`build`, `check`, `bench`, `script`).
+    pub fn mode(&self) -> Option<&str> {
+        self.question.get("question")?.get("mode")?.as_str()
+    }
+
     /// Reads a step record.
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
@@ -1015,6 +1020,11 @@ impl BisectRecord {
     pub fn from_report(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         shape(v, what)
+    }
+
+    /// Bench: the ratio of the culprit's re-check against its parent.
+    pub fn recheck_ratio(&self) -> Option<f64> {
+        self.recheck.as_ref()?.get("ratio")?.as_f64()
     }
 
     /// Whether a culprit was found.

@@ -165,8 +165,8 @@ fn git(workdir: &Path, remote: &str, args: &[&str]) -> Result<crate::process::Ou
 }
 
 /// Whether a bisection step record is a performance step's (not shared).
-fn is_bench_step(rec: &Value) -> bool {
-    rec["question"]["question"]["mode"] == "bench"
+fn is_bench_step(key: &str, rec: &Value) -> bool {
+    crate::records::StepRecord::from_json(rec, key).is_ok_and(|s| s.mode() == Some("bench"))
 }
 
 /// The directory git runs in: the working tree, or the git directory of a bare repository.
@@ -187,7 +187,7 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
             if !keys::is_key(&key) {
                 continue;
             }
-            if *kind == "bisect" && is_bench_step(&rec) {
+            if *kind == "bisect" && is_bench_step(&key, &rec) {
                 summary.not_shared += 1;
                 continue;
             }
@@ -438,7 +438,7 @@ fn file_incoming(
             reject(summary, &name, problems.join("; "));
             continue;
         }
-        if kind == "bisect" && is_bench_step(&rec) {
+        if kind == "bisect" && is_bench_step(&key, &rec) {
             summary.not_shared += 1;
             continue;
         }
