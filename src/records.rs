@@ -891,6 +891,24 @@ pub enum Outcome {
     },
 }
 
+/// A performance bisection's culprit measured again against its parent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Recheck {
+    /// The culprit.
+    pub culprit: String,
+    /// Its parent.
+    pub parent: String,
+    /// Culprit over parent (the geometric mean over the places that measured both).
+    pub ratio: f64,
+    /// Its interval.
+    pub ratio_ci: [f64; 2],
+    /// The largest p-value of the places.
+    pub p: f64,
+    /// Whether every place found the culprit worse.
+    pub confirmed: bool,
+}
+
 /// Which change a bisection looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -990,7 +1008,7 @@ pub struct BisectRecord {
     /// Every evaluated step, in history order.
     pub steps: Vec<Step>,
     /// Bench: the culprit re-checked against its parent.
-    pub recheck: Option<Value>,
+    pub recheck: Option<Recheck>,
     /// Always `bisection` once recorded (absent in `--json` before it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -1024,7 +1042,7 @@ impl BisectRecord {
 
     /// Bench: the ratio of the culprit's re-check against its parent.
     pub fn recheck_ratio(&self) -> Option<f64> {
-        self.recheck.as_ref()?.get("ratio")?.as_f64()
+        self.recheck.as_ref().map(|r| r.ratio)
     }
 
     /// Whether a culprit was found.

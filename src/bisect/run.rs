@@ -138,7 +138,7 @@ impl Plan {
     }
 }
 
-pub use crate::records::Step;
+pub use crate::records::{Recheck, Step};
 
 /// Why a bisection stopped without a result.
 #[derive(Debug, thiserror::Error)]
@@ -207,7 +207,7 @@ pub struct Report {
     /// Evaluations that were not answered from the store.
     pub evaluated: usize,
     /// Bench: the culprit re-checked against its parent.
-    pub recheck: Option<Value>,
+    pub recheck: Option<Recheck>,
 }
 
 /// Checks `--paths` against both ends before any step runs: a pathspec that cannot be
@@ -573,13 +573,17 @@ fn recheck(
     index: usize,
     steps: &BTreeMap<usize, Step>,
     events: &(dyn Fn(Event<'_>) + Sync),
-) -> Result<Option<Value>, BisectError> {
+) -> Result<Option<Recheck>, BisectError> {
     let (Some(parent), Some(culprit)) = (steps.get(&(index - 1)), steps.get(&index)) else {
         return Ok(None);
     };
-    let verdict = |ratio: f64, ci: (f64, f64), p: f64, confirmed: bool| {
-        json!({"culprit": commits[index].to_string(), "parent": commits[index - 1].to_string(),
-               "ratio": ratio, "ratio-ci": [ci.0, ci.1], "p": p, "confirmed": confirmed})
+    let verdict = |ratio: f64, ci: (f64, f64), p: f64, confirmed: bool| Recheck {
+        culprit: commits[index].to_string(),
+        parent: commits[index - 1].to_string(),
+        ratio,
+        ratio_ci: [ci.0, ci.1],
+        p,
+        confirmed,
     };
     // Samples of the same place on both sides: each place decides, and the culprit is
     // confirmed when every one finds it worse.

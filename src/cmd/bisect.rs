@@ -701,14 +701,13 @@ fn render(
                 out.push_str(&format!("{label}: {} {}\n", &p.hash[..12], p.subject));
             }
             if let Some(r) = &report.recheck {
-                let confirmed = r["confirmed"] == true;
                 out.push_str(&format!(
                     "re-checked against its parent: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
-                    r["ratio"].as_f64().unwrap_or(0.0),
-                    r["ratio-ci"][0].as_f64().unwrap_or(0.0),
-                    r["ratio-ci"][1].as_f64().unwrap_or(0.0),
-                    r["p"].as_f64().unwrap_or(1.0),
-                    if confirmed {
+                    r.ratio,
+                    r.ratio_ci[0],
+                    r.ratio_ci[1],
+                    r.p,
+                    if r.confirmed {
                         style.good("confirmed")
                     } else {
                         style.warn("NOT confirmed: the change may be spread over several commits")
