@@ -135,6 +135,7 @@ pub struct VerifyReport {
 
 /// What `gc` removed.
 #[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct GcReport {
     /// Build records removed by `--keep-last`.
     pub records_removed: usize,
