@@ -597,6 +597,17 @@ pub(crate) fn answer_built(
         .get("cubin")
         .or(built.outputs.get("ptx"))
         .map(|o| PathBuf::from(&o.path));
+    // Check and bench steps run kernels: without a driver no commit or release can be
+    // answered, so that stops the search (exit 3), never a verdict on the step.
+    if matches!(question, Question::Check | Question::Bench(_))
+        && built.status == "ok"
+        && !crate::fingerprint::cuda::driver_present()
+    {
+        return Err(StepFail::Fatal(anyhow::anyhow!(
+            "{}: check and bench steps run the kernel on a GPU",
+            crate::fingerprint::cuda::NO_DRIVER
+        )));
+    }
     match question {
         Question::Build => Ok(if build_failed {
             (Answer::Bad, Some(format!("build failed: {first_error}")))

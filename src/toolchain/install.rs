@@ -402,6 +402,147 @@ pub fn known_specs(cfg: &Config) -> Vec<String> {
     v
 }
 
+/// The wheels a working nvcc tree is unpacked from, for CUDA 13 and later: the compiler
+/// driver, NVVM (cicc, libnvvm), the CRT headers, the runtime headers and CCCL.
+pub const NVCC_PACKAGES: [&str; 5] = [
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-cccl",
+];
+
+/// The versions of `package` available as wheels for this platform: the wheel files in
+/// the source's directory, else what pip's index lists (`pip index versions`).
+pub fn available_versions(package: &str, source: &Source) -> Result<Vec<String>, ProcessError> {
+    let mut v = Vec::new();
+    if let Some(dir) = &source.wheelhouse {
+        let prefix = format!("{}-", package.replace('-', "_"));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".whl") || !name.contains(arch()) {
+                continue;
+            }
+            if let Some(rest) = name.strip_prefix(&prefix)
+                && let Some((version, _)) = rest.split_once('-')
+            {
+                v.push(version.to_string());
+            }
+        }
+        return Ok(v);
+    }
+    let out = Cmd::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "index",
+            "versions",
+            "--disable-pip-version-check",
+            package,
+        ])
+        .timeout(Duration::from_secs(120))
+        .run()?;
+    Ok(parse_index_versions(&out.stdout_str()))
+}
+
+/// The versions in `pip index versions` output ("Available versions: 13.0.88, 13.0.48").
+pub fn parse_index_versions(text: &str) -> Vec<String> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Available versions:"))
+        .map(|rest| {
+            rest.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `13.1` of `13.1.115` (and of `13.1`).
+pub fn major_minor(version: &str) -> Option<String> {
+    let mut it = version.split('.');
+    let (a, b) = (it.next()?, it.next()?);
+    (a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok()).then(|| format!("{a}.{b}"))
+}
+
+/// The newest of `versions` in the release `mm` (major.minor), by version order.
+fn newest_in(versions: &[String], mm: &str) -> Option<String> {
+    versions
+        .iter()
+        .filter(|v| major_minor(v).as_deref() == Some(mm))
+        .filter(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .max_by(|a, b| crate::version::compare(a, b))
+        .cloned()
+}
+
+/// A plan for an nvcc release (major.minor) the project does not pin: each of
+/// [`NVCC_PACKAGES`] at its newest version of that release, as pip (or the wheel directory)
+/// offers them. Nothing is checked against a pin: the digests found are recorded in the
+/// stamp and in the bisection record (trust on first use).
+pub fn plan_unpinned_nvcc(release: &str, source: &Source) -> Result<Plan, InstallError> {
+    let spec = format!("nvcc@{release}");
+    let mm = major_minor(release)
+        .filter(|mm| mm == release)
+        .ok_or_else(|| {
+            InstallError::BadSpec(format!(
+                "{spec}: an nvcc release is named by major.minor (nvcc@13.1)"
+            ))
+        })?;
+    let major: u32 = mm.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    if major < 13 {
+        return Err(InstallError::Layout {
+            wheel: spec,
+            family: "nvcc",
+            what: "CUDA 12's nvidia-cuda-nvcc-cu12 wheels carry ptxas, NVVM and headers but no nvcc driver; repro installs nvcc from CUDA 13 on".into(),
+        });
+    }
+    let mut wheels = Vec::new();
+    for package in NVCC_PACKAGES {
+        let versions = available_versions(package, source).map_err(|e| InstallError::Download {
+            spec: spec.clone(),
+            what: match &source.wheelhouse {
+                Some(d) => format!("listing {package} in the wheel directory {}", d.display()),
+                None => format!("listing the versions of {package} through pip"),
+            },
+            source: Box::new(e),
+        })?;
+        let version = newest_in(&versions, &mm).ok_or_else(|| InstallError::UnknownRelease {
+            spec: spec.clone(),
+            known: Vec::new(),
+        })?;
+        wheels.push(Wheel {
+            package: package.to_string(),
+            version,
+            sha256: None,
+        });
+    }
+    Ok(Plan {
+        family: Family::Nvcc,
+        release: mm,
+        wheels,
+    })
+}
+
+/// A plan for `spec` from the pins, or, for a toolchain bisection (`unpinned_ok`), from what
+/// the source offers: NVRTC releases by their version, nvcc releases by major.minor.
+pub fn plan_any(
+    cfg: &Config,
+    spec: &Spec,
+    source: &Source,
+) -> Result<Plan, InstallError> {
+    match plan(cfg, spec, None, true) {
+        Err(InstallError::UnknownRelease { .. })
+            if matches!(spec, Spec::Release { family: Family::Nvcc, .. }) =>
+        {
+            let Spec::Release { release, .. } = spec else {
+                unreachable!("matched above")
+            };
+            plan_unpinned_nvcc(release, source)
+        }
+        other => other,
+    }
+}
+
 /// A wheel as installed, in the stamp.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -997,6 +1138,34 @@ mod tests {
         let p = plan(&cfg, &Spec::parse("nvrtc@12.9.86").unwrap(), None, true).unwrap();
         assert_eq!(p.wheels[0].package, "nvidia-cuda-nvrtc-cu12");
         assert_eq!(p.wheels[0].sha256, None);
+    }
+
+    #[test]
+    fn unpinned_nvcc_releases_take_the_newest_wheels_of_their_major_minor() {
+        let v: Vec<String> = ["13.1.80", "13.1.115", "13.10.1", "13.0.88", "13.3.5.0.6"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(newest_in(&v, "13.1").as_deref(), Some("13.1.115"));
+        assert_eq!(newest_in(&v, "13.3").as_deref(), Some("13.3.5.0.6"));
+        assert_eq!(newest_in(&v, "13.2"), None);
+        assert_eq!(major_minor("13.1.115").as_deref(), Some("13.1"));
+        assert_eq!(major_minor("13"), None);
+        // A wheel directory is read, not pip: the same choice from file names.
+        let dir = tempfile::tempdir().unwrap();
+        for p in NVCC_PACKAGES {
+            for ver in ["13.1.80", "13.1.115", "13.0.88"] {
+                let f = format!("{}-{ver}-py3-none-manylinux2014_{}.whl", p.replace('-', "_"), arch());
+                std::fs::write(dir.path().join(f), b"").unwrap();
+            }
+        }
+        let src = Source { wheelhouse: Some(dir.path().to_path_buf()), wheel_file: None };
+        let plan = plan_unpinned_nvcc("13.1", &src).unwrap();
+        assert_eq!(plan.wheels.len(), 5);
+        assert!(plan.wheels.iter().all(|w| w.version == "13.1.115" && w.sha256.is_none()));
+        assert!(matches!(plan_unpinned_nvcc("13.2", &src), Err(InstallError::UnknownRelease { .. })));
+        assert!(matches!(plan_unpinned_nvcc("12.9", &src), Err(InstallError::Layout { .. })));
+        assert!(matches!(plan_unpinned_nvcc("13.1.115", &src), Err(InstallError::BadSpec(_))));
     }
 
     #[test]
