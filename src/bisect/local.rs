@@ -684,7 +684,7 @@ pub(crate) fn answer_built(
             let exp = keys::key_of(
                 &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
             );
-                            let mut taken = 0usize;
+            let mut taken = 0usize;
             judge(
                 baseline,
                 step,
@@ -705,9 +705,7 @@ pub(crate) fn answer_built(
                         if verdict != "ok" {
                             return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
                         }
-                        cached.push(
-                            crate::stats::median(&report.samples_us).ok_or("no samples")?,
-                        );
+                        cached.push(crate::stats::median(&report.samples_us).ok_or("no samples")?);
                         let _ = store.put_record(
                             SAMPLES,
                             &exp,

@@ -26,10 +26,10 @@ use super::executor::{Executor, StepRequest};
 use super::local::{self, StepFail};
 use super::run::{self, BisectError, Event, Step as RunStep};
 use super::search::{Answer, Next, Outcome, Search};
-use crate::recipe::Recipe;
-use crate::store::Store;
 use crate::config::Config;
 use crate::process::{Cmd, ProcessError};
+use crate::recipe::Recipe;
+use crate::store::Store;
 use crate::toolchain::install::{self, Family, InstallError, Source, Spec};
 
 /// The record kind of a finished toolchain bisection in the store.
@@ -197,12 +197,17 @@ pub fn releases(
     let mut v = Vec::new();
     let packages = ["nvidia-cuda-nvrtc-cu12", "nvidia-cuda-nvrtc"];
     for p in packages {
-        let found = install::available_versions(p, source).map_err(|e| ToolchainBisectError::List {
-            package: p.into(),
-            source: Box::new(e),
-        })?;
+        let found =
+            install::available_versions(p, source).map_err(|e| ToolchainBisectError::List {
+                package: p.into(),
+                source: Box::new(e),
+            })?;
         // The CUDA 13 package lists only CUDA 13 releases, and so on.
-        v.extend(found.into_iter().filter(|ver| install::nvrtc_package(ver) == p));
+        v.extend(
+            found
+                .into_iter()
+                .filter(|ver| install::nvrtc_package(ver) == p),
+        );
     }
     let where_ = match &source.wheelhouse {
         Some(dir) => format!("the wheel directory {}", dir.display()),
@@ -463,7 +468,6 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
     })
 }
 
-
 /// The result of a check or bench bisection over releases.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -549,7 +553,11 @@ pub fn bisect_driven(
         } => ToolchainBisectError::BadEnd {
             which,
             spec: commit,
-            verdict: if which == "good" { "not good" } else { "not bad" },
+            verdict: if which == "good" {
+                "not good"
+            } else {
+                "not bad"
+            },
             target: plan.recipe.clone(),
             detail: Some(detail),
         },
@@ -587,9 +595,11 @@ pub fn bisect_driven(
             Some(list[index - 1].clone()),
             Vec::new(),
         ),
-        Outcome::Untestable { first, last } => {
-            (None, Some(list[first - 1].clone()), list[first..=last].to_vec())
-        }
+        Outcome::Untestable { first, last } => (
+            None,
+            Some(list[first - 1].clone()),
+            list[first..=last].to_vec(),
+        ),
     };
     Ok(DrivenReport {
         schema: 1,
@@ -702,8 +712,7 @@ fn evaluate(
                     verdict: if ok { "good" } else { "bad" },
                     key: b["key"].as_str().map(str::to_string),
                     cached: b["cached"] == true,
-                    detail: (!ok)
-                        .then(|| first_error(b["log"].as_str().unwrap_or_default())),
+                    detail: (!ok).then(|| first_error(b["log"].as_str().unwrap_or_default())),
                 },
             ),
         );
@@ -809,7 +818,8 @@ impl<'a> ReleaseExecutor<'a> {
         let ids = list
             .iter()
             .map(|r| {
-                let h = crate::keys::sha256_hex(format!("{}@{r}", plan.range.family.name()).as_bytes());
+                let h =
+                    crate::keys::sha256_hex(format!("{}@{r}", plan.range.family.name()).as_bytes());
                 Oid::from_str(&h[..40]).expect("40 hex digits")
             })
             .collect();
@@ -855,7 +865,12 @@ impl<'a> ReleaseExecutor<'a> {
         index: usize,
         events: &(dyn Fn(Event<'_>) + Sync),
     ) -> Result<Built, BisectError> {
-        if let Some(b) = self.builds.lock().unwrap_or_else(PoisonError::into_inner).get(&index) {
+        if let Some(b) = self
+            .builds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+        {
             return Ok(b.clone());
         }
         let spec = self.spec(index);
@@ -864,7 +879,12 @@ impl<'a> ReleaseExecutor<'a> {
         let done = install::install(&p, &self.plan.source, false, &mut |m: &str| {
             events(Event::Status(m))
         })
-        .map_err(|e| self.fatal(index, anyhow::Error::new(e).context(format!("could not install {spec}"))))?;
+        .map_err(|e| {
+            self.fatal(
+                index,
+                anyhow::Error::new(e).context(format!("could not install {spec}")),
+            )
+        })?;
         events(Event::Status(&format!("building with {spec}")));
         let wheels = done.installed.stamp.wheels;
         let built = match build_child(self.plan, &spec, "build") {
@@ -942,7 +962,12 @@ impl<'a> ReleaseExecutor<'a> {
         index: usize,
         events: &(dyn Fn(Event<'_>) + Sync),
     ) -> Result<Vec<f64>, BisectError> {
-        if let Some(b) = self.baselines.lock().unwrap_or_else(PoisonError::into_inner).get(&index) {
+        if let Some(b) = self
+            .baselines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+        {
             return Ok(b.clone());
         }
         let quiet = |e: Event<'_>| {
@@ -1058,7 +1083,8 @@ impl<'a> ReleaseExecutor<'a> {
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         if keep {
-            let rec = local::step_record(&key, &step, self.question_json(), Some(&self.recipe.text));
+            let rec =
+                local::step_record(&key, &step, self.question_json(), Some(&self.recipe.text));
             self.store
                 .put_record(run::STEPS, &key, &rec)
                 .map_err(|e| self.fatal(index, e.into()))?;
@@ -1077,8 +1103,14 @@ impl<'a> ReleaseExecutor<'a> {
             .map(|w| format!("{} {}", w.package, w.version))
             .unwrap_or_default();
         match wheels.len() {
-            0 | 1 => format!("{} {}", self.plan.range.family.name(), self.list[index])
-                + &if first.is_empty() { String::new() } else { format!(" ({first})") },
+            0 | 1 => {
+                format!("{} {}", self.plan.range.family.name(), self.list[index])
+                    + &if first.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({first})")
+                    }
+            }
             n => format!(
                 "{} {} ({first} and {} more wheels)",
                 self.plan.range.family.name(),

@@ -494,7 +494,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
 /// log2 of what lies between (more when steps are skipped).
 pub(crate) fn expected_steps(n: usize) -> u64 {
     let inner = n.saturating_sub(2) as u64;
-    2 + if inner == 0 { 0 } else { u64::from((inner + 1).next_power_of_two().ilog2()) }
+    2 + if inner == 0 {
+        0
+    } else {
+        u64::from((inner + 1).next_power_of_two().ilog2())
+    }
 }
 
 /// How a bisection shows its progress: on a terminal, a bar of steps done out of the
