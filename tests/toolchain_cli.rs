@@ -855,3 +855,86 @@ fn nvcc_releases_nobody_pinned_are_fetched_through_pip_and_bisected() {
             "nvcc@12.9 is not a release this project pins",
         ));
 }
+
+/// Runs `repro ARGS` on a terminal (util-linux `script`), returning what the terminal showed,
+/// or `None` where `script` cannot give one.
+fn on_terminal(cache: &Path, root: &Path, args: &str) -> Option<(bool, String)> {
+    let bin = assert_cmd::cargo::cargo_bin("repro");
+    let o = std::process::Command::new("script")
+        .current_dir(root)
+        .env("XDG_CACHE_HOME", cache)
+        .env("TERM", "xterm")
+        .env_remove("REPRO_WHEELHOUSE")
+        .args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"])
+        .output()
+        .ok()?;
+    Some((
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    ))
+}
+
+#[test]
+fn install_and_bisection_progress_shows_on_a_terminal_only() {
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    // Off a terminal: status lines, no bar.
+    let out = cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("unpacking 5 wheel(s) of nvcc@13.0"), "{err}");
+    assert!(!err.contains("ETA") && !err.contains('\x1b'), "{err}");
+    // On a terminal: bars of bytes with an ETA for verifying and unpacking.
+    let cache2 = tmp.path().join("cache2");
+    let Some((ok, text)) = on_terminal(
+        &cache2,
+        &root,
+        &format!("toolchain install nvcc@13.0 --wheels {}", wh.display()),
+    ) else {
+        common::skip("needs util-linux `script` to give repro a terminal");
+        return;
+    };
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("verifying") && text.contains("unpacking") && text.contains("ETA"),
+        "no byte progress on a terminal: {text}"
+    );
+    assert!(text.contains("MiB"), "{text}");
+    // -q on a terminal: nothing at all.
+    let cache3 = tmp.path().join("cache3");
+    let (ok, text) = on_terminal(
+        &cache3,
+        &root,
+        &format!("-q toolchain install nvcc@13.0 --wheels {}", wh.display()),
+    )
+    .unwrap();
+    assert!(
+        ok && !text.contains("ETA") && !text.contains("verifying"),
+        "{text}"
+    );
+
+    // A bisection shows a bar of steps with an ETA: a script bisection over 8 commits.
+    for i in 1..=8 {
+        std::fs::write(root.join("n.txt"), format!("{i}\n")).unwrap();
+        common::git(&root, &["add", "-A"]);
+        common::git(&root, &["commit", "-qm", &format!("c{i}")]);
+    }
+    let (ok, text) = on_terminal(
+        &cache,
+        &root,
+        "bisect --good HEAD~7 --bad HEAD --script 'test $(cat n.txt) -lt 6'",
+    )
+    .unwrap();
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("/5 steps") && text.contains("left]"),
+        "no bar of steps: {text}"
+    );
+}
