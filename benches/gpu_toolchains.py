@@ -166,8 +166,9 @@ def main():
                 code, doc, err, wall = bisect(repro, root, cache, a.range, recipe, mode, wheels)
                 if doc is None:
                     failures += 1
-                    rows.append([mode, attempt, str(code), "-", "-", "-", "-", "-", f"{wall:.1f}",
-                                 (err.strip().splitlines() or ["no output"])[-1][:80]])
+                    lines = err.strip().splitlines() or ["no output"]
+                    why = next((l for l in lines if l.startswith("error:")), lines[-1])
+                    rows.append([mode, attempt, str(code), "-", "-", "-", "-", "-", f"{wall:.1f}", why[:100]])
                     continue
                 steps = doc.get("steps", [])
                 recheck = doc.get("recheck") or {}
