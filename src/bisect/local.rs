@@ -486,6 +486,8 @@ impl<'a> Ctx<'a> {
             timeout,
             &mut self.baseline,
             step,
+            // A check runs on this worker's GPU (`--devices`), as bench steps do.
+            self.plan.devices.first().copied().unwrap_or(0),
         )
     }
 
@@ -573,7 +575,12 @@ pub(crate) fn fill_from_record(rec: &Value, step: &mut Step) {
 /// What a check or bench step makes of a finished build (its own, or one a child process
 /// made with another toolchain): the check run on the GPU, or the kernel timed in separate
 /// processes and judged against `baseline` (which the good end's step fills). A build
-/// question only looks at the build's status.
+/// question only looks at the build's status. A check runs on `check_device`; a bench step
+/// on its settings' device.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context: a commit's or a release's, from different executors"
+)]
 pub(crate) fn answer_built(
     question: &Question,
     r: &mut Recipe,
@@ -582,6 +589,7 @@ pub(crate) fn answer_built(
     timeout: std::time::Duration,
     baseline: &mut Option<Vec<f64>>,
     step: &mut Step,
+    check_device: usize,
 ) -> Result<(Answer, Option<String>), StepFail> {
     let build_failed = built.status != "ok";
     let first_error = built
@@ -629,7 +637,7 @@ pub(crate) fn answer_built(
                 min_time_ms: 0.0,
                 budget_ms: 0.0,
                 warmup_ms: 0.0,
-                device: 0,
+                device: check_device,
             };
             let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
                 Ok(p) => p,

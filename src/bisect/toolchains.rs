@@ -1064,6 +1064,7 @@ impl<'a> ReleaseExecutor<'a> {
             self.plan.timeout,
             &mut base,
             &mut step,
+            self.device,
         ) {
             Ok(a) => a,
             Err(StepFail::Answer(a, why)) => (a, Some(why)),
