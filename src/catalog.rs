@@ -102,6 +102,8 @@ pub enum Record {
     Result(Box<ResultRecord>),
     /// A finished bisection.
     Bisection(Box<BisectRecord>),
+    /// A finished bisection over toolchain releases (filed with the bisections).
+    ToolchainBisection(Box<records::ToolchainBisectRecord>),
 }
 
 impl Record {
@@ -111,6 +113,13 @@ impl Record {
         Ok(match kind {
             Kind::Build => Record::Build(BuildRecord::from_json(v, &what)?),
             Kind::Result => Record::Result(Box::new(ResultRecord::from_json(v, &what)?)),
+            Kind::Bisection
+                if v.get("kind").and_then(Value::as_str) == Some("toolchain-bisection") =>
+            {
+                Record::ToolchainBisection(Box::new(records::ToolchainBisectRecord::from_json(
+                    v, &what,
+                )?))
+            }
             Kind::Bisection => Record::Bisection(Box::new(BisectRecord::from_json(v, &what)?)),
         })
     }
@@ -121,6 +130,7 @@ impl Record {
             Record::Build(r) => records::to_json(r),
             Record::Result(r) => records::to_json(r),
             Record::Bisection(r) => records::to_json(r),
+            Record::ToolchainBisection(r) => records::to_json(r),
         }
     }
 
@@ -130,6 +140,7 @@ impl Record {
             Record::Build(b) => Some(&b.recipe),
             Record::Result(r) => r.recipe.as_deref(),
             Record::Bisection(b) => b.question.as_ref().and_then(|q| q.name.as_deref()),
+            Record::ToolchainBisection(b) => Some(&b.recipe),
         }
     }
 
@@ -211,6 +222,30 @@ pub fn entry(id: &str, record: &Record) -> Entry {
                 q.name.unwrap_or_default(),
                 culprit,
                 if r.found() { "found" } else { "untestable" }.to_string(),
+                summary,
+            )
+        }
+        Record::ToolchainBisection(r) => {
+            let found = matches!(r.outcome, records::Outcome::FirstBad { .. });
+            let summary = format!(
+                "{} {} {}..{}, {} of {} releases evaluated{}",
+                r.mode,
+                r.family,
+                r.releases.first().map_or("?", String::as_str),
+                r.releases.last().map_or("?", String::as_str),
+                r.evaluated,
+                r.releases.len(),
+                r.first_bad
+                    .as_deref()
+                    .map(|b| format!("; first bad {}@{b}", r.family))
+                    .unwrap_or_default()
+            );
+            (
+                Kind::Bisection,
+                r.created_at.clone(),
+                r.recipe.clone(),
+                r.commit.clone(),
+                if found { "found" } else { "untestable" }.to_string(),
                 summary,
             )
         }
@@ -350,6 +385,24 @@ pub fn record_bisection(
 ) -> Result<String, StoreError> {
     let mut rec = report.clone();
     rec.kind = Some("bisection".into());
+    rec.question = Some(question);
+    rec.created_at = Some(records::now());
+    rec.repro_version = Some(records::VERSION.into());
+    rec.key = None;
+    let id = keys::key_of(&records::to_json(&rec));
+    rec.key = Some(id.clone());
+    store.put_record(records::BISECTIONS, &id, &records::to_json(&rec))?;
+    Ok(id)
+}
+
+/// Records a finished toolchain bisection's report (`question` says what was asked: mode,
+/// recipe, the releases' range) and returns its ID, the sha256 of its content.
+pub fn record_toolchain_bisection(
+    store: &Store,
+    question: Value,
+    report: &records::ToolchainBisectRecord,
+) -> Result<String, StoreError> {
+    let mut rec = report.clone();
     rec.question = Some(question);
     rec.created_at = Some(records::now());
     rec.repro_version = Some(records::VERSION.into());

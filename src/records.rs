@@ -909,6 +909,82 @@ pub struct Recheck {
     pub confirmed: bool,
 }
 
+/// A wheel as installed, in the stamp.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InstalledWheel {
+    /// The Python package.
+    pub package: String,
+    /// Its version.
+    pub version: String,
+    /// The wheel's file name.
+    pub file: String,
+    /// Its sha256, as verified (or, for an unpinned release, as found).
+    pub sha256: String,
+    /// Whether the digest was checked against a pin.
+    pub pinned: bool,
+}
+
+/// A check or bench bisection over toolchain releases, recorded under `bisections/` (its
+/// `kind` is `toolchain-bisection`) and printed by `repro bisect --toolchains --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ToolchainBisectRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// `toolchain-bisection`.
+    pub kind: String,
+    /// The recipe.
+    pub recipe: String,
+    /// check or bench.
+    pub mode: String,
+    /// nvrtc or nvcc.
+    pub family: String,
+    /// The releases searched, oldest first (FROM..TO).
+    pub releases: Vec<String>,
+    /// Where the release list came from.
+    pub releases_from: String,
+    /// The commit held fixed (HEAD; the working tree is what is built).
+    pub commit: Option<String>,
+    /// The search's outcome (indices into `releases`).
+    pub outcome: Outcome,
+    /// The first release that fails the check or is slower, when pinned down.
+    pub first_bad: Option<String>,
+    /// The release before it.
+    pub last_good: Option<String>,
+    /// Releases that could not be told apart (all skipped), when not pinned down.
+    pub undecided: Vec<String>,
+    /// Steps not answered from the store.
+    pub evaluated: usize,
+    /// Every step, oldest release first (`commit` holds the release's spec).
+    pub steps: Vec<Step>,
+    /// Bench: the first bad release measured against the one before it.
+    pub recheck: Option<Recheck>,
+    /// The wheels each evaluated release was installed from, with their sha256.
+    pub wheels: BTreeMap<String, Vec<InstalledWheel>>,
+    /// What was asked (once recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Value>,
+    /// When it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Which repro recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_version: Option<String>,
+    /// Its ID (the sha256 of the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl ToolchainBisectRecord {
+    /// Reads a toolchain bisection's record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "toolchain-bisection")?;
+        shape(v, what)
+    }
+}
+
 /// Which change a bisection looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

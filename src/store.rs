@@ -372,6 +372,10 @@ impl Store {
 
     /// Remembers `key` as the last build of `recipe`.
     pub fn set_last(&self, recipe: &str, key: &str) -> Result<(), StoreError> {
+        // A cache hit of the same recipe finds it so already: no write, no fsync.
+        if self.get_last(recipe).as_deref() == Some(key) {
+            return Ok(());
+        }
         let v = LastBuild {
             schema: SCHEMA,
             recipe: recipe.to_string(),

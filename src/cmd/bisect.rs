@@ -325,7 +325,30 @@ impl Diagnose for BisectError {
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
-        return super::toolchain::bisect(g, range, recipe, a.mode, a.timeout, a.wheels.clone());
+        if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
+            return Err(UserError::usage(
+                "--toolchains searches for the first broken release, on one GPU, here",
+            )
+            .hint("leave out --find fixed, --executor and a --devices list of several")
+            .into());
+        }
+        let driven = match a.mode {
+            Mode::Build => None,
+            Mode::Check => Some(Question::Check),
+            Mode::Bench => Some(Question::Bench(bench_question(&a, None))),
+        };
+        return super::toolchain::bisect(
+            g,
+            super::toolchain::BisectArgs {
+                range,
+                recipe,
+                driven,
+                timeout: a.timeout,
+                wheels: a.wheels.clone(),
+                keep_going: a.keep_going,
+                device: a.devices.first().copied().unwrap_or(0),
+            },
+        );
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
         return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
@@ -401,34 +424,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         keep_going: a.keep_going,
         devices: a.devices.clone(),
     };
-    let style = crate::output::Style::for_stderr();
-    let quiet = g.quiet || g.json;
-    // A spinner on a terminal; plain lines in logs.
-    let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-        let b = indicatif::ProgressBar::new_spinner();
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} bisect [{elapsed}] {msg}")
-                .expect("a valid template"),
-        );
-        b.enable_steady_tick(Duration::from_millis(120));
-        b
-    });
-    let events = |e: run::Event<'_>| match e {
-        run::Event::Status(msg) => match &bar {
-            Some(b) => b.set_message(msg.to_string()),
-            None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
-            None => {}
-        },
-        // Step lines are the evidence as it comes: on stderr, also with --json; -q hides them.
-        run::Event::Step(s) if !g.quiet => {
-            let line = step_line(s, &style);
-            match &bar {
-                Some(b) => b.println(line),
-                None => eprintln!("{line}"),
-            }
-        }
-        run::Event::Step(_) => {}
-    };
+    let progress = Progress::new(g, expected_steps(commits.len()));
+    let events = |e: run::Event<'_>| progress.event(e);
     let report = match a.executor {
         ExecutorKind::Local => run::bisect(&repo, g.store(), &plan, &commits, &events),
         ExecutorKind::Slurm => {
@@ -450,9 +447,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             run::drive(&executor, &plan, &commits, &events)
         }
     };
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     let report = report?;
     let describe = |i: usize| history::describe(&repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
@@ -529,17 +524,108 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     })
 }
 
+/// The steps a bisection over `n` candidates is expected to take: both ends, then about
+/// log2 of what lies between (more when steps are skipped).
+pub(crate) fn expected_steps(n: usize) -> u64 {
+    let inner = n.saturating_sub(2) as u64;
+    2 + if inner == 0 {
+        0
+    } else {
+        u64::from((inner + 1).next_power_of_two().ilog2())
+    }
+}
+
+/// How a bisection shows its progress: on a terminal, a bar of steps done out of the
+/// expected number, with the elapsed time and an estimate of what is left, and each step's
+/// line printed above it; off a terminal, plain status and step lines on stderr; with -q
+/// nothing, and with --json only the step lines (the evidence as it comes).
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
+    steps_hidden: bool,
+    style: Style,
+}
+
+impl Progress {
+    /// A progress display for a bisection expected to take `expected` steps.
+    pub(crate) fn new(g: &Globals, expected: u64) -> Progress {
+        let quiet = g.quiet || g.json;
+        let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+            let b = indicatif::ProgressBar::new(expected.max(1));
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "bisect {bar:24} {pos}/{len} steps [{elapsed_precise}, about {eta} left] {msg}",
+                )
+                .expect("a valid template"),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            bar,
+            quiet,
+            steps_hidden: g.quiet,
+            style: Style::for_stderr(),
+        }
+    }
+
+    /// Shows one event of the bisection.
+    pub(crate) fn event(&self, e: run::Event<'_>) {
+        match e {
+            run::Event::Status(msg) => match &self.bar {
+                Some(b) => b.set_message(msg.to_string()),
+                None if !self.quiet => eprintln!("{} {msg}", self.style.dim("bisect:")),
+                None => {}
+            },
+            run::Event::Step(s) if !self.steps_hidden => {
+                let line = step_line(s, &self.style);
+                match &self.bar {
+                    Some(b) => {
+                        // A skipped step costs one more than expected: the bar grows.
+                        if b.position() >= b.length().unwrap_or(0) {
+                            b.set_length(b.position() + 1);
+                        }
+                        b.inc(1);
+                        b.println(line);
+                    }
+                    None => eprintln!("{line}"),
+                }
+            }
+            run::Event::Step(_) => {}
+        }
+    }
+
+    /// Sets the number of steps expected, once it is known.
+    pub(crate) fn set_expected(&self, expected: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(expected.max(b.position()).max(1));
+        }
+    }
+
+    /// Clears the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// One line per evaluated commit: commit, outcome, subject, and why.
-fn step_line(s: &run::Step, style: &Style) -> String {
+pub(crate) fn step_line(s: &run::Step, style: &Style) -> String {
     let verdict = match s.verdict.as_str() {
         "good" => style.good("good"),
         "bad" => style.error("bad"),
         v => style.warn(v),
     };
     let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    // A commit shows as its short hash; a compiler release (toolchain bisection) whole.
+    let name = if s.commit.len() == 40 && s.commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &s.commit[..12]
+    } else {
+        s.commit.as_str()
+    };
     let mut line = format!(
-        "  {}  {verdict}{pad}  {}",
-        &s.commit[..12],
+        "  {name}  {verdict}{pad}  {}",
         crate::output::printable(&s.subject)
     );
     if let Some(d) = &s.detail {

@@ -54,6 +54,13 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             // A recorded bisection, by ID.
             match crate::catalog::find(&g.store(), &text) {
                 Ok((_, crate::catalog::Record::Bisection(r))) => *r,
+                Ok((_, crate::catalog::Record::ToolchainBisection(_))) => {
+                    return Err(UserError::usage(format!(
+                        "{text} is a bisection over toolchain releases, which is not plotted"
+                    ))
+                    .hint("`repro show ID` lists its steps")
+                    .into());
+                }
                 Ok((e, _)) => {
                     return Err(UserError::usage(format!(
                         "{text} is a {}, not a bisection",

@@ -223,6 +223,7 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         catalog::Record::Result(r) => r,
         catalog::Record::Build(b) => return show_build(&id, &b),
         catalog::Record::Bisection(b) => return show_bisection(&id, &entry, &b),
+        catalog::Record::ToolchainBisection(b) => return show_toolchain_bisection(&id, &entry, &b),
     };
     let unit = r.unit.as_str();
     let mut t = Table::new();
@@ -459,6 +460,38 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
             keys::short(&step.commit).to_string(),
             plain(&step.verdict),
             what,
+        ]);
+    }
+    out.push_str(&s.render(2));
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// `repro show` of a toolchain bisection's report.
+fn show_toolchain_bisection(
+    id: &str,
+    e: &catalog::Entry,
+    r: &records::ToolchainBisectRecord,
+) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
+    t.row([
+        "question".to_string(),
+        format!("{} {}", r.mode, plain(&r.recipe)),
+    ]);
+    t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
+    t.row(["outcome".to_string(), e.summary.clone()]);
+    let mut out = t.render(0);
+    out.push_str("\nsteps:\n");
+    let mut s = Table::new();
+    s.row(["RELEASE", "VERDICT", "DETAIL"]);
+    for step in &r.steps {
+        s.row([
+            plain(&step.commit),
+            plain(&step.verdict),
+            or_dash(step.detail.as_deref()),
         ]);
     }
     out.push_str(&s.render(2));

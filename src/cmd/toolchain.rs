@@ -137,13 +137,10 @@ fn install_cmd(g: &Globals, cfg: &crate::config::Config, a: InstallArgs) -> anyh
         a.wheels.map(|d| g.cwd.join(d)),
         a.wheel.map(|w| g.cwd.join(w)),
     );
-    let chatty = !g.quiet && !g.json;
-    let mut progress = |m: &str| {
-        if chatty {
-            eprintln!("{m}");
-        }
-    };
-    let done = install::install(&plan, &source, a.force, &mut progress)?;
+    let mut progress = InstallProgress::new(g.quiet || g.json);
+    let done = install::install(&plan, &source, a.force, &mut progress);
+    progress.finish();
+    let done = done?;
     let t = &done.installed;
     let label = match plan.family {
         Family::Nvrtc => format!("NVRTC {}", plan.release),
@@ -343,6 +340,7 @@ impl Diagnose for ToolchainBisectError {
             ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
                 exit::MISMATCH
             }
+            ToolchainBisectError::Driver(e) => e.exit_code(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -356,34 +354,54 @@ impl Diagnose for ToolchainBisectError {
             ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
             ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
             ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
+            ToolchainBisectError::Driver(e) => e.hint(),
+            ToolchainBisectError::Step { what, .. } if what.contains(crate::fingerprint::cuda::NO_DRIVER) => {
+                Some("check and bench modes run the kernel on a GPU: run it on a GPU machine, or use --mode build here".into())
+            }
             _ => None,
         }
     }
 }
 
+/// What `repro bisect --toolchains` was asked.
+pub struct BisectArgs<'a> {
+    /// FROM..TO.
+    pub range: &'a str,
+    /// The recipe name or path.
+    pub recipe: &'a str,
+    /// Check and bench questions (build: `None`).
+    pub driven: Option<crate::bisect::run::Question>,
+    /// Time limit of one child.
+    pub timeout: std::time::Duration,
+    /// `--wheels DIR`.
+    pub wheels: Option<PathBuf>,
+    /// `--keep-going`.
+    pub keep_going: bool,
+    /// The GPU of check and bench steps.
+    pub device: usize,
+}
+
 /// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
 /// release searched.
-pub fn bisect(
-    g: &Globals,
-    range: &str,
-    recipe: &str,
-    mode: crate::cmd::bisect::Mode,
-    timeout: std::time::Duration,
-    wheels: Option<PathBuf>,
-) -> anyhow::Result<u8> {
+pub fn bisect(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     use crate::bisect::toolchains::{self as tb, Question};
     let cfg = g.config()?;
+    let BisectArgs {
+        range,
+        recipe,
+        driven,
+        timeout,
+        wheels,
+        keep_going,
+        device,
+    } = a;
     let range = tb::Range::parse(range).map_err(|m| {
         UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
     })?;
-    let question = match mode {
-        crate::cmd::bisect::Mode::Build => Question::Build,
-        crate::cmd::bisect::Mode::Check => Question::Check,
-        crate::cmd::bisect::Mode::Bench => {
-            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
-                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
-                .into());
-        }
+    let question = match &driven {
+        None => Question::Build,
+        Some(crate::bisect::run::Question::Bench(_)) => Question::Bench,
+        Some(_) => Question::Check,
     };
     let root = g.project_root();
     let r = crate::recipe::load(&root, recipe)?;
@@ -412,6 +430,15 @@ pub fn bisect(
     } else {
         vec![r.targets()[0].clone()]
     };
+    if driven.is_some() && targets.len() > 1 {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has {} targets; a check or bench bisection over toolchains runs one kernel",
+            r.name,
+            targets.len()
+        ))
+        .hint("use a recipe with one `target` (the GPU's), or --mode build, which answers per target")
+        .into());
+    }
     let store = g.store();
     let plan = tb::Plan {
         root: &root,
@@ -424,6 +451,9 @@ pub fn bisect(
         source: tb::source(wheels.map(|w| g.cwd.join(w))),
         timeout,
     };
+    if let Some(q) = driven {
+        return bisect_driven(g, &plan, r, q, keep_going, device);
+    }
     let quiet = g.quiet || g.json;
     let mut progress = |m: &str| {
         if !quiet {
@@ -476,7 +506,200 @@ pub fn bisect(
         }
         out.push_str(&t.render(2));
         emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
     }
     let decided = report.answers.iter().all(|a| a.undecided.is_empty());
     Ok(if decided { exit::OK } else { exit::MISMATCH })
+}
+
+/// Check and bench bisections over releases: the commit bisection's driver, progress, step
+/// lines, record and report, with releases where commits would be.
+fn bisect_driven(
+    g: &Globals,
+    plan: &crate::bisect::toolchains::Plan<'_>,
+    recipe: crate::recipe::Recipe,
+    question: crate::bisect::run::Question,
+    keep_going: bool,
+    device: usize,
+) -> anyhow::Result<u8> {
+    use crate::bisect::search::Outcome;
+    use crate::bisect::toolchains as tb;
+    use crate::cmd::bisect::{Progress, expected_steps};
+    // The range's size is known once the releases are listed; the bar starts from a guess.
+    let progress = Progress::new(g, expected_steps(4));
+    let events = |e: crate::bisect::run::Event<'_>| progress.event(e);
+    let sized = |n: usize| progress.set_expected(expected_steps(n));
+    let report = tb::bisect_driven(plan, recipe, question, keep_going, device, &sized, &events);
+    progress.finish();
+    let report = report?;
+    let fam = report.family.as_str();
+    let question = json!({
+        "mode": report.mode, "name": plan.recipe,
+        "toolchains": format!("{fam}@{}..{fam}@{}", plan.range.from, plan.range.to),
+    });
+    let id = crate::catalog::record_toolchain_bisection(&g.store(), question, &report)
+        .map_err(anyhow::Error::from)?;
+    if g.json {
+        let mut doc = crate::records::to_json(&report);
+        doc["id"] = json!(id);
+        emit_json(&doc)?;
+    } else if !g.quiet {
+        let mut out = String::new();
+        match (&report.first_bad, &report.last_good) {
+            (Some(bad), Some(good)) => out.push_str(&format!(
+                "first bad release: {fam}@{bad} (last good: {fam}@{good})\n"
+            )),
+            _ => out.push_str(&format!(
+                "undecided: these releases could not be tested, and the change is among them: {}\n",
+                report.undecided.join(", ")
+            )),
+        }
+        if let Some(r) = &report.recheck {
+            out.push_str(&format!(
+                "re-checked against {}: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
+                r.parent,
+                r.ratio,
+                r.ratio_ci[0],
+                r.ratio_ci[1],
+                r.p,
+                if r.confirmed {
+                    "confirmed"
+                } else {
+                    "NOT confirmed: the change may be spread over several releases"
+                }
+            ));
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated, {} answered from the store; record {}):\n",
+            report.steps.len(),
+            report.releases.len(),
+            report.steps.len() - report.evaluated.min(report.steps.len()),
+            keys::short(&id)
+        ));
+        let mut t = crate::output::Table::new();
+        t.row([
+            "RELEASE",
+            "VERDICT",
+            "MEDIAN",
+            "RATIO [95% CI]",
+            "P",
+            "RUNS",
+            "CACHED",
+            "DETAIL",
+        ]);
+        for s in &report.steps {
+            t.row([
+                s.commit.clone(),
+                s.verdict.clone(),
+                s.median
+                    .map_or("-".into(), |m| crate::cmd::bench::fmt_value(m, "us")),
+                s.ratio.map_or("-".into(), |(r, lo, hi)| {
+                    format!("{r:.4} [{lo:.4}, {hi:.4}]")
+                }),
+                s.p.map_or("-".into(), |p| format!("{p:.1e}")),
+                if s.attempts > 0 {
+                    s.attempts.to_string()
+                } else {
+                    "-".into()
+                },
+                if s.cached { "yes".into() } else { "no".into() },
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
+    }
+    Ok(match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    })
+}
+
+/// The note a bisection prints when it installed releases the project does not pin.
+fn trust_note(
+    wheels: &std::collections::BTreeMap<String, Vec<install::InstalledWheel>>,
+) -> Option<String> {
+    let unpinned: Vec<&str> = wheels
+        .iter()
+        .filter(|(_, w)| w.iter().any(|w| !w.pinned))
+        .map(|(r, _)| r.as_str())
+        .collect();
+    (!unpinned.is_empty()).then(|| {
+        format!(
+            "note: {} {} not pinned in repro.toml: {} wheels were trusted as pip served them (trust on first use); every wheel's sha256 is in this bisection's record and in the tree's toolchain.json",
+            unpinned.join(", "),
+            if unpinned.len() == 1 { "is" } else { "are" },
+            if unpinned.len() == 1 { "its" } else { "their" },
+        )
+    })
+}
+
+/// `repro toolchain install`'s progress: status lines on stderr, and for downloading,
+/// verifying and unpacking a bar of bytes with an ETA (a byte count and rate while pip
+/// downloads, whose total is not known ahead). Bars show on a terminal only; `-q` and
+/// `--json` show nothing.
+struct InstallProgress {
+    quiet: bool,
+    bar: Option<(&'static str, indicatif::ProgressBar)>,
+}
+
+impl InstallProgress {
+    fn new(quiet: bool) -> Self {
+        InstallProgress { quiet, bar: None }
+    }
+
+    fn finish(&mut self) {
+        if let Some((_, b)) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl install::Progress for InstallProgress {
+    fn message(&mut self, m: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some((_, b)) if !b.is_hidden() => b.println(m),
+            _ => eprintln!("{m}"),
+        }
+    }
+
+    fn bytes(&mut self, phase: &'static str, done: u64, total: Option<u64>) {
+        if self.bar.as_ref().is_none_or(|(p, _)| *p != phase) {
+            self.finish();
+            let bar = match total {
+                Some(t) => crate::output::progress_bytes(self.quiet, t, phase),
+                None if self.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                    indicatif::ProgressBar::hidden()
+                }
+                None => {
+                    let b = indicatif::ProgressBar::new_spinner();
+                    b.set_style(
+                        indicatif::ProgressStyle::with_template(
+                            "{spinner} downloading {bytes} ({bytes_per_sec}, {elapsed})",
+                        )
+                        .expect("a valid template"),
+                    );
+                    b.enable_steady_tick(std::time::Duration::from_millis(120));
+                    b
+                }
+            };
+            self.bar = Some((phase, bar));
+        }
+        if let Some((_, b)) = &self.bar {
+            if let Some(t) = total
+                && b.length() != Some(t)
+            {
+                b.set_length(t);
+            }
+            b.set_position(done);
+        }
+    }
 }
