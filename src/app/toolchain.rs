@@ -1,0 +1,486 @@
+//! `repro toolchain install | list | which`: provision pinned toolchains (NVRTC, nvcc) from
+//! NVIDIA's wheels without root or a CUDA install, and say which compilers builds would use.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::app::{Globals, emit, emit_json};
+use crate::engines::bisect::toolchains::ToolchainBisectError;
+use crate::engines::toolchain;
+use crate::engines::toolchain::install::{self, Family, InstallError, Source, Spec};
+use crate::foundation::error::{Diagnose, UserError};
+use crate::foundation::exit;
+use crate::foundation::keys;
+
+/// Arguments of `repro toolchain`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: ToolchainCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ToolchainCommand {
+    /// Fetch (through pip), verify by sha256 and install a pinned toolchain: nvcc@RELEASE or
+    /// nvrtc@VERSION [default: the NVRTC pinned in repro.toml].
+    Install(InstallArgs),
+    /// List the toolchains repro has installed, with size and origin.
+    List,
+    /// Say which NVRTC and nvcc builds would use, and why.
+    Which,
+}
+
+#[derive(Debug, clap::Args)]
+struct InstallArgs {
+    /// The toolchain: nvcc@13.0 (a [toolchain.nvcc."13.0"] release of repro.toml) or
+    /// nvrtc@13.0.88.
+    #[arg(value_name = "SPEC", conflicts_with = "nvrtc")]
+    spec: Option<String>,
+    /// The nvidia-cuda-nvrtc version (the same as nvrtc@VERSION).
+    #[arg(long, value_name = "VERSION")]
+    nvrtc: Option<String>,
+    /// Install NVRTC from this wheel file instead of fetching one.
+    #[arg(long, value_name = "FILE", conflicts_with = "wheels")]
+    wheel: Option<PathBuf>,
+    /// Fetch the wheels from this directory only (pip --no-index --find-links DIR); also
+    /// REPRO_WHEELHOUSE.
+    #[arg(long, value_name = "DIR")]
+    wheels: Option<PathBuf>,
+    /// The NVRTC wheel's expected sha256 [default: the pin in repro.toml for this architecture].
+    #[arg(long, value_name = "HEX")]
+    sha256: Option<String>,
+    /// Reinstall even if it is installed.
+    #[arg(long)]
+    force: bool,
+}
+
+impl Diagnose for InstallError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            InstallError::BadSpec(_)
+            | InstallError::UnknownRelease { .. }
+            | InstallError::Layout { .. } => exit::USAGE,
+            InstallError::Mismatch { .. } => exit::MISMATCH,
+            InstallError::NotForPlatform { .. }
+            | InstallError::Download { .. }
+            | InstallError::NoCache
+            | InstallError::NotInstalled { .. } => exit::ENVIRONMENT,
+            InstallError::DiskFull { .. } | InstallError::Io { .. } => exit::IO,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            InstallError::BadSpec(_) => Some("for example `repro toolchain install nvcc@13.0`".into()),
+            InstallError::UnknownRelease { known, spec } if spec.starts_with("nvrtc@") => Some(format!(
+                "pin it in repro.toml ([toolchain.nvrtc] version and sha256 = {{ {} = \"...\" }}) or pass --sha256; pinned here: {}",
+                install::arch(),
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            )),
+            InstallError::UnknownRelease { known, .. } => Some(format!(
+                "pinned here: {}; add a [toolchain.nvcc.\"RELEASE\"] table to repro.toml listing each wheel's package, version and sha256",
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            )),
+            InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
+                "it is pinned for {} only; add the sha256 of the {arch} wheels to repro.toml",
+                if offered.is_empty() { "no architecture".into() } else { offered.join(", ") }
+            )),
+            InstallError::Download { what, .. } if what.starts_with("from the wheel directory") => Some(
+                "put the pinned wheels in that directory (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`)".into(),
+            ),
+            InstallError::Download { .. } => Some(
+                "check that python3 and pip work and can reach the package index (or its mirror), or pass --wheels DIR with the wheels downloaded elsewhere".into(),
+            ),
+            InstallError::Mismatch { .. } => Some("the file differs from the one the project pinned; download it again, or update the pin if the change is intended".into()),
+            InstallError::DiskFull { dir, .. } => Some(format!(
+                "free some space under {} (an nvcc tree takes about 400 MB while unpacking); nothing half-installed was left",
+                dir.display()
+            )),
+            InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
+            InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `repro toolchain ...`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let cfg = g.config()?;
+    match a.command {
+        ToolchainCommand::Install(i) => install_cmd(g, &cfg, i),
+        ToolchainCommand::List => list(g),
+        ToolchainCommand::Which => which(g, &cfg),
+    }
+}
+
+fn install_cmd(
+    g: &Globals,
+    cfg: &crate::foundation::config::Config,
+    a: InstallArgs,
+) -> anyhow::Result<u8> {
+    let spec = match (&a.spec, &a.nvrtc, &cfg.toolchain.nvrtc) {
+        (Some(s), _, _) => Spec::parse(s).map_err(InstallError::BadSpec)?,
+        (None, Some(v), _) => Spec::parse(&format!("nvrtc@{v}")).map_err(InstallError::BadSpec)?,
+        (None, None, Some(p)) => Spec::Release {
+            family: Family::Nvrtc,
+            release: p.version.clone(),
+        },
+        (None, None, None) => {
+            return Err(UserError::usage("no toolchain given and no NVRTC pinned")
+                .hint("name one (`repro toolchain install nvcc@13.0`), or pin NVRTC in repro.toml under [toolchain.nvrtc]")
+                .into());
+        }
+    };
+    let plan = install::plan(cfg, &spec, a.sha256.as_deref(), false)?;
+    if a.wheel.is_some() && plan.family == Family::Nvcc {
+        return Err(UserError::usage("--wheel installs one NVRTC wheel")
+            .hint("an nvcc release is several wheels: pass --wheels DIR")
+            .into());
+    }
+    let source = Source::new(
+        a.wheels.map(|d| g.cwd.join(d)),
+        a.wheel.map(|w| g.cwd.join(w)),
+    );
+    let chatty = !g.quiet && !g.json;
+    let mut progress = |m: &str| {
+        if chatty {
+            eprintln!("{m}");
+        }
+    };
+    let done = install::install(&plan, &source, a.force, &mut progress)?;
+    let t = &done.installed;
+    let label = match plan.family {
+        Family::Nvrtc => format!("NVRTC {}", plan.release),
+        Family::Nvcc => format!("nvcc {}", plan.release),
+    };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1, "toolchain": spec.to_string(), "path": t.dir.display().to_string(),
+            "installed": done.fresh, "already-installed": !done.fresh, "replaced": done.replaced,
+            "reports": t.stamp.reports, "wheels": t.stamp.wheels, "bytes": t.stamp.bytes,
+            "compiler": t.compiler().display().to_string(),
+        }))?;
+    } else if !g.quiet {
+        if done.fresh {
+            let n = t.stamp.wheels.len();
+            emit(&format!(
+                "installed {label} (reports {}) at {}; {n} wheel{} verified by sha256 ({})\n",
+                t.stamp.reports,
+                t.dir.display(),
+                if n == 1 { "" } else { "s" },
+                t.stamp
+                    .wheels
+                    .iter()
+                    .map(|w| keys::short(&w.sha256))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))?;
+        } else {
+            emit(&format!(
+                "{label} is already installed at {}\n",
+                t.dir.display()
+            ))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn list(g: &Globals) -> anyhow::Result<u8> {
+    let used = toolchain::find_nvrtc().ok();
+    let entries = install::list();
+    if g.json {
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| match &e.stamp {
+                Ok(s) => json!({
+                    "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "family": s.family, "release": s.release, "reports": s.reports,
+                    "path": e.dir.display().to_string(), "bytes": s.bytes, "origin": s.origin,
+                    "wheels": s.wheels, "complete": true,
+                    "used-by-builds": used.as_ref().is_some_and(|u| u.path.starts_with(&e.dir)),
+                }),
+                Err(why) => json!({
+                    "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "path": e.dir.display().to_string(), "complete": false, "problem": why,
+                }),
+            })
+            .collect();
+        emit_json(&json!({"schema": 2, "toolchains": rows}))?;
+        return Ok(exit::OK);
+    }
+    if entries.is_empty() {
+        emit("no toolchains installed by repro (`repro toolchain install nvcc@13.0` adds one)\n")?;
+        return Ok(exit::OK);
+    }
+    let mut out = String::new();
+    for e in &entries {
+        let name = e
+            .dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match &e.stamp {
+            Ok(s) => {
+                let in_use = used.as_ref().is_some_and(|u| u.path.starts_with(&e.dir));
+                out.push_str(&format!(
+                    "{name}  {}  {}  from {}{}\n  {}\n",
+                    s.release,
+                    mib(s.bytes),
+                    s.origin,
+                    if in_use {
+                        "  (used by NVRTC builds)"
+                    } else {
+                        ""
+                    },
+                    e.dir.display()
+                ));
+                let mut t = crate::foundation::output::Table::new();
+                for w in &s.wheels {
+                    t.row([
+                        w.file.clone(),
+                        format!("sha256 {}", w.sha256),
+                        if w.pinned {
+                            "pinned".into()
+                        } else {
+                            "unpinned (recorded)".to_string()
+                        },
+                    ]);
+                }
+                out.push_str(&t.render(4));
+            }
+            Err(why) => out.push_str(&format!(
+                "{name}  INCOMPLETE: {why}; builds do not use it (reinstall it)\n  {}\n",
+                e.dir.display()
+            )),
+        }
+    }
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result<u8> {
+    let nvrtc = toolchain::nvrtc();
+    // The project's nvcc pin, when there is one and it is installed, is what nvcc builds use.
+    let pinned_nvcc = cfg.toolchain.nvcc_default.as_ref().map(|r| {
+        let spec = Spec::Release {
+            family: Family::Nvcc,
+            release: r.clone(),
+        };
+        (spec.clone(), install::find(&spec))
+    });
+    let nvcc = match &pinned_nvcc {
+        Some((_, Ok(t))) => Some(t.compiler()),
+        _ => toolchain::find_nvcc(),
+    };
+    let nvcc_version = match &pinned_nvcc {
+        Some((_, Ok(t))) => Some(t.stamp.reports.clone()),
+        _ => nvcc
+            .as_ref()
+            .and_then(|_| toolchain::nvcc_identity().ok())
+            .map(|(_, id)| id["version"].as_str().unwrap_or_default().to_string()),
+    };
+    let nvcc_source = match &pinned_nvcc {
+        Some((spec, Ok(_))) => format!("{spec}, pinned in repro.toml, installed by repro"),
+        Some((spec, Err(_))) => format!(
+            "{spec} is pinned but not installed: nvcc builds fail until `{}`",
+            InstallError::install_command(&spec.to_string())
+        ),
+        None => "the machine's own (no nvcc pinned in repro.toml)".into(),
+    };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1,
+            "nvrtc": match &nvrtc {
+                Ok(l) => json!({"path": l.found.path.display().to_string(), "version": l.version, "source": l.found.source}),
+                Err(e) => json!({"unavailable": e.clone()}),
+            },
+            "nvcc": match &nvcc {
+                Some(p) => json!({"path": p.display().to_string(), "version": nvcc_version, "source": nvcc_source}),
+                None => json!({"unavailable": "nvcc not found"}),
+            },
+        }))?;
+    } else {
+        match &nvrtc {
+            Ok(l) => emit(&format!(
+                "nvrtc  {}  {}  ({})\n",
+                l.version,
+                l.found.path.display(),
+                l.found.source
+            ))?,
+            Err(e) => emit(&format!(
+                "nvrtc  not found: {e}\n       hint: run `repro toolchain install`, or set REPRO_NVRTC\n"
+            ))?,
+        }
+        match &nvcc {
+            Some(p) => emit(&format!(
+                "nvcc   {}  {}  ({nvcc_source})\n",
+                nvcc_version.unwrap_or_default(),
+                p.display()
+            ))?,
+            None => emit(
+                "nvcc   not found (REPRO_NVCC, PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda*)\n",
+            )?,
+        }
+    }
+    Ok(if nvrtc.is_ok() {
+        exit::OK
+    } else {
+        exit::ENVIRONMENT
+    })
+}
+
+impl Diagnose for ToolchainBisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ToolchainBisectError::NotAvailable { .. } | ToolchainBisectError::Backwards { .. } => {
+                exit::USAGE
+            }
+            ToolchainBisectError::List { .. } | ToolchainBisectError::Step { .. } => {
+                exit::ENVIRONMENT
+            }
+            ToolchainBisectError::Install { source, .. } => source.exit_code(),
+            ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
+                exit::MISMATCH
+            }
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ToolchainBisectError::NotAvailable { available, .. } => Some(format!(
+                "releases available: {}",
+                if available.is_empty() { "none".to_string() } else { available.join(", ") }
+            )),
+            ToolchainBisectError::Install { source, .. } => source.hint(),
+            ToolchainBisectError::List { .. } => Some("check that pip can reach the package index, or pass --wheels DIR".into()),
+            ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
+            ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
+            ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
+            _ => None,
+        }
+    }
+}
+
+/// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
+/// release searched.
+pub fn bisect(
+    g: &Globals,
+    range: &str,
+    recipe: &str,
+    mode: crate::app::bisect::Mode,
+    timeout: std::time::Duration,
+    wheels: Option<PathBuf>,
+) -> anyhow::Result<u8> {
+    use crate::engines::bisect::toolchains::{self as tb, Question};
+    let cfg = g.config()?;
+    let range = tb::Range::parse(range).map_err(|m| {
+        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+    })?;
+    let question = match mode {
+        crate::app::bisect::Mode::Build => Question::Build,
+        crate::app::bisect::Mode::Check => Question::Check,
+        crate::app::bisect::Mode::Bench => {
+            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
+                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
+                .into());
+        }
+    };
+    let root = g.project_root();
+    let r = crate::foundation::recipe::load(&root, recipe)?;
+    let family = match &r.build {
+        crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::foundation::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .into());
+        }
+    };
+    if family != range.family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .into());
+    }
+    let targets = if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    let store = g.store();
+    let plan = tb::Plan {
+        root: &root,
+        store: store.root(),
+        cfg: &cfg,
+        recipe: recipe.to_string(),
+        targets,
+        range,
+        question,
+        source: tb::source(wheels.map(|w| g.cwd.join(w))),
+        timeout,
+    };
+    let quiet = g.quiet || g.json;
+    let mut progress = |m: &str| {
+        if !quiet {
+            eprintln!("bisect: {m}");
+        }
+    };
+    let report = tb::bisect(&plan, &mut progress)?;
+    let rec = serde_json::to_value(&report)?;
+    store.put_record(tb::RECORDS, &report.key, &rec)?;
+    if g.json {
+        emit_json(&rec)?;
+    } else {
+        let mut out = String::new();
+        for a in &report.answers {
+            if let Some(u) = &a.unchanged {
+                out.push_str(&format!("no change for {}: {u}\n", a.target));
+                continue;
+            }
+            match (&a.first_bad, &a.last_good) {
+                (Some(bad), Some(good)) => out.push_str(&format!(
+                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                    a.target,
+                    report.family.name(),
+                    report.family.name()
+                )),
+                _ => out.push_str(&format!(
+                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    a.target,
+                    a.undecided.join(", ")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated; record {}):\n",
+            report.wheels.len(),
+            report.releases.len(),
+            keys::short(&report.key)
+        ));
+        let mut t = crate::foundation::output::Table::new();
+        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+        for s in &report.steps {
+            t.row([
+                s.release.clone(),
+                s.target.clone(),
+                s.verdict.to_string(),
+                if s.cached { "yes".into() } else { "no".into() },
+                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+    }
+    let decided = report.answers.iter().all(|a| a.undecided.is_empty());
+    Ok(if decided { exit::OK } else { exit::MISMATCH })
+}
