@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench::{self, Metric, Settings};
 use crate::engines::build::{self, Options};
 use crate::engines::export;

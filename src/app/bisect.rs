@@ -8,14 +8,14 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use crate::app::bench::{fmt_value, parse_fraction};
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench::{Metric, Settings};
 use crate::engines::bisect::decide::Direction;
 use crate::engines::bisect::history::{self, HistoryError};
-use crate::engines::bisect::run::{self, BenchQuestion, BisectError, Plan, Question, RecipeSource};
+use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
 use crate::engines::bisect::search::Outcome;
-use crate::engines::bisect::slurm::{SlurmError, SlurmExecutor, SlurmOptions};
-use crate::foundation::error::{Diagnose, UserError};
+use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
+use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::output::{Style, Table};
 
@@ -163,28 +163,6 @@ pub struct Args {
     retries: usize,
 }
 
-impl Diagnose for SlurmError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            SlurmError::Refused { .. } => exit::USAGE,
-            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        Some(match self {
-            SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
-            SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
-                "check --partition, --gres, --time-limit and --account against `sinfo`".into()
-            }
-            SlurmError::Refused { partitions, .. } => format!(
-                "the partitions here are: {}; check --gres, --time-limit and --account against `sinfo`",
-                partitions.join(", ")
-            ),
-            SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
-        })
-    }
-}
-
 /// Arguments of the hidden `repro bisect-step`.
 #[derive(Debug, clap::Args)]
 pub struct StepArgs {
@@ -280,43 +258,6 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
     let text = serde_json::to_vec_pretty(&result).expect("a result serialises");
     crate::foundation::fsutil::write_atomic(&req.result, &text, true)?;
     Ok(exit::OK)
-}
-
-impl Diagnose for HistoryError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            HistoryError::Git(_) => exit::IO,
-            _ => exit::USAGE,
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        match self {
-            HistoryError::UnknownRevision { .. } => Some("use a commit hash, a branch, a tag, or HEAD~N".into()),
-            HistoryError::NotAncestor { .. } => Some("--good must be an ancestor of --bad (with --find fixed, --bad an ancestor of --good)".into()),
-            HistoryError::SameCommit { .. } => Some("give two different commits".into()),
-            HistoryError::NotARepository { .. } => Some("run it inside the repository, or pass -C DIR".into()),
-            HistoryError::Git(_) => None,
-        }
-    }
-}
-
-impl Diagnose for BisectError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            BisectError::Fatal { .. } => exit::ENVIRONMENT,
-            BisectError::Input { .. } => exit::USAGE,
-            _ => exit::MISMATCH,
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        match self {
-            BisectError::BadEnd { which: "good", .. } => Some("choose an older --good where the property holds (repro build/bench at that commit shows why it does not)".into()),
-            BisectError::BadEnd { .. } => Some("choose a --bad where it is broken; for performance, a threshold the change exceeds".into()),
-            BisectError::Inconsistent(_) => Some("the property is not monotone over this range (flaky test or noise?); narrow the range".into()),
-            BisectError::Input { hint, .. } => Some(hint.clone()),
-            _ => None,
-        }
-    }
 }
 
 /// Runs `repro bisect`.

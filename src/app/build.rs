@@ -12,9 +12,9 @@ use std::io::Write as _;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::build::{self, Options, Outcome};
-use crate::foundation::error::{self, UserError};
+use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::nix;
@@ -290,7 +290,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     let (code, reply) = match run() {
         Ok((code, outcomes)) => (code, json!({ "code": code, "builds": outcomes })),
         Err(e) => {
-            let code = error::report(&e);
+            let code = crate::app::report::report(&e);
             (code, json!({ "code": code }))
         }
     };

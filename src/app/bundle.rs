@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bundle::{self, Contents};
 use crate::foundation::archive;
 use crate::foundation::error::UserError;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
 use crate::foundation::process::Cmd;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use serde_json::json;
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::check::{self, Policy, Report, Status};
 use crate::engines::fingerprint::{self, Context, Demand, Field, Fingerprint};
 use crate::engines::lockfile::{self, Lock, LockfileError};

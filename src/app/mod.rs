@@ -4,25 +4,27 @@ pub mod bench;
 pub mod bisect;
 pub mod build;
 pub mod bundle;
+pub mod context;
 pub mod demo;
 pub mod env;
 pub mod plot;
 pub mod pull;
 pub mod push;
 pub mod replay;
+pub mod report;
 pub mod results;
 pub mod shell;
 pub mod store;
 pub mod toolchain;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 
-use crate::foundation::error::{self, UserError};
+use crate::foundation::error::UserError;
 use crate::foundation::exit;
+use context::Globals;
 
 /// Reproducible GPU-kernel work: fingerprint the machine and check it against a pinned
 /// lockfile, build kernels hermetically, bisect, replay and archive results.
@@ -99,62 +101,6 @@ pub enum Command {
     BisectStep(bisect::StepArgs),
 }
 
-/// Options every command sees.
-#[derive(Clone, Debug)]
-pub struct Globals {
-    /// The directory to act in (after `-C`).
-    pub cwd: PathBuf,
-    /// `--json`.
-    pub json: bool,
-    /// `-q`.
-    pub quiet: bool,
-    /// `-v` count.
-    pub verbose: u8,
-    /// `--store` / `REPRO_STORE`.
-    pub store: Option<PathBuf>,
-    /// The project root, found on first use (git discovery opens the repository).
-    root: std::sync::OnceLock<PathBuf>,
-}
-
-impl Globals {
-    /// The project root: the repository's working tree, or the current directory.
-    pub fn project_root(&self) -> PathBuf {
-        self.root
-            .get_or_init(|| {
-                crate::foundation::git::discover_root(&self.cwd).unwrap_or_else(|| self.cwd.clone())
-            })
-            .clone()
-    }
-
-    /// The store: `--store`, `REPRO_STORE`, or `.repro` at the project root.
-    pub fn store(&self) -> crate::foundation::store::Store {
-        match &self.store {
-            Some(p) if p.is_absolute() => crate::foundation::store::Store::at(p),
-            Some(p) => crate::foundation::store::Store::at(self.cwd.join(p)),
-            None => crate::foundation::store::Store::at(self.project_root().join(".repro")),
-        }
-    }
-
-    /// A path for messages: relative to the current directory when inside it.
-    pub fn shown(&self, p: &std::path::Path) -> String {
-        p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
-    }
-
-    /// The project's settings, with the NVRTC pin registered for the toolchain search.
-    pub fn config(
-        &self,
-    ) -> Result<crate::foundation::config::Config, crate::foundation::config::ConfigError> {
-        let cfg = crate::foundation::config::load(&self.project_root())?;
-        if let Some(pin) = &cfg.toolchain.nvrtc {
-            crate::engines::toolchain::set_pin(&pin.version);
-        }
-        if let Some(r) = &cfg.toolchain.nvcc_default {
-            crate::engines::toolchain::set_nvcc_pin(r);
-        }
-        Ok(cfg)
-    }
-}
-
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let cwd = match &cli.dir {
@@ -175,14 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         None => std::env::current_dir()?,
     };
-    let globals = Globals {
-        cwd,
-        json: cli.json,
-        quiet: cli.quiet,
-        verbose: cli.verbose,
-        store: cli.store,
-        root: Default::default(),
-    };
+    let globals = Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store);
     match cli.command {
         Command::Env(args) => env::run(&globals, args),
         Command::Build(args) => build::run(&globals, args),
@@ -198,10 +137,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Push(args) => push::run(&globals, args),
         Command::Pull(args) => pull::run(&globals, args),
         Command::Replay(args) => replay::run(&globals, args),
-        Command::Completions(args) => shell::completions(&globals, args),
+        Command::Completions(args) => shell::completions(&globals, args, Cli::command()),
         Command::Demo(args) => demo::run(&globals, args),
         Command::Plot(args) => plot::run(&globals, args),
-        Command::Man(args) => shell::man(&globals, args),
+        Command::Man(args) => shell::man(&globals, args, Cli::command()),
         Command::Bundle(args) => bundle::run(&globals, args),
     }
 }
@@ -221,22 +160,8 @@ pub fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => ExitCode::from(error::report(&e)),
+        Err(e) => ExitCode::from(report::report(&e)),
     }
-}
-
-/// Writes to stdout; a closed stdout (`repro ... | head`) is not an error.
-pub fn emit(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
-/// Writes a JSON value to stdout, pretty-printed.
-pub fn emit_json(value: &serde_json::Value) -> anyhow::Result<()> {
-    emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
 }
 
 #[cfg(test)]

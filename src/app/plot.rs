@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::app::{Globals, emit};
+use crate::app::context::{Globals, emit};
 use crate::engines::bench;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -262,7 +262,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     crate::foundation::fsutil::write_atomic(&out, svg.as_bytes(), true)
         .with_context(|| format!("failed to write {}", g.shown(&out)))?;
     if g.json {
-        crate::app::emit_json(&serde_json::json!({
+        crate::app::context::emit_json(&serde_json::json!({
             "schema": 1,
             "output": g.shown(&out),
             "points": n,

@@ -1,6 +1,6 @@
 //! `repro push [REMOTE]`: send the store's records to a git remote (refs/repro/…).
 
-use crate::app::Globals;
+use crate::app::context::Globals;
 
 /// Arguments of `repro push`.
 #[derive(Debug, clap::Args)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench;
 use crate::engines::build::{self, Options};
 use crate::engines::fingerprint::{self, Context, Demand, Fingerprint};

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use crate::app::bench::{fmt_value, parse_fraction};
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench;
 use crate::engines::catalog;
 use crate::engines::export;

@@ -1,9 +1,7 @@
 //! `repro completions SHELL` and `repro man`: shell integration generated from the clap
 //! definitions, so they can never disagree with the real command line.
 
-use clap::CommandFactory;
-
-use crate::app::{Cli, Globals, emit};
+use crate::app::context::{Globals, emit};
 use crate::foundation::exit;
 
 /// Arguments of `repro completions`.
@@ -97,7 +95,7 @@ pub struct ManArgs {
 }
 
 /// Prints a completion script (`repro completions bash > /etc/bash_completion.d/repro`).
-pub fn completions(g: &Globals, a: CompletionsArgs) -> anyhow::Result<u8> {
+pub fn completions(g: &Globals, a: CompletionsArgs, cli: clap::Command) -> anyhow::Result<u8> {
     if let Some(what) = a.candidates {
         let names: Vec<String> = match what {
             Candidates::Recipes => recipe_names(&g.project_root()),
@@ -114,7 +112,7 @@ pub fn completions(g: &Globals, a: CompletionsArgs) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     let shell = a.shell.expect("clap requires a shell without --candidates");
-    let mut cmd = Cli::command();
+    let mut cmd = cli;
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, "repro", &mut out);
     let mut text = String::from_utf8_lossy(&out).into_owned();
@@ -143,8 +141,8 @@ pub fn recipe_names(root: &std::path::Path) -> Vec<String> {
 }
 
 /// Prints the man page in roff (`repro man > repro.1; man ./repro.1`).
-pub fn man(g: &Globals, a: ManArgs) -> anyhow::Result<u8> {
-    let root = Cli::command();
+pub fn man(g: &Globals, a: ManArgs, cli: clap::Command) -> anyhow::Result<u8> {
+    let root = cli;
     let page = |cmd: clap::Command| -> anyhow::Result<Vec<u8>> {
         let mut out = Vec::new();
         clap_mangen::Man::new(cmd).render(&mut out)?;

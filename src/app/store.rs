@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::app::{Globals, emit, emit_json};
+use crate::app::context::{Globals, emit, emit_json};
 use crate::foundation::exit;
 
 /// Arguments of `repro store`.

@@ -5,11 +5,10 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::app::{Globals, emit, emit_json};
-use crate::engines::bisect::toolchains::ToolchainBisectError;
+use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::toolchain;
 use crate::engines::toolchain::install::{self, Family, InstallError, Source, Spec};
-use crate::foundation::error::{Diagnose, UserError};
+use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 
@@ -53,54 +52,6 @@ struct InstallArgs {
     /// Reinstall even if it is installed.
     #[arg(long)]
     force: bool,
-}
-
-impl Diagnose for InstallError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            InstallError::BadSpec(_)
-            | InstallError::UnknownRelease { .. }
-            | InstallError::Layout { .. } => exit::USAGE,
-            InstallError::Mismatch { .. } => exit::MISMATCH,
-            InstallError::NotForPlatform { .. }
-            | InstallError::Download { .. }
-            | InstallError::NoCache
-            | InstallError::NotInstalled { .. } => exit::ENVIRONMENT,
-            InstallError::DiskFull { .. } | InstallError::Io { .. } => exit::IO,
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        match self {
-            InstallError::BadSpec(_) => Some("for example `repro toolchain install nvcc@13.0`".into()),
-            InstallError::UnknownRelease { known, spec } if spec.starts_with("nvrtc@") => Some(format!(
-                "pin it in repro.toml ([toolchain.nvrtc] version and sha256 = {{ {} = \"...\" }}) or pass --sha256; pinned here: {}",
-                install::arch(),
-                if known.is_empty() { "none".into() } else { known.join(", ") }
-            )),
-            InstallError::UnknownRelease { known, .. } => Some(format!(
-                "pinned here: {}; add a [toolchain.nvcc.\"RELEASE\"] table to repro.toml listing each wheel's package, version and sha256",
-                if known.is_empty() { "none".into() } else { known.join(", ") }
-            )),
-            InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
-                "it is pinned for {} only; add the sha256 of the {arch} wheels to repro.toml",
-                if offered.is_empty() { "no architecture".into() } else { offered.join(", ") }
-            )),
-            InstallError::Download { what, .. } if what.starts_with("from the wheel directory") => Some(
-                "put the pinned wheels in that directory (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`)".into(),
-            ),
-            InstallError::Download { .. } => Some(
-                "check that python3 and pip work and can reach the package index (or its mirror), or pass --wheels DIR with the wheels downloaded elsewhere".into(),
-            ),
-            InstallError::Mismatch { .. } => Some("the file differs from the one the project pinned; download it again, or update the pin if the change is intended".into()),
-            InstallError::DiskFull { dir, .. } => Some(format!(
-                "free some space under {} (an nvcc tree takes about 400 MB while unpacking); nothing half-installed was left",
-                dir.display()
-            )),
-            InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
-            InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
-            _ => None,
-        }
-    }
 }
 
 /// Runs `repro toolchain ...`.
@@ -332,37 +283,6 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
     } else {
         exit::ENVIRONMENT
     })
-}
-
-impl Diagnose for ToolchainBisectError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            ToolchainBisectError::NotAvailable { .. } | ToolchainBisectError::Backwards { .. } => {
-                exit::USAGE
-            }
-            ToolchainBisectError::List { .. } | ToolchainBisectError::Step { .. } => {
-                exit::ENVIRONMENT
-            }
-            ToolchainBisectError::Install { source, .. } => source.exit_code(),
-            ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
-                exit::MISMATCH
-            }
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        match self {
-            ToolchainBisectError::NotAvailable { available, .. } => Some(format!(
-                "releases available: {}",
-                if available.is_empty() { "none".to_string() } else { available.join(", ") }
-            )),
-            ToolchainBisectError::Install { source, .. } => source.hint(),
-            ToolchainBisectError::List { .. } => Some("check that pip can reach the package index, or pass --wheels DIR".into()),
-            ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
-            ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
-            ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
-            _ => None,
-        }
-    }
 }
 
 /// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler

@@ -684,37 +684,3 @@ impl crate::foundation::error::Diagnose for BundleError {
         }
     }
 }
-
-impl crate::foundation::error::Diagnose for crate::foundation::archive::ArchiveError {
-    fn exit_code(&self) -> u8 {
-        use crate::foundation::archive::ArchiveError as E;
-        match self {
-            // A bundle that is not there is the user's input mistake (2), as the README says.
-            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                crate::foundation::exit::USAGE
-            }
-            E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
-            // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
-            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => {
-                crate::foundation::exit::MISMATCH
-            }
-            E::TooLarge { .. } => crate::foundation::exit::USAGE,
-            E::Output(w) => crate::foundation::error::Diagnose::exit_code(w),
-        }
-    }
-    fn hint(&self) -> Option<String> {
-        use crate::foundation::archive::ArchiveError as E;
-        match self {
-            E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
-            E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
-            E::Write { .. } => Some("check free space and permissions of the output directory".into()),
-            E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
-            E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
-            E::Output(w) => crate::foundation::error::Diagnose::hint(w),
-            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                Some("check the path of the bundle".into())
-            }
-            _ => None,
-        }
-    }
-}

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::engines::fingerprint::{Field, Fields};
+use crate::foundation::fields::{Field, Fields};
 use crate::foundation::process::{Cmd, ProcessError};
 
 pub mod install;

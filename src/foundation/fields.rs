@@ -456,6 +456,28 @@ fn levenshtein(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// One probed value, or the reason it could not be probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// The value, as canonical text (numbers in decimal, booleans as `true`/`false`).
+    Value(String),
+    /// Why there is no value.
+    Unavailable(String),
+}
+
+impl Field {
+    /// The value, if there is one.
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Field::Value(v) => Some(v),
+            Field::Unavailable(_) => None,
+        }
+    }
+}
+
+/// What a probe returns: fields keyed by their fingerprint key.
+pub type Fields = std::collections::BTreeMap<String, Field>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

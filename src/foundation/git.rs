@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use git2::{Repository, Status, StatusOptions};
 use sha2::{Digest, Sha256};
 
-use crate::engines::fingerprint::{Field, Fields};
+use crate::foundation::fields::{Field, Fields};
 
 /// The working-tree root of the repository containing `dir`, if any.
 pub fn discover_root(dir: &Path) -> Option<PathBuf> {

@@ -23,4 +23,5 @@ pub mod spans;
 pub mod stats;
 pub mod store;
 pub mod symbols;
+pub mod toolchain_spec;
 pub mod version;

@@ -710,10 +710,10 @@ fn parse_in(
             None => None,
             Some(t) => {
                 let spec =
-                    crate::engines::toolchain::install::Spec::parse(t.get_ref()).map_err(|m| {
+                    crate::foundation::toolchain_spec::Spec::parse(t.get_ref()).map_err(|m| {
                         invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
                     })?;
-                if let crate::engines::toolchain::install::Spec::Release { family, .. } = &spec
+                if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
                     && family.name() != kind
                 {
                     return Err(invalid(

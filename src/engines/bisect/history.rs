@@ -3,6 +3,8 @@
 //! a temporary directory. The user's working tree, index, HEAD, refs and stash are never
 //! touched: everything comes from the object database through git2.
 
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Oid, Repository, Sort, TreeWalkMode, TreeWalkResult};
@@ -394,6 +396,24 @@ impl FileSource for CommitFiles<'_> {
                 reason: format!("its blob {} {MISSING_BLOB} ({})", entry.id(), e.message()),
             })?;
         Ok(blob.content().to_vec())
+    }
+}
+
+impl Diagnose for HistoryError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            HistoryError::Git(_) => exit::IO,
+            _ => exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            HistoryError::UnknownRevision { .. } => Some("use a commit hash, a branch, a tag, or HEAD~N".into()),
+            HistoryError::NotAncestor { .. } => Some("--good must be an ancestor of --bad (with --find fixed, --bad an ancestor of --good)".into()),
+            HistoryError::SameCommit { .. } => Some("give two different commits".into()),
+            HistoryError::NotARepository { .. } => Some("run it inside the repository, or pass -C DIR".into()),
+            HistoryError::Git(_) => None,
+        }
     }
 }
 

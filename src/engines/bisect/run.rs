@@ -8,6 +8,8 @@
 //! or widening a bisection, or resuming one that was interrupted, re-evaluates nothing it
 //! already knows, and commits whose inputs did not change share work.
 
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -692,6 +694,25 @@ fn recheck(
         (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == "bad")),
         _ => None,
     })
+}
+
+impl Diagnose for BisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BisectError::Fatal { .. } => exit::ENVIRONMENT,
+            BisectError::Input { .. } => exit::USAGE,
+            _ => exit::MISMATCH,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BisectError::BadEnd { which: "good", .. } => Some("choose an older --good where the property holds (repro build/bench at that commit shows why it does not)".into()),
+            BisectError::BadEnd { .. } => Some("choose a --bad where it is broken; for performance, a threshold the change exceeds".into()),
+            BisectError::Inconsistent(_) => Some("the property is not monotone over this range (flaky test or noise?); narrow the range".into()),
+            BisectError::Input { hint, .. } => Some(hint.clone()),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -632,5 +634,27 @@ impl Executor for SlurmExecutor {
             .ok()
             .and_then(|r| history::subject(&r, commit).ok())
             .unwrap_or_default()
+    }
+}
+
+impl Diagnose for SlurmError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            SlurmError::Refused { .. } => exit::USAGE,
+            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
+            SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
+                "check --partition, --gres, --time-limit and --account against `sinfo`".into()
+            }
+            SlurmError::Refused { partitions, .. } => format!(
+                "the partitions here are: {}; check --gres, --time-limit and --account against `sinfo`",
+                partitions.join(", ")
+            ),
+            SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
+        })
     }
 }

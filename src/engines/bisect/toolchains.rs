@@ -11,6 +11,8 @@
 //! is one library per process; its builds land in the same store, so a repeated bisection
 //! answers from it. The search itself is [`super::search::Search`].
 
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -645,6 +647,37 @@ fn first_error(log: &str) -> String {
 /// REPRO_WHEELHOUSE, else pip.
 pub fn source(wheelhouse: Option<PathBuf>) -> Source {
     Source::new(wheelhouse, None)
+}
+
+impl Diagnose for ToolchainBisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ToolchainBisectError::NotAvailable { .. } | ToolchainBisectError::Backwards { .. } => {
+                exit::USAGE
+            }
+            ToolchainBisectError::List { .. } | ToolchainBisectError::Step { .. } => {
+                exit::ENVIRONMENT
+            }
+            ToolchainBisectError::Install { source, .. } => source.exit_code(),
+            ToolchainBisectError::BadEnd { .. } | ToolchainBisectError::Inconsistent(_) => {
+                exit::MISMATCH
+            }
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ToolchainBisectError::NotAvailable { available, .. } => Some(format!(
+                "releases available: {}",
+                if available.is_empty() { "none".to_string() } else { available.join(", ") }
+            )),
+            ToolchainBisectError::Install { source, .. } => source.hint(),
+            ToolchainBisectError::List { .. } => Some("check that pip can reach the package index, or pass --wheels DIR".into()),
+            ToolchainBisectError::BadEnd { which: "good", .. } => Some("choose an older FROM that builds (`repro build --toolchain SPEC RECIPE` shows why it does not)".into()),
+            ToolchainBisectError::BadEnd { .. } => Some("choose a TO where it is broken".into()),
+            ToolchainBisectError::Inconsistent(_) => Some("the property is not monotone over these releases; narrow the range".into()),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

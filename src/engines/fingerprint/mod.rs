@@ -20,32 +20,11 @@ use serde_json::{Map, Value};
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::fields::{self, Kind, Probe};
+pub use crate::foundation::fields::{Field, Fields};
 use crate::foundation::git;
 
 /// The fingerprint schema this build writes and reads.
 pub const SCHEMA: u64 = 1;
-
-/// One probed value, or the reason it could not be probed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Field {
-    /// The value, as canonical text (numbers in decimal, booleans as `true`/`false`).
-    Value(String),
-    /// Why there is no value.
-    Unavailable(String),
-}
-
-impl Field {
-    /// The value, if there is one.
-    pub fn value(&self) -> Option<&str> {
-        match self {
-            Field::Value(v) => Some(v),
-            Field::Unavailable(_) => None,
-        }
-    }
-}
-
-/// What a probe returns: fields keyed by their fingerprint key.
-pub type Fields = BTreeMap<String, Field>;
 
 /// A fingerprint of this machine and repository.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,6 +10,8 @@
 //! tree without a valid stamp (an install killed part way, a tree from an older repro) is
 //! never used and is removed by the next install.
 
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,89 +32,7 @@ pub fn arch() -> &'static str {
     std::env::consts::ARCH
 }
 
-/// Which compiler a toolchain provides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    /// The NVRTC library (in-process builds).
-    Nvrtc,
-    /// nvcc with its headers and NVVM.
-    Nvcc,
-}
-
-impl Family {
-    /// `nvrtc` or `nvcc`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Nvrtc => "nvrtc",
-            Family::Nvcc => "nvcc",
-        }
-    }
-}
-
-/// A toolchain asked for by name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Spec {
-    /// A release installed by repro: `nvcc@13.0`, `nvrtc@13.0.88`.
-    Release {
-        /// The compiler.
-        family: Family,
-        /// The release (digits and dots).
-        release: String,
-    },
-    /// Whatever the machine has (REPRO_NVCC, PATH, CUDA_HOME; for NVRTC the usual search).
-    System,
-}
-
-impl Spec {
-    /// Parses `nvcc@13.0`, `nvrtc@13.0.88` or `system`.
-    pub fn parse(s: &str) -> Result<Spec, String> {
-        if s == "system" {
-            return Ok(Spec::System);
-        }
-        let (family, release) = s.split_once('@').ok_or_else(|| {
-            format!("`{s}` is not a toolchain: write nvcc@RELEASE, nvrtc@VERSION or system")
-        })?;
-        let family = match family {
-            "nvcc" => Family::Nvcc,
-            "nvrtc" => Family::Nvrtc,
-            other => {
-                return Err(format!(
-                    "`{other}` is not a compiler repro installs (nvcc or nvrtc)"
-                ));
-            }
-        };
-        let ok = !release.is_empty()
-            && release.starts_with(|c: char| c.is_ascii_digit())
-            && release.chars().all(|c| c.is_ascii_digit() || c == '.');
-        if !ok {
-            return Err(format!(
-                "`{release}` is not a release: digits and dots, e.g. 13.0 or 13.0.88"
-            ));
-        }
-        Ok(Spec::Release {
-            family,
-            release: release.to_string(),
-        })
-    }
-
-    /// The directory name of its tree (`nvcc-13.0`), for a release.
-    pub fn dir_name(&self) -> Option<String> {
-        match self {
-            Spec::Release { family, release } => Some(format!("{}-{release}", family.name())),
-            Spec::System => None,
-        }
-    }
-}
-
-impl std::fmt::Display for Spec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Spec::Release { family, release } => write!(f, "{}@{release}", family.name()),
-            Spec::System => f.write_str("system"),
-        }
-    }
-}
+pub use crate::foundation::toolchain_spec::{Family, Spec};
 
 /// One wheel to fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -949,6 +869,54 @@ pub fn list() -> Vec<Entry> {
             dir,
         })
         .collect()
+}
+
+impl Diagnose for InstallError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            InstallError::BadSpec(_)
+            | InstallError::UnknownRelease { .. }
+            | InstallError::Layout { .. } => exit::USAGE,
+            InstallError::Mismatch { .. } => exit::MISMATCH,
+            InstallError::NotForPlatform { .. }
+            | InstallError::Download { .. }
+            | InstallError::NoCache
+            | InstallError::NotInstalled { .. } => exit::ENVIRONMENT,
+            InstallError::DiskFull { .. } | InstallError::Io { .. } => exit::IO,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            InstallError::BadSpec(_) => Some("for example `repro toolchain install nvcc@13.0`".into()),
+            InstallError::UnknownRelease { known, spec } if spec.starts_with("nvrtc@") => Some(format!(
+                "pin it in repro.toml ([toolchain.nvrtc] version and sha256 = {{ {} = \"...\" }}) or pass --sha256; pinned here: {}",
+                arch(),
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            )),
+            InstallError::UnknownRelease { known, .. } => Some(format!(
+                "pinned here: {}; add a [toolchain.nvcc.\"RELEASE\"] table to repro.toml listing each wheel's package, version and sha256",
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            )),
+            InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
+                "it is pinned for {} only; add the sha256 of the {arch} wheels to repro.toml",
+                if offered.is_empty() { "no architecture".into() } else { offered.join(", ") }
+            )),
+            InstallError::Download { what, .. } if what.starts_with("from the wheel directory") => Some(
+                "put the pinned wheels in that directory (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`)".into(),
+            ),
+            InstallError::Download { .. } => Some(
+                "check that python3 and pip work and can reach the package index (or its mirror), or pass --wheels DIR with the wheels downloaded elsewhere".into(),
+            ),
+            InstallError::Mismatch { .. } => Some("the file differs from the one the project pinned; download it again, or update the pin if the change is intended".into()),
+            InstallError::DiskFull { dir, .. } => Some(format!(
+                "free some space under {} (an nvcc tree takes about 400 MB while unpacking); nothing half-installed was left",
+                dir.display()
+            )),
+            InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
+            InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
