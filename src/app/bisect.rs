@@ -264,7 +264,7 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
-        return super::toolchain::bisect(g, range, recipe, a.mode, a.timeout, a.wheels.clone());
+        return bisect_toolchains(g, range, recipe, a.mode, a.timeout, a.wheels.clone());
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
         return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
@@ -369,7 +369,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         run::Event::Step(_) => {}
     };
     let report = match a.executor {
-        ExecutorKind::Local => run::bisect(&repo, g.store(), &plan, &commits, &events),
+        ExecutorKind::Local => {
+            crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events)
+        }
         ExecutorKind::Slurm => {
             let store = g.store();
             let store = crate::foundation::store::Store::at(
@@ -680,4 +682,132 @@ fn render(
     }
     out.push_str(&t.render(2));
     out
+}
+
+/// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
+/// release searched.
+fn bisect_toolchains(
+    g: &Globals,
+    range: &str,
+    recipe: &str,
+    mode: Mode,
+    timeout: std::time::Duration,
+    wheels: Option<std::path::PathBuf>,
+) -> anyhow::Result<u8> {
+    use crate::engines::bisect::toolchains::{self as tb, Question};
+    let cfg = g.config()?;
+    let range = tb::Range::parse(range).map_err(|m| {
+        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+    })?;
+    let question = match mode {
+        Mode::Build => Question::Build,
+        Mode::Check => Question::Check,
+        Mode::Bench => {
+            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
+                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
+                .into());
+        }
+    };
+    let root = g.project_root();
+    let r = crate::foundation::recipe::load(&root, recipe)?;
+    let family = match &r.build {
+        crate::foundation::recipe::Build::Nvrtc(_) => {
+            crate::engines::toolchain::install::Family::Nvrtc
+        }
+        crate::foundation::recipe::Build::Nvcc(_) => {
+            crate::engines::toolchain::install::Family::Nvcc
+        }
+        crate::foundation::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .into());
+        }
+    };
+    if family != range.family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .into());
+    }
+    let targets = if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    let store = g.store();
+    let plan = tb::Plan {
+        root: &root,
+        store: store.root(),
+        cfg: &cfg,
+        recipe: recipe.to_string(),
+        targets,
+        range,
+        question,
+        source: tb::source(wheels.map(|w| g.cwd.join(w))),
+        timeout,
+    };
+    let quiet = g.quiet || g.json;
+    let mut progress = |m: &str| {
+        if !quiet {
+            eprintln!("bisect: {m}");
+        }
+    };
+    let report = tb::bisect(&plan, &mut progress)?;
+    let rec = serde_json::to_value(&report)?;
+    store.put_record(tb::RECORDS, &report.key, &rec)?;
+    if g.json {
+        emit_json(&rec)?;
+    } else {
+        let mut out = String::new();
+        for a in &report.answers {
+            if let Some(u) = &a.unchanged {
+                out.push_str(&format!("no change for {}: {u}\n", a.target));
+                continue;
+            }
+            match (&a.first_bad, &a.last_good) {
+                (Some(bad), Some(good)) => out.push_str(&format!(
+                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                    a.target,
+                    report.family.name(),
+                    report.family.name()
+                )),
+                _ => out.push_str(&format!(
+                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    a.target,
+                    a.undecided.join(", ")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated; record {}):\n",
+            report.wheels.len(),
+            report.releases.len(),
+            crate::foundation::keys::short(&report.key)
+        ));
+        let mut t = crate::foundation::output::Table::new();
+        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+        for s in &report.steps {
+            t.row([
+                s.release.clone(),
+                s.target.clone(),
+                s.verdict.to_string(),
+                if s.cached { "yes".into() } else { "no".into() },
+                s.key
+                    .as_deref()
+                    .map(crate::foundation::keys::short)
+                    .unwrap_or("-")
+                    .to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+    }
+    let decided = report.answers.iter().all(|a| a.undecided.is_empty());
+    Ok(if decided { exit::OK } else { exit::MISMATCH })
 }

@@ -317,7 +317,7 @@ pub fn entries(
                 let r = crate::foundation::recipe::parse_detached(&rel.0, &rel.1)
                     .map_err(|e| source(e.to_string()))?;
                 p.extend(
-                    crate::engines::bisect::run::recipe_paths(&tree, &r, own, &mut |_| false)
+                    crate::engines::bisect::local::recipe_paths(&tree, &r, own, &mut |_| false)
                         .map_err(|(_, why)| source(why))?,
                 );
             }

@@ -51,8 +51,46 @@ pub const ALL: &[(u8, &str)] = &[
         "an operating-system error: disk full, permission denied, read-only store",
     ),
     (
+        BUILD_FAILED,
+        "a build failed: compile error, missing include, missing entry point",
+    ),
+    (
+        REPLAY_ENVIRONMENT,
+        "replay: the environment differs from the recorded one in a must-match field",
+    ),
+    (
+        REPLAY_TIMING,
+        "replay: the timing differs from the recorded samples (rank tests)",
+    ),
+    (
         SKIP,
         "untestable here: the environment could not be set up (Nix missing, broken flake)",
     ),
     (INTERNAL, "a bug in repro; the whole error chain is printed"),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code constant of this file is in [`ALL`] once: the README test and `--help`
+    /// see them all.
+    #[test]
+    fn all_lists_every_code_once() {
+        let src = include_str!("exit.rs");
+        let mut consts: Vec<u8> = src
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const "))
+            .filter_map(|l| l.split_once(": u8 = "))
+            .map(|(_, v)| v.trim_end_matches(';').parse().expect("a code"))
+            .collect();
+        consts.sort_unstable();
+        assert!(consts.len() >= 10, "code constants found: {consts:?}");
+        let mut codes: Vec<u8> = ALL.iter().map(|(c, _)| *c).collect();
+        codes.sort_unstable();
+        assert_eq!(
+            codes, consts,
+            "ALL must list every code constant exactly once"
+        );
+    }
+}

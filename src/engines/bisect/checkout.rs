@@ -573,6 +573,34 @@ impl Worktree {
     }
 }
 
+/// Writing a commit's files out is checkout's job; the files themselves are history's.
+impl CommitFiles<'_> {
+    /// Writes the given files (all of them with `None`) under `dest`, keeping executable
+    /// bits and symbolic links. A blob missing from the object database (a partial clone)
+    /// is an error naming the path.
+    pub fn materialize(
+        &self,
+        dest: &Path,
+        only: Option<&[String]>,
+    ) -> Result<usize, crate::engines::build::inputs::InputError> {
+        let entries = match only {
+            None => self.all_entries(),
+            Some(list) => self.entries_of(list)?,
+        };
+        write_sparse(self.repo(), dest, &entries).map_err(|e| {
+            crate::engines::build::inputs::InputError::Read {
+                path: match &e {
+                    CheckoutError::MissingBlob { path, .. } | CheckoutError::Write { path, .. } => {
+                        path.clone()
+                    }
+                    CheckoutError::Fetch { remote, .. } => remote.clone(),
+                },
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 
 use git2::Oid;
 
-use super::run::{BisectError, Event, Step};
+use super::plan::{BisectError, Event, Step};
 
 /// One step the driver wants evaluated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,13 +3,13 @@
 //! a temporary directory. The user's working tree, index, HEAD, refs and stash are never
 //! touched: everything comes from the object database through git2.
 
-use crate::foundation::error::Diagnose;
-use crate::foundation::exit;
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Oid, Repository, Sort, TreeWalkMode, TreeWalkResult};
 
 use crate::engines::build::inputs::{FileSource, InputError};
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 
 /// What every message about a blob that the object database lacks says.
 pub const MISSING_BLOB: &str = "is missing from the repository";
@@ -258,24 +258,6 @@ impl<'r> CommitFiles<'r> {
             .into_iter()
             .filter(|e| spec.matches_path(Path::new(&e.path), git2::PathspecFlags::DEFAULT))
             .collect()
-    }
-
-    /// Writes the given files (all of them with `None`) under `dest`, keeping executable
-    /// bits and symbolic links. A blob missing from the object database (a partial clone)
-    /// is an error naming the path.
-    pub fn materialize(&self, dest: &Path, only: Option<&[String]>) -> Result<usize, InputError> {
-        let entries = match only {
-            None => self.all_entries(),
-            Some(list) => self.entries_of(list)?,
-        };
-        super::checkout::write_sparse(self.repo, dest, &entries).map_err(|e| InputError::Read {
-            path: match &e {
-                super::checkout::CheckoutError::MissingBlob { path, .. }
-                | super::checkout::CheckoutError::Write { path, .. } => path.clone(),
-                super::checkout::CheckoutError::Fetch { remote, .. } => remote.clone(),
-            },
-            reason: e.to_string(),
-        })
     }
 }
 

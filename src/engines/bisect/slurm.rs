@@ -14,8 +14,6 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
-use crate::foundation::error::Diagnose;
-use crate::foundation::exit;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,6 +25,8 @@ use super::executor::{Executor, StepRequest};
 use super::history;
 use super::run::{BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step};
 use crate::engines::bench::{Metric, Settings};
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::store::Store;
 

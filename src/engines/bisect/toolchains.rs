@@ -11,8 +11,6 @@
 //! is one library per process; its builds land in the same store, so a repeated bisection
 //! answers from it. The search itself is [`super::search::Search`].
 
-use crate::foundation::error::Diagnose;
-use crate::foundation::exit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +21,8 @@ use serde_json::{Value, json};
 use super::search::{Answer, Next, Outcome, Search};
 use crate::engines::toolchain::install::{self, Family, InstallError, Source, Spec};
 use crate::foundation::config::Config;
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use crate::foundation::process::{Cmd, ProcessError};
 
 /// The record kind of a finished toolchain bisection in the store.

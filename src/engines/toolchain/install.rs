@@ -10,8 +10,6 @@
 //! tree without a valid stamp (an install killed part way, a tree from an older repro) is
 //! never used and is removed by the next install.
 
-use crate::foundation::error::Diagnose;
-use crate::foundation::exit;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +17,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::foundation::config::Config;
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
 use crate::foundation::process::{Cmd, ProcessError};
 
 /// The stamp file in every complete toolchain tree, written last.
