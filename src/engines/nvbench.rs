@@ -141,11 +141,6 @@ fn number(v: &Value) -> Option<f64> {
     }
 }
 
-/// Whether `text` looks like nvbench output (so `compare` can tell a file from an ID).
-pub fn looks_like(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "json") && path.is_file()
-}
-
 /// One nvbench state as a record `compare` understands: `name`, `params`, `unit` (`us`),
 /// `samples` (µs), `summary`, `machine`, `source`.
 ///

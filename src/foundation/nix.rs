@@ -139,17 +139,6 @@ pub fn develop(info: &ShellInfo, argv: &[String]) -> Cmd {
         .current_dir(&info.dir)
 }
 
-/// Runs `argv` inside the shell and returns its output, whatever its exit status; fails
-/// only when nix itself could not start it.
-pub fn run_in_shell(
-    info: &ShellInfo,
-    argv: &[String],
-) -> Result<crate::foundation::process::Output, NixError> {
-    develop(info, argv)
-        .output()
-        .map_err(|e| classify(&format!("entering the dev shell {}", info.installable()), e))
-}
-
 /// Encodes shell info for the child repro inside the shell (`REPRO_NIX_SHELL`).
 pub fn encode(info: &ShellInfo) -> String {
     json!({"dir": info.dir.display().to_string(), "shell": info.shell, "flake-lock-sha256": info.flake_lock, "shell-drv": info.drv})

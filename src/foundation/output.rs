@@ -26,10 +26,6 @@ impl Style {
     pub fn for_stderr() -> Self {
         Self::for_stream(std::io::stderr().is_terminal())
     }
-    /// No colour at all.
-    pub fn plain() -> Self {
-        Style { colour: false }
-    }
     fn paint(&self, code: &str, s: &str) -> String {
         if self.colour {
             format!("\x1b[{code}m{s}\x1b[0m")

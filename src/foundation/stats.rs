@@ -98,6 +98,7 @@ pub fn median(samples: &[f64]) -> Option<f64> {
     Some(median_in_place(&mut samples.to_vec()))
 }
 
+#[cfg(test)]
 /// The median absolute deviation from the median (raw, not scaled).
 ///
 /// Returns `None` if `samples` is empty or holds a non-finite value.

@@ -212,6 +212,7 @@ impl Search {
     }
 }
 
+#[cfg(test)]
 /// Runs a whole search over `n` commits, asking `oracle` for each commit `next()` names,
 /// and returns the outcome and the number of oracle calls (the two ends are recorded by
 /// [`Search::new`], not asked for nor counted). Errors for `n < 2`. An oracle that is not
