@@ -58,7 +58,10 @@ pub struct Args {
 }
 
 /// Parses a toolchain spec for clap.
-pub fn parse_spec(s: &str) -> Result<crate::engines::toolchain::install::Spec, String> {
+pub fn parse_spec(
+    s: &str,
+) -> Result<crate::engines::toolchain::install::Spec, crate::foundation::toolchain_spec::SpecError>
+{
     crate::engines::toolchain::install::Spec::parse(s)
 }
 

@@ -70,8 +70,10 @@ fn install_cmd(
     a: InstallArgs,
 ) -> anyhow::Result<u8> {
     let spec = match (&a.spec, &a.nvrtc, &cfg.toolchain.nvrtc) {
-        (Some(s), _, _) => Spec::parse(s).map_err(InstallError::BadSpec)?,
-        (None, Some(v), _) => Spec::parse(&format!("nvrtc@{v}")).map_err(InstallError::BadSpec)?,
+        (Some(s), _, _) => Spec::parse(s).map_err(|e| InstallError::BadSpec(e.to_string()))?,
+        (None, Some(v), _) => {
+            Spec::parse(&format!("nvrtc@{v}")).map_err(|e| InstallError::BadSpec(e.to_string()))?
+        }
         (None, None, Some(p)) => Spec::Release {
             family: Family::Nvrtc,
             release: p.version.clone(),

@@ -24,6 +24,20 @@ impl Family {
     }
 }
 
+/// Why a toolchain name does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// No `@` and not `system`.
+    #[error("`{0}` is not a toolchain: write nvcc@RELEASE, nvrtc@VERSION or system")]
+    NotASpec(String),
+    /// A compiler other than nvcc or nvrtc.
+    #[error("`{0}` is not a compiler repro installs (nvcc or nvrtc)")]
+    UnknownCompiler(String),
+    /// A release that is not digits and dots.
+    #[error("`{0}` is not a release: digits and dots, e.g. 13.0 or 13.0.88")]
+    BadRelease(String),
+}
+
 /// A toolchain asked for by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Spec {
@@ -40,29 +54,23 @@ pub enum Spec {
 
 impl Spec {
     /// Parses `nvcc@13.0`, `nvrtc@13.0.88` or `system`.
-    pub fn parse(s: &str) -> Result<Spec, String> {
+    pub fn parse(s: &str) -> Result<Spec, SpecError> {
         if s == "system" {
             return Ok(Spec::System);
         }
-        let (family, release) = s.split_once('@').ok_or_else(|| {
-            format!("`{s}` is not a toolchain: write nvcc@RELEASE, nvrtc@VERSION or system")
-        })?;
+        let (family, release) = s
+            .split_once('@')
+            .ok_or_else(|| SpecError::NotASpec(s.to_string()))?;
         let family = match family {
             "nvcc" => Family::Nvcc,
             "nvrtc" => Family::Nvrtc,
-            other => {
-                return Err(format!(
-                    "`{other}` is not a compiler repro installs (nvcc or nvrtc)"
-                ));
-            }
+            other => return Err(SpecError::UnknownCompiler(other.to_string())),
         };
         let ok = !release.is_empty()
             && release.starts_with(|c: char| c.is_ascii_digit())
             && release.chars().all(|c| c.is_ascii_digit() || c == '.');
         if !ok {
-            return Err(format!(
-                "`{release}` is not a release: digits and dots, e.g. 13.0 or 13.0.88"
-            ));
+            return Err(SpecError::BadRelease(release.to_string()));
         }
         Ok(Spec::Release {
             family,

@@ -55,7 +55,7 @@ impl Range {
         let (a, b) = s.split_once("..").ok_or_else(|| {
             format!("`{s}` is not a range: write FROM..TO, e.g. nvrtc@12.8.93..nvrtc@13.0.88")
         })?;
-        let from = Spec::parse(a)?;
+        let from = Spec::parse(a).map_err(|e| e.to_string())?;
         let Spec::Release {
             family,
             release: from,
@@ -64,7 +64,7 @@ impl Range {
             return Err("a toolchain range runs between releases, not `system`".into());
         };
         let to = if b.contains('@') {
-            match Spec::parse(b)? {
+            match Spec::parse(b).map_err(|e| e.to_string())? {
                 Spec::Release { family: f, release } if f == family => release,
                 _ => {
                     return Err(format!(
@@ -74,7 +74,7 @@ impl Range {
                 }
             }
         } else {
-            match Spec::parse(&format!("{}@{b}", family.name()))? {
+            match Spec::parse(&format!("{}@{b}", family.name())).map_err(|e| e.to_string())? {
                 Spec::Release { release, .. } => release,
                 Spec::System => unreachable!("a release spec"),
             }

@@ -195,12 +195,12 @@ pub fn toolchain_for(
     };
     let chosen = match (over, &c.toolchain) {
         (Some(s), _) => Some(s.clone()),
-        (None, Some(t)) => Some(Spec::parse(t).map_err(|message| BuildError::Recipe {
+        (None, Some(t)) => Some(Spec::parse(t).map_err(|e| BuildError::Recipe {
             source: crate::foundation::recipe::RecipeError::Invalid {
                 path: recipe.path.clone(),
                 line: 1,
                 column: 1,
-                message,
+                message: e.to_string(),
                 hint: None,
             },
         })?),
