@@ -31,6 +31,20 @@ pub fn is_version(s: &str) -> bool {
     s.starts_with(|c: char| c.is_ascii_digit())
 }
 
+/// Extracts the first version-looking token (`12.2.0`, `1.95.0`) from a line of text.
+pub fn version_token(text: &str) -> Option<String> {
+    text.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',')
+        .map(|t| t.trim_start_matches('V').trim_start_matches('v'))
+        .find(|t| {
+            t.starts_with(|c: char| c.is_ascii_digit())
+                && t.contains('.')
+                && t.split('.')
+                    .next()
+                    .is_some_and(|p| p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -749,4 +749,106 @@ mod tests {
             assert!(r.recheck.is_some());
         }
     }
+
+    /// An executor over a step log shared between runs: logged commits answer from the
+    /// log (cached, the oracle not asked), others are evaluated and logged; with
+    /// `fail_after`, the run dies (a fatal error) at that many fresh evaluations, leaving
+    /// the log half-written.
+    struct Logged<'a> {
+        log: &'a Mutex<BTreeMap<usize, &'static str>>,
+        culprit: usize,
+        fresh: Mutex<Vec<usize>>,
+        fail_after: Option<usize>,
+    }
+
+    impl Executor for Logged<'_> {
+        fn width(&self) -> usize {
+            1
+        }
+        fn run(
+            &self,
+            req: &StepRequest,
+            _events: &(dyn Fn(Event<'_>) + Sync),
+        ) -> Result<Step, BisectError> {
+            let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
+            if let Some(v) = self.log.lock().unwrap().get(&req.index) {
+                s.verdict = (*v).into();
+                s.cached = true;
+                return Ok(s);
+            }
+            let mut fresh = self.fresh.lock().unwrap();
+            if self.fail_after == Some(fresh.len()) {
+                return Err(BisectError::Fatal {
+                    commit: format!("commit {}", req.index),
+                    source: anyhow::anyhow!("killed"),
+                });
+            }
+            fresh.push(req.index);
+            let v = if req.index >= self.culprit {
+                "bad"
+            } else {
+                "good"
+            };
+            self.log.lock().unwrap().insert(req.index, v);
+            s.verdict = v.into();
+            Ok(s)
+        }
+    }
+
+    #[test]
+    fn a_run_resumed_from_a_half_written_log_asks_nothing_twice() {
+        let c = commits(64);
+        for culprit in [1, 17, 40, 63] {
+            // Uninterrupted, for reference.
+            let log = Mutex::new(BTreeMap::new());
+            let whole = Logged {
+                log: &log,
+                culprit,
+                fresh: Mutex::new(Vec::new()),
+                fail_after: None,
+            };
+            let reference = drive(&whole, &script(), &c, &|_| {}).unwrap();
+            let all = whole.fresh.into_inner().unwrap();
+            for cut in 0..all.len() {
+                let log = Mutex::new(BTreeMap::new());
+                let first = Logged {
+                    log: &log,
+                    culprit,
+                    fresh: Mutex::new(Vec::new()),
+                    fail_after: Some(cut),
+                };
+                assert!(matches!(
+                    drive(&first, &script(), &c, &|_| {}),
+                    Err(BisectError::Fatal { .. })
+                ));
+                let before = first.fresh.into_inner().unwrap();
+                assert_eq!(before.len(), cut);
+                let second = Logged {
+                    log: &log,
+                    culprit,
+                    fresh: Mutex::new(Vec::new()),
+                    fail_after: None,
+                };
+                let r = drive(&second, &script(), &c, &|_| {}).unwrap();
+                let after = second.fresh.into_inner().unwrap();
+                assert_eq!(
+                    r.outcome, reference.outcome,
+                    "culprit {culprit}, cut at {cut}"
+                );
+                assert_eq!(first_bad(&r), culprit);
+                // Nothing the first run answered is evaluated again, and only what the
+                // second run evaluated counts as evaluated.
+                assert!(
+                    after.iter().all(|i| !before.contains(i)),
+                    "{before:?} then {after:?}"
+                );
+                assert_eq!(r.evaluated, after.len());
+                assert_eq!(before.len() + after.len(), all.len());
+                assert_eq!(
+                    r.steps.iter().filter(|s| s.cached).count(),
+                    r.steps.len() - after.len()
+                );
+            }
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::ffi::{CStr, c_char, c_int};
 
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 
-use super::{Field, Fields};
+use crate::foundation::fields::{Field, Fields};
 use crate::foundation::fsutil;
 
 /// Why there is no GPU section on machines without the driver.

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::{Field, Fields, version_token};
+use crate::foundation::fields::{Field, Fields};
 use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::version::version_token;
 
 /// How long one `--version` may take before it is given up on.
 pub const TOOL_TIMEOUT: Duration = Duration::from_secs(3);

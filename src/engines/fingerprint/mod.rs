@@ -22,6 +22,8 @@ use crate::foundation::exit;
 use crate::foundation::fields::{self, Kind, Probe};
 pub use crate::foundation::fields::{Field, Fields};
 use crate::foundation::git;
+#[cfg(test)]
+use crate::foundation::version::version_token;
 
 /// The fingerprint schema this build writes and reads.
 pub const SCHEMA: u64 = 1;
@@ -454,20 +456,6 @@ fn flatten_json(prefix: &str, v: &Value, out: &mut Fields) -> Result<(), String>
         Value::Null => return Err(format!("`{prefix}` is null")),
     }
     Ok(())
-}
-
-/// Extracts the first version-looking token (`12.2.0`, `1.95.0`) from a line of text.
-pub fn version_token(text: &str) -> Option<String> {
-    text.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',')
-        .map(|t| t.trim_start_matches('V').trim_start_matches('v'))
-        .find(|t| {
-            t.starts_with(|c: char| c.is_ascii_digit())
-                && t.contains('.')
-                && t.split('.')
-                    .next()
-                    .is_some_and(|p| p.chars().all(|c| c.is_ascii_digit()))
-        })
-        .map(str::to_string)
 }
 
 #[cfg(test)]

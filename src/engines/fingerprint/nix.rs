@@ -6,8 +6,9 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::host::TOOL_TIMEOUT;
-use super::{Field, Fields, version_token};
+use crate::foundation::fields::{Field, Fields};
 use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::version::version_token;
 
 /// Probes `flake.nix` and `flake.lock` at the project root.
 pub fn probe(root: &Path) -> Fields {

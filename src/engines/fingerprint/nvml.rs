@@ -7,7 +7,7 @@
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 
-use super::{Field, Fields};
+use crate::foundation::fields::{Field, Fields};
 use crate::foundation::fields::{Probe, SPECS};
 
 /// Opens NVML by its versioned name: machines with only the driver have no unversioned symlink.
