@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::demo::{BREAKS, COMMITS, SLOWER, WRONG, make_history};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
 use crate::foundation::process::Cmd;
@@ -25,96 +26,6 @@ pub struct Args {
 }
 
 /// Commits in the demo history, and where things happen in it.
-const COMMITS: usize = 60;
-const BREAKS: usize = 20;
-const FIXES: usize = 26;
-const WRONG: usize = 33;
-const SLOWER: usize = 45;
-
-const COMMON: &str = "// Helpers shared by the demo kernels.\n#define BLOCK 256\n";
-
-fn vector_add(i: usize) -> String {
-    let semicolon = if (BREAKS..FIXES).contains(&i) {
-        ""
-    } else {
-        ";"
-    };
-    // From WRONG on, the last element is left unwritten: only a check against the reference sees it.
-    let bound = if i >= WRONG { "n - 1" } else { "n" };
-    format!(
-        "#include \"common.cuh\"\n// vector_add, revision {i}\nextern \"C\" __global__ void vector_add(const float* a, const float* b, float* c, int n) {{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < {bound}) c[i] = a[i] + b[i]{semicolon}\n}}\nextern \"C\" __global__ void vector_add_ref(const float* a, const float* b, float* c, int n) {{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) c[i] = a[i] + b[i];\n}}\n"
-    )
-}
-
-fn spin(i: usize) -> String {
-    let iters = if i >= SLOWER { 20600 } else { 20000 };
-    format!(
-        "#include \"common.cuh\"\n// spin: a compute-bound kernel of about 160 us on an H200\nextern \"C\" __global__ void spin(float* a, int n) {{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= n) return;\n    float x = a[i];\n    for (int k = 0; k < {iters}; ++k) x = fmaf(x, 1.0001f, 1e-7f);\n    a[i] = x;\n}}\n"
-    )
-}
-
-const VECTOR_ADD_RECIPE: &str = "schema = 1\ndescription = \"c = a + b\"\n\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/vector_add.cu\"\nentries = [\"vector_add\", \"vector_add_ref\"]\ntarget = \"sm_90\"\n\n[params]\nn = 1048576\n\n[run]\nkernel = \"vector_add\"\ngrid = \"ceil_div(n, 256)\"\nblock = 256\nargs = [\n  { name = \"a\", buffer = \"f32\", count = \"n\", init = \"normal\" },\n  { name = \"b\", buffer = \"f32\", count = \"n\", init = \"normal\" },\n  { name = \"c\", buffer = \"f32\", count = \"n\", output = true },\n  { name = \"n\", scalar = \"i32\", value = \"n\" },\n]\n\n[check]\nkernel = \"vector_add_ref\"\natol = 0.0\nrtol = 0.0\n";
-
-const SPIN_RECIPE: &str = "schema = 1\ndescription = \"a compute-bound kernel\"\n\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/spin.cu\"\nentries = [\"spin\"]\ntarget = \"sm_90\"\n\n[params]\nn = 262144\n\n[run]\nkernel = \"spin\"\ngrid = \"ceil_div(n, 256)\"\nblock = 256\nargs = [\n  { name = \"a\", buffer = \"f32\", count = \"n\", init = \"uniform\" },\n  { name = \"n\", scalar = \"i32\", value = \"n\" },\n]\n";
-
-/// Writes the demo history with git2 (no git binary needed), oldest commit first.
-fn make_history(root: &Path) -> anyhow::Result<Vec<String>> {
-    let repo = git2::Repository::init(root).context("failed to create the demo repository")?;
-    let sig = git2::Signature::new(
-        "repro demo",
-        "demo@repro.invalid",
-        &git2::Time::new(1_767_225_600, 0),
-    )?;
-    let write = |rel: &str, text: &str| -> anyhow::Result<()> {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().expect("relative paths have a parent"))?;
-        std::fs::write(p, text)?;
-        Ok(())
-    };
-    let mut hashes = Vec::new();
-    let mut parent: Option<git2::Oid> = None;
-    for i in 1..=COMMITS {
-        let subject = match i {
-            1 => "Add vector_add and spin kernels with their recipes".to_string(),
-            BREAKS => "Tidy vector_add (breaks the build)".to_string(),
-            FIXES => "Fix the missing semicolon in vector_add".to_string(),
-            WRONG => "Shorten vector_add's bounds check (wrong last element)".to_string(),
-            SLOWER => "More iterations in spin (3% slower)".to_string(),
-            _ => format!("Update notes ({i})"),
-        };
-        if i == 1 {
-            write("kernels/common.cuh", COMMON)?;
-            write("recipes/vector_add.toml", VECTOR_ADD_RECIPE)?;
-            write("recipes/spin.toml", SPIN_RECIPE)?;
-            write(".gitignore", "/.repro\n")?;
-        }
-        write("kernels/vector_add.cu", &vector_add(i))?;
-        write("kernels/spin.cu", &spin(i))?;
-        write("docs/NOTES.md", &format!("# Notes\n\nRevision {i}.\n"))?;
-        let mut index = repo.index()?;
-        index.add_all(["*"].iter(), git2::IndexAddOption::DEFAULT, None)?;
-        index.write()?;
-        let tree = repo.find_tree(index.write_tree()?)?;
-        let parents: Vec<git2::Commit> = parent
-            .map(|p| repo.find_commit(p))
-            .transpose()?
-            .into_iter()
-            .collect();
-        let refs: Vec<&git2::Commit> = parents.iter().collect();
-        let oid = repo.commit(
-            Some("HEAD"),
-            &sig,
-            &sig,
-            &format!("{subject}\n"),
-            &tree,
-            &refs,
-        )?;
-        parent = Some(oid);
-        hashes.push(oid.to_string());
-    }
-    Ok(hashes)
-}
-
 /// Runs `repro ARGS --json` in `root` and returns its exit code and JSON.
 fn repro(root: &Path, args: &[&str]) -> anyhow::Result<(i32, Value, String)> {
     let exe = std::env::current_exe().context("failed to find the repro executable")?;

@@ -8,6 +8,7 @@ pub mod build;
 pub mod bundle;
 pub mod catalog;
 pub mod check;
+pub mod demo;
 pub mod export;
 pub mod fingerprint;
 pub mod gpurun;
