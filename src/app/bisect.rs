@@ -15,9 +15,12 @@ use crate::engines::bisect::history::{self, HistoryError};
 use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
 use crate::engines::bisect::search::Outcome;
 use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
+use crate::engines::toolchain::install::Family;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
+use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
+use std::path::PathBuf;
 
 /// What the search looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -264,7 +267,30 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
-        return bisect_toolchains(g, range, recipe, a.mode, a.timeout, a.wheels.clone());
+        if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
+            return Err(UserError::usage(
+                "--toolchains searches for the first broken release, on one GPU, here",
+            )
+            .hint("leave out --find fixed, --executor and a --devices list of several")
+            .into());
+        }
+        let driven = match a.mode {
+            Mode::Build => None,
+            Mode::Check => Some(Question::Check),
+            Mode::Bench => Some(Question::Bench(bench_question(&a, None))),
+        };
+        return bisect_toolchains(
+            g,
+            BisectArgs {
+                range,
+                recipe,
+                driven,
+                timeout: a.timeout,
+                wheels: a.wheels.clone(),
+                keep_going: a.keep_going,
+                device: a.devices.first().copied().unwrap_or(0),
+            },
+        );
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
         return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
@@ -340,34 +366,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         keep_going: a.keep_going,
         devices: a.devices.clone(),
     };
-    let style = crate::foundation::output::Style::for_stderr();
-    let quiet = g.quiet || g.json;
-    // A spinner on a terminal; plain lines in logs.
-    let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-        let b = indicatif::ProgressBar::new_spinner();
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} bisect [{elapsed}] {msg}")
-                .expect("a valid template"),
-        );
-        b.enable_steady_tick(Duration::from_millis(120));
-        b
-    });
-    let events = |e: run::Event<'_>| match e {
-        run::Event::Status(msg) => match &bar {
-            Some(b) => b.set_message(msg.to_string()),
-            None if !quiet => eprintln!("{} {msg}", style.dim("bisect:")),
-            None => {}
-        },
-        // Step lines are the evidence as it comes: on stderr, also with --json; -q hides them.
-        run::Event::Step(s) if !g.quiet => {
-            let line = step_line(s, &style);
-            match &bar {
-                Some(b) => b.println(line),
-                None => eprintln!("{line}"),
-            }
-        }
-        run::Event::Step(_) => {}
-    };
+    let progress = Progress::new(g, expected_steps(commits.len()));
+    let events = |e: run::Event<'_>| progress.event(e);
     let report = match a.executor {
         ExecutorKind::Local => {
             crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events)
@@ -391,9 +391,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             run::drive(&executor, &plan, &commits, &events)
         }
     };
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     let report = report?;
     let describe = |i: usize| history::describe(&repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
@@ -438,17 +436,108 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     })
 }
 
+/// The steps a bisection over `n` candidates is expected to take: both ends, then about
+/// log2 of what lies between (more when steps are skipped).
+pub(crate) fn expected_steps(n: usize) -> u64 {
+    let inner = n.saturating_sub(2) as u64;
+    2 + if inner == 0 {
+        0
+    } else {
+        u64::from((inner + 1).next_power_of_two().ilog2())
+    }
+}
+
+/// How a bisection shows its progress: on a terminal, a bar of steps done out of the
+/// expected number, with the elapsed time and an estimate of what is left, and each step's
+/// line printed above it; off a terminal, plain status and step lines on stderr; with -q
+/// nothing, and with --json only the step lines (the evidence as it comes).
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
+    steps_hidden: bool,
+    style: Style,
+}
+
+impl Progress {
+    /// A progress display for a bisection expected to take `expected` steps.
+    pub(crate) fn new(g: &Globals, expected: u64) -> Progress {
+        let quiet = g.quiet || g.json;
+        let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+            let b = indicatif::ProgressBar::new(expected.max(1));
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "bisect {bar:24} {pos}/{len} steps [{elapsed_precise}, about {eta} left] {msg}",
+                )
+                .expect("a valid template"),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            bar,
+            quiet,
+            steps_hidden: g.quiet,
+            style: Style::for_stderr(),
+        }
+    }
+
+    /// Shows one event of the bisection.
+    pub(crate) fn event(&self, e: run::Event<'_>) {
+        match e {
+            run::Event::Status(msg) => match &self.bar {
+                Some(b) => b.set_message(msg.to_string()),
+                None if !self.quiet => eprintln!("{} {msg}", self.style.dim("bisect:")),
+                None => {}
+            },
+            run::Event::Step(s) if !self.steps_hidden => {
+                let line = step_line(s, &self.style);
+                match &self.bar {
+                    Some(b) => {
+                        // A skipped step costs one more than expected: the bar grows.
+                        if b.position() >= b.length().unwrap_or(0) {
+                            b.set_length(b.position() + 1);
+                        }
+                        b.inc(1);
+                        b.println(line);
+                    }
+                    None => eprintln!("{line}"),
+                }
+            }
+            run::Event::Step(_) => {}
+        }
+    }
+
+    /// Sets the number of steps expected, once it is known.
+    pub(crate) fn set_expected(&self, expected: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(expected.max(b.position()).max(1));
+        }
+    }
+
+    /// Clears the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// One line per evaluated commit: commit, outcome, subject, and why.
-fn step_line(s: &run::Step, style: &Style) -> String {
+pub(crate) fn step_line(s: &run::Step, style: &Style) -> String {
     let verdict = match s.verdict.as_str() {
         "good" => style.good("good"),
         "bad" => style.error("bad"),
         v => style.warn(v),
     };
     let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    // A commit shows as its short hash; a compiler release (toolchain bisection) whole.
+    let name = if s.commit.len() == 40 && s.commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &s.commit[..12]
+    } else {
+        s.commit.as_str()
+    };
     let mut line = format!(
-        "  {}  {verdict}{pad}  {}",
-        &s.commit[..12],
+        "  {name}  {verdict}{pad}  {}",
         crate::foundation::output::printable(&s.subject)
     );
     if let Some(d) = &s.detail {
@@ -684,39 +773,51 @@ fn render(
     out
 }
 
+/// What `repro bisect --toolchains` was asked.
+pub struct BisectArgs<'a> {
+    /// FROM..TO.
+    pub range: &'a str,
+    /// The recipe name or path.
+    pub recipe: &'a str,
+    /// Check and bench questions (build: `None`).
+    pub driven: Option<crate::engines::bisect::run::Question>,
+    /// Time limit of one child.
+    pub timeout: std::time::Duration,
+    /// `--wheels DIR`.
+    pub wheels: Option<PathBuf>,
+    /// `--keep-going`.
+    pub keep_going: bool,
+    /// The GPU of check and bench steps.
+    pub device: usize,
+}
+
 /// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
 /// release searched.
-fn bisect_toolchains(
-    g: &Globals,
-    range: &str,
-    recipe: &str,
-    mode: Mode,
-    timeout: std::time::Duration,
-    wheels: Option<std::path::PathBuf>,
-) -> anyhow::Result<u8> {
+fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     use crate::engines::bisect::toolchains::{self as tb, Question};
     let cfg = g.config()?;
+    let BisectArgs {
+        range,
+        recipe,
+        driven,
+        timeout,
+        wheels,
+        keep_going,
+        device,
+    } = a;
     let range = tb::Range::parse(range).map_err(|m| {
         UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
     })?;
-    let question = match mode {
-        Mode::Build => Question::Build,
-        Mode::Check => Question::Check,
-        Mode::Bench => {
-            return Err(UserError::usage("--toolchains searches with --mode build or check; bench is not supported over toolchains yet")
-                .hint("compare two releases' timings with `repro bench --toolchain SPEC` and `repro compare`")
-                .into());
-        }
+    let question = match &driven {
+        None => Question::Build,
+        Some(crate::engines::bisect::run::Question::Bench(_)) => Question::Bench,
+        Some(_) => Question::Check,
     };
     let root = g.project_root();
     let r = crate::foundation::recipe::load(&root, recipe)?;
     let family = match &r.build {
-        crate::foundation::recipe::Build::Nvrtc(_) => {
-            crate::engines::toolchain::install::Family::Nvrtc
-        }
-        crate::foundation::recipe::Build::Nvcc(_) => {
-            crate::engines::toolchain::install::Family::Nvcc
-        }
+        crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
         crate::foundation::recipe::Build::Command(_) => {
             return Err(UserError::usage(format!(
                 "recipe `{}` is a command build; it has no compiler release to search",
@@ -739,6 +840,15 @@ fn bisect_toolchains(
     } else {
         vec![r.targets()[0].clone()]
     };
+    if driven.is_some() && targets.len() > 1 {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has {} targets; a check or bench bisection over toolchains runs one kernel",
+            r.name,
+            targets.len()
+        ))
+        .hint("use a recipe with one `target` (the GPU's), or --mode build, which answers per target")
+        .into());
+    }
     let store = g.store();
     let plan = tb::Plan {
         root: &root,
@@ -751,6 +861,9 @@ fn bisect_toolchains(
         source: tb::source(wheels.map(|w| g.cwd.join(w))),
         timeout,
     };
+    if let Some(q) = driven {
+        return bisect_driven(g, &plan, r, q, keep_going, device);
+    }
     let quiet = g.quiet || g.json;
     let mut progress = |m: &str| {
         if !quiet {
@@ -787,7 +900,7 @@ fn bisect_toolchains(
             "\nevidence ({} of {} releases evaluated; record {}):\n",
             report.wheels.len(),
             report.releases.len(),
-            crate::foundation::keys::short(&report.key)
+            keys::short(&report.key)
         ));
         let mut t = crate::foundation::output::Table::new();
         t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
@@ -797,17 +910,145 @@ fn bisect_toolchains(
                 s.target.clone(),
                 s.verdict.to_string(),
                 if s.cached { "yes".into() } else { "no".into() },
-                s.key
-                    .as_deref()
-                    .map(crate::foundation::keys::short)
-                    .unwrap_or("-")
-                    .to_string(),
+                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
                 s.detail.clone().unwrap_or_default(),
             ]);
         }
         out.push_str(&t.render(2));
         emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
     }
     let decided = report.answers.iter().all(|a| a.undecided.is_empty());
     Ok(if decided { exit::OK } else { exit::MISMATCH })
+}
+
+/// Check and bench bisections over releases: the commit bisection's driver, progress, step
+/// lines, record and report, with releases where commits would be.
+fn bisect_driven(
+    g: &Globals,
+    plan: &crate::engines::bisect::toolchains::Plan<'_>,
+    recipe: crate::foundation::recipe::Recipe,
+    question: crate::engines::bisect::run::Question,
+    keep_going: bool,
+    device: usize,
+) -> anyhow::Result<u8> {
+    use crate::app::bisect::{Progress, expected_steps};
+    use crate::engines::bisect::search::Outcome;
+    use crate::engines::bisect::toolchains as tb;
+    // The range's size is known once the releases are listed; the bar starts from a guess.
+    let progress = Progress::new(g, expected_steps(4));
+    let events = |e: crate::engines::bisect::run::Event<'_>| progress.event(e);
+    let sized = |n: usize| progress.set_expected(expected_steps(n));
+    let report = tb::bisect_driven(plan, recipe, question, keep_going, device, &sized, &events);
+    progress.finish();
+    let report = report?;
+    let doc = serde_json::to_value(&report)?;
+    let fam = report.family.name();
+    let question = json!({
+        "mode": report.mode, "name": plan.recipe,
+        "toolchains": format!("{fam}@{}..{fam}@{}", plan.range.from, plan.range.to),
+    });
+    let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
+        .map_err(anyhow::Error::from)?;
+    if g.json {
+        let mut doc = doc;
+        doc["id"] = json!(id);
+        emit_json(&doc)?;
+    } else if !g.quiet {
+        let mut out = String::new();
+        match (&report.first_bad, &report.last_good) {
+            (Some(bad), Some(good)) => out.push_str(&format!(
+                "first bad release: {fam}@{bad} (last good: {fam}@{good})\n"
+            )),
+            _ => out.push_str(&format!(
+                "undecided: these releases could not be tested, and the change is among them: {}\n",
+                report.undecided.join(", ")
+            )),
+        }
+        if let Some(r) = &report.recheck {
+            out.push_str(&format!(
+                "re-checked against {}: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
+                r["parent"].as_str().unwrap_or("its predecessor"),
+                r["ratio"].as_f64().unwrap_or(0.0),
+                r["ratio-ci"][0].as_f64().unwrap_or(0.0),
+                r["ratio-ci"][1].as_f64().unwrap_or(0.0),
+                r["p"].as_f64().unwrap_or(1.0),
+                if r["confirmed"] == true {
+                    "confirmed"
+                } else {
+                    "NOT confirmed: the change may be spread over several releases"
+                }
+            ));
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated, {} answered from the store; record {}):\n",
+            report.steps.len(),
+            report.releases.len(),
+            report.steps.len() - report.evaluated.min(report.steps.len()),
+            keys::short(&id)
+        ));
+        let mut t = crate::foundation::output::Table::new();
+        t.row([
+            "RELEASE",
+            "VERDICT",
+            "MEDIAN",
+            "RATIO [95% CI]",
+            "P",
+            "RUNS",
+            "CACHED",
+            "DETAIL",
+        ]);
+        for s in &report.steps {
+            t.row([
+                s.commit.clone(),
+                s.verdict.clone(),
+                s.median
+                    .map_or("-".into(), |m| crate::app::bench::fmt_value(m, "us")),
+                s.ratio.map_or("-".into(), |(r, lo, hi)| {
+                    format!("{r:.4} [{lo:.4}, {hi:.4}]")
+                }),
+                s.p.map_or("-".into(), |p| format!("{p:.1e}")),
+                if s.attempts > 0 {
+                    s.attempts.to_string()
+                } else {
+                    "-".into()
+                },
+                if s.cached { "yes".into() } else { "no".into() },
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
+    }
+    Ok(match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    })
+}
+
+/// The note a bisection prints when it installed releases the project does not pin.
+fn trust_note(
+    wheels: &std::collections::BTreeMap<
+        String,
+        Vec<crate::engines::toolchain::install::InstalledWheel>,
+    >,
+) -> Option<String> {
+    let unpinned: Vec<&str> = wheels
+        .iter()
+        .filter(|(_, w)| w.iter().any(|w| !w.pinned))
+        .map(|(r, _)| r.as_str())
+        .collect();
+    (!unpinned.is_empty()).then(|| {
+        format!(
+            "note: {} {} not pinned in repro.toml: {} wheels were trusted as pip served them (trust on first use); every wheel's sha256 is in this bisection's record and in the tree's toolchain.json",
+            unpinned.join(", "),
+            if unpinned.len() == 1 { "is" } else { "are" },
+            if unpinned.len() == 1 { "its" } else { "their" },
+        )
+    })
 }

@@ -94,13 +94,10 @@ fn install_cmd(
         a.wheels.map(|d| g.cwd.join(d)),
         a.wheel.map(|w| g.cwd.join(w)),
     );
-    let chatty = !g.quiet && !g.json;
-    let mut progress = |m: &str| {
-        if chatty {
-            eprintln!("{m}");
-        }
-    };
-    let done = install::install(&plan, &source, a.force, &mut progress)?;
+    let mut progress = InstallProgress::new(g.quiet || g.json);
+    let done = install::install(&plan, &source, a.force, &mut progress);
+    progress.finish();
+    let done = done?;
     let t = &done.installed;
     let label = match plan.family {
         Family::Nvrtc => format!("NVRTC {}", plan.release),
@@ -285,4 +282,69 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
     } else {
         exit::ENVIRONMENT
     })
+}
+
+/// `repro toolchain install`'s progress: status lines on stderr, and for downloading,
+/// verifying and unpacking a bar of bytes with an ETA (a byte count and rate while pip
+/// downloads, whose total is not known ahead). Bars show on a terminal only; `-q` and
+/// `--json` show nothing.
+struct InstallProgress {
+    quiet: bool,
+    bar: Option<(&'static str, indicatif::ProgressBar)>,
+}
+
+impl InstallProgress {
+    fn new(quiet: bool) -> Self {
+        InstallProgress { quiet, bar: None }
+    }
+
+    fn finish(&mut self) {
+        if let Some((_, b)) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl install::Progress for InstallProgress {
+    fn message(&mut self, m: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some((_, b)) if !b.is_hidden() => b.println(m),
+            _ => eprintln!("{m}"),
+        }
+    }
+
+    fn bytes(&mut self, phase: &'static str, done: u64, total: Option<u64>) {
+        if self.bar.as_ref().is_none_or(|(p, _)| *p != phase) {
+            self.finish();
+            let bar = match total {
+                Some(t) => crate::foundation::output::progress_bytes(self.quiet, t, phase),
+                None if self.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                    indicatif::ProgressBar::hidden()
+                }
+                None => {
+                    let b = indicatif::ProgressBar::new_spinner();
+                    b.set_style(
+                        indicatif::ProgressStyle::with_template(
+                            "{spinner} downloading {bytes} ({bytes_per_sec}, {elapsed})",
+                        )
+                        .expect("a valid template"),
+                    );
+                    b.enable_steady_tick(std::time::Duration::from_millis(120));
+                    b
+                }
+            };
+            self.bar = Some((phase, bar));
+        }
+        if let Some((_, b)) = &self.bar {
+            if let Some(t) = total
+                && b.length() != Some(t)
+            {
+                b.set_length(t);
+            }
+            b.set_position(done);
+        }
+    }
 }

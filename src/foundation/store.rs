@@ -362,6 +362,10 @@ impl Store {
 
     /// Remembers `key` as the last build of `recipe`.
     pub fn set_last(&self, recipe: &str, key: &str) -> Result<(), StoreError> {
+        // A cache hit of the same recipe finds it so already: no write, no fsync.
+        if self.get_last(recipe).as_deref() == Some(key) {
+            return Ok(());
+        }
         let v = json!({"schema": SCHEMA, "recipe": recipe, "key": key});
         fsutil::write_atomic(
             &self.root.join("recipes").join(format!("{recipe}.json")),

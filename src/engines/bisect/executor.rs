@@ -45,4 +45,10 @@ pub trait Executor: Sync {
     fn subject(&self, _commit: Oid) -> String {
         String::new()
     }
+
+    /// How progress lines and errors name the commit (a short hash; a compiler release
+    /// for a toolchain bisection, whose "commits" are releases).
+    fn label(&self, commit: Oid) -> String {
+        super::history::short(commit)
+    }
 }

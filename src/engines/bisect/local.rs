@@ -303,23 +303,7 @@ impl<'a> Ctx<'a> {
             source: e.into(),
         })?;
         let mut step = Step::new(index, oid, subject);
-        step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
-        step.detail = rec["detail"].as_str().map(str::to_string);
-        step.note = rec["note"].as_str().map(str::to_string);
-        step.median = rec["median"].as_f64();
-        step.p = rec["p"].as_f64();
-        step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
-        step.ratio = rec["ratio"].as_array().map(|a| {
-            (
-                a[0].as_f64().unwrap_or(0.0),
-                a[1].as_f64().unwrap_or(0.0),
-                a[2].as_f64().unwrap_or(0.0),
-            )
-        });
-        step.samples = rec["samples"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
+        fill_from_record(&rec, &mut step);
         step.cached = true;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(Some(step))
@@ -378,9 +362,7 @@ impl<'a> Ctx<'a> {
             Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
             _ => None,
         };
-        let rec = json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
-            "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
-            "question": self.question_json(), "recipe-text": recipe_text});
+        let rec = step_record(&key, &step, self.question_json(), recipe_text);
         if keep {
             self.store
                 .put_record(STEPS, &key, &rec)
@@ -493,200 +475,30 @@ impl<'a> Ctx<'a> {
             }
             Err(e) => return Err(StepFail::Fatal(e.into())),
         };
-        let build_failed = built.status != "ok";
-        let first_error = built
-            .log
-            .lines()
-            .find(|l| l.contains("error"))
-            .or(built.log.lines().next())
-            .unwrap_or("")
-            .to_string();
-        // What check and bench steps load: the CUBIN, else the PTX.
-        let module = built
-            .outputs
-            .get("cubin")
-            .or(built.outputs.get("ptx"))
-            .map(|o| PathBuf::from(&o.path));
-        match &self.plan.question {
-            Question::Build => Ok(if build_failed {
-                (Answer::Bad, Some(format!("build failed: {first_error}")))
-            } else {
-                (Answer::Good, None)
-            }),
-            Question::Check => {
-                if build_failed {
-                    return Ok((Answer::Bad, Some(format!("build failed: {first_error}"))));
-                }
-                let Some(module) = module else {
-                    return Ok((Answer::Skip, Some("no loadable artifact".into())));
-                };
-                let settings = Settings {
-                    mode: crate::engines::gpurun::Mode::Cold,
-                    max_noise: 0.005,
-                    min_samples: 1,
-                    max_samples: 1,
-                    min_time_ms: 0.0,
-                    budget_ms: 0.0,
-                    warmup_ms: 0.0,
-                    device: 0,
-                };
-                let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
-                    Ok(p) => p,
-                    Err(e) => return Ok((Answer::Skip, Some(e))),
-                };
-                for p in points {
-                    let report = bench::run_child(&p.job, self.plan.timeout)
-                        .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
-                    let (v, d) = bench::verdict(&report);
-                    if v != "ok" {
-                        return Ok((
-                            Answer::Bad,
-                            Some(format!(
-                                "{v} at {}: {}",
-                                bench::params_text(&bench::params_json(&p.params)),
-                                d.unwrap_or_default()
-                            )),
-                        ));
-                    }
-                }
-                Ok((Answer::Good, None))
-            }
-            Question::Bench(b) => {
-                if build_failed {
-                    return Ok((
-                        Answer::Skip,
-                        Some(format!(
-                            "the build fails here, so it cannot be timed: {first_error}"
-                        )),
-                    ));
-                }
-                if let Err(e) =
-                    crate::foundation::runspec::override_params(&mut r.sections.params, &b.params)
-                {
-                    return Ok((Answer::Skip, Some(e)));
-                }
-                let Some(module) = module else {
-                    return Ok((Answer::Skip, Some("no loadable artifact".into())));
-                };
-                let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
-                    Ok(p) if p.len() == 1 => p,
-                    Ok(p) => {
-                        return Err(StepFail::Fatal(anyhow::anyhow!(
-                            "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
-                            p.len()
-                        )));
-                    }
-                    Err(e) => return Ok((Answer::Skip, Some(e))),
-                };
-                let job = points.into_iter().next().expect("one point").job;
-                let b = b.clone();
-                let timeout = self.plan.timeout;
-                // Commits whose builds are identical share measurements: the samples are
-                // kept per experiment (build key, launch, settings), not per commit.
-                let exp = keys::key_of(
-                    &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
-                );
-                let store = self.store.clone();
-                let mut taken = 0usize;
-                self.judge(
-                    step,
-                    |n| {
-                        let mut cached: Vec<f64> = store
-                            .get_record(SAMPLES, &exp)
-                            .ok()
-                            .flatten()
-                            .and_then(|r| {
-                                r["samples"]
-                                    .as_array()
-                                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                            })
-                            .unwrap_or_default();
-                        while cached.len() < taken + n {
-                            let report = bench::run_child(&job, timeout)?;
-                            let (verdict, detail) = bench::verdict(&report);
-                            if verdict != "ok" {
-                                return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
-                            }
-                            cached.push(
-                                crate::foundation::stats::median(&report.samples_us)
-                                    .ok_or("no samples")?,
-                            );
-                            let _ = store.put_record(
-                                SAMPLES,
-                                &exp,
-                                &json!({"schema": 1, "experiment": exp, "samples": cached}),
-                            );
-                        }
-                        let out = cached[taken..taken + n].to_vec();
-                        taken += n;
-                        Ok(out)
-                    },
-                    &b,
-                )
-            }
-            Question::Script(_) => unreachable!("handled above"),
-        }
+        let timeout = self.plan.timeout;
+        let question = self.plan.question.clone();
+        let store = self.store.clone();
+        answer_built(
+            &question,
+            &mut r,
+            &built,
+            &store,
+            timeout,
+            &mut self.baseline,
+            step,
+            // A check runs on this worker's GPU (`--devices`), as bench steps do.
+            self.plan.devices.first().copied().unwrap_or(0),
+        )
     }
 
-    /// Measures a commit in `first_attempts` processes, doubling while the decision against
-    /// the baseline is unknown, up to `max_attempts`.
+    /// Measures a commit (see [`judge`]) against this context's baseline.
     fn judge(
         &mut self,
         step: &mut Step,
-        mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+        measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
         b: &BenchQuestion,
     ) -> Result<(Answer, Option<String>), StepFail> {
-        let mut samples = match measure(b.first_attempts) {
-            Ok(s) => s,
-            Err(e) => return Ok((Answer::Bad, Some(e))),
-        };
-        let Some(base) = self.baseline.clone() else {
-            // This is the good end itself: it becomes the baseline.
-            step.median = crate::foundation::stats::median(&samples);
-            step.attempts = samples.len();
-            step.samples = samples.clone();
-            self.baseline = Some(samples);
-            return Ok((Answer::Good, Some("the baseline".into())));
-        };
-        loop {
-            let seed = samples.len() as u64;
-            let j = decide::decide(&base, &samples, b.threshold, b.direction, 0.01, seed);
-            step.median = crate::foundation::stats::median(&samples);
-            step.attempts = samples.len();
-            step.samples = samples.clone();
-            if let Some(j) = &j {
-                step.ratio = Some((j.ratio, j.ratio_ci.0, j.ratio_ci.1));
-                step.p = Some(j.p);
-                match j.decision {
-                    Decision::Good => return Ok((Answer::Good, None)),
-                    Decision::Bad => {
-                        return Ok((
-                            Answer::Bad,
-                            Some(format!(
-                                "{:+.2}% (p = {:.1e})",
-                                (j.ratio - 1.0) * 100.0,
-                                j.p
-                            )),
-                        ));
-                    }
-                    Decision::Unknown => {}
-                }
-            }
-            if samples.len() >= b.max_attempts {
-                return Ok((
-                    Answer::Skip,
-                    Some(format!(
-                        "undecided after {} processes: the difference is near the threshold or the noise too large",
-                        samples.len()
-                    )),
-                ));
-            }
-            let more = samples.len().min(b.max_attempts - samples.len());
-            match measure(more) {
-                Ok(s) => samples.extend(s),
-                Err(e) => return Ok((Answer::Bad, Some(e))),
-            }
-        }
+        judge(&mut self.baseline, step, measure, b)
     }
 
     fn build_in_nix(&self, root: &Path, name: &str) -> (Answer, Option<String>) {
@@ -727,8 +539,266 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The store record of an evaluated step (under [`STEPS`], by step key).
+pub(crate) fn step_record(
+    key: &str,
+    step: &Step,
+    question: Value,
+    recipe_text: Option<&str>,
+) -> Value {
+    json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
+        "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
+        "question": question, "recipe-text": recipe_text})
+}
+
+/// A step's answer read back from its store record.
+pub(crate) fn fill_from_record(rec: &Value, step: &mut Step) {
+    step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
+    step.detail = rec["detail"].as_str().map(str::to_string);
+    step.note = rec["note"].as_str().map(str::to_string);
+    step.median = rec["median"].as_f64();
+    step.p = rec["p"].as_f64();
+    step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
+    step.ratio = rec["ratio"].as_array().map(|a| {
+        (
+            a[0].as_f64().unwrap_or(0.0),
+            a[1].as_f64().unwrap_or(0.0),
+            a[2].as_f64().unwrap_or(0.0),
+        )
+    });
+    step.samples = rec["samples"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+}
+
+/// What a check or bench step makes of a finished build (its own, or one a child process
+/// made with another toolchain): the check run on the GPU, or the kernel timed in separate
+/// processes and judged against `baseline` (which the good end's step fills). A build
+/// question only looks at the build's status. A check runs on `check_device`; a bench step
+/// on its settings' device.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context: a commit's or a release's, from different executors"
+)]
+pub(crate) fn answer_built(
+    question: &Question,
+    r: &mut Recipe,
+    built: &build::Outcome,
+    store: &Store,
+    timeout: std::time::Duration,
+    baseline: &mut Option<Vec<f64>>,
+    step: &mut Step,
+    check_device: usize,
+) -> Result<(Answer, Option<String>), StepFail> {
+    let build_failed = built.status != "ok";
+    let first_error = built
+        .log
+        .lines()
+        .find(|l| l.contains("error"))
+        .or(built.log.lines().next())
+        .unwrap_or("")
+        .to_string();
+    // What check and bench steps load: the CUBIN, else the PTX.
+    let module = built
+        .outputs
+        .get("cubin")
+        .or(built.outputs.get("ptx"))
+        .map(|o| PathBuf::from(&o.path));
+    // Check and bench steps run kernels: without a driver no commit or release can be
+    // answered, so that stops the search (exit 3), never a verdict on the step.
+    if matches!(question, Question::Check | Question::Bench(_))
+        && built.status == "ok"
+        && !crate::engines::fingerprint::cuda::driver_present()
+    {
+        return Err(StepFail::Fatal(anyhow::anyhow!(
+            "{}: check and bench steps run the kernel on a GPU",
+            crate::engines::fingerprint::cuda::NO_DRIVER
+        )));
+    }
+    match question {
+        Question::Build => Ok(if build_failed {
+            (Answer::Bad, Some(format!("build failed: {first_error}")))
+        } else {
+            (Answer::Good, None)
+        }),
+        Question::Check => {
+            if build_failed {
+                return Ok((Answer::Bad, Some(format!("build failed: {first_error}"))));
+            }
+            let Some(module) = module else {
+                return Ok((Answer::Skip, Some("no loadable artifact".into())));
+            };
+            let settings = Settings {
+                mode: crate::engines::gpurun::Mode::Cold,
+                max_noise: 0.005,
+                min_samples: 1,
+                max_samples: 1,
+                min_time_ms: 0.0,
+                budget_ms: 0.0,
+                warmup_ms: 0.0,
+                device: check_device,
+            };
+            let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
+                Ok(p) => p,
+                Err(e) => return Ok((Answer::Skip, Some(e))),
+            };
+            for p in points {
+                let report = bench::run_child(&p.job, timeout)
+                    .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
+                let (v, d) = bench::verdict(&report);
+                if v != "ok" {
+                    return Ok((
+                        Answer::Bad,
+                        Some(format!(
+                            "{v} at {}: {}",
+                            bench::params_text(&bench::params_json(&p.params)),
+                            d.unwrap_or_default()
+                        )),
+                    ));
+                }
+            }
+            Ok((Answer::Good, None))
+        }
+        Question::Bench(b) => {
+            if build_failed {
+                return Ok((
+                    Answer::Skip,
+                    Some(format!(
+                        "the build fails here, so it cannot be timed: {first_error}"
+                    )),
+                ));
+            }
+            if let Err(e) =
+                crate::foundation::runspec::override_params(&mut r.sections.params, &b.params)
+            {
+                return Ok((Answer::Skip, Some(e)));
+            }
+            let Some(module) = module else {
+                return Ok((Answer::Skip, Some("no loadable artifact".into())));
+            };
+            let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
+                Ok(p) if p.len() == 1 => p,
+                Ok(p) => {
+                    return Err(StepFail::Fatal(anyhow::anyhow!(
+                        "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
+                        p.len()
+                    )));
+                }
+                Err(e) => return Ok((Answer::Skip, Some(e))),
+            };
+            let job = points.into_iter().next().expect("one point").job;
+            let b = b.clone();
+            // Commits whose builds are identical share measurements: the samples are
+            // kept per experiment (build key, launch, settings), not per commit.
+            let exp = keys::key_of(
+                &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
+            );
+            let mut taken = 0usize;
+            judge(
+                baseline,
+                step,
+                |n| {
+                    let mut cached: Vec<f64> = store
+                        .get_record(SAMPLES, &exp)
+                        .ok()
+                        .flatten()
+                        .and_then(|r| {
+                            r["samples"]
+                                .as_array()
+                                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                        })
+                        .unwrap_or_default();
+                    while cached.len() < taken + n {
+                        let report = bench::run_child(&job, timeout)?;
+                        let (verdict, detail) = bench::verdict(&report);
+                        if verdict != "ok" {
+                            return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
+                        }
+                        cached.push(
+                            crate::foundation::stats::median(&report.samples_us)
+                                .ok_or("no samples")?,
+                        );
+                        let _ = store.put_record(
+                            SAMPLES,
+                            &exp,
+                            &json!({"schema": 1, "experiment": exp, "samples": cached}),
+                        );
+                    }
+                    let out = cached[taken..taken + n].to_vec();
+                    taken += n;
+                    Ok(out)
+                },
+                &b,
+            )
+        }
+        Question::Script(_) => unreachable!("handled above"),
+    }
+}
+
+/// Measures a commit in `first_attempts` processes, doubling while the decision against
+/// the baseline is unknown, up to `max_attempts`.
+pub(crate) fn judge(
+    baseline: &mut Option<Vec<f64>>,
+    step: &mut Step,
+    mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+    b: &BenchQuestion,
+) -> Result<(Answer, Option<String>), StepFail> {
+    let mut samples = match measure(b.first_attempts) {
+        Ok(s) => s,
+        Err(e) => return Ok((Answer::Bad, Some(e))),
+    };
+    let Some(base) = baseline.clone() else {
+        // This is the good end itself: it becomes the baseline.
+        step.median = crate::foundation::stats::median(&samples);
+        step.attempts = samples.len();
+        step.samples = samples.clone();
+        *baseline = Some(samples);
+        return Ok((Answer::Good, Some("the baseline".into())));
+    };
+    loop {
+        let seed = samples.len() as u64;
+        let j = decide::decide(&base, &samples, b.threshold, b.direction, 0.01, seed);
+        step.median = crate::foundation::stats::median(&samples);
+        step.attempts = samples.len();
+        step.samples = samples.clone();
+        if let Some(j) = &j {
+            step.ratio = Some((j.ratio, j.ratio_ci.0, j.ratio_ci.1));
+            step.p = Some(j.p);
+            match j.decision {
+                Decision::Good => return Ok((Answer::Good, None)),
+                Decision::Bad => {
+                    return Ok((
+                        Answer::Bad,
+                        Some(format!(
+                            "{:+.2}% (p = {:.1e})",
+                            (j.ratio - 1.0) * 100.0,
+                            j.p
+                        )),
+                    ));
+                }
+                Decision::Unknown => {}
+            }
+        }
+        if samples.len() >= b.max_attempts {
+            return Ok((
+                Answer::Skip,
+                Some(format!(
+                    "undecided after {} processes: the difference is near the threshold or the noise too large",
+                    samples.len()
+                )),
+            ));
+        }
+        let more = samples.len().min(b.max_attempts - samples.len());
+        match measure(more) {
+            Ok(s) => samples.extend(s),
+            Err(e) => return Ok((Answer::Bad, Some(e))),
+        }
+    }
+}
+
 /// Why a step could not give an answer of its own.
-enum StepFail {
+pub(crate) enum StepFail {
     /// The commit gets this answer, for this reason (an untestable commit is a skip).
     Answer(Answer, String),
     /// The commit cannot be tested here and now (a blob this clone lacks): a skip that is

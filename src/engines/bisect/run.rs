@@ -214,7 +214,7 @@ pub fn drive(
             let expected_word = if which == "good" { "good" } else { "bad" };
             return Err(BisectError::BadEnd {
                 which,
-                commit: history::short(commits[i]),
+                commit: executor.label(commits[i]),
                 expected: expected_word,
                 detail: format!(
                     "it is {}{}",
@@ -231,8 +231,8 @@ pub fn drive(
     if width >= 2 {
         progress(&format!(
             "checking the {older_state} end {} and the {newer_state} end {}",
-            history::short(commits[0]),
-            history::short(commits[n - 1])
+            executor.label(commits[0]),
+            executor.label(commits[n - 1])
         ));
         let requests: Vec<StepRequest> = ends
             .iter()
@@ -257,7 +257,7 @@ pub fn drive(
         for (i, expected, which, baseline) in ends {
             progress(&format!(
                 "checking the {which} end {}",
-                history::short(commits[i])
+                executor.label(commits[i])
             ));
             let s = executor.run(
                 &StepRequest {
@@ -300,7 +300,7 @@ pub fn drive(
                         "testing {} ({} commits left, about {} rounds)",
                         points
                             .iter()
-                            .map(|p| history::short(commits[*p]))
+                            .map(|p| executor.label(commits[*p]))
                             .collect::<Vec<_>>()
                             .join(", "),
                         hi - lo - 1,
@@ -329,7 +329,7 @@ pub fn drive(
                 }
                 progress(&format!(
                     "testing {} ({} commits left, about {} steps)",
-                    history::short(commits[i]),
+                    executor.label(commits[i]),
                     hi - lo - 1,
                     search.steps_left()
                 ));
@@ -422,8 +422,8 @@ fn recheck(
     }
     events(Event::Status(&format!(
         "re-checking {} against its parent {} on one device",
-        history::short(commits[index]),
-        history::short(commits[index - 1])
+        executor.label(commits[index]),
+        executor.label(commits[index - 1])
     )));
     let quiet = |e: Event<'_>| {
         if let Event::Status(m) = e {

@@ -14,7 +14,8 @@ use crate::foundation::fsutil;
 /// Why there is no GPU section on machines without the driver.
 pub const NO_DRIVER: &str = "no NVIDIA driver on this machine (libcuda.so.1 not found)";
 
-fn driver_present() -> bool {
+/// Whether the host's CUDA driver library can be loaded (a GPU can be used at all).
+pub fn driver_present() -> bool {
     // Where the loader cannot find the host's driver (a Nix-built repro on Ubuntu), load it
     // from the host's driver directories first.
     crate::foundation::driverlib::ensure();

@@ -322,6 +322,153 @@ pub fn known_specs(cfg: &Config) -> Vec<String> {
     v
 }
 
+/// The wheels a working nvcc tree is unpacked from, for CUDA 13 and later: the compiler
+/// driver, NVVM (cicc, libnvvm), the CRT headers, the runtime headers and CCCL.
+pub const NVCC_PACKAGES: [&str; 5] = [
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-cccl",
+];
+
+/// The versions of `package` available as wheels for this platform: the wheel files in
+/// the source's directory, else what pip's index lists (`pip index versions`).
+pub fn available_versions(package: &str, source: &Source) -> Result<Vec<String>, ProcessError> {
+    let mut v = Vec::new();
+    if let Some(dir) = &source.wheelhouse {
+        let prefix = format!("{}-", package.replace('-', "_"));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".whl") || !name.contains(arch()) {
+                continue;
+            }
+            if let Some(rest) = name.strip_prefix(&prefix)
+                && let Some((version, _)) = rest.split_once('-')
+            {
+                v.push(version.to_string());
+            }
+        }
+        return Ok(v);
+    }
+    let out = Cmd::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "index",
+            "versions",
+            "--disable-pip-version-check",
+            package,
+        ])
+        .timeout(Duration::from_secs(120))
+        .run()?;
+    Ok(parse_index_versions(&out.stdout_str()))
+}
+
+/// The versions in `pip index versions` output ("Available versions: 13.0.88, 13.0.48").
+pub fn parse_index_versions(text: &str) -> Vec<String> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Available versions:"))
+        .map(|rest| {
+            rest.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `13.1` of `13.1.115` (and of `13.1`).
+pub fn major_minor(version: &str) -> Option<String> {
+    let mut it = version.split('.');
+    let (a, b) = (it.next()?, it.next()?);
+    (a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok()).then(|| format!("{a}.{b}"))
+}
+
+/// The newest of `versions` in the release `mm` (major.minor), by version order.
+fn newest_in(versions: &[String], mm: &str) -> Option<String> {
+    versions
+        .iter()
+        .filter(|v| major_minor(v).as_deref() == Some(mm))
+        .filter(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .max_by(|a, b| crate::foundation::version::compare(a, b))
+        .cloned()
+}
+
+/// A plan for an nvcc release (major.minor) the project does not pin: each of
+/// [`NVCC_PACKAGES`] at its newest version of that release, as pip (or the wheel directory)
+/// offers them. Nothing is checked against a pin: the digests found are recorded in the
+/// stamp and in the bisection record (trust on first use).
+pub fn plan_unpinned_nvcc(release: &str, source: &Source) -> Result<Plan, InstallError> {
+    let spec = format!("nvcc@{release}");
+    let mm = major_minor(release)
+        .filter(|mm| mm == release)
+        .ok_or_else(|| {
+            InstallError::BadSpec(format!(
+                "{spec}: an nvcc release is named by major.minor (nvcc@13.1)"
+            ))
+        })?;
+    let major: u32 = mm
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 13 {
+        return Err(InstallError::Layout {
+            wheel: spec,
+            family: "nvcc",
+            what: "CUDA 12's nvidia-cuda-nvcc-cu12 wheels carry ptxas, NVVM and headers but no nvcc driver; repro installs nvcc from CUDA 13 on".into(),
+        });
+    }
+    let mut wheels = Vec::new();
+    for package in NVCC_PACKAGES {
+        let versions = available_versions(package, source).map_err(|e| InstallError::Download {
+            spec: spec.clone(),
+            what: match &source.wheelhouse {
+                Some(d) => format!("listing {package} in the wheel directory {}", d.display()),
+                None => format!("listing the versions of {package} through pip"),
+            },
+            source: Box::new(e),
+        })?;
+        let version = newest_in(&versions, &mm).ok_or_else(|| InstallError::UnknownRelease {
+            spec: spec.clone(),
+            known: Vec::new(),
+        })?;
+        wheels.push(Wheel {
+            package: package.to_string(),
+            version,
+            sha256: None,
+        });
+    }
+    Ok(Plan {
+        family: Family::Nvcc,
+        release: mm,
+        wheels,
+    })
+}
+
+/// A plan for `spec` from the pins, or, for a toolchain bisection (`unpinned_ok`), from what
+/// the source offers: NVRTC releases by their version, nvcc releases by major.minor.
+pub fn plan_any(cfg: &Config, spec: &Spec, source: &Source) -> Result<Plan, InstallError> {
+    match plan(cfg, spec, None, true) {
+        Err(InstallError::UnknownRelease { .. })
+            if matches!(
+                spec,
+                Spec::Release {
+                    family: Family::Nvcc,
+                    ..
+                }
+            ) =>
+        {
+            let Spec::Release { release, .. } = spec else {
+                unreachable!("matched above")
+            };
+            plan_unpinned_nvcc(release, source)
+        }
+        other => other,
+    }
+}
+
 /// A wheel as installed, in the stamp.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -463,6 +610,22 @@ pub struct Done {
     pub replaced: Option<String>,
 }
 
+/// What an install tells its caller as it goes: status lines, and bytes done in each long
+/// phase (download, verification, unpacking), for a progress bar.
+pub trait Progress {
+    /// A status line.
+    fn message(&mut self, m: &str);
+    /// `done` bytes of `total` (when known) in `phase` ("downloading", "verifying",
+    /// "unpacking"); a phase ends with `done == total`.
+    fn bytes(&mut self, _phase: &'static str, _done: u64, _total: Option<u64>) {}
+}
+
+impl<F: FnMut(&str)> Progress for F {
+    fn message(&mut self, m: &str) {
+        self(m)
+    }
+}
+
 /// Removes a staging directory unless the install succeeded.
 struct Staging(PathBuf);
 
@@ -477,7 +640,7 @@ pub fn install(
     plan: &Plan,
     source: &Source,
     force: bool,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn Progress,
 ) -> Result<Done, InstallError> {
     use fs4::fs_std::FileExt as _;
     let root = root()?;
@@ -502,7 +665,7 @@ pub fn install(
         .open(&lock_path)
         .map_err(io("open", &lock_path))?;
     if !lock.try_lock_exclusive().unwrap_or(false) {
-        progress(&format!("waiting for another install of {spec} to finish"));
+        progress.message(&format!("waiting for another install of {spec} to finish"));
         lock.lock_exclusive().map_err(io("lock", &lock_path))?;
     }
     // The lock is released when `lock` is dropped, on every path out of here.
@@ -527,7 +690,7 @@ pub fn install(
             Err(why) => replaced = Some(format!("{} {why}; installing it again", dest.display())),
         }
         if let Some(r) = &replaced {
-            progress(r);
+            progress.message(r);
         }
         std::fs::remove_dir_all(&dest).map_err(io("remove", &dest))?;
     }
@@ -549,8 +712,17 @@ pub fn install(
     let files = fetch(plan, source, &staging.0, &spec, progress)?;
 
     let mut wheels = Vec::new();
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut done = 0u64;
     for (w, file) in plan.wheels.iter().zip(&files) {
-        let actual = sha256_file(file)?;
+        let actual = sha256_file_with(file, &mut |n| {
+            done += n;
+            progress.bytes("verifying", done, Some(total));
+        })?;
         if let Some(expected) = &w.sha256
             && *expected != actual
         {
@@ -576,15 +748,19 @@ pub fn install(
             pinned: w.sha256.is_some(),
         });
     }
-    progress(&format!("unpacking {} wheel(s) of {spec}", files.len()));
+    progress.message(&format!("unpacking {} wheel(s) of {spec}", files.len()));
     let tree = staging.0.join("tree");
     let unpacked = staging.0.join("unpacked");
     let target = match plan.family {
         Family::Nvcc => &tree,
         Family::Nvrtc => &unpacked,
     };
+    let mut unpacked_bytes = 0u64;
+    progress.bytes("unpacking", 0, Some(total));
     for file in &files {
         unzip(file, target).map_err(|e| disk_full_or(e, &spec, &root))?;
+        unpacked_bytes += std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        progress.bytes("unpacking", unpacked_bytes, Some(total));
     }
     let (compiler, reports) = match plan.family {
         Family::Nvcc => {
@@ -696,7 +872,7 @@ fn fetch(
     source: &Source,
     staging: &Path,
     spec: &str,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn Progress,
 ) -> Result<Vec<PathBuf>, InstallError> {
     if let Some(file) = &source.wheel_file {
         if plan.wheels.len() != 1 {
@@ -726,7 +902,7 @@ fn fetch(
         }
         None => "through pip".to_string(),
     };
-    progress(&format!(
+    progress.message(&format!(
         "fetching {} wheel(s) of {spec} {what}",
         plan.wheels.len()
     ));
@@ -735,22 +911,76 @@ fn fetch(
             .iter()
             .map(|w| format!("{}=={}", w.package, w.version)),
     );
-    cmd.timeout(Duration::from_secs(1800))
-        .run()
-        .map_err(|source| {
-            if source.to_string().contains("No space left on device") {
-                InstallError::DiskFull {
-                    spec: spec.into(),
-                    dir: staging.parent().unwrap_or(staging).to_owned(),
-                }
-            } else {
-                InstallError::Download {
-                    spec: spec.into(),
-                    what: what.clone(),
-                    source: Box::new(source),
+    // pip writes each wheel into its temporary directory while it downloads: that
+    // directory's size is the bytes so far. From a wheel directory the total is known too.
+    let tmp = staging.join("pip-tmp");
+    std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
+    let total = source.wheelhouse.as_ref().map(|dir| {
+        let names: Vec<String> = plan
+            .wheels
+            .iter()
+            .map(|w| {
+                format!("{}-{}-", w.package.replace(['-', '.'], "_"), w.version).to_lowercase()
+            })
+            .collect();
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().to_lowercase();
+                n.ends_with(".whl") && n.contains(arch()) && names.iter().any(|p| n.starts_with(p))
+            })
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum::<u64>()
+    });
+    let cmd = cmd.env("TMPDIR", &tmp).timeout(Duration::from_secs(1800));
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !finished.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = tx.send(tree_size(&tmp) + tree_size(&dl));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let runner = scope.spawn(move || {
+            let r = cmd.run();
+            let _ = done_tx.send(());
+            r
+        });
+        // The caller's progress is not Send: it is told from this thread.
+        loop {
+            match done_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(n) = rx.try_iter().last() {
+                        progress.bytes("downloading", n, total);
+                    }
                 }
             }
-        })?;
+        }
+        finished.store(true, std::sync::atomic::Ordering::Relaxed);
+        runner.join().expect("the pip runner does not panic")
+    });
+    let got = tree_size(&dl);
+    progress.bytes("downloading", got, Some(total.unwrap_or(got).max(got)));
+    result.map_err(|source| {
+        if source.to_string().contains("No space left on device") {
+            InstallError::DiskFull {
+                spec: spec.into(),
+                dir: staging.parent().unwrap_or(staging).to_owned(),
+            }
+        } else {
+            InstallError::Download {
+                spec: spec.into(),
+                what: what.clone(),
+                source: Box::new(source),
+            }
+        }
+    })?;
     let names: Vec<PathBuf> = std::fs::read_dir(&dl)
         .map_err(io("read", &dl))?
         .flatten()
@@ -781,6 +1011,11 @@ fn fetch(
 
 /// The sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String, InstallError> {
+    sha256_file_with(path, &mut |_| {})
+}
+
+/// The sha256 of a file, streamed, telling `read` of each chunk's size.
+fn sha256_file_with(path: &Path, read: &mut dyn FnMut(u64)) -> Result<String, InstallError> {
     use sha2::Digest as _;
     let mut f = std::fs::File::open(path).map_err(io("read", path))?;
     let mut h = sha2::Sha256::new();
@@ -791,6 +1026,7 @@ pub fn sha256_file(path: &Path) -> Result<String, InstallError> {
             break;
         }
         h.update(&buf[..n]);
+        read(n as u64);
     }
     Ok(hex::encode(h.finalize()))
 }
@@ -971,6 +1207,54 @@ mod tests {
         let p = plan(&cfg, &Spec::parse("nvrtc@12.9.86").unwrap(), None, true).unwrap();
         assert_eq!(p.wheels[0].package, "nvidia-cuda-nvrtc-cu12");
         assert_eq!(p.wheels[0].sha256, None);
+    }
+
+    #[test]
+    fn unpinned_nvcc_releases_take_the_newest_wheels_of_their_major_minor() {
+        let v: Vec<String> = ["13.1.80", "13.1.115", "13.10.1", "13.0.88", "13.3.5.0.6"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(newest_in(&v, "13.1").as_deref(), Some("13.1.115"));
+        assert_eq!(newest_in(&v, "13.3").as_deref(), Some("13.3.5.0.6"));
+        assert_eq!(newest_in(&v, "13.2"), None);
+        assert_eq!(major_minor("13.1.115").as_deref(), Some("13.1"));
+        assert_eq!(major_minor("13"), None);
+        // A wheel directory is read, not pip: the same choice from file names.
+        let dir = tempfile::tempdir().unwrap();
+        for p in NVCC_PACKAGES {
+            for ver in ["13.1.80", "13.1.115", "13.0.88"] {
+                let f = format!(
+                    "{}-{ver}-py3-none-manylinux2014_{}.whl",
+                    p.replace('-', "_"),
+                    arch()
+                );
+                std::fs::write(dir.path().join(f), b"").unwrap();
+            }
+        }
+        let src = Source {
+            wheelhouse: Some(dir.path().to_path_buf()),
+            wheel_file: None,
+        };
+        let plan = plan_unpinned_nvcc("13.1", &src).unwrap();
+        assert_eq!(plan.wheels.len(), 5);
+        assert!(
+            plan.wheels
+                .iter()
+                .all(|w| w.version == "13.1.115" && w.sha256.is_none())
+        );
+        assert!(matches!(
+            plan_unpinned_nvcc("13.2", &src),
+            Err(InstallError::UnknownRelease { .. })
+        ));
+        assert!(matches!(
+            plan_unpinned_nvcc("12.9", &src),
+            Err(InstallError::Layout { .. })
+        ));
+        assert!(matches!(
+            plan_unpinned_nvcc("13.1.115", &src),
+            Err(InstallError::BadSpec(_))
+        ));
     }
 
     #[test]
