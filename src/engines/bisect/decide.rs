@@ -1,0 +1,141 @@
+//! The statistical decision of a performance bisection step, as a pure function.
+//!
+//! Each commit is measured in several separate processes; each process gives one median,
+//! so samples are independent (samples inside one process are not). A candidate is
+//! compared with the baseline (the good end) by the ratio of medians with a bootstrap
+//! interval and by Mann-Whitney U together with Kolmogorov-Smirnov (p = the smaller). With
+//! `m = 1 + threshold / 2`, the midpoint between "no change" and "the change asked about":
+//! *bad* when p <= alpha and the whole interval lies beyond m; *good* when the whole
+//! interval lies short of m; otherwise *unknown*, and the caller measures more.
+
+use crate::foundation::stats;
+
+/// Which change counts as a regression.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Larger values (times) are bad.
+    Slower,
+    /// Smaller values (throughput) are bad.
+    Faster,
+}
+
+/// The outcome of one comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// Not worse by the threshold.
+    Good,
+    /// Worse by the threshold, significantly.
+    Bad,
+    /// Not enough evidence either way.
+    Unknown,
+}
+
+/// A decision with its evidence.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Judgement {
+    /// The decision.
+    pub decision: Decision,
+    /// median(candidate) / median(baseline).
+    pub ratio: f64,
+    /// Its bootstrap 95% interval.
+    pub ratio_ci: (f64, f64),
+    /// min(Mann-Whitney p, Kolmogorov-Smirnov p).
+    pub p: f64,
+}
+
+/// Decides whether `cand` is worse than `base` by at least `threshold` in `direction`.
+pub fn decide(
+    base: &[f64],
+    cand: &[f64],
+    threshold: f64,
+    direction: Direction,
+    alpha: f64,
+    seed: u64,
+) -> Option<Judgement> {
+    let c = stats::compare(base, cand, alpha, threshold, seed)?;
+    let (r, lo, hi) = match direction {
+        Direction::Slower => (c.ratio, c.ratio_ci_low, c.ratio_ci_high),
+        Direction::Faster => (1.0 / c.ratio, 1.0 / c.ratio_ci_high, 1.0 / c.ratio_ci_low),
+    };
+    let mid = 1.0 + threshold / 2.0;
+    let decision = if c.p <= alpha && lo > mid {
+        Decision::Bad
+    } else if hi < mid {
+        Decision::Good
+    } else {
+        Decision::Unknown
+    };
+    Some(Judgement {
+        decision,
+        ratio: r,
+        ratio_ci: (lo, hi),
+        p: c.p,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn around(center: f64, spread: f64, n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed.max(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                center * (1.0 + spread * ((x % 10_000) as f64 / 10_000.0 - 0.5))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_three_percent_slowdown_is_bad_and_noise_is_good() {
+        let base = around(100.0, 0.004, 10, 1);
+        let slow = around(103.0, 0.004, 10, 2);
+        let same = around(100.0, 0.004, 10, 3);
+        assert_eq!(
+            decide(&base, &slow, 0.03, Direction::Slower, 0.01, 7)
+                .unwrap()
+                .decision,
+            Decision::Bad
+        );
+        assert_eq!(
+            decide(&base, &same, 0.03, Direction::Slower, 0.01, 7)
+                .unwrap()
+                .decision,
+            Decision::Good
+        );
+        // Faster is not a regression when slower is what is asked about, and vice versa.
+        let fast = around(97.0, 0.004, 10, 4);
+        assert_eq!(
+            decide(&base, &fast, 0.03, Direction::Slower, 0.01, 7)
+                .unwrap()
+                .decision,
+            Decision::Good
+        );
+        assert_eq!(
+            decide(&base, &fast, 0.03, Direction::Faster, 0.01, 7)
+                .unwrap()
+                .decision,
+            Decision::Bad
+        );
+    }
+
+    #[test]
+    fn too_few_noisy_samples_are_unknown() {
+        let base = around(100.0, 0.2, 4, 1);
+        let cand = around(102.0, 0.2, 4, 2);
+        assert_eq!(
+            decide(&base, &cand, 0.03, Direction::Slower, 0.01, 7)
+                .unwrap()
+                .decision,
+            Decision::Unknown
+        );
+    }
+}
