@@ -558,12 +558,12 @@ impl Progress {
 
 /// One line per evaluated commit: commit, outcome, subject, and why.
 pub(crate) fn step_line(s: &run::Step, style: &Style) -> String {
-    let verdict = match s.verdict.as_str() {
+    let verdict = match s.verdict.word() {
         "good" => style.good("good"),
         "bad" => style.error("bad"),
         v => style.warn(v),
     };
-    let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    let pad = " ".repeat(4usize.saturating_sub(s.verdict.word().len()));
     // A commit shows as its short hash; a compiler release (toolchain bisection) whole.
     let name = if s.commit.len() == 40 && s.commit.bytes().all(|b| b.is_ascii_hexdigit()) {
         &s.commit[..12]
@@ -784,7 +784,7 @@ fn render(
         t.row([
             s.index.to_string(),
             s.commit[..12].to_string(),
-            s.verdict.clone(),
+            s.verdict.to_string(),
             s.median.map_or("-".into(), |m| fmt_value(m, unit)),
             s.ratio.map_or("-".into(), |(r, lo, hi)| {
                 format!("{r:.4} [{lo:.4}, {hi:.4}]")
@@ -1035,7 +1035,7 @@ fn bisect_driven(
         for s in &report.steps {
             t.row([
                 s.commit.clone(),
-                s.verdict.clone(),
+                s.verdict.to_string(),
                 s.median
                     .map_or("-".into(), |m| crate::app::bench::fmt_value(m, "us")),
                 s.ratio.map_or("-".into(), |(r, lo, hi)| {

@@ -112,7 +112,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     label: s.commit.chars().take(8).collect(),
                     y: s.median,
                     ci,
-                    verdict: s.verdict.clone(),
+                    verdict: s.verdict.to_string(),
                 }
             })
             .collect();

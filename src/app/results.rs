@@ -461,7 +461,7 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
         }
         s.row([
             keys::short(&step.commit).to_string(),
-            plain(&step.verdict),
+            plain(step.verdict.word()),
             what,
         ]);
     }
@@ -493,7 +493,7 @@ fn show_toolchain_bisection(
     for step in &r.steps {
         s.row([
             plain(&step.commit),
-            plain(&step.verdict),
+            plain(step.verdict.word()),
             or_dash(step.detail.as_deref()),
         ]);
     }

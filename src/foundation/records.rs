@@ -753,6 +753,12 @@ pub enum Answer {
     Skip,
 }
 
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
 impl Answer {
     /// The word records and step lines use.
     pub fn word(self) -> &'static str {
@@ -1006,7 +1012,7 @@ pub struct Step {
     /// Its subject line.
     pub subject: String,
     /// good, bad or skip (in the terms of the question: for --find fixed, "bad" is the old state).
-    pub verdict: String,
+    pub verdict: Answer,
     /// Why, for bad and skip.
     pub detail: Option<String>,
     /// What the step had to do to test this commit (a moved source, fetched blobs).
@@ -1045,7 +1051,7 @@ impl Step {
             index,
             commit: commit.to_string(),
             subject,
-            verdict: String::new(),
+            verdict: Answer::Skip,
             detail: None,
             note: None,
             cached: false,

@@ -351,7 +351,7 @@ impl<'a> Ctx<'a> {
             }
             Err(StepFail::Abort(e)) => return Err(e),
         };
-        step.verdict = answer.word().into();
+        step.verdict = answer;
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         let recipe_text = match &self.plan.recipe {
@@ -576,7 +576,7 @@ pub(crate) fn stored_step(
 
 /// A step's answer read back from its store record.
 pub(crate) fn fill_from_record(rec: StepRecord, step: &mut Step) {
-    step.verdict = rec.verdict.word().to_string();
+    step.verdict = rec.verdict;
     step.detail = rec.detail;
     step.note = rec.note;
     step.median = rec.median;
@@ -718,11 +718,8 @@ pub(crate) fn answer_built(
                         .get_record(SAMPLES, &exp)
                         .ok()
                         .flatten()
-                        .and_then(|r| {
-                            r["samples"]
-                                .as_array()
-                                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                        })
+                        .and_then(|v| SamplesRecord::from_json(&v, &exp).ok())
+                        .map(|r| r.samples)
                         .unwrap_or_default();
                     while cached.len() < taken + n {
                         let report = bench::run_child(&job, timeout)?;
@@ -1087,7 +1084,7 @@ impl LocalExecutor {
             fetched: std::cell::Cell::new(0),
         };
         let s = ctx.evaluate(index, commit)?;
-        if s.verdict != "good" || s.samples.is_empty() {
+        if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(BisectError::Fatal {
                 commit: history::short(commit),
                 source: anyhow::anyhow!(
@@ -1171,7 +1168,7 @@ impl LocalExecutor {
             if let Some(place) = &s.placement {
                 s.by_place = BTreeMap::from([(place.clone(), s.samples.clone())]);
             }
-            if req.baseline.is_none() && s.verdict == "good" && !s.samples.is_empty() {
+            if req.baseline.is_none() && s.verdict == Answer::Good && !s.samples.is_empty() {
                 self.baselines
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1305,14 +1302,14 @@ fn combine(req: &StepRequest, parts: &[Step]) -> Step {
         )
     };
     if parts.iter().all(|p| p.verdict == first.verdict) {
-        s.verdict = first.verdict.clone();
-        s.detail = match first.verdict.as_str() {
-            "good" if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
-            "good" => None,
+        s.verdict = first.verdict;
+        s.detail = match first.verdict {
+            Answer::Good if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
+            Answer::Good => None,
             _ => Some(parts.iter().map(each).collect::<Vec<_>>().join("; ")),
         };
     } else {
-        s.verdict = "skip".into();
+        s.verdict = Answer::Skip;
         s.detail = Some(format!(
             "the GPUs disagree, each against its own baseline: {}",
             parts.iter().map(each).collect::<Vec<_>>().join("; ")

@@ -187,11 +187,7 @@ pub fn drive(
             a
         }
     };
-    let raw = |s: &Step| match s.verdict.as_str() {
-        "good" => Answer::Good,
-        "bad" => Answer::Bad,
-        _ => Answer::Skip,
-    };
+    let raw = |s: &Step| s.verdict;
     let mut steps: BTreeMap<usize, Step> = BTreeMap::new();
     let mut evaluated = 0;
     let width = executor.width().max(1);
@@ -368,7 +364,7 @@ fn keep_going(
 ) -> Result<Step, BisectError> {
     match result {
         Err(BisectError::Fatal { commit, source }) if plan.keep_going => Ok(Step {
-            verdict: "skip".into(),
+            verdict: Answer::Skip,
             detail: Some(format!("cannot evaluate {commit}: {source:#}")),
             ..Step::new(req.index, req.commit, executor.subject(req.commit))
         }),
@@ -443,7 +439,7 @@ fn recheck(
         &quiet,
     )?;
     Ok(match (s.ratio, s.p) {
-        (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == "bad")),
+        (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == Answer::Bad)),
         _ => None,
     })
 }
@@ -497,7 +493,7 @@ mod tests {
             self.seen.lock().unwrap().push(*req);
             let verdict = (self.answer)(req)?;
             let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
-            s.verdict = verdict.into();
+            s.verdict = answer_of(verdict);
             s.placement = (self.placement)(req);
             if matches!(verdict, "good" | "bad") {
                 s.samples = vec![1.0, 1.0, 1.0];
@@ -511,6 +507,15 @@ mod tests {
         }
         fn subject(&self, _commit: Oid) -> String {
             "a subject".into()
+        }
+    }
+
+    /// The answer a test's word stands for.
+    fn answer_of(word: &str) -> Answer {
+        match word {
+            "good" => Answer::Good,
+            "bad" => Answer::Bad,
+            _ => Answer::Skip,
         }
     }
 
@@ -715,7 +720,7 @@ mod tests {
         let fake = Fake::new(1, answer);
         let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
         let s = r.steps.iter().find(|s| s.index == 10).unwrap();
-        assert_eq!(s.verdict, "skip");
+        assert_eq!(s.verdict, Answer::Skip);
         assert_eq!(s.subject, "a subject");
         assert!(s.detail.as_deref().unwrap().contains("the disk is full"));
     }
@@ -775,7 +780,7 @@ mod tests {
         ) -> Result<Step, BisectError> {
             let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
             if let Some(v) = self.log.lock().unwrap().get(&req.index) {
-                s.verdict = (*v).into();
+                s.verdict = answer_of(v);
                 s.cached = true;
                 return Ok(s);
             }
@@ -793,7 +798,7 @@ mod tests {
                 "good"
             };
             self.log.lock().unwrap().insert(req.index, v);
-            s.verdict = v.into();
+            s.verdict = answer_of(v);
             Ok(s)
         }
     }

@@ -652,9 +652,15 @@ fn evaluate(
         }
     };
     let code = out.status.code().unwrap_or(-1);
-    let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    // What `repro build --json` prints: the outcome of each target's build.
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        builds: Vec<crate::engines::build::Outcome>,
+    }
+    let builds = serde_json::from_slice::<Reply>(&out.stdout)
+        .map(|r| r.builds)
+        .unwrap_or_default();
     let wheels = done.installed.stamp.wheels;
-    let builds = reply["builds"].as_array().cloned().unwrap_or_default();
     if builds.is_empty() {
         // No build ran: the child failed before compiling (an environment problem).
         let why = first_line(&out.stderr_str())
@@ -671,7 +677,7 @@ fn evaluate(
     }
     let mut per_target = BTreeMap::new();
     for (t, b) in plan.targets.iter().zip(&builds) {
-        let ok = b["status"] == "ok";
+        let ok = b.status == "ok";
         let answer = if ok { Answer::Good } else { Answer::Bad };
         per_target.insert(
             t.clone(),
@@ -681,9 +687,9 @@ fn evaluate(
                     release: release.to_string(),
                     target: t.clone(),
                     verdict: if ok { "good" } else { "bad" },
-                    key: b["key"].as_str().map(str::to_string),
-                    cached: b["cached"] == true,
-                    detail: (!ok).then(|| first_error(b["log"].as_str().unwrap_or_default())),
+                    key: Some(b.key.clone()),
+                    cached: b.cached,
+                    detail: (!ok).then(|| first_error(&b.log)),
                 },
             ),
         );
@@ -950,7 +956,7 @@ impl<'a> ReleaseExecutor<'a> {
             }
         };
         let s = self.evaluate(index, None, &quiet)?;
-        if s.verdict != "good" || s.samples.is_empty() {
+        if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(self.fatal(
                 index,
                 anyhow::anyhow!("the baseline could not be measured: it is {}", s.verdict),
@@ -987,7 +993,7 @@ impl<'a> ReleaseExecutor<'a> {
                 let place = format!("GPU {}", self.device);
                 step.by_place = BTreeMap::from([(place.clone(), step.samples.clone())]);
                 step.placement = Some(place);
-                if baseline.is_none() && step.verdict == "good" && !step.samples.is_empty() {
+                if baseline.is_none() && step.verdict == Answer::Good && !step.samples.is_empty() {
                     self.baselines
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -1008,7 +1014,7 @@ impl<'a> ReleaseExecutor<'a> {
             Built::Done(o, _) => o,
             Built::Untestable(why, _) => {
                 // Not stored: another run (with the cause fixed) may be able to test it.
-                step.verdict = "skip".into();
+                step.verdict = Answer::Skip;
                 step.detail = Some(why.clone());
                 step.ms = start.elapsed().as_secs_f64() * 1e3;
                 let step = finish(step);
@@ -1049,7 +1055,7 @@ impl<'a> ReleaseExecutor<'a> {
             Err(StepFail::Fatal(e)) => return Err(self.fatal(index, e)),
             Err(StepFail::Abort(e)) => return Err(e),
         };
-        step.verdict = answer.word().into();
+        step.verdict = answer;
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         if keep {
