@@ -161,17 +161,67 @@ fn a_bundle_verifies_and_names_every_kind_of_tampering() {
     let (code, out) = verify(tmp.path(), &cut);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("is not a readable bundle"), "{out}");
-    // A path escaping the directory is refused, by verify and by replay.
-    let evil = tmp.path().join("evil.tar.zst");
-    rewrite(
-        &bundle,
-        &evil,
-        vec![("../escape.txt".into(), b"x".to_vec())],
-    );
-    let (code, out) = verify(tmp.path(), &evil);
-    assert_ne!(code, 0);
-    assert!(out.contains("unsafe path"), "{out}");
-    assert!(!tmp.path().join("escape.txt").exists());
+    // A member whose path escapes (parent, absolute, Windows forms), added to an otherwise
+    // intact bundle: verify refuses the bundle naming that member, and replay, which
+    // would extract it, refuses it before writing anything, in a directory of its own.
+    for (i, escape) in [
+        "../escape.txt",
+        "source/../../escape.txt",
+        "/tmp/repro-bundle-escape.txt",
+        "..\\escape.txt",
+        "C:/escape.txt",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let evil = tmp.path().join(format!("evil{i}.tar.zst"));
+        let mut m = all.clone();
+        m.push((escape.into(), b"gotcha".to_vec()));
+        rewrite(&bundle, &evil, m);
+        let (code, out) = verify(tmp.path(), &evil);
+        assert_eq!(code, 1, "{escape}: {out}");
+        assert!(
+            out.contains(&format!("holds an unsafe path `{escape}`")),
+            "{escape}: {out}"
+        );
+        let work = tmp.path().join(format!("replay{i}/work"));
+        std::fs::create_dir_all(&work).unwrap();
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&work)
+            .args(["replay", &key[..12], "--bundle"])
+            .arg(&evil)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{escape}: {stderr}");
+        assert!(
+            stderr.contains(&format!("holds an unsafe path `{escape}`")),
+            "{escape}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!tmp.path().join("escape.txt").exists(), "{escape}");
+        assert!(!tmp.path().join(format!("replay{i}/escape.txt")).exists());
+        assert!(!Path::new("/tmp/repro-bundle-escape.txt").exists());
+        let written: Vec<_> = walkdir::WalkDir::new(tmp.path().join(format!("replay{i}")))
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.path().to_owned())
+            .collect();
+        assert!(written.is_empty(), "{escape}: replay wrote {written:?}");
+    }
+    // The intact bundle replays (the refusals above are about the member, not replay).
+    let work = tmp.path().join("replay-ok");
+    std::fs::create_dir_all(&work).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&work)
+        .args(["replay", &key[..12], "--bundle"])
+        .arg(&bundle)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("verdict: reproduced"));
 }
 
 #[test]
