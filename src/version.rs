@@ -140,6 +140,8 @@ mod tests {
         assert_eq!(compare("2.0~~", "2.0~"), Less);
         assert_eq!(compare("1:2.0", "3.0"), Greater);
         assert_eq!(compare("a:1", "1"), Greater, "not an epoch: a word");
+        assert_eq!(compare("a:1", "b:1"), Less, "not epochs: words");
+        assert_eq!(compare(":1", "1"), Equal, "an empty epoch is none");
         assert_eq!(compare("13.0", "13"), Equal);
     }
 
