@@ -463,12 +463,11 @@ fn a_bundle_of_benchmark_results_holds_each_claim_and_its_samples() {
     let mut m = all.clone();
     let (path, bytes) = m
         .iter_mut()
-        .find(|(p, _)| p.starts_with("results/"))
+        .find(|(p, _)| *p == format!("results/{a}.json"))
         .unwrap();
-    let text = String::from_utf8(bytes.clone())
-        .unwrap()
-        .replacen("1.5", "1.4", 1);
-    *bytes = text.into_bytes();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(text.contains("1.5"), "{text}");
+    *bytes = text.replacen("1.5", "1.4", 1).into_bytes();
     let path = path.clone();
     let bad = tmp.path().join("bad.tar.zst");
     rewrite(&bundle, &bad, m);
