@@ -175,4 +175,19 @@ mod tests {
         assert_eq!(d(0.03, 0.0).decision, Decision::Unknown);
         assert!(decide(&[], &cand, 0.03, Direction::Slower, 0.01, 7).is_none());
     }
+
+    /// An interval that ends exactly on the midpoint is neither beyond it (bad) nor short of
+    /// it (good): with threshold 0.5 the midpoint is 1.25, and 125 / 100 is exactly that.
+    #[test]
+    fn an_interval_ending_on_the_midpoint_is_unknown() {
+        let base = vec![100.0; 12];
+        let cand = vec![125.0; 12];
+        let j = decide(&base, &cand, 0.5, Direction::Slower, 0.01, 7).unwrap();
+        assert_eq!(j.ratio_ci, (1.25, 1.25));
+        assert!(j.p <= 0.01, "{j:?}");
+        assert_eq!(j.decision, Decision::Unknown, "{j:?}");
+        let j = decide(&cand, &base, 0.5, Direction::Faster, 0.01, 7).unwrap();
+        assert_eq!(j.ratio_ci, (1.25, 1.25));
+        assert_eq!(j.decision, Decision::Unknown, "{j:?}");
+    }
 }
