@@ -13,8 +13,16 @@ and cached: `repro build R` when the store has the key (the whole process). Rati
 against NVRTC's cold build. The WMMA recipe includes <cuda_runtime.h>, which NVRTC cannot
 compile, so it has no NVRTC column.
 
-Usage: python3 benches/toolchain_build.py --wheels DIR [--repro PATH] [--runs N] [--hit-runs N]
-NVRTC comes from REPRO_NVRTC (or the usual search); DIR holds the nvcc 13.0 wheels.
+A fourth column builds the NVRTC recipes with NVRTC's `-minimal` option (no texture,
+surface or device-runtime declarations in the implicit prelude), which kernels that use none
+of those can add to their recipe's options.
+
+Usage: python3 benches/toolchain_build.py (--wheels DIR | --nvcc PATH) [--nvrtc PATH]
+       [--repro PATH] [--runs N] [--hit-runs N]
+--wheels DIR installs the pinned nvcc 13.0 from its wheels (as a user would); --nvcc PATH uses
+that nvcc instead (a machine that reaches no package index, such as the GPU box), through
+`repro build --toolchain system`. --nvrtc PATH is the libnvrtc.so to use (else REPRO_NVRTC,
+else the usual search).
 """
 import argparse
 import json
@@ -46,12 +54,18 @@ def timed(argv, cwd, env, runs):
     return statistics.median(samples)
 
 
-def lookup_ms(recipe, cwd, env, runs):
+def text_targets(root, r):
+    text = open(os.path.join(root, "recipes", f"{r}.toml")).read()
+    t = recipe_field(text, "targets")
+    return t.count('"') // 2 if t else 1
+
+
+def lookup_ms(recipe, cwd, env, runs, via=()):
     """The store lookup of a cache hit as repro itself times it (`duration-ms`, summed over
     targets), without process start-up."""
     samples = []
     for _ in range(runs):
-        out = json.loads(run([REPRO, "--json", "build", recipe], cwd, env).stdout)
+        out = json.loads(run([REPRO, "--json", "build", *via, recipe], cwd, env).stdout)
         samples.append(sum(b["duration-ms"] for b in out["builds"]))
     return statistics.median(samples)
 
@@ -75,10 +89,14 @@ def recipe_field(text, key):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repro", default=os.path.join(HERE, "target/release/repro"))
-    ap.add_argument("--wheels", required=True, help="directory holding the nvcc 13.0 wheels")
+    ap.add_argument("--wheels", help="directory holding the nvcc 13.0 wheels")
+    ap.add_argument("--nvcc", help="an nvcc binary to use instead of installing the pinned one")
+    ap.add_argument("--nvrtc", help="the libnvrtc.so NVRTC builds use (REPRO_NVRTC)")
     ap.add_argument("--runs", type=int, default=5, help="cold builds per cell")
     ap.add_argument("--hit-runs", type=int, default=20, help="cache-hit builds per cell")
     a = ap.parse_args()
+    if not a.wheels and not a.nvcc:
+        ap.error("give --wheels DIR (the pinned nvcc's wheels) or --nvcc PATH")
     global REPRO
     repro = REPRO = os.path.abspath(a.repro)
     base = tempfile.mkdtemp(prefix="repro-tcbench-")
@@ -100,40 +118,59 @@ def main():
                 with open(os.path.join(root, "recipes", f"{r}_nvcc.toml"), "w") as f:
                     f.write(f'schema = 1\n[build]\nkind = "nvcc"\nsource = "{source}"\nentries = {entries}\n'
                             'toolchain = "nvcc@13.0"\ntarget = "sm_90"\noutputs = ["cubin"]\noptions = ["--std=c++17"]\n')
+                minimal = text.replace('options = ["--std=c++17"]', 'options = ["--std=c++17", "-minimal"]')
+                if minimal == text:
+                    minimal = text.replace("[build]\n", '[build]\noptions = ["-minimal"]\n', 1)
+                with open(os.path.join(root, "recipes", f"{r}_minimal.toml"), "w") as f:
+                    f.write(minimal)
         git(root, "init", "-q")
         git(root, "add", "-A")
         git(root, "commit", "-q", "-m", "bench")
         env = dict(os.environ, XDG_CACHE_HOME=os.path.join(base, "cache"), NO_COLOR="1")
-        t = time.perf_counter()
-        run([repro, "toolchain", "install", "nvcc@13.0", "--wheels", a.wheels], root, env)
-        install_s = time.perf_counter() - t
-        nvcc = os.path.join(base, "cache/repro/toolchains/nvcc-13.0/nvidia/cu13/bin/nvcc")
+        if a.nvrtc:
+            env["REPRO_NVRTC"] = os.path.abspath(a.nvrtc)
+        via = []
+        if a.nvcc:
+            nvcc = os.path.abspath(a.nvcc)
+            env["REPRO_NVCC"] = nvcc
+            via = ["--toolchain", "system"]
+            print(f"nvcc: {nvcc} (through `repro build --toolchain system`)")
+        else:
+            t = time.perf_counter()
+            run([repro, "toolchain", "install", "nvcc@13.0", "--wheels", a.wheels], root, env)
+            install_s = time.perf_counter() - t
+            nvcc = os.path.join(base, "cache/repro/toolchains/nvcc-13.0/nvidia/cu13/bin/nvcc")
+            print(f"repro toolchain install nvcc@13.0 from a wheel directory: {install_s:.1f} s (once)")
         out = os.path.join(base, "out.cubin")
-        print(f"repro toolchain install nvcc@13.0 from a wheel directory: {install_s:.1f} s (once)")
+        which = run([repro, "toolchain", "which"], root, env).stdout.strip().replace("\n", "; ")
+        print(f"compilers: {which}")
         print(f"medians: cold builds of {a.runs} runs, cache hits of {a.hit_runs} runs, ms; ratio = time / NVRTC cold\n")
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print("cache hits: whole process / the lookup inside it (repro's own duration-ms)\n")
-        print("| recipe | NVRTC cold | pinned nvcc cold (repro) | `nvcc -cubin` | NVRTC cache hit | nvcc cache hit |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| recipe | NVRTC cold | NVRTC cold, -minimal | nvcc cold (repro) | `nvcc -cubin` | NVRTC cache hit | nvcc cache hit |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for r, kind, source in rows:
             cubin = [nvcc, "-cubin", "-arch=sm_90", "--std=c++17", "-o", out, source]
             if kind == "nvrtc":
                 cold = timed([repro, "build", "--force", r], root, env, a.runs)
-                ncold = timed([repro, "build", "--force", f"{r}_nvcc"], root, env, a.runs)
+                mcold = timed([repro, "build", "--force", f"{r}_minimal"], root, env, a.runs)
+                ncold = timed([repro, "build", "--force", *via, f"{r}_nvcc"], root, env, a.runs)
                 plain = timed(cubin, root, env, a.runs)
                 hit = timed([repro, "build", r], root, env, a.hit_runs)
-                nhit = timed([repro, "build", f"{r}_nvcc"], root, env, a.hit_runs)
+                nhit = timed([repro, "build", *via, f"{r}_nvcc"], root, env, a.hit_runs)
                 look = lookup_ms(r, root, env, a.hit_runs)
-                nlook = lookup_ms(f"{r}_nvcc", root, env, a.hit_runs)
-                print(f"| {r} | {cold:.0f} | {ncold:.0f} ({ncold / cold:.1f}x) | {plain:.0f} ({plain / cold:.1f}x) "
-                      f"| {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
+                nlook = lookup_ms(f"{r}_nvcc", root, env, a.hit_runs, via)
+                print(f"| {r} | {cold:.0f} | {mcold:.0f} ({mcold / cold:.2f}x) | {ncold:.0f} ({ncold / cold:.1f}x) "
+                      f"| {plain:.0f} ({plain / cold:.1f}x) | {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
             else:
-                # Several targets: `repro build` compiles each; nvcc -cubin is timed for one.
-                ncold = timed([repro, "build", "--force", r], root, env, a.runs)
+                targets = text_targets(root, r)
+                ncold = timed([repro, "build", "--force", *via, r], root, env, a.runs)
                 plain = timed(cubin, root, env, a.runs)
-                nhit = timed([repro, "build", r], root, env, a.hit_runs)
-                nlook = lookup_ms(r, root, env, a.hit_runs)
-                print(f"| {r} (nvcc, 2 targets) | n/a | {ncold:.0f} | {plain:.0f} (one target) | n/a | {nhit:.1f} / {nlook:.1f} |")
+                nhit = timed([repro, "build", *via, r], root, env, a.hit_runs)
+                nlook = lookup_ms(r, root, env, a.hit_runs, via)
+                label = f"{r} (nvcc, {targets} targets)" if targets > 1 else f"{r} (nvcc)"
+                note = " (one target)" if targets > 1 else ""
+                print(f"| {label} | n/a | n/a | {ncold:.0f} | {plain:.0f}{note} | n/a | {nhit:.1f} / {nlook:.1f} |")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

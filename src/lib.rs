@@ -1,43 +1,24 @@
 //! `repro`: reproducible GPU-kernel work.
 //!
-//! The crate is laid out one module per concern: the command line (`cli`, `cmd`), machine
-//! fingerprints (`fingerprint`, `fields`), lockfiles and their comparison (`lockfile`,
-//! `check`), CUDA toolchains (`toolchain`), and the shared plumbing every command uses:
-//! child processes (`process`), atomic writes (`fsutil`), errors and exit codes (`error`,
-//! `exit`) and terminal output (`output`).
+//! Three layers, imports only downward (see ARCHITECTURE.md): `app` (the command line,
+//! one file per subcommand, error reporting), `engines` (the use cases) and `foundation`
+//! (the plumbing every engine uses). All three are private to the crate.
+//!
+//! The library surface is deliberate and small: [`main`], which the `repro` binary runs,
+//! and the modules the integration tests and fuzzers in `tests/` drive directly (the
+//! parsers of files from elsewhere, the archive format, keys, the store and the exit
+//! codes), re-exported here under their short names. Nothing else is public.
 
-pub mod archive;
-pub mod bench;
-pub mod bisect;
-pub mod build;
-pub mod bundle;
-pub mod catalog;
-pub mod check;
-pub mod cli;
-pub mod cmd;
-pub mod config;
-pub mod driverlib;
-pub mod error;
-pub mod exit;
-pub mod export;
-pub mod expr;
-pub mod fields;
-pub mod fingerprint;
-pub mod fsutil;
-pub mod gpurun;
-pub mod keys;
-pub mod lockfile;
-pub mod nix;
-pub mod nvbench;
-pub mod output;
-pub mod plot;
-pub mod process;
-pub mod recipe;
-pub mod runspec;
-pub mod share;
-pub mod spans;
-pub mod stats;
-pub mod store;
-pub mod symbols;
-pub mod toolchain;
-pub mod version;
+mod app;
+mod engines;
+mod foundation;
+
+pub use app::main;
+
+/// The command line as clap parses it (`tests/readme.rs` parses every example).
+pub mod cli {
+    pub use crate::app::Cli;
+}
+
+pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
+pub use foundation::{archive, exit, expr, fields, fsutil, keys, recipe, store};

@@ -15,6 +15,17 @@ fn every_exit_code_is_documented() {
             "exit code {code} is not in the README"
         );
     }
+    // And the other way: every row of the README's table is a code repro has.
+    let table = text
+        .split("## Exit codes")
+        .nth(1)
+        .expect("an exit codes section");
+    let rows: Vec<u8> = table
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix("| ")?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(rows.len(), exit::ALL.len(), "README rows {rows:?}");
 }
 
 #[test]

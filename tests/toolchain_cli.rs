@@ -1,9 +1,10 @@
 //! `repro toolchain install nvcc@13.0`, builds with the pinned nvcc, `repro env check` of the
 //! pin, and `repro bisect --toolchains`, end to end with NVIDIA's real wheels.
 //!
-//! The wheels come from a local directory (REPRO_TEST_WHEELHOUSE), which CI fills with
-//! `pip download` (.ci/run), so the tests themselves need no network. Without it they print
-//! why they skip; with REPRO_TEST_REQUIRE_WHEELHOUSE set (CI) its absence is a failure.
+//! The tests fetch the wheels they need themselves, through pip's ordinary client, into
+//! cargo's target directory, once (tests/common `wheels`); REPRO_TEST_WHEELHOUSE names a
+//! directory to use instead. Where pip cannot reach a package index they print why they skip;
+//! with REPRO_TEST_REQUIRE_WHEELHOUSE set (CI) that is a failure.
 
 mod common;
 
@@ -15,18 +16,37 @@ use common::{crate_dir, repo_with, repro};
 use predicates::prelude::*;
 use serde_json::Value;
 
-/// The wheel directory, or `None` (with the reason printed) when this machine has none.
-fn wheelhouse() -> Option<PathBuf> {
-    match std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
-        Some(d) => Some(PathBuf::from(d)),
-        None => {
+/// The pinned nvcc 13.0 wheels.
+fn nvcc_set() -> Vec<(String, String)> {
+    common::pinned_nvcc_wheels()
+}
+
+/// The three NVRTC releases of the NVRTC toolchain bisection.
+fn nvrtc_set() -> Vec<(String, String)> {
+    [
+        ("nvidia-cuda-nvrtc-cu12", "12.8.93"),
+        ("nvidia-cuda-nvrtc-cu12", "12.9.86"),
+        ("nvidia-cuda-nvrtc", "13.0.88"),
+    ]
+    .iter()
+    .map(|(p, v)| (p.to_string(), v.to_string()))
+    .collect()
+}
+
+/// A wheel directory holding `need`, or `None` (with the reason printed) when the wheels
+/// cannot be had here.
+fn wheelhouse(need: &[(String, String)]) -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    match common::wheels(need) {
+        Ok(d) => Some(d),
+        Err(why) => {
             assert!(
                 std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
-                "REPRO_TEST_WHEELHOUSE is required here but not set"
+                "the wheels are required here but could not be had: {why}"
             );
-            common::skip(
-                "needs a wheelhouse: REPRO_TEST_WHEELHOUSE is not set (a directory of the nvcc 13.0 wheels and NVRTC 12.8.93, 12.9.86, 13.0.88; .ci/run fills one)",
-            );
+            common::skip(&format!("needs NVIDIA's wheels through pip: {why}"));
             None
         }
     }
@@ -75,7 +95,9 @@ fn cmd(cache: &Path, root: &Path) -> assert_cmd::Command {
 
 #[test]
 fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
     // Not installed yet: the build refuses to fall back to another nvcc and says how to fix it.
@@ -176,7 +198,9 @@ fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
 
 #[test]
 fn a_flipped_byte_is_refused_with_both_digests_and_nothing_is_installed() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
     let bad = tmp.path().join("tampered");
@@ -210,7 +234,9 @@ fn a_flipped_byte_is_refused_with_both_digests_and_nothing_is_installed() {
 
 #[test]
 fn an_interrupted_install_is_detected_and_redone() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
     // A real install, killed while it unpacks.
@@ -298,7 +324,9 @@ fn an_interrupted_install_is_detected_and_redone() {
 
 #[test]
 fn two_concurrent_installs_leave_one_good_tree() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
     let exe = assert_cmd::cargo::cargo_bin("repro");
@@ -404,7 +432,9 @@ fn bad_requests_get_clear_errors() {
 
 #[test]
 fn env_check_fails_until_the_pinned_toolchain_is_installed() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
     std::fs::create_dir_all(root.join("lockfiles")).unwrap();
@@ -442,7 +472,9 @@ fn env_check_fails_until_the_pinned_toolchain_is_installed() {
 
 #[test]
 fn toolchain_bisection_names_the_nvrtc_release_that_dropped_sm_70() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvrtc_set()) else {
+        return;
+    };
     // NVRTC 13.0 removed the pre-Turing targets: sm_70 builds with 12.9 and fails with 13.0,
     // while sm_90 builds with every release. One recipe with both targets.
     let kernel = std::fs::read_to_string(crate_dir().join("kernels/vector_add.cu")).unwrap();
@@ -563,7 +595,9 @@ impl Drop for Mounted {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
-    let Some(wh) = wheelhouse() else { return };
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
     let (tmp, root) = nvcc_repo();
     // A 150 MB file system holds the downloaded wheels but not the unpacked tree, so the
     // install fails while unpacking. Mounting one needs privileges this machine may lack.
@@ -595,4 +629,312 @@ fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
         .assert()
         .code(3)
         .stderr(predicate::str::contains("not installed"));
+}
+
+#[test]
+fn toolchain_bisection_options_that_do_not_apply_are_refused() {
+    // Refused before any release is listed or installed: no wheels needed.
+    let kernel = std::fs::read_to_string(crate_dir().join("kernels/vector_add.cu")).unwrap();
+    let recipe = std::fs::read_to_string(crate_dir().join("recipes/vector_add.toml")).unwrap();
+    let two = recipe.replace("target = \"sm_90\"", "targets = [\"sm_89\", \"sm_90\"]");
+    let (tmp, root) = repo_with(&[
+        ("kernels/vector_add.cu", &kernel),
+        ("recipes/va.toml", &recipe),
+        ("recipes/va2.toml", &two),
+    ]);
+    let cache = tmp.path().join("cache");
+    let run = |args: &[&str]| {
+        cmd(&cache, &root)
+            .args(["bisect", "--toolchains", "nvrtc@12.9.86..nvrtc@13.0.88"])
+            .args(args)
+            .assert()
+    };
+    run(&["--recipe", "va", "--find", "fixed"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--toolchains searches for the first broken release",
+        ));
+    run(&["--recipe", "va", "--mode", "bench", "--devices", "0,1"])
+        .code(2)
+        .stderr(predicate::str::contains("hint: leave out --find fixed"));
+    run(&["--recipe", "va2", "--mode", "check"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "recipe `va2` has 2 targets; a check or bench bisection over toolchains runs one kernel",
+        ));
+    run(&["--recipe", "va", "--mode", "bench", "--threshold", "x"]).code(2);
+    // Nothing was installed or recorded.
+    assert!(entries(&cache).is_empty());
+    assert!(!root.join(".repro/bisections").exists());
+}
+
+#[test]
+fn check_and_bench_bisections_over_toolchains_build_each_release_then_need_the_gpu() {
+    if common::has_gpu() {
+        common::skip(
+            "needs a machine without a GPU (on a GPU machine benches/gpu_toolchains.py runs these modes for real)",
+        );
+        return;
+    }
+    let need: Vec<(String, String)> = nvrtc_set().into_iter().skip(1).collect();
+    let Some(wh) = wheelhouse(&need) else { return };
+    let kernel = std::fs::read_to_string(crate_dir().join("kernels/vector_add.cu")).unwrap();
+    let recipe = std::fs::read_to_string(crate_dir().join("recipes/vector_add.toml")).unwrap();
+    let (tmp, root) = repo_with(&[
+        ("kernels/vector_add.cu", &kernel),
+        ("recipes/va.toml", &recipe),
+    ]);
+    let cache = tmp.path().join("cache");
+    for mode in ["check", "bench"] {
+        let out = cmd(&cache, &root)
+            .args([
+                "bisect",
+                "--toolchains",
+                "nvrtc@12.9.86..nvrtc@13.0.88",
+                "--recipe",
+                "va",
+                "--param",
+                "n=4096",
+                "--mode",
+                mode,
+                "--wheels",
+            ])
+            .arg(&wh)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The good end was installed and built with its own release; the GPU stage is
+        // where it stops, with the documented exit code for a missing driver.
+        assert_eq!(out.status.code(), Some(3), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("bisect: checking the good end nvrtc@12.9.86"),
+            "{mode}: {stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "error: could not evaluate nvrtc@12.9.86: no NVIDIA driver on this machine"
+            ),
+            "{mode}: {stderr}"
+        );
+        assert!(
+            stderr.contains("hint: check and bench modes run the kernel on a GPU"),
+            "{stderr}"
+        );
+        // No verdict was recorded for a step that never ran.
+        assert!(!root.join(".repro/bisect").exists(), "{mode}");
+        assert!(!root.join(".repro/bisections").exists(), "{mode}");
+    }
+    // The release's build is in the store, under a key that holds its wheel's digest.
+    let builds: Vec<Value> = std::fs::read_dir(root.join(".repro/builds"))
+        .unwrap()
+        .flatten()
+        .map(|e| serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap())
+        .collect();
+    assert_eq!(builds.len(), 1, "one build, reused by the second mode");
+    assert_eq!(builds[0]["status"], "ok");
+    assert!(
+        builds[0]["inputs"]["compiler"].to_string().contains("12.9"),
+        "{}",
+        builds[0]["inputs"]["compiler"]
+    );
+}
+
+#[test]
+fn nvcc_releases_nobody_pinned_are_fetched_through_pip_and_bisected() {
+    // About 110 MB of nvcc 13.1 wheels: opt-in (REPRO_TEST_UNPINNED_NVCC=1), so that CI's
+    // time stays within bounds; the download is kept under target/ once made.
+    if std::env::var_os("REPRO_TEST_UNPINNED_NVCC").is_none() {
+        common::skip(
+            "opt-in: set REPRO_TEST_UNPINNED_NVCC=1 (downloads nvcc 13.1's five wheels, about 110 MB, once)",
+        );
+        return;
+    }
+    let mut need = nvcc_set();
+    need.extend(
+        [
+            ("nvidia-cuda-nvcc", "13.1.115"),
+            ("nvidia-nvvm", "13.1.115"),
+            ("nvidia-cuda-crt", "13.1.115"),
+            ("nvidia-cuda-runtime", "13.1.80"),
+            ("nvidia-cuda-cccl", "13.1.115"),
+        ]
+        .iter()
+        .map(|(p, v)| (p.to_string(), v.to_string())),
+    );
+    let Some(wh) = wheelhouse(&need) else { return };
+    let read = |p: &str| std::fs::read_to_string(crate_dir().join(p)).unwrap();
+    let (tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        (
+            "kernels/popcount_cccl.cu",
+            &read("kernels/popcount_cccl.cu"),
+        ),
+        (
+            "recipes/popcount_cccl.toml",
+            &read("recipes/popcount_cccl.toml"),
+        ),
+    ]);
+    let cache = tmp.path().join("cache");
+    let out = cmd(&cache, &root)
+        .args([
+            "--json",
+            "bisect",
+            "--toolchains",
+            "nvcc@13.0..nvcc@13.1",
+            "--recipe",
+            "popcount_cccl",
+            "--wheels",
+        ])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 13.1 is published (here: in the wheel directory) but not pinned.
+    assert_eq!(v["releases"], serde_json::json!(["13.0", "13.1"]), "{v}");
+    let a = &v["answers"][0];
+    assert_eq!(a["first-bad"], "13.1", "{v}");
+    assert_eq!(a["last-good"], "13.0", "{v}");
+    let bad = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["release"] == "13.1")
+        .unwrap();
+    assert!(
+        bad["detail"].as_str().unwrap().contains("__cccl_popc"),
+        "{bad}"
+    );
+    // Every wheel of the unpinned release: the newest of its major.minor, digest recorded.
+    let w = v["wheels"]["13.1"].as_array().unwrap();
+    assert_eq!(w.len(), 5, "{v}");
+    for x in w {
+        assert_eq!(x["pinned"], false, "{x}");
+        assert_eq!(x["sha256"].as_str().unwrap().len(), 64, "{x}");
+    }
+    assert!(
+        v["wheels"]["13.0"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["pinned"] == true)
+    );
+    // The stamp of the side-by-side tree holds the same digests.
+    let stamp: Value = serde_json::from_slice(
+        &std::fs::read(toolchains(&cache).join("nvcc-13.1/toolchain.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stamp["wheels"], v["wheels"]["13.1"]);
+    assert_eq!(entries(&cache), ["nvcc-13.0", "nvcc-13.1"]);
+    // Human output says that the release was trusted on first use.
+    let human = cmd(&cache, &root)
+        .args([
+            "bisect",
+            "--toolchains",
+            "nvcc@13.0..13.1",
+            "--recipe",
+            "popcount_cccl",
+            "--wheels",
+        ])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&human.stderr);
+    assert!(
+        err.contains("note: 13.1 is not pinned in repro.toml")
+            && err.contains("trust on first use"),
+        "{err}"
+    );
+    // CUDA 12's nvcc wheels carry no nvcc driver: said, not attempted.
+    cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@12.9"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "nvcc@12.9 is not a release this project pins",
+        ));
+}
+
+/// Runs `repro ARGS` on a terminal (util-linux `script`), returning what the terminal showed,
+/// or `None` where `script` cannot give one.
+fn on_terminal(cache: &Path, root: &Path, args: &str) -> Option<(bool, String)> {
+    let bin = assert_cmd::cargo::cargo_bin("repro");
+    let o = std::process::Command::new("script")
+        .current_dir(root)
+        .env("XDG_CACHE_HOME", cache)
+        .env("TERM", "xterm")
+        .env_remove("REPRO_WHEELHOUSE")
+        .args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"])
+        .output()
+        .ok()?;
+    Some((
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    ))
+}
+
+#[test]
+fn install_and_bisection_progress_shows_on_a_terminal_only() {
+    let Some(wh) = wheelhouse(&nvcc_set()) else {
+        return;
+    };
+    let (tmp, root) = nvcc_repo();
+    let cache = tmp.path().join("cache");
+    // Off a terminal: status lines, no bar.
+    let out = cmd(&cache, &root)
+        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .arg(&wh)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("unpacking 5 wheel(s) of nvcc@13.0"), "{err}");
+    assert!(!err.contains("ETA") && !err.contains('\x1b'), "{err}");
+    // On a terminal: bars of bytes with an ETA for verifying and unpacking.
+    let cache2 = tmp.path().join("cache2");
+    let Some((ok, text)) = on_terminal(
+        &cache2,
+        &root,
+        &format!("toolchain install nvcc@13.0 --wheels {}", wh.display()),
+    ) else {
+        common::skip("needs util-linux `script` to give repro a terminal");
+        return;
+    };
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("verifying") && text.contains("unpacking") && text.contains("ETA"),
+        "no byte progress on a terminal: {text}"
+    );
+    assert!(text.contains("MiB"), "{text}");
+    // -q on a terminal: nothing at all.
+    let cache3 = tmp.path().join("cache3");
+    let (ok, text) = on_terminal(
+        &cache3,
+        &root,
+        &format!("-q toolchain install nvcc@13.0 --wheels {}", wh.display()),
+    )
+    .unwrap();
+    assert!(
+        ok && !text.contains("ETA") && !text.contains("verifying"),
+        "{text}"
+    );
+
+    // A bisection shows a bar of steps with an ETA: a script bisection over 8 commits.
+    for i in 1..=8 {
+        std::fs::write(root.join("n.txt"), format!("{i}\n")).unwrap();
+        common::git(&root, &["add", "-A"]);
+        common::git(&root, &["commit", "-qm", &format!("c{i}")]);
+    }
+    let (ok, text) = on_terminal(
+        &cache,
+        &root,
+        "bisect --good HEAD~7 --bad HEAD --script 'test $(cat n.txt) -lt 6'",
+    )
+    .unwrap();
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("/5 steps") && text.contains("left]"),
+        "no bar of steps: {text}"
+    );
 }

@@ -291,3 +291,88 @@ pub fn offline_nix_flags(dir: &Path) -> String {
     std::fs::write(&registry, r#"{"flakes":[],"version":2}"#).unwrap();
     format!("--offline --option flake-registry {}", registry.display())
 }
+
+/// The nvcc 13.0 wheels `repro.toml` pins (`[toolchain.nvcc."13.0"]`), as (package, version).
+pub fn pinned_nvcc_wheels() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(crate_dir().join("repro.toml")).unwrap();
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    v["toolchain"]["nvcc"]["13.0"]["wheels"]
+        .as_array()
+        .expect("repro.toml pins nvcc 13.0")
+        .iter()
+        .map(|w| {
+            (
+                w["package"].as_str().unwrap().to_string(),
+                w["version"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A directory holding the wheels `need` names (package, version), downloaded through
+/// pip's ordinary client into cargo's target directory once and kept between runs (nvcc
+/// wheels are tens of MB each). `repro toolchain install` checks the sha256 pins of
+/// repro.toml when it installs from here, so a wrong file fails the test that uses it.
+/// `Err` says why a wheel could not be had (no network, no pip).
+pub fn wheels(need: &[(String, String)]) -> Result<PathBuf, String> {
+    let dir = deps_dir().join("wheelhouse");
+    locked("wheelhouse", || {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let have = |package: &str, version: &str| {
+            let prefix = format!("{}-{version}-", package.replace('-', "_"));
+            std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(&prefix) && n.ends_with(".whl")
+                })
+        };
+        let missing: Vec<String> = need
+            .iter()
+            .filter(|(p, v)| !have(p, v))
+            .map(|(p, v)| format!("{p}=={v}"))
+            .collect();
+        if missing.is_empty() {
+            return Ok(dir.clone());
+        }
+        // Into a directory of its own first: a download cut short leaves no partial wheel
+        // where the next run would take it for whole.
+        let part = deps_dir().join(format!(".wheels-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&part);
+        let out = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--quiet",
+                "-d",
+            ])
+            .arg(&part)
+            .args(&missing)
+            .output()
+            .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&part);
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(2).collect();
+            return Err(format!(
+                "pip could not download {}: {}",
+                missing.join(" "),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ));
+        }
+        for e in std::fs::read_dir(&part)
+            .map_err(|e| e.to_string())?
+            .flatten()
+        {
+            std::fs::rename(e.path(), dir.join(e.file_name())).map_err(|e| e.to_string())?;
+        }
+        let _ = std::fs::remove_dir_all(&part);
+        Ok(dir.clone())
+    })
+}

@@ -1,0 +1,663 @@
+//! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
+//! (time any command, or read a metric from its output, over separate processes).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::bench::{self, Metric, Settings};
+use crate::engines::build::{self, Options};
+use crate::engines::export;
+use crate::engines::fingerprint::{self, Context, Demand};
+use crate::engines::gpurun::Mode;
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::output::Style;
+use crate::foundation::recipe;
+
+/// Arguments of `repro bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe to benchmark (by name or path).
+    #[arg(value_name = "RECIPE", required_unless_present = "command")]
+    recipe: Option<String>,
+    /// Benchmark a shell command instead of a recipe (each run a separate process).
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["recipe", "param", "check_only", "time_anyway", "mode"])]
+    command: Option<String>,
+    /// Name of a command bench in records and tables [default: the command].
+    #[arg(long, requires = "command")]
+    name: Option<String>,
+    /// What a command bench measures: time (wall, ms), json:PATH or regex:RE on stdout.
+    #[arg(long, default_value = "time", requires = "command")]
+    metric: String,
+    /// The unit of a json: or regex: metric (us, ms or s make it a time: lower is faster).
+    #[arg(long, requires = "command")]
+    unit: Option<String>,
+    /// Exactly N runs of the command (otherwise --min-runs, until --max-noise, up to --max-runs).
+    #[arg(long, value_name = "N", requires = "command", conflicts_with_all = ["min_runs", "max_runs"])]
+    runs: Option<usize>,
+    /// A command bench runs at least this many times (hyperfine's --min-runs).
+    #[arg(long, value_name = "N", requires = "command")]
+    min_runs: Option<usize>,
+    /// A command bench runs at most this many times (hyperfine's --max-runs).
+    #[arg(long, value_name = "N", requires = "command")]
+    max_runs: Option<usize>,
+    /// A command run before each run of a command bench, warm-ups included, and not timed
+    /// (hyperfine's --prepare), e.g. to clear a cache.
+    #[arg(long, value_name = "CMD", requires = "command")]
+    prepare: Option<String>,
+    /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep).
+    #[arg(long = "param", value_name = "K=V")]
+    param: Vec<String>,
+    /// cold: L2 flushed before each sample; hot: back to back; graph: CUDA-graph batches.
+    #[arg(long, value_enum, default_value = "cold")]
+    mode: Mode,
+    // The GPU runner's sampling options do not apply to a command bench: they conflict with
+    // --command, so that a hyperfine user's habit is an error, not silently ignored.
+    /// Stop when the relative noise of the median is at most this (e.g. 0.5% or 0.005).
+    #[arg(long, default_value = "0.5%", value_parser = parse_fraction)]
+    max_noise: f64,
+    /// At least this many samples.
+    #[arg(long, default_value_t = 10, conflicts_with = "command")]
+    min_samples: usize,
+    /// At most this many samples.
+    #[arg(long, default_value_t = 100_000, conflicts_with = "command")]
+    max_samples: usize,
+    /// Sample for at least this long.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, conflicts_with = "command")]
+    min_time: Duration,
+    /// Stop sampling after this long even if the noise target is not met.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, conflicts_with = "command")]
+    budget: Duration,
+    /// Warm up: a recipe for this long (default 100ms); a command bench this many untimed
+    /// runs first (hyperfine's --warmup N; default 0).
+    #[arg(long, value_name = "TIME|N", value_parser = parse_warmup)]
+    warmup: Option<Warmup>,
+    /// Kill a benchmark process (or command run) that takes longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Build with this toolchain (nvcc@RELEASE, nvrtc@VERSION, system) instead of the pin.
+    #[arg(long, value_name = "SPEC", value_parser = crate::app::build::parse_spec)]
+    toolchain: Option<crate::engines::toolchain::install::Spec>,
+    /// The CUDA device to run on.
+    #[arg(long, default_value_t = 0, conflicts_with = "command")]
+    device: usize,
+    /// Check against the reference only; do not time.
+    #[arg(long)]
+    check_only: bool,
+    /// Time even when the check fails.
+    #[arg(long)]
+    time_anyway: bool,
+    #[command(flatten)]
+    export: export::ExportArgs,
+}
+
+/// `--warmup`: a duration for the GPU runner, or a number of runs for a command bench.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Warmup {
+    /// Warm up for this long.
+    Time(Duration),
+    /// Run this many times untimed.
+    Runs(usize),
+}
+
+/// Parses `--warmup`: `3` (runs) or `100ms` (a duration).
+fn parse_warmup(s: &str) -> Result<Warmup, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) => Ok(Warmup::Runs(n)),
+        Err(_) => humantime::parse_duration(s.trim())
+            .map(Warmup::Time)
+            .map_err(|e| format!("`{s}` is neither a number of runs nor a duration: {e}")),
+    }
+}
+
+/// Parses `0.5%` or `0.005`.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("`{s}` is not a fraction (e.g. 0.5% or 0.005)"))?;
+    if !(0.0..1.0).contains(&v) {
+        return Err(format!("`{s}` must be between 0 and 100%"));
+    }
+    Ok(v)
+}
+
+/// Runs `repro bench`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let root = g.project_root();
+    g.config()?;
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: false,
+        },
+        &Demand::all(),
+    );
+    let store = g.store();
+    store.check_schema()?;
+    let results = match &a.command {
+        Some(cmd) => command_bench(g, &a, cmd, &fp, &store)?,
+        None => recipe_bench(g, &a, &root, &fp, &store)?,
+    };
+    let rows: Vec<export::Row> = results
+        .iter()
+        .map(|(id, rec)| export::Row::from_record(id, rec))
+        .collect();
+    a.export
+        .write(&g.cwd, &rows)
+        .context("failed to write an export")?;
+    if g.json {
+        let list: Vec<Value> = results
+            .iter()
+            .map(|(id, rec)| {
+                let mut r = rec.clone();
+                r["id"] = json!(id);
+                r
+            })
+            .collect();
+        emit_json(&json!({ "schema": 1, "results": list }))?;
+    }
+    let bad = results.iter().any(|(_, r)| r["verdict"] != "ok");
+    Ok(if bad { exit::MISMATCH } else { exit::OK })
+}
+
+fn settings(a: &Args) -> Settings {
+    Settings {
+        mode: a.mode,
+        max_noise: a.max_noise,
+        min_samples: a.min_samples,
+        max_samples: a.max_samples.max(a.min_samples),
+        min_time_ms: a.min_time.as_secs_f64() * 1e3,
+        budget_ms: a.budget.as_secs_f64() * 1e3,
+        warmup_ms: match a.warmup {
+            Some(Warmup::Time(d)) => d.as_secs_f64() * 1e3,
+            _ => 100.0,
+        },
+        device: a.device,
+    }
+}
+
+fn base_record(fp: &fingerprint::Fingerprint, root: &std::path::Path) -> Value {
+    json!({
+        "schema": bench::SCHEMA,
+        "kind": "result",
+        "fingerprint": fp.to_json(),
+        "machine": fp.lookup("gpu.name").first().and_then(|f| f.value().map(str::to_string)).unwrap_or_else(|| "no GPU".into()),
+        "commit": crate::foundation::git::head_commit(root),
+        "dirty": fp.get("repo.dirty").value() == Some("true"),
+        "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        "repro-version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+fn recipe_bench(
+    g: &Globals,
+    a: &Args,
+    root: &std::path::Path,
+    fp: &fingerprint::Fingerprint,
+    store: &crate::foundation::store::Store,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let name = a
+        .recipe
+        .as_deref()
+        .expect("clap requires a recipe without --command");
+    let mut r = recipe::load(root, name)?;
+    if r.sections.run.is_none() {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has no [run] section, so there is nothing to launch",
+            r.name
+        ))
+        .hint("add [run] (the README's run-section reference), or use --command")
+        .into());
+    }
+    crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)
+        .map_err(UserError::usage)?;
+    if let Some(Warmup::Runs(n)) = a.warmup {
+        return Err(UserError::usage(format!(
+            "--warmup {n}: a recipe bench warms up for a time, not a number of runs"
+        ))
+        .hint("give a duration (`--warmup 200ms`); a count of runs is for --command")
+        .into());
+    }
+    let s = settings(a);
+    // Resolve every point once before building, with no module to read symbols from, so that
+    // a recipe's own mistakes are reported even on a machine without a compiler.
+    bench::resolve(
+        &r.sections,
+        std::path::Path::new(""),
+        &s,
+        a.check_only,
+        a.time_anyway,
+    )
+    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
+    if r.targets().len() > 1 {
+        // One artifact per target: run the one this GPU can load, and say which.
+        let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
+        let cc = fp.get(&cc_key).value().map(str::to_string);
+        let picked = cc.as_deref().and_then(|cc| r.for_capability(cc));
+        match (picked, cc) {
+            (Some(p), Some(cc)) => {
+                if !g.quiet {
+                    eprintln!(
+                        "note: recipe `{}` builds for {}; GPU {} has compute capability {cc}, so this runs the {} build",
+                        r.name,
+                        r.targets().join(", "),
+                        a.device,
+                        p.targets()[0]
+                    );
+                }
+                r = p;
+            }
+            (_, cc) => {
+                return Err(UserError::with_code(
+                    exit::ENVIRONMENT,
+                    format!(
+                        "recipe `{}` builds for {}, and none of them runs on GPU {} (compute capability {})",
+                        r.name,
+                        r.targets().join(", "),
+                        a.device,
+                        cc.as_deref().unwrap_or("unknown")
+                    ),
+                )
+                .hint("add this GPU's target to `targets`")
+                .into());
+            }
+        }
+    }
+    let opts = Options {
+        toolchain: a.toolchain.clone(),
+        ..Options::default()
+    };
+    let built = build::build(root, store, &r, &opts)
+        .with_context(|| format!("failed to build recipe `{}`", r.name))?;
+    if built.status != "ok" {
+        let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();
+        eprintln!("{}", log.join("\n"));
+        return Err(UserError::with_code(
+            exit::BUILD_FAILED,
+            format!(
+                "recipe `{}` does not build (key {})",
+                r.name,
+                keys::short(&built.key)
+            ),
+        )
+        .into());
+    }
+    let module = built
+        .outputs
+        .get("cubin")
+        .or_else(|| built.outputs.get("ptx"))
+        .ok_or_else(|| UserError::usage("the build produced neither a cubin nor PTX to load"))?;
+    let ptx = built
+        .outputs
+        .get("ptx")
+        .and_then(|p| std::fs::read_to_string(&p.path).ok());
+    let points = bench::resolve(
+        &r.sections,
+        std::path::Path::new(&module.path),
+        &s,
+        a.check_only,
+        a.time_anyway,
+    )
+    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
+    if let Some(ptx) = &ptx {
+        for p in &points {
+            bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {
+                UserError::usage(e).hint("make [run] args match the kernel's parameters, in order")
+            })?;
+            if let Some(rl) = &p.job.reference {
+                bench::check_arity(ptx, rl, &p.job.args).map_err(|e| {
+                    UserError::usage(e)
+                        .hint("the reference kernel takes the same arguments as the kernel")
+                })?;
+            }
+        }
+    }
+    // Everything above works without a GPU: recipe, build and argument errors come first.
+    crate::foundation::driverlib::ensure();
+    // SAFETY: only probes for the library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU")
+            .hint("run it on a GPU machine, use `--command` to benchmark a command, or `repro build` to only build")
+            .into());
+    }
+    let count: usize = fp
+        .get("gpu.count")
+        .value()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    if a.device >= count {
+        return Err(UserError::usage(format!(
+            "--device {} is out of range: {count} GPU(s) visible",
+            a.device
+        ))
+        .hint("devices are numbered from 0; check CUDA_VISIBLE_DEVICES")
+        .into());
+    }
+    let must = bench::must_match(fp);
+    let mut out = Vec::new();
+    // A sweep's points each take seconds on the GPU: a bar with an ETA on a terminal.
+    let bar = crate::foundation::output::progress(g.quiet || g.json, points.len() as u64, "points");
+    for p in points {
+        bar.set_message(format!(
+            "{} {}",
+            r.name,
+            bench::params_text(&bench::params_json(&p.params))
+        ));
+        let report = bench::run_child(&p.job, a.timeout)
+            .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
+        let (verdict, detail) = if report
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("TIMEOUT"))
+        {
+            ("timeout", report.error.clone())
+        } else {
+            bench::verdict(&report)
+        };
+        let summary = bench::summarize(&report.samples_us);
+        let (gbps, tflops) = summary.as_ref().map_or((None, None), |s| {
+            bench::throughput(s.median, p.bytes, p.flops)
+        });
+        let experiment = json!({
+            "build-key": built.key, "must-match": must, "params": bench::params_json(&p.params),
+            "settings": s, "check-only": a.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
+        });
+        let mut rec = base_record(fp, root);
+        let extra = json!({
+            "key": keys::key_of(&experiment),
+            "name": r.name, "recipe": r.name, "recipe-path": r.path,
+            "params": bench::params_json(&p.params),
+            "build-key": built.key,
+            "artifact": module.sha256,
+            "settings": s,
+            "launch": p.job.kernel, "reference": p.job.reference, "args": p.job.args,
+            "verdict": verdict, "detail": detail,
+            "check": report.check,
+            "unit": "us",
+            "samples": report.samples_us,
+            "summary": summary,
+            "throughput": {"gb-per-s": gbps, "tflops": tflops},
+            "launches-per-sample": report.launches_per_sample,
+            "warmup-launches": report.warmup_launches,
+            "converged": report.converged,
+            "sm-clock-mhz": report.sm_clock_mhz, "throttled": report.throttled,
+        });
+        merge(&mut rec, extra);
+        let id = bench::record(store, rec.clone())?;
+        // -q prints only problems: a result that is not ok.
+        if !g.json && (!g.quiet || rec["verdict"] != "ok") {
+            bar.suspend(|| emit(&render(&id, &rec, g)))?;
+        }
+        bar.inc(1);
+        out.push((id, rec));
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+}
+
+fn command_bench(
+    g: &Globals,
+    a: &Args,
+    cmd: &str,
+    fp: &fingerprint::Fingerprint,
+    store: &crate::foundation::store::Store,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let root = g.project_root();
+    let metric = Metric::parse(&a.metric).map_err(UserError::usage)?;
+    let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
+        (Some(0), _, _) => return Err(UserError::usage("--runs must be at least 1").into()),
+        (Some(n), _, _) => (n, n),
+        (None, min, max) => {
+            let min = min.unwrap_or(10);
+            let max = max.unwrap_or(200.max(min));
+            if min < 2 || max < min {
+                return Err(UserError::usage(format!(
+                    "--min-runs {min} --max-runs {max}: need 2 <= min-runs <= max-runs"
+                ))
+                .hint("or pass --runs N for exactly N runs")
+                .into());
+            }
+            (min, max)
+        }
+    };
+    let warmup_runs = match a.warmup {
+        None => 0,
+        Some(Warmup::Runs(n)) => n,
+        Some(Warmup::Time(d)) => {
+            return Err(UserError::usage(format!(
+                "--warmup {}: a command bench warms up for a number of runs, not a time",
+                humantime::format_duration(d)
+            ))
+            .hint("give a count, as hyperfine does: `--warmup 3`")
+            .into());
+        }
+    };
+    let mut samples = Vec::new();
+    let mut runs: Vec<bench::TimedRun> = Vec::new();
+    let mut failure = None;
+    let mut timed_out = false;
+    // --prepare before every run, warm-ups included; its failure ends the bench.
+    let prepare = |label: &str| -> Result<(), String> {
+        let Some(p) = &a.prepare else { return Ok(()) };
+        match bench::run_command_timed(&root, p, &Metric::Time, a.timeout) {
+            Ok(_) => Ok(()),
+            Err(bench::CommandRun::Timeout) => Err(format!(
+                "--prepare `{p}` before {label} took longer than {}",
+                humantime::format_duration(a.timeout)
+            )),
+            Err(bench::CommandRun::Failed(why)) => {
+                Err(format!("--prepare before {label} failed: {why}"))
+            }
+            Err(bench::CommandRun::Sample(_)) => Ok(()),
+        }
+    };
+    let bar = crate::foundation::output::progress(g.quiet || g.json, max_runs as u64, "runs");
+    for i in 0..warmup_runs {
+        bar.set_message(format!("warm-up {}/{warmup_runs}", i + 1));
+        if let Err(why) = prepare(&format!("warm-up run {}", i + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
+            Ok(_) => {}
+            Err(bench::CommandRun::Timeout) => {
+                timed_out = true;
+                break;
+            }
+            Err(bench::CommandRun::Failed(why)) => {
+                failure = Some(format!("warm-up run {}: {why}", i + 1));
+                break;
+            }
+            Err(bench::CommandRun::Sample(_)) => {}
+        }
+    }
+    bar.set_message("timing");
+    while failure.is_none() && !timed_out && samples.len() < max_runs {
+        if let Err(why) = prepare(&format!("run {}", samples.len() + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
+            Ok(r) => {
+                samples.push(r.value);
+                runs.push(r);
+            }
+            Err(bench::CommandRun::Failed(why)) => {
+                failure = Some(why);
+                break;
+            }
+            Err(bench::CommandRun::Timeout) => {
+                timed_out = true;
+                break;
+            }
+            Err(bench::CommandRun::Sample(v)) => samples.push(v),
+        }
+        bar.inc(1);
+        if samples.len() >= min_runs
+            && crate::foundation::stats::median_rel_noise(&samples) <= a.max_noise
+        {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let (verdict, detail) = if timed_out {
+        (
+            "timeout",
+            Some(format!(
+                "a run took longer than {}",
+                humantime::format_duration(a.timeout)
+            )),
+        )
+    } else if let Some(f) = failure {
+        ("crash", Some(f))
+    } else {
+        ("ok", None)
+    };
+    let name = a.name.clone().unwrap_or_else(|| cmd.to_string());
+    let unit = match (&metric, a.unit.as_deref()) {
+        (Metric::Time, _) => "ms",
+        (_, Some(u)) => u,
+        (_, None) => "",
+    };
+    let experiment = json!({ "command": cmd, "metric": metric.text(), "must-match": bench::must_match(fp), "commit": crate::foundation::git::head_commit(&root) });
+    let mut rec = base_record(fp, &root);
+    merge(
+        &mut rec,
+        json!({
+            "key": keys::key_of(&experiment),
+            "name": name, "command": cmd, "metric": metric.text(),
+            "params": {},
+            "verdict": verdict, "detail": detail,
+            "unit": unit,
+            "samples": samples,
+            "summary": bench::summarize(&samples),
+            "converged": crate::foundation::stats::median_rel_noise(&samples) <= a.max_noise,
+            "warmup-runs": warmup_runs,
+            "prepare": a.prepare,
+            "wall-s": runs.iter().map(|r| r.wall_s).collect::<Vec<_>>(),
+            "user-s": runs.iter().map(|r| r.user_s).collect::<Vec<_>>(),
+            "system-s": runs.iter().map(|r| r.system_s).collect::<Vec<_>>(),
+            "exit-codes": runs.iter().map(|_| 0).collect::<Vec<_>>(),
+        }),
+    );
+    let id = bench::record(store, rec.clone())?;
+    if !g.json && (!g.quiet || rec["verdict"] != "ok") {
+        emit(&render(&id, &rec, g))?;
+    }
+    Ok(vec![(id, rec)])
+}
+
+pub use crate::foundation::stats::fmt_value;
+
+/// One result as a line (or a few) of text.
+pub fn render(id: &str, rec: &Value, g: &Globals) -> String {
+    let style = Style::for_stdout();
+    let unit = rec["unit"].as_str().unwrap_or("us");
+    let verdict = rec["verdict"].as_str().unwrap_or("?");
+    let painted = if verdict == "ok" {
+        style.good(verdict)
+    } else {
+        style.error(&verdict.to_uppercase())
+    };
+    let params = bench::params_text(&rec["params"]);
+    let mut line = format!(
+        "{:<16} {:<24} {painted}",
+        rec["name"].as_str().unwrap_or_default(),
+        params
+    );
+    let s = &rec["summary"];
+    if let Some(m) = s["median"].as_f64() {
+        line.push_str(&format!(
+            "  median {} ± {:.2}% [{}, {}]  n={}",
+            fmt_value(m, unit),
+            s["rel-noise"].as_f64().unwrap_or(0.0) * 100.0,
+            fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
+            fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit),
+            s["n"]
+        ));
+    }
+    if let Some(b) = rec["throughput"]["gb-per-s"].as_f64() {
+        line.push_str(&format!("  {b:.1} GB/s"));
+    }
+    if let Some(t) = rec["throughput"]["tflops"].as_f64() {
+        line.push_str(&format!("  {t:.2} TFLOP/s"));
+    }
+    line.push_str(&format!("  id {}\n", keys::short(id)));
+    if let Some(d) = rec["detail"].as_str() {
+        line.push_str(&format!("  {} {d}\n", style.warn("detail:")));
+    }
+    if rec["throttled"] == true {
+        line.push_str(&format!(
+            "  {} the SM clock fell below 75% of its maximum while sampling\n",
+            style.warn("warning:")
+        ));
+    }
+    if rec["converged"] == false && verdict == "ok" {
+        line.push_str(&format!(
+            "  {} the noise target was not reached within the budget\n",
+            style.warn("note:")
+        ));
+    }
+    if g.verbose > 0
+        && let Some(checks) = rec["check"].as_array()
+    {
+        for c in checks {
+            line.push_str(&format!(
+                "  check {}: {} mismatches of {}, max abs err {:.3e}, max rel err {:.3e}\n",
+                c["name"].as_str().unwrap_or_default(),
+                c["mismatches"],
+                c["elements"],
+                c["max-abs-err"].as_f64().unwrap_or(0.0),
+                c["max-rel-err"].as_f64().unwrap_or(0.0)
+            ));
+        }
+    }
+    line
+}
+
+/// Arguments of the internal `repro gpu-job`.
+#[derive(Debug, clap::Args)]
+pub struct GpuJobArgs {}
+
+/// Runs one GPU job read from stdin and prints its report (the child of `repro bench`).
+pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
+    let mut input = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
+    let job: crate::engines::gpurun::Job =
+        serde_json::from_slice(&input).context("failed to read the job on stdin")?;
+    crate::foundation::driverlib::ensure();
+    // SAFETY: only probes for the library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine").into(),
+        );
+    }
+    let report = crate::engines::gpurun::run(&job);
+    emit(&serde_json::to_string(&report)?)?;
+    Ok(if report.error.is_some() {
+        exit::MISMATCH
+    } else {
+        exit::OK
+    })
+}
+
+/// `path: message`, or `path:line:column: ...` when the message starts with a location.
+fn located(path: &str, message: &str) -> String {
+    if message.starts_with(|c: char| c.is_ascii_digit()) && message.contains(": ") {
+        format!("{path}:{message}")
+    } else {
+        format!("{path}: {message}")
+    }
+}

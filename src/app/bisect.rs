@@ -1,0 +1,1054 @@
+//! `repro bisect`: find the first commit whose build breaks, whose check fails, whose
+//! benchmark got slower, or for which a script fails, without touching the working tree.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use serde_json::json;
+
+use crate::app::bench::{fmt_value, parse_fraction};
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::bench::{Metric, Settings};
+use crate::engines::bisect::decide::Direction;
+use crate::engines::bisect::history::{self, HistoryError};
+use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
+use crate::engines::bisect::search::Outcome;
+use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
+use crate::engines::toolchain::install::Family;
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::output::{Style, Table};
+use std::path::PathBuf;
+
+/// What the search looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The first commit whose build fails.
+    Build,
+    /// The first commit whose build or correctness check fails (needs a GPU).
+    Check,
+    /// The first commit whose benchmark is worse than the good end's by --threshold.
+    Bench,
+}
+
+/// Where the steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// On this machine (its GPUs: --devices).
+    Local,
+    /// As Slurm jobs with one GPU each (srun); the store must be on a filesystem the nodes
+    /// share.
+    Slurm,
+}
+
+/// Which transition to find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Find {
+    /// The first commit that broke it (the good end is older).
+    Broken,
+    /// The first commit that fixed it (the bad end is older).
+    Fixed,
+}
+
+/// Arguments of `repro bisect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A commit where all is well (the older end, or with --find fixed the newer).
+    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    good: Option<String>,
+    /// A commit where it is broken (the newer end, or with --find fixed the older).
+    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    bad: Option<String>,
+    /// Hold the commit fixed and search compiler releases instead: FROM..TO, e.g.
+    /// nvrtc@12.8.93..nvrtc@13.0.88 (NVRTC wheels) or nvcc@12.9..nvcc@13.0 (pinned releases).
+    #[arg(long, value_name = "RANGE", conflicts_with_all = ["good", "bad", "script", "command"], requires = "recipe")]
+    toolchains: Option<String>,
+    /// With --toolchains: fetch wheels from this directory only (or REPRO_WHEELHOUSE).
+    #[arg(long, value_name = "DIR", requires = "toolchains")]
+    wheels: Option<std::path::PathBuf>,
+    /// The recipe to build, check or benchmark: a name (recipes/NAME.toml in the working
+    /// tree) or a path; read once, committed or not, and applied to every commit.
+    #[arg(long, value_name = "NAME|PATH", conflicts_with = "script")]
+    recipe: Option<String>,
+    /// Read the recipe from this commit instead of the working tree.
+    #[arg(
+        long,
+        value_name = "REV",
+        requires = "recipe",
+        conflicts_with = "recipe_per_commit"
+    )]
+    recipe_at: Option<String>,
+    /// Use each commit's own recipes/NAME.toml (for histories whose recipe evolved).
+    #[arg(long, requires = "recipe")]
+    recipe_per_commit: bool,
+    /// Script and --command modes: write only these paths (git pathspecs) into each
+    /// step's tree instead of the whole tree.
+    #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe")]
+    paths: Vec<String>,
+    /// Never fetch missing blobs from a partial clone's promisor remote; a step that
+    /// needs one is untestable.
+    #[arg(long)]
+    offline: bool,
+    /// What counts as broken.
+    #[arg(long, value_enum, default_value = "build")]
+    mode: Mode,
+    /// Any command, run in each commit's checkout with `git bisect run`'s exit codes.
+    #[arg(long, value_name = "CMD")]
+    script: Option<String>,
+    /// Bench mode without a recipe: time this command (or read --metric from it) in each checkout.
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["script", "recipe"])]
+    command: Option<String>,
+    /// With --command: time, json:PATH or regex:RE.
+    #[arg(long, default_value = "time")]
+    metric: String,
+    /// Find the first broken commit (default), or the first fixed one.
+    #[arg(long, value_enum, default_value = "broken")]
+    find: Find,
+    /// Bench mode: the relative change that counts as a regression.
+    #[arg(long, default_value = "5%", value_parser = parse_fraction)]
+    threshold: f64,
+    /// Bench mode: which way is worse.
+    #[arg(long, value_enum, default_value = "slower")]
+    direction: Direction,
+    /// Bench mode: parameter overrides (the bench must come to one point).
+    #[arg(long = "param", value_name = "K=V")]
+    param: Vec<String>,
+    /// Bench mode: separate processes measured per commit at first (doubled while undecided).
+    #[arg(long, default_value_t = 10)]
+    attempts: usize,
+    /// Bench mode: at most this many processes per commit.
+    #[arg(long, default_value_t = 40)]
+    max_attempts: usize,
+    /// Bench mode: each process samples for at least this long.
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    min_time: Duration,
+    /// Follow only the first parent of merges.
+    #[arg(long)]
+    first_parent: bool,
+    /// Time limit of one step (a build, one benchmark process, one run of the script).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Build inside each commit's own Nix dev shell.
+    #[arg(long)]
+    nix: bool,
+    /// Treat a step that fails for reasons outside the commit (no compiler, an
+    /// infrastructure error) as a skip and go on.
+    #[arg(long)]
+    keep_going: bool,
+    /// Evaluate this many commits at once (build and script modes): a multisection.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+    /// GPUs for check and bench modes, e.g. 0,1: a check runs one commit on each at once;
+    /// a performance step spreads its processes over all of them, each GPU judged against
+    /// its own baseline of the good end.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0")]
+    devices: Vec<usize>,
+    /// Where steps run: here, or as Slurm jobs (--jobs of them at once).
+    #[arg(long, value_enum, default_value = "local")]
+    executor: ExecutorKind,
+    /// Slurm: the partition [default: the cluster's default].
+    #[arg(long, value_name = "NAME")]
+    partition: Option<String>,
+    /// Slurm: the generic resources of each job ("" for none).
+    #[arg(long, value_name = "GRES", default_value = "gpu:1")]
+    gres: String,
+    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS).
+    #[arg(long, value_name = "TIME")]
+    time_limit: Option<String>,
+    /// Slurm: the account to charge.
+    #[arg(long, value_name = "NAME")]
+    account: Option<String>,
+    /// Slurm: submissions of a step again when its job ends without a result (preempted,
+    /// cancelled, out of time, its node lost).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    retries: usize,
+}
+
+/// Arguments of the hidden `repro bisect-step`.
+#[derive(Debug, clap::Args)]
+pub struct StepArgs {
+    /// The request file a Slurm job was given.
+    request: std::path::PathBuf,
+}
+
+/// Runs `repro bisect-step`: one step of a bisection, as a Slurm job runs it. The result
+/// (the step, or its error) goes to the file the request names; the exit code says only
+/// whether that file was written.
+pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
+    use crate::engines::bisect::executor::{Executor, StepRequest};
+    use crate::engines::bisect::slurm::{JobError, JobRequest, JobResult, MAX_BYTES, SCHEMA};
+    let bytes = crate::foundation::fsutil::read_bounded(&a.request, MAX_BYTES).map_err(|e| {
+        UserError::usage(format!(
+            "cannot read the step request {}: {e}",
+            a.request.display()
+        ))
+    })?;
+    let req: JobRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        UserError::usage(format!(
+            "the step request {} is malformed: {e}",
+            a.request.display()
+        ))
+    })?;
+    if req.schema != SCHEMA {
+        return Err(UserError::usage(format!(
+            "the step request {} has schema {}; this repro reads {SCHEMA}",
+            a.request.display(),
+            req.schema
+        ))
+        .hint("run the same repro on the nodes as on the submitting machine")
+        .into());
+    }
+    let plan = req
+        .plan
+        .plan()
+        .map_err(|e| UserError::usage(format!("the step request's plan cannot be used: {e}")))?;
+    let oid = |s: &str| {
+        git2::Oid::from_str(s)
+            .map_err(|_| UserError::usage(format!("the step request names a bad commit `{s}`")))
+    };
+    let commit = oid(&req.commit)?;
+    let newest = oid(&req.newest)?;
+    let baseline = match &req.baseline {
+        Some((i, c)) => Some((*i, oid(c)?)),
+        None => None,
+    };
+    let repo = git2::Repository::open(&req.repo)
+        .map_err(HistoryError::Git)
+        .with_context(|| format!("cannot open the repository {}", req.repo.display()))?;
+    let store = crate::foundation::store::Store::at(&req.store);
+    // A job's GPU is whichever Slurm gave it: its samples are its own, and never reused
+    // for a comparison in another job.
+    let place = format!(
+        "slurm job {} on {}",
+        std::env::var("SLURM_JOB_ID").unwrap_or_else(|_| "?".into()),
+        std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| "?".into())
+    );
+    let bench = matches!(plan.question, Question::Bench(_));
+    let executor = crate::engines::bisect::local::LocalExecutor::new(&repo, store, &plan, newest)
+        .with_salt(bench.then(|| place.clone()));
+    let events = |e: run::Event<'_>| {
+        if let run::Event::Status(m) = e {
+            eprintln!("bisect-step: {m}");
+        }
+    };
+    let out = executor.run(
+        &StepRequest {
+            index: req.index,
+            commit,
+            slot: 0,
+            baseline,
+        },
+        &events,
+    );
+    let result = match out {
+        Ok(step) => JobResult {
+            schema: SCHEMA,
+            samples: step.samples.clone(),
+            placement: step.placement.clone(),
+            step: Some(step),
+            error: None,
+        },
+        Err(e) => JobResult {
+            schema: SCHEMA,
+            step: None,
+            samples: Vec::new(),
+            placement: Some(place),
+            error: Some(JobError::of(&e)),
+        },
+    };
+    let text = serde_json::to_vec_pretty(&result).expect("a result serialises");
+    crate::foundation::fsutil::write_atomic(&req.result, &text, true)?;
+    Ok(exit::OK)
+}
+
+/// Runs `repro bisect`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    g.config()?;
+    if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
+        if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
+            return Err(UserError::usage(
+                "--toolchains searches for the first broken release, on one GPU, here",
+            )
+            .hint("leave out --find fixed, --executor and a --devices list of several")
+            .into());
+        }
+        let driven = match a.mode {
+            Mode::Build => None,
+            Mode::Check => Some(Question::Check),
+            Mode::Bench => Some(Question::Bench(bench_question(&a, None))),
+        };
+        return bisect_toolchains(
+            g,
+            BisectArgs {
+                range,
+                recipe,
+                driven,
+                timeout: a.timeout,
+                wheels: a.wheels.clone(),
+                keep_going: a.keep_going,
+                device: a.devices.first().copied().unwrap_or(0),
+            },
+        );
+    }
+    let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
+        return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
+    };
+    let question = match (&a.script, &a.command, a.mode) {
+        (Some(s), _, _) => Question::Script(s.clone()),
+        (None, Some(cmd), _) => Question::Bench(bench_question(
+            &a,
+            Some((
+                cmd.clone(),
+                Metric::parse(&a.metric).map_err(UserError::usage)?,
+            )),
+        )),
+        (None, None, _) if a.recipe.is_none() => {
+            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD").into());
+        }
+        (None, None, Mode::Build) => Question::Build,
+        (None, None, Mode::Check) => Question::Check,
+        (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
+    };
+    if a.executor == ExecutorKind::Local
+        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some())
+    {
+        return Err(UserError::usage(
+            "--partition, --time-limit and --account are options of --executor slurm",
+        )
+        .into());
+    }
+    let repo = history::open(&g.cwd)?;
+    let good = history::resolve(&repo, good)?;
+    let bad = history::resolve(&repo, bad)?;
+    let (older, newer) = if a.find == Find::Fixed {
+        (bad, good)
+    } else {
+        (good, bad)
+    };
+    let commits = history::commits_between(&repo, older, newer, a.first_parent)?;
+    // Checking a large working tree costs a status scan: only when the note would be shown.
+    if !g.quiet && !g.json && crate::foundation::git::is_dirty(&g.cwd) {
+        eprintln!(
+            "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
+        );
+    }
+    let recipe = match &a.recipe {
+        None => None,
+        Some(_) if a.command.is_some() || a.script.is_some() => None,
+        Some(name) if a.recipe_per_commit => {
+            if name.contains('/') || name.ends_with(".toml") {
+                return Err(UserError::usage(format!(
+                    "--recipe-per-commit takes a recipe name, not the path `{name}`"
+                ))
+                .hint("each commit's recipes/NAME.toml is read: pass --recipe NAME")
+                .into());
+            }
+            Some(RecipeSource::PerCommit(name.clone()))
+        }
+        Some(name) => Some(RecipeSource::Fixed(Box::new(fixed_recipe(
+            g,
+            &repo,
+            name,
+            a.recipe_at.as_deref(),
+        )?))),
+    };
+    let plan = Plan {
+        recipe,
+        paths: a.paths.clone(),
+        offline: a.offline,
+        question,
+        nix: a.nix,
+        timeout: a.timeout,
+        find_fixed: a.find == Find::Fixed,
+        jobs: usize::from(a.jobs),
+        keep_going: a.keep_going,
+        devices: a.devices.clone(),
+    };
+    let progress = Progress::new(g, expected_steps(commits.len()));
+    let events = |e: run::Event<'_>| progress.event(e);
+    let report = match a.executor {
+        ExecutorKind::Local => {
+            crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events)
+        }
+        ExecutorKind::Slurm => {
+            let store = g.store();
+            let store = crate::foundation::store::Store::at(
+                std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
+            );
+            run::prepare(&repo, &store, &plan, &commits)?;
+            let newest = *commits.last().expect("a range has two ends");
+            let opts = SlurmOptions {
+                partition: a.partition.clone(),
+                gres: a.gres.clone(),
+                time_limit: a.time_limit.clone(),
+                account: a.account.clone(),
+                retries: a.retries,
+                repro: std::env::current_exe().context("cannot find the repro executable")?,
+            };
+            let executor = SlurmExecutor::new(&repo, store, &plan, newest, opts)?;
+            run::drive(&executor, &plan, &commits, &events)
+        }
+    };
+    progress.finish();
+    let report = report?;
+    let describe = |i: usize| history::describe(&repo, commits[i]).ok();
+    let (culprit, parent) = match &report.outcome {
+        Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
+        Outcome::Untestable { .. } => (None, None),
+    };
+    let doc = json!({
+        "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
+        "outcome": report.outcome, "culprit": culprit, "parent": parent,
+        "range": report.outcome_range(&commits),
+        "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
+        "recheck": report.recheck,
+    });
+    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
+    let question = json!({
+        "mode": if a.script.is_some() { "script".to_string() } else {
+            clap::ValueEnum::to_possible_value(&a.mode).map_or_else(String::new, |v| v.get_name().to_string())
+        },
+        "name": a.recipe.as_deref().or(a.command.as_deref()).or(a.script.as_deref()),
+        "good": if a.find == Find::Fixed { commits.last() } else { commits.first() }.map(|c| c.to_string()),
+        "bad": if a.find == Find::Fixed { commits.first() } else { commits.last() }.map(|c| c.to_string()),
+    });
+    let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
+        .context("failed to record the bisection's report")?;
+    if g.json {
+        let mut doc = doc;
+        doc["id"] = json!(id);
+        emit_json(&doc)?;
+    } else if !g.quiet {
+        // -q: the exit code says whether a culprit was found.
+        emit(&render(
+            &report,
+            &commits,
+            culprit.as_ref(),
+            parent.as_ref(),
+            &a,
+        ))?;
+    }
+    Ok(match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    })
+}
+
+/// The steps a bisection over `n` candidates is expected to take: both ends, then about
+/// log2 of what lies between (more when steps are skipped).
+pub(crate) fn expected_steps(n: usize) -> u64 {
+    let inner = n.saturating_sub(2) as u64;
+    2 + if inner == 0 {
+        0
+    } else {
+        u64::from((inner + 1).next_power_of_two().ilog2())
+    }
+}
+
+/// How a bisection shows its progress: on a terminal, a bar of steps done out of the
+/// expected number, with the elapsed time and an estimate of what is left, and each step's
+/// line printed above it; off a terminal, plain status and step lines on stderr; with -q
+/// nothing, and with --json only the step lines (the evidence as it comes).
+pub(crate) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
+    steps_hidden: bool,
+    style: Style,
+}
+
+impl Progress {
+    /// A progress display for a bisection expected to take `expected` steps.
+    pub(crate) fn new(g: &Globals, expected: u64) -> Progress {
+        let quiet = g.quiet || g.json;
+        let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+            let b = indicatif::ProgressBar::new(expected.max(1));
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "bisect {bar:24} {pos}/{len} steps [{elapsed_precise}, about {eta} left] {msg}",
+                )
+                .expect("a valid template"),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            bar,
+            quiet,
+            steps_hidden: g.quiet,
+            style: Style::for_stderr(),
+        }
+    }
+
+    /// Shows one event of the bisection.
+    pub(crate) fn event(&self, e: run::Event<'_>) {
+        match e {
+            run::Event::Status(msg) => match &self.bar {
+                Some(b) => b.set_message(msg.to_string()),
+                None if !self.quiet => eprintln!("{} {msg}", self.style.dim("bisect:")),
+                None => {}
+            },
+            run::Event::Step(s) if !self.steps_hidden => {
+                let line = step_line(s, &self.style);
+                match &self.bar {
+                    Some(b) => {
+                        // A skipped step costs one more than expected: the bar grows.
+                        if b.position() >= b.length().unwrap_or(0) {
+                            b.set_length(b.position() + 1);
+                        }
+                        b.inc(1);
+                        b.println(line);
+                    }
+                    None => eprintln!("{line}"),
+                }
+            }
+            run::Event::Step(_) => {}
+        }
+    }
+
+    /// Sets the number of steps expected, once it is known.
+    pub(crate) fn set_expected(&self, expected: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(expected.max(b.position()).max(1));
+        }
+    }
+
+    /// Clears the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// One line per evaluated commit: commit, outcome, subject, and why.
+pub(crate) fn step_line(s: &run::Step, style: &Style) -> String {
+    let verdict = match s.verdict.as_str() {
+        "good" => style.good("good"),
+        "bad" => style.error("bad"),
+        v => style.warn(v),
+    };
+    let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    // A commit shows as its short hash; a compiler release (toolchain bisection) whole.
+    let name = if s.commit.len() == 40 && s.commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &s.commit[..12]
+    } else {
+        s.commit.as_str()
+    };
+    let mut line = format!(
+        "  {name}  {verdict}{pad}  {}",
+        crate::foundation::output::printable(&s.subject)
+    );
+    if let Some(d) = &s.detail {
+        line.push_str(&format!(" ({})", crate::foundation::output::printable(d)));
+    }
+    if let Some(n) = &s.note {
+        line.push_str(&format!(" [{n}]"));
+    }
+    if s.cached {
+        line.push_str(" [from the store]");
+    }
+    line
+}
+
+/// Reads the recipe a bisection holds fixed: by name from the working tree's recipes/, by
+/// path (relative to the current directory), or from one commit with `--recipe-at`.
+fn fixed_recipe(
+    g: &Globals,
+    repo: &git2::Repository,
+    name: &str,
+    at: Option<&str>,
+) -> anyhow::Result<crate::foundation::recipe::Recipe> {
+    use crate::foundation::recipe::{self, RecipeError};
+    let root = repo
+        .workdir()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| g.cwd.clone());
+    let is_path = name.contains('/') || name.ends_with(".toml");
+    if let Some(rev) = at {
+        let oid = history::resolve(repo, rev)?;
+        let rel = if is_path {
+            recipe::normalize(name).unwrap_or_else(|| name.to_string())
+        } else {
+            format!("{}/{name}.toml", recipe::DIR)
+        };
+        let files = history::CommitFiles::new(repo, oid)?;
+        let text = crate::engines::build::inputs::FileSource::read(&files, &rel).map_err(|e| {
+            UserError::usage(format!("cannot read the recipe {rel} at {rev}: {e}"))
+                .hint("--recipe-at reads the recipe from that commit; name a commit that has it")
+        })?;
+        return Ok(recipe::parse_detached(
+            &rel,
+            &String::from_utf8_lossy(&text),
+        )?);
+    }
+    let (path, rel) = if is_path {
+        let path = g.cwd.join(name);
+        // The recipe's label: its path in the repository when it is inside it.
+        let rel = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| {
+                root.canonicalize().ok().and_then(|r| {
+                    p.strip_prefix(r)
+                        .ok()
+                        .map(|x| x.to_string_lossy().into_owned())
+                })
+            })
+            .unwrap_or_else(|| {
+                let stem = std::path::Path::new(name)
+                    .file_stem()
+                    .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
+                format!("{}/{stem}.toml", recipe::DIR)
+            });
+        (path, rel)
+    } else {
+        let rel = format!("{}/{name}.toml", recipe::DIR);
+        (root.join(&rel), rel)
+    };
+    let text = match crate::foundation::fsutil::read_bounded(&path, RECIPE_MAX_BYTES) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RecipeError::NotFound {
+                name: name.to_string(),
+                path: g.shown(&path),
+                available: recipe::list(&root),
+            }
+            .into());
+        }
+        Err(source) => {
+            return Err(RecipeError::Read {
+                path: g.shown(&path),
+                source,
+            }
+            .into());
+        }
+    };
+    Ok(recipe::parse_detached(
+        &rel,
+        &String::from_utf8_lossy(&text),
+    )?)
+}
+
+/// The largest recipe file read (a recipe is a page of TOML).
+const RECIPE_MAX_BYTES: u64 = 1 << 20;
+
+fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion {
+    BenchQuestion {
+        threshold: a.threshold,
+        direction: a.direction,
+        command,
+        params: a.param.clone(),
+        settings: Settings {
+            mode: crate::engines::gpurun::Mode::Cold,
+            max_noise: 0.005,
+            min_samples: 10,
+            max_samples: 100_000,
+            min_time_ms: a.min_time.as_secs_f64() * 1e3,
+            budget_ms: 15_000.0,
+            warmup_ms: 100.0,
+            device: 0,
+        },
+        first_attempts: a.attempts.max(2),
+        max_attempts: a.max_attempts.max(a.attempts.max(2)),
+    }
+}
+
+impl run::Report {
+    /// The commits that may hold the transition, for an untestable outcome.
+    pub fn outcome_range(&self, commits: &[git2::Oid]) -> Vec<String> {
+        match self.outcome {
+            Outcome::FirstBad { index } => vec![commits[index].to_string()],
+            Outcome::Untestable { first, last } => {
+                (first..=last).map(|i| commits[i].to_string()).collect()
+            }
+        }
+    }
+}
+
+fn render(
+    report: &run::Report,
+    commits: &[git2::Oid],
+    culprit: Option<&history::CommitInfo>,
+    parent: Option<&history::CommitInfo>,
+    a: &Args,
+) -> String {
+    let style = Style::for_stdout();
+    let mut out = String::new();
+    let what = if a.find == Find::Fixed {
+        "first fixed commit"
+    } else {
+        "first bad commit"
+    };
+    match (&report.outcome, culprit) {
+        (Outcome::FirstBad { .. }, Some(c)) => {
+            out.push_str(&format!("{} {}\n", style.bold(&format!("{what}:")), c.hash));
+            out.push_str(&format!(
+                "  author   {}\n  date     {}\n  subject  {}\n  changes  {}\n",
+                c.author, c.date, c.subject, c.diffstat
+            ));
+            if let Some(p) = parent {
+                let label = match (a.find, a.mode, &a.script) {
+                    (Find::Broken, Mode::Build, None) if a.command.is_none() => {
+                        "last working build"
+                    }
+                    (Find::Broken, _, _) => "its parent (good)",
+                    (Find::Fixed, _, _) => "its parent (still broken)",
+                };
+                out.push_str(&format!("{label}: {} {}\n", &p.hash[..12], p.subject));
+            }
+            if let Some(r) = &report.recheck {
+                let confirmed = r["confirmed"] == true;
+                out.push_str(&format!(
+                    "re-checked against its parent: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
+                    r["ratio"].as_f64().unwrap_or(0.0),
+                    r["ratio-ci"][0].as_f64().unwrap_or(0.0),
+                    r["ratio-ci"][1].as_f64().unwrap_or(0.0),
+                    r["p"].as_f64().unwrap_or(1.0),
+                    if confirmed {
+                        style.good("confirmed")
+                    } else {
+                        style.warn("NOT confirmed: the change may be spread over several commits")
+                    }
+                ));
+            }
+        }
+        (Outcome::Untestable { first, last }, _) => {
+            out.push_str(&format!("{} the {what} could not be pinned down: these commits could not be tested, and the transition is among them:\n", style.warn("undecided:")));
+            for (i, commit) in commits.iter().enumerate().take(*last + 1).skip(*first) {
+                let d = report
+                    .steps
+                    .iter()
+                    .find(|s| s.index == i)
+                    .and_then(|s| s.detail.clone())
+                    .unwrap_or_default();
+                out.push_str(&format!("  {}  {}\n", history::short(*commit), d));
+            }
+        }
+        _ => {}
+    }
+    out.push_str(&format!(
+        "\nevidence ({} of {} commits evaluated, {} answered from the store):\n",
+        report.steps.len(),
+        report.commits,
+        report.steps.len() - report.evaluated.min(report.steps.len())
+    ));
+    let mut t = Table::new();
+    t.row([
+        "#",
+        "COMMIT",
+        "VERDICT",
+        "MEDIAN",
+        "RATIO [95% CI]",
+        "P",
+        "RUNS",
+        "CACHED",
+        "SUBJECT / DETAIL",
+    ]);
+    let unit = if a.command.is_some() { "" } else { "us" };
+    for s in &report.steps {
+        t.row([
+            s.index.to_string(),
+            s.commit[..12].to_string(),
+            s.verdict.clone(),
+            s.median.map_or("-".into(), |m| fmt_value(m, unit)),
+            s.ratio.map_or("-".into(), |(r, lo, hi)| {
+                format!("{r:.4} [{lo:.4}, {hi:.4}]")
+            }),
+            s.p.map_or("-".into(), |p| format!("{p:.1e}")),
+            if s.attempts > 0 {
+                s.attempts.to_string()
+            } else {
+                "-".into()
+            },
+            if s.cached { "yes".into() } else { "no".into() },
+            match &s.detail {
+                Some(d) => format!("{} ({d})", s.subject),
+                None => s.subject.clone(),
+            },
+        ]);
+    }
+    out.push_str(&t.render(2));
+    out
+}
+
+/// What `repro bisect --toolchains` was asked.
+pub struct BisectArgs<'a> {
+    /// FROM..TO.
+    pub range: &'a str,
+    /// The recipe name or path.
+    pub recipe: &'a str,
+    /// Check and bench questions (build: `None`).
+    pub driven: Option<crate::engines::bisect::run::Question>,
+    /// Time limit of one child.
+    pub timeout: std::time::Duration,
+    /// `--wheels DIR`.
+    pub wheels: Option<PathBuf>,
+    /// `--keep-going`.
+    pub keep_going: bool,
+    /// The GPU of check and bench steps.
+    pub device: usize,
+}
+
+/// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
+/// release searched.
+fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
+    use crate::engines::bisect::toolchains::{self as tb, Question};
+    let cfg = g.config()?;
+    let BisectArgs {
+        range,
+        recipe,
+        driven,
+        timeout,
+        wheels,
+        keep_going,
+        device,
+    } = a;
+    let range = tb::Range::parse(range).map_err(|m| {
+        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+    })?;
+    let question = match &driven {
+        None => Question::Build,
+        Some(crate::engines::bisect::run::Question::Bench(_)) => Question::Bench,
+        Some(_) => Question::Check,
+    };
+    let root = g.project_root();
+    let r = crate::foundation::recipe::load(&root, recipe)?;
+    let family = match &r.build {
+        crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::foundation::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .into());
+        }
+    };
+    if family != range.family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .into());
+    }
+    let targets = if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    if driven.is_some() && targets.len() > 1 {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has {} targets; a check or bench bisection over toolchains runs one kernel",
+            r.name,
+            targets.len()
+        ))
+        .hint("use a recipe with one `target` (the GPU's), or --mode build, which answers per target")
+        .into());
+    }
+    let store = g.store();
+    let plan = tb::Plan {
+        root: &root,
+        store: store.root(),
+        cfg: &cfg,
+        recipe: recipe.to_string(),
+        targets,
+        range,
+        question,
+        source: tb::source(wheels.map(|w| g.cwd.join(w))),
+        timeout,
+    };
+    if let Some(q) = driven {
+        return bisect_driven(g, &plan, r, q, keep_going, device);
+    }
+    let quiet = g.quiet || g.json;
+    let mut progress = |m: &str| {
+        if !quiet {
+            eprintln!("bisect: {m}");
+        }
+    };
+    let report = tb::bisect(&plan, &mut progress)?;
+    let rec = serde_json::to_value(&report)?;
+    store.put_record(tb::RECORDS, &report.key, &rec)?;
+    if g.json {
+        emit_json(&rec)?;
+    } else {
+        let mut out = String::new();
+        for a in &report.answers {
+            if let Some(u) = &a.unchanged {
+                out.push_str(&format!("no change for {}: {u}\n", a.target));
+                continue;
+            }
+            match (&a.first_bad, &a.last_good) {
+                (Some(bad), Some(good)) => out.push_str(&format!(
+                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                    a.target,
+                    report.family.name(),
+                    report.family.name()
+                )),
+                _ => out.push_str(&format!(
+                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    a.target,
+                    a.undecided.join(", ")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated; record {}):\n",
+            report.wheels.len(),
+            report.releases.len(),
+            keys::short(&report.key)
+        ));
+        let mut t = crate::foundation::output::Table::new();
+        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+        for s in &report.steps {
+            t.row([
+                s.release.clone(),
+                s.target.clone(),
+                s.verdict.to_string(),
+                if s.cached { "yes".into() } else { "no".into() },
+                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
+    }
+    let decided = report.answers.iter().all(|a| a.undecided.is_empty());
+    Ok(if decided { exit::OK } else { exit::MISMATCH })
+}
+
+/// Check and bench bisections over releases: the commit bisection's driver, progress, step
+/// lines, record and report, with releases where commits would be.
+fn bisect_driven(
+    g: &Globals,
+    plan: &crate::engines::bisect::toolchains::Plan<'_>,
+    recipe: crate::foundation::recipe::Recipe,
+    question: crate::engines::bisect::run::Question,
+    keep_going: bool,
+    device: usize,
+) -> anyhow::Result<u8> {
+    use crate::app::bisect::{Progress, expected_steps};
+    use crate::engines::bisect::search::Outcome;
+    use crate::engines::bisect::toolchains as tb;
+    // The range's size is known once the releases are listed; the bar starts from a guess.
+    let progress = Progress::new(g, expected_steps(4));
+    let events = |e: crate::engines::bisect::run::Event<'_>| progress.event(e);
+    let sized = |n: usize| progress.set_expected(expected_steps(n));
+    let report = tb::bisect_driven(plan, recipe, question, keep_going, device, &sized, &events);
+    progress.finish();
+    let report = report?;
+    let doc = serde_json::to_value(&report)?;
+    let fam = report.family.name();
+    let question = json!({
+        "mode": report.mode, "name": plan.recipe,
+        "toolchains": format!("{fam}@{}..{fam}@{}", plan.range.from, plan.range.to),
+    });
+    let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
+        .map_err(anyhow::Error::from)?;
+    if g.json {
+        let mut doc = doc;
+        doc["id"] = json!(id);
+        emit_json(&doc)?;
+    } else if !g.quiet {
+        let mut out = String::new();
+        match (&report.first_bad, &report.last_good) {
+            (Some(bad), Some(good)) => out.push_str(&format!(
+                "first bad release: {fam}@{bad} (last good: {fam}@{good})\n"
+            )),
+            _ => out.push_str(&format!(
+                "undecided: these releases could not be tested, and the change is among them: {}\n",
+                report.undecided.join(", ")
+            )),
+        }
+        if let Some(r) = &report.recheck {
+            out.push_str(&format!(
+                "re-checked against {}: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
+                r["parent"].as_str().unwrap_or("its predecessor"),
+                r["ratio"].as_f64().unwrap_or(0.0),
+                r["ratio-ci"][0].as_f64().unwrap_or(0.0),
+                r["ratio-ci"][1].as_f64().unwrap_or(0.0),
+                r["p"].as_f64().unwrap_or(1.0),
+                if r["confirmed"] == true {
+                    "confirmed"
+                } else {
+                    "NOT confirmed: the change may be spread over several releases"
+                }
+            ));
+        }
+        out.push_str(&format!(
+            "\nevidence ({} of {} releases evaluated, {} answered from the store; record {}):\n",
+            report.steps.len(),
+            report.releases.len(),
+            report.steps.len() - report.evaluated.min(report.steps.len()),
+            keys::short(&id)
+        ));
+        let mut t = crate::foundation::output::Table::new();
+        t.row([
+            "RELEASE",
+            "VERDICT",
+            "MEDIAN",
+            "RATIO [95% CI]",
+            "P",
+            "RUNS",
+            "CACHED",
+            "DETAIL",
+        ]);
+        for s in &report.steps {
+            t.row([
+                s.commit.clone(),
+                s.verdict.clone(),
+                s.median
+                    .map_or("-".into(), |m| crate::app::bench::fmt_value(m, "us")),
+                s.ratio.map_or("-".into(), |(r, lo, hi)| {
+                    format!("{r:.4} [{lo:.4}, {hi:.4}]")
+                }),
+                s.p.map_or("-".into(), |p| format!("{p:.1e}")),
+                if s.attempts > 0 {
+                    s.attempts.to_string()
+                } else {
+                    "-".into()
+                },
+                if s.cached { "yes".into() } else { "no".into() },
+                s.detail.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.render(2));
+        emit(&out)?;
+        if let Some(n) = trust_note(&report.wheels) {
+            eprintln!("{n}");
+        }
+    }
+    Ok(match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    })
+}
+
+/// The note a bisection prints when it installed releases the project does not pin.
+fn trust_note(
+    wheels: &std::collections::BTreeMap<
+        String,
+        Vec<crate::engines::toolchain::install::InstalledWheel>,
+    >,
+) -> Option<String> {
+    let unpinned: Vec<&str> = wheels
+        .iter()
+        .filter(|(_, w)| w.iter().any(|w| !w.pinned))
+        .map(|(r, _)| r.as_str())
+        .collect();
+    (!unpinned.is_empty()).then(|| {
+        format!(
+            "note: {} {} not pinned in repro.toml: {} wheels were trusted as pip served them (trust on first use); every wheel's sha256 is in this bisection's record and in the tree's toolchain.json",
+            unpinned.join(", "),
+            if unpinned.len() == 1 { "is" } else { "are" },
+            if unpinned.len() == 1 { "its" } else { "their" },
+        )
+    })
+}

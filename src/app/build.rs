@@ -1,0 +1,353 @@
+//! `repro build [RECIPE...|--all]`: build kernels, reusing the store by build key.
+//!
+//! With `--nix` (or `[nix] build = true` in repro.toml) the builds run inside the dev
+//! shell of the flake in the directory being built: this process evaluates the shell, then
+//! runs a child `repro build --in-nix-shell` inside `nix develop`, which compiles with the
+//! shell's compilers (in-process NVRTC included) and reports back through a result file.
+
+use std::path::Path;
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::build::{self, Options, Outcome};
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::nix;
+use crate::foundation::output::Style;
+use crate::foundation::process::ProcessError;
+use crate::foundation::recipe;
+
+/// The variable that carries the shell's identity to the child inside it.
+const SHELL_VAR: &str = "REPRO_NIX_SHELL";
+/// The variable naming the file where the child writes its result.
+const RESULT_VAR: &str = "REPRO_NIX_RESULT";
+
+/// Arguments of `repro build`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Recipes to build: names (`vector_add`) or paths (`recipes/vector_add.toml`).
+    #[arg(value_name = "RECIPE")]
+    recipes: Vec<String>,
+    /// Build every recipe in recipes/.
+    #[arg(long, conflicts_with = "recipes")]
+    all: bool,
+    /// Say which input changed since each recipe's last build.
+    #[arg(long)]
+    explain: bool,
+    /// Rebuild even when the store has the key.
+    #[arg(long)]
+    force: bool,
+    /// Build inside the flake's dev shell (`nix develop`), as repro.toml's [nix] build = true.
+    #[arg(long, conflicts_with = "no_nix")]
+    nix: bool,
+    /// Build on the host even if repro.toml asks for Nix.
+    #[arg(long)]
+    no_nix: bool,
+    /// Build with this toolchain instead of the recipe's or the project's pin: nvcc@RELEASE,
+    /// nvrtc@VERSION (installed by `repro toolchain install`), or `system` for the machine's own.
+    #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
+    toolchain: Option<crate::engines::toolchain::install::Spec>,
+    /// Internal: this process runs inside the dev shell for a parent `repro build --nix`.
+    #[arg(long, hide = true)]
+    in_nix_shell: bool,
+}
+
+/// Parses a toolchain spec for clap.
+pub fn parse_spec(
+    s: &str,
+) -> Result<crate::engines::toolchain::install::Spec, crate::foundation::toolchain_spec::SpecError>
+{
+    crate::engines::toolchain::install::Spec::parse(s)
+}
+
+fn size(bytes: usize) -> String {
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    }
+}
+
+/// Runs `repro build`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    if a.in_nix_shell {
+        return run_in_shell_child(g, &a);
+    }
+    let root = g.project_root();
+    let cfg = g.config()?;
+    let recipes = load_recipes(&root, &a)?;
+    let use_nix = (a.nix || cfg.nix.build) && !a.no_nix;
+    let mut opts = Options {
+        force: a.force,
+        explain: a.explain,
+        toolchain: a.toolchain.clone(),
+        ..Options::default()
+    };
+    if use_nix {
+        if nix::has_flake(&root) {
+            return run_through_shell(g, &root, &cfg.nix.shell, &a);
+        }
+        let why = format!("no flake.nix in {}; built on the host", root.display());
+        if !g.quiet {
+            eprintln!("warning: {why}");
+        }
+        opts.nix_fallback = Some(why);
+    }
+    warn_if_pin_missing(g, &cfg, &recipes);
+    let outcomes = build_all(g, &root, &recipes, &opts)?;
+    finish(g, outcomes)
+}
+
+fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
+    let names = if a.all {
+        recipe::list(root)
+    } else {
+        a.recipes.clone()
+    };
+    if names.is_empty() {
+        let available = recipe::list(root);
+        let hint = if available.is_empty() {
+            format!(
+                "no recipes in {}/ yet; the README shows how to write one",
+                recipe::DIR
+            )
+        } else {
+            format!("recipes here: {} (or --all)", available.join(", "))
+        };
+        return Err(UserError::usage("name a recipe to build").hint(hint).into());
+    }
+    // Parse every recipe before building any, so a typo fails fast and builds nothing. A
+    // recipe with several targets is one build per target.
+    let loaded: Vec<recipe::Recipe> = names
+        .iter()
+        .map(|n| recipe::load(root, n))
+        .collect::<Result<_, _>>()?;
+    Ok(loaded.iter().flat_map(recipe::Recipe::per_target).collect())
+}
+
+fn warn_if_pin_missing(
+    g: &Globals,
+    cfg: &crate::foundation::config::Config,
+    recipes: &[recipe::Recipe],
+) {
+    if let Some(pin) = &cfg.toolchain.nvrtc
+        && !g.quiet
+        && std::env::var_os("REPRO_NVRTC").is_none()
+        && recipes
+            .iter()
+            .any(|r| matches!(r.build, recipe::Build::Nvrtc(_)))
+        && crate::engines::toolchain::managed_nvrtc_dir(&pin.version).is_none_or(|d| !d.exists())
+    {
+        eprintln!(
+            "warning: repro.toml pins NVRTC {} but it is not installed; run `repro toolchain install` (building with the NVRTC found instead)",
+            pin.version
+        );
+    }
+}
+
+fn build_all(
+    g: &Globals,
+    root: &Path,
+    recipes: &[recipe::Recipe],
+    opts: &Options,
+) -> anyhow::Result<Vec<Outcome>> {
+    let store = g.store();
+    let mut outcomes = Vec::new();
+    for r in recipes {
+        let o = build::build(root, &store, r, opts)
+            .with_context(|| format!("failed to build recipe `{}`", r.name))?;
+        // -q prints only problems: a failed build.
+        if !g.json && opts.nix.is_none() && (!g.quiet || o.status != "ok") {
+            emit_outcome(&o, g)?;
+        }
+        outcomes.push(o);
+    }
+    Ok(outcomes)
+}
+
+fn finish(g: &Globals, outcomes: Vec<Outcome>) -> anyhow::Result<u8> {
+    let failed = outcomes.iter().filter(|o| o.status == "failed").count();
+    if g.json {
+        emit_json(&json!({ "schema": 1, "builds": outcomes }))?;
+    } else if failed > 0 && !g.quiet {
+        eprintln!("{failed} of {} builds failed", outcomes.len());
+    }
+    Ok(if failed > 0 {
+        exit::BUILD_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+/// The parent side of a Nix build: evaluate the shell, run the child in it, relay.
+fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow::Result<u8> {
+    let info = nix::shell_info(root, shell)?;
+    let exe = std::env::current_exe().context("failed to find the repro executable")?;
+    let result = tempfile::NamedTempFile::new().context("failed to create a temporary file")?;
+    let mut argv = vec![
+        exe.display().to_string(),
+        "-C".into(),
+        root.display().to_string(),
+        "--store".into(),
+        g.store().root().display().to_string(),
+        "build".into(),
+        "--in-nix-shell".into(),
+    ];
+    if a.all {
+        argv.push("--all".into());
+    }
+    argv.extend(a.recipes.iter().cloned());
+    if let Some(t) = &a.toolchain {
+        argv.push(format!("--toolchain={t}"));
+    }
+    for (on, flag) in [(a.force, "--force"), (a.explain, "--explain")] {
+        if on {
+            argv.push(flag.into());
+        }
+    }
+    let cmd = nix::develop(&info, &argv)
+        .env(SHELL_VAR, nix::encode(&info))
+        .env(RESULT_VAR, result.path());
+    let entering = format!("entering the dev shell {}", info.installable());
+    let out = cmd.output().map_err(|e| nix::classify(&entering, e))?;
+    let reply: Option<Value> = std::fs::read(result.path())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let Some(reply) = reply else {
+        // The child never ran: nix could not evaluate or build the shell.
+        let failure = ProcessError::Failed {
+            argv: cmd.display(),
+            status: crate::foundation::process::describe_status(out.status),
+            code: out.status.code(),
+            stdout: tail(&out.stdout_str()),
+            stderr: tail(&out.stderr_str()),
+        };
+        return Err(nix::classify(&entering, failure).into());
+    };
+    // The child's own diagnostics (warnings, errors) are the user's to see.
+    let stderr = out.stderr_str();
+    for line in stderr.lines().filter(|l| {
+        l.starts_with("warning: repro")
+            || l.starts_with("error:")
+            || l.starts_with("hint:")
+            || l.starts_with("warning: no flake")
+    }) {
+        eprintln!("{line}");
+    }
+    let code = reply["code"]
+        .as_u64()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(exit::INTERNAL);
+    if let Some(builds) = reply["builds"].as_array() {
+        if g.json {
+            emit_json(&json!({ "schema": 1, "builds": builds }))?;
+        } else {
+            for b in builds {
+                let o: Outcome = serde_json::from_value(b.clone())
+                    .context("failed to read the result of the build inside the dev shell")?;
+                if !g.quiet || o.status != "ok" {
+                    emit_outcome(&o, g)?;
+                }
+            }
+            if !g.quiet {
+                emit(&format!("  (built inside {})\n", info.installable()))?;
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// The child side: build inside the shell and write the outcome (or the error) for the parent.
+fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
+    let info = std::env::var(SHELL_VAR).ok().and_then(|s| nix::decode(&s));
+    let result_path = std::env::var_os(RESULT_VAR);
+    let (Some(info), Some(result_path)) = (info, result_path) else {
+        return Err(UserError::usage("--in-nix-shell is internal to `repro build --nix`").into());
+    };
+    let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
+        let root = g.project_root();
+        g.config()?;
+        let recipes = load_recipes(&root, a)?;
+        let opts = Options {
+            force: a.force,
+            explain: a.explain,
+            nix: Some(info.clone()),
+            nix_fallback: None,
+            commit: None,
+            toolchain: a.toolchain.clone(),
+        };
+        let outcomes = build_all(g, &root, &recipes, &opts)?;
+        let failed = outcomes.iter().any(|o| o.status == "failed");
+        Ok((if failed { exit::BUILD_FAILED } else { exit::OK }, outcomes))
+    };
+    let (code, reply) = match run() {
+        Ok((code, outcomes)) => (code, json!({ "code": code, "builds": outcomes })),
+        Err(e) => {
+            let code = crate::app::report::report(&e);
+            (code, json!({ "code": code }))
+        }
+    };
+    crate::foundation::fsutil::write_atomic(
+        Path::new(&result_path),
+        reply.to_string().as_bytes(),
+        true,
+    )?;
+    Ok(code)
+}
+
+fn render(o: &Outcome, g: &Globals) -> String {
+    let style = Style::for_stdout();
+    let state = match (o.status.as_ref(), o.cached) {
+        ("ok", false) => style.good("built "),
+        ("ok", true) => style.good("cached"),
+        (_, false) => style.error("FAILED"),
+        (_, true) => style.error("FAILED (cached)"),
+    };
+    let outputs: Vec<String> = o
+        .outputs
+        .iter()
+        .map(|(k, v)| format!("{k} {} {}", size(v.bytes), keys::short(&v.sha256)))
+        .collect();
+    let mut s = format!(
+        "{:<16} {state}  key {}  {}  {:.1} ms\n",
+        o.recipe,
+        keys::short(&o.key),
+        outputs.join("  "),
+        o.duration_ms
+    );
+    for r in &o.repaired {
+        s.push_str(&format!("  {} {r}; rebuilt\n", style.warn("repaired:")));
+    }
+    for why in o.explain.iter().flatten() {
+        s.push_str(&format!("  {} {why}\n", style.hint("why:")));
+    }
+    if g.verbose > 0 {
+        for (k, v) in &o.outputs {
+            s.push_str(&format!("  {k}: {}\n", v.path));
+        }
+    }
+    s
+}
+
+/// Prints a build's line on stdout and, for a failed build (or with -v), the compiler's
+/// log on stderr, where diagnostics belong: `repro build > list.txt` keeps only the lines.
+fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
+    emit(&render(o, g))?;
+    if o.status != "ok" || (g.verbose > 0 && !o.log.is_empty()) {
+        let mut err = std::io::stderr().lock();
+        for line in o.log.lines() {
+            let _ = writeln!(err, "  | {line}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! `repro bundle create | verify | show`: archive results for a paper, check an archive
+//! against its manifest, and list what it claims.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::bundle::{self, Contents};
+use crate::foundation::archive;
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::keys;
+
+/// Arguments of `repro bundle`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: BundleCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BundleCommand {
+    /// Write a bundle of results (IDs from `repro log`) or builds (keys), with their sources.
+    Create {
+        /// Result IDs or build keys (unique prefixes are fine).
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        /// The archive to write (.tar.zst).
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Only the recipes' inputs (and the pinned environment), not the whole tree.
+        #[arg(long)]
+        inputs_only: bool,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Re-hash every file against MANIFEST; exit 1 naming any file that differs, is missing or extra.
+    Verify {
+        /// The archive.
+        file: PathBuf,
+    },
+    /// List the claims (results and builds) of a bundle; exit 1 if it does not match its MANIFEST.
+    Show {
+        /// The archive.
+        file: PathBuf,
+    },
+}
+
+/// Runs `repro bundle ...`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    match a.command {
+        BundleCommand::Create {
+            ids,
+            output,
+            inputs_only,
+            force,
+        } => create(g, &ids, &g.cwd.join(output), inputs_only, force),
+        BundleCommand::Verify { file } => verify(g, &g.cwd.join(file)),
+        BundleCommand::Show { file } => show(g, &g.cwd.join(file)),
+    }
+}
+
+fn create(
+    g: &Globals,
+    ids: &[String],
+    output: &std::path::Path,
+    inputs_only: bool,
+    force: bool,
+) -> anyhow::Result<u8> {
+    if output.exists() && !force {
+        return Err(crate::foundation::fsutil::WriteError::Exists {
+            path: output.to_path_buf(),
+        }
+        .into());
+    }
+    let store = g.store();
+    store.check_schema()?;
+    let results = crate::engines::bench::all_results(&store);
+    let builds: Vec<(String, Value)> = store
+        .records("builds")
+        .into_iter()
+        .filter_map(|(k, _, r)| r.ok().map(|r| (k, r)))
+        .collect();
+    let mut contents = Contents::default();
+    for id in ids {
+        let p = id.to_lowercase();
+        let r: Vec<&(String, Value)> = results.iter().filter(|(k, _)| k.starts_with(&p)).collect();
+        let b: Vec<&(String, Value)> = builds.iter().filter(|(k, _)| k.starts_with(&p)).collect();
+        match (r.as_slice(), b.as_slice()) {
+            ([one], []) if p.len() >= 4 => {
+                contents.results.insert(one.0.clone(), one.1.clone());
+            }
+            ([], [one]) if p.len() >= 4 => {
+                contents.builds.insert(one.0.clone(), one.1.clone());
+            }
+            ([], []) => {
+                return Err(UserError::usage(format!("no result or build with ID {id}"))
+                    .hint("`repro log` lists results")
+                    .into());
+            }
+            _ => {
+                return Err(UserError::usage(format!("{id} is ambiguous or too short"))
+                    .hint("give more hex digits")
+                    .into());
+            }
+        }
+    }
+    bundle::complete(&store, &mut contents)?;
+    let repo = crate::engines::bisect::history::open(&g.cwd)?;
+    let name = output.file_name().map_or_else(
+        || "bundle.tar.zst".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let entries = bundle::entries(&repo, &store, &contents, inputs_only, &name)?;
+    let count = entries.len();
+    let bytes: usize = entries.iter().map(|e| e.bytes.len()).sum();
+    let bar =
+        crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "compressing the bundle");
+    let digest = archive::write_with(output, entries, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to write bundle {}", g.shown(output)))?;
+    bar.finish_and_clear();
+    let size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+    if g.json {
+        emit_json(
+            &json!({"schema": 1, "bundle": g.shown(output), "sha256": digest, "files": count + 1, "bytes-in": bytes, "bytes": size,
+            "results": contents.results.keys().collect::<Vec<_>>(), "builds": contents.builds.keys().collect::<Vec<_>>()}),
+        )?;
+    } else if !g.quiet {
+        emit(&format!(
+            "wrote {} ({} results, {} builds, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
+            g.shown(output),
+            contents.results.len(),
+            contents.builds.len(),
+            count + 1,
+            size as f64 / 1024.0,
+            bytes as f64 / 1024.0,
+            keys::short(&digest)
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
+    let bar =
+        crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "verifying the bundle");
+    let v = archive::verify_with(file, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    bar.finish_and_clear();
+    if g.json {
+        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "verification": v}))?;
+    } else {
+        let mut out = String::new();
+        for (label, list) in [
+            ("DIFFERS", &v.differs),
+            ("MISSING", &v.missing),
+            ("EXTRA", &v.extra),
+        ] {
+            for p in list {
+                out.push_str(&format!("{label:<8} {p}\n"));
+            }
+        }
+        out.push_str(&format!(
+            "{}: {} files in MANIFEST, {} differ, {} missing, {} extra\n",
+            if v.ok() { "ok" } else { "FAILED" },
+            v.files,
+            v.differs.len(),
+            v.missing.len(),
+            v.extra.len()
+        ));
+        if !g.quiet || !v.ok() {
+            emit(&out)?;
+        }
+    }
+    Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
+}
+
+fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
+    let entries =
+        archive::read(file).with_context(|| format!("failed to read {}", g.shown(file)))?;
+    let v = archive::verify(file).with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    // The README is someone else's text: no terminal escape sequences reach the screen.
+    let readme = entries
+        .iter()
+        .find(|e| e.path == "README.md")
+        .map(|e| crate::foundation::output::sanitize(&String::from_utf8_lossy(&e.bytes)));
+    if g.json {
+        let list: Vec<Value> = entries
+            .iter()
+            .map(|e| json!({"path": e.path, "bytes": e.bytes.len()}))
+            .collect();
+        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "files": list}))?;
+    } else {
+        if !v.ok() {
+            eprintln!(
+                "warning: {} does not match its MANIFEST ({} differ, {} missing, {} extra): what it claims below is not to be trusted; `repro bundle verify` lists them",
+                g.shown(file),
+                v.differs.len(),
+                v.missing.len(),
+                v.extra.len()
+            );
+        }
+        let total: usize = entries.iter().map(|e| e.bytes.len()).sum();
+        emit(&format!(
+            "{}: {} files, {:.1} KiB unpacked\n\n",
+            g.shown(file),
+            entries.len(),
+            total as f64 / 1024.0
+        ))?;
+        if let Some(r) = readme {
+            emit(&r)?;
+        }
+    }
+    Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
+}

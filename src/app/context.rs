@@ -1,0 +1,87 @@
+//! What every subcommand shares: the global options (`-C`, `--json`, `-q`, `-v`,
+//! `--store`), the project root and store they lead to, and writing to stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Options every command sees.
+#[derive(Clone, Debug)]
+pub struct Globals {
+    /// The directory to act in (after `-C`).
+    pub cwd: PathBuf,
+    /// `--json`.
+    pub json: bool,
+    /// `-q`.
+    pub quiet: bool,
+    /// `-v` count.
+    pub verbose: u8,
+    /// `--store` / `REPRO_STORE`.
+    pub store: Option<PathBuf>,
+    /// The project root, found on first use (git discovery opens the repository).
+    root: std::sync::OnceLock<PathBuf>,
+}
+
+impl Globals {
+    /// The options as parsed, with the project root not yet looked for.
+    pub fn new(cwd: PathBuf, json: bool, quiet: bool, verbose: u8, store: Option<PathBuf>) -> Self {
+        Globals {
+            cwd,
+            json,
+            quiet,
+            verbose,
+            store,
+            root: Default::default(),
+        }
+    }
+
+    /// The project root: the repository's working tree, or the current directory.
+    pub fn project_root(&self) -> PathBuf {
+        self.root
+            .get_or_init(|| {
+                crate::foundation::git::discover_root(&self.cwd).unwrap_or_else(|| self.cwd.clone())
+            })
+            .clone()
+    }
+
+    /// The store: `--store`, `REPRO_STORE`, or `.repro` at the project root.
+    pub fn store(&self) -> crate::foundation::store::Store {
+        match &self.store {
+            Some(p) if p.is_absolute() => crate::foundation::store::Store::at(p),
+            Some(p) => crate::foundation::store::Store::at(self.cwd.join(p)),
+            None => crate::foundation::store::Store::at(self.project_root().join(".repro")),
+        }
+    }
+
+    /// A path for messages: relative to the current directory when inside it.
+    pub fn shown(&self, p: &std::path::Path) -> String {
+        p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
+    }
+
+    /// The project's settings, with the NVRTC pin registered for the toolchain search.
+    pub fn config(
+        &self,
+    ) -> Result<crate::foundation::config::Config, crate::foundation::config::ConfigError> {
+        let cfg = crate::foundation::config::load(&self.project_root())?;
+        if let Some(pin) = &cfg.toolchain.nvrtc {
+            crate::engines::toolchain::set_pin(&pin.version);
+        }
+        if let Some(r) = &cfg.toolchain.nvcc_default {
+            crate::engines::toolchain::set_nvcc_pin(r);
+        }
+        Ok(cfg)
+    }
+}
+
+/// Writes to stdout; a closed stdout (`repro ... | head`) is not an error.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Writes a JSON value to stdout, pretty-printed.
+pub fn emit_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
+}

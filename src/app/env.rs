@@ -1,0 +1,581 @@
+//! `repro env capture | check | lock`: fingerprint the machine and compare it with a lockfile.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use serde_json::json;
+
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::check::{self, Policy, Report, Status};
+use crate::engines::fingerprint::{self, Context, Demand, Field, Fingerprint};
+use crate::engines::lockfile::{self, Lock, LockfileError};
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::fsutil;
+use crate::foundation::output::{Style, Table};
+
+/// Arguments of `repro env`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: EnvCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum EnvCommand {
+    /// Print this machine's fingerprint (GPU, driver, toolchain, host, repository, Nix).
+    Capture(CaptureArgs),
+    /// Compare this machine with a lockfile; exit 1 if a must-match field differs.
+    Check(CheckArgs),
+    /// Write a lockfile from this machine's fingerprint.
+    Lock(LockArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CaptureArgs {
+    /// Also write the fingerprint as JSON to FILE.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The lockfile [default: the only one in lockfiles/, or the one matching this GPU].
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Fail on warnings too.
+    #[arg(long)]
+    strict: bool,
+    /// Check a saved fingerprint (from `env capture -o`) instead of this machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "fresh")]
+    fingerprint: Option<PathBuf>,
+    /// Query the GPUs through cuInit instead of the per-boot cache of device attributes.
+    #[arg(long)]
+    fresh: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct LockArgs {
+    /// Where to write [default: lockfiles/NAME.toml at the project root].
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The machine's name [default: from the GPU model, e.g. h200; "cpu" without a GPU].
+    #[arg(long)]
+    name: Option<String>,
+    /// Overwrite an existing lockfile.
+    #[arg(long)]
+    force: bool,
+}
+
+/// Runs `repro env ...`.
+pub fn run(g: &Globals, args: Args) -> anyhow::Result<u8> {
+    // The fingerprint reports the NVRTC builds would use, which a pin in repro.toml decides.
+    g.config()?;
+    match args.command {
+        EnvCommand::Capture(a) => capture(g, a),
+        EnvCommand::Check(a) => check(g, a),
+        EnvCommand::Lock(a) => lock(g, a),
+    }
+}
+
+fn resolve(g: &Globals, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        g.cwd.join(p)
+    }
+}
+
+fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: true,
+        },
+        &Demand::all(),
+    );
+    let elapsed = start.elapsed();
+    let json = fp.to_json();
+    if let Some(out) = &a.output {
+        let path = resolve(g, out);
+        let text = serde_json::to_string_pretty(&json)? + "\n";
+        fsutil::write_atomic(&path, text.as_bytes(), true)
+            .with_context(|| format!("failed to write fingerprint {}", g.shown(&path)))?;
+        if !g.quiet && !g.json {
+            eprintln!("wrote {}", g.shown(&path));
+        }
+    }
+    if g.json {
+        emit_json(&json)?;
+    } else if a.output.is_none() || g.verbose > 0 {
+        emit(&render_fingerprint(&fp, g.verbose > 0))?;
+        if !g.quiet {
+            emit(&format!(
+                "captured in {:.1} ms\n",
+                elapsed.as_secs_f64() * 1e3
+            ))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Cuts a value for a human table; `--json` always has the whole value.
+fn cell(s: &str) -> String {
+    const MAX: usize = 64;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(MAX - 1).collect::<String>())
+    }
+}
+
+/// The human form of a fingerprint: one table, grouped by section.
+pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
+    let style = Style::for_stdout();
+    let mut table = Table::new();
+    let mut last_section = String::new();
+    for (key, field) in &fp.fields {
+        let (section, rest) = key.split_once('.').unwrap_or((key.as_str(), ""));
+        let shown_section = if section != last_section {
+            section.to_string()
+        } else {
+            String::new()
+        };
+        last_section = section.to_string();
+        let name = match rest.strip_prefix("devices.") {
+            Some(dev) => {
+                let (i, f) = dev.split_once('.').unwrap_or((dev, ""));
+                format!("[{i}] {f}")
+            }
+            None => rest.to_string(),
+        };
+        let (plain, painted) = match field {
+            Field::Value(v) => (cell(v), cell(v)),
+            Field::Unavailable(r) => {
+                let t = cell(&format!("unavailable: {r}"));
+                (t.clone(), style.dim(&t))
+            }
+        };
+        table.styled_row(vec![
+            (shown_section.clone(), style.bold(&shown_section)),
+            (name.clone(), name),
+            (plain, painted),
+        ]);
+    }
+    let mut out = table.render(0);
+    if with_timings {
+        out.push_str("\nprobe times (ms):");
+        for (probe, ms) in &fp.probe_ms {
+            out.push_str(&format!(" {probe}={ms:.1}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Which lockfile to check against, and the fingerprint to check.
+/// The lockfile to check against, the fingerprint, and, when it was picked from several,
+/// why that one (shown under the report's first line, so two lockfiles never leave the
+/// user guessing).
+type Chosen = (PathBuf, Lock, Fingerprint, Option<String>);
+
+fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
+    let saved = a
+        .fingerprint
+        .as_ref()
+        .map(|p| Fingerprint::load(&resolve(g, p)))
+        .transpose()?;
+    let get_fp = |demand: Demand| -> Fingerprint {
+        saved.clone().unwrap_or_else(|| {
+            fingerprint::capture(
+                &Context {
+                    cwd: g.cwd.clone(),
+                    fresh: a.fresh,
+                },
+                &demand,
+            )
+        })
+    };
+    if let Some(p) = &a.lock {
+        let path = resolve(g, p);
+        let lock = lockfile::load(&path)?;
+        let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+        return Ok((path, lock, fp, None));
+    }
+    let dir = g.project_root().join("lockfiles");
+    let candidates = lockfile::list(&dir);
+    match candidates.len() {
+        0 => Err(LockfileError::NoneFound { dir }.into()),
+        1 => {
+            let lock = lockfile::load(&candidates[0])?;
+            let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+            Ok((candidates[0].clone(), lock, fp, None))
+        }
+        _ => {
+            let locks: Vec<(PathBuf, Lock)> = candidates
+                .iter()
+                .map(|p| lockfile::load(p).map(|l| (p.clone(), l)))
+                .collect::<Result<_, _>>()?;
+            // One capture answers every candidate: the union of what they check, plus the GPU.
+            let keys = locks
+                .iter()
+                .flat_map(|(_, l)| checked_keys(l))
+                .chain(["gpu.name"]);
+            let fp = get_fp(Demand::for_keys(keys));
+            let gpu = fp.lookup("gpu.name");
+            let matching: Vec<&(PathBuf, Lock)> = locks
+                .iter()
+                .filter(|(_, l)| {
+                    l.rules.iter().any(|r| {
+                        r.key == "gpu.name"
+                            && !matches!(r.policy, Policy::Ignore(_))
+                            && check::evaluate(
+                                &r.policy,
+                                crate::foundation::fields::Kind::Text,
+                                &gpu,
+                            ) == Status::Ok
+                    })
+                })
+                .collect();
+            let gpu_text = gpu
+                .first()
+                .and_then(|f| f.value().map(str::to_string))
+                .unwrap_or_else(|| "none".into());
+            let file_name = |p: &PathBuf| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            // With no lockfile for this GPU, the one `repro env lock` names after this machine
+            // (lockfiles/cpu.toml without a GPU) is the one its user wrote for it.
+            let own = format!("{}.toml", lockfile::default_name(&fp));
+            let by_name = locks.iter().find(|(p, _)| file_name(p) == own);
+            match (matching.as_slice(), by_name) {
+                ([(path, lock)], _) => Ok((
+                    path.clone(),
+                    lock.clone(),
+                    fp,
+                    Some(format!(
+                        "chosen of {} lockfiles in {}: its gpu.name accepts this GPU ({gpu_text})",
+                        locks.len(),
+                        g.shown(&dir)
+                    )),
+                )),
+                ([], Some((path, lock))) => Ok((
+                    path.clone(),
+                    lock.clone(),
+                    fp,
+                    Some(format!(
+                        "chosen of {} lockfiles in {}: none accepts this GPU ({gpu_text}) by gpu.name, and {own} is the name `repro env lock` gives this machine",
+                        locks.len(),
+                        g.shown(&dir)
+                    )),
+                )),
+                _ => Err(LockfileError::Ambiguous {
+                    dir,
+                    count: candidates.len(),
+                    names: candidates
+                        .iter()
+                        .map(|p| {
+                            p.file_name()
+                                .unwrap_or_default()
+                                .to_string_lossy()
+                                .into_owned()
+                        })
+                        .collect(),
+                }
+                .into()),
+            }
+        }
+    }
+}
+
+fn checked_keys(lock: &Lock) -> impl Iterator<Item = &str> {
+    lock.rules
+        .iter()
+        .filter(|r| !matches!(r.policy, Policy::Ignore(_)))
+        .map(|r| r.key.as_str())
+}
+
+fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let (path, lock, fp, why) = choose_lock(g, &a)?;
+    let report = check::check(&lock.rules, |k| fp.lookup(k));
+    let passed = report.passes(a.strict);
+    // The toolchains the project pins are part of this machine's readiness (not of a saved
+    // fingerprint from elsewhere).
+    let pins = if a.fingerprint.is_none() {
+        pinned_toolchains(g)
+    } else {
+        Vec::new()
+    };
+    let missing: Vec<&(String, Option<String>)> =
+        pins.iter().filter(|(_, p)| p.is_none()).collect();
+    let elapsed = start.elapsed();
+    let code = match (passed, missing.is_empty()) {
+        (true, true) => exit::OK,
+        (true, false) => exit::ENVIRONMENT,
+        (false, _) => exit::MISMATCH,
+    };
+    if g.json {
+        let mut v = json!({
+            "schema": 1,
+            "lockfile": g.shown(&path),
+            "lockfile-choice": why,
+            "driver-found-by": fp.get("driver.found-by").value(),
+            "name": lock.name,
+            "strict": a.strict,
+            "passed": passed,
+            "exit-code": code,
+            "counts": counts_json(&report),
+            "rows": report.rows,
+        });
+        // A saved fingerprint is another machine: its toolchains are not checked here.
+        if a.fingerprint.is_none() {
+            v["toolchains"] = pins
+                .iter()
+                .map(|(spec, path)| {
+                    json!({
+                        "toolchain": spec, "installed": path.is_some(), "path": path,
+                        "install-command": crate::engines::toolchain::install::InstallError::install_command(spec),
+                    })
+                })
+                .collect();
+        }
+        emit_json(&v)?;
+    } else {
+        let mut text = render_report(&g.shown(&path), &lock, &report, passed, g);
+        // Right under the `lockfile PATH (NAME)` line: which lockfile and why, and where the
+        // driver came from when the loader could not find it.
+        let mut notes = String::new();
+        if let Some(why) = &why {
+            notes.push_str(&format!("  {why}\n"));
+        }
+        if let Some(how) = fp.get("driver.found-by").value()
+            && how.starts_with("repro's host search")
+        {
+            notes.push_str(&format!("  driver: libcuda.so.1 from {how}\n"));
+        }
+        let at = text.find('\n').map_or(text.len(), |i| i + 1);
+        text.insert_str(at, &notes);
+        emit(&text)?;
+        for (spec, path) in &pins {
+            match path {
+                Some(p) => emit(&format!("toolchain {spec}: installed at {p}\n"))?,
+                None => emit(&format!("toolchain {spec}: pinned but NOT installed\n"))?,
+            }
+        }
+        if g.verbose > 0 {
+            let probes: Vec<String> = fp
+                .probe_ms
+                .iter()
+                .map(|(p, ms)| format!("{p}={ms:.1}"))
+                .collect();
+            emit(&format!(
+                "checked in {:.1} ms (probes, ms: {})\n",
+                elapsed.as_secs_f64() * 1e3,
+                probes.join(" ")
+            ))?;
+        }
+    }
+    if code == exit::MISMATCH && !missing.is_empty() && !g.quiet {
+        for (spec, _) in &missing {
+            eprintln!(
+                "hint: run `{}`",
+                crate::engines::toolchain::install::InstallError::install_command(spec)
+            );
+        }
+    }
+    if code == exit::ENVIRONMENT {
+        let specs: Vec<&str> = missing.iter().map(|(s, _)| s.as_str()).collect();
+        return Err(UserError::with_code(
+            exit::ENVIRONMENT,
+            format!("the pinned toolchain {} is not installed", specs.join(", ")),
+        )
+        .hint(format!(
+            "run `{}`",
+            specs
+                .iter()
+                .map(|s| crate::engines::toolchain::install::InstallError::install_command(s))
+                .collect::<Vec<_>>()
+                .join("` and `")
+        ))
+        .into());
+    }
+    Ok(code)
+}
+
+/// The toolchains the project pins for its builds (repro.toml's nvcc default and every
+/// recipe's `toolchain`), each with its installed tree if there is a complete one.
+fn pinned_toolchains(g: &Globals) -> Vec<(String, Option<String>)> {
+    use crate::engines::toolchain::install::{self, Family, Spec};
+    let root = g.project_root();
+    let mut specs = std::collections::BTreeSet::new();
+    if let Ok(cfg) = crate::foundation::config::load(&root)
+        && let Some(r) = cfg.toolchain.nvcc_default
+    {
+        specs.insert(
+            Spec::Release {
+                family: Family::Nvcc,
+                release: r,
+            }
+            .to_string(),
+        );
+    }
+    for name in crate::foundation::recipe::list(&root) {
+        // A recipe that does not parse is `repro build`'s to report, not this check's.
+        if let Ok(r) = crate::foundation::recipe::load(&root, &name)
+            && let crate::foundation::recipe::Build::Nvrtc(c)
+            | crate::foundation::recipe::Build::Nvcc(c) = &r.build
+            && let Some(t) = &c.toolchain
+            && t != "system"
+        {
+            specs.insert(t.clone());
+        }
+    }
+    specs
+        .into_iter()
+        .map(|s| {
+            let path = Spec::parse(&s)
+                .ok()
+                .and_then(|spec| install::find(&spec).ok())
+                .map(|t| t.dir.display().to_string());
+            (s, path)
+        })
+        .collect()
+}
+
+fn counts_json(r: &Report) -> serde_json::Value {
+    json!({
+        "ok": r.count(Status::Ok),
+        "mismatch": r.count(Status::Mismatch),
+        "missing": r.count(Status::Missing),
+        "warn": r.count(Status::Warn),
+        "ignored": r.count(Status::Ignored),
+    })
+}
+
+/// The human form of a check: a row per checked field, hints under failures, a summary.
+pub fn render_report(
+    path: &str,
+    lock: &Lock,
+    report: &Report,
+    passed: bool,
+    g: &Globals,
+) -> String {
+    let style = Style::for_stdout();
+    let mut out = format!("lockfile {path} ({})\n", lock.name);
+    let mut table = Table::new();
+    let head = |s: &str| (s.to_string(), style.dim(s));
+    table.styled_row(vec![
+        head("STATUS"),
+        head("FIELD"),
+        head("EXPECTED"),
+        head("ACTUAL"),
+    ]);
+    for row in &report.rows {
+        let show = match row.status {
+            Status::Ignored => g.verbose > 0,
+            Status::Ok => !g.quiet,
+            _ => true,
+        };
+        if !show {
+            continue;
+        }
+        let label = match row.status {
+            Status::Ok => "ok",
+            Status::Ignored => "ignored",
+            Status::Warn => "warn",
+            Status::Missing => "MISSING",
+            Status::Mismatch => "MISMATCH",
+        };
+        let painted = match row.status {
+            Status::Ok => style.good(label),
+            Status::Ignored => style.dim(label),
+            Status::Warn => style.warn(label),
+            _ => style.error(label),
+        };
+        table.styled_row(vec![
+            (label.into(), painted),
+            (row.field.clone(), row.field.clone()),
+            (cell(&row.expected), cell(&row.expected)),
+            (cell(&row.actual), cell(&row.actual)),
+        ]);
+        if let Some(h) = &row.hint {
+            let text = format!("hint: {h}");
+            table.note(style.hint(&text));
+        }
+    }
+    out.push_str(&table.render(2));
+    let verdict = if passed {
+        style.good("passed")
+    } else {
+        style.error("FAILED")
+    };
+    out.push_str(&format!(
+        "{verdict}: {} ok, {} mismatched, {} missing, {} warnings, {} ignored\n",
+        report.count(Status::Ok),
+        report.count(Status::Mismatch),
+        report.count(Status::Missing),
+        report.count(Status::Warn),
+        report.count(Status::Ignored),
+    ));
+    out
+}
+
+fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
+    let fp = fingerprint::capture(
+        &Context {
+            cwd: g.cwd.clone(),
+            fresh: true,
+        },
+        &Demand::all(),
+    );
+    let name = match a.name {
+        Some(n) if n.is_empty() || n.contains(['/', '\\']) || n.starts_with('.') => {
+            return Err(
+                UserError::usage(format!("`{n}` is not a usable lockfile name"))
+                    .hint("use letters, digits and dashes, e.g. --name h200")
+                    .into(),
+            );
+        }
+        Some(n) => n,
+        None => lockfile::default_name(&fp),
+    };
+    let path = match &a.output {
+        Some(p) => resolve(g, p),
+        None => g
+            .project_root()
+            .join("lockfiles")
+            .join(format!("{name}.toml")),
+    };
+    let lock = lockfile::from_fingerprint(&name, &fp);
+    let text = lockfile::to_toml(&lock, &fp);
+    fsutil::write_atomic(&path, text.as_bytes(), a.force)
+        .with_context(|| format!("failed to write lockfile {}", g.shown(&path)))?;
+    let count = |n: &str| lock.rules.iter().filter(|r| r.policy.name() == n).count();
+    if g.json {
+        emit_json(&json!({
+            "schema": 1,
+            "lockfile": g.shown(&path),
+            "name": name,
+            "policies": {
+                "exact": count("exact"), "one-of": count("one-of"),
+                "warn": count("warn"), "ignore": count("ignore"),
+            },
+        }))?;
+    } else if !g.quiet {
+        emit(&format!(
+            "wrote {} ({} exact, {} one-of, {} warn, {} ignored); edit its policies to taste\n",
+            g.shown(&path),
+            count("exact"),
+            count("one-of"),
+            count("warn"),
+            count("ignore"),
+        ))?;
+    }
+    Ok(exit::OK)
+}

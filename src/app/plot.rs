@@ -1,0 +1,275 @@
+//! `repro plot`: SVG plots of recorded results (across commits, or over a parameter sweep) and
+//! of bisection reports (`repro bisect --json > report.json`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::app::context::{Globals, emit};
+use crate::engines::bench;
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::plot::{self, Marker, Point};
+
+/// Arguments of `repro plot`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe (or command-bench name) whose recorded results to plot.
+    #[arg(required_unless_present = "bisect")]
+    name: Option<String>,
+    /// Plot a bisection instead: its report (the JSON of `repro bisect --json`), or the ID
+    /// of a recorded bisection (`repro log --kind bisection`).
+    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"])]
+    bisect: Option<PathBuf>,
+    /// Plot the results over this parameter (the newest result at each value).
+    #[arg(long, value_name = "PARAM")]
+    sweep: Option<String>,
+    /// The SVG file to write.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+fn median_point(x: f64, label: String, r: &Value) -> Point {
+    let s = &r["summary"];
+    Point {
+        x,
+        label,
+        y: s["median"].as_f64(),
+        ci: s["ci-low"].as_f64().zip(s["ci-high"].as_f64()),
+        verdict: r["verdict"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// Runs `repro plot`.
+pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let (svg, n) = if let Some(path) = &a.bisect {
+        let file = g.cwd.join(path);
+        let text = path.to_string_lossy();
+        let report: Value = if !file.exists()
+            && text.len() >= 4
+            && text.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            // A recorded bisection, by ID.
+            match crate::engines::catalog::find(&g.store(), &text) {
+                Ok((e, r)) if e.kind == crate::engines::catalog::Kind::Bisection => r,
+                Ok((e, _)) => {
+                    return Err(UserError::usage(format!(
+                        "{text} is a {}, not a bisection",
+                        e.kind.word()
+                    ))
+                    .hint("`repro log --kind bisection` lists recorded bisections")
+                    .into());
+                }
+                Err(e) => {
+                    return Err(UserError::usage(e.to_string())
+                        .hint("`repro log --kind bisection` lists recorded bisections")
+                        .into());
+                }
+            }
+        } else {
+            let bytes = std::fs::read(&file).map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    exit::USAGE
+                } else {
+                    exit::IO
+                };
+                UserError::with_code(code, format!("cannot read {}: {e}", path.display())).hint(
+                    "pass a report written by `repro bisect ... --json > FILE`, or a recorded bisection's ID",
+                )
+            })?;
+            serde_json::from_slice(&bytes).map_err(|e| {
+                UserError::usage(format!("{} is not a bisection report: {e}", path.display()))
+                    .hint("write one with `repro bisect ... --json > FILE`")
+            })?
+        };
+        let steps = report["steps"]
+            .as_array()
+            .ok_or_else(|| UserError::usage(format!("{} has no steps", path.display())))?;
+        let points: Vec<Point> = steps
+            .iter()
+            .map(|s| {
+                let median = s["median"].as_f64();
+                // The interval of the ratio, carried over to the median.
+                let ci = match (median, s["ratio"].as_array()) {
+                    (Some(m), Some(r)) if r.len() == 3 && r[0].as_f64().unwrap_or(0.0) > 0.0 => {
+                        let (r0, lo, hi) = (
+                            r[0].as_f64().unwrap_or(1.0),
+                            r[1].as_f64().unwrap_or(1.0),
+                            r[2].as_f64().unwrap_or(1.0),
+                        );
+                        Some((m * lo / r0, m * hi / r0))
+                    }
+                    _ => None,
+                };
+                Point {
+                    x: s["index"].as_f64().unwrap_or(0.0),
+                    label: s["commit"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(8)
+                        .collect(),
+                    y: median,
+                    ci,
+                    verdict: s["verdict"].as_str().unwrap_or_default().to_string(),
+                }
+            })
+            .collect();
+        let last = report["commits"].as_f64().unwrap_or(1.0) - 1.0;
+        let mut markers = vec![
+            Marker {
+                x: 0.0,
+                label: "good end".into(),
+                colour: "#2e7d32",
+            },
+            Marker {
+                x: last,
+                label: "bad end".into(),
+                colour: "#c62828",
+            },
+        ];
+        if let Some(i) = report["outcome"]["index"].as_f64() {
+            markers.push(Marker {
+                x: i,
+                label: format!(
+                    "culprit {}",
+                    report["culprit"]["subject"].as_str().unwrap_or_default()
+                ),
+                colour: "#6a1b9a",
+            });
+        }
+        let title = format!(
+            "bisection: {} commits, {} evaluated",
+            report["commits"], report["evaluated"]
+        );
+        (
+            plot::render(
+                &title,
+                "commit (position in the range)",
+                // Build, check and script bisections are not timed: their points are verdicts.
+                if points.iter().any(|p| p.y.is_some()) {
+                    "median of per-process medians"
+                } else {
+                    "verdict only (this mode is not timed)"
+                },
+                &points,
+                &markers,
+                false,
+            ),
+            points.len(),
+        )
+    } else {
+        let name = a
+            .name
+            .clone()
+            .expect("clap requires a name without --bisect");
+        let results: Vec<(String, Value)> = bench::all_results(&g.store())
+            .into_iter()
+            .filter(|(_, r)| r["name"] == name.as_str())
+            .collect();
+        if results.is_empty() {
+            return Err(
+                UserError::usage(format!("no recorded results named `{name}`"))
+                    .hint("`repro log` lists results; record some with `repro bench`")
+                    .into(),
+            );
+        }
+        let unit = results[0].1["unit"].as_str().unwrap_or("us").to_string();
+        match &a.sweep {
+            Some(param) => {
+                // The newest result at each value of the parameter (results are newest first).
+                let mut by_value: BTreeMap<String, (f64, Value)> = BTreeMap::new();
+                for (_, r) in &results {
+                    if let Some(v) = r["params"][param].as_f64() {
+                        by_value
+                            .entry(r["params"][param].to_string())
+                            .or_insert((v, r.clone()));
+                    }
+                }
+                if by_value.is_empty() {
+                    return Err(UserError::usage(format!(
+                        "no result of `{name}` has the parameter `{param}`"
+                    ))
+                    .into());
+                }
+                let mut points: Vec<Point> = by_value
+                    .into_iter()
+                    .map(|(label, (v, r))| median_point(v, label, &r))
+                    .collect();
+                points.sort_by(|a, b| a.x.total_cmp(&b.x));
+                let (lo, hi) = (points[0].x, points[points.len() - 1].x);
+                let log_x = lo > 0.0 && hi / lo > 8.0;
+                (
+                    plot::render(
+                        &format!("{name}: median over {param}"),
+                        param,
+                        &format!("median ({unit})"),
+                        &points,
+                        &[],
+                        log_x,
+                    ),
+                    points.len(),
+                )
+            }
+            None => {
+                // The newest result at each commit, in history order (oldest first).
+                let mut by_commit: BTreeMap<String, Value> = BTreeMap::new();
+                for (_, r) in &results {
+                    if let Some(c) = r["commit"].as_str() {
+                        by_commit.entry(c.to_string()).or_insert(r.clone());
+                    }
+                }
+                let order: Vec<String> = match crate::engines::bisect::history::open(&g.cwd) {
+                    Ok(repo) => {
+                        let mut walk = repo.revwalk()?;
+                        walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
+                        walk.push_head()?;
+                        walk.filter_map(Result::ok)
+                            .map(|o| o.to_string())
+                            .filter(|c| by_commit.contains_key(c))
+                            .collect()
+                    }
+                    Err(_) => by_commit.keys().cloned().collect(),
+                };
+                let points: Vec<Point> = order
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| median_point(i as f64, c[..8].to_string(), &by_commit[c]))
+                    .collect();
+                if points.is_empty() {
+                    return Err(UserError::usage(format!(
+                        "no result of `{name}` is at a commit of the current history"
+                    ))
+                    .into());
+                }
+                (
+                    plot::render(
+                        &format!("{name}: median across commits"),
+                        "commit",
+                        &format!("median ({unit})"),
+                        &points,
+                        &[],
+                        false,
+                    ),
+                    points.len(),
+                )
+            }
+        }
+    };
+    let out = g.cwd.join(&a.output);
+    crate::foundation::fsutil::write_atomic(&out, svg.as_bytes(), true)
+        .with_context(|| format!("failed to write {}", g.shown(&out)))?;
+    if g.json {
+        crate::app::context::emit_json(&serde_json::json!({
+            "schema": 1,
+            "output": g.shown(&out),
+            "points": n,
+            "kind": if a.bisect.is_some() { "bisection" } else if a.sweep.is_some() { "sweep" } else { "commits" },
+        }))?;
+    } else if !g.quiet {
+        emit(&format!("wrote {} ({n} points)\n", g.shown(&out)))?;
+    }
+    Ok(exit::OK)
+}

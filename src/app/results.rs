@@ -1,0 +1,706 @@
+//! `repro log`, `repro show ID`, `repro compare A B`: list, inspect and compare results.
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+
+use crate::app::bench::{fmt_value, parse_fraction};
+use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::bench;
+use crate::engines::catalog;
+use crate::engines::export;
+use crate::foundation::error::UserError;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::output::{Style, Table};
+use crate::foundation::stats::{self, Verdict};
+
+/// Arguments of `repro log`.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Only records of these kinds (repeat or separate with commas) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    kind: Vec<catalog::Kind>,
+    /// Only records of this recipe (or command-bench name, or a bisection's recipe).
+    #[arg(long, value_name = "NAME")]
+    recipe: Option<String>,
+    /// Only records at a commit starting with this (a bisection's: its first bad commit).
+    #[arg(long, value_name = "PREFIX")]
+    commit: Option<String>,
+    /// Only results from machines whose GPU name contains this (other kinds have none).
+    #[arg(long)]
+    machine: Option<String>,
+    /// At most this many records.
+    #[arg(short = 'n', long, default_value_t = 50)]
+    limit: usize,
+}
+
+/// Arguments of `repro show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// A record's ID (a result's ID, a build's key, a bisection's ID) or a unique prefix
+    /// of at least 4 hex digits.
+    #[arg(value_name = "ID")]
+    id: String,
+}
+
+/// Arguments of `repro compare`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The baseline: a result ID (or unique prefix), or an nvbench JSON file
+    /// (`out.json`, `out.json@STATE` to pick one of its states).
+    a: String,
+    /// The candidate, likewise.
+    b: String,
+    /// Call a change "same" only if the ratio's interval lies within ±THRESHOLD; with
+    /// --fail-on, a significant change smaller than this does not fail.
+    #[arg(long, default_value = "2%", value_parser = parse_fraction)]
+    threshold: f64,
+    /// Significance level of the rank tests.
+    #[arg(long, default_value_t = 0.01)]
+    alpha: f64,
+    /// Exit 1 when B is significantly slower (or faster, or either) than A by more than
+    /// --threshold, for CI.
+    #[arg(long, value_enum, value_name = "DIRECTION")]
+    fail_on: Option<FailOn>,
+    /// Output format: text, or a Markdown table for pull-request comments.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    #[command(flatten)]
+    export: export::ExportArgs,
+}
+
+/// Which significant change fails `compare --fail-on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    /// B is slower (larger) than A.
+    Slower,
+    /// B is faster (smaller) than A.
+    Faster,
+    /// Either.
+    Any,
+}
+
+/// `compare`'s output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text.
+    Text,
+    /// A Markdown table and verdict.
+    Md,
+}
+
+/// Whether a comparison fails the gate: significant (p ≤ alpha) and the ratio of medians
+/// beyond 1 ± threshold in a failing direction, as `asv compare --factor` does.
+pub fn fails(c: &stats::Comparison, fail_on: FailOn, threshold: f64) -> bool {
+    let slower = c.verdict == Verdict::Slower && c.ratio > 1.0 + threshold;
+    let faster = c.verdict == Verdict::Faster && c.ratio < 1.0 - threshold;
+    match fail_on {
+        FailOn::Slower => slower,
+        FailOn::Faster => faster,
+        FailOn::Any => slower || faster,
+    }
+}
+
+/// A compare operand: a result by ID prefix, or a state of an nvbench JSON file.
+fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, Value)> {
+    let (file, selector) = match text.split_once(".json@") {
+        Some((f, sel)) => (format!("{f}.json"), Some(sel)),
+        None => (text.to_string(), None),
+    };
+    if file.ends_with(".json") {
+        let r = crate::engines::nvbench::load(&g.cwd.join(&file), selector)?;
+        return Ok((text.to_string(), r));
+    }
+    find(g, text)
+}
+
+fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
+    bench::find_result(&g.store(), id).map_err(|e| {
+        UserError::usage(e)
+            .hint("`repro log` lists results with their IDs")
+            .into()
+    })
+}
+
+/// Runs `repro log`.
+pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
+    let store = g.store();
+    store.check_schema()?;
+    let records: Vec<(catalog::Entry, Value)> = catalog::list(&store, &a.kind)
+        .into_iter()
+        .filter(|(e, r)| {
+            a.recipe
+                .as_deref()
+                .is_none_or(|n| e.name == n || r["recipe"] == n)
+        })
+        .filter(|(e, _)| {
+            a.commit.as_deref().is_none_or(|c| {
+                e.commit
+                    .as_deref()
+                    .is_some_and(|x| x.starts_with(&c.to_lowercase()))
+            })
+        })
+        .filter(|(_, r)| {
+            a.machine.as_deref().is_none_or(|m| {
+                r["machine"]
+                    .as_str()
+                    .is_some_and(|x| x.to_lowercase().contains(&m.to_lowercase()))
+            })
+        })
+        .take(a.limit)
+        .collect();
+    if g.json {
+        let list: Vec<Value> = records
+            .iter()
+            .map(|(e, r)| {
+                let mut v = serde_json::to_value(e).expect("entries serialise");
+                if e.kind == catalog::Kind::Result {
+                    let s = &r["summary"];
+                    for (k, x) in [
+                        ("key", &r["key"]),
+                        ("params", &r["params"]),
+                        ("median", &s["median"]),
+                        ("ci-low", &s["ci-low"]),
+                        ("ci-high", &s["ci-high"]),
+                        ("unit", &r["unit"]),
+                        ("machine", &r["machine"]),
+                    ] {
+                        v[k] = x.clone();
+                    }
+                }
+                v
+            })
+            .collect();
+        emit_json(&json!({ "schema": 2, "records": list }))?;
+        return Ok(exit::OK);
+    }
+    if records.is_empty() {
+        if !g.quiet {
+            emit("nothing recorded (`repro build`, `repro bench` and `repro bisect` record)\n")?;
+        }
+        return Ok(exit::OK);
+    }
+    let mut t = Table::new();
+    t.row(["KIND", "ID", "DATE", "NAME", "STATUS", "COMMIT", "SUMMARY"]);
+    for (e, _) in &records {
+        t.row([
+            e.kind.word().to_string(),
+            keys::short(&e.id).to_string(),
+            e.created_at
+                .as_deref()
+                .unwrap_or_default()
+                .chars()
+                .take(19)
+                .collect::<String>()
+                .replace('T', " "),
+            crate::foundation::output::printable(&e.name.chars().take(40).collect::<String>()),
+            e.status.clone(),
+            e.commit
+                .as_deref()
+                .map_or("-".into(), |c| c.chars().take(10).collect()),
+            crate::foundation::output::printable(&e.summary),
+        ]);
+    }
+    emit(&t.render(0))?;
+    Ok(exit::OK)
+}
+
+/// Runs `repro show`: any record, by a prefix of its ID.
+pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
+    let store = g.store();
+    store.check_schema()?;
+    let (entry, r) = catalog::find(&store, &a.id).map_err(|e| {
+        UserError::usage(e.to_string()).hint("`repro log` lists every record with its ID")
+    })?;
+    let id = entry.id.clone();
+    if g.json {
+        let mut r = r;
+        r["id"] = json!(id);
+        r["kind"] = json!(entry.kind.word());
+        emit_json(&r)?;
+        return Ok(exit::OK);
+    }
+    match entry.kind {
+        catalog::Kind::Result => {}
+        catalog::Kind::Build => return show_build(&id, &r),
+        catalog::Kind::Bisection => return show_bisection(&id, &entry, &r),
+    }
+    let unit = r["unit"].as_str().unwrap_or("us");
+    let mut t = Table::new();
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    t.row(["id".to_string(), id.clone()]);
+    t.row(["experiment key".to_string(), text(&r["key"])]);
+    for k in [
+        "name",
+        "command",
+        "metric",
+        "recipe-path",
+        "verdict",
+        "detail",
+        "created-at",
+        "commit",
+        "machine",
+        "build-key",
+        "artifact",
+    ] {
+        if !r[k].is_null() {
+            t.row([k.to_string(), text(&r[k])]);
+        }
+    }
+    t.row(["params".to_string(), bench::params_text(&r["params"])]);
+    if let Some(l) = r["launch"].as_object() {
+        t.row([
+            "launch".to_string(),
+            format!(
+                "{} grid {} block {} shared {} B",
+                text(&l["kernel"]),
+                l["grid"],
+                l["block"],
+                l["shared_mem"]
+            ),
+        ]);
+    }
+    if !r["settings"].is_null() {
+        let s = &r["settings"];
+        t.row([
+            "settings".to_string(),
+            format!(
+                "mode {}, max noise {}%, warm-up {} ms, device {}",
+                text(&s["mode"]),
+                s["max-noise"].as_f64().unwrap_or(0.0) * 100.0,
+                s["warmup-ms"],
+                s["device"]
+            ),
+        ]);
+    }
+    let s = &r["summary"];
+    if let Some(m) = s["median"].as_f64() {
+        t.row([
+            "median".to_string(),
+            format!(
+                "{} [{}, {}] (95% bootstrap interval)",
+                fmt_value(m, unit),
+                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
+                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+            ),
+        ]);
+        t.row([
+            "mean ± stdev".to_string(),
+            format!(
+                "{} ± {}",
+                fmt_value(s["mean"].as_f64().unwrap_or(0.0), unit),
+                fmt_value(s["stdev"].as_f64().unwrap_or(0.0), unit)
+            ),
+        ]);
+        t.row([
+            "min … max".to_string(),
+            format!(
+                "{} … {}",
+                fmt_value(s["min"].as_f64().unwrap_or(0.0), unit),
+                fmt_value(s["max"].as_f64().unwrap_or(0.0), unit)
+            ),
+        ]);
+        t.row([
+            "samples".to_string(),
+            format!(
+                "{} ({} outliers by modified z-score; relative noise {:.3}%)",
+                s["n"],
+                s["outliers"],
+                s["rel-noise"].as_f64().unwrap_or(0.0) * 100.0
+            ),
+        ]);
+    }
+    for (k, label) in [("gb-per-s", "GB/s"), ("tflops", "TFLOP/s")] {
+        if let Some(v) = r["throughput"][k].as_f64() {
+            t.row([label.to_string(), format!("{v:.2}")]);
+        }
+    }
+    if let Some(c) = r["sm-clock-mhz"].as_array() {
+        t.row([
+            "SM clock".to_string(),
+            format!(
+                "{} MHz before, {} after, max {}{}",
+                c[0],
+                c[1],
+                c[2],
+                if r["throttled"] == true {
+                    " (THROTTLED)"
+                } else {
+                    ""
+                }
+            ),
+        ]);
+    }
+    if let Some(checks) = r["check"].as_array() {
+        for c in checks {
+            t.row([
+                format!("check {}", text(&c["name"])),
+                format!(
+                    "{} of {} outside atol {} + rtol {}; max abs err {:.3e}, max rel err {:.3e}",
+                    c["mismatches"],
+                    c["elements"],
+                    c["atol"],
+                    c["rtol"],
+                    c["max-abs-err"].as_f64().unwrap_or(0.0),
+                    c["max-rel-err"].as_f64().unwrap_or(0.0)
+                ),
+            ]);
+        }
+    }
+    emit(&t.render(0))?;
+    Ok(exit::OK)
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => crate::foundation::output::printable(s),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `repro show` of a build record.
+fn show_build(id: &str, r: &Value) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "build".to_string()]);
+    t.row(["key".to_string(), id.to_string()]);
+    for k in [
+        "recipe",
+        "recipe-path",
+        "status",
+        "created-at",
+        "commit",
+        "dirty",
+        "duration-ms",
+        "repro-version",
+    ] {
+        if !r[k].is_null() {
+            t.row([k.to_string(), plain(&r[k])]);
+        }
+    }
+    if let Some(env) = r["environment"].as_object() {
+        let mut parts: Vec<String> = env
+            .iter()
+            .map(|(k, v)| format!("{k} {}", plain(v)))
+            .collect();
+        parts.sort();
+        t.row(["environment".to_string(), parts.join(", ")]);
+    }
+    if !r["inputs"]["compiler"].is_null() {
+        t.row(["compiler".to_string(), plain(&r["inputs"]["compiler"])]);
+    }
+    if let Some(files) = r["inputs"]["files"].as_object() {
+        t.row(["input files".to_string(), files.len().to_string()]);
+    }
+    if let Some(outs) = r["outputs"].as_object() {
+        for (name, o) in outs {
+            t.row([
+                format!("output {name}"),
+                format!(
+                    "{} bytes, sha256 {}",
+                    o["bytes"],
+                    o["sha256"].as_str().unwrap_or("-")
+                ),
+            ]);
+        }
+    }
+    let mut out = t.render(0);
+    if let Some(log) = r["log"].as_str().filter(|l| !l.trim().is_empty()) {
+        out.push_str("compiler log:\n");
+        for l in log.lines() {
+            out.push_str(&format!(
+                "  | {}\n",
+                crate::foundation::output::printable(l)
+            ));
+        }
+    }
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// `repro show` of a bisection's report.
+fn show_bisection(id: &str, e: &catalog::Entry, r: &Value) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), plain(&r["created-at"])]);
+    let q = &r["question"];
+    t.row([
+        "question".to_string(),
+        format!("{} {}", plain(&q["mode"]), plain(&q["name"])),
+    ]);
+    t.row(["good end".to_string(), plain(&q["good"])]);
+    t.row(["bad end".to_string(), plain(&q["bad"])]);
+    t.row(["outcome".to_string(), e.summary.clone()]);
+    if r["culprit"].is_object() {
+        let c = &r["culprit"];
+        let word = if r["find"] == "fixed" {
+            "first fixed commit"
+        } else {
+            "first bad commit"
+        };
+        t.row([
+            word.to_string(),
+            format!("{} {}", plain(&c["hash"]), plain(&c["subject"])),
+        ]);
+    }
+    let mut out = t.render(0);
+    if let Some(steps) = r["steps"].as_array() {
+        out.push_str("\nsteps:\n");
+        let mut s = Table::new();
+        s.row(["COMMIT", "VERDICT", "SUBJECT / DETAIL"]);
+        for step in steps {
+            let mut what = plain(&step["subject"]);
+            if let Some(d) = step["detail"].as_str() {
+                what.push_str(&format!(" ({})", crate::foundation::output::printable(d)));
+            }
+            s.row([
+                step["commit"]
+                    .as_str()
+                    .map_or("-".into(), |c| keys::short(c).to_string()),
+                plain(&step["verdict"]),
+                what,
+            ]);
+        }
+        out.push_str(&s.render(2));
+    }
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+fn samples(r: &Value) -> Vec<f64> {
+    r["samples"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+/// Runs `repro compare`.
+pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
+    let (ida, ra) = operand(g, &a.a)?;
+    let (idb, rb) = operand(g, &a.b)?;
+    let (sa, sb) = (samples(&ra), samples(&rb));
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err(
+            UserError::usage("both results need at least two samples to be compared")
+                .hint("a result with a failed check or a crash has no samples; see `repro show`")
+                .into(),
+        );
+    }
+    if ra["unit"] != rb["unit"] {
+        return Err(UserError::usage(format!(
+            "the results measure different things ({} vs {})",
+            ra["unit"], rb["unit"]
+        ))
+        .into());
+    }
+    let seed = keys::key_of(&json!([ida, idb]))
+        .bytes()
+        .fold(0u64, |h, b| h.rotate_left(8) ^ u64::from(b));
+    let c = stats::compare(&sa, &sb, a.alpha, a.threshold, seed)
+        .context("failed to compare the samples")?;
+    let rows = vec![
+        export::Row::from_record(&ida, &ra),
+        export::Row::from_record(&idb, &rb),
+    ];
+    a.export
+        .write(&g.cwd, &rows)
+        .context("failed to write an export")?;
+    let mut warnings = Vec::new();
+    if ra["key"] != rb["key"] && ra["name"] != rb["name"] {
+        warnings.push(
+            "the two results are of different experiments (recipe, parameters or settings differ)"
+                .to_string(),
+        );
+    }
+    if !ra["machine"].is_null() && !rb["machine"].is_null() && ra["machine"] != rb["machine"] {
+        warnings.push(format!(
+            "measured on different GPUs ({} vs {})",
+            ra["machine"], rb["machine"]
+        ));
+    }
+    let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
+    let code = if failed { exit::MISMATCH } else { exit::OK };
+    if g.json {
+        emit_json(
+            &json!({ "schema": 1, "a": ida, "b": idb, "comparison": c, "threshold": a.threshold, "alpha": a.alpha,
+                "fail-on": a.fail_on.map(|f| format!("{f:?}").to_lowercase()), "failed": failed, "warnings": warnings }),
+        )?;
+        return Ok(code);
+    }
+    let unit = ra["unit"].as_str().unwrap_or("us");
+    let times = matches!(unit, "us" | "ms" | "s");
+    let (word, factor) = if c.ratio >= 1.0 {
+        (if times { "slower" } else { "larger" }, c.ratio)
+    } else {
+        (if times { "faster" } else { "smaller" }, 1.0 / c.ratio)
+    };
+    let verdict_word = match c.verdict {
+        Verdict::Faster => {
+            if times {
+                "faster"
+            } else {
+                "smaller"
+            }
+        }
+        Verdict::Slower => {
+            if times {
+                "slower"
+            } else {
+                "larger"
+            }
+        }
+        Verdict::Same => "same",
+        Verdict::Unknown => "unknown",
+    };
+    let why = match c.verdict {
+        Verdict::Same => format!(" (the interval lies within ±{:.1}%)", a.threshold * 100.0),
+        Verdict::Unknown => format!(
+            " (not significant, but the interval is wider than ±{:.1}%: take more samples)",
+            a.threshold * 100.0
+        ),
+        _ => String::new(),
+    };
+    let gate = a.fail_on.map(|f| {
+        let dir = format!("{f:?}").to_lowercase();
+        if failed {
+            format!(
+                "FAILED: B is significantly {word} than A by more than {:.1}% (--fail-on {dir})",
+                a.threshold * 100.0
+            )
+        } else {
+            format!(
+                "passed: no significant {dir} change beyond {:.1}% (--fail-on {dir})",
+                a.threshold * 100.0
+            )
+        }
+    });
+    let label = |id: &str, r: &Value| {
+        if r["kind"] == "nvbench" {
+            id.to_string()
+        } else {
+            keys::short(id).to_string()
+        }
+    };
+    let ci = |r: &Value| {
+        let s = &r["summary"];
+        let m = s["median"].as_f64().unwrap_or(0.0);
+        (
+            fmt_value(m, unit),
+            format!(
+                "[{}, {}]",
+                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
+                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+            ),
+            s["n"].to_string(),
+        )
+    };
+    if a.format == Format::Md {
+        let mut out = String::from(
+            "| | result | name | params | median | 95% CI | n |\n|---|---|---|---|---:|---|---:|\n",
+        );
+        for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
+            let (m, interval, n) = ci(r);
+            out.push_str(&format!(
+                "| {l} | `{}` | {} | {} | {m} | {interval} | {n} |\n",
+                label(id, r).replace('|', "\\|"),
+                r["name"].as_str().unwrap_or_default().replace('|', "\\|"),
+                bench::params_text(&r["params"]).replace('|', "\\|")
+            ));
+        }
+        out.push_str(&format!(
+            "\n**{verdict_word}**{why}: B is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}]; p = {:.2e}, alpha {})\n",
+            c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.p, a.alpha
+        ));
+        if let Some(gate) = &gate {
+            out.push_str(&format!("\n{gate}\n"));
+        }
+        for w in &warnings {
+            out.push_str(&format!("\n> warning: {w}\n"));
+        }
+        emit(&out)?;
+        return Ok(code);
+    }
+    let style = Style::for_stdout();
+    let mut t = Table::new();
+    t.row(["", "RESULT", "NAME", "PARAMS", "MEDIAN", "95% CI", "N"]);
+    for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
+        let (m, interval, n) = ci(r);
+        t.row([
+            l.to_string(),
+            label(id, r),
+            r["name"].as_str().unwrap_or_default().to_string(),
+            bench::params_text(&r["params"]),
+            m,
+            interval,
+            n,
+        ]);
+    }
+    let mut out = t.render(0);
+    out.push_str(&format!(
+        "\nB is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}])\n",
+        c.ratio, c.ratio_ci_low, c.ratio_ci_high
+    ));
+    out.push_str(&format!(
+        "p = {:.2e} (Mann-Whitney U {:.2e}, Kolmogorov-Smirnov {:.2e}; alpha {})\n",
+        c.p, c.p_mann_whitney, c.p_ks, a.alpha
+    ));
+    let v = match c.verdict {
+        Verdict::Faster | Verdict::Same => style.good(verdict_word),
+        Verdict::Slower => style.error(verdict_word),
+        Verdict::Unknown => style.warn(verdict_word),
+    };
+    out.push_str(&format!("verdict: {v}{why}\n"));
+    if let Some(gate) = gate {
+        out.push_str(&format!(
+            "{}\n",
+            if failed {
+                style.error(&gate)
+            } else {
+                style.good(&gate)
+            }
+        ));
+    }
+    for w in warnings {
+        out.push_str(&format!("{} {w}\n", style.warn("warning:")));
+    }
+    emit(&out)?;
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comparison(ratio: f64, verdict: Verdict) -> stats::Comparison {
+        stats::Comparison {
+            ratio,
+            ratio_ci_low: ratio * 0.99,
+            ratio_ci_high: ratio * 1.01,
+            p_mann_whitney: 1e-6,
+            p_ks: 1e-6,
+            p: 1e-6,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn the_gate_fails_only_significant_changes_beyond_the_threshold_in_its_direction() {
+        let slow = comparison(1.10, Verdict::Slower);
+        let fast = comparison(0.90, Verdict::Faster);
+        let small = comparison(1.01, Verdict::Slower);
+        let unknown = comparison(1.10, Verdict::Unknown);
+        assert!(fails(&slow, FailOn::Slower, 0.05));
+        assert!(!fails(&slow, FailOn::Faster, 0.05));
+        assert!(fails(&slow, FailOn::Any, 0.05));
+        assert!(fails(&fast, FailOn::Faster, 0.05));
+        assert!(!fails(&fast, FailOn::Slower, 0.05));
+        assert!(!fails(&small, FailOn::Slower, 0.05));
+        assert!(fails(&small, FailOn::Slower, 0.0));
+        assert!(!fails(&unknown, FailOn::Any, 0.0));
+    }
+}

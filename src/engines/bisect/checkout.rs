@@ -1,0 +1,734 @@
+//! Writing a commit's files out for one bisection step, as few as the step needs.
+//!
+//! A step gets either a sparse tree (the files a build reads, or the paths the user named
+//! with `--paths`) in a fresh directory, or the whole tree in a scratch directory that the
+//! worker keeps from step to step and brings up to date the way `git checkout` does: only
+//! files whose blob changed are written again, and whatever the previous step's script
+//! created or changed is removed or restored first.
+//!
+//! Blobs that a partial clone lacks are fetched from its promisor remote in one batch per
+//! step, through the git command line (libgit2 cannot fetch lazily). With `offline`, nothing
+//! is fetched and a missing blob makes the step untestable, naming the path and the blob.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use git2::{Oid, Repository};
+
+use super::history::{CommitFiles, Entry};
+use crate::foundation::process::Cmd;
+
+/// Why a step's files could not be written out.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    /// Blobs the step needs are not in the object database (and were not fetched).
+    #[error("{path}: its blob {blob} {}{}{why}", super::history::MISSING_BLOB, if *.more > 0 { format!(" (and {} more blobs)", .more) } else { String::new() })]
+    MissingBlob {
+        /// The first path whose blob is missing.
+        path: String,
+        /// Its blob.
+        blob: Oid,
+        /// How many other needed blobs are missing.
+        more: usize,
+        /// Why it was not fetched.
+        why: String,
+    },
+    /// The promisor remote could not give the blobs.
+    #[error("cannot fetch {count} missing blobs from the promisor remote `{remote}` ({url})")]
+    Fetch {
+        /// The remote's name.
+        remote: String,
+        /// Its URL.
+        url: String,
+        /// How many blobs were asked for.
+        count: usize,
+        /// git's failure.
+        #[source]
+        source: Box<crate::foundation::process::ProcessError>,
+    },
+    /// Writing into the scratch directory failed.
+    #[error("cannot write {path}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CheckoutError {
+    /// Whether this makes only the one commit untestable (a missing blob), rather than
+    /// every step (an unreachable remote, a full disk).
+    pub fn is_untestable(&self) -> bool {
+        matches!(self, CheckoutError::MissingBlob { .. })
+    }
+}
+
+/// The promisor remote of a partial clone: its name and URL.
+pub fn promisor_remote(repo: &Repository) -> Option<(String, String)> {
+    let cfg = repo.config().ok()?.snapshot().ok()?;
+    let name = cfg.get_string("extensions.partialclone").ok().or_else(|| {
+        let mut found = None;
+        if let Ok(mut entries) = cfg.entries(Some(r"remote\..*\.promisor")) {
+            while let Some(Ok(e)) = entries.next() {
+                if e.value() == Some("true") {
+                    found = e
+                        .name()
+                        .and_then(|n| n.strip_prefix("remote."))
+                        .and_then(|n| n.strip_suffix(".promisor"))
+                        .map(str::to_string);
+                    break;
+                }
+            }
+        }
+        found
+    })?;
+    let url = cfg
+        .get_string(&format!("remote.{name}.url"))
+        .unwrap_or_default();
+    Some((name, url))
+}
+
+/// How a step gets missing blobs.
+#[derive(Clone, Debug)]
+pub struct Fetcher {
+    /// The repository's git directory.
+    pub git_dir: PathBuf,
+    /// The promisor remote, if this is a partial clone.
+    pub remote: Option<(String, String)>,
+    /// Never fetch.
+    pub offline: bool,
+    /// How long one batch may take.
+    pub timeout: Duration,
+}
+
+impl Fetcher {
+    /// A fetcher for `repo`.
+    pub fn new(repo: &Repository, offline: bool) -> Self {
+        Fetcher {
+            git_dir: repo.path().to_path_buf(),
+            remote: promisor_remote(repo),
+            offline,
+            timeout: Duration::from_secs(600),
+        }
+    }
+
+    /// Makes sure every blob of `entries` is in the object database: fetches the missing
+    /// ones in one batch, or says which is missing. Returns how many were fetched.
+    pub fn ensure(
+        &self,
+        repo: &Repository,
+        entries: &[Entry],
+        progress: &dyn Fn(&str),
+    ) -> Result<usize, CheckoutError> {
+        let odb = repo.odb().map_err(|e| CheckoutError::Write {
+            path: self.git_dir.display().to_string(),
+            source: std::io::Error::other(e.message().to_string()),
+        })?;
+        let missing = |odb: &git2::Odb| -> Vec<&Entry> {
+            let mut seen = HashSet::new();
+            entries
+                .iter()
+                .filter(|e| !odb.exists(e.id) && seen.insert(e.id))
+                .collect()
+        };
+        let gone = missing(&odb);
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let why = match (&self.remote, self.offline) {
+            (_, true) => Some(" (--offline: not fetched)".to_string()),
+            (None, _) => Some(
+                " (the repository has no promisor remote to fetch it from: not a partial clone)"
+                    .to_string(),
+            ),
+            (Some(_), false) => None,
+        };
+        if let Some(why) = why {
+            return Err(CheckoutError::MissingBlob {
+                path: gone[0].path.clone(),
+                blob: gone[0].id,
+                more: gone.len() - 1,
+                why,
+            });
+        }
+        let (remote, url) = self.remote.clone().expect("checked above");
+        progress(&format!(
+            "fetching {} missing blob{} from `{remote}`",
+            gone.len(),
+            if gone.len() == 1 { "" } else { "s" }
+        ));
+        let ids: String = gone.iter().map(|e| format!("{}\n", e.id)).collect();
+        // As git's own lazy fetch does: a noop negotiation, no tags, no FETCH_HEAD, no
+        // refs updated; only objects are added. Automatic maintenance stays off.
+        Cmd::new("git")
+            .arg("--git-dir")
+            .arg(&self.git_dir)
+            .args([
+                "-c",
+                "fetch.negotiationAlgorithm=noop",
+                "-c",
+                "maintenance.auto=false",
+                "-c",
+                "gc.auto=0",
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--recurse-submodules=no",
+                "--filter=blob:none",
+                "--stdin",
+            ])
+            .arg(&remote)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin_bytes(ids.into_bytes())
+            .timeout(self.timeout)
+            .run()
+            .map_err(|source| CheckoutError::Fetch {
+                remote: remote.clone(),
+                url: url.clone(),
+                count: gone.len(),
+                source: Box::new(source),
+            })?;
+        let _ = odb.refresh();
+        let still = missing(&odb);
+        if let Some(first) = still.first() {
+            return Err(CheckoutError::MissingBlob {
+                path: first.path.clone(),
+                blob: first.id,
+                more: still.len() - 1,
+                why: format!(" (the promisor remote `{remote}` does not have it)"),
+            });
+        }
+        Ok(gone.len())
+    }
+}
+
+fn write_entry(
+    repo: &Repository,
+    dest: &Path,
+    e: &Entry,
+    made_dirs: &mut HashSet<PathBuf>,
+) -> Result<(), CheckoutError> {
+    let target = dest.join(&e.path);
+    let io = |source: std::io::Error| CheckoutError::Write {
+        path: e.path.clone(),
+        source,
+    };
+    let blob = repo
+        .find_blob(e.id)
+        .map_err(|err| CheckoutError::MissingBlob {
+            path: e.path.clone(),
+            blob: e.id,
+            more: 0,
+            why: format!(" ({})", err.message()),
+        })?;
+    if let Some(parent) = target.parent()
+        && made_dirs.insert(parent.to_path_buf())
+    {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    match std::fs::symlink_metadata(&target) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&target).map_err(io)?,
+        Ok(_) => std::fs::remove_file(&target).map_err(io)?,
+        Err(_) => {}
+    }
+    if e.mode == 0o120000 {
+        let link = String::from_utf8_lossy(blob.content()).into_owned();
+        std::os::unix::fs::symlink(link, &target).map_err(io)?;
+    } else {
+        std::fs::write(&target, blob.content()).map_err(io)?;
+        if e.mode == 0o100755 {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+                .map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `entries` under `dest` (a fresh directory).
+pub fn write_sparse(
+    repo: &Repository,
+    dest: &Path,
+    entries: &[Entry],
+) -> Result<usize, CheckoutError> {
+    let mut made = HashSet::new();
+    for e in entries {
+        write_entry(repo, dest, e, &mut made)?;
+    }
+    Ok(entries.len())
+}
+
+/// What a file looked like right after it was written: any later change (a script that
+/// edited or replaced it) shows in one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Self {
+        Stamp {
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// A whole-tree scratch checkout that one worker keeps across steps.
+pub struct Worktree {
+    dir: tempfile::TempDir,
+    /// Every file written, with its blob, mode and stamp.
+    files: HashMap<String, (Oid, i32, Stamp)>,
+    /// The tree it holds in full, when the last update wrote a whole tree.
+    tree: Option<Oid>,
+}
+
+/// What bringing a worktree up to date did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Update {
+    /// Files written.
+    pub written: usize,
+    /// Files and directories removed (gone from the tree, or left by the last step).
+    pub removed: usize,
+}
+
+impl Worktree {
+    /// An empty worktree in `dir`.
+    pub fn new(dir: tempfile::TempDir) -> Self {
+        Worktree {
+            dir,
+            files: HashMap::new(),
+            tree: None,
+        }
+    }
+
+    /// Its directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The entries whose blob this worktree does not already hold at that path: the only
+    /// ones an update may need to read from the object database.
+    pub fn new_blobs(&self, entries: &[Entry]) -> Vec<Entry> {
+        entries
+            .iter()
+            .filter(|e| self.files.get(&e.path).is_none_or(|(id, _, _)| *id != e.id))
+            .cloned()
+            .collect()
+    }
+
+    /// Makes the directory hold exactly `entries` of `files`' commit: files whose blob or
+    /// mode changed, or that the last step touched, are written again; everything else
+    /// that is there (build outputs, files the last step created) is removed.
+    pub fn update(
+        &mut self,
+        files: &CommitFiles,
+        entries: &[Entry],
+    ) -> Result<Update, CheckoutError> {
+        let repo = files.repo();
+        let root = self.dir.path().to_path_buf();
+        let want: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+        let mut dirs_wanted: HashSet<&str> = HashSet::new();
+        for e in entries {
+            let mut p = e.path.as_str();
+            while let Some((parent, _)) = p.rsplit_once('/') {
+                if !dirs_wanted.insert(parent) {
+                    break;
+                }
+                p = parent;
+            }
+        }
+        let mut up = Update::default();
+        let mut intact: HashSet<String> = HashSet::new();
+        let io = |path: &Path, source: std::io::Error| CheckoutError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        // What is on disk now: keep what is wanted and untouched, remove the rest.
+        let mut walk = walkdir::WalkDir::new(&root).min_depth(1).into_iter();
+        while let Some(item) = walk.next() {
+            let Ok(item) = item else { continue };
+            let Ok(rel) = item.path().strip_prefix(&root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy().into_owned();
+            if item.file_type().is_dir() {
+                if !dirs_wanted.contains(rel.as_str()) {
+                    std::fs::remove_dir_all(item.path()).map_err(|e| io(item.path(), e))?;
+                    walk.skip_current_dir();
+                    up.removed += 1;
+                }
+                continue;
+            }
+            let keep = match (want.get(rel.as_str()), self.files.get(&rel)) {
+                (Some(e), Some((id, mode, stamp))) => {
+                    *id == e.id
+                        && *mode == e.mode
+                        && item
+                            .path()
+                            .symlink_metadata()
+                            .is_ok_and(|m| Stamp::of(&m) == *stamp)
+                }
+                _ => false,
+            };
+            if keep {
+                intact.insert(rel);
+            } else {
+                std::fs::remove_file(item.path()).map_err(|e| io(item.path(), e))?;
+                if !want.contains_key(rel.as_str()) {
+                    up.removed += 1;
+                }
+            }
+        }
+        self.files.retain(|k, _| intact.contains(k));
+        let mut made = HashSet::new();
+        for e in entries {
+            if intact.contains(&e.path) {
+                continue;
+            }
+            write_entry(repo, &root, e, &mut made)?;
+            let meta = root
+                .join(&e.path)
+                .symlink_metadata()
+                .map_err(|err| io(&root.join(&e.path), err))?;
+            self.files
+                .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
+            up.written += 1;
+        }
+        Ok(up)
+    }
+}
+
+impl Worktree {
+    /// Makes the directory hold the whole tree of `files`' commit. When it holds a whole
+    /// tree already, only what differs between the two trees is read (unchanged subtrees
+    /// are skipped by id, as `git checkout` does), and one `lstat` per file finds what the
+    /// last step's script created, edited or deleted. `fetch` is given the entries whose
+    /// blobs will be read, before any is.
+    pub fn update_tree<E: From<CheckoutError>>(
+        &mut self,
+        files: &CommitFiles,
+        fetch: &mut dyn FnMut(&[Entry]) -> Result<(), E>,
+    ) -> Result<Update, E> {
+        let new_id = files.tree_id();
+        let repo = files.repo();
+        let git = |e: git2::Error| {
+            E::from(CheckoutError::Write {
+                path: self.dir.path().display().to_string(),
+                source: std::io::Error::other(e.message().to_string()),
+            })
+        };
+        let Some(old_id) = self.tree else {
+            let entries = files.all_entries();
+            fetch(&self.new_blobs(&entries))?;
+            let up = self.update(files, &entries)?;
+            self.tree = Some(new_id);
+            return Ok(up);
+        };
+        let old_tree = repo.find_tree(old_id).map_err(git)?;
+        let new_tree = repo.find_tree(new_id).map_err(git)?;
+        let mut changed: Vec<Entry> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        if old_id != new_id {
+            let diff = repo
+                .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+                .map_err(git)?;
+            for d in diff.deltas() {
+                let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
+                match d.status() {
+                    git2::Delta::Deleted => removed.extend(path(d.old_file())),
+                    git2::Delta::Added | git2::Delta::Modified | git2::Delta::Typechange => {
+                        if let Some(p) = path(d.new_file())
+                            && i32::from(d.new_file().mode()) != 0o160000
+                        {
+                            changed.push(Entry {
+                                path: p,
+                                id: d.new_file().id(),
+                                mode: i32::from(d.new_file().mode()),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // What the last step did to the worktree: files it edited, replaced, created or
+        // deleted. Known files that still look as written stay.
+        let root = self.dir.path().to_path_buf();
+        let mut stale: Vec<String> = Vec::new();
+        let mut seen = 0usize;
+        for item in walkdir::WalkDir::new(&root)
+            .min_depth(1)
+            .into_iter()
+            .flatten()
+        {
+            if item.file_type().is_dir() {
+                continue;
+            }
+            let Ok(rel) = item.path().strip_prefix(&root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy();
+            match self.files.get(rel.as_ref()) {
+                Some((_, _, stamp))
+                    if item
+                        .path()
+                        .symlink_metadata()
+                        .is_ok_and(|m| Stamp::of(&m) == *stamp) =>
+                {
+                    seen += 1;
+                }
+                Some(_) => {
+                    seen += 1;
+                    stale.push(rel.into_owned());
+                }
+                None => stale.push(rel.into_owned()),
+            }
+        }
+        if seen < self.files.len() {
+            // The script deleted some: they are written again if the new tree has them.
+            let gone: Vec<String> = self
+                .files
+                .keys()
+                .filter(|p| root.join(p).symlink_metadata().is_err())
+                .cloned()
+                .collect();
+            for p in gone {
+                self.files.remove(&p);
+                stale.push(p);
+            }
+        }
+        let mut up = Update::default();
+        let io = |path: &Path, source: std::io::Error| {
+            E::from(CheckoutError::Write {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let pending: HashSet<String> = changed.iter().map(|e| e.path.clone()).collect();
+        let mut restore: Vec<Entry> = Vec::new();
+        for rel in &stale {
+            let at = root.join(rel);
+            if at.symlink_metadata().is_ok() {
+                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
+            }
+            let known = self.files.remove(rel).is_some();
+            match new_tree.get_path(Path::new(rel)) {
+                Ok(e) if e.kind() == Some(git2::ObjectType::Blob) && !pending.contains(rel) => {
+                    restore.push(Entry {
+                        path: rel.clone(),
+                        id: e.id(),
+                        mode: e.filemode(),
+                    });
+                }
+                Ok(_) => {}
+                Err(_) if !known => up.removed += 1,
+                Err(_) => {}
+            }
+        }
+        for rel in &removed {
+            let at = root.join(rel);
+            if at.symlink_metadata().is_ok() {
+                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
+            }
+            self.files.remove(rel);
+            up.removed += 1;
+        }
+        changed.extend(restore);
+        fetch(&changed)?;
+        let mut made = HashSet::new();
+        for e in &changed {
+            write_entry(repo, &root, e, &mut made).map_err(E::from)?;
+            let at = root.join(&e.path);
+            let meta = at.symlink_metadata().map_err(|err| io(&at, err))?;
+            self.files
+                .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
+            up.written += 1;
+        }
+        if !stale.is_empty() || !removed.is_empty() {
+            // Directories left empty (by a deletion, or made by the script) go too.
+            for item in walkdir::WalkDir::new(&root)
+                .min_depth(1)
+                .contents_first(true)
+                .into_iter()
+                .flatten()
+            {
+                if item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok() {
+                    up.removed += 1;
+                }
+            }
+        }
+        self.tree = Some(new_id);
+        Ok(up)
+    }
+}
+
+/// Writing a commit's files out is checkout's job; the files themselves are history's.
+impl CommitFiles<'_> {
+    /// Writes the given files (all of them with `None`) under `dest`, keeping executable
+    /// bits and symbolic links. A blob missing from the object database (a partial clone)
+    /// is an error naming the path.
+    pub fn materialize(
+        &self,
+        dest: &Path,
+        only: Option<&[String]>,
+    ) -> Result<usize, crate::engines::build::inputs::InputError> {
+        let entries = match only {
+            None => self.all_entries(),
+            Some(list) => self.entries_of(list)?,
+        };
+        write_sparse(self.repo(), dest, &entries).map_err(|e| {
+            crate::engines::build::inputs::InputError::Read {
+                path: match &e {
+                    CheckoutError::MissingBlob { path, .. } | CheckoutError::Write { path, .. } => {
+                        path.clone()
+                    }
+                    CheckoutError::Fetch { remote, .. } => remote.clone(),
+                },
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(repo: &Repository, files: &[(&str, &str)], parent: Option<Oid>) -> Oid {
+        let mut tb = repo.treebuilder(None).unwrap();
+        // Nested paths need subtrees: build them with an index instead.
+        let _ = &mut tb;
+        let mut index = git2::Index::new().unwrap();
+        for (p, text) in files {
+            let id = repo.blob(text.as_bytes()).unwrap();
+            let mut entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: text.len() as u32,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: p.as_bytes().to_vec(),
+            };
+            entry.flags = (p.len() as u16) & 0xfff;
+            index.add(&entry).unwrap();
+        }
+        let tree = index.write_tree_to(repo).unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let parents: Vec<git2::Commit> = parent
+            .map(|p| repo.find_commit(p).unwrap())
+            .into_iter()
+            .collect();
+        let refs: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, "c", &tree, &refs).unwrap()
+    }
+
+    /// A bare repository with two commits: files changed, removed and added between them.
+    fn two_commits() -> (tempfile::TempDir, Repository, Oid, Oid) {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
+        let a = commit(
+            &repo,
+            &[("a/x.txt", "1"), ("a/y.txt", "2"), ("b.txt", "3")],
+            None,
+        );
+        let b = commit(
+            &repo,
+            &[("a/x.txt", "1"), ("a/y.txt", "22"), ("c/z.txt", "4")],
+            Some(a),
+        );
+        (d, repo, a, b)
+    }
+
+    #[test]
+    fn a_worktree_is_brought_up_to_date_like_a_checkout() {
+        let (_d, repo, a, b) = two_commits();
+        let mut wt = Worktree::new(tempfile::tempdir().unwrap());
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        let up = wt.update(&fa, &fa.all_entries()).unwrap();
+        assert_eq!(
+            up,
+            Update {
+                written: 3,
+                removed: 0
+            }
+        );
+        // A step's leftovers and edits.
+        std::fs::write(wt.path().join("a/out.o"), "junk").unwrap();
+        std::fs::create_dir_all(wt.path().join("build/deep")).unwrap();
+        std::fs::write(wt.path().join("build/deep/f"), "junk").unwrap();
+        std::fs::write(wt.path().join("a/x.txt"), "edited").unwrap();
+        let fb = CommitFiles::new(&repo, b).unwrap();
+        let up = wt.update(&fb, &fb.all_entries()).unwrap();
+        // x restored, y changed, z new; out.o, build/ and b.txt removed.
+        assert_eq!(up.written, 3);
+        assert_eq!(up.removed, 3);
+        let read = |p: &str| std::fs::read_to_string(wt.path().join(p)).ok();
+        assert_eq!(read("a/x.txt").as_deref(), Some("1"));
+        assert_eq!(read("a/y.txt").as_deref(), Some("22"));
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(read("b.txt"), None);
+        assert!(!wt.path().join("build").exists());
+        assert!(!wt.path().join("a/out.o").exists());
+        // Nothing changed: nothing written.
+        let up = wt.update(&fb, &fb.all_entries()).unwrap();
+        assert_eq!(up, Update::default());
+    }
+
+    #[test]
+    fn whole_tree_updates_read_only_the_differences() {
+        let (_d, repo, a, b) = two_commits();
+        let mut wt = Worktree::new(tempfile::tempdir().unwrap());
+        let asked: std::cell::RefCell<Vec<Vec<String>>> = Default::default();
+        let mut fetch = |e: &[Entry]| -> Result<(), CheckoutError> {
+            asked
+                .borrow_mut()
+                .push(e.iter().map(|e| e.path.clone()).collect());
+            Ok(())
+        };
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        assert_eq!(wt.update_tree(&fa, &mut fetch).unwrap().written, 3);
+        // The step's leftovers: an output, a new directory, an edit and a deletion.
+        std::fs::write(wt.path().join("a/out.o"), "junk").unwrap();
+        std::fs::create_dir_all(wt.path().join("build/deep")).unwrap();
+        std::fs::write(wt.path().join("build/deep/f"), "junk").unwrap();
+        std::fs::write(wt.path().join("a/x.txt"), "edited").unwrap();
+        let fb = CommitFiles::new(&repo, b).unwrap();
+        let up = wt.update_tree(&fb, &mut fetch).unwrap();
+        let dir = wt.path().to_path_buf();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).ok();
+        assert_eq!(read("a/x.txt").as_deref(), Some("1"));
+        assert_eq!(read("a/y.txt").as_deref(), Some("22"));
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(read("b.txt"), None);
+        assert!(!wt.path().join("build").exists());
+        assert!(!wt.path().join("a/out.o").exists());
+        assert_eq!(up.written, 3);
+        // Only the changed files and the restored one were asked for, not the whole tree.
+        let mut last = asked.borrow().last().unwrap().clone();
+        last.sort();
+        assert_eq!(last, ["a/x.txt", "a/y.txt", "c/z.txt"]);
+        std::fs::remove_file(wt.path().join("c/z.txt")).unwrap();
+        let up = wt.update_tree(&fb, &mut fetch).unwrap();
+        assert_eq!(up.written, 1);
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(wt.update_tree(&fb, &mut fetch).unwrap(), Update::default());
+    }
+}

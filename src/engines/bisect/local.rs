@@ -1,0 +1,1301 @@
+//! The local executor: evaluates a bisection step on this machine, in a temporary
+//! directory or a kept worktree, with the store as its memory.
+//!
+//! A step is answered from the store when its step key (the question, the commit's tree,
+//! the baseline's tree) is known; otherwise the commit's files are written out, the recipe
+//! built, checked, timed or the script run, and the answer stored. On several GPUs each
+//! device measures its own baseline of the good end, so that every statistical decision
+//! compares samples taken on one card.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use git2::{Oid, Repository};
+use serde_json::{Value, json};
+
+use super::checkout::{CheckoutError, Fetcher, Worktree};
+use super::decide::{self, Decision};
+use super::executor::{Executor, StepRequest};
+use super::history::{self, CommitFiles, Entry, Rename};
+use super::run::{
+    BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
+};
+use super::search::Answer;
+use crate::engines::bench::{self, Settings};
+use crate::engines::build::inputs::{self, InputError};
+use crate::engines::build::{self, BuildError, Options};
+use crate::foundation::keys;
+use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::recipe::{self, Build, Recipe};
+use crate::foundation::store::Store;
+
+/// State the workers of one bisection share: how blobs are fetched, the whole-tree
+/// checkouts kept from step to step (one per worker), and the renames of the recipe's
+/// source, found once.
+struct Shared {
+    fetcher: Fetcher,
+    worktrees: Vec<Mutex<Option<Worktree>>>,
+    renames: OnceLock<Vec<Rename>>,
+    /// The newest commit of the range: renames are followed back from there.
+    newest: git2::Oid,
+}
+
+struct Ctx<'a> {
+    repo: &'a Repository,
+    store: Store,
+    plan: &'a Plan,
+    baseline: Option<Vec<f64>>,
+    baseline_tree: Option<Oid>,
+    shared: &'a Shared,
+    /// Which of the shared worktrees this evaluation uses.
+    slot: usize,
+    /// Bench steps run where no store may share samples with another place (a cluster
+    /// job): this names the place, and it goes into every key.
+    salt: Option<&'a str>,
+    events: &'a (dyn Fn(Event<'_>) + Sync),
+    /// Blobs fetched for the step being evaluated.
+    fetched: std::cell::Cell<usize>,
+}
+
+/// A step's files, written out: a fresh sparse directory, or a worker's worktree.
+enum StepDir<'a> {
+    Fresh(tempfile::TempDir),
+    Kept(std::sync::MutexGuard<'a, Option<Worktree>>),
+}
+
+impl StepDir<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            StepDir::Fresh(d) => d.path(),
+            StepDir::Kept(w) => w.as_ref().expect("a kept worktree exists").path(),
+        }
+    }
+}
+
+impl<'a> Ctx<'a> {
+    fn question_json(&self) -> Value {
+        let q = match &self.plan.question {
+            Question::Build => json!({"mode": "build"}),
+            Question::Check => json!({"mode": "check"}),
+            Question::Script(s) => json!({"mode": "script", "script": s}),
+            Question::Bench(b) => json!({
+                "mode": "bench", "threshold": b.threshold, "direction": b.direction, "params": b.params,
+                "command": b.command.as_ref().map(|(c, m)| json!([c, m.text()])), "settings": b.settings,
+            }),
+        };
+        let mut v = json!({"schema": 1, "question": q, "recipe": self.plan.recipe.as_ref().map(RecipeSource::key_json), "nix": self.plan.nix});
+        // Only present when given, so keys of whole-tree steps stay as they were.
+        if !self.plan.paths.is_empty() {
+            v["paths"] = json!(self.plan.paths);
+        }
+        if let Some(salt) = self.salt {
+            v["placement"] = json!(salt);
+        }
+        v
+    }
+
+    fn step_key(&self, tree: Oid) -> String {
+        keys::key_of(
+            &json!({"q": self.question_json(), "tree": tree.to_string(), "baseline": self.baseline_tree.map(|t| t.to_string())}),
+        )
+    }
+
+    /// The recipe to apply at this commit, with a note when its source had to be found
+    /// under an earlier name. `Err` says why the commit cannot be tested with it.
+    fn recipe_at(
+        &self,
+        files: &CommitFiles,
+        oid: Oid,
+    ) -> Result<(Recipe, Option<String>), (Answer, String)> {
+        let fixed = match self
+            .plan
+            .recipe
+            .as_ref()
+            .expect("recipe questions have a recipe")
+        {
+            RecipeSource::Fixed(r) => (**r).clone(),
+            RecipeSource::PerCommit(name) => {
+                let rel = format!("{}/{name}.toml", recipe::DIR);
+                if !files.is_file_in_tree(&rel) {
+                    return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
+                }
+                let text = inputs::FileSource::read(files, &rel)
+                    .map_err(|e| (Answer::Skip, e.to_string()))?;
+                let r =
+                    recipe::parse_detached(&rel, &String::from_utf8_lossy(&text)).map_err(|e| {
+                        (
+                            Answer::Skip,
+                            format!("the recipe cannot be used at this commit: {e}"),
+                        )
+                    })?;
+                return Ok((r, None));
+            }
+        };
+        let mut r = fixed;
+        let (Build::Nvrtc(c) | Build::Nvcc(c)) = &mut r.build else {
+            return Ok((r, None));
+        };
+        if files.is_file_in_tree(&c.source) {
+            return Ok((r, None));
+        }
+        // The source moved: follow it back as `git log --follow` would.
+        let renames = self.shared.renames.get_or_init(|| {
+            let start = [self.shared.newest]
+                .into_iter()
+                .chain(self.repo.head().ok().and_then(|h| h.target()))
+                .find(|c2| {
+                    CommitFiles::new(self.repo, *c2).is_ok_and(|f| f.is_file_in_tree(&c.source))
+                })
+                .unwrap_or(self.shared.newest);
+            history::follow_renames(self.repo, start, &c.source, self.plan.offline)
+                .unwrap_or_default()
+        });
+        let here = history::name_at(self.repo, renames, &c.source, oid);
+        if here != c.source && files.is_file_in_tree(&here) {
+            let note = format!("source here: {here}");
+            // The text that records keep says what was built: the recipe as applied here.
+            let quoted = format!("\"{}\"", c.source);
+            if r.text.matches(&quoted).count() == 1 {
+                r.text = format!(
+                    "# applied by repro bisect at {oid}: the source, followed back through a rename\n{}",
+                    r.text.replacen(&quoted, &format!("\"{here}\""), 1)
+                );
+            }
+            c.source = here;
+            return Ok((r, Some(note)));
+        }
+        Err((
+            Answer::Skip,
+            format!(
+                "the recipe's source {} is not in this commit{}",
+                c.source,
+                if here != c.source {
+                    format!(" (nor its earlier name {here})")
+                } else {
+                    String::new()
+                }
+            ),
+        ))
+    }
+
+    /// The files a recipe reads at this commit ([`recipe_paths`]), fetching the blobs a
+    /// partial clone lacks as the include closure is discovered.
+    fn recipe_files(&self, files: &CommitFiles, r: &Recipe) -> Result<Vec<String>, StepFail> {
+        let own = matches!(self.plan.recipe, Some(RecipeSource::PerCommit(_)));
+        let can_fetch = self.shared.fetcher.remote.is_some() && !self.plan.offline;
+        let mut failed: Option<StepFail> = None;
+        let mut fetch = |path: &str| -> bool {
+            if !can_fetch || failed.is_some() {
+                return false;
+            }
+            let entries = match files.entries_of(&[path.to_string()]) {
+                Ok(e) => e,
+                Err(_) => return false,
+            };
+            match self.fetch(files, &entries) {
+                Ok(n) => n > 0,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        };
+        let out = recipe_paths(files, r, own, &mut fetch);
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        out.map_err(|(a, why)| {
+            if why.contains(history::MISSING_BLOB) {
+                let how = if self.plan.offline {
+                    " (--offline: not fetched)"
+                } else if self.shared.fetcher.remote.is_none() {
+                    " (not a partial clone: there is no promisor remote to fetch it from)"
+                } else {
+                    ""
+                };
+                StepFail::Unavailable(format!("{why}{how}"))
+            } else {
+                StepFail::Answer(a, why)
+            }
+        })
+    }
+
+    /// Fetches the missing blobs of `entries` (a partial clone), saying so.
+    fn fetch(&self, files: &CommitFiles, entries: &[Entry]) -> Result<usize, StepFail> {
+        let events = self.events;
+        let n = self
+            .shared
+            .fetcher
+            .ensure(files.repo(), entries, &|m| events(Event::Status(m)))
+            .map_err(StepFail::from)?;
+        self.fetched.set(self.fetched.get() + n);
+        Ok(n)
+    }
+
+    /// Writes out what a step needs: `Some(paths)` into a fresh directory, `None` (the
+    /// whole tree, or the `--paths` selection) into this worker's kept worktree.
+    fn checkout(
+        &self,
+        files: &CommitFiles,
+        only: Option<&[String]>,
+    ) -> Result<StepDir<'a>, StepFail> {
+        let io = |e: std::io::Error| {
+            StepFail::Fatal(anyhow::Error::new(e).context(format!(
+                "cannot create a scratch directory in {}",
+                self.store.scratch().display()
+            )))
+        };
+        let entries = match only {
+            Some(list) => files
+                .entries_of(list)
+                .map_err(|e| StepFail::Answer(Answer::Skip, e.to_string()))?,
+            // The whole tree: read from the differences to what the worktree holds.
+            None if self.plan.paths.is_empty() => Vec::new(),
+            None => {
+                let spec = git2::Pathspec::new(self.plan.paths.iter())
+                    .map_err(|e| StepFail::Fatal(e.into()))?;
+                files.entries_matching(&spec)
+            }
+        };
+        if only.is_some() {
+            self.fetch(files, &entries)?;
+            let dir = self.store.scratch_dir("bisect").map_err(io)?;
+            super::checkout::write_sparse(files.repo(), dir.path(), &entries)?;
+            return Ok(StepDir::Fresh(dir));
+        }
+        let shared: &'a Shared = self.shared;
+        let mut guard = shared.worktrees[self.slot % shared.worktrees.len()]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(Worktree::new(
+                self.store.scratch_dir("bisecttree").map_err(io)?,
+            ));
+        }
+        let wt = guard.as_mut().expect("just made");
+        if self.plan.paths.is_empty() {
+            wt.update_tree(files, &mut |need: &[Entry]| {
+                self.fetch(files, need).map(|_| ())
+            })?;
+        } else {
+            // Only blobs the worktree does not hold yet can be missing: fetch just those.
+            self.fetch(files, &wt.new_blobs(&entries))?;
+            wt.update(files, &entries)?;
+        }
+        Ok(StepDir::Kept(guard))
+    }
+
+    /// The step's answer from the store, if it is known there.
+    fn stored(&self, index: usize, oid: Oid) -> Result<Option<Step>, BisectError> {
+        let start = Instant::now();
+        let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let key = self.step_key(files.tree_id());
+        let Ok(Some(rec)) = self.store.get_record(STEPS, &key) else {
+            return Ok(None);
+        };
+        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let mut step = Step::new(index, oid, subject);
+        fill_from_record(&rec, &mut step);
+        step.cached = true;
+        step.ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(Some(step))
+    }
+
+    fn evaluate(&mut self, index: usize, oid: Oid) -> Result<Step, BisectError> {
+        if let Some(step) = self.stored(index, oid)? {
+            (self.events)(Event::Step(&step));
+            return Ok(step);
+        }
+        let start = Instant::now();
+        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: history::short(oid),
+            source: e.into(),
+        })?;
+        let key = self.step_key(files.tree_id());
+        let mut step = Step::new(index, oid, subject);
+        let mut keep = true;
+        self.fetched.set(0);
+        let result = self.evaluate_fresh(&files, oid, &mut step);
+        if self.fetched.get() > 0 {
+            let fetched = format!("fetched {} blobs", self.fetched.get());
+            step.note = Some(match step.note.take() {
+                Some(n) => format!("{n}; {fetched}"),
+                None => fetched,
+            });
+        }
+        let (answer, detail) = match result {
+            Ok(a) => a,
+            Err(StepFail::Answer(a, why)) => (a, Some(why)),
+            Err(StepFail::Unavailable(why)) => {
+                keep = false;
+                (Answer::Skip, Some(why))
+            }
+            Err(StepFail::Fatal(source)) => {
+                return Err(BisectError::Fatal {
+                    commit: history::short(oid),
+                    source,
+                });
+            }
+            Err(StepFail::Abort(e)) => return Err(e),
+        };
+        step.verdict = match answer {
+            Answer::Good => "good",
+            Answer::Bad => "bad",
+            Answer::Skip => "skip",
+        }
+        .into();
+        step.detail = detail;
+        step.ms = start.elapsed().as_secs_f64() * 1e3;
+        let recipe_text = match &self.plan.recipe {
+            Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
+            _ => None,
+        };
+        let rec = step_record(&key, &step, self.question_json(), recipe_text);
+        if keep {
+            self.store
+                .put_record(STEPS, &key, &rec)
+                .map_err(|e| BisectError::Fatal {
+                    commit: history::short(oid),
+                    source: e.into(),
+                })?;
+        }
+        (self.events)(Event::Step(&step));
+        Ok(step)
+    }
+
+    fn evaluate_fresh(
+        &mut self,
+        files: &CommitFiles,
+        oid: Oid,
+        step: &mut Step,
+    ) -> Result<(Answer, Option<String>), StepFail> {
+        if let Question::Script(script) = &self.plan.question {
+            let dir = self.checkout(files, None)?;
+            let root = dir.path();
+            return match Cmd::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(root)
+                .timeout(self.plan.timeout)
+                .output()
+            {
+                Ok(o) => match o.status.code() {
+                    Some(0) => Ok((Answer::Good, None)),
+                    Some(125) => Ok((Answer::Skip, Some("the script exited 125 (skip)".into()))),
+                    Some(c) if (1..=127).contains(&c) => {
+                        Ok((Answer::Bad, Some(format!("the script exited {c}"))))
+                    }
+                    _ => Err(StepFail::Abort(BisectError::Aborted {
+                        commit: history::short(oid),
+                        detail: crate::foundation::process::describe_status(o.status),
+                    })),
+                },
+                Err(ProcessError::Timeout { .. }) => Ok((
+                    Answer::Bad,
+                    Some(format!(
+                        "timeout: the script ran longer than {}",
+                        humantime::format_duration(self.plan.timeout)
+                    )),
+                )),
+                Err(e) => Err(StepFail::Fatal(e.into())),
+            };
+        }
+        if let Question::Bench(b) = &self.plan.question
+            && let Some((cmd, metric)) = &b.command
+        {
+            let b = b.clone();
+            let (cmd, metric) = (cmd.clone(), metric.clone());
+            let timeout = self.plan.timeout;
+            let device = b.settings.device;
+            let dir = self.checkout(files, None)?;
+            let root = dir.path().to_path_buf();
+            return self.judge(
+                step,
+                |n| {
+                    let mut v = Vec::new();
+                    for _ in 0..n {
+                        match bench::run_command_once(&root, &cmd, &metric, timeout, Some(device)) {
+                            bench::CommandRun::Sample(x) => v.push(x),
+                            bench::CommandRun::Failed(w) => {
+                                return Err(format!("the bench command failed: {w}"));
+                            }
+                            bench::CommandRun::Timeout => {
+                                return Err("the bench command timed out".into());
+                            }
+                        }
+                    }
+                    Ok(v)
+                },
+                &b,
+            );
+        }
+        // Recipe questions: the recipe as it applies here, then its files, then the build.
+        let (mut r, note) = self
+            .recipe_at(files, oid)
+            .map_err(|(a, why)| StepFail::Answer(a, why))?;
+        step.note = note;
+        if self.plan.nix {
+            let dir = self.checkout(files, None)?;
+            // The recipe applied is the fixed one, whatever the commit has under its name.
+            if matches!(self.plan.recipe, Some(RecipeSource::Fixed(_))) {
+                let at = dir.path().join(&r.path);
+                if let Some(parent) = at.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| StepFail::Fatal(e.into()))?;
+                }
+                std::fs::write(&at, &r.text).map_err(|e| StepFail::Fatal(e.into()))?;
+            }
+            return Ok(self.build_in_nix(dir.path(), &r.path));
+        }
+        let needed = self.recipe_files(files, &r)?;
+        let dir = self.checkout(files, Some(&needed))?;
+        let root = dir.path();
+        let opts = Options {
+            commit: Some(oid.to_string()),
+            ..Options::default()
+        };
+        let built = match build::build(root, &self.store, &r, &opts) {
+            Ok(b) => b,
+            Err(BuildError::Inputs { source, .. }) => {
+                return Ok((Answer::Bad, Some(source.to_string())));
+            }
+            Err(BuildError::Recipe { source }) => {
+                return Ok((Answer::Skip, Some(source.to_string())));
+            }
+            Err(e) => return Err(StepFail::Fatal(e.into())),
+        };
+        let timeout = self.plan.timeout;
+        let question = self.plan.question.clone();
+        let store = self.store.clone();
+        answer_built(
+            &question,
+            &mut r,
+            &built,
+            &store,
+            timeout,
+            &mut self.baseline,
+            step,
+            // A check runs on this worker's GPU (`--devices`), as bench steps do.
+            self.plan.devices.first().copied().unwrap_or(0),
+        )
+    }
+
+    /// Measures a commit (see [`judge`]) against this context's baseline.
+    fn judge(
+        &mut self,
+        step: &mut Step,
+        measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+        b: &BenchQuestion,
+    ) -> Result<(Answer, Option<String>), StepFail> {
+        judge(&mut self.baseline, step, measure, b)
+    }
+
+    fn build_in_nix(&self, root: &Path, name: &str) -> (Answer, Option<String>) {
+        let Ok(exe) = std::env::current_exe() else {
+            return (
+                Answer::Skip,
+                Some("cannot find the repro executable".into()),
+            );
+        };
+        let out = Cmd::new(exe)
+            .arg("-C")
+            .arg(root)
+            .arg("--store")
+            .arg(self.store.root())
+            .args(["build", "--nix", "--json", name])
+            .timeout(self.plan.timeout)
+            .output();
+        match out {
+            Ok(o) => match o.status.code() {
+                Some(0) => (Answer::Good, None),
+                Some(5) => (
+                    Answer::Bad,
+                    Some("build failed inside the commit's Nix shell".into()),
+                ),
+                _ => (
+                    Answer::Skip,
+                    Some(format!(
+                        "untestable: {}",
+                        o.stderr_str()
+                            .lines()
+                            .next()
+                            .unwrap_or("the Nix shell could not be used")
+                    )),
+                ),
+            },
+            Err(e) => (Answer::Skip, Some(e.to_string())),
+        }
+    }
+}
+
+/// The store record of an evaluated step (under [`STEPS`], by step key).
+pub(crate) fn step_record(
+    key: &str,
+    step: &Step,
+    question: Value,
+    recipe_text: Option<&str>,
+) -> Value {
+    json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
+        "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
+        "question": question, "recipe-text": recipe_text})
+}
+
+/// A step's answer read back from its store record.
+pub(crate) fn fill_from_record(rec: &Value, step: &mut Step) {
+    step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
+    step.detail = rec["detail"].as_str().map(str::to_string);
+    step.note = rec["note"].as_str().map(str::to_string);
+    step.median = rec["median"].as_f64();
+    step.p = rec["p"].as_f64();
+    step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
+    step.ratio = rec["ratio"].as_array().map(|a| {
+        (
+            a[0].as_f64().unwrap_or(0.0),
+            a[1].as_f64().unwrap_or(0.0),
+            a[2].as_f64().unwrap_or(0.0),
+        )
+    });
+    step.samples = rec["samples"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+}
+
+/// What a check or bench step makes of a finished build (its own, or one a child process
+/// made with another toolchain): the check run on the GPU, or the kernel timed in separate
+/// processes and judged against `baseline` (which the good end's step fills). A build
+/// question only looks at the build's status. A check runs on `check_device`; a bench step
+/// on its settings' device.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one step's context: a commit's or a release's, from different executors"
+)]
+pub(crate) fn answer_built(
+    question: &Question,
+    r: &mut Recipe,
+    built: &build::Outcome,
+    store: &Store,
+    timeout: std::time::Duration,
+    baseline: &mut Option<Vec<f64>>,
+    step: &mut Step,
+    check_device: usize,
+) -> Result<(Answer, Option<String>), StepFail> {
+    let build_failed = built.status != "ok";
+    let first_error = built
+        .log
+        .lines()
+        .find(|l| l.contains("error"))
+        .or(built.log.lines().next())
+        .unwrap_or("")
+        .to_string();
+    // What check and bench steps load: the CUBIN, else the PTX.
+    let module = built
+        .outputs
+        .get("cubin")
+        .or(built.outputs.get("ptx"))
+        .map(|o| PathBuf::from(&o.path));
+    // Check and bench steps run kernels: without a driver no commit or release can be
+    // answered, so that stops the search (exit 3), never a verdict on the step.
+    if matches!(question, Question::Check | Question::Bench(_))
+        && built.status == "ok"
+        && !crate::engines::fingerprint::cuda::driver_present()
+    {
+        return Err(StepFail::Fatal(anyhow::anyhow!(
+            "{}: check and bench steps run the kernel on a GPU",
+            crate::engines::fingerprint::cuda::NO_DRIVER
+        )));
+    }
+    match question {
+        Question::Build => Ok(if build_failed {
+            (Answer::Bad, Some(format!("build failed: {first_error}")))
+        } else {
+            (Answer::Good, None)
+        }),
+        Question::Check => {
+            if build_failed {
+                return Ok((Answer::Bad, Some(format!("build failed: {first_error}"))));
+            }
+            let Some(module) = module else {
+                return Ok((Answer::Skip, Some("no loadable artifact".into())));
+            };
+            let settings = Settings {
+                mode: crate::engines::gpurun::Mode::Cold,
+                max_noise: 0.005,
+                min_samples: 1,
+                max_samples: 1,
+                min_time_ms: 0.0,
+                budget_ms: 0.0,
+                warmup_ms: 0.0,
+                device: check_device,
+            };
+            let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
+                Ok(p) => p,
+                Err(e) => return Ok((Answer::Skip, Some(e))),
+            };
+            for p in points {
+                let report = bench::run_child(&p.job, timeout)
+                    .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
+                let (v, d) = bench::verdict(&report);
+                if v != "ok" {
+                    return Ok((
+                        Answer::Bad,
+                        Some(format!(
+                            "{v} at {}: {}",
+                            bench::params_text(&bench::params_json(&p.params)),
+                            d.unwrap_or_default()
+                        )),
+                    ));
+                }
+            }
+            Ok((Answer::Good, None))
+        }
+        Question::Bench(b) => {
+            if build_failed {
+                return Ok((
+                    Answer::Skip,
+                    Some(format!(
+                        "the build fails here, so it cannot be timed: {first_error}"
+                    )),
+                ));
+            }
+            if let Err(e) =
+                crate::foundation::runspec::override_params(&mut r.sections.params, &b.params)
+            {
+                return Ok((Answer::Skip, Some(e)));
+            }
+            let Some(module) = module else {
+                return Ok((Answer::Skip, Some("no loadable artifact".into())));
+            };
+            let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
+                Ok(p) if p.len() == 1 => p,
+                Ok(p) => {
+                    return Err(StepFail::Fatal(anyhow::anyhow!(
+                        "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
+                        p.len()
+                    )));
+                }
+                Err(e) => return Ok((Answer::Skip, Some(e))),
+            };
+            let job = points.into_iter().next().expect("one point").job;
+            let b = b.clone();
+            // Commits whose builds are identical share measurements: the samples are
+            // kept per experiment (build key, launch, settings), not per commit.
+            let exp = keys::key_of(
+                &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
+            );
+            let mut taken = 0usize;
+            judge(
+                baseline,
+                step,
+                |n| {
+                    let mut cached: Vec<f64> = store
+                        .get_record(SAMPLES, &exp)
+                        .ok()
+                        .flatten()
+                        .and_then(|r| {
+                            r["samples"]
+                                .as_array()
+                                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                        })
+                        .unwrap_or_default();
+                    while cached.len() < taken + n {
+                        let report = bench::run_child(&job, timeout)?;
+                        let (verdict, detail) = bench::verdict(&report);
+                        if verdict != "ok" {
+                            return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
+                        }
+                        cached.push(
+                            crate::foundation::stats::median(&report.samples_us)
+                                .ok_or("no samples")?,
+                        );
+                        let _ = store.put_record(
+                            SAMPLES,
+                            &exp,
+                            &json!({"schema": 1, "experiment": exp, "samples": cached}),
+                        );
+                    }
+                    let out = cached[taken..taken + n].to_vec();
+                    taken += n;
+                    Ok(out)
+                },
+                &b,
+            )
+        }
+        Question::Script(_) => unreachable!("handled above"),
+    }
+}
+
+/// Measures a commit in `first_attempts` processes, doubling while the decision against
+/// the baseline is unknown, up to `max_attempts`.
+pub(crate) fn judge(
+    baseline: &mut Option<Vec<f64>>,
+    step: &mut Step,
+    mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+    b: &BenchQuestion,
+) -> Result<(Answer, Option<String>), StepFail> {
+    let mut samples = match measure(b.first_attempts) {
+        Ok(s) => s,
+        Err(e) => return Ok((Answer::Bad, Some(e))),
+    };
+    let Some(base) = baseline.clone() else {
+        // This is the good end itself: it becomes the baseline.
+        step.median = crate::foundation::stats::median(&samples);
+        step.attempts = samples.len();
+        step.samples = samples.clone();
+        *baseline = Some(samples);
+        return Ok((Answer::Good, Some("the baseline".into())));
+    };
+    loop {
+        let seed = samples.len() as u64;
+        let j = decide::decide(&base, &samples, b.threshold, b.direction, 0.01, seed);
+        step.median = crate::foundation::stats::median(&samples);
+        step.attempts = samples.len();
+        step.samples = samples.clone();
+        if let Some(j) = &j {
+            step.ratio = Some((j.ratio, j.ratio_ci.0, j.ratio_ci.1));
+            step.p = Some(j.p);
+            match j.decision {
+                Decision::Good => return Ok((Answer::Good, None)),
+                Decision::Bad => {
+                    return Ok((
+                        Answer::Bad,
+                        Some(format!(
+                            "{:+.2}% (p = {:.1e})",
+                            (j.ratio - 1.0) * 100.0,
+                            j.p
+                        )),
+                    ));
+                }
+                Decision::Unknown => {}
+            }
+        }
+        if samples.len() >= b.max_attempts {
+            return Ok((
+                Answer::Skip,
+                Some(format!(
+                    "undecided after {} processes: the difference is near the threshold or the noise too large",
+                    samples.len()
+                )),
+            ));
+        }
+        let more = samples.len().min(b.max_attempts - samples.len());
+        match measure(more) {
+            Ok(s) => samples.extend(s),
+            Err(e) => return Ok((Answer::Bad, Some(e))),
+        }
+    }
+}
+
+/// Why a step could not give an answer of its own.
+pub(crate) enum StepFail {
+    /// The commit gets this answer, for this reason (an untestable commit is a skip).
+    Answer(Answer, String),
+    /// The commit cannot be tested here and now (a blob this clone lacks): a skip that is
+    /// not stored, since another clone, or this one after a fetch, can test it.
+    Unavailable(String),
+    /// Something that stops every step (no compiler, a broken store, a full disk).
+    Fatal(anyhow::Error),
+    /// The bisection must stop (the script's abort).
+    Abort(BisectError),
+}
+
+impl From<CheckoutError> for StepFail {
+    fn from(e: CheckoutError) -> Self {
+        if e.is_untestable() {
+            StepFail::Unavailable(format!("cannot materialise the commit: {e}"))
+        } else {
+            StepFail::Fatal(e.into())
+        }
+    }
+}
+
+/// The files a recipe reads at a commit, from the commit's tree: repro.toml, the include
+/// closure (or the command's input globs), the recipe's `[bisect] paths`, and with
+/// `own_recipe` the recipe file itself. `fetch(path)` may bring a missing blob in (a partial
+/// clone) and says whether it did, so the closure is read again. `Err` says whether the
+/// commit is untestable (skip) or its build is broken (bad), and why.
+pub fn recipe_paths(
+    files: &CommitFiles,
+    r: &Recipe,
+    own_recipe: bool,
+    fetch: &mut dyn FnMut(&str) -> bool,
+) -> Result<Vec<String>, (Answer, String)> {
+    let mut need: Vec<String> = Vec::new();
+    if own_recipe {
+        need.push(r.path.clone());
+    }
+    if files.is_file_in_tree(crate::foundation::config::FILE) {
+        need.push(crate::foundation::config::FILE.to_string());
+    }
+    match &r.build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => {
+            if !files.is_file_in_tree(&c.source) {
+                return Err((
+                    Answer::Skip,
+                    format!("the recipe's source {} is not in this commit", c.source),
+                ));
+            }
+            loop {
+                match inputs::include_closure_in(files, &c.source, &c.include_dirs) {
+                    Ok(closure) => {
+                        need.extend(closure.files.into_keys());
+                        break;
+                    }
+                    Err(InputError::Read { path, .. })
+                        if files.is_file_in_tree(&path) && fetch(&path) => {}
+                    // A blob that cannot be read makes the commit untestable.
+                    Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
+                    // A missing or cyclic include is a broken build.
+                    Err(e) => return Err((Answer::Bad, e.to_string())),
+                }
+            }
+            // Include directories must exist for the build to use them.
+            for d in &c.include_dirs {
+                match files.paths_under(d).into_iter().next() {
+                    Some(p) => need.push(p),
+                    None => {
+                        return Err((
+                            Answer::Skip,
+                            format!("include directory {d} does not exist at this commit"),
+                        ));
+                    }
+                }
+            }
+        }
+        Build::Command(cb) => {
+            // The recipe's globs were validated when it was parsed.
+            let globs: Vec<globset::GlobMatcher> = cb
+                .inputs
+                .iter()
+                .filter_map(|g| inputs::glob_matcher(g).ok())
+                .collect();
+            need.extend(
+                files
+                    .paths()
+                    .into_iter()
+                    .filter(|p| globs.iter().any(|g| g.is_match(p))),
+            );
+        }
+    }
+    if !r.bisect_paths.is_empty() {
+        let spec = git2::Pathspec::new(r.bisect_paths.iter()).map_err(|e| {
+            (
+                Answer::Skip,
+                format!("{}: [bisect] paths: {}", r.path, e.message()),
+            )
+        })?;
+        need.extend(files.entries_matching(&spec).into_iter().map(|e| e.path));
+    }
+    need.sort();
+    need.dedup();
+    Ok(need)
+}
+
+impl CommitFiles<'_> {
+    /// Whether `rel` is a file in this commit.
+    pub fn is_file_in_tree(&self, rel: &str) -> bool {
+        inputs::FileSource::is_file(self, rel)
+    }
+    /// Files under a directory.
+    pub fn paths_under(&self, dir: &str) -> Vec<String> {
+        let prefix = format!("{}/", dir.trim_end_matches('/'));
+        self.paths()
+            .into_iter()
+            .filter(|p| p.starts_with(&prefix))
+            .collect()
+    }
+}
+
+/// Builds a commit's recipe into the store, ahead of its evaluation (the speculative builds
+/// of both possible next midpoints while the current one is measured). Failures are ignored:
+/// the real evaluation will meet and report them.
+fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, shared: &Shared, oid: Oid) {
+    if plan.nix
+        || plan.recipe.is_none()
+        || !matches!(plan.question, Question::Bench(_) | Question::Check)
+    {
+        return;
+    }
+    let Ok(repo) = Repository::open(repo_path) else {
+        return;
+    };
+    let mut build_plan = plan.clone();
+    build_plan.question = Question::Build;
+    let mut ctx = Ctx {
+        repo: &repo,
+        store: store.clone(),
+        plan: &build_plan,
+        baseline: None,
+        baseline_tree: None,
+        shared,
+        slot: 0,
+        salt: None,
+        events: &|_| {},
+        fetched: std::cell::Cell::new(0),
+    };
+    let Ok(files) = CommitFiles::new(&repo, oid) else {
+        return;
+    };
+    let mut scratch = Step::new(0, oid, String::new());
+    // Build questions only ever write sparse trees, so the shared worktrees stay untouched.
+    let _ = ctx.evaluate_fresh(&files, oid, &mut scratch);
+}
+
+/// Runs steps on this machine: today's behaviour of `repro bisect`. Each worker slot has
+/// its own kept worktree and, for bench and check steps, its own GPU (`--devices`); a bench
+/// step is judged against a baseline of the good end measured on that same GPU.
+pub struct LocalExecutor {
+    repo_path: PathBuf,
+    store: Store,
+    plan: Plan,
+    shared: Shared,
+    /// Baselines measured so far: (device, baseline commit) -> per-process medians.
+    baselines: Mutex<BTreeMap<(usize, Oid), Vec<f64>>>,
+    salt: Option<String>,
+}
+
+impl LocalExecutor {
+    /// An executor for `plan` over the range ending at `newest`.
+    pub fn new(repo: &Repository, store: Store, plan: &Plan, newest: Oid) -> Self {
+        LocalExecutor {
+            repo_path: repo.path().to_path_buf(),
+            store,
+            plan: plan.clone(),
+            shared: Shared {
+                fetcher: Fetcher::new(repo, plan.offline),
+                worktrees: (0..plan.width().max(plan.devices.len()))
+                    .map(|_| Mutex::new(None))
+                    .collect(),
+                renames: OnceLock::new(),
+                newest,
+            },
+            baselines: Mutex::new(BTreeMap::new()),
+            salt: None,
+        }
+    }
+
+    /// Bench samples taken by this executor are keyed by `salt` (a cluster job's place),
+    /// so that no other place's samples are reused and none of these leak to another.
+    pub fn with_salt(mut self, salt: Option<String>) -> Self {
+        self.salt = salt;
+        self
+    }
+
+    fn device(&self, slot: usize) -> usize {
+        self.plan
+            .devices
+            .get(slot % self.plan.devices.len().max(1))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn open(&self, commit: Oid) -> Result<Repository, BisectError> {
+        Repository::open(&self.repo_path).map_err(|e| BisectError::Fatal {
+            commit: history::short(commit),
+            source: e.into(),
+        })
+    }
+
+    fn tree_of(repo: &Repository, commit: Oid) -> Result<Oid, BisectError> {
+        CommitFiles::new(repo, commit)
+            .map(|f| f.tree_id())
+            .map_err(|e| BisectError::Fatal {
+                commit: history::short(commit),
+                source: e.into(),
+            })
+    }
+
+    /// The baseline samples of `commit` on `device`: remembered, from the store, or
+    /// measured now (the step of the baseline commit with no baseline of its own).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one evaluation's context, as Ctx holds it"
+    )]
+    fn baseline_on(
+        &self,
+        repo: &Repository,
+        plan: &Plan,
+        device: usize,
+        slot: usize,
+        index: usize,
+        commit: Oid,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Vec<f64>, BisectError> {
+        if let Some(b) = self
+            .baselines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(device, commit))
+        {
+            return Ok(b.clone());
+        }
+        events(Event::Status(&format!(
+            "measuring the baseline {} on GPU {device}",
+            history::short(commit)
+        )));
+        // Its step line was shown when the good end was evaluated; here it is only the
+        // means to a fair comparison, so only status messages get through.
+        let quiet = |e: Event<'_>| {
+            if let Event::Status(m) = e {
+                events(Event::Status(m));
+            }
+        };
+        let mut ctx = Ctx {
+            repo,
+            store: self.store.clone(),
+            plan,
+            baseline: None,
+            baseline_tree: Some(Self::tree_of(repo, commit)?),
+            shared: &self.shared,
+            slot,
+            salt: self.salt.as_deref(),
+            events: &quiet,
+            fetched: std::cell::Cell::new(0),
+        };
+        let s = ctx.evaluate(index, commit)?;
+        if s.verdict != "good" || s.samples.is_empty() {
+            return Err(BisectError::Fatal {
+                commit: history::short(commit),
+                source: anyhow::anyhow!(
+                    "the baseline could not be measured on GPU {device}: it is {}{}",
+                    s.verdict,
+                    s.detail.map(|d| format!(" ({d})")).unwrap_or_default()
+                ),
+            });
+        }
+        self.baselines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((device, commit), s.samples.clone());
+        Ok(s.samples)
+    }
+
+    /// A build, check or script step's answer if the store knows it, without evaluating
+    /// anything (a remote executor asks this before it submits a job). Performance steps
+    /// are measured where they run, so they are never answered this way.
+    pub fn stored(&self, req: &StepRequest) -> Result<Option<Step>, BisectError> {
+        if matches!(self.plan.question, Question::Bench(_)) {
+            return Ok(None);
+        }
+        let repo = self.open(req.commit)?;
+        let plan = self.plan.on_device(self.device(req.slot));
+        let ctx = Ctx {
+            repo: &repo,
+            store: self.store.clone(),
+            plan: &plan,
+            baseline: None,
+            baseline_tree: None,
+            shared: &self.shared,
+            slot: req.slot,
+            salt: None,
+            events: &|_| {},
+            fetched: std::cell::Cell::new(0),
+        };
+        ctx.stored(req.index, req.commit)
+    }
+
+    /// One step on one device, from worker slot `slot`.
+    fn run_on(
+        &self,
+        req: &StepRequest,
+        device: usize,
+        slot: usize,
+        plan: Plan,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Step, BisectError> {
+        let repo = self.open(req.commit)?;
+        let bench = matches!(plan.question, Question::Bench(_));
+        let (baseline, baseline_tree) = if bench {
+            match req.baseline {
+                Some((bi, boid)) => (
+                    Some(self.baseline_on(&repo, &plan, device, slot, bi, boid, events)?),
+                    Some(Self::tree_of(&repo, boid)?),
+                ),
+                None => (None, Some(Self::tree_of(&repo, req.commit)?)),
+            }
+        } else {
+            (None, None)
+        };
+        let mut ctx = Ctx {
+            repo: &repo,
+            store: self.store.clone(),
+            plan: &plan,
+            baseline,
+            baseline_tree,
+            shared: &self.shared,
+            slot,
+            salt: self.salt.as_deref(),
+            events,
+            fetched: std::cell::Cell::new(0),
+        };
+        let mut s = ctx.evaluate(req.index, req.commit)?;
+        if bench {
+            s.placement = Some(match &self.salt {
+                Some(salt) => salt.clone(),
+                None => format!("GPU {device}"),
+            });
+            if let Some(place) = &s.placement {
+                s.by_place = BTreeMap::from([(place.clone(), s.samples.clone())]);
+            }
+            if req.baseline.is_none() && s.verdict == "good" && !s.samples.is_empty() {
+                self.baselines
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert((device, req.commit), s.samples.clone());
+            }
+        }
+        Ok(s)
+    }
+
+    /// A performance step on several GPUs: its processes are spread over every device
+    /// (each measures its share, at once), and each device judges its samples against its
+    /// own baseline of the good end. The step's verdict is theirs when they agree; when they
+    /// do not, the commit is a skip (untestable here), never a verdict one card made
+    /// against another.
+    fn run_split(
+        &self,
+        req: &StepRequest,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Step, BisectError> {
+        let devices = self.plan.devices.clone();
+        let k = devices.len();
+        let quiet = |e: Event<'_>| {
+            if let Event::Status(m) = e {
+                events(Event::Status(m));
+            }
+        };
+        let quiet = &quiet;
+        let results: Vec<Result<Step, BisectError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(pos, &device)| {
+                    let mut plan = self.plan.on_device(device);
+                    if let Question::Bench(b) = &mut plan.question {
+                        b.first_attempts = b.first_attempts.div_ceil(k).max(2);
+                        b.max_attempts = b.max_attempts.div_ceil(k).max(b.first_attempts);
+                    }
+                    scope.spawn(move || self.run_on(req, device, pos, plan, quiet))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(BisectError::Inconsistent("a GPU's worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let parts = results.into_iter().collect::<Result<Vec<Step>, _>>()?;
+        let step = combine(req, &parts);
+        events(Event::Step(&step));
+        Ok(step)
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn width(&self) -> usize {
+        self.plan.width()
+    }
+
+    fn run(
+        &self,
+        req: &StepRequest,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<Step, BisectError> {
+        if matches!(self.plan.question, Question::Bench(_)) && self.plan.devices.len() > 1 {
+            return self.run_split(req, events);
+        }
+        let device = self.device(req.slot);
+        self.run_on(req, device, req.slot, self.plan.on_device(device), events)
+    }
+
+    fn prefetch(&self, commit: Oid) {
+        prefetch_build(
+            &self.repo_path,
+            &self.store,
+            &self.plan,
+            &self.shared,
+            commit,
+        );
+    }
+
+    fn subject(&self, commit: Oid) -> String {
+        Repository::open(&self.repo_path)
+            .ok()
+            .and_then(|r| history::subject(&r, commit).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// One step's verdict from the per-device parts of a split performance step.
+fn combine(req: &StepRequest, parts: &[Step]) -> Step {
+    let first = &parts[0];
+    let mut s = Step::new(req.index, req.commit, first.subject.clone());
+    s.note = first.note.clone();
+    s.cached = parts.iter().all(|p| p.cached);
+    s.attempts = parts.iter().map(|p| p.attempts).sum();
+    s.ms = parts.iter().map(|p| p.ms).fold(0.0, f64::max);
+    s.samples = parts
+        .iter()
+        .flat_map(|p| p.samples.iter().copied())
+        .collect();
+    s.by_place = parts
+        .iter()
+        .flat_map(|p| p.by_place.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect();
+    s.median = crate::foundation::stats::median(&s.samples);
+    // For display: the geometric mean of the per-device ratios, the widest interval, and
+    // the largest p-value. The decisions were each device's own.
+    let ratios: Vec<(f64, f64, f64)> = parts.iter().filter_map(|p| p.ratio).collect();
+    if ratios.len() == parts.len() {
+        let g = (ratios.iter().map(|r| r.0.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let lo = ratios.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().map(|r| r.2).fold(f64::NEG_INFINITY, f64::max);
+        s.ratio = Some((g, lo, hi));
+    }
+    s.p = parts
+        .iter()
+        .filter_map(|p| p.p)
+        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.max(p))));
+    let each = |p: &Step| {
+        format!(
+            "{}: {}{}",
+            p.placement.as_deref().unwrap_or("?"),
+            p.verdict,
+            p.detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        )
+    };
+    if parts.iter().all(|p| p.verdict == first.verdict) {
+        s.verdict = first.verdict.clone();
+        s.detail = match first.verdict.as_str() {
+            "good" if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
+            "good" => None,
+            _ => Some(parts.iter().map(each).collect::<Vec<_>>().join("; ")),
+        };
+    } else {
+        s.verdict = "skip".into();
+        s.detail = Some(format!(
+            "the GPUs disagree, each against its own baseline: {}",
+            parts.iter().map(each).collect::<Vec<_>>().join("; ")
+        ));
+    }
+    // Samples of several cards are never compared as one: `by_place` keeps them apart.
+    s.placement = None;
+    s
+}

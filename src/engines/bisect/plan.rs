@@ -1,0 +1,267 @@
+//! What a bisection asks and what each step answers: the question, the plan every
+//! executor works from, the typed step record, the events a caller is told about, and the
+//! bisection's errors. The driver ([`super::run`]) and the executors ([`super::local`],
+//! [`super::slurm`]) share these types; none of them is defined by another's module.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use git2::Oid;
+use serde_json::{Value, json};
+
+use super::decide::Direction;
+use crate::engines::bench::{Metric, Settings};
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::recipe::Recipe;
+
+/// The store directory of step answers.
+pub const STEPS: &str = "bisect";
+
+/// The store directory of per-process medians, by experiment.
+pub const SAMPLES: &str = "bisect-samples";
+
+/// What is being searched for.
+#[derive(Clone, Debug)]
+pub enum Question {
+    /// The first commit whose build fails.
+    Build,
+    /// The first commit whose build or correctness check fails (needs a GPU).
+    Check,
+    /// The first commit whose benchmark is worse than the good end's.
+    Bench(BenchQuestion),
+    /// `git bisect run` semantics: 0 good, 125 skip, 1-127 bad, above 127 abort.
+    Script(String),
+}
+
+/// How a performance step measures and decides.
+#[derive(Clone, Debug)]
+pub struct BenchQuestion {
+    /// Relative change that counts (0.05 = 5%).
+    pub threshold: f64,
+    /// Which way is worse.
+    pub direction: Direction,
+    /// A command bench instead of the recipe's kernel.
+    pub command: Option<(String, Metric)>,
+    /// Parameter overrides (the bench must resolve to one point).
+    pub params: Vec<String>,
+    /// Per-process timing settings.
+    pub settings: Settings,
+    /// Processes measured first, doubled while undecided...
+    pub first_attempts: usize,
+    /// ...up to this many.
+    pub max_attempts: usize,
+}
+
+/// Where a bisection's recipe comes from.
+#[derive(Clone, Debug)]
+pub enum RecipeSource {
+    /// Read once (from the working tree, a file, or one commit) and applied to every commit.
+    Fixed(Box<Recipe>),
+    /// Each commit's own `recipes/NAME.toml` (for histories whose recipes evolved).
+    PerCommit(String),
+}
+
+impl RecipeSource {
+    /// What the step key and the records say of it: the fixed recipe's path and the
+    /// sha256 of its text, or the per-commit recipe's name.
+    pub(crate) fn key_json(&self) -> Value {
+        match self {
+            RecipeSource::Fixed(r) => {
+                json!({"path": r.path, "sha256": keys::sha256_hex(r.text.as_bytes())})
+            }
+            RecipeSource::PerCommit(name) => json!(name),
+        }
+    }
+}
+
+/// Everything a bisection needs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The recipe (all questions but `Script` and command benches).
+    pub recipe: Option<RecipeSource>,
+    /// Script and command modes: only these paths (git pathspecs) are written into a
+    /// step's tree; empty means the whole tree.
+    pub paths: Vec<String>,
+    /// Never fetch missing blobs from a partial clone's promisor remote.
+    pub offline: bool,
+    /// The question.
+    pub question: Question,
+    /// Build inside each commit's Nix dev shell.
+    pub nix: bool,
+    /// Time limit per step (a build, a run of the script, one benchmark process).
+    pub timeout: Duration,
+    /// `--find fixed`: the older end is bad, the newer good.
+    pub find_fixed: bool,
+    /// Commits evaluated at once (multisection) for builds and scripts.
+    pub jobs: usize,
+    /// A step that fails for reasons outside the commit (no compiler, an infrastructure
+    /// error) is a skip instead of the end of the search.
+    pub keep_going: bool,
+    /// GPUs for bench and check steps; one commit is measured on each at once.
+    pub devices: Vec<usize>,
+}
+
+impl Plan {
+    /// How many commits one round evaluates at once on this machine. A performance step
+    /// is one commit at a time, its processes spread over every GPU (each judged against
+    /// its own baseline); a check is one commit per GPU; builds and scripts `--jobs`.
+    pub fn width(&self) -> usize {
+        match self.question {
+            Question::Bench(_) => 1,
+            Question::Check => self.devices.len().max(1),
+            _ => self.jobs.max(1),
+        }
+    }
+
+    /// This plan with its GPU work on `device`.
+    pub(crate) fn on_device(&self, device: usize) -> Plan {
+        let mut p = self.clone();
+        if let Question::Bench(b) = &mut p.question {
+            b.settings.device = device;
+        }
+        p.devices = vec![device];
+        p
+    }
+}
+
+/// One evaluated commit: the typed step record an [`Executor`](super::executor::Executor)
+/// returns.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Step {
+    /// Its position (0 = the older end).
+    pub index: usize,
+    /// The commit.
+    pub commit: String,
+    /// Its subject line.
+    pub subject: String,
+    /// good, bad or skip (in the terms of the question: for --find fixed, "bad" is the old state).
+    pub verdict: String,
+    /// Why, for bad and skip.
+    pub detail: Option<String>,
+    /// What the step had to do to test this commit (a moved source, fetched blobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Whether the answer came from the store.
+    pub cached: bool,
+    /// Bench: the median of the per-process medians.
+    pub median: Option<f64>,
+    /// Bench: ratio to the baseline and its interval.
+    pub ratio: Option<(f64, f64, f64)>,
+    /// Bench: p-value against the baseline.
+    pub p: Option<f64>,
+    /// Bench: processes measured.
+    pub attempts: usize,
+    /// Wall time of this step (ms).
+    pub ms: f64,
+    /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
+    /// steps' samples are compared directly only when they name the same place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// Bench: the per-process medians (kept in the step record; the good end's are the
+    /// baseline of every comparison, also when the bisection is resumed).
+    #[serde(skip)]
+    pub samples: Vec<f64>,
+    /// Bench: the samples by the place that took them (one place, or one per GPU of a
+    /// step spread over several): only samples of one place are ever compared.
+    #[serde(skip)]
+    pub by_place: BTreeMap<String, Vec<f64>>,
+}
+
+impl Step {
+    /// A step not yet evaluated.
+    pub(crate) fn new(index: usize, commit: Oid, subject: String) -> Self {
+        Step {
+            index,
+            commit: commit.to_string(),
+            subject,
+            verdict: String::new(),
+            detail: None,
+            note: None,
+            cached: false,
+            median: None,
+            ratio: None,
+            p: None,
+            attempts: 0,
+            ms: 0.0,
+            placement: None,
+            samples: Vec::new(),
+            by_place: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a bisection stopped without a result.
+#[derive(Debug, thiserror::Error)]
+pub enum BisectError {
+    /// An end does not have the state it should.
+    #[error("the {which} end {commit} is not {expected}: {detail}")]
+    BadEnd {
+        /// "good" or "bad".
+        which: &'static str,
+        /// The commit.
+        commit: String,
+        /// What it should be.
+        expected: &'static str,
+        /// What it is.
+        detail: String,
+    },
+    /// The script exited above 127 (git bisect's abort).
+    #[error("the script aborted the bisection at {commit}: {detail}")]
+    Aborted {
+        /// The commit.
+        commit: String,
+        /// How.
+        detail: String,
+    },
+    /// Something that stops every step (no compiler, a broken store).
+    #[error("cannot evaluate commit {commit}")]
+    Fatal {
+        /// The commit.
+        commit: String,
+        /// The cause.
+        #[source]
+        source: anyhow::Error,
+    },
+    /// The answers contradict each other.
+    #[error("{0}")]
+    Inconsistent(String),
+    /// The bisection was asked something that cannot be answered (a pathspec that
+    /// matches nothing at an end).
+    #[error("{message}")]
+    Input {
+        /// What is wrong, naming the thing.
+        message: String,
+        /// What to do.
+        hint: String,
+    },
+}
+
+/// What a bisection tells its caller as it goes.
+pub enum Event<'a> {
+    /// What it is doing now.
+    Status(&'a str),
+    /// A commit was evaluated.
+    Step(&'a Step),
+}
+
+impl Diagnose for BisectError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BisectError::Fatal { .. } => exit::ENVIRONMENT,
+            BisectError::Input { .. } => exit::USAGE,
+            _ => exit::MISMATCH,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BisectError::BadEnd { which: "good", .. } => Some("choose an older --good where the property holds (repro build/bench at that commit shows why it does not)".into()),
+            BisectError::BadEnd { .. } => Some("choose a --bad where it is broken; for performance, a threshold the change exceeds".into()),
+            BisectError::Inconsistent(_) => Some("the property is not monotone over this range (flaky test or noise?); narrow the range".into()),
+            BisectError::Input { hint, .. } => Some(hint.clone()),
+            _ => None,
+        }
+    }
+}

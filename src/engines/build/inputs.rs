@@ -1,0 +1,434 @@
+//! What a build reads: the include closure of a CUDA source, or the files a command
+//! build's input globs match.
+//!
+//! Only those files are read and hashed, so a build key never depends on (or pays for)
+//! the rest of the repository.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::foundation::recipe::normalize;
+
+/// Why a build's inputs cannot be determined.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum InputError {
+    /// A quoted include that exists neither beside the including file nor in an include dir.
+    #[error(
+        "{from}:{line}: include \"{name}\" not found (looked beside the file and in the include dirs)"
+    )]
+    Missing {
+        /// The including file.
+        from: String,
+        /// Its line.
+        line: usize,
+        /// The include as written.
+        name: String,
+    },
+    /// An include resolving outside the repository.
+    #[error("{from}:{line}: include \"{name}\" is outside the repository")]
+    Escapes {
+        /// The including file.
+        from: String,
+        /// Its line.
+        line: usize,
+        /// The include as written.
+        name: String,
+    },
+    /// Files that include each other.
+    #[error("include cycle: {}", .chain.join(" -> "))]
+    Cycle {
+        /// The files in the cycle, first repeated at the end.
+        chain: Vec<String>,
+    },
+    /// One include name that resolves to two different files from two places.
+    #[error("include \"{name}\" means {first} in one place and {second} in another")]
+    Ambiguous {
+        /// The include as written.
+        name: String,
+        /// One file.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// A file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// The file, relative to the root.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A glob that matches nothing.
+    #[error("input glob `{glob}` matches no file")]
+    NoMatch {
+        /// The glob.
+        glob: String,
+    },
+}
+
+/// The files a CUDA build reads.
+#[derive(Debug, Default, Clone)]
+pub struct Closure {
+    /// Every file read, by repository-relative path, with its bytes.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Headers as NVRTC needs them: the include name as written, and the file it means.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The `#include` directives of a source: (line, name, quoted).
+pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for (i, raw) in text.lines().enumerate() {
+        // Drop comments, keeping track of block comments across lines.
+        let mut line = String::new();
+        let mut rest = raw;
+        loop {
+            if in_block {
+                match rest.find("*/") {
+                    Some(p) => {
+                        rest = &rest[p + 2..];
+                        in_block = false;
+                    }
+                    None => break,
+                }
+            } else {
+                let block = rest.find("/*");
+                let comment = rest.find("//");
+                match (block, comment) {
+                    (Some(b), c) if c.is_none_or(|c| b < c) => {
+                        line.push_str(&rest[..b]);
+                        rest = &rest[b + 2..];
+                        in_block = true;
+                    }
+                    (_, Some(c)) => {
+                        line.push_str(&rest[..c]);
+                        break;
+                    }
+                    _ => {
+                        line.push_str(rest);
+                        break;
+                    }
+                }
+            }
+        }
+        let t = line.trim_start();
+        let Some(after_hash) = t.strip_prefix('#') else {
+            continue;
+        };
+        let Some(spec) = after_hash.trim_start().strip_prefix("include") else {
+            continue;
+        };
+        let spec = spec.trim();
+        let parsed = if let Some(s) = spec.strip_prefix('"') {
+            s.find('"').map(|e| (s[..e].to_string(), true))
+        } else if let Some(s) = spec.strip_prefix('<') {
+            s.find('>').map(|e| (s[..e].to_string(), false))
+        } else {
+            None
+        };
+        if let Some((name, quoted)) = parsed {
+            out.push((i + 1, name, quoted));
+        }
+    }
+    out
+}
+
+/// Where build inputs are read from: a directory, or a commit's tree in the object database.
+pub trait FileSource {
+    /// Whether `rel` is a regular file.
+    fn is_file(&self, rel: &str) -> bool;
+    /// The bytes of `rel`.
+    fn read(&self, rel: &str) -> Result<Vec<u8>, InputError>;
+}
+
+/// Files under a directory on disk.
+pub struct Dir {
+    root: PathBuf,
+    canonical_root: PathBuf,
+}
+
+impl Dir {
+    /// The files under `root`.
+    pub fn new(root: &Path) -> Self {
+        Dir {
+            root: root.to_path_buf(),
+            canonical_root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+        }
+    }
+}
+
+impl FileSource for Dir {
+    fn is_file(&self, rel: &str) -> bool {
+        self.root.join(rel).is_file()
+    }
+    fn read(&self, rel: &str) -> Result<Vec<u8>, InputError> {
+        read(&self.root, &self.canonical_root, rel)
+    }
+}
+
+/// Reads `source` and every repository file it includes, transitively.
+///
+/// A quoted include is looked for beside the including file, then in `include_dirs`; an
+/// angle include only in `include_dirs`, and if not there it is left to the compiler (a
+/// toolkit header, which the compiler's identity covers).
+pub fn include_closure(
+    root: &Path,
+    source: &str,
+    include_dirs: &[String],
+) -> Result<Closure, InputError> {
+    include_closure_in(&Dir::new(root), source, include_dirs)
+}
+
+/// [`include_closure`] over any file source.
+pub fn include_closure_in(
+    src: &dyn FileSource,
+    source: &str,
+    include_dirs: &[String],
+) -> Result<Closure, InputError> {
+    let mut closure = Closure::default();
+    let mut stack = Vec::new();
+    visit(src, source, include_dirs, &mut closure, &mut stack)?;
+    Ok(closure)
+}
+
+fn read(root: &Path, canonical_root: &Path, rel: &str) -> Result<Vec<u8>, InputError> {
+    let path = root.join(rel);
+    // A symbolic link may point out of the repository; what it points to is not an input
+    // that another checkout would have.
+    if let Ok(real) = path.canonicalize()
+        && !real.starts_with(canonical_root)
+    {
+        return Err(InputError::Read {
+            path: rel.to_string(),
+            reason: "it links outside the repository".into(),
+        });
+    }
+    std::fs::read(&path).map_err(|e| InputError::Read {
+        path: rel.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn visit(
+    src: &dyn FileSource,
+    file: &str,
+    include_dirs: &[String],
+    closure: &mut Closure,
+    stack: &mut Vec<String>,
+) -> Result<(), InputError> {
+    if let Some(pos) = stack.iter().position(|f| f == file) {
+        let mut chain = stack[pos..].to_vec();
+        chain.push(file.to_string());
+        return Err(InputError::Cycle { chain });
+    }
+    if closure.files.contains_key(file) {
+        return Ok(());
+    }
+    let bytes = src.read(file)?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    closure.files.insert(file.to_string(), bytes);
+    stack.push(file.to_string());
+    let dir = Path::new(file)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for (line, name, quoted) in includes(&text) {
+        let mut candidates: Vec<String> = Vec::new();
+        if quoted {
+            candidates.push(if dir.is_empty() {
+                name.clone()
+            } else {
+                format!("{dir}/{name}")
+            });
+        }
+        candidates.extend(include_dirs.iter().map(|d| format!("{d}/{name}")));
+        let mut found = None;
+        for c in candidates {
+            match normalize(&c) {
+                None => {
+                    return Err(InputError::Escapes {
+                        from: file.to_string(),
+                        line,
+                        name,
+                    });
+                }
+                Some(rel) if src.is_file(&rel) => {
+                    found = Some(rel);
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        let Some(rel) = found else {
+            if quoted {
+                return Err(InputError::Missing {
+                    from: file.to_string(),
+                    line,
+                    name,
+                });
+            }
+            continue;
+        };
+        if let Some(prev) = closure.headers.get(&name)
+            && *prev != rel
+        {
+            return Err(InputError::Ambiguous {
+                name,
+                first: prev.clone(),
+                second: rel,
+            });
+        }
+        closure.headers.insert(name, rel.clone());
+        visit(src, &rel, include_dirs, closure, stack)?;
+    }
+    stack.pop();
+    Ok(())
+}
+
+/// The literal directory prefix of a glob (`kernels/**/*.cu` → `kernels`), where a walk
+/// can start instead of at the root.
+fn literal_prefix(glob: &str) -> PathBuf {
+    let mut p = PathBuf::new();
+    let parts: Vec<&str> = glob.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        if part.contains(['*', '?', '[', '{']) {
+            break;
+        }
+        p.push(part);
+    }
+    p
+}
+
+/// The matcher of one input glob, as every command build reads it: `*` does not cross `/`.
+pub fn glob_matcher(glob: &str) -> Result<globset::GlobMatcher, globset::Error> {
+    Ok(globset::GlobBuilder::new(glob)
+        .literal_separator(true)
+        .build()?
+        .compile_matcher())
+}
+
+/// Reads every file matching the globs (relative to `root`), skipping `.git` and `.repro`.
+pub fn glob_inputs(root: &Path, globs: &[String]) -> Result<BTreeMap<String, Vec<u8>>, InputError> {
+    let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut files = BTreeMap::new();
+    for g in globs {
+        let matcher = glob_matcher(g).map_err(|e| InputError::NoMatch {
+            glob: format!("{g} ({e})"),
+        })?;
+        let start = root.join(literal_prefix(g));
+        let mut matched = false;
+        for entry in walkdir::WalkDir::new(&start)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | ".repro")))
+            .flatten()
+        {
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            if matcher.is_match(&rel) {
+                matched = true;
+                if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(rel) {
+                    let bytes = read(root, &canonical_root, slot.key())?;
+                    slot.insert(bytes);
+                }
+            }
+        }
+        if !matched {
+            return Err(InputError::NoMatch { glob: g.clone() });
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (p, t) in files {
+            let path = d.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, t).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn finds_includes_outside_comments() {
+        let src = "#include \"a.h\"\n  #  include <b.h>\n// #include \"c.h\"\n/* #include \"d.h\"\n#include \"e.h\" */ #include \"f.h\"\n";
+        let names: Vec<String> = includes(src).into_iter().map(|(_, n, _)| n).collect();
+        assert_eq!(names, ["a.h", "b.h", "f.h"]);
+    }
+
+    #[test]
+    fn closure_follows_quoted_and_dir_includes() {
+        let d = tree(&[
+            (
+                "k/main.cu",
+                "#include \"common.cuh\"\n#include <lib.cuh>\n#include <cuda_fp16.h>\n",
+            ),
+            ("k/common.cuh", "#include \"sub/x.cuh\"\n"),
+            ("k/sub/x.cuh", "// leaf\n"),
+            ("inc/lib.cuh", ""),
+            ("unrelated.cu", "never read"),
+        ]);
+        let c = include_closure(d.path(), "k/main.cu", &["inc".into()]).unwrap();
+        let files: Vec<&str> = c.files.keys().map(String::as_str).collect();
+        assert_eq!(
+            files,
+            ["inc/lib.cuh", "k/common.cuh", "k/main.cu", "k/sub/x.cuh"]
+        );
+        assert_eq!(c.headers["sub/x.cuh"], "k/sub/x.cuh");
+    }
+
+    #[test]
+    fn bad_includes_are_named() {
+        let d = tree(&[("k/a.cu", "\n#include \"missing.h\"\n")]);
+        assert_eq!(
+            include_closure(d.path(), "k/a.cu", &[])
+                .unwrap_err()
+                .to_string(),
+            "k/a.cu:2: include \"missing.h\" not found (looked beside the file and in the include dirs)"
+        );
+        let d = tree(&[("k/a.cu", "#include \"../../etc/passwd\"\n")]);
+        assert!(matches!(
+            include_closure(d.path(), "k/a.cu", &[]),
+            Err(InputError::Escapes { .. })
+        ));
+        let d = tree(&[
+            ("a.cu", "#include \"b.h\"\n"),
+            ("b.h", "#include \"c.h\"\n"),
+            ("c.h", "#include \"b.h\"\n"),
+        ]);
+        assert_eq!(
+            include_closure(d.path(), "a.cu", &[])
+                .unwrap_err()
+                .to_string(),
+            "include cycle: b.h -> c.h -> b.h"
+        );
+    }
+
+    #[test]
+    fn globs_match_only_what_they_say() {
+        let d = tree(&[
+            ("src/a.cu", "a"),
+            ("src/deep/b.cu", "b"),
+            ("src/c.h", "c"),
+            ("Makefile", "m"),
+        ]);
+        let f = glob_inputs(d.path(), &["src/**/*.cu".into(), "Makefile".into()]).unwrap();
+        let names: Vec<&str> = f.keys().map(String::as_str).collect();
+        assert_eq!(names, ["Makefile", "src/a.cu", "src/deep/b.cu"]);
+        assert!(matches!(
+            glob_inputs(d.path(), &["*.rs".into()]),
+            Err(InputError::NoMatch { .. })
+        ));
+    }
+}

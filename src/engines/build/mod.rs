@@ -1,0 +1,680 @@
+//! Building a recipe: collect its inputs, compute its key, reuse the store or compile,
+//! and record the result (a failed build is a record too).
+//!
+//! The build key is the sha256 of a canonical JSON of everything that can change the
+//! artifact: the recipe's build section, the bytes of every file the build reads, and the
+//! compiler's identity. Nothing volatile and no absolute path goes into it.
+
+pub mod command;
+pub mod inputs;
+pub mod nvcc;
+pub mod nvrtc;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+use crate::foundation::keys;
+use crate::foundation::recipe::{Build, Recipe};
+use crate::foundation::store::{Store, StoreError};
+use inputs::InputError;
+
+/// The build-record schema.
+pub const SCHEMA: u64 = 1;
+
+/// How to build.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Rebuild even if the store has this key.
+    pub force: bool,
+    /// Say which input changed since the recipe's last build.
+    pub explain: bool,
+    /// The Nix dev shell this process runs in, when building with `--nix`.
+    pub nix: Option<crate::foundation::nix::ShellInfo>,
+    /// Why a `--nix` build fell back to the host (no flake at this commit), for the record.
+    pub nix_fallback: Option<String>,
+    /// The commit whose files are being built, when the root is not that commit's checkout
+    /// (a bisection's scratch tree); otherwise the root's HEAD is recorded.
+    pub commit: Option<String>,
+    /// `--toolchain`: overrides the recipe's and the project's toolchain.
+    pub toolchain: Option<crate::engines::toolchain::install::Spec>,
+}
+
+/// One stored output.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct OutputInfo {
+    /// Its sha256 (the store object's name).
+    pub sha256: String,
+    /// Its size.
+    pub bytes: usize,
+    /// Where it is in the store.
+    pub path: String,
+}
+
+/// What happened to one recipe.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Outcome {
+    /// The recipe's name.
+    pub recipe: String,
+    /// The build key.
+    pub key: String,
+    /// `ok` or `failed`.
+    pub status: std::borrow::Cow<'static, str>,
+    /// Whether the store already had it (no compiler ran).
+    pub cached: bool,
+    /// The outputs, by kind (`ptx`, `cubin`) or by path for command builds.
+    pub outputs: BTreeMap<String, OutputInfo>,
+    /// The compiler's log.
+    pub log: String,
+    /// Wall time of this build (or lookup), in milliseconds.
+    pub duration_ms: f64,
+    /// With `--explain`: what changed since the recipe's last build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Vec<String>>,
+    /// Corrupt store objects found and rebuilt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repaired: Vec<String>,
+}
+
+/// Why a recipe could not be built at all (as opposed to a build that failed).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The build's inputs cannot be read or resolved.
+    #[error("cannot determine the inputs of recipe `{recipe}`")]
+    Inputs {
+        /// The recipe.
+        recipe: String,
+        /// What is wrong.
+        #[source]
+        source: InputError,
+    },
+    /// The pinned toolchain is not installed, or repro.toml cannot be read.
+    #[error("recipe `{recipe}` pins {spec}, which is not installed{}", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    NotInstalled {
+        /// The recipe.
+        recipe: String,
+        /// The toolchain.
+        spec: String,
+        /// Why a tree there does not count.
+        detail: Option<String>,
+    },
+    /// repro.toml is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::foundation::config::ConfigError),
+    /// The compiler is not on this machine.
+    #[error("{reason}")]
+    NoCompiler {
+        /// Which compiler.
+        compiler: &'static str,
+        /// What was looked for.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The recipe cannot be resolved where the build runs.
+    #[error(transparent)]
+    Recipe {
+        /// What is wrong.
+        source: crate::foundation::recipe::RecipeError,
+    },
+}
+
+impl Diagnose for BuildError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BuildError::Inputs { .. } => exit::BUILD_FAILED,
+            BuildError::NoCompiler { .. } | BuildError::NotInstalled { .. } => exit::ENVIRONMENT,
+            BuildError::Config(c) => c.exit_code(),
+            BuildError::Store(s) => s.exit_code(),
+            BuildError::Recipe { source } => source.exit_code(),
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BuildError::Inputs { source: InputError::Cycle { .. }, .. } => Some("break the cycle; include guards do not make a cycle an input set".into()),
+            BuildError::Inputs { source: InputError::Escapes { .. }, .. } => Some("builds read only files inside the repository".into()),
+            BuildError::Inputs { .. } => Some("paths are relative to the including file or to the recipe's include-dirs".into()),
+            BuildError::NoCompiler { compiler: "nvrtc", .. } => {
+                Some("run `repro toolchain install`, or set REPRO_NVRTC to a libnvrtc.so".into())
+            }
+            BuildError::NoCompiler { .. } => Some("enter the pinned shell (`nix develop`), install the CUDA toolkit, or set REPRO_NVCC".into()),
+            BuildError::NotInstalled { spec, .. } => Some(format!("install it: `{}` (or build with --toolchain system)", crate::engines::toolchain::install::InstallError::install_command(spec))),
+            BuildError::Config(c) => c.hint(),
+            BuildError::Store(s) => s.hint(),
+            BuildError::Recipe { source } => source.hint(),
+        }
+    }
+}
+
+/// A build's named outputs and its log, or the log of its failure.
+type Compiled = Result<(Vec<(String, Vec<u8>)>, String), String>;
+
+/// What a build reads, hashed: the files by relative path, and for NVRTC the headers.
+struct Inputs {
+    files: BTreeMap<String, Vec<u8>>,
+    closure: Option<inputs::Closure>,
+}
+
+fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
+    let err = |source| BuildError::Inputs {
+        recipe: recipe.name.clone(),
+        source,
+    };
+    match &recipe.build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => {
+            let closure = inputs::include_closure(root, &c.source, &c.include_dirs).map_err(err)?;
+            Ok(Inputs {
+                files: closure.files.clone(),
+                closure: Some(closure),
+            })
+        }
+        Build::Command(c) => Ok(Inputs {
+            files: inputs::glob_inputs(root, &c.inputs).map_err(err)?,
+            closure: None,
+        }),
+    }
+}
+
+/// The toolchain a recipe builds with: `--toolchain`, else the recipe's `toolchain`, else
+/// (for nvcc) the project's `nvcc-default`. `None`: the machine's own compiler (the search
+/// order of `repro toolchain which`). NVRTC pins act through the process-wide NVRTC choice.
+pub fn toolchain_for(
+    root: &Path,
+    recipe: &Recipe,
+    over: Option<&crate::engines::toolchain::install::Spec>,
+) -> Result<Option<crate::engines::toolchain::install::Spec>, BuildError> {
+    use crate::engines::toolchain::install::Spec;
+    let (Build::Nvcc(c) | Build::Nvrtc(c)) = &recipe.build else {
+        return Ok(None);
+    };
+    let chosen = match (over, &c.toolchain) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(t)) => Some(Spec::parse(t).map_err(|e| BuildError::Recipe {
+            source: crate::foundation::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message: e.to_string(),
+                hint: None,
+            },
+        })?),
+        (None, None) if matches!(recipe.build, Build::Nvcc(_)) => {
+            crate::foundation::config::load(root)?
+                .toolchain
+                .nvcc_default
+                .map(|r| Spec::Release {
+                    family: crate::engines::toolchain::install::Family::Nvcc,
+                    release: r,
+                })
+        }
+        (None, None) => None,
+    };
+    Ok(chosen.filter(|s| *s != Spec::System))
+}
+
+/// The compiler identity for a recipe (and nvcc's path, which is not part of it).
+fn compiler(
+    root: &Path,
+    recipe: &Recipe,
+    over: Option<&crate::engines::toolchain::install::Spec>,
+) -> Result<(Value, Option<std::path::PathBuf>), BuildError> {
+    use crate::engines::toolchain::install::{self, Family, Spec};
+    if let Some(spec) = toolchain_for(root, recipe, over)? {
+        let not_installed = |detail| BuildError::NotInstalled {
+            recipe: recipe.name.clone(),
+            spec: spec.to_string(),
+            detail,
+        };
+        let t = match install::find(&spec) {
+            Ok(t) => t,
+            Err(install::InstallError::NotInstalled { detail, .. }) => {
+                return Err(not_installed(detail));
+            }
+            Err(e) => return Err(not_installed(Some(e.to_string()))),
+        };
+        return match &spec {
+            Spec::Release {
+                family: Family::Nvcc,
+                ..
+            } => Ok((t.stamp.identity(), Some(t.compiler()))),
+            // NVRTC is one library per process: make it this one, unless another is in use.
+            _ => {
+                if !crate::engines::toolchain::choose_nvrtc(t.compiler()) {
+                    return Err(BuildError::NoCompiler {
+                        compiler: "nvrtc",
+                        reason: format!(
+                            "{spec} cannot be used in a process that already uses another NVRTC; build this recipe on its own"
+                        ),
+                    });
+                }
+                Ok((t.stamp.identity(), None))
+            }
+        };
+    }
+    match &recipe.build {
+        Build::Nvrtc(_) => crate::engines::toolchain::nvrtc_identity()
+            .map(|id| (id, None))
+            .map_err(|reason| BuildError::NoCompiler {
+                compiler: "nvrtc",
+                reason,
+            }),
+        Build::Nvcc(_) => crate::engines::toolchain::nvcc_identity()
+            .map(|(p, id)| (id, Some(p)))
+            .map_err(|reason| BuildError::NoCompiler {
+                compiler: "nvcc",
+                reason,
+            }),
+        Build::Command(_) => Ok((json!({"name": "command"}), None)),
+    }
+}
+
+/// The part of a build key that comes from the tree and the recipe alone (its `build` and
+/// `files` members), computed without compiling or running anything: replay compares it
+/// with a record's before it lets any compiler or command near the tree.
+pub fn source_inputs(root: &Path, recipe: &Recipe) -> Result<Value, BuildError> {
+    let mut recipe = recipe.clone();
+    recipe
+        .resolve_env()
+        .map_err(|source| BuildError::Recipe { source })?;
+    let inputs = collect(root, &recipe)?;
+    let v = key_inputs(&recipe, &inputs.files, &Value::Null, None);
+    Ok(json!({"build": v["build"], "files": v["files"]}))
+}
+
+/// The JSON whose canonical hash is the build key.
+pub fn key_inputs(
+    recipe: &Recipe,
+    files: &BTreeMap<String, Vec<u8>>,
+    compiler: &Value,
+    nix: Option<&crate::foundation::nix::ShellInfo>,
+) -> Value {
+    let digests: BTreeMap<&String, String> = files
+        .iter()
+        .map(|(k, v)| (k, keys::sha256_hex(v)))
+        .collect();
+    let mut v = json!({
+        "schema": SCHEMA,
+        "build": recipe.canonical_build(),
+        "files": digests,
+        "compiler": compiler,
+    });
+    // Host builds have no "nix" member at all, so their keys do not depend on Nix.
+    if let Some(info) = nix {
+        v["nix"] = info.key_json();
+    }
+    v
+}
+
+/// Which of `entries` the artifacts do not contain. Entries are names as written in the
+/// source; a C++ kernel matches its mangled symbol (see [`crate::foundation::symbols`]). PTX is parsed;
+/// binaries are searched for names in their string tables.
+pub fn missing_entries(entries: &[String], outputs: &[(String, Vec<u8>)]) -> Vec<String> {
+    let ptx: Vec<String> = outputs
+        .iter()
+        .filter(|(k, _)| k == "ptx" || k.ends_with(".ptx"))
+        .flat_map(|(_, b)| crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b)))
+        .collect();
+    let symbols = if ptx.is_empty() {
+        outputs
+            .iter()
+            .flat_map(|(_, b)| crate::foundation::symbols::binary_symbols(b))
+            .collect()
+    } else {
+        ptx
+    };
+    entries
+        .iter()
+        .filter(|e| crate::foundation::symbols::resolve(e, &symbols).is_err())
+        .cloned()
+        .collect()
+}
+
+/// Lists what differs between two sets of key inputs, in words.
+pub fn explain(old: &Value, new: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let (ob, nb) = (&old["build"], &new["build"]);
+    let fields: std::collections::BTreeSet<&String> = ob
+        .as_object()
+        .into_iter()
+        .chain(nb.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    for f in fields {
+        if ob[f] != nb[f] {
+            out.push(format!("recipe: `{f}` changed from {} to {}", ob[f], nb[f]));
+        }
+    }
+    let (of, nf) = (&old["files"], &new["files"]);
+    let names: std::collections::BTreeSet<&String> = of
+        .as_object()
+        .into_iter()
+        .chain(nf.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    for n in names {
+        match (of.get(n), nf.get(n)) {
+            (Some(a), Some(b)) if a != b => out.push(format!("file {n} changed")),
+            (None, Some(_)) => out.push(format!("file {n} is a new input")),
+            (Some(_), None) => out.push(format!("file {n} is no longer an input")),
+            _ => {}
+        }
+    }
+    let (oc, nc) = (&old["compiler"], &new["compiler"]);
+    if oc != nc {
+        let describe = |c: &Value| {
+            let lib = c["library-sha256"]
+                .as_str()
+                .map(|s| format!(", library {}", keys::short(s)))
+                .unwrap_or_default();
+            format!(
+                "{} {}{lib}",
+                c["name"].as_str().unwrap_or("?"),
+                c["version"].as_str().unwrap_or("")
+            )
+        };
+        out.push(format!(
+            "compiler changed: {} -> {}",
+            describe(oc),
+            describe(nc)
+        ));
+    }
+    if old["nix"] != new["nix"] {
+        let describe = |n: &Value| match n {
+            Value::Null => "the host".to_string(),
+            n => format!("the Nix shell {}", n["shell-drv"].as_str().unwrap_or("?")),
+        };
+        let lock_changed = !old["nix"].is_null()
+            && !new["nix"].is_null()
+            && old["nix"]["flake-lock-sha256"] != new["nix"]["flake-lock-sha256"];
+        if lock_changed {
+            out.push("flake.lock changed".into());
+        }
+        if old["nix"]["shell-drv"] != new["nix"]["shell-drv"] {
+            out.push(format!(
+                "build environment changed: {} -> {}",
+                describe(&old["nix"]),
+                describe(&new["nix"])
+            ));
+        }
+    }
+    if old["schema"] != new["schema"] {
+        out.push("the build-key schema changed (a newer repro)".into());
+    }
+    out
+}
+
+fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String, OutputInfo) {
+    (
+        name.to_string(),
+        OutputInfo {
+            sha256: digest.to_string(),
+            bytes,
+            path: store.blob_path(digest).display().to_string(),
+        },
+    )
+}
+
+/// Builds one recipe (or finds it in the store).
+pub fn build(
+    root: &Path,
+    store: &Store,
+    recipe: &Recipe,
+    opts: &Options,
+) -> Result<Outcome, BuildError> {
+    let start = Instant::now();
+    store.check_schema()?;
+    if recipe.targets().len() > 1 {
+        // One build is one target; callers split a several-target recipe with
+        // `Recipe::per_target`. Building only the first target would be a silent lie.
+        return Err(BuildError::Recipe {
+            source: crate::foundation::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "[build] `targets`: {} targets, but this command builds one recipe target at a time",
+                    recipe.targets().len()
+                ),
+                hint: Some("`repro build` and `repro bisect --toolchains` build each target; for a commit bisection, use a recipe with one `target`".into()),
+            },
+        });
+    }
+    // Shared with other builds, exclusive of gc: the objects this build writes stay until
+    // the record that references them is written.
+    let _lock = store.lock_shared()?;
+    let mut recipe = recipe.clone();
+    recipe
+        .resolve_env()
+        .map_err(|source| BuildError::Recipe { source })?;
+    let recipe = &recipe;
+    let inputs = collect(root, recipe)?;
+    let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref())?;
+    let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
+    let key = keys::key_of(&key_in);
+
+    let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
+        None => vec!["no earlier build of this recipe to compare with".to_string()],
+        Some(last) if last == key => vec!["nothing changed since the last build".to_string()],
+        Some(last) => match store.get_record("builds", &last) {
+            Ok(Some(rec)) => {
+                let changes = explain(&rec["inputs"], &key_in);
+                if changes.is_empty() {
+                    vec!["the key differs but no input does (a record from another repro?)".into()]
+                } else {
+                    changes
+                }
+            }
+            _ => vec![format!(
+                "the last build ({}) is no longer in the store",
+                keys::short(&last)
+            )],
+        },
+    });
+
+    let mut repaired = Vec::new();
+    let existing = match store.get_record("builds", &key) {
+        // A damaged record (truncated by a crash, edited by hand) is moved aside and the
+        // build runs again, rather than blocking this key until someone passes --force.
+        Err(StoreError::Corrupt { path, what }) => {
+            let moved = store.quarantine(&path)?;
+            repaired.push(format!(
+                "build record {}: {what}; moved to {}",
+                keys::short(&key),
+                moved.display()
+            ));
+            None
+        }
+        other => other?,
+    };
+    if !opts.force
+        && let Some(rec) = existing
+    {
+        let mut outputs = BTreeMap::new();
+        let mut intact = true;
+        for (name, o) in rec["outputs"].as_object().into_iter().flatten() {
+            let digest = o["sha256"].as_str().unwrap_or_default();
+            match store.get_blob(digest) {
+                Ok(b) => {
+                    outputs.insert(name.clone(), output_info(store, name, digest, b.len()).1);
+                }
+                Err(e) => {
+                    // Never use a corrupt object: rebuild, which rewrites it.
+                    repaired.push(e.to_string());
+                    intact = false;
+                }
+            }
+        }
+        if intact {
+            // Only a hint for --explain: a read-only store still serves cache hits.
+            let _ = store.set_last(&recipe.name, &key);
+            return Ok(Outcome {
+                recipe: recipe.name.clone(),
+                key,
+                status: if rec["status"] == "ok" {
+                    "ok".into()
+                } else {
+                    "failed".into()
+                },
+                cached: true,
+                outputs,
+                log: rec["log"].as_str().unwrap_or_default().to_string(),
+                duration_ms: start.elapsed().as_secs_f64() * 1e3,
+                explain: explanation,
+                repaired,
+            });
+        }
+    }
+
+    let compiled: Compiled = match &recipe.build {
+        Build::Nvrtc(c) => nvrtc::compile(
+            c,
+            inputs
+                .closure
+                .as_ref()
+                .expect("nvrtc builds have a closure"),
+        )
+        .map(|a| {
+            (
+                a.outputs
+                    .into_iter()
+                    .map(|(k, v)| (k.name().to_string(), v))
+                    .collect(),
+                a.log,
+            )
+        }),
+        Build::Nvcc(c) => nvcc::compile(
+            nvcc_path.as_deref().expect("nvcc builds know nvcc"),
+            root,
+            c,
+        )
+        .map(|a| {
+            (
+                a.outputs
+                    .into_iter()
+                    .map(|(k, v)| (k.name().to_string(), v))
+                    .collect(),
+                a.log,
+            )
+        }),
+        Build::Command(c) => command::run(root, c).map(|a| (a.outputs, a.log)),
+    };
+    let compiled = compiled.and_then(|(outputs, log)| {
+        let missing = missing_entries(recipe.entries(), &outputs);
+        if missing.is_empty() {
+            Ok((outputs, log))
+        } else {
+            let found: Vec<String> = outputs.iter().filter(|(k, _)| k == "ptx").flat_map(|(_, b)| crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b))).collect();
+            Err(format!(
+                "{log}\nthe artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
+                missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+                if found.is_empty() { "none found".to_string() } else { found.join(", ") }
+            )
+            .trim_start()
+            .to_string())
+        }
+    });
+
+    let mut outputs = BTreeMap::new();
+    let mut out_json = serde_json::Map::new();
+    let (status, log) = match compiled {
+        Ok((arts, log)) => {
+            for (name, bytes) in arts {
+                let digest = store.put_blob(&bytes)?;
+                out_json.insert(
+                    name.clone(),
+                    json!({"sha256": digest, "bytes": bytes.len()}),
+                );
+                let (n, info) = output_info(store, &name, &digest, bytes.len());
+                outputs.insert(n, info);
+            }
+            ("ok", log)
+        }
+        Err(log) => ("failed", log),
+    };
+    let duration_ms = start.elapsed().as_secs_f64() * 1e3;
+    let record = json!({
+        "schema": SCHEMA,
+        "kind": "build",
+        "key": key,
+        "recipe": recipe.name,
+        "recipe-path": recipe.path,
+        "recipe-text": recipe.text,
+        "status": status,
+        "inputs": key_in,
+        "outputs": out_json,
+        "log": log,
+        "duration-ms": duration_ms,
+        "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        "repro-version": env!("CARGO_PKG_VERSION"),
+        "commit": opts.commit.clone().or_else(|| crate::foundation::git::head_commit(root)),
+        // The digest of the build's inputs that differ from `commit` (uncommitted edits):
+        // the sources are then not those of `commit`, and bundle and replay refuse the
+        // record. (A checkout of a given commit, or one in the store's scratch space, is not
+        // the user's tree.)
+        "dirty": if opts.commit.is_some() || root.starts_with(store.root()) { None } else { crate::foundation::git::changed_from_head(root, &inputs.files) },
+        "environment": match (&opts.nix, &opts.nix_fallback) {
+            (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
+            (None, Some(why)) => json!({"kind": "host", "warning": why}),
+            (None, None) => json!({"kind": "host"}),
+        },
+    });
+    store.put_record("builds", &key, &record)?;
+    store.set_last(&recipe.name, &key)?;
+    Ok(Outcome {
+        recipe: recipe.name.clone(),
+        key,
+        status: status.into(),
+        cached: false,
+        outputs,
+        log,
+        duration_ms,
+        explain: explanation,
+        repaired,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_from_ptx_and_binaries() {
+        let ptx = ".visible .entry vector_add(\n\t.param .u64 a\n)\n.entry other_k (\n";
+        assert_eq!(
+            crate::foundation::symbols::ptx_entries(ptx),
+            ["vector_add", "other_k"]
+        );
+        let outs = vec![("ptx".to_string(), ptx.as_bytes().to_vec())];
+        assert_eq!(
+            missing_entries(&["vector_add".into(), "nope".into()], &outs),
+            ["nope"]
+        );
+        let bin = vec![(
+            "k.cubin".to_string(),
+            b"\x7fELF\0\0my_kernel\0.text".to_vec(),
+        )];
+        assert!(missing_entries(&["my_kernel".into()], &bin).is_empty());
+        assert_eq!(missing_entries(&["my_kern".into()], &bin), ["my_kern"]);
+    }
+
+    #[test]
+    fn explanations_name_what_changed() {
+        let old = json!({"schema": 1, "build": {"options": ["-O3"], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "2"}, "compiler": {"name": "nvrtc", "version": "13.0"}});
+        let new = json!({"schema": 1, "build": {"options": [], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "3", "c.h": "4"}, "compiler": {"name": "nvrtc", "version": "13.1"}});
+        assert_eq!(
+            explain(&old, &new),
+            [
+                "recipe: `options` changed from [\"-O3\"] to []",
+                "file b.h changed",
+                "file c.h is a new input",
+                "compiler changed: nvrtc 13.0 -> nvrtc 13.1",
+            ]
+        );
+    }
+}

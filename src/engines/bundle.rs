@@ -1,0 +1,686 @@
+//! Bundles: everything an artifact-evaluation committee asks for, in one deterministic
+//! `.tar.zst` (see [`crate::foundation::archive`]).
+//!
+//! Layout:
+//! ```text
+//! README.md                    the claims, the command that replays each, the hardware needed
+//! MANIFEST                     sha256 of every file
+//! results.csv, results.md      one row per result
+//! results.svg                  medians with their 95% intervals
+//! results/ID.json              result records, with every raw sample and the fingerprint
+//! builds/KEY.json              build records (inputs, compiler identity, outputs)
+//! artifacts/SHA256             the built PTX and CUBIN
+//! source/COMMIT/...            the tree at each recorded commit (or only the recipe's inputs)
+//! ```
+//! Nothing in it depends on when or where it was made: the same records give the same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use git2::{Oid, Repository};
+use serde_json::Value;
+
+use crate::engines::bisect::history::CommitFiles;
+use crate::engines::export::{self, Row};
+use crate::foundation::archive::Entry;
+use crate::foundation::keys;
+use crate::foundation::store::Store;
+
+/// A record's recipe: its name, and the (path, text) its build record kept, if any.
+type RecipeRef = (String, Option<(String, String)>);
+
+/// What goes into a bundle: result records and build records, by ID/key.
+#[derive(Default)]
+pub struct Contents {
+    /// Result ID → record.
+    pub results: BTreeMap<String, Value>,
+    /// Build key → record.
+    pub builds: BTreeMap<String, Value>,
+}
+
+/// Why a bundle cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A record's commit is not in the repository.
+    #[error("commit {commit} of {what} is not in this repository")]
+    MissingCommit {
+        /// The commit.
+        commit: String,
+        /// Which record.
+        what: String,
+    },
+    /// A record names no commit (built outside a repository).
+    #[error("{what} records no commit, so its sources cannot be bundled")]
+    NoCommit {
+        /// Which record.
+        what: String,
+    },
+    /// A stored object is missing or corrupt.
+    #[error(transparent)]
+    Store(#[from] crate::foundation::store::StoreError),
+    /// A record (from a bundle or a store) holds a field that is not what it claims to be.
+    #[error("{record}: `{field}` {problem}")]
+    InvalidRecord {
+        /// Which record ("build 1a2b3c…", "result …").
+        record: String,
+        /// The field.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A record was made from a working tree with uncommitted changes: its sources are in no
+    /// commit, so it cannot be bundled or replayed.
+    #[error("{what} was made from a working tree with uncommitted changes (diff {digest})")]
+    Dirty {
+        /// Which record.
+        what: String,
+        /// The digest of the uncommitted changes.
+        digest: String,
+    },
+    /// The sources cannot be read.
+    #[error("cannot read the sources of commit {commit}: {reason}")]
+    Source {
+        /// The commit.
+        commit: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The digest of the uncommitted changes a record was made from, if it was (build records
+/// hold the digest; result records hold `dirty: true`).
+pub fn dirty(rec: &Value) -> Option<String> {
+    match &rec["dirty"] {
+        Value::String(d) => Some(d.clone()),
+        Value::Bool(true) => Some("unknown".into()),
+        _ => None,
+    }
+}
+
+/// Checks that every field of a record that repro will use as a path, a key or a name is
+/// what it claims to be, and that the record's ID recomputes from its content: a build's key
+/// from its inputs, a result's ID from the rest of it. `kind` is `build` or `result`.
+pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleError> {
+    let bad = |field: &str, problem: String| BundleError::InvalidRecord {
+        record: format!(
+            "{kind} {}",
+            crate::foundation::output::sanitize(keys::short(id))
+        ),
+        field: field.to_string(),
+        problem,
+    };
+    let shown = |v: &Value| {
+        let t = v.to_string();
+        let t: String = t.chars().take(60).collect();
+        crate::foundation::output::sanitize(&t)
+    };
+    if !rec.is_object() {
+        return Err(bad("(record)", "is not a JSON object".into()));
+    }
+    if !keys::is_key(id) {
+        return Err(bad("(file name)", "is not a 64-digit hex key".into()));
+    }
+    let opt_str = |field: &str, ok: fn(&str) -> bool, what: &str| -> Result<(), BundleError> {
+        match &rec[field] {
+            Value::Null => Ok(()),
+            Value::String(s) if ok(s) => Ok(()),
+            v => Err(bad(field, format!("is {}, not {what}", shown(v)))),
+        }
+    };
+    opt_str("commit", keys::is_commit, "a 40-digit hex commit")?;
+    opt_str("recipe", keys::is_name, "a recipe name")?;
+    opt_str("recipe-path", keys::is_relative_path, "a relative path")?;
+    match kind {
+        "build" => {
+            if keys::key_of(&rec["inputs"]) != id {
+                return Err(bad("inputs", "do not hash to the record's key".into()));
+            }
+            if let Some(files) = rec["inputs"]["files"].as_object() {
+                for (path, digest) in files {
+                    if !keys::is_relative_path(path) {
+                        return Err(bad(
+                            "inputs.files",
+                            format!(
+                                "names {}, not a relative path",
+                                shown(&Value::String(path.clone()))
+                            ),
+                        ));
+                    }
+                    if !digest.as_str().is_some_and(keys::is_key) {
+                        return Err(bad(
+                            "inputs.files",
+                            format!("gives {} for {path}, not a sha256", shown(digest)),
+                        ));
+                    }
+                }
+            }
+            match &rec["outputs"] {
+                Value::Null => {}
+                Value::Object(o) => {
+                    for (name, out) in o {
+                        if !keys::is_relative_path(name) {
+                            return Err(bad(
+                                "outputs",
+                                format!(
+                                    "names {}, not a relative path",
+                                    shown(&Value::String(name.clone()))
+                                ),
+                            ));
+                        }
+                        if !out["sha256"].as_str().is_some_and(keys::is_key) {
+                            return Err(bad(
+                                "outputs",
+                                format!("gives {} for {name}, not a sha256", shown(&out["sha256"])),
+                            ));
+                        }
+                    }
+                }
+                v => return Err(bad("outputs", format!("is {}, not an object", shown(v)))),
+            }
+        }
+        _ => {
+            let mut content = rec.clone();
+            if let Some(o) = content.as_object_mut() {
+                o.remove("id");
+            }
+            if keys::key_of(&content) != id {
+                return Err(bad("(content)", "does not hash to the result's ID".into()));
+            }
+            opt_str("build-key", keys::is_key, "a 64-digit hex key")?;
+            opt_str("artifact", keys::is_key, "a sha256")?;
+            match &rec["samples"] {
+                Value::Null => {}
+                Value::Array(a) if a.iter().all(|x| x.as_f64().is_some_and(f64::is_finite)) => {}
+                v => {
+                    return Err(bad(
+                        "samples",
+                        format!("is {}, not a list of numbers", shown(v)),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Collects the build records that the results (and given builds) refer to.
+pub fn complete(store: &Store, contents: &mut Contents) -> Result<(), BundleError> {
+    let keys: Vec<String> = contents
+        .results
+        .values()
+        .filter_map(|r| r["build-key"].as_str().map(str::to_string))
+        .collect();
+    for key in keys {
+        if let Some(rec) = store.get_record("builds", &key)? {
+            contents.builds.insert(key, rec);
+        }
+    }
+    Ok(())
+}
+
+/// All the files of a bundle.
+pub fn entries(
+    repo: &Repository,
+    store: &Store,
+    contents: &Contents,
+    inputs_only: bool,
+    bundle_name: &str,
+) -> Result<Vec<Entry>, BundleError> {
+    let mut files: BTreeMap<String, (Vec<u8>, bool)> = BTreeMap::new();
+    let mut put = |path: String, bytes: Vec<u8>, exec: bool| {
+        files.insert(path, (bytes, exec));
+    };
+    // A record from a dirty tree has sources in no commit: bundling the commit's tree would
+    // make a bundle that cannot replay.
+    for (what, id, r) in contents
+        .results
+        .iter()
+        .map(|(id, r)| ("result", id, r))
+        .chain(contents.builds.iter().map(|(k, b)| ("build", k, b)))
+    {
+        if let Some(digest) = dirty(r) {
+            return Err(BundleError::Dirty {
+                what: format!("{what} {}", keys::short(id)),
+                digest: keys::short(&digest).to_string(),
+            });
+        }
+    }
+    // Sources: one tree per distinct commit, with the recipes its records were built with
+    // (the text a build record keeps, or else the commit's own recipe file).
+    let mut commits: BTreeMap<String, Vec<RecipeRef>> = BTreeMap::new();
+    let recipe_of = |r: &serde_json::Value| {
+        let name = r["recipe"].as_str()?.to_string();
+        let text = r["recipe-text"].as_str().zip(r["recipe-path"].as_str());
+        Some((name, text.map(|(t, p)| (p.to_string(), t.to_string()))))
+    };
+    for (id, r) in &contents.results {
+        let c = r["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+            what: format!("result {}", keys::short(id)),
+        })?;
+        let build_recipe = r["build-key"]
+            .as_str()
+            .and_then(|k| contents.builds.get(k))
+            .and_then(recipe_of);
+        commits
+            .entry(c.to_string())
+            .or_default()
+            .extend(build_recipe.or_else(|| recipe_of(r)));
+    }
+    for (key, b) in &contents.builds {
+        let c = b["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+            what: format!("build {}", keys::short(key)),
+        })?;
+        commits
+            .entry(c.to_string())
+            .or_default()
+            .extend(recipe_of(b));
+    }
+    for (commit, recipes) in &commits {
+        let oid = Oid::from_str(commit).map_err(|_| BundleError::MissingCommit {
+            commit: commit.clone(),
+            what: "a record".into(),
+        })?;
+        let tree = CommitFiles::new(repo, oid).map_err(|_| BundleError::MissingCommit {
+            commit: commit.clone(),
+            what: "a record".into(),
+        })?;
+        // Recipes held fixed from outside the history (a bisection's) travel as files at
+        // their paths, so that the bundle's tree rebuilds with them.
+        for (_, text) in recipes.iter() {
+            if let Some((path, text)) = text
+                && !tree.is_file_in_tree(path)
+                && crate::foundation::recipe::normalize(path).as_deref() == Some(path.as_str())
+            {
+                put(
+                    format!("source/{commit}/{path}"),
+                    text.clone().into_bytes(),
+                    false,
+                );
+            }
+        }
+        let paths: Vec<String> = if inputs_only {
+            let mut p = Vec::new();
+            for (name, text) in recipes {
+                let source = |reason: String| BundleError::Source {
+                    commit: commit.clone(),
+                    reason,
+                };
+                let (rel, own) = match text {
+                    Some((path, text)) => ((path.clone(), text.clone()), false),
+                    None => {
+                        let rel = format!("{}/{name}.toml", crate::foundation::recipe::DIR);
+                        let bytes = crate::engines::build::inputs::FileSource::read(&tree, &rel)
+                            .map_err(|e| source(e.to_string()))?;
+                        ((rel, String::from_utf8_lossy(&bytes).into_owned()), true)
+                    }
+                };
+                let r = crate::foundation::recipe::parse_detached(&rel.0, &rel.1)
+                    .map_err(|e| source(e.to_string()))?;
+                p.extend(
+                    crate::engines::bisect::local::recipe_paths(&tree, &r, own, &mut |_| false)
+                        .map_err(|(_, why)| source(why))?,
+                );
+            }
+            // What a reader needs besides the recipe's inputs: the pinned environment.
+            p.extend(tree.paths().into_iter().filter(|f| {
+                f == "flake.nix"
+                    || f == "flake.lock"
+                    || f == "repro.toml"
+                    || f.starts_with("lockfiles/")
+            }));
+            p.sort();
+            p.dedup();
+            p
+        } else {
+            tree.paths()
+        };
+        for p in paths {
+            let bytes =
+                crate::engines::build::inputs::FileSource::read(&tree, &p).map_err(|e| {
+                    BundleError::Source {
+                        commit: commit.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+            put(format!("source/{commit}/{p}"), bytes, false);
+        }
+    }
+    for (id, r) in &contents.results {
+        put(
+            format!("results/{id}.json"),
+            (serde_json::to_string_pretty(r).expect("JSON") + "\n").into_bytes(),
+            false,
+        );
+    }
+    for (key, b) in &contents.builds {
+        put(
+            format!("builds/{key}.json"),
+            (serde_json::to_string_pretty(b).expect("JSON") + "\n").into_bytes(),
+            false,
+        );
+        for digest in crate::foundation::store::referenced(b) {
+            put(
+                format!("artifacts/{digest}"),
+                store.get_blob(&digest)?,
+                false,
+            );
+        }
+    }
+    let rows: Vec<Row> = contents
+        .results
+        .iter()
+        .map(|(id, r)| Row::from_record(id, r))
+        .collect();
+    put("results.csv".into(), export::csv(&rows).into_bytes(), false);
+    put(
+        "results.md".into(),
+        export::markdown(&rows).into_bytes(),
+        false,
+    );
+    put("results.svg".into(), svg(&rows).into_bytes(), false);
+    // One plot per recipe with several results (a sweep, or several commits).
+    let mut by_name: BTreeMap<String, Vec<(&String, &Value)>> = BTreeMap::new();
+    for (id, r) in &contents.results {
+        by_name
+            .entry(r["name"].as_str().unwrap_or("results").to_string())
+            .or_default()
+            .push((id, r));
+    }
+    for (name, list) in by_name.into_iter().filter(|(_, l)| l.len() > 1) {
+        let points: Vec<crate::foundation::plot::Point> = list
+            .iter()
+            .enumerate()
+            .map(|(i, (id, r))| crate::foundation::plot::Point {
+                x: i as f64,
+                label: format!(
+                    "{} {}",
+                    crate::engines::bench::params_text(&r["params"]),
+                    keys::short(id)
+                ),
+                y: r["summary"]["median"].as_f64(),
+                ci: r["summary"]["ci-low"]
+                    .as_f64()
+                    .zip(r["summary"]["ci-high"].as_f64()),
+                verdict: r["verdict"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        let unit = list[0].1["unit"].as_str().unwrap_or("us");
+        let file = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>();
+        put(
+            format!("plots/{file}.svg"),
+            crate::foundation::plot::render(
+                &name,
+                "result",
+                &format!("median ({unit})"),
+                &points,
+                &[],
+                false,
+            )
+            .into_bytes(),
+            false,
+        );
+    }
+    put(
+        "README.md".into(),
+        readme(contents, bundle_name).into_bytes(),
+        false,
+    );
+    Ok(files
+        .into_iter()
+        .map(|(path, (bytes, executable))| Entry {
+            path,
+            bytes,
+            executable,
+        })
+        .collect())
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A horizontal chart of each result's median with its 95% interval (one row per result,
+/// each scaled to its own maximum, since results may be of different kernels).
+pub fn svg(rows: &[Row]) -> String {
+    let (w, row_h, left) = (760.0, 28.0, 300.0);
+    let h = 40.0 + row_h * rows.len().max(1) as f64;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
+    let _ = writeln!(out, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(
+        out,
+        "<text x=\"10\" y=\"20\" font-size=\"14\">median with 95% interval (each bar scaled to its own range)</text>"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let y = 40.0 + row_h * i as f64;
+        let label = format!(
+            "{} {} ({})",
+            r.name,
+            r.params,
+            crate::foundation::keys::short(&r.id)
+        );
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"{:.1}\">{}</text>",
+            y + 14.0,
+            esc(&label)
+        );
+        if let (Some(m), Some(lo), Some(hi), Some(max)) = (r.median, r.ci_low, r.ci_high, r.max) {
+            let scale = (w - left - 120.0) / max.max(f64::MIN_POSITIVE);
+            let x = |v: f64| left + v * scale;
+            let _ = writeln!(
+                out,
+                "<rect x=\"{left}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"#8fb3d9\"/>",
+                y + 4.0,
+                (m * scale).max(0.5)
+            );
+            let _ = writeln!(
+                out,
+                "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\" stroke-width=\"2\"/>",
+                x(lo),
+                y + 10.0,
+                x(hi),
+                y + 10.0
+            );
+            let _ = writeln!(
+                out,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{:.3} {}</text>",
+                x(hi) + 6.0,
+                y + 14.0,
+                m,
+                esc(&r.unit)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "<text x=\"{left}\" y=\"{:.1}\">{}</text>",
+                y + 14.0,
+                esc(&r.verdict)
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The bundle's README: each claim, the exact command that replays it, the hardware it needs.
+pub fn readme(contents: &Contents, bundle_name: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Reproducible results\n");
+    let _ = writeln!(
+        s,
+        "This bundle holds the sources, build records, artifacts and raw measurements behind the"
+    );
+    let _ = writeln!(
+        s,
+        "results below, made by `repro bundle create`. `repro bundle verify {bundle_name}` checks every"
+    );
+    let _ = writeln!(
+        s,
+        "file against `MANIFEST`. Each claim replays with the command beside it, in any directory"
+    );
+    let _ = writeln!(
+        s,
+        "(no repository needed): it rebuilds the artifact and requires it byte-identical, and on a"
+    );
+    let _ = writeln!(
+        s,
+        "GPU re-runs the measurement and compares it with the recorded samples.\n"
+    );
+    let _ = writeln!(s, "## Getting the environment\n");
+    let _ = writeln!(
+        s,
+        "- repro: `cargo install repro`, or `nix run` in a source directory below that has a `flake.nix`."
+    );
+    let _ = writeln!(
+        s,
+        "- NVRTC: `repro toolchain install` in the source directory (pinned by sha256 in `repro.toml`), or"
+    );
+    let _ = writeln!(
+        s,
+        "  `nix develop` in the source directory for the pinned shell. The GPU driver comes from the host:"
+    );
+    let _ = writeln!(
+        s,
+        "  `repro env check --lock lockfiles/NAME.toml` in the source directory says whether yours matches.\n"
+    );
+    if !contents.results.is_empty() {
+        let _ = writeln!(s, "## Claims\n");
+        let _ = writeln!(
+            s,
+            "| result | recipe | parameters | median [95% CI] | samples | machine | driver / CUDA | replay |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---:|---|---|---|");
+        for (id, r) in &contents.results {
+            let sm = &r["summary"];
+            let unit = r["unit"].as_str().unwrap_or("us");
+            let med = match sm["median"].as_f64() {
+                Some(m) => format!(
+                    "{m:.4} {unit} [{:.4}, {:.4}]",
+                    sm["ci-low"].as_f64().unwrap_or(m),
+                    sm["ci-high"].as_f64().unwrap_or(m)
+                ),
+                None => r["verdict"].as_str().unwrap_or("-").to_string(),
+            };
+            let fp = &r["fingerprint"];
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} | {} | {} | {} / {} | `repro replay {} --bundle {bundle_name}` |",
+                keys::short(id),
+                r["name"].as_str().unwrap_or_default(),
+                crate::engines::bench::params_text(&r["params"]),
+                med,
+                r["samples"].as_array().map_or(0, Vec::len),
+                r["machine"].as_str().unwrap_or("-"),
+                fp["driver"]["version"].as_str().unwrap_or("-"),
+                fp["driver"]["cuda-version"].as_str().unwrap_or("-"),
+                keys::short(id),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nA replay of one result takes about the original measurement's time plus one build"
+        );
+        let _ = writeln!(
+            s,
+            "(settings, sample counts and build times are in `results/` and `builds/`).\n"
+        );
+    }
+    if !contents.builds.is_empty() {
+        let _ = writeln!(s, "## Builds\n");
+        let _ = writeln!(
+            s,
+            "| build key | recipe | commit | compiler | outputs | replay |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for (key, b) in &contents.builds {
+            let c = &b["inputs"]["compiler"];
+            let outs: Vec<String> = b["outputs"]
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| {
+                            format!(
+                                "{k} {}",
+                                keys::short(v["sha256"].as_str().unwrap_or_default())
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | `{}` | {} {} | {} | `repro replay {} --bundle {bundle_name}` ({:.0} ms to build) |",
+                keys::short(key),
+                b["recipe"].as_str().unwrap_or_default(),
+                b["commit"]
+                    .as_str()
+                    .map_or("-".into(), |c| c.chars().take(12).collect::<String>()),
+                c["name"].as_str().unwrap_or("?"),
+                c["version"].as_str().unwrap_or(""),
+                outs.join(", "),
+                keys::short(key),
+                b["duration-ms"].as_f64().unwrap_or(0.0),
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## Layout\n");
+    let _ = writeln!(
+        s,
+        "`results/ID.json` (every raw sample and the machine's fingerprint), `builds/KEY.json` (the"
+    );
+    let _ = writeln!(
+        s,
+        "inputs of each build key), `artifacts/SHA256` (PTX, CUBIN), `source/COMMIT/` (the tree at each"
+    );
+    let _ = writeln!(
+        s,
+        "commit), `results.csv`, `results.md`, `results.svg`, and `MANIFEST` (sha256 of every file)."
+    );
+    s
+}
+
+impl crate::foundation::error::Diagnose for BundleError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            BundleError::Store(s) => s.exit_code(),
+            BundleError::Source { .. } => crate::foundation::exit::IO,
+            BundleError::InvalidRecord { .. } => crate::foundation::exit::MISMATCH,
+            _ => crate::foundation::exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BundleError::MissingCommit { .. } => {
+                Some("fetch the commit, or bundle from the clone that recorded it".into())
+            }
+            BundleError::NoCommit { .. } => {
+                Some("record results inside a git repository to bundle them".into())
+            }
+            BundleError::Store(s) => s.hint(),
+            BundleError::InvalidRecord { .. } => {
+                Some("the record was edited or damaged; nothing was built or run from it".into())
+            }
+            BundleError::Dirty { .. } => Some(
+                "commit the changes and build again; that build can be bundled and replayed".into(),
+            ),
+            BundleError::Source { .. } => {
+                Some("a partial clone lacks the blob: fetch it (`git fetch --refetch`)".into())
+            }
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! Environment lockfiles (`lockfiles/NAME.toml`): what a machine must look like.
+//!
+//! A lockfile is parsed in two steps: TOML into raw structs that keep every span, then
+//! validated into [`Lock`], so that every error names the file, line, column and key.
+//! `repro env lock` writes one from a fingerprint with the default policy of each field's
+//! tier; the user edits the policies from there.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::engines::check::{Policy, Rule};
+use crate::engines::fingerprint::{Field, Fingerprint};
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+use crate::foundation::fields::{self, Kind, SPECS, Tier};
+
+/// The lockfile schema this build writes and reads.
+pub const SCHEMA: i64 = 1;
+
+/// A validated lockfile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lock {
+    /// The machine's name (`h200`).
+    pub name: String,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+}
+
+/// Why a lockfile cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockfileError {
+    /// The file cannot be read.
+    #[error("cannot read lockfile {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid, or not a valid lockfile, at a known place.
+    #[error("{}:{line}:{column}: {message}", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong, naming the key.
+        message: String,
+        /// What to do.
+        hint: Option<String>,
+    },
+    /// The lockfile was written by a newer repro.
+    #[error("{} has schema {found}, but this repro understands schema {SCHEMA} at most", .path.display())]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// The schema it declares.
+        found: i64,
+    },
+    /// No lockfile was given and none was found.
+    #[error("no lockfile found in {}", .dir.display())]
+    NoneFound {
+        /// Where we looked.
+        dir: PathBuf,
+    },
+    /// No lockfile was given and several could apply.
+    #[error("{count} lockfiles in {} and none is the only one matching this GPU: {}", .dir.display(), .names.join(", "))]
+    Ambiguous {
+        /// Where we looked.
+        dir: PathBuf,
+        /// How many there are.
+        count: usize,
+        /// Their file names.
+        names: Vec<String>,
+    },
+}
+
+impl Diagnose for LockfileError {
+    fn exit_code(&self) -> u8 {
+        exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            LockfileError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Some("create one with `repro env lock`, or pass another with --lock".into())
+            }
+            LockfileError::Read { .. } => None,
+            LockfileError::Invalid { hint, .. } => hint.clone(),
+            LockfileError::NewerSchema { .. } => Some("upgrade repro to read this lockfile".into()),
+            LockfileError::NoneFound { .. } => {
+                Some("create one with `repro env lock`, or pass one with --lock FILE".into())
+            }
+            LockfileError::Ambiguous { .. } => Some("choose one with --lock FILE, or keep this machine's as the name `repro env lock` gives it (h200.toml, cpu.toml without a GPU)".into()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawLock {
+    #[expect(dead_code, reason = "checked before the strict parse")]
+    schema: i64,
+    name: Option<String>,
+    #[expect(dead_code, reason = "informational only")]
+    created_by: Option<String>,
+    #[serde(default)]
+    fields: BTreeMap<Spanned<String>, Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRule {
+    policy: Spanned<String>,
+    value: Option<Spanned<toml::Value>>,
+    values: Option<Spanned<Vec<toml::Value>>>,
+}
+
+/// Parses and validates lockfile text; `path` is used in messages.
+pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
+    let invalid = |span: Option<Range<usize>>, message: String, hint: Option<String>| {
+        let (line, column) = crate::foundation::spans::locate(text, span);
+        LockfileError::Invalid {
+            path: path.to_owned(),
+            line,
+            column,
+            message,
+            hint,
+        }
+    };
+    let toml_err =
+        |e: toml::de::Error| invalid(e.span(), crate::foundation::spans::user_message(&e), None);
+
+    // The schema is read first and alone, so that a newer lockfile gets "upgrade repro"
+    // rather than a confusing complaint about fields this version has not heard of.
+    let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
+    match table.get("schema") {
+        None => {
+            return Err(invalid(
+                None,
+                "missing `schema`".into(),
+                Some("add `schema = 1` at the top".into()),
+            ));
+        }
+        Some(toml::Value::Integer(n)) if *n > SCHEMA => {
+            return Err(LockfileError::NewerSchema {
+                path: path.to_owned(),
+                found: *n,
+            });
+        }
+        Some(toml::Value::Integer(n)) if *n >= 1 => {}
+        Some(other) => {
+            let span = text.find("schema").map(|s| s..s);
+            return Err(invalid(
+                span,
+                format!("`schema` must be a positive integer, not {other}"),
+                None,
+            ));
+        }
+    }
+    let raw: RawLock = toml::from_str(text).map_err(toml_err)?;
+    let name = raw.name.unwrap_or_else(|| {
+        path.file_stem()
+            .map_or_else(|| "unnamed".into(), |s| s.to_string_lossy().into_owned())
+    });
+
+    let mut rules = Vec::new();
+    for (key, rule) in raw.fields {
+        let key_span = key.span();
+        let key = key.into_inner();
+        if !fields::is_valid_key(&key) {
+            let hint = fields::suggest(&key).map(|s| format!("did you mean `{s}`?")).or_else(|| {
+                Some("known fields are listed in the README; environment variables are `env.NAME`".into())
+            });
+            return Err(invalid(
+                Some(key_span),
+                format!("unknown field `{key}`"),
+                hint,
+            ));
+        }
+        let rule = rule.into_inner();
+        let value = |v: Option<Spanned<toml::Value>>| -> Result<Option<String>, LockfileError> {
+            v.map(|v| {
+                let span = v.span();
+                scalar(v.get_ref()).ok_or_else(|| {
+                    invalid(
+                        Some(span),
+                        format!("`{key}`: `value` must be a string, number or boolean"),
+                        None,
+                    )
+                })
+            })
+            .transpose()
+        };
+        let policy_span = rule.policy.span();
+        let need = |what: &str| {
+            invalid(
+                Some(policy_span.clone()),
+                format!("`{key}`: policy `{}` needs `{what}`", rule.policy.get_ref()),
+                None,
+            )
+        };
+        let forbid = |what: &str, span: Range<usize>| {
+            invalid(
+                Some(span),
+                format!(
+                    "`{key}`: policy `{}` takes no `{what}`",
+                    rule.policy.get_ref()
+                ),
+                None,
+            )
+        };
+        let values_span = rule.values.as_ref().map(Spanned::span);
+        let v = value(rule.value)?;
+        let policy = match rule.policy.get_ref().as_str() {
+            "exact" | "warn" | "min" => {
+                if let Some(s) = values_span {
+                    return Err(forbid("values", s));
+                }
+                let v = v.ok_or_else(|| need("value"))?;
+                match rule.policy.get_ref().as_str() {
+                    "exact" => Policy::Exact(v),
+                    "warn" => Policy::Warn(v),
+                    _ => {
+                        let kind = fields::kind_of(&key);
+                        if !matches!(kind, Kind::Version | Kind::Number)
+                            || !crate::foundation::version::is_version(&v)
+                        {
+                            return Err(invalid(
+                                Some(policy_span),
+                                format!(
+                                    "`{key}`: policy `min` needs a version or number, and this field holds {}",
+                                    describe_kind(kind, &v)
+                                ),
+                                Some("use `exact`, `one-of` or `warn` for text fields".into()),
+                            ));
+                        }
+                        Policy::Min(v)
+                    }
+                }
+            }
+            "one-of" => {
+                let list = rule.values.ok_or_else(|| need("values"))?;
+                let span = list.span();
+                let list: Option<Vec<String>> = list.into_inner().iter().map(scalar).collect();
+                match list {
+                    Some(l) if !l.is_empty() => Policy::OneOf(l),
+                    _ => {
+                        return Err(invalid(
+                            Some(span),
+                            format!(
+                                "`{key}`: `values` must be a non-empty list of strings, numbers or booleans"
+                            ),
+                            None,
+                        ));
+                    }
+                }
+            }
+            "ignore" => {
+                if let Some(s) = values_span {
+                    return Err(forbid("values", s));
+                }
+                Policy::Ignore(v)
+            }
+            other => {
+                return Err(invalid(
+                    Some(policy_span),
+                    format!("`{key}`: unknown policy `{other}`"),
+                    Some("policies are exact, min, one-of, warn and ignore".into()),
+                ));
+            }
+        };
+        rules.push(Rule { key, policy });
+    }
+    // BTreeMap iteration is by key; present rules in registry order for readable reports.
+    rules.sort_by_key(|r| {
+        (
+            SPECS
+                .iter()
+                .position(|s| s.key == r.key)
+                .unwrap_or(usize::MAX),
+            r.key.clone(),
+        )
+    });
+    Ok(Lock { name, rules })
+}
+
+fn describe_kind(kind: Kind, v: &str) -> String {
+    match kind {
+        Kind::Text => "text".into(),
+        Kind::Bool => "a boolean".into(),
+        _ => format!("`{v}`, which is not a version"),
+    }
+}
+
+use crate::foundation::spans::scalar;
+
+/// Reads and validates a lockfile.
+pub fn load(path: &Path) -> Result<Lock, LockfileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LockfileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &text)
+}
+
+/// The lockfiles in a directory, sorted by name.
+pub fn list(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Builds a lockfile from a fingerprint with each field's default policy: must-match
+/// fields `exact`, warn fields `warn`, record-only fields `ignore`, and any field this
+/// machine cannot report `ignore`.
+pub fn from_fingerprint(name: &str, fp: &Fingerprint) -> Lock {
+    let mut rules = Vec::new();
+    for spec in SPECS {
+        let values = fp.lookup(spec.key);
+        let mut distinct: Vec<String> = values
+            .iter()
+            .filter_map(|f| f.value().map(str::to_string))
+            .collect();
+        distinct.dedup();
+        let all_available =
+            !values.is_empty() && values.iter().all(|f| matches!(f, Field::Value(_)));
+        let policy = match (all_available, distinct.as_slice(), spec.tier) {
+            // A lock states the desired state: a clean tree, whatever the tree was when locked.
+            (true, _, _) if spec.key == "repo.dirty" => Policy::Warn("false".into()),
+            (true, [one], Tier::Must) => Policy::Exact(one.clone()),
+            (true, [one], Tier::Warn) => Policy::Warn(one.clone()),
+            // Devices that differ from each other: accept exactly the set seen.
+            (true, many, Tier::Must) if many.len() > 1 => Policy::OneOf(many.to_vec()),
+            (_, [one, ..], _) => Policy::Ignore(Some(one.clone())),
+            _ => Policy::Ignore(None),
+        };
+        rules.push(Rule {
+            key: spec.key.to_string(),
+            policy,
+        });
+    }
+    for (k, f) in &fp.fields {
+        if k.starts_with("env.") {
+            rules.push(Rule {
+                key: k.clone(),
+                policy: Policy::Ignore(f.value().map(str::to_string)),
+            });
+        }
+    }
+    Lock {
+        name: name.to_string(),
+        rules,
+    }
+}
+
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// Writes a lockfile as TOML, grouped by section, with each field's meaning as a comment.
+pub fn to_toml(lock: &Lock, fp: &Fingerprint) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# repro environment lockfile: what a machine must look like to reproduce results."
+    );
+    let _ = writeln!(
+        out,
+        "# Policies: exact (must equal), min (version at least), one-of (values = [...]),"
+    );
+    let _ = writeln!(
+        out,
+        "# warn (differences reported, never fatal), ignore (recorded only). Edit to taste."
+    );
+    let _ = writeln!(out, "schema = {SCHEMA}");
+    let _ = writeln!(out, "name = {}", quote(&lock.name));
+    let _ = writeln!(
+        out,
+        "created-by = {}",
+        quote(&format!("repro {}", fp.repro_version))
+    );
+    let _ = writeln!(out, "\n[fields]");
+    let mut section = "";
+    for rule in &lock.rules {
+        let sect = rule.key.split('.').next().unwrap_or_default();
+        if sect != section {
+            section = sect;
+            let _ = writeln!(out, "\n# {sect}");
+        }
+        let about = fields::lookup(&rule.key).map_or("environment variable", |s| s.about);
+        let unavailable = fp.lookup(&rule.key).into_iter().find_map(|f| match f {
+            Field::Unavailable(r) => Some(r),
+            Field::Value(_) => None,
+        });
+        let note = match unavailable {
+            Some(r) => format!("{about}; unavailable when locked: {r}"),
+            None => about.to_string(),
+        };
+        let body = match &rule.policy {
+            Policy::Exact(v) | Policy::Warn(v) | Policy::Min(v) => {
+                format!(
+                    "policy = {}, value = {}",
+                    quote(rule.policy.name()),
+                    quote(v)
+                )
+            }
+            Policy::OneOf(vs) => format!(
+                "policy = \"one-of\", values = [{}]",
+                vs.iter().map(|v| quote(v)).collect::<Vec<_>>().join(", ")
+            ),
+            Policy::Ignore(Some(v)) => format!("policy = \"ignore\", value = {}", quote(v)),
+            Policy::Ignore(None) => "policy = \"ignore\"".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{} = {{ {body} }}  # {}",
+            quote(&rule.key),
+            note.replace('\n', " ")
+        );
+    }
+    out
+}
+
+/// A lockfile name derived from the GPU model: "NVIDIA H200" → "h200"; "cpu" without a GPU.
+pub fn default_name(fp: &Fingerprint) -> String {
+    let gpu = fp
+        .lookup("gpu.name")
+        .into_iter()
+        .find_map(|f| f.value().map(str::to_string));
+    let Some(gpu) = gpu else { return "cpu".into() };
+    let lower = gpu.to_lowercase();
+    let trimmed = lower.trim_start_matches("nvidia").trim();
+    let mut name = String::new();
+    for c in trimmed.chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c);
+        } else if !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    let name = name.trim_matches('-').to_string();
+    if name.is_empty() { "gpu".into() } else { name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> PathBuf {
+        PathBuf::from("lockfiles/t.toml")
+    }
+
+    fn err(text: &str) -> String {
+        parse(&p(), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_every_policy() {
+        let text = r#"
+schema = 1
+name = "h200"
+[fields]
+"gpu.name" = { policy = "exact", value = "NVIDIA H200" }
+"driver.version" = { policy = "min", value = "580.95" }
+"toolchain.nvrtc.version" = { policy = "one-of", values = ["13.0", 13.1] }
+"gpu.ecc" = { policy = "warn", value = true }
+"host.cpu" = { policy = "ignore" }
+"env.CUDA_VISIBLE_DEVICES" = { policy = "exact", value = 0 }
+"#;
+        let lock = parse(&p(), text).unwrap();
+        assert_eq!(lock.name, "h200");
+        let keys: Vec<&str> = lock.rules.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "gpu.name",
+                "gpu.ecc",
+                "driver.version",
+                "toolchain.nvrtc.version",
+                "host.cpu",
+                "env.CUDA_VISIBLE_DEVICES"
+            ]
+        );
+        assert_eq!(lock.rules[1].policy, Policy::Warn("true".into()));
+        assert_eq!(
+            lock.rules[3].policy,
+            Policy::OneOf(vec!["13.0".into(), "13.1".into()])
+        );
+    }
+
+    #[test]
+    fn errors_name_line_column_and_key() {
+        assert_eq!(
+            err("schema = 1\n[fields]\n\"gpu.nmae\" = { policy = \"exact\", value = \"x\" }\n"),
+            "lockfiles/t.toml:3:1: unknown field `gpu.nmae`"
+        );
+        assert!(
+            err("schema = 1\n[fields]\n\"gpu.name\" = { polcy = \"exact\" }\n")
+                .starts_with("lockfiles/t.toml:3:")
+        );
+        assert_eq!(
+            err("schema = 1\n[fields]\n\"gpu.name\" = { policy = \"sometimes\", value = \"x\" }\n"),
+            "lockfiles/t.toml:3:25: `gpu.name`: unknown policy `sometimes`"
+        );
+        assert!(
+            err("schema = 1\n[fields]\n\"gpu.name\" = { policy = \"exact\" }\n")
+                .contains("needs `value`")
+        );
+        assert!(
+            err("schema = 1\n[fields]\n\"gpu.name\" = { policy = \"min\", value = \"H200\" }\n")
+                .contains("policy `min` needs a version")
+        );
+        assert!(
+            err("schema = 1\n[fields]\n\"gpu.name\" = { policy = \"one-of\", values = [] }\n")
+                .contains("non-empty")
+        );
+        assert!(err("schema = 1\nbogus = 3\n").contains("unknown field `bogus`"));
+        assert!(err("[fields]\n").contains("missing `schema`"));
+        assert!(err("schema = 1\n[fields\n").starts_with("lockfiles/t.toml:2:"));
+    }
+
+    #[test]
+    fn newer_schema_says_upgrade() {
+        let e = parse(&p(), "schema = 2\nsomething-new = true\n").unwrap_err();
+        assert!(matches!(e, LockfileError::NewerSchema { found: 2, .. }));
+        assert_eq!(e.hint().unwrap(), "upgrade repro to read this lockfile");
+    }
+
+    #[test]
+    fn unknown_key_suggests() {
+        let e = parse(
+            &p(),
+            "schema = 1\n[fields]\n\"gpu.nmae\" = { policy = \"ignore\" }\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.hint().unwrap(), "did you mean `gpu.name`?");
+    }
+
+    #[test]
+    fn default_names() {
+        let mut fp = Fingerprint {
+            repro_version: "0".into(),
+            captured_at: String::new(),
+            probe_ms: Default::default(),
+            fields: Default::default(),
+        };
+        assert_eq!(default_name(&fp), "cpu");
+        fp.fields
+            .insert("gpu.count".into(), Field::Value("1".into()));
+        fp.fields.insert(
+            "gpu.devices.0.name".into(),
+            Field::Value("NVIDIA H200 NVL".into()),
+        );
+        assert_eq!(default_name(&fp), "h200-nvl");
+    }
+
+    #[test]
+    fn written_lockfile_parses_back_to_the_same_rules() {
+        let mut fp = Fingerprint {
+            repro_version: "0".into(),
+            captured_at: String::new(),
+            probe_ms: Default::default(),
+            fields: Default::default(),
+        };
+        fp.fields
+            .insert("gpu.count".into(), Field::Value("2".into()));
+        fp.fields.insert(
+            "gpu.devices.0.name".into(),
+            Field::Value("NVIDIA H200".into()),
+        );
+        fp.fields.insert(
+            "gpu.devices.1.name".into(),
+            Field::Value("NVIDIA H100 \"x\"".into()),
+        );
+        fp.fields
+            .insert("driver.version".into(), Field::Value("580.159.04".into()));
+        fp.fields.insert(
+            "toolchain.nvrtc".into(),
+            Field::Unavailable("NVRTC not found".into()),
+        );
+        fp.fields.insert(
+            "env.CUDA_HOME".into(),
+            Field::Value("/usr/local/cuda".into()),
+        );
+        let lock = from_fingerprint("t", &fp);
+        let text = to_toml(&lock, &fp);
+        let back = parse(&p(), &text).unwrap();
+        let mut want = lock.rules.clone();
+        want.sort_by_key(|r| {
+            (
+                SPECS
+                    .iter()
+                    .position(|s| s.key == r.key)
+                    .unwrap_or(usize::MAX),
+                r.key.clone(),
+            )
+        });
+        assert_eq!(back.rules, want);
+        let rule = |k: &str| {
+            back.rules
+                .iter()
+                .find(|r| r.key == k)
+                .unwrap()
+                .policy
+                .clone()
+        };
+        assert_eq!(
+            rule("gpu.name"),
+            Policy::OneOf(vec!["NVIDIA H200".into(), "NVIDIA H100 \"x\"".into()])
+        );
+        assert_eq!(rule("driver.version"), Policy::Exact("580.159.04".into()));
+        assert_eq!(rule("toolchain.nvrtc.version"), Policy::Ignore(None));
+        assert!(text.contains("unavailable when locked: NVRTC not found"));
+    }
+}

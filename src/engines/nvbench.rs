@@ -1,0 +1,365 @@
+//! Reading nvbench's JSON output (`--json FILE`, with `--jsonbin` for per-sample times), so
+//! that `repro compare` can compare an nvbench measurement with another, or with a result of
+//! `repro bench`.
+//!
+//! nvbench's layout (JSON file version 1): `benchmarks[]` each with a `name` and `states[]`;
+//! a state has a `name` (`Device=0 Elements=2^20`), `device`, `axis_values[]` (`name`,
+//! `type`, `value` as a string), `is_skipped`, and `summaries[]`, each with a `tag` and
+//! `data[]` of `{name, type, value}` (numbers as strings). Times are in seconds. The tag
+//! `nv/json/bin:nv/cold/sample_times` names a binary file of little-endian float32 sample
+//! times, written beside the JSON in `FILE-bin/`; without it only the mean and relative
+//! standard deviation are known, which is not enough for the rank tests `compare` runs.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// At most this many bytes of JSON are read.
+const MAX_JSON_BYTES: u64 = 256 << 20;
+/// At most this many samples are read from a sample-times file.
+const MAX_SAMPLES: u64 = 10_000_000;
+/// The summary tag of the per-sample times file.
+const SAMPLE_TIMES_TAG: &str = "nv/json/bin:nv/cold/sample_times";
+
+/// Why an nvbench file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NvbenchError {
+    /// The file could not be read.
+    #[error("cannot read {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not nvbench JSON.
+    #[error("{} is not nvbench JSON output: {what}", .path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The selector matched no state, or several.
+    #[error("{}: {what}; its states are: {states}", .path.display())]
+    Select {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        what: String,
+        /// The states it has.
+        states: String,
+    },
+    /// The state has no per-sample times.
+    #[error("{}: state `{state}` has no per-sample times ({SAMPLE_TIMES_TAG})", .path.display())]
+    NoSamples {
+        /// The file.
+        path: PathBuf,
+        /// The state.
+        state: String,
+    },
+}
+
+impl crate::foundation::error::Diagnose for NvbenchError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            NvbenchError::Read { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
+                crate::foundation::exit::IO
+            }
+            _ => crate::foundation::exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            NvbenchError::Read { .. } => "check the path; nvbench writes sample files to FILE-bin/ beside its JSON".into(),
+            NvbenchError::Format { .. } => "pass the file nvbench wrote with `--json FILE`".into(),
+            NvbenchError::Select { .. } => "name the state after the file: `out.json@Elements=2^20`".into(),
+            NvbenchError::NoSamples { .. } => "run the nvbench binary with `--jsonbin FILE` (not only `--json`): the rank tests need every sample".into(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct Root {
+    benchmarks: Vec<Bench>,
+    #[serde(default)]
+    devices: Vec<Device>,
+}
+
+#[derive(Deserialize)]
+struct Device {
+    id: i64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Bench {
+    name: String,
+    states: Vec<State>,
+}
+
+#[derive(Deserialize)]
+struct State {
+    name: String,
+    #[serde(default)]
+    device: Option<i64>,
+    #[serde(default)]
+    axis_values: Option<Vec<Named>>,
+    #[serde(default)]
+    summaries: Option<Vec<Summary>>,
+    #[serde(default)]
+    is_skipped: bool,
+}
+
+#[derive(Deserialize)]
+struct Summary {
+    tag: String,
+    #[serde(default)]
+    data: Vec<Named>,
+}
+
+#[derive(Deserialize)]
+struct Named {
+    name: String,
+    value: Value,
+}
+
+impl Summary {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.data.iter().find(|d| d.name == name).map(|d| &d.value)
+    }
+}
+
+/// A number nvbench wrote as a string (or, in other writers, as a number).
+fn number(v: &Value) -> Option<f64> {
+    match v {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}
+
+/// One nvbench state as a record `compare` understands: `name`, `params`, `unit` (`us`),
+/// `samples` (µs), `summary`, `machine`, `source`.
+///
+/// `selector` picks the state when the file has several: it must be a substring of exactly
+/// one `BENCH STATE` (`copy Device=0 Elements=2^20`); none is needed for a file of one state.
+pub fn load(path: &Path, selector: Option<&str>) -> Result<Value, NvbenchError> {
+    let read_err = |source| NvbenchError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_JSON_BYTES + 1),
+        &mut text,
+    )
+    .map_err(read_err)?;
+    let format = |what: String| NvbenchError::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    if text.len() as u64 > MAX_JSON_BYTES {
+        return Err(format(format!("larger than {MAX_JSON_BYTES} bytes")));
+    }
+    let root: Root = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
+    let states: Vec<(String, &Bench, &State)> = root
+        .benchmarks
+        .iter()
+        .flat_map(|b| {
+            b.states
+                .iter()
+                .map(move |s| (format!("{} {}", b.name, s.name), b, s))
+        })
+        .filter(|(_, _, s)| !s.is_skipped)
+        .collect();
+    let all = || {
+        states
+            .iter()
+            .map(|(n, _, _)| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let chosen: Vec<&(String, &Bench, &State)> = states
+        .iter()
+        .filter(|(n, _, _)| selector.is_none_or(|sel| n.contains(sel)))
+        .collect();
+    let (label, bench, state) = match chosen.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(NvbenchError::Select {
+                path: path.to_path_buf(),
+                what: match selector {
+                    Some(s) => format!("no state matches `{s}`"),
+                    None => "no state that was run".into(),
+                },
+                states: all(),
+            });
+        }
+        _ => {
+            return Err(NvbenchError::Select {
+                path: path.to_path_buf(),
+                what: format!(
+                    "{} states match{}: pick one with FILE@TEXT",
+                    chosen.len(),
+                    selector.map_or(String::new(), |s| format!(" `{s}`"))
+                ),
+                states: all(),
+            });
+        }
+    };
+    let summaries = state.summaries.as_deref().unwrap_or_default();
+    let bin = summaries
+        .iter()
+        .find(|s| s.tag == SAMPLE_TIMES_TAG)
+        .and_then(|s| s.get("filename"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| NvbenchError::NoSamples {
+            path: path.to_path_buf(),
+            state: label.clone(),
+        })?;
+    // nvbench writes the path as given on its command line; it is relative to where nvbench
+    // ran, which is usually the JSON file's directory.
+    let bin_path = {
+        let p = Path::new(bin);
+        let beside = path.parent().unwrap_or(Path::new(".")).join(p);
+        if p.is_absolute() || !beside.exists() {
+            p.to_path_buf()
+        } else {
+            beside
+        }
+    };
+    let samples = read_samples(&bin_path).map_err(|e| match e {
+        Ok(source) => NvbenchError::Read {
+            path: bin_path.clone(),
+            source,
+        },
+        Err(what) => NvbenchError::Format {
+            path: bin_path.clone(),
+            what,
+        },
+    })?;
+    let params: serde_json::Map<String, Value> = state
+        .axis_values
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|a| (a.name.clone(), a.value.clone()))
+        .collect();
+    let machine = state
+        .device
+        .and_then(|d| root.devices.iter().find(|x| x.id == d))
+        .map(|d| d.name.clone());
+    let mean = summaries
+        .iter()
+        .find(|s| s.tag == "nv/cold/time/gpu/mean")
+        .and_then(|s| s.get("value"))
+        .and_then(number);
+    Ok(json!({
+        "kind": "nvbench",
+        "name": bench.name,
+        "state": state.name,
+        "params": params,
+        "unit": "us",
+        "samples": samples,
+        "summary": crate::engines::bench::summarize(&samples),
+        "machine": machine,
+        "nvbench-mean-us": mean.map(|m| m * 1e6),
+        "source": path.display().to_string(),
+    }))
+}
+
+/// Little-endian float32 seconds → µs. `Err(Ok(io))` for a read error, `Err(Err(what))`
+/// for a malformed file.
+fn read_samples(path: &Path) -> Result<Vec<f64>, Result<std::io::Error, String>> {
+    let len = std::fs::metadata(path).map_err(Ok)?.len();
+    if len % 4 != 0 {
+        return Err(Err(format!(
+            "{len} bytes is not a whole number of float32 samples"
+        )));
+    }
+    if len / 4 > MAX_SAMPLES {
+        return Err(Err(format!("more than {MAX_SAMPLES} samples")));
+    }
+    let bytes = std::fs::read(path).map_err(Ok)?;
+    let samples: Vec<f64> = bytes
+        .chunks_exact(4)
+        .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])) * 1e6)
+        .collect();
+    if samples.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+        return Err(Err("a sample time is not a positive number".into()));
+    }
+    Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes an nvbench-shaped JSON with two states and their sample files.
+    pub(crate) fn write_fixture(dir: &Path, scale: f32) -> PathBuf {
+        let bin = dir.join("out.json-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let mut states = Vec::new();
+        for (i, n) in ["2^10", "2^20"].iter().enumerate() {
+            let times: Vec<u8> = (0..50)
+                .flat_map(|k| ((1e-5 + (k % 5) as f32 * 1e-8) * scale).to_le_bytes())
+                .collect();
+            std::fs::write(bin.join(format!("{i}.bin")), times).unwrap();
+            states.push(json!({
+                "name": format!("Device=0 Elements={n}"), "device": 0, "type_config_index": 0,
+                "axis_values": [{"name": "Elements", "type": "int64", "value": n}],
+                "summaries": [
+                    {"tag": "nv/cold/time/gpu/mean", "name": "GPU Time", "hint": "duration",
+                     "data": [{"name": "value", "type": "float64", "value": "1.0e-05"}]},
+                    {"tag": SAMPLE_TIMES_TAG, "name": "Samples Times File", "hint": "file/sample_times",
+                     "data": [{"name": "filename", "type": "string", "value": format!("out.json-bin/{i}.bin")},
+                              {"name": "size", "type": "int64", "value": "50"}]}
+                ],
+                "is_skipped": false
+            }));
+        }
+        let doc = json!({"meta": {"version": {"json": {"string": "1.0.0"}}},
+            "devices": [{"id": 0, "name": "NVIDIA H200"}],
+            "benchmarks": [{"name": "copy", "index": 0, "axes": [], "states": states}]});
+        let path = dir.join("out.json");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        path
+    }
+
+    #[test]
+    fn reads_a_state_and_its_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_fixture(dir.path(), 1.0);
+        let r = load(&path, Some("2^20")).unwrap();
+        assert_eq!(r["name"], "copy");
+        assert_eq!(r["machine"], "NVIDIA H200");
+        assert_eq!(r["params"]["Elements"], "2^20");
+        assert_eq!(r["samples"].as_array().unwrap().len(), 50);
+        let median = r["summary"]["median"].as_f64().unwrap();
+        assert!((median - 10.02).abs() < 0.01, "{median}");
+        // Two states and no selector: an error that lists them.
+        let e = load(&path, None).unwrap_err().to_string();
+        assert!(
+            e.contains("2 states match") && e.contains("`copy Device=0 Elements=2^10`"),
+            "{e}"
+        );
+        let e = load(&path, Some("nope")).unwrap_err().to_string();
+        assert!(e.contains("no state matches `nope`"), "{e}");
+        // Not nvbench at all.
+        std::fs::write(dir.path().join("x.json"), "{\"results\": []}").unwrap();
+        assert!(matches!(
+            load(&dir.path().join("x.json"), None),
+            Err(NvbenchError::Format { .. })
+        ));
+        // A state without its sample file.
+        std::fs::remove_file(dir.path().join("out.json-bin/1.bin")).unwrap();
+        assert!(matches!(
+            load(&path, Some("2^20")),
+            Err(NvbenchError::Read { .. })
+        ));
+    }
+}

@@ -1,0 +1,531 @@
+//! Finding the CUDA compilers that builds use: the NVRTC library and nvcc.
+//!
+//! NVRTC is looked for in a fixed, documented order, and the fingerprint records both the
+//! library chosen and why. The NVRTC in NVIDIA's `nvidia-cuda-nvrtc` 13.0 wheel has no
+//! RPATH, so it can only find `libnvrtc-builtins` if that is already loaded: we load the
+//! builtins from the same directory first, by absolute path. Once loaded by absolute path,
+//! later `dlopen("libnvrtc.so.13")` calls (cudarc's) resolve to the same library by soname.
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::foundation::fields::{Field, Fields};
+use crate::foundation::process::{Cmd, ProcessError};
+
+pub mod install;
+
+/// Where an NVRTC library was found, and why that one was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The library file.
+    pub path: PathBuf,
+    /// Which rule of the search order found it.
+    pub source: String,
+}
+
+/// The search order, as documented in the README.
+pub const NVRTC_SEARCH_ORDER: &str = "REPRO_NVRTC, toolchains installed by repro, CUDA_HOME/CUDA_PATH, \
+/usr/local/cuda*, Python site-packages (nvidia/cu13/lib), LD_LIBRARY_PATH";
+
+/// The directory where repro keeps toolchains it installs (`$XDG_CACHE_HOME/repro/toolchains`).
+pub fn managed_dir() -> Option<PathBuf> {
+    Some(crate::foundation::fsutil::cache_dir()?.join("toolchains"))
+}
+
+static PIN: OnceLock<String> = OnceLock::new();
+static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
+static NVCC_PIN: OnceLock<String> = OnceLock::new();
+
+/// Records the nvcc release the project pins (`[toolchain] nvcc-default`), so that the
+/// fingerprint reports that installed nvcc rather than the PATH's.
+pub fn set_nvcc_pin(release: &str) {
+    let _ = NVCC_PIN.set(release.to_string());
+}
+
+/// Makes this process use the NVRTC library in `dir` (a toolchain installed by repro, named
+/// with `--toolchain nvrtc@VERSION`), before REPRO_NVRTC and every other rule. Call before
+/// the first search; a later call for another directory returns false.
+pub fn choose_nvrtc(dir: PathBuf) -> bool {
+    CHOSEN.get_or_init(|| dir.clone()) == &dir
+}
+
+/// Records the NVRTC version the project pins (from `repro.toml`), so that the search
+/// prefers that installed toolchain. Call before the first search.
+pub fn set_pin(version: &str) {
+    let _ = PIN.set(version.to_string());
+}
+
+/// The directory a managed NVRTC of `version` lives in.
+pub fn managed_nvrtc_dir(version: &str) -> Option<PathBuf> {
+    Some(managed_dir()?.join(format!("nvrtc-{version}")))
+}
+
+/// The candidate directories in search order, each with its reason.
+fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
+    let mut c = Vec::new();
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(v) = PIN.get()
+        && let Some(d) = managed_nvrtc_dir(v)
+        && d.join(install::STAMP).is_file()
+    {
+        c.push((
+            d.join("lib"),
+            "pinned in repro.toml, installed by repro".into(),
+        ));
+    }
+    if let Some(dir) = managed_dir() {
+        // Only complete trees: an install killed part way has no stamp.
+        for d in sorted_desc(&dir, "nvrtc-")
+            .into_iter()
+            .filter(|d| d.join(install::STAMP).is_file())
+        {
+            c.push((d.join("lib"), "installed by repro toolchain install".into()));
+        }
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = env(var) {
+            for sub in [
+                "lib64",
+                "lib",
+                "targets/x86_64-linux/lib",
+                "targets/sbsa-linux/lib",
+            ] {
+                c.push((root.join(sub), var.to_string()));
+            }
+        }
+    }
+    for root in std::iter::once(PathBuf::from("/usr/local/cuda"))
+        .chain(sorted_desc(Path::new("/usr/local"), "cuda-"))
+    {
+        for sub in [
+            "lib64",
+            "targets/x86_64-linux/lib",
+            "targets/sbsa-linux/lib",
+        ] {
+            c.push((root.join(sub), format!("{}", root.display())));
+        }
+    }
+    for site in site_packages() {
+        for sub in ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"] {
+            c.push((site.join(sub), "python site-packages".into()));
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        for p in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
+            c.push((p, "LD_LIBRARY_PATH".into()));
+        }
+    }
+    c
+}
+
+/// Entries of `dir` whose names start with `prefix`, newest version first.
+fn sorted_desc(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    v.sort_by(|a, b| {
+        crate::foundation::version::compare(&b.to_string_lossy(), &a.to_string_lossy())
+    });
+    v
+}
+
+/// Python site-packages directories, found on disk without starting Python.
+fn site_packages() -> Vec<PathBuf> {
+    let mut bases: Vec<PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            bases.push(PathBuf::from(v).join("lib"));
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        bases.push(home.join(".local/lib"));
+        bases.extend(
+            sorted_desc(&home.join(".pyenv/versions"), "")
+                .into_iter()
+                .map(|p| p.join("lib")),
+        );
+    }
+    bases.extend(["/usr/local/lib", "/usr/lib"].map(PathBuf::from));
+    let mut out = Vec::new();
+    for base in bases {
+        for py in sorted_desc(&base, "python3") {
+            out.push(py.join("site-packages"));
+            out.push(py.join("dist-packages"));
+        }
+    }
+    out
+}
+
+/// The NVRTC library file in `dir` (or `dir` itself if it is a file), preferring the
+/// CUDA 13 soname and never picking the builtins or the `.alt` variant.
+fn library_in(dir: &Path) -> Option<PathBuf> {
+    if dir.is_file() {
+        return Some(dir.to_owned());
+    }
+    let preferred = dir.join("libnvrtc.so.13");
+    if preferred.is_file() {
+        return Some(preferred);
+    }
+    last_named(dir, "libnvrtc.so")
+}
+
+/// The last file (by name) in `dir` whose name starts with `prefix`, skipping NVIDIA's `.alt.`
+/// variants.
+fn last_named(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy())
+                .is_some_and(|n| n.starts_with(prefix) && !n.contains(".alt."))
+        })
+        .max()
+}
+
+/// The NVRTC library in a directory, if there is one.
+pub fn find_in(dir: &Path) -> Option<PathBuf> {
+    library_in(dir)
+}
+
+/// Finds the NVRTC library builds would use, or says what was searched. An explicit
+/// `REPRO_NVRTC` that holds no library is an error, never a reason to pick another NVRTC.
+pub fn find_nvrtc() -> Result<Found, String> {
+    if let Some(dir) = CHOSEN.get() {
+        return library_in(dir)
+            .map(|path| Found {
+                path,
+                source: "--toolchain, installed by repro".into(),
+            })
+            .ok_or_else(|| format!("{} holds no libnvrtc.so", dir.display()));
+    }
+    if let Some(p) = std::env::var_os("REPRO_NVRTC").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return library_in(&p)
+            .map(|path| Found {
+                path,
+                source: "REPRO_NVRTC".into(),
+            })
+            .ok_or_else(|| {
+                format!(
+                    "REPRO_NVRTC is set to {}, which holds no libnvrtc.so",
+                    p.display()
+                )
+            });
+    }
+    nvrtc_candidates()
+        .into_iter()
+        .find_map(|(dir, source)| library_in(&dir).map(|path| Found { path, source }))
+        .ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))
+}
+
+/// A loaded NVRTC: the library stays loaded for the life of the process.
+pub struct Loaded {
+    /// Where it was found.
+    pub found: Found,
+    /// Its version, `major.minor`.
+    pub version: String,
+    _builtins: Option<libloading::Library>,
+    _lib: libloading::Library,
+}
+
+static NVRTC: OnceLock<Result<Loaded, String>> = OnceLock::new();
+
+/// Finds and loads NVRTC once per process. The error says what was searched.
+pub fn nvrtc() -> Result<&'static Loaded, String> {
+    NVRTC.get_or_init(load_nvrtc).as_ref().map_err(Clone::clone)
+}
+
+fn load_nvrtc() -> Result<Loaded, String> {
+    let found = find_nvrtc()?;
+    load_at(found)
+}
+
+/// Loads the NVRTC at `found` (its builtins first) and asks its version.
+pub fn load_at(found: Found) -> Result<Loaded, String> {
+    let dir = found.path.parent().unwrap_or(Path::new("."));
+    // SAFETY: loading a shared library runs its initialisers; NVRTC's are benign.
+    let builtins = builtins_in(dir).and_then(|p| unsafe { libloading::Library::new(p) }.ok());
+    // SAFETY: as above.
+    let lib = unsafe { libloading::Library::new(&found.path) }
+        .map_err(|e| format!("cannot load {}: {e}", found.path.display()))?;
+    // SAFETY: nvrtcVersion has this signature in every NVRTC release.
+    let version = unsafe {
+        let f: libloading::Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int> = lib
+            .get(b"nvrtcVersion\0")
+            .map_err(|e| format!("{} is not NVRTC: {e}", found.path.display()))?;
+        let (mut major, mut minor) = (0, 0);
+        if f(&mut major, &mut minor) != 0 {
+            return Err(format!("nvrtcVersion failed in {}", found.path.display()));
+        }
+        format!("{major}.{minor}")
+    };
+    Ok(Loaded {
+        found,
+        version,
+        _builtins: builtins,
+        _lib: lib,
+    })
+}
+
+/// The fingerprint probe for NVRTC.
+pub fn probe_nvrtc() -> Fields {
+    let mut f = Fields::new();
+    match nvrtc() {
+        Ok(l) => {
+            f.insert(
+                "toolchain.nvrtc.version".into(),
+                Field::Value(l.version.clone()),
+            );
+            f.insert(
+                "toolchain.nvrtc.path".into(),
+                Field::Value(l.found.path.display().to_string()),
+            );
+            f.insert(
+                "toolchain.nvrtc.source".into(),
+                Field::Value(l.found.source.clone()),
+            );
+        }
+        Err(e) => {
+            f.insert("toolchain.nvrtc".into(), Field::Unavailable(e));
+        }
+    }
+    f
+}
+
+/// Finds nvcc: REPRO_NVCC, the PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda*.
+pub fn find_nvcc() -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("REPRO_NVCC").filter(|v| !v.is_empty()) {
+        c.push(PathBuf::from(p));
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        c.extend(std::env::split_paths(&paths).map(|d| d.join("nvcc")));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            c.push(PathBuf::from(root).join("bin/nvcc"));
+        }
+    }
+    c.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
+    c.extend(
+        sorted_desc(Path::new("/usr/local"), "cuda-")
+            .into_iter()
+            .map(|d| d.join("bin/nvcc")),
+    );
+    c.into_iter().find(|p| p.is_file())
+}
+
+/// "Cuda compilation tools, release 13.0, V13.0.88" → "13.0.88".
+pub fn parse_nvcc_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains("release"))?;
+    line.split([' ', ','])
+        .find_map(|t| {
+            t.strip_prefix('V')
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
+/// The fingerprint probe for nvcc: the project's pinned nvcc when it is installed, else the
+/// machine's.
+pub fn probe_nvcc() -> Fields {
+    let mut f = Fields::new();
+    if let Some(r) = NVCC_PIN.get() {
+        let spec = install::Spec::Release {
+            family: install::Family::Nvcc,
+            release: r.clone(),
+        };
+        if let Ok(t) = install::find(&spec) {
+            f.insert(
+                "toolchain.nvcc.path".into(),
+                Field::Value(t.compiler().display().to_string()),
+            );
+            f.insert(
+                "toolchain.nvcc.version".into(),
+                Field::Value(t.stamp.reports.clone()),
+            );
+            return f;
+        }
+    }
+    let Some(path) = find_nvcc() else {
+        f.insert(
+            "toolchain.nvcc".into(),
+            Field::Unavailable("nvcc not found".into()),
+        );
+        return f;
+    };
+    f.insert(
+        "toolchain.nvcc.path".into(),
+        Field::Value(path.display().to_string()),
+    );
+    let v = match Cmd::new(&path)
+        .arg("--version")
+        .timeout(Duration::from_secs(5))
+        .run()
+    {
+        Ok(out) => parse_nvcc_version(&out.stdout_str()).map_or_else(
+            || Field::Unavailable("no version in `nvcc --version`".into()),
+            Field::Value,
+        ),
+        Err(ProcessError::NotFound { .. }) => Field::Unavailable("nvcc not found".into()),
+        Err(e) => Field::Unavailable(e.to_string().lines().next().unwrap_or_default().into()),
+    };
+    f.insert("toolchain.nvcc.version".into(), v);
+    f
+}
+
+/// The identity of the NVRTC builds would use, for build keys: its version and the
+/// sha256 of the library and its builtins. Hashing 100 MB costs a tenth of a second, so
+/// the answer is cached per library file (path, size, mtime, inode); a warm build never
+/// loads NVRTC.
+pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
+    use std::os::unix::fs::MetadataExt;
+    let found = find_nvrtc()?;
+    let meta = std::fs::metadata(&found.path)
+        .map_err(|e| format!("cannot stat {}: {e}", found.path.display()))?;
+    let stamp = format!(
+        "{}|{}|{}|{}",
+        found.path.display(),
+        meta.len(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+        meta.ino()
+    );
+    let cache = crate::foundation::fsutil::cache_dir().map(|d| d.join("nvrtc-identity.json"));
+    let mut entries: serde_json::Map<String, serde_json::Value> = cache
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if let Some(hit) = entries.get(&stamp) {
+        return Ok(hit.clone());
+    }
+    let loaded = nvrtc()?;
+    let digest = |p: &Path| -> Result<String, String> {
+        std::fs::read(p)
+            .map(|b| crate::foundation::keys::sha256_hex(&b))
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let builtins = builtins_in(found.path.parent().unwrap_or(Path::new(".")));
+    let id = serde_json::json!({
+        "name": "nvrtc",
+        "version": loaded.version,
+        "library-sha256": digest(&found.path)?,
+        "builtins-sha256": builtins.as_deref().map(digest).transpose()?,
+    });
+    if let Some(p) = cache {
+        // Keep the cache small: a handful of NVRTC installs at most.
+        if entries.len() >= 16 {
+            entries.clear();
+        }
+        entries.insert(stamp, id.clone());
+        let _ = crate::foundation::fsutil::write_atomic(
+            &p,
+            serde_json::Value::Object(entries).to_string().as_bytes(),
+            true,
+        );
+    }
+    Ok(id)
+}
+
+/// The builtins library beside an NVRTC library, if any.
+fn builtins_in(dir: &Path) -> Option<PathBuf> {
+    last_named(dir, "libnvrtc-builtins.so")
+}
+
+/// Loads NVRTC for cudarc: the library repro chose is loaded first by absolute path, and
+/// cudarc's own lookup must then resolve to that same file, never to another NVRTC that
+/// happens to be on the loader's path.
+pub fn nvrtc_for_cudarc() -> Result<&'static Loaded, String> {
+    let loaded = nvrtc()?;
+    // SAFETY: NVRTC is loaded (above), so cudarc's lookup finds it and does not panic.
+    unsafe {
+        cudarc::nvrtc::sys::culib();
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut libs: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("libnvrtc.so") || n.starts_with("libnvrtc.alt.so"))
+        })
+        .collect();
+    libs.sort();
+    libs.dedup();
+    if libs.len() > 1 {
+        return Err(format!(
+            "two NVRTC libraries are loaded ({}); set REPRO_NVRTC to choose one",
+            libs.join(", ")
+        ));
+    }
+    Ok(loaded)
+}
+
+/// The identity of nvcc, for build keys: its `--version` text (release and build id).
+pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), String> {
+    let path = find_nvcc().ok_or(
+        "nvcc not found (searched REPRO_NVCC, PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda*)",
+    )?;
+    let out = Cmd::new(&path)
+        .arg("--version")
+        .timeout(Duration::from_secs(10))
+        .run()
+        .map_err(|e| e.to_string())?;
+    let text = out.stdout_str();
+    let version = parse_nvcc_version(&text).unwrap_or_default();
+    // The first line names the program; the rest (release, build id) identifies it.
+    let ident: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("release") || l.starts_with("Build"))
+        .collect();
+    Ok((
+        path,
+        serde_json::json!({ "name": "nvcc", "version": version, "build": ident.join("\n") }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvcc_version() {
+        let t = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n";
+        assert_eq!(parse_nvcc_version(t).as_deref(), Some("13.0.88"));
+    }
+
+    #[test]
+    fn picks_the_library_not_the_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "libnvrtc-builtins.so.13.0",
+            "libnvrtc.alt.so.13",
+            "libnvrtc.so.12",
+        ] {
+            std::fs::write(dir.path().join(n), b"").unwrap();
+        }
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.12"))
+        );
+        std::fs::write(dir.path().join("libnvrtc.so.13"), b"").unwrap();
+        assert_eq!(
+            library_in(dir.path()),
+            Some(dir.path().join("libnvrtc.so.13"))
+        );
+    }
+}

@@ -1,0 +1,894 @@
+//! Bundle archives: the `.tar.zst` files that carry benchmark results alongside a paper.
+//!
+//! A bundle is a zstd-compressed tar of regular files whose last member, `MANIFEST`, lists
+//! the sha256 of every other member. Bundles are written deterministically (sorted members,
+//! zeroed ownership and times, fixed compression settings) so that the same results always
+//! give the same bytes and the same digest, which is what a paper cites. Reading treats
+//! every bundle as hostile: only regular files with safe relative paths are accepted, the
+//! whole stream is checked before anything is returned, and nothing touches the disk
+//! except through [`extract`], which validates the complete bundle before writing a file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::foundation::fsutil;
+
+/// One file of a bundle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The file's path inside the bundle: relative and `/`-separated.
+    pub path: String,
+    /// The file's contents.
+    pub bytes: Vec<u8>,
+    /// Whether the file is executable (mode 0o755 rather than 0o644).
+    pub executable: bool,
+}
+
+/// The manifest's name inside the bundle.
+pub const MANIFEST: &str = "MANIFEST";
+
+/// zstd level for bundles: slow, but bundles are written once and downloaded many times.
+const ZSTD_LEVEL: i32 = 19;
+
+/// How much of a bundle a reader accepts: a few kilobytes of zstd can claim gigabytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total uncompressed bytes (the tar stream).
+    pub max_bytes: u64,
+    /// Members, MANIFEST included.
+    pub max_entries: usize,
+}
+
+/// Default [`Limits::max_bytes`]: 1 GiB (`REPRO_BUNDLE_MAX_BYTES` overrides).
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Default [`Limits::max_entries`]: 100,000 (`REPRO_BUNDLE_MAX_ENTRIES` overrides).
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, or `REPRO_BUNDLE_MAX_BYTES` / `REPRO_BUNDLE_MAX_ENTRIES` where set
+    /// (plain numbers; an unreadable value is ignored).
+    pub fn from_env() -> Self {
+        let num = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let d = Limits::default();
+        Limits {
+            max_bytes: num("REPRO_BUNDLE_MAX_BYTES").unwrap_or(d.max_bytes),
+            max_entries: num("REPRO_BUNDLE_MAX_ENTRIES")
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(d.max_entries),
+        }
+    }
+}
+
+/// Why a bundle could not be written, read, verified or extracted.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// The file could not be read.
+    #[error("cannot read {}", .path.display())]
+    Read {
+        /// The file being read.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file could not be written.
+    #[error("cannot write {}", .path.display())]
+    Write {
+        /// The file being written.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a well-formed bundle: a truncated or corrupt zstd stream, a bad tar
+    /// header, a missing or malformed MANIFEST.
+    #[error("{} is not a readable bundle: {reason}", .path.display())]
+    Corrupt {
+        /// The bundle.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A member's path is absolute, empty or climbs out with `..`, or the member is not a
+    /// regular file (symlink, hardlink, device, directory...).
+    #[error("{} holds an unsafe path `{entry}`", .path.display())]
+    UnsafePath {
+        /// The bundle (being written, read or extracted).
+        path: PathBuf,
+        /// The offending member's path, lossily decoded.
+        entry: String,
+    },
+    /// Two members share a path (or one is named like the manifest).
+    #[error("bundle entry `{entry}` is given twice")]
+    Duplicate {
+        /// The repeated path.
+        entry: String,
+    },
+    /// The bundle unpacks to more than the reader accepts.
+    #[error("{} is larger than allowed: {what}", .path.display())]
+    TooLarge {
+        /// The bundle.
+        path: PathBuf,
+        /// Which limit, and its value.
+        what: String,
+    },
+    /// The output path cannot be written (it exists, or it is a dangling link).
+    #[error(transparent)]
+    Output(fsutil::WriteError),
+}
+
+/// Whether `p` is a path that can be extracted under a directory without leaving it.
+///
+/// Stricter than needed on purpose: `.`, empty components (`a//b`, `a/`) and control
+/// characters are refused too, because they make two spellings of one file possible or
+/// break the line-based MANIFEST. Backslashes and a leading drive (`C:`) are refused so
+/// that a bundle cannot escape when extracted on a system where they make a path absolute
+/// or separate its components.
+fn is_safe(p: &str) -> bool {
+    let drive = matches!(p.as_bytes(), [letter, b':', ..] if letter.is_ascii_alphabetic());
+    !p.is_empty()
+        && !drive
+        && !p.chars().any(|c| c.is_control() || c == '\\')
+        && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn corrupt(path: &Path, reason: impl Into<String>) -> ArchiveError {
+    ArchiveError::Corrupt {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// A tar header that depends on nothing but the member's size and mode.
+fn header(size: u64, executable: bool) -> tar::Header {
+    // GNU everywhere: the crate emits GNU long-name records for paths over 100 bytes, so
+    // a GNU header for every member keeps the format consistent. `new_gnu` starts zeroed,
+    // which already gives empty user and group names and device numbers 0.
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(size);
+    h.set_mode(if executable { 0o755 } else { 0o644 });
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h
+}
+
+/// Writes a deterministic `.tar.zst`: entries sorted by path, then MANIFEST (one line per
+/// file, `<sha256 hex>  <path>`, sorted by path) as the last member. Every header has
+/// mtime 0, uid/gid 0, empty user and group names and mode 0o644 (0o755 when executable);
+/// compression is zstd level 19 on one thread. The same entries give byte-identical files
+/// whatever order they come in. Unsafe or repeated paths are refused before anything is
+/// written; the file is replaced atomically. Returns the sha256 hex of the written file.
+pub fn write(path: &Path, entries: Vec<Entry>) -> Result<String, ArchiveError> {
+    write_with(path, entries, &|_, _| {})
+}
+
+/// [`write`], calling `progress(done, total)` with the bytes of the tar compressed so far
+/// (compression is the slow part: zstd level 19 on one thread).
+pub fn write_with(
+    path: &Path,
+    mut entries: Vec<Entry>,
+    progress: &dyn Fn(u64, u64),
+) -> Result<String, ArchiveError> {
+    let write_err = |source| ArchiveError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut seen = BTreeSet::new();
+    for e in &entries {
+        if !is_safe(&e.path) {
+            return Err(ArchiveError::UnsafePath {
+                path: path.to_owned(),
+                entry: e.path.clone(),
+            });
+        }
+        // The manifest is generated here; a caller's file of that name would shadow it.
+        if e.path == MANIFEST || !seen.insert(e.path.as_str()) {
+            return Err(ArchiveError::Duplicate {
+                entry: e.path.clone(),
+            });
+        }
+    }
+    // Byte order of the UTF-8 path: locale-independent, so the bundle is too.
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+
+    let mut manifest = String::new();
+    for e in &entries {
+        manifest.push_str(&format!("{}  {}\n", sha256_hex(&e.bytes), e.path));
+    }
+
+    let mut tar = tar::Builder::new(Vec::new());
+    let members = entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.bytes.as_slice(), e.executable))
+        .chain(std::iter::once((MANIFEST, manifest.as_bytes(), false)));
+    for (name, bytes, executable) in members {
+        let mut h = header(bytes.len() as u64, executable);
+        tar.append_data(&mut h, name, bytes).map_err(write_err)?;
+    }
+    let tar = tar.into_inner().map_err(write_err)?;
+
+    // A streaming encoder with no pledged size: zstd then picks its parameters from the
+    // level alone, not from the input's size, and writes no content-size field. The
+    // checksum lets a reader tell a damaged bundle from a valid one.
+    let mut enc = zstd::Encoder::new(Vec::new(), ZSTD_LEVEL).map_err(write_err)?;
+    enc.include_checksum(true).map_err(write_err)?;
+    enc.include_contentsize(false).map_err(write_err)?;
+    let total = tar.len() as u64;
+    let mut done = 0u64;
+    for chunk in tar.chunks(1 << 20) {
+        enc.write_all(chunk).map_err(write_err)?;
+        done += chunk.len() as u64;
+        progress(done, total);
+    }
+    let compressed = enc.finish().map_err(write_err)?;
+
+    fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
+        fsutil::WriteError::Io { source, .. } => write_err(source),
+        other => ArchiveError::Output(other),
+    })?;
+    Ok(sha256_hex(&compressed))
+}
+
+/// Reads every member (MANIFEST included) with strict checks: only regular files, every
+/// path safe and given once, a MANIFEST present; a truncated or corrupt stream is
+/// [`ArchiveError::Corrupt`]. Never extracts anything to disk.
+///
+/// Reading is bounded by [`Limits::from_env`]: more uncompressed bytes or more members than
+/// allowed is [`ArchiveError::TooLarge`], found before the excess is held in memory.
+pub fn read(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
+    read_with(path, Limits::from_env())
+}
+
+/// [`read`] with explicit limits.
+pub fn read_with(path: &Path, limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
+    read_progress(path, limits, &|_, _| {})
+}
+
+/// Counts the bytes read through it and reports them with the total.
+struct Counting<'a, R> {
+    inner: R,
+    done: u64,
+    total: u64,
+    progress: &'a dyn Fn(u64, u64),
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        (self.progress)(self.done, self.total);
+        Ok(n)
+    }
+}
+
+/// [`read_with`], calling `progress(done, total)` with the compressed bytes read so far.
+pub fn read_progress(
+    path: &Path,
+    limits: Limits,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Vec<Entry>, ArchiveError> {
+    let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let file = Counting {
+        inner: std::io::BufReader::new(file),
+        done: 0,
+        total,
+        progress,
+    };
+    // Decompress the whole stream before parsing the tar: the tar reader stops at the
+    // end-of-archive marker, so streaming would let a truncated or damaged tail (and the
+    // zstd checksum after it) go unchecked. At most one byte past the limit is read.
+    let mut tar_bytes = Vec::new();
+    zstd::Decoder::new(file)
+        .and_then(|d| {
+            d.take(limits.max_bytes.saturating_add(1))
+                .read_to_end(&mut tar_bytes)
+        })
+        .map_err(|e| corrupt(path, format!("bad zstd stream: {e}")))?;
+    if tar_bytes.len() as u64 > limits.max_bytes {
+        return Err(ArchiveError::TooLarge {
+            path: path.to_owned(),
+            what: format!(
+                "it unpacks to more than {} bytes (REPRO_BUNDLE_MAX_BYTES)",
+                limits.max_bytes
+            ),
+        });
+    }
+
+    let mut archive = tar::Archive::new(tar_bytes.as_slice());
+    let members = archive
+        .entries()
+        .map_err(|e| corrupt(path, format!("bad tar stream: {e}")))?;
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for member in members {
+        if out.len() >= limits.max_entries {
+            return Err(ArchiveError::TooLarge {
+                path: path.to_owned(),
+                what: format!(
+                    "it has more than {} members (REPRO_BUNDLE_MAX_ENTRIES)",
+                    limits.max_entries
+                ),
+            });
+        }
+        let mut member = member.map_err(|e| corrupt(path, format!("bad tar header: {e}")))?;
+        // `path_bytes` already folds in GNU long names and PAX path records.
+        let raw = member.path_bytes().into_owned();
+        let name = String::from_utf8(raw).map_err(|e| ArchiveError::UnsafePath {
+            path: path.to_owned(),
+            entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })?;
+        if !is_safe(&name) || !member.header().entry_type().is_file() {
+            return Err(ArchiveError::UnsafePath {
+                path: path.to_owned(),
+                entry: name,
+            });
+        }
+        if !seen.insert(name.clone()) {
+            return Err(ArchiveError::Duplicate { entry: name });
+        }
+        let mode = member
+            .header()
+            .mode()
+            .map_err(|e| corrupt(path, format!("bad mode for `{name}`: {e}")))?;
+        let mut bytes = Vec::new();
+        member
+            .read_to_end(&mut bytes)
+            .map_err(|e| corrupt(path, format!("cannot read `{name}`: {e}")))?;
+        out.push(Entry {
+            path: name,
+            bytes,
+            executable: mode & 0o111 != 0,
+        });
+    }
+    if !seen.contains(MANIFEST) {
+        return Err(corrupt(path, format!("no {MANIFEST}")));
+    }
+    Ok(out)
+}
+
+/// What [`verify`] found.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Verification {
+    /// How many files MANIFEST lists.
+    pub files: usize,
+    /// Files listed and present whose sha256 differs from MANIFEST's, sorted.
+    pub differs: Vec<String>,
+    /// Files listed but absent, sorted.
+    pub missing: Vec<String>,
+    /// Files present but not listed (MANIFEST itself excluded), sorted.
+    pub extra: Vec<String>,
+}
+
+impl Verification {
+    /// Whether every listed file is present and intact, and nothing else is there.
+    pub fn ok(&self) -> bool {
+        self.differs.is_empty() && self.missing.is_empty() && self.extra.is_empty()
+    }
+}
+
+/// Parses MANIFEST into path → sha256 hex, strictly: a malformed line is corruption,
+/// not something to skip, since a skipped line would hide a file from verification.
+fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, String>, ArchiveError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| corrupt(path, format!("{MANIFEST} is not UTF-8")))?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(corrupt(
+            path,
+            format!("{MANIFEST} does not end with a newline"),
+        ));
+    }
+    let mut listed = BTreeMap::new();
+    for (i, line) in text.split_terminator('\n').enumerate() {
+        let bad = || corrupt(path, format!("malformed {MANIFEST} line {}", i + 1));
+        let (digest, file) = line.split_once("  ").ok_or_else(bad)?;
+        let hex_ok = digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex_ok || !is_safe(file) || file == MANIFEST {
+            return Err(bad());
+        }
+        if listed.insert(file.to_owned(), digest.to_owned()).is_some() {
+            return Err(corrupt(
+                path,
+                format!("{MANIFEST} lists `{file}` twice (line {})", i + 1),
+            ));
+        }
+    }
+    Ok(listed)
+}
+
+/// Re-hashes every member against MANIFEST.
+pub fn verify(path: &Path) -> Result<Verification, ArchiveError> {
+    verify_with(path, &|_, _| {})
+}
+
+/// [`verify`], calling `progress(done, total)` with the compressed bytes read so far.
+pub fn verify_with(path: &Path, progress: &dyn Fn(u64, u64)) -> Result<Verification, ArchiveError> {
+    let entries = read_progress(path, Limits::from_env(), progress)?;
+    let manifest = entries
+        .iter()
+        .find(|e| e.path == MANIFEST)
+        .ok_or_else(|| corrupt(path, format!("no {MANIFEST}")))?;
+    let listed = parse_manifest(path, &manifest.bytes)?;
+    let present: BTreeMap<&str, &[u8]> = entries
+        .iter()
+        .filter(|e| e.path != MANIFEST)
+        .map(|e| (e.path.as_str(), e.bytes.as_slice()))
+        .collect();
+
+    let mut v = Verification {
+        files: listed.len(),
+        ..Verification::default()
+    };
+    // BTreeMap iteration keeps every list sorted.
+    for (file, digest) in &listed {
+        match present.get(file.as_str()) {
+            None => v.missing.push(file.clone()),
+            Some(bytes) if sha256_hex(bytes) != *digest => v.differs.push(file.clone()),
+            Some(_) => {}
+        }
+    }
+    v.extra = present
+        .keys()
+        .filter(|f| !listed.contains_key(**f))
+        .map(|f| f.to_string())
+        .collect();
+    Ok(v)
+}
+
+/// Creates the directories above `entry` under `dest`, refusing to pass through anything
+/// that is not a real directory: a symlink left in `dest` from elsewhere must not redirect
+/// the extraction outside it.
+fn make_parents(bundle: &Path, dest: &Path, entry: &str) -> Result<PathBuf, ArchiveError> {
+    let mut dir = dest.to_path_buf();
+    let mut parts: Vec<&str> = entry.split('/').collect();
+    parts.pop();
+    for part in parts {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ArchiveError::UnsafePath {
+                    path: bundle.to_owned(),
+                    entry: entry.to_owned(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&dir).map_err(|source| ArchiveError::Write {
+                    path: dir.clone(),
+                    source,
+                })?;
+            }
+            Err(source) => return Err(ArchiveError::Read { path: dir, source }),
+        }
+    }
+    Ok(dir)
+}
+
+/// Extracts every member (MANIFEST included) into `dest`, created if needed, refusing
+/// unsafe paths; returns the paths written, in bundle order. The whole bundle is read and
+/// checked first, so a bad member anywhere means nothing is written.
+pub fn extract(path: &Path, dest: &Path) -> Result<Vec<String>, ArchiveError> {
+    let entries = read(path)?;
+    std::fs::create_dir_all(dest).map_err(|source| ArchiveError::Write {
+        path: dest.to_owned(),
+        source,
+    })?;
+    let mut written = Vec::with_capacity(entries.len());
+    for e in entries {
+        let dir = make_parents(path, dest, &e.path)?;
+        let target = dest.join(&e.path);
+        let write_err = |source| ArchiveError::Write {
+            path: target.clone(),
+            source,
+        };
+        // Written beside the target then renamed over it: the rename replaces whatever is
+        // at the target (a symlink included) instead of writing through it.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".repro-tmp-")
+            .tempfile_in(&dir)
+            .map_err(write_err)?;
+        tmp.write_all(&e.bytes).map_err(write_err)?;
+        let mode = if e.executable { 0o755 } else { 0o644 };
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(write_err)?;
+        tmp.persist(&target).map_err(|err| write_err(err.error))?;
+        written.push(e.path);
+    }
+    Ok(written)
+}
+
+impl crate::foundation::error::Diagnose for ArchiveError {
+    fn exit_code(&self) -> u8 {
+        use ArchiveError as E;
+        match self {
+            // A bundle that is not there is the user's input mistake (2), as the README says.
+            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                crate::foundation::exit::USAGE
+            }
+            E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
+            // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
+            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => {
+                crate::foundation::exit::MISMATCH
+            }
+            E::TooLarge { .. } => crate::foundation::exit::USAGE,
+            E::Output(w) => crate::foundation::error::Diagnose::exit_code(w),
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        use ArchiveError as E;
+        match self {
+            E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
+            E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
+            E::Write { .. } => Some("check free space and permissions of the output directory".into()),
+            E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
+            E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
+            E::Output(w) => crate::foundation::error::Diagnose::hint(w),
+            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Some("check the path of the bundle".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str, bytes: &[u8], executable: bool) -> Entry {
+        Entry {
+            path: path.to_owned(),
+            bytes: bytes.to_vec(),
+            executable,
+        }
+    }
+
+    fn long_path() -> String {
+        format!("results/{}/metrics.csv", "h200-sm90a-".repeat(12))
+    }
+
+    fn sample() -> Vec<Entry> {
+        vec![
+            entry(
+                "results/h200/run-1/metrics.json",
+                b"{\"gflops\": 812.5}\n",
+                false,
+            ),
+            entry("bin/run.sh", b"#!/bin/sh\necho run\n", true),
+            entry("empty.txt", b"", false),
+            entry(&long_path(), b"n,ms\n1024,0.25\n", false),
+            entry("README.md", b"# Results\n", false),
+        ]
+    }
+
+    /// Rebuilds a bundle by hand from members in the order given, as a tamperer would.
+    fn rebuild(path: &Path, members: &[Entry]) {
+        let mut b = tar::Builder::new(Vec::new());
+        for m in members {
+            let mut h = header(m.bytes.len() as u64, m.executable);
+            b.append_data(&mut h, &m.path, m.bytes.as_slice()).unwrap();
+        }
+        let tar = b.into_inner().unwrap();
+        std::fs::write(path, zstd::encode_all(tar.as_slice(), 3).unwrap()).unwrap();
+    }
+
+    /// A bundle with one raw member: the name and type are written into the header
+    /// directly, bypassing the tar crate's own refusal of `..` and absolute paths.
+    fn hostile(path: &Path, name: &str, kind: tar::EntryType) {
+        let mut h = tar::Header::new_gnu();
+        let gnu = h.as_gnu_mut().unwrap();
+        gnu.name[..name.len()].copy_from_slice(name.as_bytes());
+        if kind == tar::EntryType::Symlink {
+            let target = b"/etc/passwd";
+            gnu.linkname[..target.len()].copy_from_slice(target);
+        }
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        let data: &[u8] = if kind == tar::EntryType::Regular {
+            b"gotcha\n"
+        } else {
+            b""
+        };
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        let mut b = tar::Builder::new(Vec::new());
+        b.append(&h, data).unwrap();
+        let mut m = header(0, false);
+        b.append_data(&mut m, MANIFEST, &b""[..]).unwrap();
+        let tar = b.into_inner().unwrap();
+        std::fs::write(path, zstd::encode_all(tar.as_slice(), 3).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn reading_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bomb.tar.zst");
+        // 64 MiB of zeros compress to a few kilobytes.
+        write(
+            &bundle,
+            vec![entry("zeros.bin", &vec![0u8; 64 << 20], false)],
+        )
+        .unwrap();
+        assert!(std::fs::metadata(&bundle).unwrap().len() < 100_000);
+        let small = Limits {
+            max_bytes: 1 << 20,
+            max_entries: 10,
+        };
+        assert!(matches!(
+            read_with(&bundle, small),
+            Err(ArchiveError::TooLarge { .. })
+        ));
+        let many: Vec<Entry> = (0..20)
+            .map(|i| entry(&format!("f{i}"), b"", false))
+            .collect();
+        write(&bundle, many).unwrap();
+        let err = read_with(&bundle, small).unwrap_err();
+        assert!(err.to_string().contains("more than 10 members"), "{err}");
+        assert_eq!(read_with(&bundle, Limits::default()).unwrap().len(), 21);
+    }
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let digest = write(&bundle, sample()).unwrap();
+        assert_eq!(digest, sha256_hex(&std::fs::read(&bundle).unwrap()));
+
+        let got = read(&bundle).unwrap();
+        let mut want = sample();
+        want.sort_by(|a, b| a.path.cmp(&b.path));
+        let manifest = got.last().unwrap();
+        assert_eq!(manifest.path, MANIFEST);
+        assert_eq!(&got[..got.len() - 1], &want[..]);
+        let text = std::str::from_utf8(&manifest.bytes).unwrap();
+        assert_eq!(text.lines().count(), want.len());
+        assert!(text.contains(&format!("{}  empty.txt\n", sha256_hex(b""))));
+
+        let out = dir.path().join("out");
+        let written = extract(&bundle, &out).unwrap();
+        assert_eq!(written.len(), want.len() + 1);
+        for e in &want {
+            let p = out.join(&e.path);
+            assert_eq!(std::fs::read(&p).unwrap(), e.bytes, "{}", e.path);
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, if e.executable { 0o755 } else { 0o644 }, "{}", e.path);
+        }
+        assert!(out.join(long_path()).is_file());
+        assert!(out.join(MANIFEST).is_file());
+    }
+
+    #[test]
+    fn deterministic_whatever_the_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.tar.zst"), dir.path().join("b.tar.zst"));
+        let mut reversed = sample();
+        reversed.reverse();
+        let da = write(&a, sample()).unwrap();
+        let db = write(&b, reversed).unwrap();
+        assert_eq!(da, db);
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    }
+
+    #[test]
+    fn verify_finds_tampering() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        write(&bundle, sample()).unwrap();
+        let fresh = verify(&bundle).unwrap();
+        assert!(fresh.ok(), "{fresh:?}");
+        assert_eq!(fresh.files, sample().len());
+        let original = read(&bundle).unwrap();
+
+        let t = dir.path().join("changed.tar.zst");
+        let mut members = original.clone();
+        members[0].bytes.push(b'!');
+        rebuild(&t, &members);
+        let v = verify(&t).unwrap();
+        assert_eq!(v.differs, vec![members[0].path.clone()]);
+        assert!(v.missing.is_empty() && v.extra.is_empty() && !v.ok());
+
+        let t = dir.path().join("removed.tar.zst");
+        let mut members = original.clone();
+        let gone = members.remove(1);
+        rebuild(&t, &members);
+        let v = verify(&t).unwrap();
+        assert_eq!(v.missing, vec![gone.path]);
+        assert!(v.differs.is_empty() && v.extra.is_empty() && !v.ok());
+
+        let t = dir.path().join("added.tar.zst");
+        let mut members = original;
+        members.insert(0, entry("sneaky.bin", b"\x7fELF", true));
+        rebuild(&t, &members);
+        let v = verify(&t).unwrap();
+        assert_eq!(v.extra, vec!["sneaky.bin".to_owned()]);
+        assert!(v.differs.is_empty() && v.missing.is_empty() && !v.ok());
+        assert_eq!(v.files, sample().len());
+    }
+
+    #[test]
+    fn truncated_or_random_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let mut entries = sample();
+        // Enough incompressible-ish data that half the file cuts through a member.
+        let noise: Vec<u8> = (0..20_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        entries.push(entry("noise.bin", &noise, false));
+        write(&bundle, entries).unwrap();
+        let bytes = std::fs::read(&bundle).unwrap();
+        std::fs::write(&bundle, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(matches!(read(&bundle), Err(ArchiveError::Corrupt { .. })));
+        assert!(matches!(verify(&bundle), Err(ArchiveError::Corrupt { .. })));
+
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(&bundle, random).unwrap();
+        assert!(matches!(read(&bundle), Err(ArchiveError::Corrupt { .. })));
+        assert!(matches!(verify(&bundle), Err(ArchiveError::Corrupt { .. })));
+
+        std::fs::write(&bundle, b"").unwrap();
+        assert!(matches!(read(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn hostile_members_are_refused() {
+        let cases = [
+            ("../escape.txt", tar::EntryType::Regular),
+            ("/repro-archive-test-abs.txt", tar::EntryType::Regular),
+            ("link", tar::EntryType::Symlink),
+            ("hard", tar::EntryType::Link),
+            ("dev", tar::EntryType::Char),
+        ];
+        for (name, kind) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let bundle = dir.path().join("evil.tar.zst");
+            hostile(&bundle, name, kind);
+            let unsafe_path = |r: &ArchiveError| matches!(r, ArchiveError::UnsafePath { entry, .. } if entry == name);
+            assert!(unsafe_path(&read(&bundle).unwrap_err()), "{name}");
+            assert!(unsafe_path(&verify(&bundle).unwrap_err()), "{name}");
+            let out = dir.path().join("out");
+            assert!(unsafe_path(&extract(&bundle, &out).unwrap_err()), "{name}");
+            assert!(!dir.path().join("escape.txt").exists());
+            assert!(!Path::new("/repro-archive-test-abs.txt").exists());
+            // Validation comes before any write, so not even `dest` is created.
+            assert!(!out.exists(), "{name}");
+        }
+    }
+
+    #[test]
+    fn extract_does_not_follow_symlinks_in_dest() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        write(&bundle, vec![entry("results/x.txt", b"x", false)]).unwrap();
+        let out = dir.path().join("out");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("results")).unwrap();
+        assert!(matches!(
+            extract(&bundle, &out),
+            Err(ArchiveError::UnsafePath { .. })
+        ));
+        assert!(!elsewhere.join("x.txt").exists());
+    }
+
+    #[test]
+    fn write_refuses_bad_paths_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let dup = vec![entry("a.txt", b"1", false), entry("a.txt", b"2", false)];
+        assert!(matches!(
+            write(&bundle, dup),
+            Err(ArchiveError::Duplicate { entry }) if entry == "a.txt"
+        ));
+        assert!(matches!(
+            write(&bundle, vec![entry(MANIFEST, b"", false)]),
+            Err(ArchiveError::Duplicate { .. })
+        ));
+        for bad in ["a/../b", "/abs", "", "a//b", "a/", "./a", "a\nb"] {
+            assert!(
+                matches!(
+                    write(&bundle, vec![entry(bad, b"", false)]),
+                    Err(ArchiveError::UnsafePath { entry, .. }) if entry == bad
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(!bundle.exists());
+    }
+
+    /// Path forms that escape or alias on some platform: Windows separators, drives and
+    /// UNC shares, absolute and parent paths, NUL and other control characters.
+    #[test]
+    fn platform_path_forms_are_refused() {
+        for bad in [
+            "a\\..\\b",
+            "..\\escape.txt",
+            "C:\\x",
+            "C:/x",
+            "c:x",
+            "\\\\server\\share\\x",
+            "\\x",
+            "/etc/passwd",
+            "//x",
+            "..",
+            "../x",
+            "a/..",
+            "a/../../x",
+            ".",
+            "a/./b",
+            "a\0b",
+            "a\tb",
+            "a\rb",
+            "",
+        ] {
+            assert!(!is_safe(bad), "{bad:?} is accepted");
+        }
+        for good in [
+            "a",
+            "a/b.txt",
+            "a..b",
+            "..a",
+            "a..",
+            ".hidden",
+            "...",
+            "x/C:y",
+            "1:2",
+            "source/kernels/k.cu",
+        ] {
+            assert!(is_safe(good), "{good:?} is refused");
+        }
+        // The same, through a real archive: refused on read before anything is written.
+        for bad in ["a\\..\\b", "C:\\x", "\\\\server\\share\\x", "C:/x"] {
+            let dir = tempfile::tempdir().unwrap();
+            let bundle = dir.path().join("evil.tar.zst");
+            hostile(&bundle, bad, tar::EntryType::Regular);
+            assert!(
+                matches!(read(&bundle), Err(ArchiveError::UnsafePath { entry, .. }) if entry == bad),
+                "{bad:?}"
+            );
+            let out = dir.path().join("out");
+            assert!(extract(&bundle, &out).is_err(), "{bad:?}");
+            assert!(!out.exists(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! What a failure knows about itself: its exit code and a hint.
+//!
+//! Modules return their own typed errors. Each of those that a user can cause implements
+//! [`Diagnose`] next to its definition, saying which exit code it maps to and what to try
+//! next. The app layer wraps them in `anyhow` with context naming the object, and
+//! `app::report` (the one place that turns errors into messages and exit codes) prints
+//! them.
+
+use std::fmt;
+
+use crate::foundation::exit;
+
+/// What a user-facing error knows about itself.
+pub trait Diagnose: std::error::Error {
+    /// The exit code this error should end the process with.
+    fn exit_code(&self) -> u8;
+    /// What the user could do about it, if anything useful can be said.
+    fn hint(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A user-facing error raised directly by a command: a message, a code and a hint.
+#[derive(Debug)]
+pub struct UserError {
+    message: String,
+    code: u8,
+    hint: Option<String>,
+}
+
+impl UserError {
+    /// A usage or input error (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code: exit::USAGE,
+            hint: None,
+        }
+    }
+
+    /// An error with an explicit exit code.
+    pub fn with_code(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code,
+            hint: None,
+        }
+    }
+
+    /// Adds a hint telling the user what to do.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for UserError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UserError {}
+
+impl Diagnose for UserError {
+    fn exit_code(&self) -> u8 {
+        self.code
+    }
+    fn hint(&self) -> Option<String> {
+        self.hint.clone()
+    }
+}

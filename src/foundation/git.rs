@@ -1,0 +1,185 @@
+//! The repository probe: root, HEAD, branch, tree and uncommitted changes (read with git2;
+//! nothing is written).
+
+use std::path::{Path, PathBuf};
+
+use git2::{Repository, Status, StatusOptions};
+use sha2::{Digest, Sha256};
+
+use crate::foundation::fields::{Field, Fields};
+
+/// The working-tree root of the repository containing `dir`, if any.
+pub fn discover_root(dir: &Path) -> Option<PathBuf> {
+    let repo = Repository::discover(dir).ok()?;
+    // git2 gives the working directory with a trailing slash; normalise it away.
+    repo.workdir().map(|p| p.components().collect())
+}
+
+/// Whether the working tree has changes (ignored files and repro's store excluded).
+pub fn is_dirty(dir: &Path) -> bool {
+    let Ok(repo) = Repository::discover(dir) else {
+        return false;
+    };
+    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+        return false;
+    };
+    matches!(dirty_digest(&repo, &root), Ok(Some(_)))
+}
+
+/// The digest of the files of `files` (paths relative to `dir`, with their bytes) that
+/// differ from HEAD's version or are not in HEAD, or `None` when all are as committed (or
+/// `dir` is not in a repository). Only these files are compared, so a build is marked dirty
+/// when what it read is uncommitted, not when some other file is, and no status scan of
+/// the whole tree is paid for.
+pub fn changed_from_head(
+    dir: &Path,
+    files: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Option<String> {
+    let repo = Repository::discover(dir).ok()?;
+    let workdir = repo.workdir()?.canonicalize().ok()?;
+    let prefix = dir
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&workdir)
+        .ok()?
+        .to_path_buf();
+    let tree = repo.head().ok()?.peel_to_tree().ok();
+    let mut h = Sha256::new();
+    let mut any = false;
+    for (rel, bytes) in files {
+        let path = prefix.join(rel);
+        let committed = tree
+            .as_ref()
+            .and_then(|t| t.get_path(&path).ok())
+            .map(|e| e.id());
+        let here = git2::Oid::hash_object(git2::ObjectType::Blob, bytes).ok();
+        if committed.is_none() || committed != here {
+            any = true;
+            h.update(rel.as_bytes());
+            h.update([0]);
+            h.update(Sha256::digest(bytes));
+        }
+    }
+    any.then(|| hex::encode(h.finalize()))
+}
+
+/// The HEAD commit of the repository containing `dir`, if there is one.
+pub fn head_commit(dir: &Path) -> Option<String> {
+    let repo = Repository::discover(dir).ok()?;
+    let id = repo.head().ok()?.peel_to_commit().ok()?.id();
+    Some(id.to_string())
+}
+
+/// Probes the repository containing `dir`.
+pub fn probe(dir: &Path) -> Fields {
+    let mut f = Fields::new();
+    let repo = match Repository::discover(dir) {
+        Ok(r) => r,
+        Err(_) => {
+            f.insert(
+                "repo".into(),
+                Field::Unavailable(format!("{} is not inside a git repository", dir.display())),
+            );
+            return f;
+        }
+    };
+    let Some(root) = repo
+        .workdir()
+        .map(|p| p.components().collect::<std::path::PathBuf>())
+    else {
+        f.insert(
+            "repo".into(),
+            Field::Unavailable("a bare repository has no working tree".into()),
+        );
+        return f;
+    };
+    f.insert("repo.root".into(), Field::Value(root.display().to_string()));
+    match repo.head() {
+        Ok(head) => {
+            let branch = if head.is_branch() {
+                head.shorthand().unwrap_or("(non-UTF-8 name)")
+            } else {
+                "(detached)"
+            };
+            f.insert("repo.branch".into(), Field::Value(branch.into()));
+            match head.peel_to_commit() {
+                Ok(c) => {
+                    f.insert("repo.head".into(), Field::Value(c.id().to_string()));
+                    f.insert("repo.tree".into(), Field::Value(c.tree_id().to_string()));
+                }
+                Err(e) => {
+                    f.insert(
+                        "repo.head".into(),
+                        Field::Unavailable(e.message().to_string()),
+                    );
+                }
+            }
+        }
+        Err(_) => {
+            let why = Field::Unavailable("no commits yet".into());
+            f.insert("repo.head".into(), why.clone());
+            f.insert("repo.tree".into(), why);
+            f.insert(
+                "repo.branch".into(),
+                Field::Unavailable("no commits yet".into()),
+            );
+        }
+    }
+    match dirty_digest(&repo, &root) {
+        Ok(None) => {
+            f.insert("repo.dirty".into(), Field::Value("false".into()));
+            f.insert(
+                "repo.dirty-digest".into(),
+                Field::Unavailable("the tree is clean".into()),
+            );
+        }
+        Ok(Some(d)) => {
+            f.insert("repo.dirty".into(), Field::Value("true".into()));
+            f.insert("repo.dirty-digest".into(), Field::Value(d));
+        }
+        Err(e) => {
+            f.insert(
+                "repo.dirty".into(),
+                Field::Unavailable(format!("git status failed: {}", e.message())),
+            );
+        }
+    }
+    f
+}
+
+/// The sha256 of every uncommitted change (path, status, current content), or `None` when
+/// the tree is clean. Ignored files do not count.
+fn dirty_digest(repo: &Repository, root: &Path) -> Result<Option<String>, git2::Error> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    let mut changes: Vec<(String, Status)> = statuses
+        .iter()
+        .filter(|s| s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED))
+        // repro's own store is not a change to the sources.
+        .filter(|s| !s.path_bytes().starts_with(b".repro/"))
+        .map(|s| {
+            (
+                String::from_utf8_lossy(s.path_bytes()).into_owned(),
+                s.status(),
+            )
+        })
+        .collect();
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    changes.sort();
+    let mut h = Sha256::new();
+    for (path, status) in changes {
+        h.update(path.as_bytes());
+        h.update([0]);
+        h.update(status.bits().to_le_bytes());
+        match std::fs::read(root.join(&path)) {
+            Ok(bytes) => h.update(Sha256::digest(&bytes)),
+            Err(_) => h.update(b"<absent>"),
+        }
+    }
+    Ok(Some(hex::encode(h.finalize())))
+}

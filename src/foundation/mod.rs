@@ -1,0 +1,27 @@
+//! The plumbing every engine uses: exit codes and the error trait, output, fields, git,
+//! the store, child processes, file writes, archives, configuration, recipes, run specs,
+//! expressions, statistics, plots, keys, spans and versions. Foundation modules import
+//! only each other, never an engine or the app.
+
+pub mod archive;
+pub mod config;
+pub mod driverlib;
+pub mod error;
+pub mod exit;
+pub mod expr;
+pub mod fields;
+pub mod fsutil;
+pub mod git;
+pub mod keys;
+pub mod nix;
+pub mod output;
+pub mod plot;
+pub mod process;
+pub mod recipe;
+pub mod runspec;
+pub mod spans;
+pub mod stats;
+pub mod store;
+pub mod symbols;
+pub mod toolchain_spec;
+pub mod version;

@@ -1,0 +1,594 @@
+//! The one place where child processes are started.
+//!
+//! Every external program repro runs (compilers, `git`, `nix`, version probes, benchmark
+//! children) goes through [`Cmd`]. It captures stdout and stderr, applies a timeout (killing
+//! the whole process group, so a compiler's children die too), and turns a failure into a
+//! [`ProcessError`] that shows the command line, the exit code or the signal's name, and the
+//! tail of both streams. Nothing else in the crate constructs a `std::process::Command`.
+//!
+//! No child outlives repro. Every child leads a process group of its own, and the group is
+//! killed when the child exits (a backgrounded grandchild holding the output pipes would
+//! otherwise keep repro waiting), when it times out, and when repro itself dies: a small
+//! guardian process (`sh`, started once) holds a pipe from repro and kills every group
+//! still registered with it when that pipe closes, which happens on Ctrl-C, SIGTERM and
+//! SIGKILL alike. The direct child also gets `PR_SET_PDEATHSIG`.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use wait_timeout::ChildExt;
+
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+
+/// How many bytes of each stream an error message shows.
+const TAIL_BYTES: usize = 2000;
+
+/// A command to run: program, arguments, working directory, environment and timeout.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    program: OsString,
+    args: Vec<OsString>,
+    cwd: Option<PathBuf>,
+    env: Vec<(OsString, Option<OsString>)>,
+    timeout: Option<Duration>,
+    stdin: Option<Vec<u8>>,
+}
+
+/// What a finished command left behind.
+#[derive(Debug)]
+pub struct Output {
+    /// The exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: Vec<u8>,
+    /// Everything written to stderr.
+    pub stderr: Vec<u8>,
+    /// Wall time from spawn to exit.
+    pub elapsed: Duration,
+}
+
+impl Output {
+    /// Stdout as (lossy) UTF-8.
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    /// Stderr as (lossy) UTF-8.
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Why a command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program does not exist on the PATH or at the given path.
+    #[error("`{program}` was not found")]
+    NotFound {
+        /// The program that was looked for.
+        program: String,
+    },
+    /// The program exists but could not be started.
+    #[error("could not start `{argv}`")]
+    Spawn {
+        /// The command line.
+        argv: String,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program ran past its time limit and was killed with its process group.
+    #[error("`{argv}` timed out after {}{}", humantime::format_duration(*.timeout), tails(.stdout, .stderr))]
+    Timeout {
+        /// The command line.
+        argv: String,
+        /// The limit it ran past.
+        timeout: Duration,
+        /// The tail of stdout.
+        stdout: String,
+        /// The tail of stderr.
+        stderr: String,
+    },
+    /// The program exited unsuccessfully or was killed by a signal.
+    #[error("`{argv}` {status}{}", tails(.stdout, .stderr))]
+    Failed {
+        /// The command line.
+        argv: String,
+        /// "exited with code N" or "was killed by SIGNAME".
+        status: String,
+        /// The exit code, if it exited normally.
+        code: Option<i32>,
+        /// The tail of stdout.
+        stdout: String,
+        /// The tail of stderr.
+        stderr: String,
+    },
+    /// Reading the child's output or waiting for it failed.
+    #[error("i/o error while running `{argv}`")]
+    Io {
+        /// The command line.
+        argv: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn tails(stdout: &str, stderr: &str) -> String {
+    let mut s = String::new();
+    for (name, text) in [("stdout", stdout), ("stderr", stderr)] {
+        let text = text.trim_end();
+        if !text.is_empty() {
+            s.push_str(&format!("\n--- {name} (tail) ---\n{text}"));
+        }
+    }
+    s
+}
+
+impl Diagnose for ProcessError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ProcessError::NotFound { .. } => exit::ENVIRONMENT,
+            _ => exit::MISMATCH,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ProcessError::NotFound { program } => {
+                Some(format!("install `{program}` or put it on the PATH"))
+            }
+            ProcessError::Timeout { .. } => {
+                Some("raise the time limit if the command is expected to be slow".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Cmd {
+    /// A command running `program` with no arguments.
+    pub fn new(program: impl AsRef<OsStr>) -> Self {
+        Cmd {
+            program: program.as_ref().to_owned(),
+            args: Vec::new(),
+            cwd: None,
+            env: Vec::new(),
+            timeout: None,
+            stdin: None,
+        }
+    }
+
+    /// Appends one argument.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Appends several arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Runs in `dir` instead of the current directory.
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.cwd = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// Sets an environment variable for the child.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Removes an environment variable for the child.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Kills the child (and its process group) if it runs longer than `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Feeds `bytes` to the child's stdin (otherwise stdin is closed).
+    pub fn stdin_bytes(mut self, bytes: Vec<u8>) -> Self {
+        self.stdin = Some(bytes);
+        self
+    }
+
+    /// The command line, quoted where needed, for messages.
+    pub fn display(&self) -> String {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| shell_quote(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Runs the command and returns its output, whatever its exit status.
+    /// Fails only if it could not be started, timed out, or its output could not be read.
+    pub fn output(&self) -> Result<Output, ProcessError> {
+        let argv = self.display();
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A process group of its own, so that a timeout kills the compiler's children too.
+            .process_group(0);
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        let start = Instant::now();
+        let mut child = command.spawn().map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                ProcessError::NotFound {
+                    program: self.program.to_string_lossy().into_owned(),
+                }
+            } else {
+                ProcessError::Spawn {
+                    argv: argv.clone(),
+                    source,
+                }
+            }
+        })?;
+        let group = Group::register(child.id());
+
+        // Stdin, stdout and stderr are serviced by threads so that a child filling one pipe
+        // while we wait on another cannot deadlock.
+        let stdin_thread = match (child.stdin.take(), self.stdin.clone()) {
+            (Some(mut pipe), Some(bytes)) => Some(std::thread::spawn(move || {
+                use std::io::Write;
+                // A child that exits without reading its input is not our error.
+                let _ = pipe.write_all(&bytes);
+            })),
+            _ => None,
+        };
+        let mut out_pipe = child.stdout.take().expect("stdout is piped");
+        let mut err_pipe = child.stderr.take().expect("stderr is piped");
+        let out_thread = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            out_pipe.read_to_end(&mut buf).map(|_| buf)
+        });
+        let err_thread = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            err_pipe.read_to_end(&mut buf).map(|_| buf)
+        });
+
+        let io_err = |source| ProcessError::Io {
+            argv: argv.clone(),
+            source,
+        };
+        let status = match self.timeout {
+            Some(limit) => match child.wait_timeout(limit).map_err(io_err)? {
+                Some(status) => status,
+                None => {
+                    kill_group(&mut child);
+                    let stdout = out_thread
+                        .join()
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default();
+                    let stderr = err_thread
+                        .join()
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default();
+                    return Err(ProcessError::Timeout {
+                        argv,
+                        timeout: limit,
+                        stdout: tail(&stdout),
+                        stderr: tail(&stderr),
+                    });
+                }
+            },
+            None => child.wait().map_err(io_err)?,
+        };
+        let elapsed = start.elapsed();
+        // The child is done; whatever it left running in its group (`sleep 9 &`) would hold
+        // the pipes open and keep us waiting for output that no one asked for.
+        drop(group);
+        if let Some(t) = stdin_thread {
+            let _ = t.join();
+        }
+        let join = |t: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
+            t.join().unwrap_or_else(|_| Ok(Vec::new()))
+        };
+        let stdout = join(out_thread).map_err(io_err)?;
+        let stderr = join(err_thread).map_err(io_err)?;
+        Ok(Output {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        })
+    }
+
+    /// Runs the command and requires it to exit with status 0.
+    pub fn run(&self) -> Result<Output, ProcessError> {
+        let out = self.output()?;
+        if out.status.success() {
+            Ok(out)
+        } else {
+            Err(ProcessError::Failed {
+                argv: self.display(),
+                status: describe_status(out.status),
+                code: out.status.code(),
+                stdout: tail(&out.stdout),
+                stderr: tail(&out.stderr),
+            })
+        }
+    }
+}
+
+/// A registered process group: killed, and unregistered from the guardian, when dropped.
+struct Group(libc::pid_t);
+
+impl Group {
+    fn register(pid: u32) -> Group {
+        let pgid = pid as libc::pid_t;
+        guardian_send(&format!("+{pgid}"));
+        Group(pgid)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: killpg only sends a signal; the group's id is the child's pid because the
+        // child was started with process_group(0). An empty group gives ESRCH, ignored.
+        unsafe {
+            libc::killpg(self.0, libc::SIGKILL);
+        }
+        guardian_send(&format!("-{}", self.0));
+    }
+}
+
+/// The guardian's script: it keeps the set of live groups and kills them all when repro's
+/// end of the pipe closes. It ignores the signals a terminal sends, so it outlives repro.
+const GUARDIAN: &str = r#"trap '' INT TERM HUP QUIT
+g=' '
+s=''
+while read -r l; do
+  op=${l%"${l#?}"}; p=${l#?}
+  case "$op" in
+    +) g="$g$p " ;;
+    -) case "$g" in *" $p "*) g="${g%% $p *} ${g#* $p }" ;; esac ;;
+    s) s="$s $p" ;;
+  esac
+done
+for p in $g; do kill -s KILL -- "-$p" 2>/dev/null; done
+for n in $s; do scancel --name="$n" >/dev/null 2>&1; done
+"#;
+
+/// Makes the guardian cancel every Slurm job named `name` when repro exits, however it
+/// exits (Ctrl-C, SIGTERM, SIGKILL or a normal end, where it cancels nothing that still
+/// runs). `name` must be letters, digits, `-` and `_`: it is a word of a shell command.
+pub fn cancel_slurm_jobs_on_exit(name: &str) {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        guardian_send(&format!("s{name}"));
+    }
+}
+
+static GUARDIAN_PIPE: std::sync::Mutex<Option<Option<std::process::ChildStdin>>> =
+    std::sync::Mutex::new(None);
+
+/// Sends one line to the guardian, starting it on first use. Best effort: without `sh` the
+/// groups are still killed on timeout and at exit, just not after repro is killed.
+fn guardian_send(line: &str) {
+    use std::io::Write;
+    let mut slot = GUARDIAN_PIPE.lock().unwrap_or_else(|e| e.into_inner());
+    let pipe = slot.get_or_insert_with(|| {
+        Command::new("sh")
+            .args(["-c", GUARDIAN])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()
+            .and_then(|mut c| c.stdin.take())
+    });
+    if let Some(p) = pipe
+        && writeln!(p, "{line}").is_err()
+    {
+        *pipe = None;
+    }
+}
+
+/// Kills the child's whole process group, then reaps the child.
+fn kill_group(child: &mut std::process::Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: killpg only sends a signal; the group id is the child's pid because the child
+    // was started with process_group(0).
+    unsafe {
+        libc::killpg(pid, libc::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// "exited with code 3" or "was killed by SIGSEGV (signal 11)".
+pub fn describe_status(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exited with code {code}")
+    } else if let Some(sig) = status.signal() {
+        format!("was killed by {} (signal {sig})", signal_name(sig))
+    } else {
+        format!("ended with {status}")
+    }
+}
+
+/// The conventional name of a signal number.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "an unknown signal",
+    }
+}
+
+/// The last [`TAIL_BYTES`] of a stream, starting at a line boundary where possible.
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= TAIL_BYTES {
+        return text.into_owned();
+    }
+    let mut start = text.len() - TAIL_BYTES;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
+    format!("[...]\n{cut}")
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_output_and_status() {
+        let out = Cmd::new("sh")
+            .args(["-c", "echo out; echo err >&2; exit 3"])
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout_str(), "out\n");
+        assert_eq!(out.stderr_str(), "err\n");
+        assert_eq!(out.status.code(), Some(3));
+    }
+
+    #[test]
+    fn failure_names_command_code_and_tail() {
+        let err = Cmd::new("sh")
+            .args(["-c", "echo boom >&2; exit 7"])
+            .run()
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("`sh -c 'echo boom >&2; exit 7'` exited with code 7"),
+            "{msg}"
+        );
+        assert!(msg.contains("boom"), "{msg}");
+    }
+
+    #[test]
+    fn signal_is_named() {
+        let err = Cmd::new("sh")
+            .args(["-c", "kill -SEGV $$"])
+            .run()
+            .unwrap_err();
+        assert!(err.to_string().contains("SIGSEGV"), "{err}");
+    }
+
+    #[test]
+    fn timeout_kills_the_process_group() {
+        let start = Instant::now();
+        let err = Cmd::new("sh")
+            .args(["-c", "sleep 30 & sleep 30; echo never"])
+            .timeout(Duration::from_millis(200))
+            .output()
+            .unwrap_err();
+        assert!(matches!(err, ProcessError::Timeout { .. }), "{err}");
+        // The reader threads return only once every holder of the pipes (the backgrounded
+        // sleep included) is gone, so a quick return proves the group was killed.
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_backgrounded_grandchild_does_not_hold_us() {
+        let start = Instant::now();
+        let out = Cmd::new("sh")
+            .args(["-c", "sleep 4 & echo hi"])
+            .timeout(Duration::from_secs(1))
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout_str(), "hi\n");
+        // Before the fix this took the full 4 s, waiting for `sleep` to close the pipe.
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn missing_program_is_not_found() {
+        let err = Cmd::new("repro-no-such-program").output().unwrap_err();
+        assert!(matches!(err, ProcessError::NotFound { .. }));
+    }
+
+    #[test]
+    fn stdin_is_fed() {
+        let out = Cmd::new("cat")
+            .stdin_bytes(b"hello".to_vec())
+            .run()
+            .unwrap();
+        assert_eq!(out.stdout, b"hello");
+    }
+
+    #[test]
+    fn long_output_is_cut_to_a_tail() {
+        let t = tail("line\n".repeat(1000).as_bytes());
+        assert!(t.starts_with("[...]\nline\n"));
+        assert!(t.len() <= TAIL_BYTES + 10);
+    }
+}

@@ -1,0 +1,1133 @@
+//! Recipes (`recipes/NAME.toml`): how to build one kernel (and, later, run and time it).
+//!
+//! A recipe is parsed in two steps: TOML into raw structs that keep every span, then
+//! validated against the repository into [`Recipe`], so every error names the file, line,
+//! column and key. The schema grows by sections (`[build]` now; `[run]`, `[check]` later),
+//! never by loosening what a section accepts.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Component, Path};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+
+/// The recipe schema this build reads.
+pub const SCHEMA: i64 = 1;
+
+/// Where recipes live, relative to the project root.
+pub const DIR: &str = "recipes";
+
+/// A validated recipe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recipe {
+    /// Its name: the file stem (`vector_add`).
+    pub name: String,
+    /// The recipe file, relative to the project root.
+    pub path: String,
+    /// The recipe's text as read: records keep it, so that a later replay uses this recipe
+    /// and not whatever file has its name by then.
+    pub text: String,
+    /// What it is, for listings.
+    pub description: Option<String>,
+    /// How to build it.
+    pub build: Build,
+    /// How to run, check and measure it (`[params]`, `[run]`, `[check]`, `[work]`).
+    pub sections: crate::foundation::runspec::Sections,
+    /// `[bisect] paths`: git pathspecs of files a bisection step writes out besides what
+    /// the build reads (a command build's helper scripts, data files).
+    pub bisect_paths: Vec<String>,
+}
+
+/// How a kernel is built.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Build {
+    /// In-process NVRTC.
+    Nvrtc(Compile),
+    /// nvcc, run as a child process.
+    Nvcc(Compile),
+    /// Any command, with declared inputs and outputs.
+    Command(CommandBuild),
+}
+
+/// A compiler build from one CUDA source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compile {
+    /// The main source file, relative to the project root.
+    pub source: String,
+    /// Kernel entry points the artifact must contain.
+    pub entries: Vec<String>,
+    /// `sm_90`, `sm_90a`, `compute_90`, ...
+    pub target: String,
+    /// What to produce, sorted.
+    pub outputs: Vec<Output>,
+    /// Extra compiler options, in order.
+    pub options: Vec<String>,
+    /// `-DNAME=value` macros.
+    pub defines: BTreeMap<String, String>,
+    /// Macros whose value comes from the build's environment: name → (variable, default).
+    /// [`Recipe::resolve_env`] moves them into `defines` where the build runs.
+    pub env_defines: BTreeMap<String, (String, Option<String>)>,
+    /// Include directories, relative to the project root.
+    pub include_dirs: Vec<String>,
+    /// The toolchain the recipe pins (`nvcc@13.0`, `nvrtc@13.0.88`, `system`); `None` uses
+    /// the project's default. Not part of the key: the compiler identity is.
+    pub toolchain: Option<String>,
+    /// Every target the recipe builds for (`targets = [...]`), in order; `target` is the
+    /// first. Each target is its own build with its own key.
+    pub targets: Vec<String>,
+}
+
+/// A kind of build output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Output {
+    /// PTX assembly.
+    Ptx,
+    /// A CUBIN for one real architecture.
+    Cubin,
+    /// A fat binary (nvcc only).
+    Fatbin,
+}
+
+impl Output {
+    /// The name used in recipes, records and file extensions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Output::Ptx => "ptx",
+            Output::Cubin => "cubin",
+            Output::Fatbin => "fatbin",
+        }
+    }
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ptx" => Some(Output::Ptx),
+            "cubin" => Some(Output::Cubin),
+            "fatbin" => Some(Output::Fatbin),
+            _ => None,
+        }
+    }
+}
+
+/// A build by an arbitrary command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommandBuild {
+    /// The command line, run at the project root.
+    pub argv: Vec<String>,
+    /// Globs of the files the command reads, relative to the project root.
+    pub inputs: Vec<String>,
+    /// The files it produces, relative to the project root.
+    pub outputs: Vec<String>,
+    /// Kernel entry points the outputs must contain (may be empty).
+    pub entries: Vec<String>,
+    /// How long the command may run.
+    pub timeout: Duration,
+}
+
+/// The default time limit of a command build.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Recipe {
+    /// The build section in canonical form: what the build key covers of the recipe.
+    /// The recipe's name and description are not part of it, so renaming a recipe or
+    /// editing its description does not invalidate its builds.
+    pub fn canonical_build(&self) -> serde_json::Value {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => json!({
+                "kind": if matches!(self.build, Build::Nvrtc(_)) { "nvrtc" } else { "nvcc" },
+                "source": c.source,
+                "entries": c.entries,
+                "target": c.target,
+                "outputs": c.outputs.iter().map(|o| o.name()).collect::<Vec<_>>(),
+                "options": c.options,
+                "defines": c.defines,
+                "env-defines": c.env_defines,
+                "include-dirs": c.include_dirs,
+            }),
+            Build::Command(c) => json!({
+                "kind": "command",
+                "argv": c.argv,
+                "inputs": c.inputs,
+                "outputs": c.outputs,
+                "entries": c.entries,
+                "timeout-s": c.timeout.as_secs_f64(),
+            }),
+        }
+    }
+
+    /// Resolves `{ env = "VAR" }` defines from this process's environment (inside the dev
+    /// shell when building with Nix). Their values then count in the build key like any
+    /// other define.
+    pub fn resolve_env(&mut self) -> Result<(), RecipeError> {
+        if let Build::Nvrtc(c) | Build::Nvcc(c) = &mut self.build {
+            for (name, (var, default)) in std::mem::take(&mut c.env_defines) {
+                let value =
+                    std::env::var(&var)
+                        .ok()
+                        .or(default)
+                        .ok_or_else(|| RecipeError::EnvUnset {
+                            path: self.path.clone(),
+                            name: name.clone(),
+                            var: var.clone(),
+                        })?;
+                c.defines.insert(name, value);
+            }
+        }
+        Ok(())
+    }
+
+    /// The recipe once per target (`targets = [...]`): each copy builds one target and has
+    /// its own key. A single-target recipe gives itself back.
+    pub fn per_target(&self) -> Vec<Recipe> {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) if c.targets.len() > 1 => c
+                .targets
+                .iter()
+                .map(|t| {
+                    let mut r = self.clone();
+                    r.name = format!("{}@{t}", self.name);
+                    if let Build::Nvrtc(c) | Build::Nvcc(c) = &mut r.build {
+                        c.target = t.clone();
+                        c.targets = vec![t.clone()];
+                    }
+                    r
+                })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
+    /// The copy of a several-target recipe whose target runs on a GPU of compute capability
+    /// `cc` ("9.0"): the same major version and the highest minor not above the GPU's
+    /// (a CUBIN runs on its own major only). `None` when no target fits.
+    pub fn for_capability(&self, cc: &str) -> Option<Recipe> {
+        let (maj, min) = cc.split_once('.')?;
+        let want = (maj.parse::<u32>().ok()?, min.parse::<u32>().ok()?);
+        let of = |t: &str| -> Option<(u32, u32)> {
+            let digits: String = t
+                .strip_prefix("sm_")?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            let n: u32 = digits.parse().ok()?;
+            Some((n / 10, n % 10))
+        };
+        self.per_target()
+            .into_iter()
+            .filter_map(|r| {
+                let t = of(&r.targets().first()?.clone())?;
+                (t.0 == want.0 && t.1 <= want.1).then_some((t.1, r))
+            })
+            .max_by_key(|(m, _)| *m)
+            .map(|(_, r)| r)
+    }
+
+    /// Every target the recipe names (one for `target = ...`; none for command builds).
+    pub fn targets(&self) -> &[String] {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => &c.targets,
+            Build::Command(_) => &[],
+        }
+    }
+
+    /// The kernel entry points the build must provide.
+    pub fn entries(&self) -> &[String] {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => &c.entries,
+            Build::Command(c) => &c.entries,
+        }
+    }
+}
+
+/// Why a recipe cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    /// No recipe by that name.
+    #[error("no recipe `{name}` (looked for {path})")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// The file that does not exist.
+        path: String,
+        /// The recipes that do exist.
+        available: Vec<String>,
+    },
+    /// The file cannot be read.
+    #[error("cannot read recipe {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The recipe is invalid at a known place.
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong, naming the key.
+        message: String,
+        /// What to do.
+        hint: Option<String>,
+    },
+    /// A define reads an environment variable that is not set and has no default.
+    #[error("{path}: [build.defines] `{name}` reads ${var}, which is not set")]
+    EnvUnset {
+        /// The recipe file.
+        path: String,
+        /// The macro.
+        name: String,
+        /// The variable.
+        var: String,
+    },
+    /// Written by a newer repro.
+    #[error("{path} has schema {found}, but this repro understands schema {SCHEMA} at most")]
+    NewerSchema {
+        /// The file.
+        path: String,
+        /// Its schema.
+        found: i64,
+    },
+}
+
+impl Diagnose for RecipeError {
+    fn exit_code(&self) -> u8 {
+        exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            RecipeError::NotFound { available, .. } if available.is_empty() => Some(format!(
+                "write one in {DIR}/NAME.toml (the README has the reference)"
+            )),
+            RecipeError::NotFound { available, .. } => {
+                Some(format!("recipes here: {}", available.join(", ")))
+            }
+            RecipeError::Read { .. } => None,
+            RecipeError::Invalid { hint, .. } => hint.clone(),
+            RecipeError::NewerSchema { .. } => Some("upgrade repro to read this recipe".into()),
+            RecipeError::EnvUnset { var, .. } => Some(format!(
+                "set {var} (a Nix dev shell may set it: build with --nix), or give the define a default: {{ env = \"{var}\", default = \"...\" }}"
+            )),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRecipe {
+    #[expect(dead_code, reason = "checked before the strict parse")]
+    schema: i64,
+    description: Option<String>,
+    build: Spanned<RawBuild>,
+    params: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+    run: Option<Spanned<crate::foundation::runspec::RawRun>>,
+    check: Option<Spanned<crate::foundation::runspec::RawCheck>>,
+    work: Option<Spanned<crate::foundation::runspec::RawWork>>,
+    bisect: Option<Spanned<RawBisect>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawBisect {
+    paths: Spanned<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawBuild {
+    kind: Spanned<String>,
+    source: Option<Spanned<String>>,
+    entries: Option<Spanned<Vec<Spanned<String>>>>,
+    target: Option<Spanned<String>>,
+    outputs: Option<Spanned<Vec<Spanned<String>>>>,
+    options: Option<Spanned<Vec<String>>>,
+    defines: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+    include_dirs: Option<Spanned<Vec<Spanned<String>>>>,
+    toolchain: Option<Spanned<String>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
+    argv: Option<Spanned<Vec<String>>>,
+    inputs: Option<Spanned<Vec<Spanned<String>>>>,
+    timeout: Option<Spanned<String>>,
+}
+
+/// The names of the recipes under `root/recipes`, sorted.
+pub fn list(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join(DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            if p.extension()? != "toml" {
+                return None;
+            }
+            Some(p.file_stem()?.to_string_lossy().into_owned())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Loads a recipe by name (`vector_add`) or by path (`recipes/vector_add.toml`).
+pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
+    // `NAME@sm_90` names one target of a several-target recipe, as builds and results do.
+    if !name_or_path.ends_with(".toml")
+        && let Some((name, target)) = name_or_path.split_once('@')
+    {
+        let r = load(root, name)?;
+        return r
+            .per_target()
+            .into_iter()
+            .find(|t| t.targets().len() == 1 && t.targets()[0] == target && r.targets().len() > 1)
+            .ok_or_else(|| RecipeError::Invalid {
+                path: r.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "recipe `{name}` has no target `{target}` among several (`targets`: {})",
+                    r.targets().join(", ")
+                ),
+                hint: Some(format!(
+                    "name the recipe `{name}`, or one of its targets as `{name}@TARGET`"
+                )),
+            });
+    }
+    let rel = if name_or_path.ends_with(".toml") {
+        name_or_path.trim_start_matches("./").to_string()
+    } else {
+        format!("{DIR}/{name_or_path}.toml")
+    };
+    let path = root.join(&rel);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RecipeError::NotFound {
+                name: name_or_path.to_string(),
+                path: rel,
+                available: list(root),
+            });
+        }
+        Err(source) => return Err(RecipeError::Read { path: rel, source }),
+    };
+    parse(root, &rel, &text)
+}
+
+/// Parses and validates recipe text found at `rel` (relative to `root`).
+pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> {
+    parse_in(
+        &|p: &str, file: bool| {
+            let full = root.join(p);
+            if file { full.is_file() } else { full.is_dir() }
+        },
+        rel,
+        text,
+    )
+}
+
+/// Parses and validates recipe text without looking at any tree: paths are checked for
+/// form only. A bisection reads its recipe once this way and applies it to every commit,
+/// where the paths are checked against that commit's tree.
+pub fn parse_detached(rel: &str, text: &str) -> Result<Recipe, RecipeError> {
+    parse_in(&|_, _| true, rel, text)
+}
+
+/// Parses recipe text, asking `exists(path, is_file)` whether its paths exist.
+fn parse_in(
+    exists: &dyn Fn(&str, bool) -> bool,
+    rel: &str,
+    text: &str,
+) -> Result<Recipe, RecipeError> {
+    let invalid = |span: Option<Range<usize>>, message: String, hint: Option<&str>| {
+        let (line, column) = crate::foundation::spans::locate(text, span);
+        RecipeError::Invalid {
+            path: rel.to_string(),
+            line,
+            column,
+            message,
+            hint: hint.map(str::to_string),
+        }
+    };
+    let toml_err =
+        |e: toml::de::Error| invalid(e.span(), crate::foundation::spans::user_message(&e), None);
+    let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
+    match table.get("schema") {
+        None => {
+            return Err(invalid(
+                None,
+                "missing `schema`".into(),
+                Some("add `schema = 1` at the top"),
+            ));
+        }
+        Some(toml::Value::Integer(n)) if *n > SCHEMA => {
+            return Err(RecipeError::NewerSchema {
+                path: rel.to_string(),
+                found: *n,
+            });
+        }
+        Some(toml::Value::Integer(n)) if *n >= 1 => {}
+        Some(other) => {
+            return Err(invalid(
+                None,
+                format!("`schema` must be a positive integer, not {other}"),
+                None,
+            ));
+        }
+    }
+    let raw: RawRecipe = toml::from_str(text).map_err(toml_err)?;
+    let name = Path::new(rel)
+        .file_stem()
+        .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
+    let b = raw.build.into_inner();
+    let kind = b.kind.get_ref().clone();
+    let kind_span = b.kind.span();
+
+    // Which keys each kind takes; anything else is named, with where it belongs.
+    let given: Vec<(&str, Option<Range<usize>>)> = vec![
+        ("source", b.source.as_ref().map(Spanned::span)),
+        ("target", b.target.as_ref().map(Spanned::span)),
+        ("outputs", b.outputs.as_ref().map(Spanned::span)),
+        ("options", b.options.as_ref().map(Spanned::span)),
+        ("defines", b.defines.as_ref().map(Spanned::span)),
+        ("include-dirs", b.include_dirs.as_ref().map(Spanned::span)),
+        ("toolchain", b.toolchain.as_ref().map(Spanned::span)),
+        ("targets", b.targets.as_ref().map(Spanned::span)),
+        ("argv", b.argv.as_ref().map(Spanned::span)),
+        ("inputs", b.inputs.as_ref().map(Spanned::span)),
+        ("timeout", b.timeout.as_ref().map(Spanned::span)),
+    ];
+    let allowed: &[&str] = match kind.as_str() {
+        "nvrtc" | "nvcc" => &[
+            "source",
+            "target",
+            "outputs",
+            "options",
+            "defines",
+            "include-dirs",
+            "toolchain",
+            "targets",
+        ],
+        "command" => &["argv", "inputs", "outputs", "timeout"],
+        other => {
+            return Err(invalid(
+                Some(kind_span),
+                format!("[build] `kind`: unknown build kind `{other}`"),
+                Some("kinds are nvrtc, nvcc and command"),
+            ));
+        }
+    };
+    for (key, span) in &given {
+        if let Some(span) = span
+            && !allowed.contains(key)
+        {
+            return Err(invalid(
+                Some(span.clone()),
+                format!("[build] `{key}` does not apply to kind `{kind}`"),
+                Some(&format!("kind `{kind}` takes: {}", allowed.join(", "))),
+            ));
+        }
+    }
+
+    let require = |what: &str| {
+        invalid(
+            Some(kind_span.clone()),
+            format!("[build] kind `{kind}` needs `{what}`"),
+            None,
+        )
+    };
+    let entries = match &b.entries {
+        None if kind != "command" => return Err(require("entries")),
+        None => Vec::new(),
+        Some(list) => {
+            if list.get_ref().is_empty() && kind != "command" {
+                return Err(invalid(
+                    Some(list.span()),
+                    "[build] `entries` is empty".into(),
+                    Some("name the kernels, e.g. entries = [\"vector_add\"]"),
+                ));
+            }
+            let mut out = Vec::new();
+            for e in list.get_ref() {
+                if !is_entry_name(e.get_ref()) {
+                    return Err(invalid(
+                        Some(e.span()),
+                        format!("[build] `entries`: `{}` is not a kernel name", e.get_ref()),
+                        Some(
+                            "name kernels as written in the source: `my_kernel` or `ns::my_kernel` (C++ kernels match their mangled symbols whatever their template arguments)",
+                        ),
+                    ));
+                }
+                out.push(e.get_ref().clone());
+            }
+            out
+        }
+    };
+    let relpath =
+        |s: &Spanned<String>, what: &str, must_be_file: bool| -> Result<String, RecipeError> {
+            let norm = normalize(s.get_ref()).ok_or_else(|| {
+                invalid(
+                    Some(s.span()),
+                    format!(
+                        "[build] `{what}`: `{}` is outside the repository",
+                        s.get_ref()
+                    ),
+                    Some("paths are relative to the project root and stay inside it"),
+                )
+            })?;
+            if !exists(&norm, must_be_file) {
+                let kind = if must_be_file { "file" } else { "directory" };
+                return Err(invalid(
+                    Some(s.span()),
+                    format!("[build] `{what}`: no {kind} `{norm}`"),
+                    Some("paths are relative to the project root"),
+                ));
+            }
+            Ok(norm)
+        };
+
+    let build = if kind == "command" {
+        let argv = b.argv.ok_or_else(|| require("argv"))?.into_inner();
+        if argv.is_empty() {
+            return Err(require("a non-empty `argv`"));
+        }
+        let inputs = b.inputs.ok_or_else(|| require("inputs"))?;
+        let mut globs = Vec::new();
+        for g in inputs.get_ref() {
+            if let Err(e) = globset::Glob::new(g.get_ref()) {
+                return Err(invalid(
+                    Some(g.span()),
+                    format!("[build] `inputs`: bad glob `{}`: {}", g.get_ref(), e.kind()),
+                    None,
+                ));
+            }
+            if normalize(g.get_ref()).is_none() {
+                return Err(invalid(
+                    Some(g.span()),
+                    format!(
+                        "[build] `inputs`: `{}` is outside the repository",
+                        g.get_ref()
+                    ),
+                    None,
+                ));
+            }
+            globs.push(g.get_ref().clone());
+        }
+        let outs = b.outputs.ok_or_else(|| require("outputs"))?;
+        if outs.get_ref().is_empty() {
+            return Err(require("a non-empty `outputs`"));
+        }
+        let mut outputs = Vec::new();
+        for o in outs.get_ref() {
+            let norm = normalize(o.get_ref()).ok_or_else(|| {
+                invalid(
+                    Some(o.span()),
+                    format!(
+                        "[build] `outputs`: `{}` is outside the repository",
+                        o.get_ref()
+                    ),
+                    None,
+                )
+            })?;
+            outputs.push(norm);
+        }
+        let timeout = match b.timeout {
+            None => DEFAULT_COMMAND_TIMEOUT,
+            Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
+                invalid(
+                    Some(t.span()),
+                    format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
+                    Some("for example \"90s\" or \"10m\""),
+                )
+            })?,
+        };
+        Build::Command(CommandBuild {
+            argv,
+            inputs: globs,
+            outputs,
+            entries,
+            timeout,
+        })
+    } else {
+        let source = relpath(
+            b.source.as_ref().ok_or_else(|| require("source"))?,
+            "source",
+            true,
+        )?;
+        let target_list: Vec<Spanned<String>> = match (b.target, b.targets) {
+            (Some(_), Some(t)) => {
+                return Err(invalid(
+                    Some(t.span()),
+                    "[build] give `target` or `targets`, not both".into(),
+                    Some("targets = [\"sm_89\", \"sm_90\"] builds each one"),
+                ));
+            }
+            (Some(t), None) => vec![t],
+            (None, Some(t)) if t.get_ref().is_empty() => {
+                return Err(invalid(
+                    Some(t.span()),
+                    "[build] `targets` is empty".into(),
+                    None,
+                ));
+            }
+            (None, Some(t)) => t.into_inner(),
+            (None, None) => return Err(require("target")),
+        };
+        let mut targets: Vec<String> = Vec::new();
+        let mut reals = Vec::new();
+        for t in &target_list {
+            let name = t.get_ref().clone();
+            match parse_target(&name) {
+                Some(_) if targets.contains(&name) => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `targets`: `{name}` is listed twice"),
+                        None,
+                    ));
+                }
+                Some(real) => reals.push(real),
+                None => {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!("[build] `target`: unknown target `{name}`"),
+                        Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                    ));
+                }
+            }
+            targets.push(name);
+        }
+        let target = targets[0].clone();
+        // Outputs apply to every target: binaries need every target to be real.
+        let real = reals.iter().all(|r| *r);
+        let toolchain = match &b.toolchain {
+            None => None,
+            Some(t) => {
+                let spec =
+                    crate::foundation::toolchain_spec::Spec::parse(t.get_ref()).map_err(|m| {
+                        invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
+                    })?;
+                if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
+                    && family.name() != kind
+                {
+                    return Err(invalid(
+                        Some(t.span()),
+                        format!(
+                            "[build] `toolchain`: a {} toolchain cannot build kind `{kind}`",
+                            family.name()
+                        ),
+                        Some(&format!(
+                            "write toolchain = \"{kind}@RELEASE\" or \"system\""
+                        )),
+                    ));
+                }
+                Some(spec.to_string())
+            }
+        };
+        let allowed_outputs: &[Output] = if kind == "nvrtc" {
+            &[Output::Ptx, Output::Cubin]
+        } else {
+            &[Output::Ptx, Output::Cubin, Output::Fatbin]
+        };
+        let outputs = match b.outputs {
+            None if real => vec![Output::Ptx, Output::Cubin],
+            None => vec![Output::Ptx],
+            Some(list) => {
+                let mut v = Vec::new();
+                for o in list.get_ref() {
+                    let out = Output::parse(o.get_ref())
+                        .filter(|x| allowed_outputs.contains(x))
+                        .ok_or_else(|| {
+                            let names: Vec<&str> =
+                                allowed_outputs.iter().map(|o| o.name()).collect();
+                            invalid(
+                                Some(o.span()),
+                                format!(
+                                    "[build] `outputs`: `{}` is not an output of kind `{kind}`",
+                                    o.get_ref()
+                                ),
+                                Some(&format!("choose from {}", names.join(", "))),
+                            )
+                        })?;
+                    if out != Output::Ptx && !real {
+                        return Err(invalid(
+                            Some(o.span()),
+                            format!(
+                                "[build] `outputs`: a {} needs a real architecture, and `{target}` is virtual",
+                                out.name()
+                            ),
+                            Some(&format!(
+                                "use target = \"{}\"",
+                                target.replacen("compute_", "sm_", 1)
+                            )),
+                        ));
+                    }
+                    v.push(out);
+                }
+                if v.is_empty() {
+                    return Err(invalid(
+                        Some(list.span()),
+                        "[build] `outputs` is empty".into(),
+                        None,
+                    ));
+                }
+                v.sort();
+                v.dedup();
+                v
+            }
+        };
+        let options = b.options.map(Spanned::into_inner).unwrap_or_default();
+        for opt in &options {
+            let banned = [
+                ("-arch", "target"),
+                ("--gpu-architecture", "target"),
+                ("-o", "outputs"),
+                ("--output-file", "outputs"),
+                ("-I", "include-dirs"),
+                ("--include-path", "include-dirs"),
+                ("-D", "[build.defines]"),
+                ("--define-macro", "[build.defines]"),
+            ];
+            if let Some((_, instead)) = banned.iter().find(|(p, _)| {
+                opt == p
+                    || opt.starts_with(&format!("{p}="))
+                    || (p.len() == 2 && opt.starts_with(p))
+            }) {
+                return Err(invalid(
+                    None,
+                    format!("[build] `options`: `{opt}` is set by the recipe's `{instead}`"),
+                    Some(&format!(
+                        "use `{instead}` instead, so repro can hash it and keep paths relative"
+                    )),
+                ));
+            }
+        }
+        let mut defines = BTreeMap::new();
+        let mut env_defines = BTreeMap::new();
+        if let Some(d) = b.defines {
+            for (k, v) in d.into_inner() {
+                if !is_identifier(&k) {
+                    return Err(invalid(
+                        Some(v.span()),
+                        format!("[build.defines] `{k}` is not a macro name"),
+                        None,
+                    ));
+                }
+                let span = v.span();
+                match v.into_inner() {
+                    toml::Value::Table(t) => {
+                        let var = t.get("env").and_then(|e| e.as_str());
+                        let default = t.get("default").map(crate::foundation::spans::scalar);
+                        let unknown = t.keys().find(|k| *k != "env" && *k != "default");
+                        match (var, default.clone(), unknown) {
+                            (Some(var), None | Some(Some(_)), None) => {
+                                env_defines.insert(k, (var.to_string(), default.flatten()));
+                            }
+                            _ => {
+                                return Err(invalid(
+                                    Some(span),
+                                    format!(
+                                        "[build.defines] `{k}`: a table must be {{ env = \"VAR\" }} with an optional `default`"
+                                    ),
+                                    None,
+                                ));
+                            }
+                        }
+                    }
+                    other => {
+                        let text = crate::foundation::spans::scalar(&other).ok_or_else(|| {
+                            invalid(Some(span.clone()), format!("[build.defines] `{k}` must be a string, number, boolean or {{ env = \"VAR\" }}"), None)
+                        })?;
+                        defines.insert(k, text);
+                    }
+                }
+            }
+        }
+        let mut include_dirs = Vec::new();
+        for d in b.include_dirs.map(Spanned::into_inner).unwrap_or_default() {
+            include_dirs.push(relpath(&d, "include-dirs", false)?);
+        }
+        let c = Compile {
+            source,
+            entries,
+            target,
+            outputs,
+            options,
+            defines,
+            env_defines,
+            include_dirs,
+            toolchain,
+            targets,
+        };
+        if kind == "nvrtc" {
+            Build::Nvrtc(c)
+        } else {
+            Build::Nvcc(c)
+        }
+    };
+    let entries: Vec<String> = match &build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
+        Build::Command(c) => c.entries.clone(),
+    };
+    let sections = crate::foundation::runspec::validate(
+        crate::foundation::runspec::Raw {
+            params: raw.params,
+            run: raw.run,
+            check: raw.check,
+            work: raw.work,
+        },
+        &entries,
+        text,
+    )
+    .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    let mut bisect_paths = Vec::new();
+    if let Some(b) = raw.bisect {
+        for p in b.into_inner().paths.into_inner() {
+            let spec = p.get_ref();
+            if spec.trim().is_empty()
+                || spec.starts_with('/')
+                || git2::Pathspec::new([spec.as_str()]).is_err()
+            {
+                return Err(invalid(
+                    Some(p.span()),
+                    format!("[bisect] `paths`: `{spec}` is not a pathspec relative to the root"),
+                    Some("use git pathspecs such as \"kernels/\" or \"scripts/*.sh\""),
+                ));
+            }
+            bisect_paths.push(spec.clone());
+        }
+    }
+    Ok(Recipe {
+        name,
+        path: rel.to_string(),
+        text: text.to_string(),
+        bisect_paths,
+        description: raw.description,
+        build,
+        sections,
+    })
+}
+
+/// `sm_90` → Some(true) (real), `compute_90` → Some(false) (virtual), anything else → None.
+pub fn parse_target(t: &str) -> Option<bool> {
+    let (real, rest) = if let Some(r) = t.strip_prefix("sm_") {
+        (true, r)
+    } else {
+        (false, t.strip_prefix("compute_")?)
+    };
+    let digits = rest.trim_end_matches(['a', 'f']);
+    let ok = (2..=3).contains(&digits.len())
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && rest.len() - digits.len() <= 1;
+    ok.then_some(real)
+}
+
+/// A kernel name as written in the source: a C identifier, or a C++ qualified name
+/// (`ns::kernel`).
+fn is_entry_name(s: &str) -> bool {
+    s.split("::").all(is_identifier)
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Normalises a relative path lexically (`./a/../b` → `b`); `None` if it is absolute or
+/// climbs out of the root.
+pub fn normalize(p: &str) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("kernels/inc")).unwrap();
+        std::fs::write(d.path().join("kernels/a.cu"), "").unwrap();
+        d
+    }
+
+    fn err(text: &str) -> String {
+        let d = repo();
+        parse(d.path(), "recipes/r.toml", text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    const HEAD: &str = "schema = 1\n[build]\n";
+
+    #[test]
+    fn parses_each_kind() {
+        let d = repo();
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\ndescription = \"x\"\n[build]\nkind = \"nvrtc\"\nsource = \"./kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\ninclude-dirs = [\"kernels/inc\"]\n[build.defines]\nBLOCK = 256\n").unwrap();
+        let Build::Nvrtc(c) = &r.build else { panic!() };
+        assert_eq!(c.source, "kernels/a.cu");
+        assert_eq!(c.outputs, [Output::Ptx, Output::Cubin]);
+        assert_eq!(c.defines["BLOCK"], "256");
+        assert_eq!(r.name, "r");
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"compute_90\"\n").unwrap();
+        let Build::Nvcc(c) = &r.build else { panic!() };
+        assert_eq!(c.outputs, [Output::Ptx]);
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\n[build]\nkind = \"command\"\nargv = [\"make\"]\ninputs = [\"kernels/**/*.cu\"]\noutputs = [\"build/k.cubin\"]\ntimeout = \"90s\"\n").unwrap();
+        let Build::Command(c) = &r.build else {
+            panic!()
+        };
+        assert_eq!(c.timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn several_targets_split_into_one_recipe_each() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("kernels")).unwrap();
+        std::fs::create_dir_all(d.path().join(DIR)).unwrap();
+        std::fs::write(d.path().join("kernels/a.cu"), "").unwrap();
+        let text = "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntargets = [\"sm_89\", \"sm_90\"]\ntoolchain = \"nvcc@13.0\"\n";
+        std::fs::write(d.path().join("recipes/m.toml"), text).unwrap();
+        let r = load(d.path(), "m").unwrap();
+        let parts = r.per_target();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].name, "m@sm_90");
+        // A target's build is the build of the same recipe written with that one target.
+        let single = parse(
+            d.path(),
+            "recipes/m.toml",
+            &text.replace("targets = [\"sm_89\", \"sm_90\"]", "target = \"sm_90\""),
+        )
+        .unwrap();
+        assert_eq!(parts[1].canonical_build(), single.canonical_build());
+        assert_eq!(load(d.path(), "m@sm_89").unwrap().targets(), ["sm_89"]);
+        assert!(
+            load(d.path(), "m@sm_80")
+                .unwrap_err()
+                .to_string()
+                .contains("has no target `sm_80`")
+        );
+        assert_eq!(r.for_capability("9.0").unwrap().name, "m@sm_90");
+        assert_eq!(r.for_capability("8.9").unwrap().name, "m@sm_89");
+        assert!(r.for_capability("8.0").is_none());
+        assert!(r.for_capability("10.0").is_none());
+        for (bad, says) in [
+            ("toolchain = \"nvcc@13.0\"", "toolchain = \"nvrtc@13.0.88\""),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "targets = [\"sm_90\", \"sm_90\"]",
+            ),
+            ("targets = [\"sm_89\", \"sm_90\"]", "targets = []"),
+            (
+                "targets = [\"sm_89\", \"sm_90\"]",
+                "target = \"sm_90\"\ntargets = [\"sm_89\"]",
+            ),
+        ]
+        .iter()
+        .map(|(a, b)| (text.replace(a, b), *b))
+        {
+            let e = parse(d.path(), "recipes/m.toml", &bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("recipes/m.toml:"), "{says}: {e}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_place_and_the_key() {
+        let nv =
+            "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
+        assert_eq!(
+            err(&format!("{HEAD}{nv}colour = 1\n")),
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`"
+        );
+        assert_eq!(
+            err(&format!("{HEAD}kind = \"clang\"\n")),
+            "recipes/r.toml:3:8: [build] `kind`: unknown build kind `clang`"
+        );
+        assert!(
+            err(&format!("{HEAD}{nv}argv = [\"x\"]\n"))
+                .contains("`argv` does not apply to kind `nvrtc`")
+        );
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/missing.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n")).contains("recipes/r.toml:4:10: [build] `source`: no file `kernels/missing.cu`"));
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"../etc/passwd\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n")).contains("outside the repository"));
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_9x\"\n")).contains("unknown target `sm_9x`"));
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"compute_90\"\noutputs = [\"cubin\"]\n")).contains("needs a real architecture"));
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\noutputs = [\"fatbin\"]\n")).contains("not an output of kind `nvrtc`"));
+        assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"1k\"]\ntarget = \"sm_90\"\n")).contains("is not a kernel name"));
+        assert!(
+            err(&format!(
+                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\n"
+            ))
+            .contains("needs `entries`")
+        );
+        assert!(
+            err(&format!("{HEAD}{nv}options = [\"-arch=sm_80\"]\n"))
+                .contains("set by the recipe's `target`")
+        );
+        assert!(err(&format!("{HEAD}{nv}options = [\"-Ifoo\"]\n")).contains("`include-dirs`"));
+        assert!(err("schema = 2\n").contains("schema 2"));
+        assert!(err("[build]\n").contains("missing `schema`"));
+    }
+
+    #[test]
+    fn env_defines_resolve_from_the_environment() {
+        let d = repo();
+        let text = "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[build.defines]\nA = { env = \"REPRO_TEST_UNSET_VAR_X\", default = 3 }\nB = { env = \"REPRO_TEST_UNSET_VAR_Y\" }\n";
+        let mut r = parse(d.path(), "recipes/r.toml", text).unwrap();
+        let err = r.clone().resolve_env().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "recipes/r.toml: [build.defines] `B` reads $REPRO_TEST_UNSET_VAR_Y, which is not set"
+        );
+        let Build::Nvrtc(c) = &mut r.build else {
+            panic!()
+        };
+        c.env_defines.remove("B");
+        r.resolve_env().unwrap();
+        let Build::Nvrtc(c) = &r.build else { panic!() };
+        assert_eq!(c.defines["A"], "3");
+        assert!(c.env_defines.is_empty());
+        assert!(err_text("A = { env = 3 }").contains("a table must be"));
+    }
+
+    fn err_text(define: &str) -> String {
+        err(&format!(
+            "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n[build.defines]\n{define}\n"
+        ))
+    }
+
+    #[test]
+    fn targets() {
+        assert_eq!(parse_target("sm_90"), Some(true));
+        assert_eq!(parse_target("sm_90a"), Some(true));
+        assert_eq!(parse_target("sm_100f"), Some(true));
+        assert_eq!(parse_target("compute_90"), Some(false));
+        assert_eq!(parse_target("sm_9"), None);
+        assert_eq!(parse_target("sm_90ab"), None);
+        assert_eq!(parse_target("gfx90a"), None);
+    }
+
+    #[test]
+    fn normalization() {
+        assert_eq!(normalize("./a/../b/c.cu").as_deref(), Some("b/c.cu"));
+        assert_eq!(normalize("../x"), None);
+        assert_eq!(normalize("/etc/x"), None);
+    }
+}

@@ -1,0 +1,774 @@
+//! The run, check and work sections of a recipe: how to launch a kernel with no Python and
+//! no PyTorch, how to check it against a reference kernel, and how much work it does.
+//!
+//! ```toml
+//! [params]                    # one value, or several (a sweep)
+//! n = [1048576, 16777216]
+//!
+//! [run]
+//! kernel = "vector_add"
+//! grid = "ceil_div(n, 1024)"  # one expression, or a list of up to three
+//! block = 256
+//! shared-mem = 0              # dynamic shared memory in bytes
+//! args = [
+//!   { name = "a", buffer = "f32", count = "n", init = "normal" },
+//!   { name = "b", buffer = "f32", count = "n", init = "uniform", low = -1, high = 1 },
+//!   { name = "c", buffer = "f32", count = "n", output = true },
+//!   { name = "n", scalar = "i32", value = "n" },
+//! ]
+//!
+//! [check]
+//! kernel = "vector_add_ref"
+//! grid = "ceil_div(n, 256)"
+//! atol = 0.0
+//! rtol = 0.0
+//!
+//! [work]
+//! bytes = "3 * n * 4"
+//! flops = "n"
+//! ```
+//! Parsing keeps spans so errors name the file, line, column and key; resolution against
+//! concrete parameter values turns expressions into numbers and names the offending text.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::foundation::expr::{Expr, Value};
+
+/// Element types of buffers and scalars.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// f32.
+    F32,
+    /// f64.
+    F64,
+    /// i32.
+    I32,
+    /// u32.
+    U32,
+    /// i64.
+    I64,
+    /// u64.
+    U64,
+    /// u8.
+    U8,
+}
+
+impl DType {
+    /// Parses a dtype name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "f16" => DType::F16,
+            "bf16" => DType::Bf16,
+            "f32" => DType::F32,
+            "f64" => DType::F64,
+            "i32" => DType::I32,
+            "u32" => DType::U32,
+            "i64" => DType::I64,
+            "u64" => DType::U64,
+            "u8" => DType::U8,
+            _ => return None,
+        })
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 | DType::Bf16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+    /// Whether it is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::Bf16 | DType::F32 | DType::F64)
+    }
+}
+
+/// How a buffer is filled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Init {
+    /// All zeros.
+    Zeros,
+    /// Every element the same value.
+    Constant {
+        /// The value.
+        value: f64,
+    },
+    /// 0, 1, 2, ...
+    Iota,
+    /// Uniform in [low, high).
+    Uniform {
+        /// Lower bound.
+        low: f64,
+        /// Upper bound.
+        high: f64,
+    },
+    /// Normal with mean and standard deviation.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+}
+
+/// One kernel argument, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// A device buffer.
+    Buffer {
+        /// Its name.
+        name: String,
+        /// Element type.
+        dtype: DType,
+        /// Element count.
+        count: Expr,
+        /// How it is filled; for outputs, `None` means poisoned before every run.
+        init: Option<Init>,
+        /// Seed of its random fill.
+        seed: u64,
+        /// Whether it is an output that the check compares.
+        output: bool,
+    },
+    /// A scalar passed by value.
+    Scalar {
+        /// Its name.
+        name: String,
+        /// Its type.
+        dtype: DType,
+        /// Its value.
+        value: Expr,
+    },
+}
+
+impl Arg {
+    /// The argument's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Arg::Buffer { name, .. } | Arg::Scalar { name, .. } => name,
+        }
+    }
+}
+
+/// A launch configuration as expressions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// The kernel entry point.
+    pub kernel: String,
+    /// Grid dimensions (1 to 3).
+    pub grid: Vec<Expr>,
+    /// Block dimensions (1 to 3).
+    pub block: Vec<Expr>,
+    /// Dynamic shared memory in bytes.
+    pub shared_mem: Expr,
+}
+
+/// `[run]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// How to launch the kernel under test.
+    pub launch: Launch,
+    /// Its arguments, in order.
+    pub args: Vec<Arg>,
+}
+
+/// `[check]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// How to launch the reference (grid, block and shared memory default to `[run]`'s).
+    pub launch: Launch,
+    /// Default absolute tolerance.
+    pub atol: f64,
+    /// Default relative tolerance.
+    pub rtol: f64,
+    /// Per-output tolerances: name → (atol, rtol).
+    pub per_output: BTreeMap<String, (f64, f64)>,
+}
+
+/// `[work]`: how much work one launch does, for throughput.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Work {
+    /// Bytes moved (read plus write).
+    pub bytes: Option<Expr>,
+    /// Floating-point operations.
+    pub flops: Option<Expr>,
+}
+
+/// The run-related sections of a recipe.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Sections {
+    /// `[params]`: each parameter's values.
+    pub params: BTreeMap<String, Vec<Value>>,
+    /// `[run]`.
+    pub run: Option<Run>,
+    /// `[check]`.
+    pub check: Option<Check>,
+    /// `[work]`.
+    pub work: Work,
+}
+
+/// A TOML value that is an expression: a string, or a number.
+#[derive(Deserialize, Clone)]
+#[serde(transparent)]
+pub struct RawExpr(pub Spanned<toml::Value>);
+
+/// One or up to three expressions.
+#[derive(Deserialize, Clone)]
+#[serde(transparent)]
+pub struct RawDims(pub Spanned<toml::Value>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRun {
+    kernel: Spanned<String>,
+    grid: RawDims,
+    block: RawDims,
+    shared_mem: Option<RawExpr>,
+    #[serde(default)]
+    args: Vec<Spanned<RawArg>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawArg {
+    name: Spanned<String>,
+    buffer: Option<Spanned<String>>,
+    scalar: Option<Spanned<String>>,
+    count: Option<RawExpr>,
+    value: Option<RawExpr>,
+    init: Option<Spanned<String>>,
+    seed: Option<u64>,
+    low: Option<f64>,
+    high: Option<f64>,
+    mean: Option<f64>,
+    std: Option<f64>,
+    output: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawCheck {
+    kernel: Spanned<String>,
+    grid: Option<RawDims>,
+    block: Option<RawDims>,
+    shared_mem: Option<RawExpr>,
+    atol: Option<f64>,
+    rtol: Option<f64>,
+    #[serde(default)]
+    tolerance: BTreeMap<Spanned<String>, RawTolerance>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTolerance {
+    atol: Option<f64>,
+    rtol: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawWork {
+    bytes: Option<RawExpr>,
+    flops: Option<RawExpr>,
+}
+
+/// The raw sections, as deserialized with spans.
+pub struct Raw {
+    /// `[params]`.
+    pub params: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+    /// `[run]`.
+    pub run: Option<Spanned<RawRun>>,
+    /// `[check]`.
+    pub check: Option<Spanned<RawCheck>>,
+    /// `[work]`.
+    pub work: Option<Spanned<RawWork>>,
+}
+
+/// A validation error: the span to point at, the message, an optional hint.
+pub type Problem = (Option<std::ops::Range<usize>>, String, Option<String>);
+
+/// Default bound on the points of a sweep (the product of the lengths of the `[params]`
+/// lists); `REPRO_MAX_SWEEP_POINTS` overrides it.
+pub const DEFAULT_MAX_SWEEP_POINTS: u64 = 10_000;
+
+/// The bound on sweep points in force.
+pub fn max_sweep_points() -> u64 {
+    std::env::var("REPRO_MAX_SWEEP_POINTS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_SWEEP_POINTS)
+}
+
+/// The number of points of a sweep, or an error when it exceeds [`max_sweep_points`].
+pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, String> {
+    let max = max_sweep_points();
+    let mut n: u64 = 1;
+    for v in params.values() {
+        n = n.saturating_mul(v.len() as u64);
+    }
+    if n > max {
+        return Err(format!(
+            "[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)",
+            if n == u64::MAX {
+                "over 2^64".to_string()
+            } else {
+                n.to_string()
+            }
+        ));
+    }
+    Ok(n)
+}
+
+/// Default tolerances when `[check]` gives none: exact for integers is implied by 0.
+pub const DEFAULT_ATOL: f64 = 1e-5;
+/// See [`DEFAULT_ATOL`].
+pub const DEFAULT_RTOL: f64 = 1e-5;
+
+fn expr(
+    raw: &RawExpr,
+    what: &str,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Expr, Problem> {
+    let span = raw.0.span();
+    let text = crate::foundation::spans::scalar(raw.0.get_ref()).ok_or_else(|| {
+        (
+            Some(span.clone()),
+            format!("`{what}` must be an expression (a string or a number)"),
+            None,
+        )
+    })?;
+    let (line, column) = crate::foundation::spans::locate(src, Some(span.clone()));
+    let e = Expr::parse(&text)
+        .map_err(|e| (Some(span.clone()), format!("`{what}`: {e}"), None))?
+        .at(line, column, what);
+    for name in e.names() {
+        if !params.contains_key(&name) {
+            let known: Vec<&String> = params.keys().collect();
+            let hint = if known.is_empty() {
+                "declare it under [params]".to_string()
+            } else {
+                format!(
+                    "parameters are: {}",
+                    known
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err((
+                Some(span),
+                format!("`{what}` uses `{name}`, which is not a parameter"),
+                Some(hint),
+            ));
+        }
+    }
+    Ok(e)
+}
+
+fn dims(
+    raw: &RawDims,
+    what: &str,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Vec<Expr>, Problem> {
+    let span = raw.0.span();
+    let items: Vec<RawExpr> = match raw.0.get_ref() {
+        toml::Value::Array(a) => a
+            .iter()
+            .map(|v| RawExpr(Spanned::new(span.clone(), v.clone())))
+            .collect(),
+        v => vec![RawExpr(Spanned::new(span.clone(), v.clone()))],
+    };
+    if items.is_empty() || items.len() > 3 {
+        return Err((
+            Some(span),
+            format!("`{what}` takes one to three dimensions"),
+            None,
+        ));
+    }
+    items.iter().map(|i| expr(i, what, params, src)).collect()
+}
+
+/// Validates the raw sections against the build's entry points.
+/// `src` is the recipe's text, for the line and column that evaluation errors name.
+pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Problem> {
+    let mut params = BTreeMap::new();
+    if let Some(p) = raw.params {
+        let p_span = p.span();
+        for (name, v) in p.into_inner() {
+            let span = v.span();
+            let list = match v.into_inner() {
+                toml::Value::Array(a) => a,
+                other => vec![other],
+            };
+            let mut values = Vec::new();
+            for item in list {
+                values.push(match item {
+                    toml::Value::Integer(i) => Value::Int(i),
+                    toml::Value::Float(f) => Value::Float(f),
+                    _ => {
+                        return Err((
+                            Some(span),
+                            format!("[params] `{name}` must be a number or a list of numbers"),
+                            None,
+                        ));
+                    }
+                });
+            }
+            if values.is_empty() {
+                return Err((Some(span), format!("[params] `{name}` has no values"), None));
+            }
+            params.insert(name, values);
+        }
+        sweep_points(&params).map_err(|e| {
+            (
+                Some(p_span.clone()),
+                e,
+                Some("split the sweep, or narrow it with --param NAME=V1,V2".into()),
+            )
+        })?;
+    }
+    let entry = |k: &Spanned<String>, section: &str| -> Result<String, Problem> {
+        if entries.contains(k.get_ref()) {
+            Ok(k.get_ref().clone())
+        } else {
+            Err((
+                Some(k.span()),
+                format!(
+                    "[{section}] `kernel`: `{}` is not one of the build's entries",
+                    k.get_ref()
+                ),
+                Some(format!("entries: {}", entries.join(", "))),
+            ))
+        }
+    };
+    let run = match raw.run {
+        None => None,
+        Some(r) => {
+            let r = r.into_inner();
+            let launch = Launch {
+                kernel: entry(&r.kernel, "run")?,
+                grid: dims(&r.grid, "[run] grid", &params, src)?,
+                block: dims(&r.block, "[run] block", &params, src)?,
+                shared_mem: match &r.shared_mem {
+                    Some(e) => expr(e, "[run] shared-mem", &params, src)?,
+                    None => Expr::parse("0").expect("a literal parses"),
+                },
+            };
+            let mut args = Vec::new();
+            for (i, a) in r.args.into_iter().enumerate() {
+                let span = a.span();
+                let a = a.into_inner();
+                let name = a.name.get_ref().clone();
+                if args.iter().any(|x: &Arg| x.name() == name) {
+                    return Err((
+                        Some(a.name.span()),
+                        format!("[run] args: `{name}` is used twice"),
+                        None,
+                    ));
+                }
+                let label = name.clone();
+                let what = |k: &str| format!("[run] args[{i}] ({label}) `{k}`");
+                let arg = match (&a.buffer, &a.scalar) {
+                    (Some(t), None) => {
+                        let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
+                            (
+                                Some(t.span()),
+                                format!("{}: unknown type `{}`", what("buffer"), t.get_ref()),
+                                Some("types: f16, bf16, f32, f64, i32, u32, i64, u64, u8".into()),
+                            )
+                        })?;
+                        let count = a.count.as_ref().ok_or_else(|| {
+                            (
+                                Some(span.clone()),
+                                format!("{} is missing", what("count")),
+                                None,
+                            )
+                        })?;
+                        if a.value.is_some() {
+                            return Err((
+                                Some(span),
+                                format!("{}: a buffer takes `count`, not `value`", what("value")),
+                                None,
+                            ));
+                        }
+                        let init = match a.init.as_ref().map(|s| s.get_ref().as_str()) {
+                            None => None,
+                            Some("zeros") => Some(Init::Zeros),
+                            Some("iota") => Some(Init::Iota),
+                            Some("constant") => Some(Init::Constant {
+                                value: a.mean.or(a.low).unwrap_or(0.0),
+                            }),
+                            Some("uniform") => {
+                                let (low, high) = (a.low.unwrap_or(0.0), a.high.unwrap_or(1.0));
+                                if !(low.is_finite() && high.is_finite() && low <= high) {
+                                    return Err((
+                                        Some(span),
+                                        format!(
+                                            "{}: `low` {low} must not exceed `high` {high}, and both must be finite",
+                                            what("init")
+                                        ),
+                                        None,
+                                    ));
+                                }
+                                Some(Init::Uniform { low, high })
+                            }
+                            Some("normal") => {
+                                let (mean, std) = (a.mean.unwrap_or(0.0), a.std.unwrap_or(1.0));
+                                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+                                    return Err((
+                                        Some(span),
+                                        format!(
+                                            "{}: `std` {std} must be finite and not negative, `mean` {mean} finite",
+                                            what("init")
+                                        ),
+                                        None,
+                                    ));
+                                }
+                                Some(Init::Normal { mean, std })
+                            }
+                            Some(other) => {
+                                let s = a.init.as_ref().expect("matched Some").span();
+                                return Err((Some(s), format!("{}: unknown init `{other}`", what("init")), Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into())));
+                            }
+                        };
+                        let output = a.output.unwrap_or(false);
+                        if !output && init.is_none() {
+                            return Err((
+                                Some(span),
+                                format!("{}: an input buffer needs an `init`", what("init")),
+                                Some("e.g. init = \"normal\", or output = true".into()),
+                            ));
+                        }
+                        // A fixed seed per argument (its position) unless given: reruns see the same data.
+                        let seed = a.seed.unwrap_or(1000 + i as u64);
+                        Arg::Buffer {
+                            name,
+                            dtype,
+                            count: expr(count, &what("count"), &params, src)?,
+                            init,
+                            seed,
+                            output,
+                        }
+                    }
+                    (None, Some(t)) => {
+                        let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
+                            (
+                                Some(t.span()),
+                                format!("{}: unknown type `{}`", what("scalar"), t.get_ref()),
+                                None,
+                            )
+                        })?;
+                        if dtype == DType::F16 || dtype == DType::Bf16 {
+                            return Err((
+                                Some(t.span()),
+                                format!(
+                                    "{}: half-precision scalars are not supported",
+                                    what("scalar")
+                                ),
+                                Some("pass f32 and convert in the kernel".into()),
+                            ));
+                        }
+                        let value = a.value.as_ref().ok_or_else(|| {
+                            (
+                                Some(span.clone()),
+                                format!("{} is missing", what("value")),
+                                None,
+                            )
+                        })?;
+                        if a.count.is_some() || a.init.is_some() || a.output.is_some() {
+                            return Err((
+                                Some(span),
+                                format!("[run] args[{i}] ({name}): a scalar takes only `value`"),
+                                None,
+                            ));
+                        }
+                        Arg::Scalar {
+                            name,
+                            dtype,
+                            value: expr(value, &what("value"), &params, src)?,
+                        }
+                    }
+                    _ => {
+                        return Err((
+                            Some(span),
+                            format!(
+                                "[run] args[{i}] ({name}): say either `buffer = TYPE` or `scalar = TYPE`"
+                            ),
+                            None,
+                        ));
+                    }
+                };
+                args.push(arg);
+            }
+            Some(Run { launch, args })
+        }
+    };
+    let check = match raw.check {
+        None => None,
+        Some(c) => {
+            let span = c.span();
+            let c = c.into_inner();
+            let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
+                c.tolerance
+                    .values()
+                    .flat_map(|t| [("atol", t.atol), ("rtol", t.rtol)]),
+            );
+            for (key, v) in tolerances {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err((
+                        Some(span),
+                        format!(
+                            "[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"
+                        ),
+                        None,
+                    ));
+                }
+            }
+            let Some(run) = &run else {
+                return Err((Some(span), "[check] needs a [run] section".into(), None));
+            };
+            let outputs: Vec<&str> = run
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Buffer {
+                        name, output: true, ..
+                    } => Some(name.as_str()),
+                    _ => None,
+                })
+                .collect();
+            if outputs.is_empty() {
+                return Err((
+                    Some(span),
+                    "[check] has nothing to compare: no argument is `output = true`".into(),
+                    None,
+                ));
+            }
+            let mut per_output = BTreeMap::new();
+            for (name, t) in c.tolerance {
+                if !outputs.contains(&name.get_ref().as_str()) {
+                    return Err((
+                        Some(name.span()),
+                        format!("[check] tolerance: `{}` is not an output", name.get_ref()),
+                        Some(format!("outputs: {}", outputs.join(", "))),
+                    ));
+                }
+                per_output.insert(
+                    name.into_inner(),
+                    (
+                        t.atol.unwrap_or(c.atol.unwrap_or(DEFAULT_ATOL)),
+                        t.rtol.unwrap_or(c.rtol.unwrap_or(DEFAULT_RTOL)),
+                    ),
+                );
+            }
+            Some(Check {
+                launch: Launch {
+                    kernel: entry(&c.kernel, "check")?,
+                    grid: match &c.grid {
+                        Some(g) => dims(g, "[check] grid", &params, src)?,
+                        None => run.launch.grid.clone(),
+                    },
+                    block: match &c.block {
+                        Some(b) => dims(b, "[check] block", &params, src)?,
+                        None => run.launch.block.clone(),
+                    },
+                    shared_mem: match &c.shared_mem {
+                        Some(e) => expr(e, "[check] shared-mem", &params, src)?,
+                        None => run.launch.shared_mem.clone(),
+                    },
+                },
+                atol: c.atol.unwrap_or(DEFAULT_ATOL),
+                rtol: c.rtol.unwrap_or(DEFAULT_RTOL),
+                per_output,
+            })
+        }
+    };
+    let work = match raw.work {
+        None => Work::default(),
+        Some(w) => {
+            let w = w.into_inner();
+            Work {
+                bytes: w
+                    .bytes
+                    .as_ref()
+                    .map(|e| expr(e, "[work] bytes", &params, src))
+                    .transpose()?,
+                flops: w
+                    .flops
+                    .as_ref()
+                    .map(|e| expr(e, "[work] flops", &params, src))
+                    .transpose()?,
+            }
+        }
+    };
+    Ok(Sections {
+        params,
+        run,
+        check,
+        work,
+    })
+}
+
+/// Every combination of parameter values (the sweep), in order.
+pub fn combinations(params: &BTreeMap<String, Vec<Value>>) -> Vec<BTreeMap<String, Value>> {
+    let mut out = vec![BTreeMap::new()];
+    for (name, values) in params {
+        let mut next = Vec::new();
+        for combo in &out {
+            for v in values {
+                let mut c = combo.clone();
+                c.insert(name.clone(), *v);
+                next.push(c);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// Applies `--param K=V[,V...]` overrides.
+pub fn override_params(
+    params: &mut BTreeMap<String, Vec<Value>>,
+    overrides: &[String],
+) -> Result<(), String> {
+    for o in overrides {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| format!("--param `{o}`: expected NAME=VALUE"))?;
+        if !params.contains_key(k) {
+            let known: Vec<&String> = params.keys().collect();
+            return Err(format!(
+                "--param `{k}`: not a parameter of this recipe (parameters: {})",
+                known
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let mut values = Vec::new();
+        for item in v.split(',') {
+            let item = item.trim();
+            let e = crate::foundation::expr::eval_str(item, &BTreeMap::new())
+                .map_err(|e| format!("--param `{o}`: {e}"))?;
+            values.push(e);
+        }
+        params.insert(k.to_string(), values);
+    }
+    sweep_points(params)?;
+    Ok(())
+}
