@@ -375,11 +375,9 @@ fn every_example_recipe_has_a_valid_run_section() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --ignored on a GPU machine (benches/gpu_tests.sh)"]
 fn gpu_a_trapping_or_hanging_kernel_is_a_verdict_and_the_gpu_stays_usable() {
-    if !has_gpu() {
-        common::skip("needs an NVIDIA GPU (no /proc/driver/nvidia/version)");
-        return;
-    }
+    common::require_gpu();
     if !nvrtc_available() {
         return;
     }

@@ -437,7 +437,7 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
         std::fs::remove_file(&obj).unwrap();
         blob
     };
-    delete("HEAD~6");
+    let blob6 = delete("HEAD~6");
     let (code, v, stderr) = bisect(
         tmp.path(),
         &root,
@@ -445,6 +445,19 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(subject_of(&v), "commit 9");
+    // The search met commit 6 (the first midpoint of 1..12 at any width), could not read
+    // it, and went around it.
+    let step6 = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["subject"] == "commit 6")
+        .unwrap_or_else(|| panic!("commit 6 is not evaluated: {v}"));
+    assert_eq!(step6["verdict"], "skip", "{step6}");
+    assert!(
+        step6["detail"].as_str().unwrap().contains(&blob6),
+        "{step6}"
+    );
     // Commit 8, the last good one, cannot be read either: the search must test it, cannot,
     // and says which file and blob are missing.
     let blob = delete("HEAD~4");
@@ -570,16 +583,50 @@ fn multisection_with_several_jobs_finds_the_same_commit_in_fewer_rounds() {
             )]
         },
     );
+    // Each step writes when it ran (start and end, seconds) to a log outside the
+    // repository; sleeping 1 s, steps of one round overlap, and the log shows how many
+    // workers there really were.
+    let log = tmp4.path().join("steps.log");
+    let timed = format!(
+        "s=$(date +%s.%N); sleep 1; echo \"$s $(date +%s.%N)\" >> '{}'; {script}",
+        log.display()
+    );
     let (code, four, stderr) = bisect(
         tmp4.path(),
         &root4,
         &[
-            "--good", "HEAD~39", "--bad", "HEAD", "--script", script, "--jobs", "4",
+            "--good", "HEAD~39", "--bad", "HEAD", "--script", &timed, "--jobs", "4",
         ],
     );
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(subject_of(&one), "commit 27");
     assert_eq!(subject_of(&four), "commit 27");
+    let spans: Vec<(f64, f64)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once(' ').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(spans.len() as u64, four["evaluated"].as_u64().unwrap());
+    let most_at_once = spans
+        .iter()
+        .map(|&(start, _)| {
+            spans
+                .iter()
+                .filter(|&&(a, b)| a <= start && start < b)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(most_at_once, 4, "steps at once with --jobs 4: {spans:?}");
+    // Rounds: the steps' starts fall into groups a second apart; 39 commits take at most
+    // 2 (the ends) + log5(39) ~ 3 rounds at width 4, against about 6 one at a time.
+    let mut starts: Vec<f64> = spans.iter().map(|s| s.0).collect();
+    starts.sort_by(f64::total_cmp);
+    let rounds = 1 + starts.windows(2).filter(|w| w[1] - w[0] > 0.5).count();
+    assert!(rounds <= 5, "{rounds} rounds: {spans:?}");
     // Four at a time narrows 39 commits in about log5(39) ~ 3 rounds of up to 4 evaluations.
     let evaluated = four["evaluated"].as_u64().unwrap();
     assert!(

@@ -161,17 +161,67 @@ fn a_bundle_verifies_and_names_every_kind_of_tampering() {
     let (code, out) = verify(tmp.path(), &cut);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("is not a readable bundle"), "{out}");
-    // A path escaping the directory is refused, by verify and by replay.
-    let evil = tmp.path().join("evil.tar.zst");
-    rewrite(
-        &bundle,
-        &evil,
-        vec![("../escape.txt".into(), b"x".to_vec())],
-    );
-    let (code, out) = verify(tmp.path(), &evil);
-    assert_ne!(code, 0);
-    assert!(out.contains("unsafe path"), "{out}");
-    assert!(!tmp.path().join("escape.txt").exists());
+    // A member whose path escapes (parent, absolute, Windows forms), added to an otherwise
+    // intact bundle: verify refuses the bundle naming that member, and replay, which
+    // would extract it, refuses it before writing anything, in a directory of its own.
+    for (i, escape) in [
+        "../escape.txt",
+        "source/../../escape.txt",
+        "/tmp/repro-bundle-escape.txt",
+        "..\\escape.txt",
+        "C:/escape.txt",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let evil = tmp.path().join(format!("evil{i}.tar.zst"));
+        let mut m = all.clone();
+        m.push((escape.into(), b"gotcha".to_vec()));
+        rewrite(&bundle, &evil, m);
+        let (code, out) = verify(tmp.path(), &evil);
+        assert_eq!(code, 1, "{escape}: {out}");
+        assert!(
+            out.contains(&format!("holds an unsafe path `{escape}`")),
+            "{escape}: {out}"
+        );
+        let work = tmp.path().join(format!("replay{i}/work"));
+        std::fs::create_dir_all(&work).unwrap();
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&work)
+            .args(["replay", &key[..12], "--bundle"])
+            .arg(&evil)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{escape}: {stderr}");
+        assert!(
+            stderr.contains(&format!("holds an unsafe path `{escape}`")),
+            "{escape}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!tmp.path().join("escape.txt").exists(), "{escape}");
+        assert!(!tmp.path().join(format!("replay{i}/escape.txt")).exists());
+        assert!(!Path::new("/tmp/repro-bundle-escape.txt").exists());
+        let written: Vec<_> = walkdir::WalkDir::new(tmp.path().join(format!("replay{i}")))
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.path().to_owned())
+            .collect();
+        assert!(written.is_empty(), "{escape}: replay wrote {written:?}");
+    }
+    // The intact bundle replays (the refusals above are about the member, not replay).
+    let work = tmp.path().join("replay-ok");
+    std::fs::create_dir_all(&work).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&work)
+        .args(["replay", &key[..12], "--bundle"])
+        .arg(&bundle)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("verdict: reproduced"));
 }
 
 #[test]
@@ -319,4 +369,134 @@ fn a_missing_bundle_is_an_input_error() {
                 "hint: check the path of the bundle",
             ));
     }
+}
+
+/// A command bench of `sh NAME.sh` (which prints `{"ms": VALUE}`), its result ID.
+fn command_result(tmp: &Path, root: &Path, name: &str) -> String {
+    let out = repro(tmp)
+        .arg("-C")
+        .arg(root)
+        .args(["bench", "--json", "--command"])
+        .arg(format!("sh {name}.sh"))
+        .args([
+            "--name", name, "--metric", "json:ms", "--unit", "ms", "--runs", "5",
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    v["results"][0]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_bundle_of_benchmark_results_holds_each_claim_and_its_samples() {
+    let (tmp, root) = common::repo_with(&[
+        ("alpha.sh", "echo '{\"ms\": 1.5}'\n"),
+        ("beta.sh", "echo '{\"ms\": 3.0}'\n"),
+    ]);
+    let commit = git(&root, &["rev-parse", "HEAD"]);
+    let a = command_result(tmp.path(), &root, "alpha");
+    let b = command_result(tmp.path(), &root, "beta");
+    let bundle = tmp.path().join("r.tar.zst");
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["bundle", "create", &a[..8], &b[..8], "-o"])
+        .arg(&bundle)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("(2 results, 0 builds, 9 files"));
+    assert_eq!(verify(tmp.path(), &bundle).0, 0);
+    let all = members(&bundle);
+    let get = |p: &str| -> String {
+        String::from_utf8(all.iter().find(|(q, _)| q == p).unwrap().1.clone()).unwrap()
+    };
+    let mut names: Vec<&str> = all.iter().map(|(p, _)| p.as_str()).collect();
+    names.sort_unstable();
+    let mut want = vec![
+        "MANIFEST".to_string(),
+        "README.md".into(),
+        "results.csv".into(),
+        "results.md".into(),
+        "results.svg".into(),
+        format!("results/{a}.json"),
+        format!("results/{b}.json"),
+        format!("source/{commit}/alpha.sh"),
+        format!("source/{commit}/beta.sh"),
+    ];
+    want.sort_unstable();
+    assert_eq!(names, want);
+    // Every raw sample, and the table of claims in each form.
+    let rec: Value = serde_json::from_str(&get(&format!("results/{a}.json"))).unwrap();
+    assert_eq!(rec["samples"], serde_json::json!([1.5, 1.5, 1.5, 1.5, 1.5]));
+    let csv = get("results.csv");
+    assert!(
+        csv.starts_with("id,name,params,verdict,n,median,ci_low,ci_high,"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains(&format!("{a},alpha,,ok,5,1.5000,1.5000,1.5000,")),
+        "{csv}"
+    );
+    assert!(
+        csv.contains(&format!("{b},beta,,ok,5,3.0000,3.0000,3.0000,")),
+        "{csv}"
+    );
+    let svg = get("results.svg");
+    assert!(svg.contains(&format!("alpha  ({})", &a[..12])), "{svg}");
+    assert!(svg.contains("3.000 ms"), "{svg}");
+    let readme = get("README.md");
+    for (id, name, median) in [(&a, "alpha", "1.5000 ms"), (&b, "beta", "3.0000 ms")] {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` | {name} |", &id[..12])))
+            .unwrap_or_else(|| panic!("no claim for {name}: {readme}"));
+        assert!(row.contains(median), "{row}");
+        assert!(
+            row.contains(&format!("`repro replay {} --bundle r.tar.zst`", &id[..12])),
+            "{row}"
+        );
+    }
+    assert!(get("results.md").contains("alpha"));
+    // A changed sample is named by verify.
+    let mut m = all.clone();
+    let (path, bytes) = m
+        .iter_mut()
+        .find(|(p, _)| *p == format!("results/{a}.json"))
+        .unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(text.contains("1.5"), "{text}");
+    *bytes = text.replacen("1.5", "1.4", 1).into_bytes();
+    let path = path.clone();
+    let bad = tmp.path().join("bad.tar.zst");
+    rewrite(&bundle, &bad, m);
+    let (code, out) = verify(tmp.path(), &bad);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("DIFFERS  {path}")), "{out}");
+    // A command bench has nothing to rebuild: replay says so rather than run the command.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&empty)
+        .args(["replay", &a[..8], "--bundle"])
+        .arg(&bundle)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "this record has no recipe to rebuild (a command bench)",
+        ));
+    // A result made from uncommitted changes cannot be bundled: its source is unknown.
+    std::fs::write(root.join("alpha.sh"), "echo '{\"ms\": 2.5}'\n").unwrap();
+    let dirty = command_result(tmp.path(), &root, "alpha");
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["bundle", "create", &dirty[..8], "-o"])
+        .arg(tmp.path().join("dirty.tar.zst"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("uncommitted changes"));
+    assert!(!tmp.path().join("dirty.tar.zst").exists());
 }

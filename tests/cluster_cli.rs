@@ -143,7 +143,9 @@ fn slurm_up() -> bool {
             "REPRO_TEST_REQUIRE_SLURM is set but no Slurm cluster answers ({why}); .ci/slurm-up starts one"
         );
     }
-    eprintln!("skipped: no Slurm cluster answers ({why}); .ci/slurm-up starts one");
+    common::skip(&format!(
+        "needs a Slurm cluster: none answers ({why}); .ci/slurm-up starts one"
+    ));
     false
 }
 

@@ -217,8 +217,8 @@ fn bad_lockfiles_get_one_clear_line_and_exit_2() {
         ),
         (
             "schema = 1\n[fields]\n\"gpu.name\" = { policy = \"ex",
-            "bad.toml:3:",
-            "",
+            "bad.toml:3:28: unclosed inline table",
+            "expected `}`",
         ),
         (
             "schema = 9\n[whatever]\n",
@@ -308,12 +308,30 @@ fn an_unwritable_lockfile_leaves_nothing_behind() {
         std::fs::read_to_string(root.join("lockfiles")).unwrap(),
         "not a directory"
     );
-    let leftovers: Vec<_> = std::fs::read_dir(&root)
+    // A failure after the temporary file is written: the lockfile's path is a non-empty
+    // directory, so the final rename fails. The temporary file must not be left behind.
+    std::fs::remove_file(root.join("lockfiles")).unwrap();
+    std::fs::create_dir_all(root.join("lockfiles/x.toml")).unwrap();
+    std::fs::write(root.join("lockfiles/x.toml/keep"), "mine").unwrap();
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["env", "lock", "--name", "x", "--force"])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "failed to write lockfile lockfiles/x.toml",
+        ));
+    let names: Vec<String> = std::fs::read_dir(root.join("lockfiles"))
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(".repro-tmp"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(leftovers.is_empty());
+    assert_eq!(names, ["x.toml"], "leftovers in lockfiles/");
+    assert_eq!(
+        std::fs::read_to_string(root.join("lockfiles/x.toml/keep")).unwrap(),
+        "mine"
+    );
 }
 
 #[test]

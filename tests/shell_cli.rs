@@ -6,7 +6,24 @@ use common::repro;
 
 #[test]
 fn completions_for_each_shell_name_every_command() {
+    use clap::CommandFactory;
     let tmp = tempfile::tempdir().unwrap();
+    // Every visible subcommand, as each shell's script offers it after `repro` (not merely
+    // the word somewhere: `--store` alone would satisfy "store").
+    let cli = repro::cli::Cli::command();
+    let commands: Vec<&str> = cli
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name())
+        .collect();
+    for cmd in [
+        "env", "build", "bench", "bisect", "replay", "bundle", "store",
+    ] {
+        assert!(
+            commands.contains(&cmd),
+            "{cmd} is not a command: {commands:?}"
+        );
+    }
     for shell in ["bash", "zsh", "fish"] {
         let out = repro(tmp.path())
             .args(["completions", shell])
@@ -14,18 +31,15 @@ fn completions_for_each_shell_name_every_command() {
             .unwrap();
         assert!(out.status.success(), "{shell}");
         let text = String::from_utf8(out.stdout).unwrap();
-        for cmd in [
-            "env",
-            "build",
-            "bench",
-            "bisect",
-            "replay",
-            "bundle",
-            "toolchain",
-            "store",
-            "compare",
-        ] {
-            assert!(text.contains(cmd), "{shell} completion lacks {cmd}");
+        for cmd in &commands {
+            let offered = match shell {
+                "bash" => text.contains(&format!("repro,{cmd})")),
+                "zsh" => text.lines().any(|l| l.starts_with(&format!("'{cmd}:"))),
+                _ => text.contains(&format!(
+                    "-n \"__fish_repro_needs_command\" -f -a \"{cmd}\""
+                )),
+            };
+            assert!(offered, "{shell} completion does not offer `repro {cmd}`");
         }
     }
     let out = repro(tmp.path())

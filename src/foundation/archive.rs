@@ -138,10 +138,13 @@ pub enum ArchiveError {
 ///
 /// Stricter than needed on purpose: `.`, empty components (`a//b`, `a/`) and control
 /// characters are refused too, because they make two spellings of one file possible or
-/// break the line-based MANIFEST. Backslashes are refused so that a bundle cannot escape
-/// when extracted on a system where they separate paths.
+/// break the line-based MANIFEST. Backslashes and a leading drive (`C:`) are refused so
+/// that a bundle cannot escape when extracted on a system where they make a path absolute
+/// or separate its components.
 fn is_safe(p: &str) -> bool {
+    let drive = matches!(p.as_bytes(), [letter, b':', ..] if letter.is_ascii_alphabetic());
     !p.is_empty()
+        && !drive
         && !p.chars().any(|c| c.is_control() || c == '\\')
         && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
@@ -831,5 +834,61 @@ mod tests {
             );
         }
         assert!(!bundle.exists());
+    }
+
+    /// Path forms that escape or alias on some platform: Windows separators, drives and
+    /// UNC shares, absolute and parent paths, NUL and other control characters.
+    #[test]
+    fn platform_path_forms_are_refused() {
+        for bad in [
+            "a\\..\\b",
+            "..\\escape.txt",
+            "C:\\x",
+            "C:/x",
+            "c:x",
+            "\\\\server\\share\\x",
+            "\\x",
+            "/etc/passwd",
+            "//x",
+            "..",
+            "../x",
+            "a/..",
+            "a/../../x",
+            ".",
+            "a/./b",
+            "a\0b",
+            "a\tb",
+            "a\rb",
+            "",
+        ] {
+            assert!(!is_safe(bad), "{bad:?} is accepted");
+        }
+        for good in [
+            "a",
+            "a/b.txt",
+            "a..b",
+            "..a",
+            "a..",
+            ".hidden",
+            "...",
+            "x/C:y",
+            "1:2",
+            "source/kernels/k.cu",
+        ] {
+            assert!(is_safe(good), "{good:?} is refused");
+        }
+        // The same, through a real archive: refused on read before anything is written.
+        for bad in ["a\\..\\b", "C:\\x", "\\\\server\\share\\x", "C:/x"] {
+            let dir = tempfile::tempdir().unwrap();
+            let bundle = dir.path().join("evil.tar.zst");
+            hostile(&bundle, bad, tar::EntryType::Regular);
+            assert!(
+                matches!(read(&bundle), Err(ArchiveError::UnsafePath { entry, .. }) if entry == bad),
+                "{bad:?}"
+            );
+            let out = dir.path().join("out");
+            assert!(extract(&bundle, &out).is_err(), "{bad:?}");
+            assert!(!out.exists(), "{bad:?}");
+        }
     }
 }

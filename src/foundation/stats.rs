@@ -937,4 +937,59 @@ mod tests {
             prop_assert!(c.ratio_ci_low <= c.ratio_ci_high);
         }
     }
+
+    /// The interval's width is that of its level: the central 95% of a known set, and the
+    /// bootstrap interval of a median against the normal theory (wrong tails give 90%
+    /// intervals, 16% narrower).
+    #[test]
+    fn intervals_have_the_width_of_their_level() {
+        let mut v: Vec<f64> = (0..=1000).rev().map(f64::from).collect();
+        let near =
+            |(a, b): (f64, f64), (x, y): (f64, f64)| close(a, x, 1e-12) && close(b, y, 1e-12);
+        assert!(near(percentile_interval(&mut v, 0.95), (25.0, 975.0)));
+        assert!(near(percentile_interval(&mut v, 0.5), (250.0, 750.0)));
+        assert_eq!(percentile_interval(&mut v, 1.0), (0.0, 1000.0));
+        assert!(close(quantile_sorted(&v, 0.0255), 25.5, 1e-12));
+        // A known distribution: the central 95% of standard normal draws is +-1.96 (a
+        // one-sided tail would give +-1.64).
+        let mut normal = Normal(SplitMix64(11));
+        let mut draws = normal.sample(200_000, 0.0, 1.0);
+        let (lo, hi) = percentile_interval(&mut draws, 0.95);
+        assert!(close(lo, -1.96, 0.01) && close(hi, 1.96, 0.01), "{lo} {hi}");
+        let (lo, hi) = percentile_interval(&mut draws, 0.9);
+        assert!(
+            close(lo, -1.645, 0.01) && close(hi, 1.645, 0.01),
+            "{lo} {hi}"
+        );
+        // The bootstrap intervals are those percentile intervals: the median of n normal
+        // draws has standard error sqrt(pi / 2) sd / sqrt(n), and the bootstrap estimate
+        // of it is noisy (about n^-1/4), so the width is averaged over 8 samples.
+        let (n, sd, z) = (1000, 10.0, 1.959_964);
+        let se = (std::f64::consts::PI / 2.0).sqrt() * sd / f64::from(n).sqrt();
+        let mut widths = 0.0;
+        let mut ratio_widths = 0.0;
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        for seed in 0..8 {
+            xs = normal.sample(n as usize, 100.0, sd);
+            ys = normal.sample(n as usize, 100.0, sd);
+            let (lo, hi) = bootstrap_median_ci(&xs, 1000, 0.95, seed).unwrap();
+            let m = median(&xs).unwrap();
+            assert!(lo < m && m < hi, "{lo} {m} {hi}");
+            widths += (hi - lo) / (2.0 * z * se) / 8.0;
+            // The ratio of two independent medians: variances add (delta method).
+            let (lo, hi) = bootstrap_ratio_ci(&xs, &ys, 1000, 0.95, seed).unwrap();
+            ratio_widths += (hi - lo) / (2.0 * z * 2f64.sqrt() * se / 100.0) / 8.0;
+        }
+        assert!(
+            (0.88..1.15).contains(&widths),
+            "median intervals: {widths} of theory"
+        );
+        assert!(
+            (0.88..1.15).contains(&ratio_widths),
+            "ratio intervals: {ratio_widths} of theory"
+        );
+        let (lo, hi) = bootstrap_ratio_ci(&xs, &ys, BOOTSTRAP_RESAMPLES, CI_LEVEL, 5).unwrap();
+        let c = compare(&xs, &ys, 0.01, 0.05, 5).unwrap();
+        assert_eq!((c.ratio_ci_low, c.ratio_ci_high), (lo, hi));
+    }
 }

@@ -1,24 +1,84 @@
-//! Comparing dotted version strings (`580.159.04`, `13.0`, `12.2.0-14+deb12u1`).
+//! Comparing version strings (`580.159.04`, `13.0`, `12.2.0-14+deb12u1`, `1:2.0~rc1`).
 
 use std::cmp::Ordering;
 
-/// Compares two versions component by component: digits numerically, anything else as
-/// text, a missing component as zero (`13.0` equals `13.0.0`, precedes `13.0.88`).
+/// Compares two versions the way Debian orders package versions, with one difference:
+/// `[epoch:]upstream[-revision]`, the epoch numerically first (none is 0), then the
+/// upstream part, then the revision (after the last `-`). Each part is compared component
+/// by component, components being split at anything not a letter or a digit and where
+/// letters meet digits (`1ubuntu1` is 1, `ubuntu`, 1): digits numerically, letters as text
+/// and after numbers, and `~` before anything, even the end (`2.0~rc1` precedes `2.0`).
+/// Unlike Debian, a missing component counts as zero (`13.0` equals `13.0.0`, precedes
+/// `13.0.88`), which is how driver and CUDA versions are written.
 pub fn compare(a: &str, b: &str) -> Ordering {
-    let split = |s: &str| -> Vec<String> {
-        s.split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|p| !p.is_empty())
-            .map(str::to_string)
-            .collect()
+    let (ea, ua, ra) = parts(a);
+    let (eb, ub, rb) = parts(b);
+    ea.cmp(&eb)
+        .then_with(|| compare_part(ua, ub))
+        .then_with(|| compare_part(ra, rb))
+}
+
+/// `[epoch:]upstream[-revision]`: the epoch only where all digits before the first `:`.
+fn parts(v: &str) -> (u64, &str, &str) {
+    let (epoch, rest) = match v.split_once(':') {
+        Some((e, rest)) if !e.is_empty() && e.bytes().all(|c| c.is_ascii_digit()) => {
+            (e.parse().unwrap_or(u64::MAX), rest)
+        }
+        _ => (0, v),
     };
-    let (pa, pb) = (split(a), split(b));
-    for i in 0..pa.len().max(pb.len()) {
-        let x = pa.get(i).map_or("0", String::as_str);
-        let y = pb.get(i).map_or("0", String::as_str);
-        let ord = match (x.parse::<u64>(), y.parse::<u64>()) {
-            (Ok(x), Ok(y)) => x.cmp(&y),
-            _ => x.cmp(y),
+    match rest.rsplit_once('-') {
+        Some((upstream, revision)) => (epoch, upstream, revision),
+        None => (epoch, rest, ""),
+    }
+}
+
+/// One component of a version part.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Component<'a> {
+    /// `~`: before everything, including the end.
+    Tilde,
+    /// Digits (a missing component is `Number(0)`).
+    Number(u64),
+    /// Letters.
+    Word(&'a str),
+}
+
+fn components(s: &str) -> Vec<Component<'_>> {
+    let mut out = Vec::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let run = |pred: fn(u8) -> bool| {
+            bytes[i..]
+                .iter()
+                .position(|&b| !pred(b))
+                .map_or(bytes.len(), |n| i + n)
         };
+        if c == b'~' {
+            out.push(Component::Tilde);
+            i += 1;
+        } else if c.is_ascii_digit() {
+            let end = run(|b| b.is_ascii_digit());
+            out.push(Component::Number(s[i..end].parse().unwrap_or(u64::MAX)));
+            i = end;
+        } else if c.is_ascii_alphabetic() {
+            let end = run(|b| b.is_ascii_alphabetic());
+            out.push(Component::Word(&s[i..end]));
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn compare_part(a: &str, b: &str) -> Ordering {
+    let (ca, cb) = (components(a), components(b));
+    for i in 0..ca.len().max(cb.len()) {
+        let x = ca.get(i).unwrap_or(&Component::Number(0));
+        let y = cb.get(i).unwrap_or(&Component::Number(0));
+        let ord = x.cmp(y);
         if ord != Ordering::Equal {
             return ord;
         }
@@ -57,5 +117,53 @@ mod tests {
         assert_eq!(compare("13.0", "13.0.88"), Less);
         assert_eq!(compare("9.0", "10.0"), Less);
         assert_eq!(compare("1.95.0", "1.95.0"), Equal);
+    }
+
+    /// Debian-style versions: revisions, epochs, `~` pre-releases, zero-padded driver
+    /// components, and separators other than dots.
+    #[test]
+    fn orders_debian_style_versions() {
+        let ordered = [
+            "1.2.2",
+            "1.2.3~rc1",
+            "1.2.3~rc2",
+            "1.2.3",
+            "1.2.3-1",
+            "1.2.3-1ubuntu1",
+            "1.2.3-1ubuntu2",
+            "1.2.3-2",
+            "1.2.3-10",
+            "1.2.3.1",
+            "1.2.4",
+            "1:0.1",
+            "1:2.0",
+            "2:0.0",
+        ];
+        for (i, a) in ordered.iter().enumerate() {
+            for (j, b) in ordered.iter().enumerate() {
+                assert_eq!(compare(a, b), i.cmp(&j), "{a} vs {b}");
+            }
+        }
+        assert_eq!(compare("535.104.05", "535.104.5"), Equal);
+        assert_eq!(compare("535.104.05", "535.86.10"), Greater);
+        assert_eq!(compare("535.104.05", "550.54.14"), Less);
+        assert_eq!(compare("12.2.0-14+deb12u1", "12.2.0-9"), Greater);
+        assert_eq!(compare("12.2.0-14+deb12u1", "12.2.0-14"), Greater);
+        assert_eq!(compare("12.2.0-14+deb12u1", "12.2.0-14+deb12u2"), Less);
+        assert_eq!(compare("6.1.0-18-amd64", "6.1.0-9-amd64"), Greater);
+        assert_eq!(compare("2.0~~", "2.0~"), Less);
+        assert_eq!(compare("1:2.0", "3.0"), Greater);
+        assert_eq!(compare("a:1", "1"), Greater, "not an epoch: a word");
+        assert_eq!(compare("a:1", "b:1"), Less, "not epochs: words");
+        assert_eq!(compare(":1", "1"), Equal, "an empty epoch is none");
+        assert_eq!(compare("13.0", "13"), Equal);
+    }
+
+    #[test]
+    fn versions_start_with_a_digit() {
+        assert!(is_version("13.0"));
+        assert!(is_version("1:2.0"));
+        assert!(!is_version("v13"));
+        assert!(!is_version(""));
     }
 }

@@ -69,14 +69,29 @@ pub fn repo_with(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-/// Whether this machine has an NVIDIA driver (GPU tests skip cleanly without one).
+/// Whether this machine has an NVIDIA driver (tests whose expectations differ on a GPU
+/// machine branch on it).
 pub fn has_gpu() -> bool {
     Path::new("/proc/driver/nvidia/version").exists()
 }
 
-/// The crate's own directory (for fixtures).
+/// The first line of a GPU test, which is `#[ignore = "needs a GPU: ..."]` so that libtest
+/// reports it as ignored (not passed) on a machine without one: run with `--ignored` (as
+/// `benches/gpu_tests.sh` does) where there is no GPU, it fails instead of passing unseen.
+pub fn require_gpu() {
+    assert!(
+        has_gpu(),
+        "this test needs an NVIDIA GPU (no /proc/driver/nvidia/version): it is #[ignore]d \
+         for that reason; run it on a GPU machine (benches/gpu_tests.sh)"
+    );
+}
+
+/// The crate's own directory (for fixtures). `REPRO_TEST_CRATE_DIR` overrides the path
+/// compiled in, for test binaries copied to another machine (benches/gpu_tests.sh).
 pub fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("REPRO_TEST_CRATE_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 /// The NVRTC directory this process provisioned, or why it could not.
@@ -135,7 +150,10 @@ pub fn pinned_nvrtc_version() -> String {
 /// Where provisioned test dependencies live: cargo's per-target scratch directory, shared
 /// by every test binary and kept between runs.
 fn deps_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("repro-test-deps")
+    std::env::var_os("REPRO_TEST_TMPDIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
+        .join("repro-test-deps")
 }
 
 /// Runs `f` holding an exclusive lock on `deps_dir()/NAME.lock`, so that test binaries

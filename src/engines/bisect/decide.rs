@@ -138,4 +138,56 @@ mod tests {
             Decision::Unknown
         );
     }
+
+    /// For throughput (`faster`) the ratio and its interval are inverted, the interval's
+    /// ends swapping so that it still runs low to high around the ratio.
+    #[test]
+    fn the_faster_direction_inverts_the_interval_in_order() {
+        let base = around(100.0, 0.004, 10, 1);
+        for (cand, want) in [
+            (around(97.0, 0.004, 10, 4), Decision::Bad),
+            (around(99.9, 0.004, 10, 5), Decision::Good),
+        ] {
+            let c = stats::compare(&base, &cand, 0.01, 0.03, 7).unwrap();
+            let f = decide(&base, &cand, 0.03, Direction::Faster, 0.01, 7).unwrap();
+            assert_eq!(f.ratio, 1.0 / c.ratio);
+            assert_eq!(f.ratio_ci, (1.0 / c.ratio_ci_high, 1.0 / c.ratio_ci_low));
+            assert!(f.ratio_ci.0 <= f.ratio && f.ratio <= f.ratio_ci.1, "{f:?}");
+            assert_eq!(f.p, c.p);
+            assert_eq!(f.decision, want, "{f:?}");
+            let s = decide(&base, &cand, 0.03, Direction::Slower, 0.01, 7).unwrap();
+            assert_eq!(s.ratio, c.ratio);
+            assert_eq!(s.ratio_ci, (c.ratio_ci_low, c.ratio_ci_high));
+            assert_eq!(s.decision, Decision::Good);
+        }
+    }
+
+    /// The decision turns on the midpoint 1 + threshold / 2 and on alpha.
+    #[test]
+    fn the_decision_turns_on_the_midpoint_and_alpha() {
+        let base = around(100.0, 0.002, 12, 1);
+        // 2% slower: beyond the midpoint of a 3% threshold (1.015), short of a 5% one's.
+        let cand = around(102.0, 0.002, 12, 2);
+        let d = |t: f64, alpha: f64| decide(&base, &cand, t, Direction::Slower, alpha, 7).unwrap();
+        assert_eq!(d(0.03, 0.01).decision, Decision::Bad);
+        assert_eq!(d(0.05, 0.01).decision, Decision::Good);
+        // With alpha 0 no p-value is small enough for bad; good is still out of reach.
+        assert_eq!(d(0.03, 0.0).decision, Decision::Unknown);
+        assert!(decide(&[], &cand, 0.03, Direction::Slower, 0.01, 7).is_none());
+    }
+
+    /// An interval that ends exactly on the midpoint is neither beyond it (bad) nor short of
+    /// it (good): with threshold 0.5 the midpoint is 1.25, and 125 / 100 is exactly that.
+    #[test]
+    fn an_interval_ending_on_the_midpoint_is_unknown() {
+        let base = vec![100.0; 12];
+        let cand = vec![125.0; 12];
+        let j = decide(&base, &cand, 0.5, Direction::Slower, 0.01, 7).unwrap();
+        assert_eq!(j.ratio_ci, (1.25, 1.25));
+        assert!(j.p <= 0.01, "{j:?}");
+        assert_eq!(j.decision, Decision::Unknown, "{j:?}");
+        let j = decide(&cand, &base, 0.5, Direction::Faster, 0.01, 7).unwrap();
+        assert_eq!(j.ratio_ci, (1.25, 1.25));
+        assert_eq!(j.decision, Decision::Unknown, "{j:?}");
+    }
 }
