@@ -219,8 +219,8 @@ fn hostile_inputs_never_panic() {
         .unwrap()
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())
         .collect();
-    let settings = repro::bench::Settings {
-        mode: repro::gpurun::Mode::Cold,
+    let settings = repro::records::Settings {
+        mode: repro::records::Mode::Cold,
         max_noise: 0.005,
         min_samples: 10,
         max_samples: 100,
@@ -277,21 +277,29 @@ fn hostile_inputs_never_panic() {
     );
 
     // Records: the store's parser and the bundle's validation of every field.
-    let inputs = serde_json::json!({"schema": 1, "build": {"kind": "command"}, "files": {"src/k.txt": "a".repeat(64)}, "compiler": {"name": "command"}});
-    let key = repro::keys::key_of(&inputs);
-    let record = serde_json::to_vec_pretty(&serde_json::json!({
-        "schema": 1, "kind": "build", "key": key, "recipe": "cmd", "recipe-path": "recipes/cmd.toml",
-        "commit": "0".repeat(40), "status": "ok", "inputs": inputs,
-        "outputs": {"out.bin": {"sha256": "b".repeat(64), "bytes": 3}}, "duration-ms": 1.5,
-        "samples": [1.0, 2.0], "dirty": null,
-    }))
+    // A real build record (its key is the hash of its inputs), so that edits start from
+    // something every check accepts.
+    let record = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/records/build-ok.json"),
+    )
     .unwrap();
+    let key = serde_json::from_slice::<serde_json::Value>(&record).unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        repro::bundle::validate_record("build", &key, &serde_json::from_slice(&record).unwrap())
+            .is_ok(),
+        "the seed record is valid"
+    );
     let check_record = |b: &Vec<u8>| {
         if let Ok(v) = repro::store::parse_record(b) {
             let _ = repro::bundle::validate_record("build", &key, &v);
             let _ = repro::bundle::validate_record("result", &key, &v);
-            let _ = repro::bundle::dirty(&v);
-            let _ = repro::store::referenced(&v);
+            let _ = repro::records::BuildRecord::from_json(&v, "fuzz");
+            let _ = repro::records::ResultRecord::from_json(&v, "fuzz");
+            let _ = repro::records::referenced_blobs(&v);
         }
     };
     let deadline = Instant::now() + slice;

@@ -88,8 +88,16 @@ fn a_sweep_renders_over_the_parameter() {
     std::fs::create_dir_all(&dir).unwrap();
     for (i, n) in [128, 1024, 4096].iter().enumerate() {
         let m = 10.0 * f64::from(i as u32 + 1);
-        let rec = json!({"schema": 1, "kind": "result", "name": "fa", "params": {"seq_len": n}, "verdict": "ok", "unit": "us",
-            "created-at": format!("2026-01-0{}T00:00:00Z", i + 1), "summary": {"median": m, "ci-low": m * 0.98, "ci-high": m * 1.02}});
+        // A recipe result as `repro bench` writes it on a GPU (tests/fixtures/records), at
+        // three points of a sweep.
+        let mut rec: serde_json::Value =
+            serde_json::from_str(include_str!("fixtures/records/result-recipe.json")).unwrap();
+        rec["name"] = json!("fa");
+        rec["params"] = json!({"seq_len": n});
+        rec["created-at"] = json!(format!("2026-01-0{}T00:00:00Z", i + 1));
+        rec["summary"]["median"] = json!(m);
+        rec["summary"]["ci-low"] = json!(m * 0.98);
+        rec["summary"]["ci-high"] = json!(m * 1.02);
         std::fs::write(dir.join(format!("{i:064}.json")), rec.to_string()).unwrap();
     }
     repro(tmp.path())

@@ -7,16 +7,18 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use crate::app::context::{Globals, emit, emit_json};
-use crate::engines::bench::{self, Metric, Settings};
+use crate::engines::bench::{self, Metric};
 use crate::engines::build::{self, Options};
+use crate::engines::catalog;
 use crate::engines::export;
 use crate::engines::fingerprint::{self, Context, Demand};
-use crate::engines::gpurun::Mode;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::Style;
 use crate::foundation::recipe;
+use crate::foundation::records::{self, ResultRecord, ResultVerdict};
+use crate::foundation::records::{Mode, Settings};
 
 /// Arguments of `repro bench`.
 #[derive(Debug, clap::Args)]
@@ -155,14 +157,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         let list: Vec<Value> = results
             .iter()
             .map(|(id, rec)| {
-                let mut r = rec.clone();
+                let mut r = records::to_json(rec);
                 r["id"] = json!(id);
                 r
             })
             .collect();
         emit_json(&json!({ "schema": 1, "results": list }))?;
     }
-    let bad = results.iter().any(|(_, r)| r["verdict"] != "ok");
+    let bad = results.iter().any(|(_, r)| r.verdict != ResultVerdict::Ok);
     Ok(if bad { exit::MISMATCH } else { exit::OK })
 }
 
@@ -182,17 +184,25 @@ fn settings(a: &Args) -> Settings {
     }
 }
 
-fn base_record(fp: &fingerprint::Fingerprint, root: &std::path::Path) -> Value {
-    json!({
-        "schema": bench::SCHEMA,
-        "kind": "result",
-        "fingerprint": fp.to_json(),
-        "machine": fp.lookup("gpu.name").first().and_then(|f| f.value().map(str::to_string)).unwrap_or_else(|| "no GPU".into()),
-        "commit": crate::foundation::git::head_commit(root),
-        "dirty": fp.get("repo.dirty").value() == Some("true"),
-        "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-        "repro-version": env!("CARGO_PKG_VERSION"),
-    })
+fn base_record(
+    fp: &fingerprint::Fingerprint,
+    root: &std::path::Path,
+    key: String,
+    name: String,
+    unit: &str,
+) -> ResultRecord {
+    ResultRecord::new(
+        fp.to_json(),
+        fp.lookup("gpu.name")
+            .first()
+            .and_then(|f| f.value().map(str::to_string))
+            .unwrap_or_else(|| "no GPU".into()),
+        crate::foundation::git::head_commit(root),
+        fp.get("repo.dirty").value() == Some("true"),
+        key,
+        name,
+        unit,
+    )
 }
 
 fn recipe_bench(
@@ -201,7 +211,7 @@ fn recipe_bench(
     root: &std::path::Path,
     fp: &fingerprint::Fingerprint,
     store: &crate::foundation::store::Store,
-) -> anyhow::Result<Vec<(String, Value)>> {
+) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let name = a
         .recipe
         .as_deref()
@@ -347,7 +357,7 @@ fn recipe_bench(
         bar.set_message(format!(
             "{} {}",
             r.name,
-            bench::params_text(&bench::params_json(&p.params))
+            crate::foundation::records::params_text(&bench::params_json(&p.params))
         ));
         let report = bench::run_child(&p.job, a.timeout)
             .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
@@ -356,7 +366,7 @@ fn recipe_bench(
             .as_deref()
             .is_some_and(|e| e.starts_with("TIMEOUT"))
         {
-            ("timeout", report.error.clone())
+            (ResultVerdict::Timeout, report.error.clone())
         } else {
             bench::verdict(&report)
         };
@@ -368,30 +378,33 @@ fn recipe_bench(
             "build-key": built.key, "must-match": must, "params": bench::params_json(&p.params),
             "settings": s, "check-only": a.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
         });
-        let mut rec = base_record(fp, root);
-        let extra = json!({
-            "key": keys::key_of(&experiment),
-            "name": r.name, "recipe": r.name, "recipe-path": r.path,
-            "params": bench::params_json(&p.params),
-            "build-key": built.key,
-            "artifact": module.sha256,
-            "settings": s,
-            "launch": p.job.kernel, "reference": p.job.reference, "args": p.job.args,
-            "verdict": verdict, "detail": detail,
-            "check": report.check,
-            "unit": "us",
-            "samples": report.samples_us,
-            "summary": summary,
-            "throughput": {"gb-per-s": gbps, "tflops": tflops},
-            "launches-per-sample": report.launches_per_sample,
-            "warmup-launches": report.warmup_launches,
-            "converged": report.converged,
-            "sm-clock-mhz": report.sm_clock_mhz, "throttled": report.throttled,
+        let mut rec = base_record(fp, root, keys::key_of(&experiment), r.name.clone(), "us");
+        rec.recipe = Some(r.name.clone());
+        rec.recipe_path = Some(r.path.clone());
+        rec.params = bench::params_json(&p.params);
+        rec.build_key = Some(built.key.clone());
+        rec.artifact = Some(module.sha256.clone());
+        rec.settings = Some(s.clone());
+        rec.launch = Some(p.job.kernel.clone());
+        rec.reference = Some(p.job.reference.clone());
+        rec.args = Some(p.job.args.clone());
+        rec.verdict = verdict;
+        rec.detail = detail;
+        rec.check = Some(report.check.clone());
+        rec.samples = report.samples_us.clone();
+        rec.summary = summary;
+        rec.throughput = Some(records::Throughput {
+            gb_per_s: gbps,
+            tflops,
         });
-        merge(&mut rec, extra);
-        let id = bench::record(store, rec.clone())?;
+        rec.launches_per_sample = Some(report.launches_per_sample);
+        rec.warmup_launches = Some(report.warmup_launches);
+        rec.converged = report.converged;
+        rec.sm_clock_mhz = Some(report.sm_clock_mhz);
+        rec.throttled = Some(report.throttled);
+        let id = catalog::put_result(store, &rec)?;
         // -q prints only problems: a result that is not ok.
-        if !g.json && (!g.quiet || rec["verdict"] != "ok") {
+        if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
             bar.suspend(|| emit(&render(&id, &rec, g)))?;
         }
         bar.inc(1);
@@ -401,19 +414,13 @@ fn recipe_bench(
     Ok(out)
 }
 
-fn merge(base: &mut Value, extra: Value) {
-    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
-        b.extend(e);
-    }
-}
-
 fn command_bench(
     g: &Globals,
     a: &Args,
     cmd: &str,
     fp: &fingerprint::Fingerprint,
     store: &crate::foundation::store::Store,
-) -> anyhow::Result<Vec<(String, Value)>> {
+) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let root = g.project_root();
     let metric = Metric::parse(&a.metric).map_err(UserError::usage)?;
     let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
@@ -514,16 +521,16 @@ fn command_bench(
     bar.finish_and_clear();
     let (verdict, detail) = if timed_out {
         (
-            "timeout",
+            ResultVerdict::Timeout,
             Some(format!(
                 "a run took longer than {}",
                 humantime::format_duration(a.timeout)
             )),
         )
     } else if let Some(f) = failure {
-        ("crash", Some(f))
+        (ResultVerdict::Crash, Some(f))
     } else {
-        ("ok", None)
+        (ResultVerdict::Ok, None)
     };
     let name = a.name.clone().unwrap_or_else(|| cmd.to_string());
     let unit = match (&metric, a.unit.as_deref()) {
@@ -532,28 +539,22 @@ fn command_bench(
         (_, None) => "",
     };
     let experiment = json!({ "command": cmd, "metric": metric.text(), "must-match": bench::must_match(fp), "commit": crate::foundation::git::head_commit(&root) });
-    let mut rec = base_record(fp, &root);
-    merge(
-        &mut rec,
-        json!({
-            "key": keys::key_of(&experiment),
-            "name": name, "command": cmd, "metric": metric.text(),
-            "params": {},
-            "verdict": verdict, "detail": detail,
-            "unit": unit,
-            "samples": samples,
-            "summary": bench::summarize(&samples),
-            "converged": crate::foundation::stats::median_rel_noise(&samples) <= a.max_noise,
-            "warmup-runs": warmup_runs,
-            "prepare": a.prepare,
-            "wall-s": runs.iter().map(|r| r.wall_s).collect::<Vec<_>>(),
-            "user-s": runs.iter().map(|r| r.user_s).collect::<Vec<_>>(),
-            "system-s": runs.iter().map(|r| r.system_s).collect::<Vec<_>>(),
-            "exit-codes": runs.iter().map(|_| 0).collect::<Vec<_>>(),
-        }),
-    );
-    let id = bench::record(store, rec.clone())?;
-    if !g.json && (!g.quiet || rec["verdict"] != "ok") {
+    let mut rec = base_record(fp, &root, keys::key_of(&experiment), name, unit);
+    rec.command = Some(cmd.to_string());
+    rec.metric = Some(metric.text().to_string());
+    rec.verdict = verdict;
+    rec.detail = detail;
+    rec.summary = bench::summarize(&samples);
+    rec.converged = crate::foundation::stats::median_rel_noise(&samples) <= a.max_noise;
+    rec.samples = samples;
+    rec.warmup_runs = Some(warmup_runs as u64);
+    rec.prepare = Some(a.prepare.clone());
+    rec.wall_s = Some(runs.iter().map(|r| r.wall_s).collect());
+    rec.user_s = Some(runs.iter().map(|r| r.user_s).collect());
+    rec.system_s = Some(runs.iter().map(|r| r.system_s).collect());
+    rec.exit_codes = Some(runs.iter().map(|_| 0).collect());
+    let id = catalog::put_result(store, &rec)?;
+    if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
         emit(&render(&id, &rec, g))?;
     }
     Ok(vec![(id, rec)])
@@ -562,65 +563,61 @@ fn command_bench(
 pub use crate::foundation::stats::fmt_value;
 
 /// One result as a line (or a few) of text.
-pub fn render(id: &str, rec: &Value, g: &Globals) -> String {
+pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
     let style = Style::for_stdout();
-    let unit = rec["unit"].as_str().unwrap_or("us");
-    let verdict = rec["verdict"].as_str().unwrap_or("?");
-    let painted = if verdict == "ok" {
+    let unit = rec.unit.as_str();
+    let verdict = rec.verdict.word();
+    let painted = if rec.verdict == ResultVerdict::Ok {
         style.good(verdict)
     } else {
         style.error(&verdict.to_uppercase())
     };
-    let params = bench::params_text(&rec["params"]);
-    let mut line = format!(
-        "{:<16} {:<24} {painted}",
-        rec["name"].as_str().unwrap_or_default(),
-        params
-    );
-    let s = &rec["summary"];
-    if let Some(m) = s["median"].as_f64() {
+    let mut line = format!("{:<16} {:<24} {painted}", rec.name, rec.params_text());
+    if let Some(s) = &rec.summary {
         line.push_str(&format!(
             "  median {} ± {:.2}% [{}, {}]  n={}",
-            fmt_value(m, unit),
-            s["rel-noise"].as_f64().unwrap_or(0.0) * 100.0,
-            fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-            fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit),
-            s["n"]
+            fmt_value(s.median, unit),
+            if s.rel_noise.is_finite() {
+                s.rel_noise
+            } else {
+                0.0
+            } * 100.0,
+            fmt_value(s.ci_low, unit),
+            fmt_value(s.ci_high, unit),
+            s.n
         ));
     }
-    if let Some(b) = rec["throughput"]["gb-per-s"].as_f64() {
-        line.push_str(&format!("  {b:.1} GB/s"));
-    }
-    if let Some(t) = rec["throughput"]["tflops"].as_f64() {
-        line.push_str(&format!("  {t:.2} TFLOP/s"));
+    if let Some(t) = &rec.throughput {
+        if let Some(b) = t.gb_per_s {
+            line.push_str(&format!("  {b:.1} GB/s"));
+        }
+        if let Some(t) = t.tflops {
+            line.push_str(&format!("  {t:.2} TFLOP/s"));
+        }
     }
     line.push_str(&format!("  id {}\n", keys::short(id)));
-    if let Some(d) = rec["detail"].as_str() {
+    if let Some(d) = &rec.detail {
         line.push_str(&format!("  {} {d}\n", style.warn("detail:")));
     }
-    if rec["throttled"] == true {
+    if rec.throttled == Some(true) {
         line.push_str(&format!(
             "  {} the SM clock fell below 75% of its maximum while sampling\n",
             style.warn("warning:")
         ));
     }
-    if rec["converged"] == false && verdict == "ok" {
+    if !rec.converged && rec.verdict == ResultVerdict::Ok {
         line.push_str(&format!(
             "  {} the noise target was not reached within the budget\n",
             style.warn("note:")
         ));
     }
     if g.verbose > 0
-        && let Some(checks) = rec["check"].as_array()
+        && let Some(Some(checks)) = &rec.check
     {
         for c in checks {
             line.push_str(&format!(
                 "  check {}: {} mismatches of {}, max abs err {:.3e}, max rel err {:.3e}\n",
-                c["name"].as_str().unwrap_or_default(),
-                c["mismatches"],
-                c["elements"],
-                c["max-abs-err"].as_f64().unwrap_or(0.0),
-                c["max-rel-err"].as_f64().unwrap_or(0.0)
+                c.name, c.mismatches, c.elements, c.max_abs_err, c.max_rel_err
             ));
         }
     }

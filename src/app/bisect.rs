@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::app::bench::{fmt_value, parse_fraction};
 use crate::app::context::{Globals, emit, emit_json};
-use crate::engines::bench::{Metric, Settings};
+use crate::engines::bench::Metric;
 use crate::engines::bisect::decide::Direction;
 use crate::engines::bisect::history::{self, HistoryError};
 use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
@@ -20,6 +20,8 @@ use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
+use crate::foundation::records;
+use crate::foundation::records::Settings;
 use std::path::PathBuf;
 
 /// What the search looks for.
@@ -398,26 +400,58 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
     };
-    let doc = json!({
-        "schema": 1, "find": if a.find == Find::Fixed { "fixed" } else { "broken" },
-        "outcome": report.outcome, "culprit": culprit, "parent": parent,
-        "range": report.outcome_range(&commits),
-        "commits": report.commits, "evaluated": report.evaluated, "steps": report.steps,
-        "recheck": report.recheck,
-    });
-    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
-    let question = json!({
-        "mode": if a.script.is_some() { "script".to_string() } else {
-            clap::ValueEnum::to_possible_value(&a.mode).map_or_else(String::new, |v| v.get_name().to_string())
+    let doc = records::BisectRecord {
+        schema: records::SCHEMA,
+        find: if a.find == Find::Fixed {
+            records::Find::Fixed
+        } else {
+            records::Find::Broken
         },
-        "name": a.recipe.as_deref().or(a.command.as_deref()).or(a.script.as_deref()),
-        "good": if a.find == Find::Fixed { commits.last() } else { commits.first() }.map(|c| c.to_string()),
-        "bad": if a.find == Find::Fixed { commits.first() } else { commits.last() }.map(|c| c.to_string()),
-    });
+        outcome: report.outcome.clone(),
+        culprit: culprit.clone(),
+        parent: parent.clone(),
+        range: json!(report.outcome_range(&commits)),
+        commits: report.commits,
+        evaluated: report.evaluated,
+        steps: report.steps.clone(),
+        recheck: report.recheck.clone(),
+        kind: None,
+        question: None,
+        created_at: None,
+        repro_version: None,
+        key: None,
+    };
+    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
+    let question = records::Question {
+        mode: if a.script.is_some() {
+            "script".to_string()
+        } else {
+            clap::ValueEnum::to_possible_value(&a.mode)
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        },
+        name: a
+            .recipe
+            .as_deref()
+            .or(a.command.as_deref())
+            .or(a.script.as_deref())
+            .map(str::to_string),
+        good: if a.find == Find::Fixed {
+            commits.last()
+        } else {
+            commits.first()
+        }
+        .map(|c| c.to_string()),
+        bad: if a.find == Find::Fixed {
+            commits.first()
+        } else {
+            commits.last()
+        }
+        .map(|c| c.to_string()),
+    };
     let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
     if g.json {
-        let mut doc = doc;
+        let mut doc = records::to_json(&doc);
         doc["id"] = json!(id);
         emit_json(&doc)?;
     } else if !g.quiet {
@@ -524,12 +558,12 @@ impl Progress {
 
 /// One line per evaluated commit: commit, outcome, subject, and why.
 pub(crate) fn step_line(s: &run::Step, style: &Style) -> String {
-    let verdict = match s.verdict.as_str() {
+    let verdict = match s.verdict.word() {
         "good" => style.good("good"),
         "bad" => style.error("bad"),
         v => style.warn(v),
     };
-    let pad = " ".repeat(4usize.saturating_sub(s.verdict.len()));
+    let pad = " ".repeat(4usize.saturating_sub(s.verdict.word().len()));
     // A commit shows as its short hash; a compiler release (toolchain bisection) whole.
     let name = if s.commit.len() == 40 && s.commit.bytes().all(|b| b.is_ascii_hexdigit()) {
         &s.commit[..12]
@@ -641,7 +675,7 @@ fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion 
         command,
         params: a.param.clone(),
         settings: Settings {
-            mode: crate::engines::gpurun::Mode::Cold,
+            mode: crate::foundation::records::Mode::Cold,
             max_noise: 0.005,
             min_samples: 10,
             max_samples: 100_000,
@@ -699,14 +733,13 @@ fn render(
                 out.push_str(&format!("{label}: {} {}\n", &p.hash[..12], p.subject));
             }
             if let Some(r) = &report.recheck {
-                let confirmed = r["confirmed"] == true;
                 out.push_str(&format!(
                     "re-checked against its parent: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
-                    r["ratio"].as_f64().unwrap_or(0.0),
-                    r["ratio-ci"][0].as_f64().unwrap_or(0.0),
-                    r["ratio-ci"][1].as_f64().unwrap_or(0.0),
-                    r["p"].as_f64().unwrap_or(1.0),
-                    if confirmed {
+                    r.ratio,
+                    r.ratio_ci[0],
+                    r.ratio_ci[1],
+                    r.p,
+                    if r.confirmed {
                         style.good("confirmed")
                     } else {
                         style.warn("NOT confirmed: the change may be spread over several commits")
@@ -751,7 +784,7 @@ fn render(
         t.row([
             s.index.to_string(),
             s.commit[..12].to_string(),
-            s.verdict.clone(),
+            s.verdict.to_string(),
             s.median.map_or("-".into(), |m| fmt_value(m, unit)),
             s.ratio.map_or("-".into(), |(r, lo, hi)| {
                 format!("{r:.4} [{lo:.4}, {hi:.4}]")
@@ -944,16 +977,15 @@ fn bisect_driven(
     let report = tb::bisect_driven(plan, recipe, question, keep_going, device, &sized, &events);
     progress.finish();
     let report = report?;
-    let doc = serde_json::to_value(&report)?;
-    let fam = report.family.name();
+    let fam = report.family.as_str();
     let question = json!({
         "mode": report.mode, "name": plan.recipe,
         "toolchains": format!("{fam}@{}..{fam}@{}", plan.range.from, plan.range.to),
     });
-    let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
+    let id = crate::engines::catalog::record_toolchain_bisection(&g.store(), question, &report)
         .map_err(anyhow::Error::from)?;
     if g.json {
-        let mut doc = doc;
+        let mut doc = crate::foundation::records::to_json(&report);
         doc["id"] = json!(id);
         emit_json(&doc)?;
     } else if !g.quiet {
@@ -970,12 +1002,12 @@ fn bisect_driven(
         if let Some(r) = &report.recheck {
             out.push_str(&format!(
                 "re-checked against {}: ratio {:.4} [{:.4}, {:.4}], p = {:.1e}: {}\n",
-                r["parent"].as_str().unwrap_or("its predecessor"),
-                r["ratio"].as_f64().unwrap_or(0.0),
-                r["ratio-ci"][0].as_f64().unwrap_or(0.0),
-                r["ratio-ci"][1].as_f64().unwrap_or(0.0),
-                r["p"].as_f64().unwrap_or(1.0),
-                if r["confirmed"] == true {
+                r.parent,
+                r.ratio,
+                r.ratio_ci[0],
+                r.ratio_ci[1],
+                r.p,
+                if r.confirmed {
                     "confirmed"
                 } else {
                     "NOT confirmed: the change may be spread over several releases"
@@ -1003,7 +1035,7 @@ fn bisect_driven(
         for s in &report.steps {
             t.row([
                 s.commit.clone(),
-                s.verdict.clone(),
+                s.verdict.to_string(),
                 s.median
                     .map_or("-".into(), |m| crate::app::bench::fmt_value(m, "us")),
                 s.ratio.map_or("-".into(), |(r, lo, hi)| {

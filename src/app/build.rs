@@ -10,7 +10,7 @@ use std::path::Path;
 use std::io::Write as _;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::build::{self, Options, Outcome};
@@ -26,6 +26,15 @@ use crate::foundation::recipe;
 const SHELL_VAR: &str = "REPRO_NIX_SHELL";
 /// The variable naming the file where the child writes its result.
 const RESULT_VAR: &str = "REPRO_NIX_RESULT";
+
+/// What the child inside the dev shell writes for the parent: its exit code, and the
+/// builds' outcomes when it got as far as building.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ShellReply {
+    code: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    builds: Option<Vec<Outcome>>,
+}
 
 /// Arguments of `repro build`.
 #[derive(Debug, clap::Args)]
@@ -215,7 +224,7 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
         .env(RESULT_VAR, result.path());
     let entering = format!("entering the dev shell {}", info.installable());
     let out = cmd.output().map_err(|e| nix::classify(&entering, e))?;
-    let reply: Option<Value> = std::fs::read(result.path())
+    let reply: Option<ShellReply> = std::fs::read(result.path())
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let Some(reply) = reply else {
@@ -239,19 +248,14 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
     }) {
         eprintln!("{line}");
     }
-    let code = reply["code"]
-        .as_u64()
-        .and_then(|c| u8::try_from(c).ok())
-        .unwrap_or(exit::INTERNAL);
-    if let Some(builds) = reply["builds"].as_array() {
+    let code = reply.code;
+    if let Some(builds) = reply.builds {
         if g.json {
             emit_json(&json!({ "schema": 1, "builds": builds }))?;
         } else {
-            for b in builds {
-                let o: Outcome = serde_json::from_value(b.clone())
-                    .context("failed to read the result of the build inside the dev shell")?;
+            for o in &builds {
                 if !g.quiet || o.status != "ok" {
-                    emit_outcome(&o, g)?;
+                    emit_outcome(o, g)?;
                 }
             }
             if !g.quiet {
@@ -290,16 +294,22 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
         let failed = outcomes.iter().any(|o| o.status == "failed");
         Ok((if failed { exit::BUILD_FAILED } else { exit::OK }, outcomes))
     };
-    let (code, reply) = match run() {
-        Ok((code, outcomes)) => (code, json!({ "code": code, "builds": outcomes })),
-        Err(e) => {
-            let code = crate::app::report::report(&e);
-            (code, json!({ "code": code }))
-        }
+    let reply = match run() {
+        Ok((code, outcomes)) => ShellReply {
+            code,
+            builds: Some(outcomes),
+        },
+        Err(e) => ShellReply {
+            code: crate::app::report::report(&e),
+            builds: None,
+        },
     };
+    let code = reply.code;
     crate::foundation::fsutil::write_atomic(
         Path::new(&result_path),
-        reply.to_string().as_bytes(),
+        serde_json::to_string(&reply)
+            .expect("outcomes serialise")
+            .as_bytes(),
         true,
     )?;
     Ok(code)

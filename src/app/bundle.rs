@@ -78,17 +78,13 @@ fn create(
     }
     let store = g.store();
     store.check_schema()?;
-    let results = crate::engines::bench::all_results(&store);
-    let builds: Vec<(String, Value)> = store
-        .records("builds")
-        .into_iter()
-        .filter_map(|(k, _, r)| r.ok().map(|r| (k, r)))
-        .collect();
+    let results = crate::engines::catalog::results(&store);
+    let builds = crate::engines::catalog::builds(&store);
     let mut contents = Contents::default();
     for id in ids {
         let p = id.to_lowercase();
-        let r: Vec<&(String, Value)> = results.iter().filter(|(k, _)| k.starts_with(&p)).collect();
-        let b: Vec<&(String, Value)> = builds.iter().filter(|(k, _)| k.starts_with(&p)).collect();
+        let r: Vec<_> = results.iter().filter(|(k, _)| k.starts_with(&p)).collect();
+        let b: Vec<_> = builds.iter().filter(|(k, _)| k.starts_with(&p)).collect();
         match (r.as_slice(), b.as_slice()) {
             ([one], []) if p.len() >= 4 => {
                 contents.results.insert(one.0.clone(), one.1.clone());

@@ -16,6 +16,7 @@ use crate::engines::demo::{BREAKS, COMMITS, SLOWER, WRONG, make_history};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
 use crate::foundation::process::Cmd;
+use crate::foundation::records::BisectRecord;
 
 /// Arguments of `repro demo`.
 #[derive(Debug, clap::Args)]
@@ -38,6 +39,25 @@ fn repro(root: &Path, args: &[&str]) -> anyhow::Result<(i32, Value, String)> {
         .output()?;
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     Ok((out.status.code().unwrap_or(-1), v, out.stderr_str()))
+}
+
+/// A bisection's report as `repro bisect --json` printed it (`None` if it printed none).
+fn report(v: &Value) -> Option<BisectRecord> {
+    BisectRecord::from_report(v, "the bisection's report").ok()
+}
+
+/// The subject of a report's culprit, or `?`.
+fn culprit_subject(r: &Option<BisectRecord>) -> &str {
+    r.as_ref()
+        .and_then(|r| r.culprit.as_ref())
+        .map_or("?", |c| c.subject.as_str())
+}
+
+/// The short hash of a report's culprit, or `?`.
+fn culprit_hash(r: &Option<BisectRecord>) -> &str {
+    r.as_ref()
+        .and_then(|r| r.culprit.as_ref())
+        .map_or("?", |c| &c.hash[..12.min(c.hash.len())])
 }
 
 /// Runs `repro demo`.
@@ -153,10 +173,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "vector_add",
         ],
     )?;
-    let broke_subject = broke["culprit"]["subject"]
-        .as_str()
-        .unwrap_or("?")
-        .to_string();
+    let broke = report(&broke);
+    let broke_subject = culprit_subject(&broke).to_string();
     let (_, fixed, _) = repro(
         &root,
         &[
@@ -171,16 +189,19 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "fixed",
         ],
     )?;
+    let fixed = report(&fixed);
     say(
         "repro bisect --mode build (and --find fixed)",
         &format!(
             "  first bad build: {} {} ({} evaluations)\n  first fixed:     {} {}\n{}",
-            broke["culprit"]["hash"].as_str().map_or("?", |h| &h[..12]),
+            culprit_hash(&broke),
             broke_subject,
-            broke["evaluated"],
-            fixed["culprit"]["hash"].as_str().map_or("?", |h| &h[..12]),
-            fixed["culprit"]["subject"].as_str().unwrap_or("?"),
-            if broke.is_null() {
+            broke
+                .as_ref()
+                .map_or("?".into(), |b| b.evaluated.to_string()),
+            culprit_hash(&fixed),
+            culprit_subject(&fixed),
+            if broke.is_none() {
                 format!("  {err}\n")
             } else {
                 String::new()
@@ -205,6 +226,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 "check",
             ],
         )?;
+        let w = report(&w);
         let (_, s, _) = repro(
             &root,
             &[
@@ -223,18 +245,20 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 "150ms",
             ],
         )?;
+        let s = report(&s);
         say(
             "repro bisect --mode check / --mode bench",
             &format!(
                 "  first wrong result: {}\n  first slower:       {} (ratio {})\n",
-                w["culprit"]["subject"].as_str().unwrap_or("?"),
-                s["culprit"]["subject"].as_str().unwrap_or("?"),
-                s["recheck"]["ratio"]
-                    .as_f64()
+                culprit_subject(&w),
+                culprit_subject(&s),
+                s.as_ref()
+                    .and_then(BisectRecord::recheck_ratio)
                     .map_or("?".into(), |r| format!("{r:.4}")),
             ),
         )?;
-        (w["culprit"].clone(), s["culprit"].clone())
+        let culprit = |r: &Option<BisectRecord>| json!(r.as_ref().and_then(|r| r.culprit.clone()));
+        (culprit(&w), culprit(&s))
     } else {
         say(
             "repro bisect --mode check / --mode bench",
@@ -302,8 +326,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         "commits": COMMITS,
         "gpu": gpu,
         "toolchain": toolchain,
-        "build-break": broke["culprit"],
-        "build-fix": fixed["culprit"],
+        "build-break": broke.as_ref().and_then(|b| b.culprit.clone()),
+        "build-fix": fixed.as_ref().and_then(|b| b.culprit.clone()),
         "wrong-result": wrong,
         "slowdown": slower,
         "bundle": {"path": if a.keep.is_some() { Value::from(bundle.display().to_string()) } else { Value::Null }, "verified": verify_code == 0},
@@ -327,7 +351,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "{} found the build break ({}), its fix ({}), {}; bundled, verified and replayed byte for byte, in {secs:.1} s\n{kept}",
             style.bold("summary:"),
             broke_subject,
-            fixed["culprit"]["subject"].as_str().unwrap_or("?"),
+            culprit_subject(&fixed),
             if has_gpu {
                 "the wrong result and the slowdown".to_string()
             } else {

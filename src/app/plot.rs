@@ -8,10 +8,11 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::app::context::{Globals, emit};
-use crate::engines::bench;
+use crate::engines::catalog;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::plot::{self, Marker, Point};
+use crate::foundation::records::{self, BisectRecord, RecordError, ResultRecord};
 
 /// Arguments of `repro plot`.
 #[derive(Debug, clap::Args)]
@@ -31,14 +32,13 @@ pub struct Args {
     output: PathBuf,
 }
 
-fn median_point(x: f64, label: String, r: &Value) -> Point {
-    let s = &r["summary"];
+fn median_point(x: f64, label: String, r: &ResultRecord) -> Point {
     Point {
         x,
         label,
-        y: s["median"].as_f64(),
-        ci: s["ci-low"].as_f64().zip(s["ci-high"].as_f64()),
-        verdict: r["verdict"].as_str().unwrap_or_default().to_string(),
+        y: r.summary.as_ref().map(|s| s.median),
+        ci: r.summary.as_ref().map(|s| (s.ci_low, s.ci_high)),
+        verdict: r.verdict.word().to_string(),
     }
 }
 
@@ -47,13 +47,20 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let (svg, n) = if let Some(path) = &a.bisect {
         let file = g.cwd.join(path);
         let text = path.to_string_lossy();
-        let report: Value = if !file.exists()
+        let report: BisectRecord = if !file.exists()
             && text.len() >= 4
             && text.chars().all(|c| c.is_ascii_hexdigit())
         {
             // A recorded bisection, by ID.
             match crate::engines::catalog::find(&g.store(), &text) {
-                Ok((e, r)) if e.kind == crate::engines::catalog::Kind::Bisection => r,
+                Ok((_, crate::engines::catalog::Record::Bisection(r))) => *r,
+                Ok((_, crate::engines::catalog::Record::ToolchainBisection(_))) => {
+                    return Err(UserError::usage(format!(
+                        "{text} is a bisection over toolchain releases, which is not plotted"
+                    ))
+                    .hint("`repro show ID` lists its steps")
+                    .into());
+                }
                 Ok((e, _)) => {
                     return Err(UserError::usage(format!(
                         "{text} is a {}, not a bisection",
@@ -79,45 +86,37 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     "pass a report written by `repro bisect ... --json > FILE`, or a recorded bisection's ID",
                 )
             })?;
-            serde_json::from_slice(&bytes).map_err(|e| {
-                UserError::usage(format!("{} is not a bisection report: {e}", path.display()))
-                    .hint("write one with `repro bisect ... --json > FILE`")
-            })?
+            let what = path.display().to_string();
+            serde_json::from_slice::<Value>(&bytes)
+                .map_err(|e| RecordError::Shape {
+                    what: what.clone(),
+                    source: e,
+                })
+                .and_then(|v| BisectRecord::from_report(&v, &what))
+                .map_err(|e| {
+                    UserError::usage(format!("{e}; it is not a bisection report"))
+                        .hint("write one with `repro bisect ... --json > FILE`")
+                })?
         };
-        let steps = report["steps"]
-            .as_array()
-            .ok_or_else(|| UserError::usage(format!("{} has no steps", path.display())))?;
-        let points: Vec<Point> = steps
+        let points: Vec<Point> = report
+            .steps
             .iter()
             .map(|s| {
-                let median = s["median"].as_f64();
                 // The interval of the ratio, carried over to the median.
-                let ci = match (median, s["ratio"].as_array()) {
-                    (Some(m), Some(r)) if r.len() == 3 && r[0].as_f64().unwrap_or(0.0) > 0.0 => {
-                        let (r0, lo, hi) = (
-                            r[0].as_f64().unwrap_or(1.0),
-                            r[1].as_f64().unwrap_or(1.0),
-                            r[2].as_f64().unwrap_or(1.0),
-                        );
-                        Some((m * lo / r0, m * hi / r0))
-                    }
+                let ci = match (s.median, s.ratio) {
+                    (Some(m), Some((r0, lo, hi))) if r0 > 0.0 => Some((m * lo / r0, m * hi / r0)),
                     _ => None,
                 };
                 Point {
-                    x: s["index"].as_f64().unwrap_or(0.0),
-                    label: s["commit"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .chars()
-                        .take(8)
-                        .collect(),
-                    y: median,
+                    x: s.index as f64,
+                    label: s.commit.chars().take(8).collect(),
+                    y: s.median,
                     ci,
-                    verdict: s["verdict"].as_str().unwrap_or_default().to_string(),
+                    verdict: s.verdict.to_string(),
                 }
             })
             .collect();
-        let last = report["commits"].as_f64().unwrap_or(1.0) - 1.0;
+        let last = report.commits.max(1) as f64 - 1.0;
         let mut markers = vec![
             Marker {
                 x: 0.0,
@@ -130,19 +129,19 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 colour: "#c62828",
             },
         ];
-        if let Some(i) = report["outcome"]["index"].as_f64() {
+        if let records::Outcome::FirstBad { index } = report.outcome {
             markers.push(Marker {
-                x: i,
+                x: index as f64,
                 label: format!(
                     "culprit {}",
-                    report["culprit"]["subject"].as_str().unwrap_or_default()
+                    report.culprit.as_ref().map_or("", |c| c.subject.as_str())
                 ),
                 colour: "#6a1b9a",
             });
         }
         let title = format!(
             "bisection: {} commits, {} evaluated",
-            report["commits"], report["evaluated"]
+            report.commits, report.evaluated
         );
         (
             plot::render(
@@ -165,9 +164,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .name
             .clone()
             .expect("clap requires a name without --bisect");
-        let results: Vec<(String, Value)> = bench::all_results(&g.store())
+        let results: Vec<(String, ResultRecord)> = catalog::results(&g.store())
             .into_iter()
-            .filter(|(_, r)| r["name"] == name.as_str())
+            .filter(|(_, r)| r.name == name)
             .collect();
         if results.is_empty() {
             return Err(
@@ -176,16 +175,16 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     .into(),
             );
         }
-        let unit = results[0].1["unit"].as_str().unwrap_or("us").to_string();
+        let unit = results[0].1.unit.clone();
         match &a.sweep {
             Some(param) => {
                 // The newest result at each value of the parameter (results are newest first).
-                let mut by_value: BTreeMap<String, (f64, Value)> = BTreeMap::new();
+                let mut by_value: BTreeMap<String, (f64, &ResultRecord)> = BTreeMap::new();
                 for (_, r) in &results {
-                    if let Some(v) = r["params"][param].as_f64() {
-                        by_value
-                            .entry(r["params"][param].to_string())
-                            .or_insert((v, r.clone()));
+                    if let Some(x) = r.params.get(param.as_str())
+                        && let Some(v) = x.as_f64()
+                    {
+                        by_value.entry(x.to_string()).or_insert((v, r));
                     }
                 }
                 if by_value.is_empty() {
@@ -196,7 +195,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 }
                 let mut points: Vec<Point> = by_value
                     .into_iter()
-                    .map(|(label, (v, r))| median_point(v, label, &r))
+                    .map(|(label, (v, r))| median_point(v, label, r))
                     .collect();
                 points.sort_by(|a, b| a.x.total_cmp(&b.x));
                 let (lo, hi) = (points[0].x, points[points.len() - 1].x);
@@ -215,10 +214,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             }
             None => {
                 // The newest result at each commit, in history order (oldest first).
-                let mut by_commit: BTreeMap<String, Value> = BTreeMap::new();
+                let mut by_commit: BTreeMap<String, &ResultRecord> = BTreeMap::new();
                 for (_, r) in &results {
-                    if let Some(c) = r["commit"].as_str() {
-                        by_commit.entry(c.to_string()).or_insert(r.clone());
+                    if let Some(c) = &r.commit {
+                        by_commit.entry(c.clone()).or_insert(r);
                     }
                 }
                 let order: Vec<String> = match crate::engines::bisect::history::open(&g.cwd) {
@@ -236,7 +235,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 let points: Vec<Point> = order
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| median_point(i as f64, c[..8].to_string(), &by_commit[c]))
+                    .map(|(i, c)| median_point(i as f64, c[..8].to_string(), by_commit[c]))
                     .collect();
                 if points.is_empty() {
                     return Err(UserError::usage(format!(

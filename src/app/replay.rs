@@ -10,12 +10,14 @@ use serde_json::{Value, json};
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench;
 use crate::engines::build::{self, Options};
+use crate::engines::bundle::Checked;
 use crate::engines::fingerprint::{self, Context, Demand, Fingerprint};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::Style;
 use crate::foundation::recipe;
+use crate::foundation::records::{self, BuildRecord, ResultRecord};
 use crate::foundation::store::Store;
 
 /// Arguments of `repro replay`.
@@ -111,16 +113,16 @@ fn from_bundle(path: &Path, quiet: bool) -> anyhow::Result<Origin> {
 }
 
 fn from_store(store: &Store) -> Origin {
-    let mut records: Vec<(String, &'static str, Value)> = bench::all_results(store)
-        .into_iter()
-        .map(|(id, v)| (id, "result", v))
-        .collect();
-    records.extend(
-        store
-            .records("builds")
-            .into_iter()
-            .filter_map(|(k, _, r)| r.ok().map(|r| (k, "build", r))),
-    );
+    // Raw records: the one asked for is checked (as strictly as a bundle's) once chosen.
+    let mut records = Vec::new();
+    for (dir, kind) in [(records::RESULTS, "result"), (records::BUILDS, "build")] {
+        records.extend(
+            store
+                .records(dir)
+                .into_iter()
+                .filter_map(|(k, _, r)| r.ok().map(|r| (k, kind, r))),
+        );
+    }
     Origin {
         records,
         sources: None,
@@ -132,19 +134,17 @@ fn from_store(store: &Store) -> Origin {
 /// `recipe-path`, both validated), else the recipe file of the recorded tree.
 fn replay_recipe(
     root: &Path,
-    rec: &Value,
-    build_rec: Option<&Value>,
+    name: &str,
+    build_rec: Option<&BuildRecord>,
 ) -> Result<recipe::Recipe, recipe::RecipeError> {
-    let kept = build_rec.or(Some(rec)).and_then(|b| {
-        b["recipe-text"].as_str().zip(
-            b["recipe-path"]
-                .as_str()
-                .filter(|p| keys::is_relative_path(p)),
-        )
+    let kept = build_rec.and_then(|b| {
+        b.recipe_text
+            .as_deref()
+            .zip(Some(b.recipe_path.as_str()).filter(|p| keys::is_relative_path(p)))
     });
     match kept {
         Some((text, path)) => recipe::parse(root, path, text),
-        None => recipe::load(root, rec["recipe"].as_str().unwrap_or_default()),
+        None => recipe::load(root, name),
     }
 }
 
@@ -154,7 +154,7 @@ fn replay_recipe(
 fn check_sources(
     root: &Path,
     r: &recipe::Recipe,
-    build_rec: Option<&Value>,
+    build_rec: Option<&BuildRecord>,
     from_bundle: bool,
 ) -> anyhow::Result<()> {
     let Some(b) = build_rec else {
@@ -169,18 +169,13 @@ fn check_sources(
         return Ok(());
     };
     let here = build::source_inputs(root, r)?;
-    let recorded = &b["inputs"];
+    let recorded = &b.inputs;
     let mut differs: Vec<String> = Vec::new();
-    if here["build"] != recorded["build"] {
+    if here.build != recorded.build {
         differs.push(format!("recipe `{}`", r.name));
     }
-    let (hf, rf) = (&here["files"], &recorded["files"]);
-    let names: std::collections::BTreeSet<&String> = hf
-        .as_object()
-        .into_iter()
-        .chain(rf.as_object())
-        .flat_map(|m| m.keys())
-        .collect();
+    let (hf, rf) = (&here.files, &recorded.files);
+    let names: std::collections::BTreeSet<&String> = hf.keys().chain(rf.keys()).collect();
     for n in names {
         if hf.get(n) != rf.get(n) {
             differs.push(format!("file {}", crate::foundation::output::sanitize(n)));
@@ -191,7 +186,7 @@ fn check_sources(
             exit::MISMATCH,
             format!(
                 "the sources do not match build record {}: {} differ{}",
-                keys::short(b["key"].as_str().unwrap_or_default()),
+                keys::short(&b.key),
                 differs
                     .iter()
                     .take(5)
@@ -282,48 +277,56 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .into());
         }
     };
-    let build_rec: Option<Value> = if *kind == "build" {
-        Some(rec.clone())
-    } else {
-        let key = rec["build-key"].as_str().unwrap_or_default();
-        origin
-            .records
-            .iter()
-            .find(|(k, kd, _)| *kd == "build" && k == key)
-            .map(|(_, _, v)| v.clone())
-            .or_else(|| g.store().get_record("builds", key).ok().flatten())
-    };
     // Records from the store are checked as strictly as those from a bundle.
-    crate::engines::bundle::validate_record(kind, id, rec)?;
-    if let Some(b) = &build_rec {
-        crate::engines::bundle::validate_record(
-            "build",
-            rec["build-key"].as_str().unwrap_or(id),
-            b,
-        )?;
-    }
-    for r in std::iter::once(rec).chain(build_rec.as_ref()) {
-        if let Some(digest) = crate::engines::bundle::dirty(r) {
-            return Err(crate::engines::bundle::BundleError::Dirty {
-                what: format!("{kind} {}", keys::short(id)),
-                digest: keys::short(&digest).to_string(),
+    let (result, build_rec): (Option<ResultRecord>, Option<BuildRecord>) =
+        match crate::engines::bundle::validate_record(kind, id, rec)? {
+            Checked::Build(b) => (None, Some(*b)),
+            Checked::Result(r) => {
+                let key = r.build_key.clone().unwrap_or_default();
+                let raw = origin
+                    .records
+                    .iter()
+                    .find(|(k, kd, _)| *kd == "build" && *k == key)
+                    .map(|(_, _, v)| v.clone())
+                    .or_else(|| g.store().get_record(records::BUILDS, &key).ok().flatten());
+                let b = match raw {
+                    Some(v) => match crate::engines::bundle::validate_record("build", &key, &v)? {
+                        Checked::Build(b) => Some(*b),
+                        Checked::Result(_) => None,
+                    },
+                    None => None,
+                };
+                (Some(*r), b)
             }
-            .into());
+        };
+    let dirty = [
+        result
+            .as_ref()
+            .and_then(|r| r.dirty.then(|| "unknown".to_string())),
+        build_rec.as_ref().and_then(|b| b.dirty.clone()),
+    ];
+    if let Some(digest) = dirty.into_iter().flatten().next() {
+        return Err(crate::engines::bundle::BundleError::Dirty {
+            what: format!("{kind} {}", keys::short(id)),
+            digest: keys::short(&digest).to_string(),
         }
+        .into());
     }
-    let recipe_name = rec["recipe"]
-        .as_str()
-        .ok_or_else(|| {
-            UserError::usage("this record has no recipe to rebuild (a command bench)")
-                .hint("re-run the command with `repro bench --command`")
-        })?
-        .to_string();
-    let commit = rec["commit"]
-        .as_str()
-        .ok_or_else(|| {
-            UserError::usage("this record names no commit, so its tree cannot be re-created")
-        })?
-        .to_string();
+    let recipe_name = match (&result, &build_rec) {
+        (Some(r), _) => r.recipe.clone(),
+        (None, b) => b.as_ref().map(|b| b.recipe.clone()),
+    }
+    .ok_or_else(|| {
+        UserError::usage("this record has no recipe to rebuild (a command bench)")
+            .hint("re-run the command with `repro bench --command`")
+    })?;
+    let commit = match (&result, &build_rec) {
+        (Some(r), _) => r.commit.clone(),
+        (None, b) => b.as_ref().and_then(|b| b.commit.clone()),
+    }
+    .ok_or_else(|| {
+        UserError::usage("this record names no commit, so its tree cannot be re-created")
+    })?;
 
     // The tree: from the bundle, or materialised from the repository's object database.
     let checkout = tempfile::tempdir().context("failed to create a temporary directory")?;
@@ -357,7 +360,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
 
     // Before anything runs: the recipe and the source files must be exactly those the
     // build record hashed, and a command recipe from a bundle needs explicit consent.
-    let r = replay_recipe(&root, rec, build_rec.as_ref())
+    let r = replay_recipe(&root, &recipe_name, build_rec.as_ref())
         .with_context(|| format!("failed to load recipe `{recipe_name}` at commit {commit}"))?;
     check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
     if let crate::foundation::recipe::Build::Command(c) = &r.build {
@@ -412,8 +415,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     );
     let mut env_diffs = Vec::new();
     let mut gpu_here = live.get("gpu.count").value().is_some();
-    if let Some(fp) = rec
-        .get("fingerprint")
+    if let Some(fp) = result
+        .as_ref()
+        .map(|r| &r.fingerprint)
         .filter(|f| f.is_object())
         .and_then(|f| Fingerprint::from_json(f).ok())
         && !lock_policy(&root, &fp, &live, &mut env_diffs, &mut gpu_here)
@@ -437,26 +441,18 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let fresh = Store::at(scratch.path().join("store"));
     let rebuilt = build::build(&root, &fresh, &r, &Options::default())
         .with_context(|| format!("failed to rebuild recipe `{recipe_name}`"))?;
-    let recorded_outputs: Vec<(String, String)> = build_rec
-        .as_ref()
-        .and_then(|b| {
-            b["outputs"].as_object().map(|o| {
-                o.iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            v["sha256"].as_str().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect()
-            })
-        })
-        .unwrap_or_else(|| {
-            rec["artifact"]
-                .as_str()
-                .map(|a| vec![("cubin".to_string(), a.to_string())])
-                .unwrap_or_default()
-        });
+    let recorded_outputs: Vec<(String, String)> = match &build_rec {
+        Some(b) => b
+            .outputs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.sha256.clone()))
+            .collect(),
+        None => result
+            .as_ref()
+            .and_then(|r| r.artifact.clone())
+            .map(|a| vec![("cubin".to_string(), a)])
+            .unwrap_or_default(),
+    };
     let mut artifacts = Vec::new();
     let mut identical = rebuilt.status == "ok";
     for (k, want) in &recorded_outputs {
@@ -464,15 +460,18 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         identical &= got.as_deref() == Some(want.as_str());
         artifacts.push(json!({"output": k, "recorded": want, "rebuilt": got, "identical": got.as_deref() == Some(want.as_str())}));
     }
-    let explain = match (&build_rec, fresh.get_record("builds", &rebuilt.key)?) {
-        (Some(old), Some(new)) if !identical => build::explain(&old["inputs"], &new["inputs"]),
+    let rebuilt_rec = fresh
+        .get_record(records::BUILDS, &rebuilt.key)?
+        .and_then(|v| BuildRecord::from_json(&v, &rebuilt.key).ok());
+    let explain = match (&build_rec, rebuilt_rec) {
+        (Some(old), Some(new)) if !identical => old.inputs.explain(&new.inputs),
         _ => Vec::new(),
     };
 
     // Timing, where a GPU is here and the record has samples.
-    let recorded_samples: Vec<f64> = rec["samples"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+    let recorded_samples: Vec<f64> = result
+        .as_ref()
+        .map(|r| r.samples.clone())
         .unwrap_or_default();
     let mut timing = None;
     let mut cannot_run = None;
@@ -487,19 +486,24 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 .or(rebuilt.outputs.get("ptx"))
                 .map(|o| o.path.clone())
                 .unwrap_or_default();
-            let settings: bench::Settings = serde_json::from_value(rec["settings"].clone())
-                .context("failed to read the recorded settings")?;
+            let r = result.as_ref().expect("a result record has samples");
+            let missing = |what: &str| {
+                UserError::with_code(
+                    exit::MISMATCH,
+                    format!("result {} records no {what}, so it cannot be re-timed", keys::short(id)),
+                )
+                .hint("a recipe bench records its settings, launch and arguments; this record was edited")
+            };
+            let settings = r.settings.clone().ok_or_else(|| missing("settings"))?;
             let job = crate::engines::gpurun::Job {
                 schema: crate::engines::gpurun::SCHEMA,
                 device: settings.device,
                 module,
-                kernel: serde_json::from_value(rec["launch"].clone())
-                    .context("failed to read the recorded launch")?,
+                kernel: r.launch.clone().ok_or_else(|| missing("launch"))?,
                 reference: None,
-                args: serde_json::from_value(rec["args"].clone())
-                    .context("failed to read the recorded arguments")?,
+                args: r.args.clone().ok_or_else(|| missing("arguments"))?,
                 tolerances: Default::default(),
-                timing: Some(settings.timing()),
+                timing: Some(bench::timing(&settings)),
                 time_on_failure: false,
             };
             let report = bench::run_child(&job, std::time::Duration::from_secs(300))

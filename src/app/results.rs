@@ -5,13 +5,13 @@ use serde_json::{Value, json};
 
 use crate::app::bench::{fmt_value, parse_fraction};
 use crate::app::context::{Globals, emit, emit_json};
-use crate::engines::bench;
 use crate::engines::catalog;
 use crate::engines::export;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
+use crate::foundation::records::{self, BisectRecord, BuildRecord, ResultRecord};
 use crate::foundation::stats::{self, Verdict};
 
 /// Arguments of `repro log`.
@@ -102,7 +102,7 @@ pub fn fails(c: &stats::Comparison, fail_on: FailOn, threshold: f64) -> bool {
 }
 
 /// A compare operand: a result by ID prefix, or a state of an nvbench JSON file.
-fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, Value)> {
+fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
     let (file, selector) = match text.split_once(".json@") {
         Some((f, sel)) => (format!("{f}.json"), Some(sel)),
         None => (text.to_string(), None),
@@ -114,8 +114,8 @@ fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, Value)> {
     find(g, text)
 }
 
-fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
-    bench::find_result(&g.store(), id).map_err(|e| {
+fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
+    catalog::find_result(&g.store(), id).map_err(|e| {
         UserError::usage(e)
             .hint("`repro log` lists results with their IDs")
             .into()
@@ -126,12 +126,12 @@ fn find(g: &Globals, id: &str) -> anyhow::Result<(String, Value)> {
 pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
-    let records: Vec<(catalog::Entry, Value)> = catalog::list(&store, &a.kind)
+    let records: Vec<(catalog::Entry, catalog::Record)> = catalog::list(&store, &a.kind)
         .into_iter()
         .filter(|(e, r)| {
             a.recipe
                 .as_deref()
-                .is_none_or(|n| e.name == n || r["recipe"] == n)
+                .is_none_or(|n| e.name == n || r.recipe() == Some(n))
         })
         .filter(|(e, _)| {
             a.commit.as_deref().is_none_or(|c| {
@@ -142,8 +142,7 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
         })
         .filter(|(_, r)| {
             a.machine.as_deref().is_none_or(|m| {
-                r["machine"]
-                    .as_str()
+                r.machine()
                     .is_some_and(|x| x.to_lowercase().contains(&m.to_lowercase()))
             })
         })
@@ -154,18 +153,18 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
             .iter()
             .map(|(e, r)| {
                 let mut v = serde_json::to_value(e).expect("entries serialise");
-                if e.kind == catalog::Kind::Result {
-                    let s = &r["summary"];
+                if let catalog::Record::Result(r) = r {
+                    let s = r.summary.as_ref();
                     for (k, x) in [
-                        ("key", &r["key"]),
-                        ("params", &r["params"]),
-                        ("median", &s["median"]),
-                        ("ci-low", &s["ci-low"]),
-                        ("ci-high", &s["ci-high"]),
-                        ("unit", &r["unit"]),
-                        ("machine", &r["machine"]),
+                        ("key", json!(r.key)),
+                        ("params", json!(r.params)),
+                        ("median", json!(s.map(|s| s.median))),
+                        ("ci-low", json!(s.map(|s| s.ci_low))),
+                        ("ci-high", json!(s.map(|s| s.ci_high))),
+                        ("unit", json!(r.unit)),
+                        ("machine", json!(r.machine)),
                     ] {
-                        v[k] = x.clone();
+                        v[k] = x;
                     }
                 }
                 v
@@ -214,120 +213,111 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     })?;
     let id = entry.id.clone();
     if g.json {
-        let mut r = r;
-        r["id"] = json!(id);
-        r["kind"] = json!(entry.kind.word());
-        emit_json(&r)?;
+        let mut v = r.to_json();
+        v["id"] = json!(id);
+        v["kind"] = json!(entry.kind.word());
+        emit_json(&v)?;
         return Ok(exit::OK);
     }
-    match entry.kind {
-        catalog::Kind::Result => {}
-        catalog::Kind::Build => return show_build(&id, &r),
-        catalog::Kind::Bisection => return show_bisection(&id, &entry, &r),
-    }
-    let unit = r["unit"].as_str().unwrap_or("us");
-    let mut t = Table::new();
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
+    let r = match r {
+        catalog::Record::Result(r) => r,
+        catalog::Record::Build(b) => return show_build(&id, &b),
+        catalog::Record::Bisection(b) => return show_bisection(&id, &entry, &b),
+        catalog::Record::ToolchainBisection(b) => return show_toolchain_bisection(&id, &entry, &b),
     };
+    let unit = r.unit.as_str();
+    let mut t = Table::new();
     t.row(["id".to_string(), id.clone()]);
-    t.row(["experiment key".to_string(), text(&r["key"])]);
-    for k in [
-        "name",
-        "command",
-        "metric",
-        "recipe-path",
-        "verdict",
-        "detail",
-        "created-at",
-        "commit",
-        "machine",
-        "build-key",
-        "artifact",
+    t.row(["experiment key".to_string(), r.key.clone()]);
+    let flat = |x: Option<&str>| x.map(str::to_string);
+    for (k, v) in [
+        ("name", Some(r.name.clone())),
+        ("command", flat(r.command.as_deref())),
+        ("metric", flat(r.metric.as_deref())),
+        ("recipe-path", flat(r.recipe_path.as_deref())),
+        ("verdict", Some(r.verdict.word().to_string())),
+        ("detail", flat(r.detail.as_deref())),
+        ("created-at", Some(r.created_at.clone())),
+        ("commit", flat(r.commit.as_deref())),
+        ("machine", Some(r.machine.clone())),
+        ("build-key", flat(r.build_key.as_deref())),
+        ("artifact", flat(r.artifact.as_deref())),
     ] {
-        if !r[k].is_null() {
-            t.row([k.to_string(), text(&r[k])]);
+        if let Some(v) = v {
+            t.row([k.to_string(), v]);
         }
     }
-    t.row(["params".to_string(), bench::params_text(&r["params"])]);
-    if let Some(l) = r["launch"].as_object() {
+    t.row(["params".to_string(), r.params_text()]);
+    if let Some(l) = &r.launch {
         t.row([
             "launch".to_string(),
             format!(
                 "{} grid {} block {} shared {} B",
-                text(&l["kernel"]),
-                l["grid"],
-                l["block"],
-                l["shared_mem"]
+                l.kernel,
+                json!(l.grid),
+                json!(l.block),
+                l.shared_mem
             ),
         ]);
     }
-    if !r["settings"].is_null() {
-        let s = &r["settings"];
+    if let Some(s) = &r.settings {
         t.row([
             "settings".to_string(),
             format!(
                 "mode {}, max noise {}%, warm-up {} ms, device {}",
-                text(&s["mode"]),
-                s["max-noise"].as_f64().unwrap_or(0.0) * 100.0,
-                s["warmup-ms"],
-                s["device"]
+                json!(s.mode).as_str().unwrap_or_default(),
+                s.max_noise * 100.0,
+                json!(s.warmup_ms),
+                s.device
             ),
         ]);
     }
-    let s = &r["summary"];
-    if let Some(m) = s["median"].as_f64() {
+    if let Some(s) = &r.summary {
+        let m = s.median;
         t.row([
             "median".to_string(),
             format!(
                 "{} [{}, {}] (95% bootstrap interval)",
                 fmt_value(m, unit),
-                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+                fmt_value(s.ci_low, unit),
+                fmt_value(s.ci_high, unit)
             ),
         ]);
         t.row([
             "mean ± stdev".to_string(),
-            format!(
-                "{} ± {}",
-                fmt_value(s["mean"].as_f64().unwrap_or(0.0), unit),
-                fmt_value(s["stdev"].as_f64().unwrap_or(0.0), unit)
-            ),
+            format!("{} ± {}", fmt_value(s.mean, unit), fmt_value(s.stdev, unit)),
         ]);
         t.row([
             "min … max".to_string(),
-            format!(
-                "{} … {}",
-                fmt_value(s["min"].as_f64().unwrap_or(0.0), unit),
-                fmt_value(s["max"].as_f64().unwrap_or(0.0), unit)
-            ),
+            format!("{} … {}", fmt_value(s.min, unit), fmt_value(s.max, unit)),
         ]);
         t.row([
             "samples".to_string(),
             format!(
                 "{} ({} outliers by modified z-score; relative noise {:.3}%)",
-                s["n"],
-                s["outliers"],
-                s["rel-noise"].as_f64().unwrap_or(0.0) * 100.0
+                s.n,
+                s.outliers,
+                if s.rel_noise.is_finite() {
+                    s.rel_noise
+                } else {
+                    0.0
+                } * 100.0
             ),
         ]);
     }
-    for (k, label) in [("gb-per-s", "GB/s"), ("tflops", "TFLOP/s")] {
-        if let Some(v) = r["throughput"][k].as_f64() {
-            t.row([label.to_string(), format!("{v:.2}")]);
+    if let Some(tp) = &r.throughput {
+        for (v, label) in [(tp.gb_per_s, "GB/s"), (tp.tflops, "TFLOP/s")] {
+            if let Some(v) = v {
+                t.row([label.to_string(), format!("{v:.2}")]);
+            }
         }
     }
-    if let Some(c) = r["sm-clock-mhz"].as_array() {
+    if let Some(Some((before, after, max))) = r.sm_clock_mhz {
         t.row([
             "SM clock".to_string(),
             format!(
-                "{} MHz before, {} after, max {}{}",
-                c[0],
-                c[1],
-                c[2],
-                if r["throttled"] == true {
+                "{before} MHz before, {after} after, max {max}{}",
+                if r.throttled == Some(true) {
                     " (THROTTLED)"
                 } else {
                     ""
@@ -335,18 +325,18 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
             ),
         ]);
     }
-    if let Some(checks) = r["check"].as_array() {
+    if let Some(Some(checks)) = &r.check {
         for c in checks {
             t.row([
-                format!("check {}", text(&c["name"])),
+                format!("check {}", c.name),
                 format!(
                     "{} of {} outside atol {} + rtol {}; max abs err {:.3e}, max rel err {:.3e}",
-                    c["mismatches"],
-                    c["elements"],
-                    c["atol"],
-                    c["rtol"],
-                    c["max-abs-err"].as_f64().unwrap_or(0.0),
-                    c["max-rel-err"].as_f64().unwrap_or(0.0)
+                    c.mismatches,
+                    c.elements,
+                    json!(c.atol),
+                    json!(c.rtol),
+                    c.max_abs_err,
+                    c.max_rel_err
                 ),
             ]);
         }
@@ -355,63 +345,66 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-fn plain(v: &Value) -> String {
-    match v {
-        Value::String(s) => crate::foundation::output::printable(s),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+fn plain(v: &str) -> String {
+    crate::foundation::output::printable(v)
+}
+
+fn or_dash(v: Option<&str>) -> String {
+    v.map_or_else(|| "-".to_string(), plain)
 }
 
 /// `repro show` of a build record.
-fn show_build(id: &str, r: &Value) -> anyhow::Result<u8> {
+fn show_build(id: &str, r: &BuildRecord) -> anyhow::Result<u8> {
     let mut t = Table::new();
     t.row(["kind".to_string(), "build".to_string()]);
     t.row(["key".to_string(), id.to_string()]);
-    for k in [
-        "recipe",
-        "recipe-path",
-        "status",
-        "created-at",
-        "commit",
-        "dirty",
-        "duration-ms",
-        "repro-version",
+    for (k, v) in [
+        ("recipe", Some(r.recipe.clone())),
+        ("recipe-path", Some(r.recipe_path.clone())),
+        ("status", Some(r.status.word().to_string())),
+        ("created-at", Some(r.created_at.clone())),
+        ("commit", r.commit.clone()),
+        ("dirty", r.dirty.clone()),
+        ("duration-ms", Some(json!(r.duration_ms).to_string())),
+        ("repro-version", Some(r.repro_version.clone())),
     ] {
-        if !r[k].is_null() {
-            t.row([k.to_string(), plain(&r[k])]);
+        if let Some(v) = v {
+            t.row([k.to_string(), plain(&v)]);
         }
     }
-    if let Some(env) = r["environment"].as_object() {
-        let mut parts: Vec<String> = env
-            .iter()
-            .map(|(k, v)| format!("{k} {}", plain(v)))
-            .collect();
-        parts.sort();
-        t.row(["environment".to_string(), parts.join(", ")]);
+    let env = &r.environment;
+    let mut parts: Vec<String> = [
+        Some((
+            "kind",
+            json!(env.kind).as_str().unwrap_or_default().to_string(),
+        )),
+        env.shell.clone().map(|v| ("shell", v)),
+        env.shell_drv.clone().map(|v| ("shell-drv", v)),
+        env.warning.clone().map(|v| ("warning", v)),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(k, v)| format!("{k} {}", plain(&v)))
+    .collect();
+    parts.sort();
+    t.row(["environment".to_string(), parts.join(", ")]);
+    if !r.inputs.compiler.is_null() {
+        t.row([
+            "compiler".to_string(),
+            plain(&r.inputs.compiler.to_string()),
+        ]);
     }
-    if !r["inputs"]["compiler"].is_null() {
-        t.row(["compiler".to_string(), plain(&r["inputs"]["compiler"])]);
-    }
-    if let Some(files) = r["inputs"]["files"].as_object() {
-        t.row(["input files".to_string(), files.len().to_string()]);
-    }
-    if let Some(outs) = r["outputs"].as_object() {
-        for (name, o) in outs {
-            t.row([
-                format!("output {name}"),
-                format!(
-                    "{} bytes, sha256 {}",
-                    o["bytes"],
-                    o["sha256"].as_str().unwrap_or("-")
-                ),
-            ]);
-        }
+    t.row(["input files".to_string(), r.inputs.files.len().to_string()]);
+    for (name, o) in &r.outputs {
+        t.row([
+            format!("output {name}"),
+            format!("{} bytes, sha256 {}", o.bytes, o.sha256),
+        ]);
     }
     let mut out = t.render(0);
-    if let Some(log) = r["log"].as_str().filter(|l| !l.trim().is_empty()) {
+    if !r.log.trim().is_empty() {
         out.push_str("compiler log:\n");
-        for l in log.lines() {
+        for l in r.log.lines() {
             out.push_str(&format!(
                 "  | {}\n",
                 crate::foundation::output::printable(l)
@@ -423,67 +416,97 @@ fn show_build(id: &str, r: &Value) -> anyhow::Result<u8> {
 }
 
 /// `repro show` of a bisection's report.
-fn show_bisection(id: &str, e: &catalog::Entry, r: &Value) -> anyhow::Result<u8> {
+fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Result<u8> {
     let mut t = Table::new();
     t.row(["kind".to_string(), "bisection".to_string()]);
     t.row(["id".to_string(), id.to_string()]);
-    t.row(["created-at".to_string(), plain(&r["created-at"])]);
-    let q = &r["question"];
+    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
+    let q = r.question.as_ref();
     t.row([
         "question".to_string(),
-        format!("{} {}", plain(&q["mode"]), plain(&q["name"])),
+        format!(
+            "{} {}",
+            or_dash(q.map(|q| q.mode.as_str())),
+            or_dash(q.and_then(|q| q.name.as_deref()))
+        ),
     ]);
-    t.row(["good end".to_string(), plain(&q["good"])]);
-    t.row(["bad end".to_string(), plain(&q["bad"])]);
+    t.row([
+        "good end".to_string(),
+        or_dash(q.and_then(|q| q.good.as_deref())),
+    ]);
+    t.row([
+        "bad end".to_string(),
+        or_dash(q.and_then(|q| q.bad.as_deref())),
+    ]);
     t.row(["outcome".to_string(), e.summary.clone()]);
-    if r["culprit"].is_object() {
-        let c = &r["culprit"];
-        let word = if r["find"] == "fixed" {
+    if let Some(c) = &r.culprit {
+        let word = if r.find == records::Find::Fixed {
             "first fixed commit"
         } else {
             "first bad commit"
         };
         t.row([
             word.to_string(),
-            format!("{} {}", plain(&c["hash"]), plain(&c["subject"])),
+            format!("{} {}", plain(&c.hash), plain(&c.subject)),
         ]);
     }
     let mut out = t.render(0);
-    if let Some(steps) = r["steps"].as_array() {
-        out.push_str("\nsteps:\n");
-        let mut s = Table::new();
-        s.row(["COMMIT", "VERDICT", "SUBJECT / DETAIL"]);
-        for step in steps {
-            let mut what = plain(&step["subject"]);
-            if let Some(d) = step["detail"].as_str() {
-                what.push_str(&format!(" ({})", crate::foundation::output::printable(d)));
-            }
-            s.row([
-                step["commit"]
-                    .as_str()
-                    .map_or("-".into(), |c| keys::short(c).to_string()),
-                plain(&step["verdict"]),
-                what,
-            ]);
+    out.push_str("\nsteps:\n");
+    let mut s = Table::new();
+    s.row(["COMMIT", "VERDICT", "SUBJECT / DETAIL"]);
+    for step in &r.steps {
+        let mut what = plain(&step.subject);
+        if let Some(d) = &step.detail {
+            what.push_str(&format!(" ({})", crate::foundation::output::printable(d)));
         }
-        out.push_str(&s.render(2));
+        s.row([
+            keys::short(&step.commit).to_string(),
+            plain(step.verdict.word()),
+            what,
+        ]);
     }
+    out.push_str(&s.render(2));
     emit(&out)?;
     Ok(exit::OK)
 }
 
-fn samples(r: &Value) -> Vec<f64> {
-    r["samples"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default()
+/// `repro show` of a toolchain bisection's report.
+fn show_toolchain_bisection(
+    id: &str,
+    e: &catalog::Entry,
+    r: &records::ToolchainBisectRecord,
+) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
+    t.row([
+        "question".to_string(),
+        format!("{} {}", r.mode, plain(&r.recipe)),
+    ]);
+    t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
+    t.row(["outcome".to_string(), e.summary.clone()]);
+    let mut out = t.render(0);
+    out.push_str("\nsteps:\n");
+    let mut s = Table::new();
+    s.row(["RELEASE", "VERDICT", "DETAIL"]);
+    for step in &r.steps {
+        s.row([
+            plain(&step.commit),
+            plain(step.verdict.word()),
+            or_dash(step.detail.as_deref()),
+        ]);
+    }
+    out.push_str(&s.render(2));
+    emit(&out)?;
+    Ok(exit::OK)
 }
 
 /// Runs `repro compare`.
 pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     let (ida, ra) = operand(g, &a.a)?;
     let (idb, rb) = operand(g, &a.b)?;
-    let (sa, sb) = (samples(&ra), samples(&rb));
+    let (sa, sb) = (ra.samples.clone(), rb.samples.clone());
     if sa.len() < 2 || sb.len() < 2 {
         return Err(
             UserError::usage("both results need at least two samples to be compared")
@@ -491,10 +514,11 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
                 .into(),
         );
     }
-    if ra["unit"] != rb["unit"] {
+    if ra.unit != rb.unit {
         return Err(UserError::usage(format!(
             "the results measure different things ({} vs {})",
-            ra["unit"], rb["unit"]
+            json!(ra.unit),
+            json!(rb.unit)
         ))
         .into());
     }
@@ -511,16 +535,17 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         .write(&g.cwd, &rows)
         .context("failed to write an export")?;
     let mut warnings = Vec::new();
-    if ra["key"] != rb["key"] && ra["name"] != rb["name"] {
+    if ra.key != rb.key && ra.name != rb.name {
         warnings.push(
             "the two results are of different experiments (recipe, parameters or settings differ)"
                 .to_string(),
         );
     }
-    if !ra["machine"].is_null() && !rb["machine"].is_null() && ra["machine"] != rb["machine"] {
+    if !ra.machine.is_empty() && !rb.machine.is_empty() && ra.machine != rb.machine {
         warnings.push(format!(
             "measured on different GPUs ({} vs {})",
-            ra["machine"], rb["machine"]
+            json!(ra.machine),
+            json!(rb.machine)
         ));
     }
     let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
@@ -532,7 +557,7 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         )?;
         return Ok(code);
     }
-    let unit = ra["unit"].as_str().unwrap_or("us");
+    let unit = ra.unit.as_str();
     let times = matches!(unit, "us" | "ms" | "s");
     let (word, factor) = if c.ratio >= 1.0 {
         (if times { "slower" } else { "larger" }, c.ratio)
@@ -579,25 +604,28 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
             )
         }
     });
-    let label = |id: &str, r: &Value| {
-        if r["kind"] == "nvbench" {
+    let label = |id: &str, r: &ResultRecord| {
+        if r.kind == "nvbench" {
             id.to_string()
         } else {
             keys::short(id).to_string()
         }
     };
-    let ci = |r: &Value| {
-        let s = &r["summary"];
-        let m = s["median"].as_f64().unwrap_or(0.0);
-        (
-            fmt_value(m, unit),
+    let ci = |r: &ResultRecord| match &r.summary {
+        Some(s) => (
+            fmt_value(s.median, unit),
             format!(
                 "[{}, {}]",
-                fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-                fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+                fmt_value(s.ci_low, unit),
+                fmt_value(s.ci_high, unit)
             ),
-            s["n"].to_string(),
-        )
+            s.n.to_string(),
+        ),
+        None => (
+            fmt_value(0.0, unit),
+            format!("[{0}, {0}]", fmt_value(0.0, unit)),
+            "null".into(),
+        ),
     };
     if a.format == Format::Md {
         let mut out = String::from(
@@ -608,8 +636,8 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
             out.push_str(&format!(
                 "| {l} | `{}` | {} | {} | {m} | {interval} | {n} |\n",
                 label(id, r).replace('|', "\\|"),
-                r["name"].as_str().unwrap_or_default().replace('|', "\\|"),
-                bench::params_text(&r["params"]).replace('|', "\\|")
+                r.name.replace('|', "\\|"),
+                r.params_text().replace('|', "\\|")
             ));
         }
         out.push_str(&format!(
@@ -633,8 +661,8 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         t.row([
             l.to_string(),
             label(id, r),
-            r["name"].as_str().unwrap_or_default().to_string(),
-            bench::params_text(&r["params"]),
+            r.name.clone(),
+            r.params_text(),
             m,
             interval,
             n,

@@ -15,55 +15,27 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engines::fingerprint::Fingerprint;
-use crate::engines::gpurun::{ArgSpec, Job, LaunchSpec, Mode, Report, Timing};
+use crate::engines::gpurun::{Job, Report, Timing};
 use crate::foundation::expr::Value as ExprValue;
 use crate::foundation::fields::{SPECS, Tier};
-use crate::foundation::keys;
 use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::records::{ArgSpec, LaunchSpec, ResultVerdict, Settings};
 use crate::foundation::runspec::{Arg, DType, Launch, Sections};
 use crate::foundation::stats;
-use crate::foundation::store::{Store, StoreError};
 
 /// The result-record schema.
 pub const SCHEMA: u64 = 1;
 
-/// The directory of result records in the store.
-pub const RESULTS: &str = "results";
-
-/// How to measure, as given on the command line.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Settings {
-    /// Cold, hot or graph.
-    pub mode: Mode,
-    /// Target relative noise of the median.
-    pub max_noise: f64,
-    /// Minimum samples.
-    pub min_samples: usize,
-    /// Maximum samples.
-    pub max_samples: usize,
-    /// Minimum sampling time (ms).
-    pub min_time_ms: f64,
-    /// Sampling budget (ms).
-    pub budget_ms: f64,
-    /// Warm-up (ms).
-    pub warmup_ms: f64,
-    /// Device ordinal.
-    pub device: usize,
-}
-
-impl Settings {
-    /// The child's timing settings.
-    pub fn timing(&self) -> Timing {
-        Timing {
-            mode: self.mode,
-            warmup_ms: self.warmup_ms,
-            max_noise: self.max_noise,
-            min_samples: self.min_samples,
-            min_time_ms: self.min_time_ms,
-            max_samples: self.max_samples,
-            budget_ms: self.budget_ms,
-        }
+/// The child's timing settings.
+pub fn timing(s: &Settings) -> Timing {
+    Timing {
+        mode: s.mode,
+        warmup_ms: s.warmup_ms,
+        max_noise: s.max_noise,
+        min_samples: s.min_samples,
+        min_time_ms: s.min_time_ms,
+        max_samples: s.max_samples,
+        budget_ms: s.budget_ms,
     }
 }
 
@@ -270,7 +242,7 @@ pub fn resolve(
             reference,
             args,
             tolerances,
-            timing: (!check_only).then(|| settings.timing()),
+            timing: (!check_only).then(|| timing(settings)),
             time_on_failure,
         };
         points.push(Point {
@@ -349,9 +321,9 @@ pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(
 }
 
 /// The verdict of one result.
-pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
+pub fn verdict(report: &Report) -> (ResultVerdict, Option<String>) {
     if let Some(e) = &report.error {
-        return ("crash", Some(e.clone()));
+        return (ResultVerdict::Crash, Some(e.clone()));
     }
     if let Some(checks) = &report.check
         && let Some(bad) = checks.iter().find(|c| c.mismatches > 0)
@@ -362,7 +334,7 @@ pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
             .map(|(i, g, w)| format!("; first at [{i}]: {g} vs {w}"))
             .unwrap_or_default();
         return (
-            "wrong",
+            ResultVerdict::Wrong,
             Some(format!(
                 "{}: {} of {} elements outside atol {} + rtol {} ({} unwritten; max abs err {:.3e}, max rel err {:.3e}){first}",
                 bad.name,
@@ -376,7 +348,7 @@ pub fn verdict(report: &Report) -> (&'static str, Option<String>) {
             )),
         );
     }
-    ("ok", None)
+    (ResultVerdict::Ok, None)
 }
 
 /// The sections whose must-match fields a result is only comparable under: the machine and
@@ -454,58 +426,6 @@ pub fn summarize(samples: &[f64]) -> Option<stats::Summary> {
         .iter()
         .fold(0u64, |h, s| h.rotate_left(5) ^ s.to_bits());
     stats::summarize(samples, seed)
-}
-
-/// Writes a result record; its ID is the sha256 of its canonical content.
-pub fn record(store: &Store, mut rec: Value) -> Result<String, StoreError> {
-    if let Some(o) = rec.as_object_mut() {
-        o.remove("id");
-    }
-    let id = keys::key_of(&rec);
-    store.put_record(RESULTS, &id, &rec)?;
-    Ok(id)
-}
-
-/// Every result record, newest first: (id, record).
-pub fn all_results(store: &Store) -> Vec<(String, Value)> {
-    let mut v: Vec<(String, Value)> = store
-        .records(RESULTS)
-        .into_iter()
-        .filter_map(|(k, _, r)| r.ok().map(|r| (k, r)))
-        .collect();
-    v.sort_by(|a, b| {
-        b.1["created-at"]
-            .as_str()
-            .cmp(&a.1["created-at"].as_str())
-            .then(a.0.cmp(&b.0))
-    });
-    v
-}
-
-/// Finds one result by ID prefix; errors say whether none or several matched.
-pub fn find_result(store: &Store, prefix: &str) -> Result<(String, Value), String> {
-    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "`{prefix}` is not a result ID (at least 4 hex digits)"
-        ));
-    }
-    let matches: Vec<(String, Value)> = all_results(store)
-        .into_iter()
-        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
-        .collect();
-    match matches.len() {
-        0 => Err(format!("no result with ID {prefix}")),
-        1 => Ok(matches.into_iter().next().expect("one")),
-        n => Err(format!(
-            "{prefix} is ambiguous: {n} results match ({})",
-            matches
-                .iter()
-                .take(5)
-                .map(|(id, _)| keys::short(id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
 }
 
 /// How a command bench takes its metric from each run.
@@ -704,35 +624,20 @@ pub fn throughput(
     (bytes.map(|b| b / s / 1e9), flops.map(|f| f / s / 1e12))
 }
 
-/// Parameters as `n=4096, m=8` for display.
-pub fn params_text(params: &Value) -> String {
-    params
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-}
-
 /// Parameters as JSON.
-pub fn params_json(params: &BTreeMap<String, ExprValue>) -> Value {
-    Value::Object(
-        params
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    match v {
-                        ExprValue::Int(i) => json!(i),
-                        ExprValue::Float(f) => json!(f),
-                    },
-                )
-            })
-            .collect(),
-    )
+pub fn params_json(params: &BTreeMap<String, ExprValue>) -> BTreeMap<String, Value> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                match v {
+                    ExprValue::Int(i) => json!(i),
+                    ExprValue::Float(f) => json!(f),
+                },
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -18,12 +18,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use git2::{Oid, Repository};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::engines::bisect::history::CommitFiles;
 use crate::engines::export::{self, Row};
 use crate::foundation::archive::Entry;
 use crate::foundation::keys;
+use crate::foundation::records::{self, BuildRecord, RecordError, ResultRecord};
 use crate::foundation::store::Store;
 
 /// A record's recipe: its name, and the (path, text) its build record kept, if any.
@@ -33,9 +34,9 @@ type RecipeRef = (String, Option<(String, String)>);
 #[derive(Default)]
 pub struct Contents {
     /// Result ID → record.
-    pub results: BTreeMap<String, Value>,
+    pub results: BTreeMap<String, ResultRecord>,
     /// Build key → record.
-    pub builds: BTreeMap<String, Value>,
+    pub builds: BTreeMap<String, BuildRecord>,
 }
 
 /// Why a bundle cannot be made.
@@ -87,20 +88,20 @@ pub enum BundleError {
     },
 }
 
-/// The digest of the uncommitted changes a record was made from, if it was (build records
-/// hold the digest; result records hold `dirty: true`).
-pub fn dirty(rec: &Value) -> Option<String> {
-    match &rec["dirty"] {
-        Value::String(d) => Some(d.clone()),
-        Value::Bool(true) => Some("unknown".into()),
-        _ => None,
-    }
+/// A record, checked: what [`validate_record`] returns.
+#[derive(Clone, Debug)]
+pub enum Checked {
+    /// A build record.
+    Build(Box<BuildRecord>),
+    /// A result record.
+    Result(Box<ResultRecord>),
 }
 
-/// Checks that every field of a record that repro will use as a path, a key or a name is
-/// what it claims to be, and that the record's ID recomputes from its content: a build's key
-/// from its inputs, a result's ID from the rest of it. `kind` is `build` or `result`.
-pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleError> {
+/// Reads a record (from a bundle or a store) and checks that every field repro will use as
+/// a path, a key or a name is what it claims to be, and that the record's ID recomputes from
+/// its content: a build's key from its inputs, a result's ID from the rest of it. `kind` is
+/// `build` or `result`.
+pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<Checked, BundleError> {
     let bad = |field: &str, problem: String| BundleError::InvalidRecord {
         record: format!(
             "{kind} {}",
@@ -109,8 +110,7 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
         field: field.to_string(),
         problem,
     };
-    let shown = |v: &Value| {
-        let t = v.to_string();
+    let shown = |t: &str| {
         let t: String = t.chars().take(60).collect();
         crate::foundation::output::sanitize(&t)
     };
@@ -120,63 +120,83 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
     if !keys::is_key(id) {
         return Err(bad("(file name)", "is not a 64-digit hex key".into()));
     }
-    let opt_str = |field: &str, ok: fn(&str) -> bool, what: &str| -> Result<(), BundleError> {
-        match &rec[field] {
-            Value::Null => Ok(()),
-            Value::String(s) if ok(s) => Ok(()),
-            v => Err(bad(field, format!("is {}, not {what}", shown(v)))),
-        }
+    let opt = |field: &str, v: Option<&str>, ok: fn(&str) -> bool, what: &str| match v {
+        Some(s) if !ok(s) => Err(bad(
+            field,
+            format!("is {}, not {what}", shown(&json!(s).to_string())),
+        )),
+        _ => Ok(()),
     };
-    opt_str("commit", keys::is_commit, "a 40-digit hex commit")?;
-    opt_str("recipe", keys::is_name, "a recipe name")?;
-    opt_str("recipe-path", keys::is_relative_path, "a relative path")?;
+    let typed = |e: RecordError| bad("(record)", shown(&e.to_string()));
     match kind {
         "build" => {
-            if keys::key_of(&rec["inputs"]) != id {
+            let b = BuildRecord::from_json(rec, &format!("build {}", keys::short(id))).map_err(
+                |e| match e {
+                    RecordError::Shape { source, .. } => {
+                        bad("(record)", shown(&source.to_string()))
+                    }
+                    e => typed(e),
+                },
+            )?;
+            // The inputs type keeps every member as written, so this is the hash of the
+            // inputs as the file has them.
+            if keys::key_of(&records::to_json(&b.inputs)) != id {
                 return Err(bad("inputs", "do not hash to the record's key".into()));
             }
-            if let Some(files) = rec["inputs"]["files"].as_object() {
-                for (path, digest) in files {
-                    if !keys::is_relative_path(path) {
-                        return Err(bad(
-                            "inputs.files",
-                            format!(
-                                "names {}, not a relative path",
-                                shown(&Value::String(path.clone()))
-                            ),
-                        ));
-                    }
-                    if !digest.as_str().is_some_and(keys::is_key) {
-                        return Err(bad(
-                            "inputs.files",
-                            format!("gives {} for {path}, not a sha256", shown(digest)),
-                        ));
-                    }
+            opt(
+                "commit",
+                b.commit.as_deref(),
+                keys::is_commit,
+                "a 40-digit hex commit",
+            )?;
+            opt("recipe", Some(&b.recipe), keys::is_name, "a recipe name")?;
+            opt(
+                "recipe-path",
+                Some(&b.recipe_path),
+                keys::is_relative_path,
+                "a relative path",
+            )?;
+            for (path, digest) in &b.inputs.files {
+                if !keys::is_relative_path(path) {
+                    return Err(bad(
+                        "inputs.files",
+                        format!(
+                            "names {}, not a relative path",
+                            shown(&json!(path).to_string())
+                        ),
+                    ));
+                }
+                if !keys::is_key(digest) {
+                    return Err(bad(
+                        "inputs.files",
+                        format!(
+                            "gives {} for {path}, not a sha256",
+                            shown(&json!(digest).to_string())
+                        ),
+                    ));
                 }
             }
-            match &rec["outputs"] {
-                Value::Null => {}
-                Value::Object(o) => {
-                    for (name, out) in o {
-                        if !keys::is_relative_path(name) {
-                            return Err(bad(
-                                "outputs",
-                                format!(
-                                    "names {}, not a relative path",
-                                    shown(&Value::String(name.clone()))
-                                ),
-                            ));
-                        }
-                        if !out["sha256"].as_str().is_some_and(keys::is_key) {
-                            return Err(bad(
-                                "outputs",
-                                format!("gives {} for {name}, not a sha256", shown(&out["sha256"])),
-                            ));
-                        }
-                    }
+            for (name, out) in &b.outputs {
+                if !keys::is_relative_path(name) {
+                    return Err(bad(
+                        "outputs",
+                        format!(
+                            "names {}, not a relative path",
+                            shown(&json!(name).to_string())
+                        ),
+                    ));
                 }
-                v => return Err(bad("outputs", format!("is {}, not an object", shown(v)))),
+                if !keys::is_key(&out.sha256) {
+                    return Err(bad(
+                        "outputs",
+                        format!(
+                            "gives {} for {name}, not a sha256",
+                            shown(&json!(out.sha256).to_string())
+                        ),
+                    ));
+                }
             }
+            Ok(Checked::Build(Box::new(b)))
         }
         _ => {
             let mut content = rec.clone();
@@ -186,21 +206,44 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<(), BundleEr
             if keys::key_of(&content) != id {
                 return Err(bad("(content)", "does not hash to the result's ID".into()));
             }
-            opt_str("build-key", keys::is_key, "a 64-digit hex key")?;
-            opt_str("artifact", keys::is_key, "a sha256")?;
-            match &rec["samples"] {
-                Value::Null => {}
-                Value::Array(a) if a.iter().all(|x| x.as_f64().is_some_and(f64::is_finite)) => {}
-                v => {
-                    return Err(bad(
-                        "samples",
-                        format!("is {}, not a list of numbers", shown(v)),
-                    ));
-                }
+            let r = ResultRecord::from_json(&content, &format!("result {}", keys::short(id)))
+                .map_err(|e| match e {
+                    RecordError::Shape { source, .. } => {
+                        bad("(record)", shown(&source.to_string()))
+                    }
+                    e => typed(e),
+                })?;
+            opt(
+                "commit",
+                r.commit.as_deref(),
+                keys::is_commit,
+                "a 40-digit hex commit",
+            )?;
+            opt(
+                "recipe",
+                r.recipe.as_deref(),
+                keys::is_name,
+                "a recipe name",
+            )?;
+            opt(
+                "recipe-path",
+                r.recipe_path.as_deref(),
+                keys::is_relative_path,
+                "a relative path",
+            )?;
+            opt(
+                "build-key",
+                r.build_key.as_deref(),
+                keys::is_key,
+                "a 64-digit hex key",
+            )?;
+            opt("artifact", r.artifact.as_deref(), keys::is_key, "a sha256")?;
+            if !r.samples.iter().all(|x| x.is_finite()) {
+                return Err(bad("samples", "is not a list of finite numbers".into()));
             }
+            Ok(Checked::Result(Box::new(r)))
         }
     }
-    Ok(())
 }
 
 /// Collects the build records that the results (and given builds) refer to.
@@ -208,11 +251,18 @@ pub fn complete(store: &Store, contents: &mut Contents) -> Result<(), BundleErro
     let keys: Vec<String> = contents
         .results
         .values()
-        .filter_map(|r| r["build-key"].as_str().map(str::to_string))
+        .filter_map(|r| r.build_key.clone())
         .collect();
     for key in keys {
-        if let Some(rec) = store.get_record("builds", &key)? {
-            contents.builds.insert(key, rec);
+        if let Some(rec) = store.get_record(records::BUILDS, &key)? {
+            let b = BuildRecord::from_json(&rec, &format!("build {}", keys::short(&key))).map_err(
+                |e| BundleError::InvalidRecord {
+                    record: format!("build {}", keys::short(&key)),
+                    field: "(record)".into(),
+                    problem: e.to_string(),
+                },
+            )?;
+            contents.builds.insert(key, b);
         }
     }
     Ok(())
@@ -232,13 +282,18 @@ pub fn entries(
     };
     // A record from a dirty tree has sources in no commit: bundling the commit's tree would
     // make a bundle that cannot replay.
-    for (what, id, r) in contents
+    for (what, id, dirty) in contents
         .results
         .iter()
-        .map(|(id, r)| ("result", id, r))
-        .chain(contents.builds.iter().map(|(k, b)| ("build", k, b)))
+        .map(|(id, r)| ("result", id, r.dirty.then(|| "unknown".to_string())))
+        .chain(
+            contents
+                .builds
+                .iter()
+                .map(|(k, b)| ("build", k, b.dirty.clone())),
+        )
     {
-        if let Some(digest) = dirty(r) {
+        if let Some(digest) = dirty {
             return Err(BundleError::Dirty {
                 what: format!("{what} {}", keys::short(id)),
                 digest: keys::short(&digest).to_string(),
@@ -248,32 +303,31 @@ pub fn entries(
     // Sources: one tree per distinct commit, with the recipes its records were built with
     // (the text a build record keeps, or else the commit's own recipe file).
     let mut commits: BTreeMap<String, Vec<RecipeRef>> = BTreeMap::new();
-    let recipe_of = |r: &serde_json::Value| {
-        let name = r["recipe"].as_str()?.to_string();
-        let text = r["recipe-text"].as_str().zip(r["recipe-path"].as_str());
-        Some((name, text.map(|(t, p)| (p.to_string(), t.to_string()))))
+    let recipe_of = |b: &BuildRecord| -> RecipeRef {
+        (
+            b.recipe.clone(),
+            b.recipe_text.clone().map(|t| (b.recipe_path.clone(), t)),
+        )
     };
     for (id, r) in &contents.results {
-        let c = r["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+        let c = r.commit.as_deref().ok_or_else(|| BundleError::NoCommit {
             what: format!("result {}", keys::short(id)),
         })?;
-        let build_recipe = r["build-key"]
-            .as_str()
+        let build_recipe = r
+            .build_key
+            .as_deref()
             .and_then(|k| contents.builds.get(k))
-            .and_then(recipe_of);
+            .map(recipe_of);
         commits
             .entry(c.to_string())
             .or_default()
-            .extend(build_recipe.or_else(|| recipe_of(r)));
+            .extend(build_recipe.or_else(|| r.recipe.clone().map(|n| (n, None))));
     }
     for (key, b) in &contents.builds {
-        let c = b["commit"].as_str().ok_or_else(|| BundleError::NoCommit {
+        let c = b.commit.as_deref().ok_or_else(|| BundleError::NoCommit {
             what: format!("build {}", keys::short(key)),
         })?;
-        commits
-            .entry(c.to_string())
-            .or_default()
-            .extend(recipe_of(b));
+        commits.entry(c.to_string()).or_default().push(recipe_of(b));
     }
     for (commit, recipes) in &commits {
         let oid = Oid::from_str(commit).map_err(|_| BundleError::MissingCommit {
@@ -348,17 +402,17 @@ pub fn entries(
     for (id, r) in &contents.results {
         put(
             format!("results/{id}.json"),
-            (serde_json::to_string_pretty(r).expect("JSON") + "\n").into_bytes(),
+            (serde_json::to_string_pretty(&records::to_json(r)).expect("JSON") + "\n").into_bytes(),
             false,
         );
     }
     for (key, b) in &contents.builds {
         put(
             format!("builds/{key}.json"),
-            (serde_json::to_string_pretty(b).expect("JSON") + "\n").into_bytes(),
+            (serde_json::to_string_pretty(&records::to_json(b)).expect("JSON") + "\n").into_bytes(),
             false,
         );
-        for digest in crate::foundation::store::referenced(b) {
+        for digest in b.outputs.values().map(|o| o.sha256.clone()) {
             put(
                 format!("artifacts/{digest}"),
                 store.get_blob(&digest)?,
@@ -379,12 +433,9 @@ pub fn entries(
     );
     put("results.svg".into(), svg(&rows).into_bytes(), false);
     // One plot per recipe with several results (a sweep, or several commits).
-    let mut by_name: BTreeMap<String, Vec<(&String, &Value)>> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, Vec<(&String, &ResultRecord)>> = BTreeMap::new();
     for (id, r) in &contents.results {
-        by_name
-            .entry(r["name"].as_str().unwrap_or("results").to_string())
-            .or_default()
-            .push((id, r));
+        by_name.entry(r.name.clone()).or_default().push((id, r));
     }
     for (name, list) in by_name.into_iter().filter(|(_, l)| l.len() > 1) {
         let points: Vec<crate::foundation::plot::Point> = list
@@ -392,19 +443,13 @@ pub fn entries(
             .enumerate()
             .map(|(i, (id, r))| crate::foundation::plot::Point {
                 x: i as f64,
-                label: format!(
-                    "{} {}",
-                    crate::engines::bench::params_text(&r["params"]),
-                    keys::short(id)
-                ),
-                y: r["summary"]["median"].as_f64(),
-                ci: r["summary"]["ci-low"]
-                    .as_f64()
-                    .zip(r["summary"]["ci-high"].as_f64()),
-                verdict: r["verdict"].as_str().unwrap_or_default().to_string(),
+                label: format!("{} {}", r.params_text(), keys::short(id)),
+                y: r.median(),
+                ci: r.summary.as_ref().map(|s| (s.ci_low, s.ci_high)),
+                verdict: r.verdict.word().to_string(),
             })
             .collect();
-        let unit = list[0].1["unit"].as_str().unwrap_or("us");
+        let unit = list[0].1.unit.as_str();
         let file = name
             .chars()
             .map(|c| {
@@ -565,28 +610,25 @@ pub fn readme(contents: &Contents, bundle_name: &str) -> String {
         );
         let _ = writeln!(s, "|---|---|---|---|---:|---|---|---|");
         for (id, r) in &contents.results {
-            let sm = &r["summary"];
-            let unit = r["unit"].as_str().unwrap_or("us");
-            let med = match sm["median"].as_f64() {
-                Some(m) => format!(
-                    "{m:.4} {unit} [{:.4}, {:.4}]",
-                    sm["ci-low"].as_f64().unwrap_or(m),
-                    sm["ci-high"].as_f64().unwrap_or(m)
+            let unit = &r.unit;
+            let med = match &r.summary {
+                Some(sm) => format!(
+                    "{:.4} {unit} [{:.4}, {:.4}]",
+                    sm.median, sm.ci_low, sm.ci_high
                 ),
-                None => r["verdict"].as_str().unwrap_or("-").to_string(),
+                None => r.verdict.word().to_string(),
             };
-            let fp = &r["fingerprint"];
             let _ = writeln!(
                 s,
                 "| `{}` | {} | {} | {} | {} | {} | {} / {} | `repro replay {} --bundle {bundle_name}` |",
                 keys::short(id),
-                r["name"].as_str().unwrap_or_default(),
-                crate::engines::bench::params_text(&r["params"]),
+                r.name,
+                r.params_text(),
                 med,
-                r["samples"].as_array().map_or(0, Vec::len),
-                r["machine"].as_str().unwrap_or("-"),
-                fp["driver"]["version"].as_str().unwrap_or("-"),
-                fp["driver"]["cuda-version"].as_str().unwrap_or("-"),
+                r.samples.len(),
+                r.machine,
+                r.fingerprint_field("driver", "version").unwrap_or("-"),
+                r.fingerprint_field("driver", "cuda-version").unwrap_or("-"),
                 keys::short(id),
             );
         }
@@ -607,33 +649,24 @@ pub fn readme(contents: &Contents, bundle_name: &str) -> String {
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|");
         for (key, b) in &contents.builds {
-            let c = &b["inputs"]["compiler"];
-            let outs: Vec<String> = b["outputs"]
-                .as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| {
-                            format!(
-                                "{k} {}",
-                                keys::short(v["sha256"].as_str().unwrap_or_default())
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let outs: Vec<String> = b
+                .outputs
+                .iter()
+                .map(|(k, v)| format!("{k} {}", keys::short(&v.sha256)))
+                .collect();
             let _ = writeln!(
                 s,
                 "| `{}` | {} | `{}` | {} {} | {} | `repro replay {} --bundle {bundle_name}` ({:.0} ms to build) |",
                 keys::short(key),
-                b["recipe"].as_str().unwrap_or_default(),
-                b["commit"]
-                    .as_str()
+                b.recipe,
+                b.commit
+                    .as_deref()
                     .map_or("-".into(), |c| c.chars().take(12).collect::<String>()),
-                c["name"].as_str().unwrap_or("?"),
-                c["version"].as_str().unwrap_or(""),
+                b.inputs.compiler_field("name").unwrap_or("?"),
+                b.inputs.compiler_field("version").unwrap_or(""),
                 outs.join(", "),
                 keys::short(key),
-                b["duration-ms"].as_f64().unwrap_or(0.0),
+                b.duration_ms,
             );
         }
         let _ = writeln!(s);

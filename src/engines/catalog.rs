@@ -7,13 +7,11 @@
 //! listing, a filter and a lookup treat all kinds alike.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::foundation::keys;
+use crate::foundation::records::{self, BisectRecord, BuildRecord, RecordError, ResultRecord};
 use crate::foundation::store::{Store, StoreError};
-
-/// The directory of finished bisection reports in the store.
-pub const BISECTIONS: &str = "bisections";
 
 /// A kind of record that `repro log` lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -34,9 +32,9 @@ impl Kind {
     /// The store directory of this kind.
     pub fn dir(self) -> &'static str {
         match self {
-            Kind::Build => "builds",
-            Kind::Result => crate::engines::bench::RESULTS,
-            Kind::Bisection => BISECTIONS,
+            Kind::Build => records::BUILDS,
+            Kind::Result => records::RESULTS,
+            Kind::Bisection => records::BISECTIONS,
         }
     }
 
@@ -91,82 +89,162 @@ pub enum FindError {
     },
 }
 
-fn text(v: &Value) -> Option<String> {
-    v.as_str().map(str::to_string)
+fn kib(bytes: u64) -> String {
+    format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
 
-fn kib(bytes: f64) -> String {
-    format!("{:.1} KiB", bytes / 1024.0)
+/// A record of any kind, read.
+#[derive(Clone, Debug)]
+pub enum Record {
+    /// A build.
+    Build(Box<BuildRecord>),
+    /// A benchmark result.
+    Result(Box<ResultRecord>),
+    /// A finished bisection.
+    Bisection(Box<BisectRecord>),
+    /// A finished bisection over toolchain releases (filed with the bisections).
+    ToolchainBisection(Box<records::ToolchainBisectRecord>),
 }
 
-/// Reads the listing's fields from a record of `kind`.
-pub fn entry(kind: Kind, id: &str, r: &Value) -> Entry {
-    let (name, commit, status, summary) = match kind {
-        Kind::Build => {
-            let mut parts: Vec<String> = r["outputs"]
-                .as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| {
-                            format!("{k} {}", kib(v["bytes"].as_f64().unwrap_or_default()))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let Some(ms) = r["duration-ms"].as_f64() {
-                parts.push(format!("{ms:.1} ms"));
+impl Record {
+    /// Reads a record of `kind` filed as `id`.
+    pub fn from_json(kind: Kind, id: &str, v: &Value) -> Result<Record, RecordError> {
+        let what = format!("{}/{id}.json", kind.dir());
+        Ok(match kind {
+            Kind::Build => Record::Build(Box::new(BuildRecord::from_json(v, &what)?)),
+            Kind::Result => Record::Result(Box::new(ResultRecord::from_json(v, &what)?)),
+            Kind::Bisection
+                if v.get("kind").and_then(Value::as_str) == Some("toolchain-bisection") =>
+            {
+                Record::ToolchainBisection(Box::new(records::ToolchainBisectRecord::from_json(
+                    v, &what,
+                )?))
             }
+            Kind::Bisection => Record::Bisection(Box::new(BisectRecord::from_json(v, &what)?)),
+        })
+    }
+
+    /// The JSON it was written as.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Record::Build(r) => records::to_json(r),
+            Record::Result(r) => records::to_json(r),
+            Record::Bisection(r) => records::to_json(r),
+            Record::ToolchainBisection(r) => records::to_json(r),
+        }
+    }
+
+    /// The recipe it is about, if any.
+    pub fn recipe(&self) -> Option<&str> {
+        match self {
+            Record::Build(b) => Some(&b.recipe),
+            Record::Result(r) => r.recipe.as_deref(),
+            Record::Bisection(b) => b.question.as_ref().and_then(|q| q.name.as_deref()),
+            Record::ToolchainBisection(b) => Some(&b.recipe),
+        }
+    }
+
+    /// The GPU a result was measured on (other kinds have none).
+    pub fn machine(&self) -> Option<&str> {
+        match self {
+            Record::Result(r) => Some(&r.machine),
+            _ => None,
+        }
+    }
+}
+
+/// Reads the listing's fields from a record.
+pub fn entry(id: &str, record: &Record) -> Entry {
+    let (kind, created_at, name, commit, status, summary) = match record {
+        Record::Build(r) => {
+            let mut parts: Vec<String> = r
+                .outputs
+                .iter()
+                .map(|(k, v)| format!("{k} {}", kib(v.bytes)))
+                .collect();
+            parts.push(format!("{:.1} ms", r.duration_ms));
             (
-                text(&r["recipe"]).unwrap_or_default(),
-                text(&r["commit"]),
-                text(&r["status"]).unwrap_or_default(),
+                Kind::Build,
+                Some(r.created_at.clone()),
+                r.recipe.clone(),
+                r.commit.clone(),
+                r.status.word().to_string(),
                 parts.join(", "),
             )
         }
-        Kind::Result => {
-            let unit = r["unit"].as_str().unwrap_or("us");
-            let s = &r["summary"];
-            let median = s["median"].as_f64().map_or("-".to_string(), |m| {
+        Record::Result(r) => {
+            let unit = &r.unit;
+            let median = r.summary.as_ref().map_or("-".to_string(), |s| {
                 format!(
                     "median {} [{}, {}]",
-                    crate::foundation::stats::fmt_value(m, unit),
-                    crate::foundation::stats::fmt_value(s["ci-low"].as_f64().unwrap_or(m), unit),
-                    crate::foundation::stats::fmt_value(s["ci-high"].as_f64().unwrap_or(m), unit)
+                    crate::foundation::stats::fmt_value(s.median, unit),
+                    crate::foundation::stats::fmt_value(s.ci_low, unit),
+                    crate::foundation::stats::fmt_value(s.ci_high, unit)
                 )
             });
-            let params = crate::engines::bench::params_text(&r["params"]);
-            let machine = r["machine"].as_str().unwrap_or_default();
             (
-                text(&r["name"]).unwrap_or_default(),
-                text(&r["commit"]),
-                text(&r["verdict"]).unwrap_or_default(),
-                [params, median, machine.to_string()]
+                Kind::Result,
+                Some(r.created_at.clone()),
+                r.name.clone(),
+                r.commit.clone(),
+                r.verdict.word().to_string(),
+                [r.params_text(), median, r.machine.clone()]
                     .into_iter()
                     .filter(|p| !p.is_empty())
                     .collect::<Vec<_>>()
                     .join("  "),
             )
         }
-        Kind::Bisection => {
-            let q = &r["question"];
-            let found = r["outcome"]["kind"] == "first-bad";
-            let culprit = text(&r["culprit"]["hash"]);
+        Record::Bisection(r) => {
+            let q = r.question.clone().unwrap_or(records::Question {
+                mode: "?".into(),
+                name: None,
+                good: None,
+                bad: None,
+            });
+            let culprit = r.culprit.as_ref().map(|c| c.hash.clone());
             let summary = format!(
                 "{} {}..{}, {} of {} commits evaluated{}",
-                q["mode"].as_str().unwrap_or("?"),
-                q["good"].as_str().map_or("?", keys::short),
-                q["bad"].as_str().map_or("?", keys::short),
-                r["evaluated"],
-                r["commits"],
-                match (&culprit, r["find"].as_str()) {
-                    (Some(c), Some("fixed")) => format!("; fixed by {}", keys::short(c)),
-                    (Some(c), _) => format!("; first bad {}", keys::short(c)),
+                q.mode,
+                q.good.as_deref().map_or("?", keys::short),
+                q.bad.as_deref().map_or("?", keys::short),
+                r.evaluated,
+                r.commits,
+                match (&culprit, r.find) {
+                    (Some(c), records::Find::Fixed) => format!("; fixed by {}", keys::short(c)),
+                    (Some(c), records::Find::Broken) => format!("; first bad {}", keys::short(c)),
                     (None, _) => String::new(),
                 }
             );
             (
-                text(&q["name"]).unwrap_or_default(),
+                Kind::Bisection,
+                r.created_at.clone(),
+                q.name.unwrap_or_default(),
                 culprit,
+                if r.found() { "found" } else { "untestable" }.to_string(),
+                summary,
+            )
+        }
+        Record::ToolchainBisection(r) => {
+            let found = matches!(r.outcome, records::Outcome::FirstBad { .. });
+            let summary = format!(
+                "{} {} {}..{}, {} of {} releases evaluated{}",
+                r.mode,
+                r.family,
+                r.releases.first().map_or("?", String::as_str),
+                r.releases.last().map_or("?", String::as_str),
+                r.evaluated,
+                r.releases.len(),
+                r.first_bad
+                    .as_deref()
+                    .map(|b| format!("; first bad {}@{b}", r.family))
+                    .unwrap_or_default()
+            );
+            (
+                Kind::Bisection,
+                r.created_at.clone(),
+                r.recipe.clone(),
+                r.commit.clone(),
                 if found { "found" } else { "untestable" }.to_string(),
                 summary,
             )
@@ -175,7 +253,7 @@ pub fn entry(kind: Kind, id: &str, r: &Value) -> Entry {
     Entry {
         kind,
         id: id.to_string(),
-        created_at: text(&r["created-at"]),
+        created_at,
         name,
         commit,
         status,
@@ -184,16 +262,19 @@ pub fn entry(kind: Kind, id: &str, r: &Value) -> Entry {
 }
 
 /// Every record of the given kinds (all when empty), newest first; ties by kind, then ID.
-/// Records that do not parse are left out (`store verify` reports them).
-pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Value)> {
+/// Records that do not read are left out (`store verify` reports them).
+pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Record)> {
     let mut out = Vec::new();
     for kind in Kind::ALL {
         if !kinds.is_empty() && !kinds.contains(&kind) {
             continue;
         }
         for (id, _, parsed) in store.records(kind.dir()) {
-            if let Ok(r) = parsed {
-                out.push((entry(kind, &id, &r), r));
+            if let Some(r) = parsed
+                .ok()
+                .and_then(|v| Record::from_json(kind, &id, &v).ok())
+            {
+                out.push((entry(&id, &r), r));
             }
         }
     }
@@ -207,13 +288,75 @@ pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Value)> {
     out
 }
 
+/// Writes a result record; its ID is the sha256 of its content.
+pub fn put_result(store: &Store, rec: &ResultRecord) -> Result<String, StoreError> {
+    let v = records::to_json(rec);
+    let id = keys::key_of(&v);
+    store.put_record(records::RESULTS, &id, &v)?;
+    Ok(id)
+}
+
+/// Every result record that reads, newest first: (ID, record). Those that do not read are
+/// left out (`repro store verify` names them).
+pub fn results(store: &Store) -> Vec<(String, ResultRecord)> {
+    let mut v: Vec<(String, ResultRecord)> = store
+        .records(records::RESULTS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = ResultRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.created_at.cmp(&a.1.created_at).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Every build record that reads: (key, record), by key. Those that do not read are left
+/// out (`repro store verify` names them).
+pub fn builds(store: &Store) -> Vec<(String, BuildRecord)> {
+    store
+        .records(records::BUILDS)
+        .into_iter()
+        .filter_map(|(k, _, r)| {
+            let r = BuildRecord::from_json(&r.ok()?, &k).ok()?;
+            Some((k, r))
+        })
+        .collect()
+}
+
+/// Finds one result by ID prefix; errors say whether none or several matched.
+pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), String> {
+    if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{prefix}` is not a result ID (at least 4 hex digits)"
+        ));
+    }
+    let mut matches: Vec<(String, ResultRecord)> = results(store)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
+        .collect();
+    match matches.len() {
+        0 => Err(format!("no result with ID {prefix}")),
+        1 => Ok(matches.remove(0)),
+        n => Err(format!(
+            "{prefix} is ambiguous: {n} results match ({})",
+            matches
+                .iter()
+                .take(5)
+                .map(|(id, _)| keys::short(id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
 /// The one record of any kind whose ID starts with `prefix`.
-pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Value), FindError> {
+pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Record), FindError> {
     if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(FindError::NotAnId(prefix.to_string()));
     }
     let p = prefix.to_lowercase();
-    let mut matches: Vec<(Entry, Value)> = list(store, &[])
+    let mut matches: Vec<(Entry, Record)> = list(store, &[])
         .into_iter()
         .filter(|(e, _)| e.id.starts_with(&p))
         .collect();
@@ -237,41 +380,82 @@ pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Value), FindError> {
 /// and bad ends) and returns its ID, the sha256 of its content.
 pub fn record_bisection(
     store: &Store,
-    question: Value,
-    report: &Value,
+    question: records::Question,
+    report: &BisectRecord,
 ) -> Result<String, StoreError> {
     let mut rec = report.clone();
-    rec["kind"] = json!("bisection");
-    rec["question"] = question;
-    rec["created-at"] =
-        json!(humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string());
-    rec["repro-version"] = json!(env!("CARGO_PKG_VERSION"));
-    let id = keys::key_of(&rec);
-    rec["key"] = json!(id);
-    store.put_record(BISECTIONS, &id, &rec)?;
+    rec.kind = Some("bisection".into());
+    rec.question = Some(question);
+    rec.created_at = Some(records::now());
+    rec.repro_version = Some(records::VERSION.into());
+    rec.key = None;
+    let id = keys::key_of(&records::to_json(&rec));
+    rec.key = Some(id.clone());
+    store.put_record(records::BISECTIONS, &id, &records::to_json(&rec))?;
+    Ok(id)
+}
+
+/// Records a finished toolchain bisection's report (`question` says what was asked: mode,
+/// recipe, the releases' range) and returns its ID, the sha256 of its content.
+pub fn record_toolchain_bisection(
+    store: &Store,
+    question: Value,
+    report: &records::ToolchainBisectRecord,
+) -> Result<String, StoreError> {
+    let mut rec = report.clone();
+    rec.question = Some(question);
+    rec.created_at = Some(records::now());
+    rec.repro_version = Some(records::VERSION.into());
+    rec.key = None;
+    let id = keys::key_of(&records::to_json(&rec));
+    rec.key = Some(id.clone());
+    store.put_record(records::BISECTIONS, &id, &records::to_json(&rec))?;
     Ok(id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_kind_is_listed_newest_first_and_found_by_prefix() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::at(dir.path());
-        let key = keys::key_of(&json!({"recipe": "k"}));
-        let build = json!({"schema": 1, "kind": "build", "key": key, "recipe": "k", "status": "ok", "inputs": {"recipe": "k"},
-            "outputs": {"ptx": {"bytes": 2048}}, "duration-ms": 5.0, "created-at": "2026-01-01T00:00:01.000Z", "commit": "c".repeat(40)});
+        let fixture = |name: &str| -> Value {
+            let p = format!(
+                "{}/tests/fixtures/records/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+        };
+        let mut build = fixture("build-ok.json");
+        let key = build["key"].as_str().unwrap().to_string();
+        let blob = store.put_blob(&[0u8; 2048]).unwrap();
+        build["outputs"] = json!({"ptx": {"sha256": blob, "bytes": 2048}});
+        build["duration-ms"] = json!(5.0);
+        build["created-at"] = json!("2026-01-01T00:00:01.000Z");
+        build["commit"] = json!("c".repeat(40));
         store.put_record("builds", &key, &build).unwrap();
-        let result = json!({"schema": 1, "kind": "result", "name": "k", "verdict": "ok", "unit": "ms",
-            "summary": {"median": 1.5}, "created-at": "2026-01-01T00:00:03.000Z"});
-        let rid = crate::engines::bench::record(&store, result).unwrap();
-        let report = json!({"outcome": {"kind": "first-bad", "index": 3}, "culprit": {"hash": "d".repeat(40)},
-            "commits": 8, "evaluated": 5, "find": "broken"});
+        let mut result = fixture("result-command.json");
+        result["created-at"] = json!("2026-01-01T00:00:03.000Z");
+        let result = ResultRecord::from_json(&result, "r").unwrap();
+        let rid = put_result(&store, &result).unwrap();
+        let mut report = fixture("bisection.json");
+        report["outcome"] = json!({"kind": "first-bad", "index": 3});
+        report["culprit"]["hash"] = json!("d".repeat(40));
+        report["commits"] = json!(8);
+        report["evaluated"] = json!(5);
+        report["kind"] = json!("bisection");
+        let report = BisectRecord::from_json(&report, "b").unwrap();
         let bid = record_bisection(
             &store,
-            json!({"mode": "build", "name": "k", "good": "e".repeat(40), "bad": "f".repeat(40)}),
+            records::Question {
+                mode: "build".into(),
+                name: Some("k".into()),
+                good: Some("e".repeat(40)),
+                bad: Some("f".repeat(40)),
+            },
             &report,
         )
         .unwrap();

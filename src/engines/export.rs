@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::foundation::fsutil::{self, WriteError};
+use crate::foundation::records::ResultRecord;
 
 /// One exported row: a result's identity and statistics (times in microseconds).
 #[derive(Clone, Debug, serde::Serialize)]
@@ -63,65 +64,56 @@ pub struct Row {
 
 impl Row {
     /// The row for a result record.
-    pub fn from_record(id: &str, rec: &Value) -> Row {
-        let s = &rec["summary"];
-        let f = |k: &str| s[k].as_f64();
-        let list = |k: &str| -> Vec<f64> {
-            rec[k]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default()
-        };
-        let unit = rec["unit"].as_str().unwrap_or("us");
-        let scale = match unit {
+    pub fn from_record(id: &str, rec: &ResultRecord) -> Row {
+        let s = rec.summary.as_ref();
+        let f = |k: fn(&crate::foundation::stats::Summary) -> f64| s.map(k);
+        let scale = match rec.unit.as_str() {
             "us" => Some(1e-6),
             "ms" => Some(1e-3),
             "s" => Some(1.0),
             _ => None,
         };
         let times_s = match scale {
-            Some(k) => list("samples").iter().map(|x| x * k).collect(),
-            None => list("wall-s"),
+            Some(k) => rec.samples.iter().map(|x| x * k).collect(),
+            None => rec.wall_s.clone().unwrap_or_default(),
         };
-        let mean_of = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let mean_of = |v: &Option<Vec<f64>>| {
+            v.as_ref()
+                .filter(|v| !v.is_empty())
+                .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+        };
         Row {
-            command: rec["command"]
-                .as_str()
-                .or(rec["name"].as_str())
-                .unwrap_or_default()
-                .to_string(),
-            parameters: rec["params"]
-                .as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| {
-                            let t = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-                            (k.clone(), Value::String(t))
-                        })
-                        .collect()
+            command: rec.command.clone().unwrap_or_else(|| rec.name.clone()),
+            parameters: rec
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    let t = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    (k.clone(), Value::String(t))
                 })
-                .unwrap_or_default(),
+                .collect(),
             times_s,
-            user_s: mean_of(list("user-s")),
-            system_s: mean_of(list("system-s")),
-            exit_codes: rec["exit-codes"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_i64).collect()),
+            user_s: mean_of(&rec.user_s),
+            system_s: mean_of(&rec.system_s),
+            exit_codes: rec
+                .exit_codes
+                .as_ref()
+                .map(|a| a.iter().map(|&c| i64::from(c)).collect()),
             id: id.to_string(),
-            name: rec["name"].as_str().unwrap_or_default().to_string(),
-            params: crate::engines::bench::params_text(&rec["params"]),
-            verdict: rec["verdict"].as_str().unwrap_or_default().to_string(),
-            n: rec["samples"].as_array().map_or(0, Vec::len),
-            median: f("median"),
-            ci_low: f("ci-low"),
-            ci_high: f("ci-high"),
-            mean: f("mean"),
-            stdev: f("stdev"),
-            min: f("min"),
-            max: f("max"),
-            unit: rec["unit"].as_str().unwrap_or("us").to_string(),
-            gb_per_s: rec["throughput"]["gb-per-s"].as_f64(),
-            tflops: rec["throughput"]["tflops"].as_f64(),
+            name: rec.name.clone(),
+            params: rec.params_text(),
+            verdict: rec.verdict.word().to_string(),
+            n: rec.samples.len(),
+            median: f(|s| s.median),
+            ci_low: f(|s| s.ci_low),
+            ci_high: f(|s| s.ci_high),
+            mean: f(|s| s.mean),
+            stdev: f(|s| s.stdev),
+            min: f(|s| s.min),
+            max: f(|s| s.max),
+            unit: rec.unit.clone(),
+            gb_per_s: rec.throughput.as_ref().and_then(|t| t.gb_per_s),
+            tflops: rec.throughput.as_ref().and_then(|t| t.tflops),
         }
     }
 }

@@ -15,65 +15,11 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use serde::{Deserialize, Serialize};
 
+use crate::foundation::records::{ArgSpec, LaunchSpec, Mode, OutputCheck};
 use crate::foundation::runspec::{DType, Init};
 
 /// The job schema.
 pub const SCHEMA: u32 = 1;
-
-/// How samples are taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// L2 flushed (a memset over twice its size) before every sample.
-    Cold,
-    /// Back-to-back launches, caches warm.
-    Hot,
-    /// A CUDA graph of many launches per sample, for kernels of a few microseconds.
-    Graph,
-}
-
-/// One launch, resolved.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LaunchSpec {
-    /// The entry point.
-    pub kernel: String,
-    /// Grid.
-    pub grid: [u32; 3],
-    /// Block.
-    pub block: [u32; 3],
-    /// Dynamic shared memory in bytes.
-    pub shared_mem: u32,
-}
-
-/// One argument, resolved.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum ArgSpec {
-    /// A device buffer.
-    Buffer {
-        /// Name.
-        name: String,
-        /// Element type.
-        dtype: DType,
-        /// Element count.
-        count: u64,
-        /// Fill (`None`: an output poisoned before every run).
-        init: Option<Init>,
-        /// Fill seed.
-        seed: u64,
-        /// Compared by the check.
-        output: bool,
-    },
-    /// A scalar.
-    Scalar {
-        /// Name.
-        name: String,
-        /// Type.
-        dtype: DType,
-        /// Value (integers are exact up to 2^53).
-        value: f64,
-    },
-}
 
 /// How to time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,31 +63,6 @@ pub struct Job {
     pub timing: Option<Timing>,
     /// Time even when the check fails.
     pub time_on_failure: bool,
-}
-
-/// How one output compared with the reference.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct OutputCheck {
-    /// The output.
-    pub name: String,
-    /// Elements compared.
-    pub elements: u64,
-    /// Elements outside the tolerance (NaN always is).
-    pub mismatches: u64,
-    /// Elements the kernel left poisoned (never written).
-    pub unwritten: u64,
-    /// Largest absolute error among finite pairs.
-    pub max_abs_err: f64,
-    /// Largest relative error among finite pairs.
-    pub max_rel_err: f64,
-    /// The tolerance used.
-    pub atol: f64,
-    /// The tolerance used.
-    pub rtol: f64,
-    /// The first mismatch: index, kernel value, reference value. The values are text
-    /// because they may be NaN (an unwritten, poisoned element), which JSON cannot hold.
-    pub first_mismatch: Option<(u64, String, String)>,
 }
 
 /// What the job found.

@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::foundation::records::ResultRecord;
 
 /// At most this many bytes of JSON are read.
 const MAX_JSON_BYTES: u64 = 256 << 20;
@@ -132,21 +134,12 @@ impl Summary {
     }
 }
 
-/// A number nvbench wrote as a string (or, in other writers, as a number).
-fn number(v: &Value) -> Option<f64> {
-    match v {
-        Value::String(s) => s.parse().ok(),
-        Value::Number(n) => n.as_f64(),
-        _ => None,
-    }
-}
-
 /// One nvbench state as a record `compare` understands: `name`, `params`, `unit` (`us`),
 /// `samples` (µs), `summary`, `machine`, `source`.
 ///
 /// `selector` picks the state when the file has several: it must be a substring of exactly
 /// one `BENCH STATE` (`copy Device=0 Elements=2^20`); none is needed for a file of one state.
-pub fn load(path: &Path, selector: Option<&str>) -> Result<Value, NvbenchError> {
+pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, NvbenchError> {
     let read_err = |source| NvbenchError::Read {
         path: path.to_path_buf(),
         source,
@@ -242,7 +235,7 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<Value, NvbenchError> 
             what,
         },
     })?;
-    let params: serde_json::Map<String, Value> = state
+    let params: std::collections::BTreeMap<String, Value> = state
         .axis_values
         .as_deref()
         .unwrap_or_default()
@@ -253,23 +246,15 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<Value, NvbenchError> 
         .device
         .and_then(|d| root.devices.iter().find(|x| x.id == d))
         .map(|d| d.name.clone());
-    let mean = summaries
-        .iter()
-        .find(|s| s.tag == "nv/cold/time/gpu/mean")
-        .and_then(|s| s.get("value"))
-        .and_then(number);
-    Ok(json!({
-        "kind": "nvbench",
-        "name": bench.name,
-        "state": state.name,
-        "params": params,
-        "unit": "us",
-        "samples": samples,
-        "summary": crate::engines::bench::summarize(&samples),
-        "machine": machine,
-        "nvbench-mean-us": mean.map(|m| m * 1e6),
-        "source": path.display().to_string(),
-    }))
+    Ok(ResultRecord::external(
+        "nvbench",
+        bench.name.clone(),
+        params,
+        "us",
+        samples.clone(),
+        crate::engines::bench::summarize(&samples),
+        machine.unwrap_or_default(),
+    ))
 }
 
 /// Little-endian float32 seconds → µs. `Err(Ok(io))` for a read error, `Err(Err(what))`
@@ -298,6 +283,7 @@ fn read_samples(path: &Path) -> Result<Vec<f64>, Result<std::io::Error, String>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// Writes an nvbench-shaped JSON with two states and their sample files.
     pub(crate) fn write_fixture(dir: &Path, scale: f32) -> PathBuf {
@@ -335,11 +321,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_fixture(dir.path(), 1.0);
         let r = load(&path, Some("2^20")).unwrap();
-        assert_eq!(r["name"], "copy");
-        assert_eq!(r["machine"], "NVIDIA H200");
-        assert_eq!(r["params"]["Elements"], "2^20");
-        assert_eq!(r["samples"].as_array().unwrap().len(), 50);
-        let median = r["summary"]["median"].as_f64().unwrap();
+        assert_eq!(r.name, "copy");
+        assert_eq!(r.machine, "NVIDIA H200");
+        assert_eq!(r.params["Elements"], "2^20");
+        assert_eq!(r.samples.len(), 50);
+        let median = r.median().unwrap();
         assert!((median - 10.02).abs() < 0.01, "{median}");
         // Two states and no selector: an error that lists them.
         let e = load(&path, None).unwrap_err().to_string();

@@ -169,8 +169,9 @@ fn git(
 }
 
 /// Whether a bisection step record is a performance step's (not shared).
-fn is_bench_step(rec: &Value) -> bool {
-    rec["question"]["question"]["mode"] == "bench"
+fn is_bench_step(key: &str, rec: &Value) -> bool {
+    crate::foundation::records::StepRecord::from_json(rec, key)
+        .is_ok_and(|s| s.mode() == Some("bench"))
 }
 
 /// The directory git runs in: the working tree, or the git directory of a bare repository.
@@ -191,7 +192,7 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
             if !keys::is_key(&key) {
                 continue;
             }
-            if *kind == "bisect" && is_bench_step(&rec) {
+            if *kind == "bisect" && is_bench_step(&key, &rec) {
                 summary.not_shared += 1;
                 continue;
             }
@@ -199,7 +200,7 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
                 continue;
             };
             if *kind == "builds" {
-                for digest in store::referenced(&rec) {
+                for digest in crate::foundation::records::referenced_blobs(&rec) {
                     if let Ok(b) = store.get_blob(&digest) {
                         let oid = repo.blob(&b).map_err(git_err)?;
                         sent.insert(format!("objects/{digest}"), oid);
@@ -442,7 +443,7 @@ fn file_incoming(
             reject(summary, &name, problems.join("; "));
             continue;
         }
-        if kind == "bisect" && is_bench_step(&rec) {
+        if kind == "bisect" && is_bench_step(&key, &rec) {
             summary.not_shared += 1;
             continue;
         }

@@ -18,6 +18,7 @@ pub mod output;
 pub mod plot;
 pub mod process;
 pub mod recipe;
+pub mod records;
 pub mod runspec;
 pub mod spans;
 pub mod stats;

@@ -29,6 +29,15 @@ use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::fsutil::{self, WriteError};
 use crate::foundation::keys;
+use crate::foundation::records::{self, BuildRecord, ResultRecord};
+
+/// `recipes/NAME.json`: the key of the recipe's last build (for `build --explain`).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct LastBuild {
+    schema: u64,
+    recipe: String,
+    key: String,
+}
 
 /// The store schema this build reads and writes.
 pub const SCHEMA: u64 = 1;
@@ -126,6 +135,7 @@ pub struct VerifyReport {
 
 /// What `gc` removed.
 #[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct GcReport {
     /// Build records removed by `--keep-last`.
     pub records_removed: usize,
@@ -366,10 +376,14 @@ impl Store {
         if self.get_last(recipe).as_deref() == Some(key) {
             return Ok(());
         }
-        let v = json!({"schema": SCHEMA, "recipe": recipe, "key": key});
+        let v = LastBuild {
+            schema: SCHEMA,
+            recipe: recipe.to_string(),
+            key: key.to_string(),
+        };
         fsutil::write_atomic(
             &self.root.join("recipes").join(format!("{recipe}.json")),
-            v.to_string().as_bytes(),
+            serde_json::to_string(&v).expect("serialises").as_bytes(),
             true,
         )?;
         Ok(())
@@ -388,8 +402,9 @@ impl Store {
     /// The key of the last build of `recipe`, if any.
     pub fn get_last(&self, recipe: &str) -> Option<String> {
         let bytes = std::fs::read(self.root.join("recipes").join(format!("{recipe}.json"))).ok()?;
-        let v: Value = serde_json::from_slice(&bytes).ok()?;
-        v["key"].as_str().map(str::to_string)
+        serde_json::from_slice::<LastBuild>(&bytes)
+            .ok()
+            .map(|l| l.key)
     }
 
     fn files_in(dir: &Path) -> Vec<PathBuf> {
@@ -560,10 +575,14 @@ impl Store {
         let mut problems = Vec::new();
         match kind {
             "builds" => {
-                if keys::key_of(&rec["inputs"]) != key {
-                    problems.push("its inputs do not hash to its key".into());
+                match BuildRecord::from_json(rec, key) {
+                    Ok(b) if keys::key_of(&records::to_json(&b.inputs)) != key => {
+                        problems.push("its inputs do not hash to its key".into());
+                    }
+                    Ok(_) => {}
+                    Err(e) => problems.push(format!("does not read as a build record: {e}")),
                 }
-                for digest in referenced(rec) {
+                for digest in records::referenced_blobs(rec) {
                     if !has_object(&digest) {
                         problems.push(format!(
                             "references object {} that is missing or corrupt",
@@ -580,9 +599,13 @@ impl Store {
                 if keys::key_of(&content) != key {
                     problems.push("its content does not hash to its ID (edited?)".into());
                 }
+                if let Err(e) = ResultRecord::from_json(&content, key) {
+                    problems.push(format!("does not read as a result record: {e}"));
+                }
             }
-            "recipes" => match rec["key"].as_str() {
-                Some(k) if keys::is_key(k) => {
+            "recipes" => match serde_json::from_value::<LastBuild>(rec.clone()) {
+                Ok(LastBuild { key: k, .. }) if keys::is_key(&k) => {
+                    let k = k.as_str();
                     if !self.record_path("builds", k).exists() {
                         problems.push(format!(
                             "names build {} that is not in the store",
@@ -670,14 +693,18 @@ impl Store {
                 .collect();
             let mut by_recipe: std::collections::BTreeMap<String, Vec<(String, String, PathBuf)>> =
                 Default::default();
+            // A record that does not read is kept: it is not known to be an old build.
             for (key, path, parsed) in &records {
-                if let Ok(rec) = parsed {
-                    let recipe = rec["recipe"].as_str().unwrap_or_default().to_string();
-                    let at = rec["created-at"].as_str().unwrap_or_default().to_string();
-                    by_recipe
-                        .entry(recipe)
-                        .or_default()
-                        .push((at, key.clone(), path.clone()));
+                if let Some(rec) = parsed
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| BuildRecord::from_json(v, key).ok())
+                {
+                    by_recipe.entry(rec.recipe).or_default().push((
+                        rec.created_at,
+                        key.clone(),
+                        path.clone(),
+                    ));
                 }
             }
             for (_, mut builds) in by_recipe {
@@ -693,7 +720,7 @@ impl Store {
         let mut live = BTreeSet::new();
         for (_, _, parsed) in self.records("builds") {
             if let Ok(rec) = parsed {
-                live.extend(referenced(&rec));
+                live.extend(records::referenced_blobs(&rec));
             }
         }
         for (name, path) in self.objects() {
@@ -758,23 +785,6 @@ fn tree_len(p: &Path) -> u64 {
     }
 }
 
-/// Every blob digest a record references (`"sha256"` fields anywhere under `outputs` and
-/// `log-sha256`).
-pub fn referenced(rec: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(outputs) = rec["outputs"].as_object() {
-        for o in outputs.values() {
-            if let Some(d) = o["sha256"].as_str() {
-                out.push(d.to_string());
-            }
-        }
-    }
-    if let Some(d) = rec["log-sha256"].as_str() {
-        out.push(d.to_string());
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -806,14 +816,14 @@ mod tests {
         let (_d, s) = store();
         let used = s.put_blob(b"artifact").unwrap();
         let orphan = s.put_blob(b"orphan").unwrap();
-        let inputs = json!({"x": 1});
-        let key = keys::key_of(&inputs);
-        s.put_record(
-            "builds",
-            &key,
-            &json!({"inputs": inputs, "recipe": "r", "outputs": {"ptx": {"sha256": used}}}),
-        )
-        .unwrap();
+        let path = format!(
+            "{}/tests/fixtures/records/build-ok.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut rec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        rec["outputs"] = json!({"ptx": {"sha256": used, "bytes": 8}});
+        let key = rec["key"].as_str().unwrap().to_string();
+        s.put_record("builds", &key, &rec).unwrap();
         let r = s.verify();
         assert_eq!((r.objects, r.records, r.problems.len()), (2, 1, 0));
 
@@ -830,6 +840,22 @@ mod tests {
         let g = s.gc(None).unwrap();
         assert_eq!(g.objects_removed, 2);
         assert!(!s.blob_path(&orphan).exists());
+
+        // A build record that does not read as one is reported, and keeps its objects.
+        let kept = s.put_blob(b"kept").unwrap();
+        let odd = json!({"inputs": {"x": 1}, "recipe": "r", "outputs": {"ptx": {"sha256": kept}}});
+        let odd_key = keys::key_of(&odd["inputs"]);
+        s.put_record("builds", &odd_key, &odd).unwrap();
+        let r = s.verify();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.what.contains("does not read as a build record")),
+            "{:?}",
+            r.problems
+        );
+        s.gc(None).unwrap();
+        assert!(s.blob_path(&kept).exists());
     }
 
     #[test]

@@ -115,21 +115,7 @@ pub fn short(oid: Oid) -> String {
     oid.to_string()[..12].to_string()
 }
 
-/// What a report says about a commit.
-#[derive(Clone, Debug, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct CommitInfo {
-    /// The full hash.
-    pub hash: String,
-    /// The author's name and email.
-    pub author: String,
-    /// Author date (RFC 3339, UTC).
-    pub date: String,
-    /// The first line of the message.
-    pub subject: String,
-    /// Files changed, insertions and deletions against the first parent.
-    pub diffstat: String,
-}
+pub use crate::foundation::records::CommitInfo;
 
 /// A commit's subject line, without the cost of a diffstat.
 pub fn subject(repo: &Repository, oid: Oid) -> Result<String, HistoryError> {

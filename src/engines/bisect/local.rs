@@ -23,12 +23,13 @@ use super::run::{
     BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
 };
 use super::search::Answer;
-use crate::engines::bench::{self, Settings};
+use crate::engines::bench;
 use crate::engines::build::inputs::{self, InputError};
 use crate::engines::build::{self, BuildError, Options};
 use crate::foundation::keys;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::recipe::{self, Build, Recipe};
+use crate::foundation::records::{SamplesRecord, Settings, StepRecord};
 use crate::foundation::store::Store;
 
 /// State the workers of one bisection share: how blobs are fetched, the whole-tree
@@ -295,7 +296,7 @@ impl<'a> Ctx<'a> {
             source: e.into(),
         })?;
         let key = self.step_key(files.tree_id());
-        let Ok(Some(rec)) = self.store.get_record(STEPS, &key) else {
+        let Some(rec) = stored_step(&self.store, &key) else {
             return Ok(None);
         };
         let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
@@ -303,7 +304,7 @@ impl<'a> Ctx<'a> {
             source: e.into(),
         })?;
         let mut step = Step::new(index, oid, subject);
-        fill_from_record(&rec, &mut step);
+        fill_from_record(rec, &mut step);
         step.cached = true;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(Some(step))
@@ -350,19 +351,14 @@ impl<'a> Ctx<'a> {
             }
             Err(StepFail::Abort(e)) => return Err(e),
         };
-        step.verdict = match answer {
-            Answer::Good => "good",
-            Answer::Bad => "bad",
-            Answer::Skip => "skip",
-        }
-        .into();
+        step.verdict = answer;
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         let recipe_text = match &self.plan.recipe {
             Some(RecipeSource::Fixed(r)) => Some(r.text.as_str()),
             _ => None,
         };
-        let rec = step_record(&key, &step, self.question_json(), recipe_text);
+        let rec = step_record(&key, &step, answer, self.question_json(), recipe_text);
         if keep {
             self.store
                 .put_record(STEPS, &key, &rec)
@@ -543,33 +539,51 @@ impl<'a> Ctx<'a> {
 pub(crate) fn step_record(
     key: &str,
     step: &Step,
+    answer: Answer,
     question: Value,
     recipe_text: Option<&str>,
 ) -> Value {
-    json!({"schema": 1, "key": key, "commit": step.commit, "subject": step.subject, "verdict": step.verdict, "detail": step.detail,
-        "note": step.note, "median": step.median, "p": step.p, "attempts": step.attempts, "ratio": step.ratio.map(|r| [r.0, r.1, r.2]), "samples": step.samples,
-        "question": question, "recipe-text": recipe_text})
+    crate::foundation::records::to_json(&StepRecord {
+        schema: crate::foundation::records::SCHEMA,
+        key: key.to_string(),
+        commit: step.commit.clone(),
+        subject: step.subject.clone(),
+        verdict: answer,
+        detail: step.detail.clone(),
+        note: step.note.clone(),
+        median: step.median,
+        p: step.p,
+        attempts: step.attempts,
+        ratio: step.ratio.map(|r| [r.0, r.1, r.2]),
+        samples: step.samples.clone(),
+        question,
+        recipe_text: recipe_text.map(str::to_string),
+    })
+}
+
+/// A stored step's record, if there is one that reads (another schema, or damage: the step
+/// is evaluated again).
+pub(crate) fn stored_step(
+    store: &crate::foundation::store::Store,
+    key: &str,
+) -> Option<StepRecord> {
+    store
+        .get_record(STEPS, key)
+        .ok()
+        .flatten()
+        .and_then(|v| StepRecord::from_json(&v, key).ok())
 }
 
 /// A step's answer read back from its store record.
-pub(crate) fn fill_from_record(rec: &Value, step: &mut Step) {
-    step.verdict = rec["verdict"].as_str().unwrap_or("skip").to_string();
-    step.detail = rec["detail"].as_str().map(str::to_string);
-    step.note = rec["note"].as_str().map(str::to_string);
-    step.median = rec["median"].as_f64();
-    step.p = rec["p"].as_f64();
-    step.attempts = rec["attempts"].as_u64().unwrap_or(0) as usize;
-    step.ratio = rec["ratio"].as_array().map(|a| {
-        (
-            a[0].as_f64().unwrap_or(0.0),
-            a[1].as_f64().unwrap_or(0.0),
-            a[2].as_f64().unwrap_or(0.0),
-        )
-    });
-    step.samples = rec["samples"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default();
+pub(crate) fn fill_from_record(rec: StepRecord, step: &mut Step) {
+    step.verdict = rec.verdict;
+    step.detail = rec.detail;
+    step.note = rec.note;
+    step.median = rec.median;
+    step.p = rec.p;
+    step.attempts = rec.attempts;
+    step.ratio = rec.ratio.map(|[a, b, c]| (a, b, c));
+    step.samples = rec.samples;
 }
 
 /// What a check or bench step makes of a finished build (its own, or one a child process
@@ -630,7 +644,7 @@ pub(crate) fn answer_built(
                 return Ok((Answer::Skip, Some("no loadable artifact".into())));
             };
             let settings = Settings {
-                mode: crate::engines::gpurun::Mode::Cold,
+                mode: crate::foundation::records::Mode::Cold,
                 max_noise: 0.005,
                 min_samples: 1,
                 max_samples: 1,
@@ -647,12 +661,13 @@ pub(crate) fn answer_built(
                 let report = bench::run_child(&p.job, timeout)
                     .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
                 let (v, d) = bench::verdict(&report);
-                if v != "ok" {
+                if v != crate::foundation::records::ResultVerdict::Ok {
                     return Ok((
                         Answer::Bad,
                         Some(format!(
-                            "{v} at {}: {}",
-                            bench::params_text(&bench::params_json(&p.params)),
+                            "{} at {}: {}",
+                            v.word(),
+                            crate::foundation::records::params_text(&bench::params_json(&p.params)),
                             d.unwrap_or_default()
                         )),
                     ));
@@ -703,17 +718,18 @@ pub(crate) fn answer_built(
                         .get_record(SAMPLES, &exp)
                         .ok()
                         .flatten()
-                        .and_then(|r| {
-                            r["samples"]
-                                .as_array()
-                                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                        })
+                        .and_then(|v| SamplesRecord::from_json(&v, &exp).ok())
+                        .map(|r| r.samples)
                         .unwrap_or_default();
                     while cached.len() < taken + n {
                         let report = bench::run_child(&job, timeout)?;
                         let (verdict, detail) = bench::verdict(&report);
-                        if verdict != "ok" {
-                            return Err(format!("{verdict}: {}", detail.unwrap_or_default()));
+                        if verdict != crate::foundation::records::ResultVerdict::Ok {
+                            return Err(format!(
+                                "{}: {}",
+                                verdict.word(),
+                                detail.unwrap_or_default()
+                            ));
                         }
                         cached.push(
                             crate::foundation::stats::median(&report.samples_us)
@@ -722,7 +738,11 @@ pub(crate) fn answer_built(
                         let _ = store.put_record(
                             SAMPLES,
                             &exp,
-                            &json!({"schema": 1, "experiment": exp, "samples": cached}),
+                            &crate::foundation::records::to_json(&SamplesRecord {
+                                schema: crate::foundation::records::SCHEMA,
+                                experiment: exp.clone(),
+                                samples: cached.clone(),
+                            }),
                         );
                     }
                     let out = cached[taken..taken + n].to_vec();
@@ -1064,7 +1084,7 @@ impl LocalExecutor {
             fetched: std::cell::Cell::new(0),
         };
         let s = ctx.evaluate(index, commit)?;
-        if s.verdict != "good" || s.samples.is_empty() {
+        if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(BisectError::Fatal {
                 commit: history::short(commit),
                 source: anyhow::anyhow!(
@@ -1148,7 +1168,7 @@ impl LocalExecutor {
             if let Some(place) = &s.placement {
                 s.by_place = BTreeMap::from([(place.clone(), s.samples.clone())]);
             }
-            if req.baseline.is_none() && s.verdict == "good" && !s.samples.is_empty() {
+            if req.baseline.is_none() && s.verdict == Answer::Good && !s.samples.is_empty() {
                 self.baselines
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1282,14 +1302,14 @@ fn combine(req: &StepRequest, parts: &[Step]) -> Step {
         )
     };
     if parts.iter().all(|p| p.verdict == first.verdict) {
-        s.verdict = first.verdict.clone();
-        s.detail = match first.verdict.as_str() {
-            "good" if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
-            "good" => None,
+        s.verdict = first.verdict;
+        s.detail = match first.verdict {
+            Answer::Good if req.baseline.is_none() => Some("the baseline, on each GPU".into()),
+            Answer::Good => None,
             _ => Some(parts.iter().map(each).collect::<Vec<_>>().join("; ")),
         };
     } else {
-        s.verdict = "skip".into();
+        s.verdict = Answer::Skip;
         s.detail = Some(format!(
             "the GPUs disagree, each against its own baseline: {}",
             parts.iter().map(each).collect::<Vec<_>>().join("; ")

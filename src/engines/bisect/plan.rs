@@ -3,18 +3,17 @@
 //! bisection's errors. The driver ([`super::run`]) and the executors ([`super::local`],
 //! [`super::slurm`]) share these types; none of them is defined by another's module.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use git2::Oid;
 use serde_json::{Value, json};
 
 use super::decide::Direction;
-use crate::engines::bench::{Metric, Settings};
+use crate::engines::bench::Metric;
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::recipe::Recipe;
+use crate::foundation::records::Settings;
 
 /// The store directory of step answers.
 pub const STEPS: &str = "bisect";
@@ -126,72 +125,7 @@ impl Plan {
     }
 }
 
-/// One evaluated commit: the typed step record an [`Executor`](super::executor::Executor)
-/// returns.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Step {
-    /// Its position (0 = the older end).
-    pub index: usize,
-    /// The commit.
-    pub commit: String,
-    /// Its subject line.
-    pub subject: String,
-    /// good, bad or skip (in the terms of the question: for --find fixed, "bad" is the old state).
-    pub verdict: String,
-    /// Why, for bad and skip.
-    pub detail: Option<String>,
-    /// What the step had to do to test this commit (a moved source, fetched blobs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// Whether the answer came from the store.
-    pub cached: bool,
-    /// Bench: the median of the per-process medians.
-    pub median: Option<f64>,
-    /// Bench: ratio to the baseline and its interval.
-    pub ratio: Option<(f64, f64, f64)>,
-    /// Bench: p-value against the baseline.
-    pub p: Option<f64>,
-    /// Bench: processes measured.
-    pub attempts: usize,
-    /// Wall time of this step (ms).
-    pub ms: f64,
-    /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
-    /// steps' samples are compared directly only when they name the same place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<String>,
-    /// Bench: the per-process medians (kept in the step record; the good end's are the
-    /// baseline of every comparison, also when the bisection is resumed).
-    #[serde(skip)]
-    pub samples: Vec<f64>,
-    /// Bench: the samples by the place that took them (one place, or one per GPU of a
-    /// step spread over several): only samples of one place are ever compared.
-    #[serde(skip)]
-    pub by_place: BTreeMap<String, Vec<f64>>,
-}
-
-impl Step {
-    /// A step not yet evaluated.
-    pub(crate) fn new(index: usize, commit: Oid, subject: String) -> Self {
-        Step {
-            index,
-            commit: commit.to_string(),
-            subject,
-            verdict: String::new(),
-            detail: None,
-            note: None,
-            cached: false,
-            median: None,
-            ratio: None,
-            p: None,
-            attempts: 0,
-            ms: 0.0,
-            placement: None,
-            samples: Vec::new(),
-            by_place: BTreeMap::new(),
-        }
-    }
-}
+pub use crate::foundation::records::{Recheck, Step};
 
 /// Why a bisection stopped without a result.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use git2::{Oid, Repository};
-use serde_json::{Value, json};
 
 use super::decide::{self, Decision};
 use super::executor::{Executor, StepRequest};
@@ -21,7 +20,7 @@ use super::search::{Answer, Next, Outcome, Search};
 use crate::foundation::store::Store;
 
 pub use super::plan::{
-    BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
+    BenchQuestion, BisectError, Event, Plan, Question, Recheck, RecipeSource, SAMPLES, STEPS, Step,
 };
 
 /// The whole result.
@@ -37,7 +36,7 @@ pub struct Report {
     /// Evaluations that were not answered from the store.
     pub evaluated: usize,
     /// Bench: the culprit re-checked against its parent.
-    pub recheck: Option<Value>,
+    pub recheck: Option<Recheck>,
 }
 
 /// Checks `--paths` against both ends before any step runs: a pathspec that cannot be
@@ -188,11 +187,7 @@ pub fn drive(
             a
         }
     };
-    let raw = |s: &Step| match s.verdict.as_str() {
-        "good" => Answer::Good,
-        "bad" => Answer::Bad,
-        _ => Answer::Skip,
-    };
+    let raw = |s: &Step| s.verdict;
     let mut steps: BTreeMap<usize, Step> = BTreeMap::new();
     let mut evaluated = 0;
     let width = executor.width().max(1);
@@ -369,7 +364,7 @@ fn keep_going(
 ) -> Result<Step, BisectError> {
     match result {
         Err(BisectError::Fatal { commit, source }) if plan.keep_going => Ok(Step {
-            verdict: "skip".into(),
+            verdict: Answer::Skip,
             detail: Some(format!("cannot evaluate {commit}: {source:#}")),
             ..Step::new(req.index, req.commit, executor.subject(req.commit))
         }),
@@ -388,13 +383,17 @@ fn recheck(
     index: usize,
     steps: &BTreeMap<usize, Step>,
     events: &(dyn Fn(Event<'_>) + Sync),
-) -> Result<Option<Value>, BisectError> {
+) -> Result<Option<Recheck>, BisectError> {
     let (Some(parent), Some(culprit)) = (steps.get(&(index - 1)), steps.get(&index)) else {
         return Ok(None);
     };
-    let verdict = |ratio: f64, ci: (f64, f64), p: f64, confirmed: bool| {
-        json!({"culprit": commits[index].to_string(), "parent": commits[index - 1].to_string(),
-               "ratio": ratio, "ratio-ci": [ci.0, ci.1], "p": p, "confirmed": confirmed})
+    let verdict = |ratio: f64, ci: (f64, f64), p: f64, confirmed: bool| Recheck {
+        culprit: commits[index].to_string(),
+        parent: commits[index - 1].to_string(),
+        ratio,
+        ratio_ci: [ci.0, ci.1],
+        p,
+        confirmed,
     };
     // Samples of the same place on both sides: each place decides, and the culprit is
     // confirmed when every one finds it worse.
@@ -440,7 +439,7 @@ fn recheck(
         &quiet,
     )?;
     Ok(match (s.ratio, s.p) {
-        (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == "bad")),
+        (Some((r, lo, hi)), Some(p)) => Some(verdict(r, (lo, hi), p, s.verdict == Answer::Bad)),
         _ => None,
     })
 }
@@ -450,7 +449,7 @@ mod tests {
     //! The driver over a fake executor: no git, no store, no processes.
     use super::super::decide::Direction;
     use super::*;
-    use crate::engines::bench::Settings;
+    use crate::foundation::records::Settings;
     use std::sync::Mutex;
     use std::time::Duration;
 
@@ -494,7 +493,7 @@ mod tests {
             self.seen.lock().unwrap().push(*req);
             let verdict = (self.answer)(req)?;
             let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
-            s.verdict = verdict.into();
+            s.verdict = answer_of(verdict);
             s.placement = (self.placement)(req);
             if matches!(verdict, "good" | "bad") {
                 s.samples = vec![1.0, 1.0, 1.0];
@@ -508,6 +507,15 @@ mod tests {
         }
         fn subject(&self, _commit: Oid) -> String {
             "a subject".into()
+        }
+    }
+
+    /// The answer a test's word stands for.
+    fn answer_of(word: &str) -> Answer {
+        match word {
+            "good" => Answer::Good,
+            "bad" => Answer::Bad,
+            _ => Answer::Skip,
         }
     }
 
@@ -547,7 +555,7 @@ mod tests {
             command: None,
             params: Vec::new(),
             settings: Settings {
-                mode: crate::engines::gpurun::Mode::Cold,
+                mode: crate::foundation::records::Mode::Cold,
                 max_noise: 0.005,
                 min_samples: 10,
                 max_samples: 100,
@@ -712,7 +720,7 @@ mod tests {
         let fake = Fake::new(1, answer);
         let r = drive(&fake, &p, &commits(21), &|_| {}).unwrap();
         let s = r.steps.iter().find(|s| s.index == 10).unwrap();
-        assert_eq!(s.verdict, "skip");
+        assert_eq!(s.verdict, Answer::Skip);
         assert_eq!(s.subject, "a subject");
         assert!(s.detail.as_deref().unwrap().contains("the disk is full"));
     }
@@ -772,7 +780,7 @@ mod tests {
         ) -> Result<Step, BisectError> {
             let mut s = Step::new(req.index, req.commit, format!("commit {}", req.index));
             if let Some(v) = self.log.lock().unwrap().get(&req.index) {
-                s.verdict = (*v).into();
+                s.verdict = answer_of(v);
                 s.cached = true;
                 return Ok(s);
             }
@@ -790,7 +798,7 @@ mod tests {
                 "good"
             };
             self.log.lock().unwrap().insert(req.index, v);
-            s.verdict = v.into();
+            s.verdict = answer_of(v);
             Ok(s)
         }
     }

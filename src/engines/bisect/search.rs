@@ -14,39 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-/// What evaluating one commit said about it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Answer {
-    /// The property holds (builds, check passes, benchmark not slower).
-    Good,
-    /// The property is broken.
-    Bad,
-    /// The commit cannot be evaluated (an unrelated build break, a missing file, ...).
-    Skip,
-}
-
-/// How a finished search ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "kind")]
-pub enum Outcome {
-    /// `index` is the first bad commit: it answered Bad and `index - 1` answered Good.
-    FirstBad {
-        /// The first bad commit.
-        index: usize,
-    },
-    /// The first bad commit is one of `first..=last`: `first - 1` answered Good, `last`
-    /// answered Bad and every commit in between was skipped, so nothing can tell them apart
-    /// (git bisect's "There are only 'skip'ped commits left to test").
-    Untestable {
-        /// The earliest candidate (the commit after the last good one).
-        first: usize,
-        /// The latest candidate (the earliest commit known bad).
-        last: usize,
-    },
-}
+pub use crate::foundation::records::{Answer, Outcome};
 
 /// What the caller should do next.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,10 +24,11 @@ use super::decide::Direction;
 use super::executor::{Executor, StepRequest};
 use super::history;
 use super::run::{BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step};
-use crate::engines::bench::{Metric, Settings};
+use crate::engines::bench::Metric;
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::records::Settings;
 use crate::foundation::store::Store;
 
 /// The schema of request and result files.

@@ -471,43 +471,7 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
     })
 }
 
-/// The result of a check or bench bisection over releases.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct DrivenReport {
-    /// Always 1.
-    pub schema: u32,
-    /// `toolchain-bisection`.
-    pub kind: &'static str,
-    /// The recipe.
-    pub recipe: String,
-    /// check or bench.
-    pub mode: Question,
-    /// nvrtc or nvcc.
-    pub family: Family,
-    /// The releases searched, oldest first (FROM..TO).
-    pub releases: Vec<String>,
-    /// Where the release list came from.
-    pub releases_from: String,
-    /// The commit held fixed (HEAD; the working tree is what is built).
-    pub commit: Option<String>,
-    /// The search's outcome (indices into `releases`).
-    pub outcome: Outcome,
-    /// The first release that fails the check or is slower, when pinned down.
-    pub first_bad: Option<String>,
-    /// The release before it.
-    pub last_good: Option<String>,
-    /// Releases that could not be told apart (all skipped), when not pinned down.
-    pub undecided: Vec<String>,
-    /// Steps not answered from the store.
-    pub evaluated: usize,
-    /// Every step, oldest release first (`commit` holds the release's spec).
-    pub steps: Vec<RunStep>,
-    /// Bench: the first bad release measured against the one before it.
-    pub recheck: Option<Value>,
-    /// The wheels each evaluated release was installed from, with their sha256.
-    pub wheels: BTreeMap<String, Vec<install::InstalledWheel>>,
-}
+pub use crate::foundation::records::ToolchainBisectRecord as DrivenReport;
 
 /// A check or bench bisection over releases, by the commit bisection's driver.
 pub fn bisect_driven(
@@ -530,8 +494,8 @@ pub fn bisect_driven(
         plan.range.to
     )));
     let mode = match question {
-        run::Question::Bench(_) => Question::Bench,
-        _ => Question::Check,
+        run::Question::Bench(_) => "bench",
+        _ => "check",
     };
     let run_plan = run::Plan {
         recipe: Some(run::RecipeSource::Fixed(Box::new(recipe.clone()))),
@@ -586,9 +550,9 @@ pub fn bisect_driven(
     }
     let mut recheck = report.recheck;
     if let Some(r) = recheck.as_mut() {
-        for k in ["culprit", "parent"] {
-            if let Some(l) = r[k].as_str().and_then(label) {
-                r[k] = json!(l);
+        for c in [&mut r.culprit, &mut r.parent] {
+            if let Some(l) = label(c) {
+                *c = l;
             }
         }
     }
@@ -606,10 +570,10 @@ pub fn bisect_driven(
     };
     Ok(DrivenReport {
         schema: 1,
-        kind: "toolchain-bisection",
+        kind: "toolchain-bisection".into(),
         recipe: plan.recipe.clone(),
-        mode,
-        family: fam,
+        mode: mode.into(),
+        family: fam.name().into(),
         releases_from,
         commit: crate::foundation::git::head_commit(plan.root),
         outcome: report.outcome,
@@ -621,6 +585,10 @@ pub fn bisect_driven(
         recheck,
         wheels: ex.wheels(),
         releases: list,
+        question: None,
+        created_at: None,
+        repro_version: None,
+        key: None,
     })
 }
 
@@ -684,9 +652,15 @@ fn evaluate(
         }
     };
     let code = out.status.code().unwrap_or(-1);
-    let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    // What `repro build --json` prints: the outcome of each target's build.
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        builds: Vec<crate::engines::build::Outcome>,
+    }
+    let builds = serde_json::from_slice::<Reply>(&out.stdout)
+        .map(|r| r.builds)
+        .unwrap_or_default();
     let wheels = done.installed.stamp.wheels;
-    let builds = reply["builds"].as_array().cloned().unwrap_or_default();
     if builds.is_empty() {
         // No build ran: the child failed before compiling (an environment problem).
         let why = first_line(&out.stderr_str())
@@ -703,7 +677,7 @@ fn evaluate(
     }
     let mut per_target = BTreeMap::new();
     for (t, b) in plan.targets.iter().zip(&builds) {
-        let ok = b["status"] == "ok";
+        let ok = b.status == "ok";
         let answer = if ok { Answer::Good } else { Answer::Bad };
         per_target.insert(
             t.clone(),
@@ -713,9 +687,9 @@ fn evaluate(
                     release: release.to_string(),
                     target: t.clone(),
                     verdict: if ok { "good" } else { "bad" },
-                    key: b["key"].as_str().map(str::to_string),
-                    cached: b["cached"] == true,
-                    detail: (!ok).then(|| first_error(b["log"].as_str().unwrap_or_default())),
+                    key: Some(b.key.clone()),
+                    cached: b.cached,
+                    detail: (!ok).then(|| first_error(&b.log)),
                 },
             ),
         );
@@ -982,7 +956,7 @@ impl<'a> ReleaseExecutor<'a> {
             }
         };
         let s = self.evaluate(index, None, &quiet)?;
-        if s.verdict != "good" || s.samples.is_empty() {
+        if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(self.fatal(
                 index,
                 anyhow::anyhow!("the baseline could not be measured: it is {}", s.verdict),
@@ -1019,7 +993,7 @@ impl<'a> ReleaseExecutor<'a> {
                 let place = format!("GPU {}", self.device);
                 step.by_place = BTreeMap::from([(place.clone(), step.samples.clone())]);
                 step.placement = Some(place);
-                if baseline.is_none() && step.verdict == "good" && !step.samples.is_empty() {
+                if baseline.is_none() && step.verdict == Answer::Good && !step.samples.is_empty() {
                     self.baselines
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -1028,8 +1002,8 @@ impl<'a> ReleaseExecutor<'a> {
             }
             step
         };
-        if let Ok(Some(rec)) = self.store.get_record(run::STEPS, &key) {
-            local::fill_from_record(&rec, &mut step);
+        if let Some(rec) = local::stored_step(&self.store, &key) {
+            local::fill_from_record(rec, &mut step);
             step.cached = true;
             step.ms = start.elapsed().as_secs_f64() * 1e3;
             let step = finish(step);
@@ -1040,7 +1014,7 @@ impl<'a> ReleaseExecutor<'a> {
             Built::Done(o, _) => o,
             Built::Untestable(why, _) => {
                 // Not stored: another run (with the cause fixed) may be able to test it.
-                step.verdict = "skip".into();
+                step.verdict = Answer::Skip;
                 step.detail = Some(why.clone());
                 step.ms = start.elapsed().as_secs_f64() * 1e3;
                 let step = finish(step);
@@ -1081,17 +1055,17 @@ impl<'a> ReleaseExecutor<'a> {
             Err(StepFail::Fatal(e)) => return Err(self.fatal(index, e)),
             Err(StepFail::Abort(e)) => return Err(e),
         };
-        step.verdict = match answer {
-            Answer::Good => "good",
-            Answer::Bad => "bad",
-            Answer::Skip => "skip",
-        }
-        .into();
+        step.verdict = answer;
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
         if keep {
-            let rec =
-                local::step_record(&key, &step, self.question_json(), Some(&self.recipe.text));
+            let rec = local::step_record(
+                &key,
+                &step,
+                answer,
+                self.question_json(),
+                Some(&self.recipe.text),
+            );
             self.store
                 .put_record(run::STEPS, &key, &rec)
                 .map_err(|e| self.fatal(index, e.into()))?;

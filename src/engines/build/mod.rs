@@ -20,11 +20,9 @@ use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::recipe::{Build, Recipe};
+use crate::foundation::records::{self, BuildInputs, BuildRecord, BuildStatus};
 use crate::foundation::store::{Store, StoreError};
 use inputs::InputError;
-
-/// The build-record schema.
-pub const SCHEMA: u64 = 1;
 
 /// How to build.
 #[derive(Clone, Debug, Default)]
@@ -277,14 +275,13 @@ fn compiler(
 /// The part of a build key that comes from the tree and the recipe alone (its `build` and
 /// `files` members), computed without compiling or running anything: replay compares it
 /// with a record's before it lets any compiler or command near the tree.
-pub fn source_inputs(root: &Path, recipe: &Recipe) -> Result<Value, BuildError> {
+pub fn source_inputs(root: &Path, recipe: &Recipe) -> Result<BuildInputs, BuildError> {
     let mut recipe = recipe.clone();
     recipe
         .resolve_env()
         .map_err(|source| BuildError::Recipe { source })?;
     let inputs = collect(root, &recipe)?;
-    let v = key_inputs(&recipe, &inputs.files, &Value::Null, None);
-    Ok(json!({"build": v["build"], "files": v["files"]}))
+    Ok(key_inputs(&recipe, &inputs.files, &Value::Null, None))
 }
 
 /// The JSON whose canonical hash is the build key.
@@ -293,22 +290,18 @@ pub fn key_inputs(
     files: &BTreeMap<String, Vec<u8>>,
     compiler: &Value,
     nix: Option<&crate::foundation::nix::ShellInfo>,
-) -> Value {
-    let digests: BTreeMap<&String, String> = files
-        .iter()
-        .map(|(k, v)| (k, keys::sha256_hex(v)))
-        .collect();
-    let mut v = json!({
-        "schema": SCHEMA,
-        "build": recipe.canonical_build(),
-        "files": digests,
-        "compiler": compiler,
-    });
-    // Host builds have no "nix" member at all, so their keys do not depend on Nix.
-    if let Some(info) = nix {
-        v["nix"] = info.key_json();
+) -> BuildInputs {
+    BuildInputs {
+        schema: records::SCHEMA,
+        build: recipe.canonical_build(),
+        files: files
+            .iter()
+            .map(|(k, v)| (k.clone(), keys::sha256_hex(v)))
+            .collect(),
+        compiler: compiler.clone(),
+        // Host builds have no "nix" member at all, so their keys do not depend on Nix.
+        nix: nix.map(crate::foundation::nix::ShellInfo::key_json),
     }
-    v
 }
 
 /// Which of `entries` the artifacts do not contain. Entries are names as written in the
@@ -333,80 +326,6 @@ pub fn missing_entries(entries: &[String], outputs: &[(String, Vec<u8>)]) -> Vec
         .filter(|e| crate::foundation::symbols::resolve(e, &symbols).is_err())
         .cloned()
         .collect()
-}
-
-/// Lists what differs between two sets of key inputs, in words.
-pub fn explain(old: &Value, new: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let (ob, nb) = (&old["build"], &new["build"]);
-    let fields: std::collections::BTreeSet<&String> = ob
-        .as_object()
-        .into_iter()
-        .chain(nb.as_object())
-        .flat_map(|m| m.keys())
-        .collect();
-    for f in fields {
-        if ob[f] != nb[f] {
-            out.push(format!("recipe: `{f}` changed from {} to {}", ob[f], nb[f]));
-        }
-    }
-    let (of, nf) = (&old["files"], &new["files"]);
-    let names: std::collections::BTreeSet<&String> = of
-        .as_object()
-        .into_iter()
-        .chain(nf.as_object())
-        .flat_map(|m| m.keys())
-        .collect();
-    for n in names {
-        match (of.get(n), nf.get(n)) {
-            (Some(a), Some(b)) if a != b => out.push(format!("file {n} changed")),
-            (None, Some(_)) => out.push(format!("file {n} is a new input")),
-            (Some(_), None) => out.push(format!("file {n} is no longer an input")),
-            _ => {}
-        }
-    }
-    let (oc, nc) = (&old["compiler"], &new["compiler"]);
-    if oc != nc {
-        let describe = |c: &Value| {
-            let lib = c["library-sha256"]
-                .as_str()
-                .map(|s| format!(", library {}", keys::short(s)))
-                .unwrap_or_default();
-            format!(
-                "{} {}{lib}",
-                c["name"].as_str().unwrap_or("?"),
-                c["version"].as_str().unwrap_or("")
-            )
-        };
-        out.push(format!(
-            "compiler changed: {} -> {}",
-            describe(oc),
-            describe(nc)
-        ));
-    }
-    if old["nix"] != new["nix"] {
-        let describe = |n: &Value| match n {
-            Value::Null => "the host".to_string(),
-            n => format!("the Nix shell {}", n["shell-drv"].as_str().unwrap_or("?")),
-        };
-        let lock_changed = !old["nix"].is_null()
-            && !new["nix"].is_null()
-            && old["nix"]["flake-lock-sha256"] != new["nix"]["flake-lock-sha256"];
-        if lock_changed {
-            out.push("flake.lock changed".into());
-        }
-        if old["nix"]["shell-drv"] != new["nix"]["shell-drv"] {
-            out.push(format!(
-                "build environment changed: {} -> {}",
-                describe(&old["nix"]),
-                describe(&new["nix"])
-            ));
-        }
-    }
-    if old["schema"] != new["schema"] {
-        out.push("the build-key schema changed (a newer repro)".into());
-    }
-    out
 }
 
 fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String, OutputInfo) {
@@ -456,14 +375,17 @@ pub fn build(
     let inputs = collect(root, recipe)?;
     let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref())?;
     let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
-    let key = keys::key_of(&key_in);
+    let key = keys::key_of(&records::to_json(&key_in));
 
     let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
         None => vec!["no earlier build of this recipe to compare with".to_string()],
         Some(last) if last == key => vec!["nothing changed since the last build".to_string()],
-        Some(last) => match store.get_record("builds", &last) {
+        Some(last) => match store
+            .get_record(records::BUILDS, &last)
+            .map(|r| r.and_then(|v| BuildRecord::from_json(&v, &last).ok()))
+        {
             Ok(Some(rec)) => {
-                let changes = explain(&rec["inputs"], &key_in);
+                let changes = rec.inputs.explain(&key_in);
                 if changes.is_empty() {
                     vec!["the key differs but no input does (a record from another repro?)".into()]
                 } else {
@@ -478,7 +400,7 @@ pub fn build(
     });
 
     let mut repaired = Vec::new();
-    let existing = match store.get_record("builds", &key) {
+    let existing = match store.get_record(records::BUILDS, &key) {
         // A damaged record (truncated by a crash, edited by hand) is moved aside and the
         // build runs again, rather than blocking this key until someone passes --force.
         Err(StoreError::Corrupt { path, what }) => {
@@ -492,13 +414,16 @@ pub fn build(
         }
         other => other?,
     };
+    // A record this repro cannot read (another schema, a field of the wrong type) is built
+    // again and replaced.
+    let existing = existing.and_then(|v| BuildRecord::from_json(&v, &key).ok());
     if !opts.force
         && let Some(rec) = existing
     {
         let mut outputs = BTreeMap::new();
         let mut intact = true;
-        for (name, o) in rec["outputs"].as_object().into_iter().flatten() {
-            let digest = o["sha256"].as_str().unwrap_or_default();
+        for (name, o) in &rec.outputs {
+            let digest = o.sha256.as_str();
             match store.get_blob(digest) {
                 Ok(b) => {
                     outputs.insert(name.clone(), output_info(store, name, digest, b.len()).1);
@@ -516,14 +441,10 @@ pub fn build(
             return Ok(Outcome {
                 recipe: recipe.name.clone(),
                 key,
-                status: if rec["status"] == "ok" {
-                    "ok".into()
-                } else {
-                    "failed".into()
-                },
+                status: rec.status.word().into(),
                 cached: true,
                 outputs,
-                log: rec["log"].as_str().unwrap_or_default().to_string(),
+                log: rec.log.clone(),
                 duration_ms: start.elapsed().as_secs_f64() * 1e3,
                 explain: explanation,
                 repaired,
@@ -581,55 +502,69 @@ pub fn build(
     });
 
     let mut outputs = BTreeMap::new();
-    let mut out_json = serde_json::Map::new();
+    let mut out_refs = BTreeMap::new();
     let (status, log) = match compiled {
         Ok((arts, log)) => {
             for (name, bytes) in arts {
                 let digest = store.put_blob(&bytes)?;
-                out_json.insert(
+                out_refs.insert(
                     name.clone(),
-                    json!({"sha256": digest, "bytes": bytes.len()}),
+                    records::OutputRef {
+                        sha256: digest.clone(),
+                        bytes: bytes.len() as u64,
+                    },
                 );
                 let (n, info) = output_info(store, &name, &digest, bytes.len());
                 outputs.insert(n, info);
             }
-            ("ok", log)
+            (BuildStatus::Ok, log)
         }
-        Err(log) => ("failed", log),
+        Err(log) => (BuildStatus::Failed, log),
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1e3;
-    let record = json!({
-        "schema": SCHEMA,
-        "kind": "build",
-        "key": key,
-        "recipe": recipe.name,
-        "recipe-path": recipe.path,
-        "recipe-text": recipe.text,
-        "status": status,
-        "inputs": key_in,
-        "outputs": out_json,
-        "log": log,
-        "duration-ms": duration_ms,
-        "created-at": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-        "repro-version": env!("CARGO_PKG_VERSION"),
-        "commit": opts.commit.clone().or_else(|| crate::foundation::git::head_commit(root)),
+    let record = BuildRecord {
+        schema: records::SCHEMA,
+        kind: "build".into(),
+        key: key.clone(),
+        recipe: recipe.name.clone(),
+        recipe_path: recipe.path.clone(),
+        recipe_text: Some(recipe.text.clone()),
+        status,
+        inputs: key_in,
+        outputs: out_refs,
+        log: log.clone(),
+        duration_ms,
+        created_at: records::now(),
+        repro_version: records::VERSION.into(),
+        commit: opts
+            .commit
+            .clone()
+            .or_else(|| crate::foundation::git::head_commit(root)),
         // The digest of the build's inputs that differ from `commit` (uncommitted edits):
         // the sources are then not those of `commit`, and bundle and replay refuse the
         // record. (A checkout of a given commit, or one in the store's scratch space, is not
         // the user's tree.)
-        "dirty": if opts.commit.is_some() || root.starts_with(store.root()) { None } else { crate::foundation::git::changed_from_head(root, &inputs.files) },
-        "environment": match (&opts.nix, &opts.nix_fallback) {
-            (Some(info), _) => json!({"kind": "nix", "shell": info.installable(), "shell-drv": info.drv}),
-            (None, Some(why)) => json!({"kind": "host", "warning": why}),
-            (None, None) => json!({"kind": "host"}),
+        dirty: if opts.commit.is_some() || root.starts_with(store.root()) {
+            None
+        } else {
+            crate::foundation::git::changed_from_head(root, &inputs.files)
         },
-    });
-    store.put_record("builds", &key, &record)?;
+        environment: match (&opts.nix, &opts.nix_fallback) {
+            (Some(info), _) => records::Environment {
+                kind: records::EnvironmentKind::Nix,
+                shell: Some(info.installable()),
+                shell_drv: Some(info.drv.clone()),
+                warning: None,
+            },
+            (None, why) => records::Environment::host(why.clone()),
+        },
+    };
+    store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
     store.set_last(&recipe.name, &key)?;
     Ok(Outcome {
         recipe: recipe.name.clone(),
         key,
-        status: status.into(),
+        status: status.word().into(),
         cached: false,
         outputs,
         log,
@@ -661,20 +596,5 @@ mod tests {
         )];
         assert!(missing_entries(&["my_kernel".into()], &bin).is_empty());
         assert_eq!(missing_entries(&["my_kern".into()], &bin), ["my_kern"]);
-    }
-
-    #[test]
-    fn explanations_name_what_changed() {
-        let old = json!({"schema": 1, "build": {"options": ["-O3"], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "2"}, "compiler": {"name": "nvrtc", "version": "13.0"}});
-        let new = json!({"schema": 1, "build": {"options": [], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "3", "c.h": "4"}, "compiler": {"name": "nvrtc", "version": "13.1"}});
-        assert_eq!(
-            explain(&old, &new),
-            [
-                "recipe: `options` changed from [\"-O3\"] to []",
-                "file b.h changed",
-                "file c.h is a new input",
-                "compiler changed: nvrtc 13.0 -> nvrtc 13.1",
-            ]
-        );
     }
 }

@@ -469,21 +469,7 @@ pub fn plan_any(cfg: &Config, spec: &Spec, source: &Source) -> Result<Plan, Inst
     }
 }
 
-/// A wheel as installed, in the stamp.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct InstalledWheel {
-    /// The Python package.
-    pub package: String,
-    /// Its version.
-    pub version: String,
-    /// The wheel's file name.
-    pub file: String,
-    /// Its sha256, as verified (or, for an unpinned release, as found).
-    pub sha256: String,
-    /// Whether the digest was checked against a pin.
-    pub pinned: bool,
-}
+pub use crate::foundation::records::InstalledWheel;
 
 /// The completion stamp of a toolchain tree (`toolchain.json`), written last.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,1237 @@
+//! The records repro keeps in its store, as types: a build ([`BuildRecord`]), a benchmark
+//! result ([`ResultRecord`]), one evaluated commit of a bisection ([`StepRecord`]) and a
+//! finished bisection's report ([`BisectRecord`]).
+//!
+//! This is the one module that reads and writes them. Everything else takes these types, so
+//! that a field has one spelling and one meaning everywhere (`repro log`, `show`, `compare`,
+//! the exporters, plots, replay and bundles), as hyperfine's exporters all take its
+//! `BenchmarkResult`.
+//!
+//! Records are hostile input when they come from elsewhere (a bundle, a pulled ref): parsing
+//! one checks its `schema` and `kind` and the type of every field it carries, and fails with
+//! a message that names the field. A record's ID is the hash of the JSON that was written;
+//! so that a typed round trip never changes an ID, every writer serialises exactly the
+//! members it always wrote (a member that may be `null` stays present as `null`; a member
+//! a kind of record does not have is left out).
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::foundation::runspec::{DType, Init};
+use crate::foundation::stats::Summary;
+
+/// The store directory of build records.
+pub const BUILDS: &str = "builds";
+/// The store directory of result records.
+pub const RESULTS: &str = "results";
+/// The store directory of finished bisections' reports.
+pub const BISECTIONS: &str = "bisections";
+
+/// The schema of every record this build writes.
+pub const SCHEMA: u32 = 1;
+
+/// Why a record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The record's `schema` is not one this build reads.
+    #[error("{what} has schema {found}; this repro reads schema {SCHEMA}")]
+    Schema {
+        /// Which record.
+        what: String,
+        /// What it says.
+        found: String,
+    },
+    /// It is not the kind of record expected.
+    #[error("{what} is a {found} record, not a {expected} record")]
+    Kind {
+        /// Which record.
+        what: String,
+        /// What it says it is.
+        found: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A field is missing or has the wrong type.
+    #[error("{what}: {source}")]
+    Shape {
+        /// Which record.
+        what: String,
+        /// What serde found.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The `schema` member: a record without one, or with another number, is refused.
+fn check_schema(v: &Value, what: &str) -> Result<(), RecordError> {
+    match v.get("schema").and_then(Value::as_u64) {
+        Some(n) if n == u64::from(SCHEMA) => Ok(()),
+        _ => Err(RecordError::Schema {
+            what: what.to_string(),
+            found: v
+                .get("schema")
+                .map_or_else(|| "none".to_string(), Value::to_string),
+        }),
+    }
+}
+
+/// The `kind` member, where a kind of record has one.
+fn check_kind(v: &Value, what: &str, expected: &'static str) -> Result<(), RecordError> {
+    match v.get("kind").and_then(Value::as_str) {
+        Some(k) if k == expected => Ok(()),
+        other => Err(RecordError::Kind {
+            what: what.to_string(),
+            found: other.unwrap_or("kind-less").to_string(),
+            expected,
+        }),
+    }
+}
+
+fn shape<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, RecordError> {
+    T::deserialize(v).map_err(|source| RecordError::Shape {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// The JSON a record is written as (and hashed as).
+pub fn to_json<T: Serialize>(record: &T) -> Value {
+    serde_json::to_value(record).expect("records serialise: every map key is a string")
+}
+
+/// A member that may be absent (the kind of record lacks it) or present and `null`:
+/// `None` is absent, `Some(None)` is `null`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Now, as records write it (RFC 3339, milliseconds, UTC).
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// This build's version, as records write it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Every blob digest a stored record references, read from its JSON as it is (so that a
+/// record this build cannot type, an older one, still keeps its blobs from `gc`) (`"sha256"` fields anywhere under `outputs` and
+/// `log-sha256`).
+pub fn referenced_blobs(rec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(outputs) = rec["outputs"].as_object() {
+        for o in outputs.values() {
+            if let Some(d) = o["sha256"].as_str() {
+                out.push(d.to_string());
+            }
+        }
+    }
+    if let Some(d) = rec["log-sha256"].as_str() {
+        out.push(d.to_string());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Builds
+
+/// A build's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuildStatus {
+    /// The compiler produced every output and every entry point is in them.
+    Ok,
+    /// It did not; the log says why.
+    Failed,
+}
+
+impl BuildStatus {
+    /// The word records and listings use.
+    pub fn word(self) -> &'static str {
+        match self {
+            BuildStatus::Ok => "ok",
+            BuildStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One output of a build: a blob in the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OutputRef {
+    /// The blob's sha256.
+    pub sha256: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// Where a build ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvironmentKind {
+    /// On the host, with the host's tools.
+    Host,
+    /// Inside the project's Nix dev shell.
+    Nix,
+}
+
+/// Where a build ran, and how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Environment {
+    /// Host or Nix.
+    pub kind: EnvironmentKind,
+    /// Nix: the dev shell's installable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Nix: the dev shell's derivation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_drv: Option<String>,
+    /// Host, when Nix was asked for and not used: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl Environment {
+    /// A build on the host.
+    pub fn host(warning: Option<String>) -> Self {
+        Environment {
+            kind: EnvironmentKind::Host,
+            shell: None,
+            shell_drv: None,
+            warning,
+        }
+    }
+}
+
+/// What a build key is the hash of: the recipe's build section, the digest of every input
+/// file, the compiler's identity and, inside Nix, the shell. Hashed as written, so the
+/// members that are themselves open-ended (`build`, `compiler`, `nix`) stay JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct BuildInputs {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// The recipe's `[build]` section, canonical.
+    pub build: Value,
+    /// sha256 of every file read, by path relative to the repository root.
+    pub files: BTreeMap<String, String>,
+    /// The compiler's identity (name, version, the wheels' digests).
+    pub compiler: Value,
+    /// The Nix shell, for builds inside one (host builds have no member at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nix: Option<Value>,
+}
+
+impl BuildInputs {
+    /// Lists what differs between two sets of key inputs, in words.
+    pub fn explain(&self, new: &BuildInputs) -> Vec<String> {
+        let (old, new) = (&to_json(self), &to_json(new));
+        let mut out = Vec::new();
+        let (ob, nb) = (&old["build"], &new["build"]);
+        let fields: std::collections::BTreeSet<&String> = ob
+            .as_object()
+            .into_iter()
+            .chain(nb.as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for f in fields {
+            if ob[f] != nb[f] {
+                out.push(format!("recipe: `{f}` changed from {} to {}", ob[f], nb[f]));
+            }
+        }
+        let (of, nf) = (&old["files"], &new["files"]);
+        let names: std::collections::BTreeSet<&String> = of
+            .as_object()
+            .into_iter()
+            .chain(nf.as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for n in names {
+            match (of.get(n), nf.get(n)) {
+                (Some(a), Some(b)) if a != b => out.push(format!("file {n} changed")),
+                (None, Some(_)) => out.push(format!("file {n} is a new input")),
+                (Some(_), None) => out.push(format!("file {n} is no longer an input")),
+                _ => {}
+            }
+        }
+        let (oc, nc) = (&old["compiler"], &new["compiler"]);
+        if oc != nc {
+            let describe = |c: &Value| {
+                let lib = c["library-sha256"]
+                    .as_str()
+                    .map(|s| format!(", library {}", crate::foundation::keys::short(s)))
+                    .unwrap_or_default();
+                format!(
+                    "{} {}{lib}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["version"].as_str().unwrap_or("")
+                )
+            };
+            out.push(format!(
+                "compiler changed: {} -> {}",
+                describe(oc),
+                describe(nc)
+            ));
+        }
+        if old["nix"] != new["nix"] {
+            let describe = |n: &Value| match n {
+                Value::Null => "the host".to_string(),
+                n => format!("the Nix shell {}", n["shell-drv"].as_str().unwrap_or("?")),
+            };
+            let lock_changed = !old["nix"].is_null()
+                && !new["nix"].is_null()
+                && old["nix"]["flake-lock-sha256"] != new["nix"]["flake-lock-sha256"];
+            if lock_changed {
+                out.push("flake.lock changed".into());
+            }
+            if old["nix"]["shell-drv"] != new["nix"]["shell-drv"] {
+                out.push(format!(
+                    "build environment changed: {} -> {}",
+                    describe(&old["nix"]),
+                    describe(&new["nix"])
+                ));
+            }
+        }
+        if old["schema"] != new["schema"] {
+            out.push("the build-key schema changed (a newer repro)".into());
+        }
+        out
+    }
+
+    /// A string field of the compiler's identity (`name`, `version`).
+    pub fn compiler_field(&self, field: &str) -> Option<&str> {
+        self.compiler.get(field)?.as_str()
+    }
+}
+
+/// A build record: `builds/KEY.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct BuildRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Always `build`.
+    pub kind: String,
+    /// The build key (the sha256 of `inputs`).
+    pub key: String,
+    /// The recipe's name.
+    pub recipe: String,
+    /// The recipe file, relative to the repository root.
+    pub recipe_path: String,
+    /// The recipe's text as the build read it.
+    #[serde(default)]
+    pub recipe_text: Option<String>,
+    /// ok or failed.
+    pub status: BuildStatus,
+    /// What the key is the hash of.
+    pub inputs: BuildInputs,
+    /// The outputs by name (`ptx`, `cubin`, a declared file).
+    pub outputs: BTreeMap<String, OutputRef>,
+    /// The compiler's log.
+    pub log: String,
+    /// How long the compile took.
+    pub duration_ms: f64,
+    /// When.
+    pub created_at: String,
+    /// Which repro.
+    pub repro_version: String,
+    /// The commit the sources came from, if known.
+    pub commit: Option<String>,
+    /// The digest of inputs that differ from `commit` (uncommitted edits), if any.
+    #[serde(default)]
+    pub dirty: Option<String>,
+    /// Host or Nix.
+    pub environment: Environment,
+}
+
+impl BuildRecord {
+    /// Reads a build record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "build")?;
+        shape(v, what)
+    }
+
+    /// Whether it built.
+    pub fn ok(&self) -> bool {
+        self.status == BuildStatus::Ok
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+/// How samples are taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// L2 flushed (a memset over twice its size) before every sample.
+    Cold,
+    /// Back-to-back launches, caches warm.
+    Hot,
+    /// A CUDA graph of many launches per sample, for kernels of a few microseconds.
+    Graph,
+}
+
+/// How to measure, as given on the command line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Settings {
+    /// Cold, hot or graph.
+    pub mode: Mode,
+    /// Target relative noise of the median.
+    pub max_noise: f64,
+    /// Minimum samples.
+    pub min_samples: usize,
+    /// Maximum samples.
+    pub max_samples: usize,
+    /// Minimum sampling time (ms).
+    pub min_time_ms: f64,
+    /// Sampling budget (ms).
+    pub budget_ms: f64,
+    /// Warm-up (ms).
+    pub warmup_ms: f64,
+    /// Device ordinal.
+    pub device: usize,
+}
+
+/// One launch, resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LaunchSpec {
+    /// The entry point.
+    pub kernel: String,
+    /// Grid.
+    pub grid: [u32; 3],
+    /// Block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes.
+    #[serde(alias = "shared_mem")]
+    pub shared_mem: u32,
+}
+
+/// One argument, resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ArgSpec {
+    /// A device buffer.
+    Buffer {
+        /// Name.
+        name: String,
+        /// Element type.
+        dtype: DType,
+        /// Element count.
+        count: u64,
+        /// Fill (`None`: an output poisoned before every run).
+        init: Option<Init>,
+        /// Fill seed.
+        seed: u64,
+        /// Compared by the check.
+        output: bool,
+    },
+    /// A scalar.
+    Scalar {
+        /// Name.
+        name: String,
+        /// Type.
+        dtype: DType,
+        /// Value (integers are exact up to 2^53).
+        value: f64,
+    },
+}
+
+/// How one output compared with the reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct OutputCheck {
+    /// The output.
+    pub name: String,
+    /// Elements compared.
+    pub elements: u64,
+    /// Elements outside the tolerance (NaN always is).
+    pub mismatches: u64,
+    /// Elements the kernel left poisoned (never written).
+    pub unwritten: u64,
+    /// Largest absolute error among finite pairs.
+    pub max_abs_err: f64,
+    /// Largest relative error among finite pairs.
+    pub max_rel_err: f64,
+    /// The tolerance used.
+    pub atol: f64,
+    /// The tolerance used.
+    pub rtol: f64,
+    /// The first mismatch: index, kernel value, reference value. The values are text
+    /// because they may be NaN (an unwritten, poisoned element), which JSON cannot hold.
+    pub first_mismatch: Option<(u64, String, String)>,
+}
+
+/// What a benchmark found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResultVerdict {
+    /// Ran (and, with a reference, matched it).
+    Ok,
+    /// Ran and did not match the reference.
+    Wrong,
+    /// Failed: a CUDA error, a fault, a non-zero exit.
+    Crash,
+    /// Did not finish in time.
+    Timeout,
+}
+
+impl ResultVerdict {
+    /// The word records and listings use.
+    pub fn word(self) -> &'static str {
+        match self {
+            ResultVerdict::Ok => "ok",
+            ResultVerdict::Wrong => "wrong",
+            ResultVerdict::Crash => "crash",
+            ResultVerdict::Timeout => "timeout",
+        }
+    }
+}
+
+/// Throughput at the median.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Throughput {
+    /// GB/s, where the recipe's `[work]` gives bytes.
+    pub gb_per_s: Option<f64>,
+    /// TFLOP/s, where it gives FLOPs.
+    pub tflops: Option<f64>,
+}
+
+/// A result record: `results/ID.json`, from a recipe bench (a kernel on a GPU) or a
+/// command bench (a process, timed or its output read as a metric).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ResultRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Always `result`.
+    pub kind: String,
+    /// The machine's fingerprint (its own schema: see the fingerprint module).
+    pub fingerprint: Value,
+    /// The GPU's name, or `no GPU`.
+    pub machine: String,
+    /// The commit of the tree, if in a repository.
+    pub commit: Option<String>,
+    /// Whether the tree had uncommitted changes.
+    pub dirty: bool,
+    /// When.
+    pub created_at: String,
+    /// Which repro.
+    pub repro_version: String,
+    /// The experiment key: what was measured, on what, how.
+    pub key: String,
+    /// The recipe's or the command bench's name.
+    pub name: String,
+    /// Recipe benches: the recipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// Recipe benches: the recipe file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe_path: Option<String>,
+    /// Command benches: the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Command benches: `time` or the metric read from the output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// The parameter point (name to value).
+    pub params: BTreeMap<String, Value>,
+    /// Recipe benches: the build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_key: Option<String>,
+    /// Recipe benches: the sha256 of the module loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
+    /// Recipe benches: how it was timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Settings>,
+    /// Recipe benches: the launch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchSpec>,
+    /// Recipe benches: the reference's launch (`null` without a check).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reference: Option<Option<LaunchSpec>>,
+    /// Recipe benches: the arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<ArgSpec>>,
+    /// ok, wrong, crash or timeout.
+    pub verdict: ResultVerdict,
+    /// Why, when not ok.
+    pub detail: Option<String>,
+    /// Recipe benches: the check of each output (`null` without a reference).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub check: Option<Option<Vec<OutputCheck>>>,
+    /// The unit of the samples (`us`, `ms`, or a metric's).
+    pub unit: String,
+    /// The samples.
+    pub samples: Vec<f64>,
+    /// Their summary (`null` without samples).
+    pub summary: Option<Summary>,
+    /// Recipe benches: throughput at the median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+    /// Recipe benches: launches per sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches_per_sample: Option<u32>,
+    /// Recipe benches: warm-up launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_launches: Option<u64>,
+    /// Whether sampling stopped because the noise target was met.
+    pub converged: bool,
+    /// Recipe benches: SM clock before, after, maximum (`null` when unread).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub sm_clock_mhz: Option<Option<(u32, u32, u32)>>,
+    /// Recipe benches: the clock fell below 75% of its maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<bool>,
+    /// Command benches: warm-up runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_runs: Option<u64>,
+    /// Command benches: the --prepare command (`null` without one).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub prepare: Option<Option<String>>,
+    /// Command benches: wall time of each run (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_s: Option<Vec<f64>>,
+    /// Command benches: user time of each run (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_s: Option<Vec<f64>>,
+    /// Command benches: system time of each run (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_s: Option<Vec<f64>>,
+    /// Command benches: each run's exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_codes: Option<Vec<i32>>,
+}
+
+impl ResultRecord {
+    /// A measurement read from another tool's output (`kind` names the tool, such as
+    /// `nvbench`), so that `compare` and the exporters treat it as a result.
+    pub fn external(
+        kind: &str,
+        name: String,
+        params: BTreeMap<String, Value>,
+        unit: &str,
+        samples: Vec<f64>,
+        summary: Option<Summary>,
+        machine: String,
+    ) -> Self {
+        let mut r = ResultRecord::new(Value::Null, machine, None, false, String::new(), name, unit);
+        r.kind = kind.to_string();
+        r.created_at = String::new();
+        r.repro_version = String::new();
+        r.params = params;
+        r.samples = samples;
+        r.summary = summary;
+        r.converged = true;
+        r
+    }
+
+    /// A result measured now by this repro, with nothing measured yet: the caller fills in
+    /// what its kind of bench has (recipe or command).
+    pub fn new(
+        fingerprint: Value,
+        machine: String,
+        commit: Option<String>,
+        dirty: bool,
+        key: String,
+        name: String,
+        unit: &str,
+    ) -> Self {
+        ResultRecord {
+            schema: SCHEMA,
+            kind: "result".to_string(),
+            fingerprint,
+            machine,
+            commit,
+            dirty,
+            created_at: now(),
+            repro_version: VERSION.to_string(),
+            key,
+            name,
+            recipe: None,
+            recipe_path: None,
+            command: None,
+            metric: None,
+            params: BTreeMap::new(),
+            build_key: None,
+            artifact: None,
+            settings: None,
+            launch: None,
+            reference: None,
+            args: None,
+            verdict: ResultVerdict::Ok,
+            detail: None,
+            check: None,
+            unit: unit.to_string(),
+            samples: Vec::new(),
+            summary: None,
+            throughput: None,
+            launches_per_sample: None,
+            warmup_launches: None,
+            converged: false,
+            sm_clock_mhz: None,
+            throttled: None,
+            warmup_runs: None,
+            prepare: None,
+            wall_s: None,
+            user_s: None,
+            system_s: None,
+            exit_codes: None,
+        }
+    }
+
+    /// Parameters as `n=4096, m=8` for display.
+    pub fn params_text(&self) -> String {
+        params_text(&self.params)
+    }
+
+    /// Reads a result record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "result")?;
+        shape(v, what)
+    }
+
+    /// A string field of one section of the machine's fingerprint (`driver`, `version`).
+    pub fn fingerprint_field(&self, section: &str, field: &str) -> Option<&str> {
+        self.fingerprint.get(section)?.get(field)?.as_str()
+    }
+
+    /// The median, if there were samples.
+    pub fn median(&self) -> Option<f64> {
+        self.summary.as_ref().map(|s| s.median)
+    }
+}
+
+/// Parameters as `n=4096, m=8` for display.
+pub fn params_text(params: &BTreeMap<String, Value>) -> String {
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+// ---------------------------------------------------------------------------------------
+// Bisections
+
+/// What evaluating one commit said about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Answer {
+    /// The property holds (builds, check passes, benchmark not slower).
+    Good,
+    /// The property is broken.
+    Bad,
+    /// The commit cannot be evaluated (an unrelated build break, a missing file, ...).
+    Skip,
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+impl Answer {
+    /// The word records and step lines use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Answer::Good => "good",
+            Answer::Bad => "bad",
+            Answer::Skip => "skip",
+        }
+    }
+}
+
+/// A stored step: `bisect-steps/KEY.json`, one commit's answer to one question, reused by
+/// every later bisection that asks the same question of the same tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StepRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// The step key (question and tree).
+    pub key: String,
+    /// The commit evaluated.
+    pub commit: String,
+    /// Its subject line.
+    pub subject: String,
+    /// good, bad or skip.
+    pub verdict: Answer,
+    /// Why, for bad and skip.
+    pub detail: Option<String>,
+    /// What the step had to do (a moved source, fetched blobs).
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Bench: the median of the per-process medians.
+    #[serde(default)]
+    pub median: Option<f64>,
+    /// Bench: p-value against the baseline.
+    #[serde(default)]
+    pub p: Option<f64>,
+    /// Bench: processes measured.
+    #[serde(default)]
+    pub attempts: usize,
+    /// Bench: ratio to the baseline and its interval.
+    #[serde(default)]
+    pub ratio: Option<[f64; 3]>,
+    /// Bench: the per-process medians.
+    #[serde(default)]
+    pub samples: Vec<f64>,
+    /// The question asked (mode, recipe, settings).
+    pub question: Value,
+    /// The fixed recipe's text, when the bisection held one.
+    #[serde(default)]
+    pub recipe_text: Option<String>,
+}
+
+impl StepRecord {
+    /// The question's mode (`build`, `check`, `bench`, `script`).
+    pub fn mode(&self) -> Option<&str> {
+        self.question.get("question")?.get("mode")?.as_str()
+    }
+
+    /// Reads a step record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        shape(v, what)
+    }
+}
+
+/// The per-process medians a bisection measured for one experiment (a build, a kernel, its
+/// arguments and settings): `bisect-samples/KEY.json`, so that a later step or a resumed
+/// bisection takes more samples rather than starting again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SamplesRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// The experiment's key.
+    pub experiment: String,
+    /// The medians, in the order they were taken.
+    pub samples: Vec<f64>,
+}
+
+impl SamplesRecord {
+    /// Reads a samples record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        shape(v, what)
+    }
+}
+
+/// What a bisection asked: `question` in its report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Question {
+    /// build, check, bench or script.
+    pub mode: String,
+    /// The recipe, command or script.
+    pub name: Option<String>,
+    /// The good end's commit.
+    pub good: Option<String>,
+    /// The bad end's commit.
+    pub bad: Option<String>,
+}
+
+/// A commit as a report names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CommitInfo {
+    /// The full hash.
+    pub hash: String,
+    /// The author's name and email.
+    pub author: String,
+    /// Author date (RFC 3339, UTC).
+    pub date: String,
+    /// The first line of the message.
+    pub subject: String,
+    /// Files changed, insertions and deletions against the first parent.
+    pub diffstat: String,
+}
+
+/// How a finished search ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Outcome {
+    /// `index` is the first bad commit: it answered Bad and `index - 1` answered Good.
+    FirstBad {
+        /// The first bad commit.
+        index: usize,
+    },
+    /// The first bad commit is one of `first..=last`: `first - 1` answered Good, `last`
+    /// answered Bad and every commit in between was skipped, so nothing can tell them apart
+    /// (git bisect's "There are only 'skip'ped commits left to test").
+    Untestable {
+        /// The earliest candidate (the commit after the last good one).
+        first: usize,
+        /// The latest candidate (the earliest commit known bad).
+        last: usize,
+    },
+}
+
+/// A performance bisection's culprit measured again against its parent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Recheck {
+    /// The culprit.
+    pub culprit: String,
+    /// Its parent.
+    pub parent: String,
+    /// Culprit over parent (the geometric mean over the places that measured both).
+    pub ratio: f64,
+    /// Its interval.
+    pub ratio_ci: [f64; 2],
+    /// The largest p-value of the places.
+    pub p: f64,
+    /// Whether every place found the culprit worse.
+    pub confirmed: bool,
+}
+
+/// A wheel as installed, in the stamp.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InstalledWheel {
+    /// The Python package.
+    pub package: String,
+    /// Its version.
+    pub version: String,
+    /// The wheel's file name.
+    pub file: String,
+    /// Its sha256, as verified (or, for an unpinned release, as found).
+    pub sha256: String,
+    /// Whether the digest was checked against a pin.
+    pub pinned: bool,
+}
+
+/// A check or bench bisection over toolchain releases, recorded under `bisections/` (its
+/// `kind` is `toolchain-bisection`) and printed by `repro bisect --toolchains --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ToolchainBisectRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// `toolchain-bisection`.
+    pub kind: String,
+    /// The recipe.
+    pub recipe: String,
+    /// check or bench.
+    pub mode: String,
+    /// nvrtc or nvcc.
+    pub family: String,
+    /// The releases searched, oldest first (FROM..TO).
+    pub releases: Vec<String>,
+    /// Where the release list came from.
+    pub releases_from: String,
+    /// The commit held fixed (HEAD; the working tree is what is built).
+    pub commit: Option<String>,
+    /// The search's outcome (indices into `releases`).
+    pub outcome: Outcome,
+    /// The first release that fails the check or is slower, when pinned down.
+    pub first_bad: Option<String>,
+    /// The release before it.
+    pub last_good: Option<String>,
+    /// Releases that could not be told apart (all skipped), when not pinned down.
+    pub undecided: Vec<String>,
+    /// Steps not answered from the store.
+    pub evaluated: usize,
+    /// Every step, oldest release first (`commit` holds the release's spec).
+    pub steps: Vec<Step>,
+    /// Bench: the first bad release measured against the one before it.
+    pub recheck: Option<Recheck>,
+    /// The wheels each evaluated release was installed from, with their sha256.
+    pub wheels: BTreeMap<String, Vec<InstalledWheel>>,
+    /// What was asked (once recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Value>,
+    /// When it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Which repro recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_version: Option<String>,
+    /// Its ID (the sha256 of the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl ToolchainBisectRecord {
+    /// Reads a toolchain bisection's record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "toolchain-bisection")?;
+        shape(v, what)
+    }
+}
+
+/// Which change a bisection looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Find {
+    /// The first commit where the property broke.
+    Broken,
+    /// The first commit where it was fixed.
+    Fixed,
+}
+
+/// One evaluated commit, as a bisection's report lists it and an executor returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Step {
+    /// Its position (0 = the older end).
+    pub index: usize,
+    /// The commit.
+    pub commit: String,
+    /// Its subject line.
+    pub subject: String,
+    /// good, bad or skip (in the terms of the question: for --find fixed, "bad" is the old state).
+    pub verdict: Answer,
+    /// Why, for bad and skip.
+    pub detail: Option<String>,
+    /// What the step had to do to test this commit (a moved source, fetched blobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Whether the answer came from the store.
+    pub cached: bool,
+    /// Bench: the median of the per-process medians.
+    pub median: Option<f64>,
+    /// Bench: ratio to the baseline and its interval.
+    pub ratio: Option<(f64, f64, f64)>,
+    /// Bench: p-value against the baseline.
+    pub p: Option<f64>,
+    /// Bench: processes measured.
+    pub attempts: usize,
+    /// Wall time of this step (ms).
+    pub ms: f64,
+    /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
+    /// steps' samples are compared directly only when they name the same place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// Bench: the per-process medians (kept in the step record; the good end's are the
+    /// baseline of every comparison, also when the bisection is resumed).
+    #[serde(skip)]
+    pub samples: Vec<f64>,
+    /// Bench: the samples by the place that took them (one place, or one per GPU of a
+    /// step spread over several): only samples of one place are ever compared.
+    #[serde(skip)]
+    pub by_place: BTreeMap<String, Vec<f64>>,
+}
+
+impl Step {
+    /// A step not yet evaluated.
+    pub fn new(index: usize, commit: git2::Oid, subject: String) -> Self {
+        Step {
+            index,
+            commit: commit.to_string(),
+            subject,
+            verdict: Answer::Skip,
+            detail: None,
+            note: None,
+            cached: false,
+            median: None,
+            ratio: None,
+            p: None,
+            attempts: 0,
+            ms: 0.0,
+            placement: None,
+            samples: Vec::new(),
+            by_place: BTreeMap::new(),
+        }
+    }
+}
+
+/// A finished bisection's report: `bisections/ID.json`, and `repro bisect --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BisectRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Broken or fixed.
+    pub find: Find,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The first bad (or fixing) commit.
+    pub culprit: Option<CommitInfo>,
+    /// Its parent.
+    pub parent: Option<CommitInfo>,
+    /// The candidates' range, as `A..B` hashes.
+    pub range: Value,
+    /// Commits in the range.
+    pub commits: usize,
+    /// Evaluations not answered from the store.
+    pub evaluated: usize,
+    /// Every evaluated step, in history order.
+    pub steps: Vec<Step>,
+    /// Bench: the culprit re-checked against its parent.
+    pub recheck: Option<Recheck>,
+    /// Always `bisection` once recorded (absent in `--json` before it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// What was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+    /// When it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Which repro recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_version: Option<String>,
+    /// Its ID (the sha256 of the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl BisectRecord {
+    /// Reads a bisection record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "bisection")?;
+        shape(v, what)
+    }
+
+    /// Reads a report as `repro bisect --json` writes it (not yet recorded: no `kind`).
+    pub fn from_report(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        shape(v, what)
+    }
+
+    /// Bench: the ratio of the culprit's re-check against its parent.
+    pub fn recheck_ratio(&self) -> Option<f64> {
+        self.recheck.as_ref().map(|r| r.ratio)
+    }
+
+    /// Whether a culprit was found.
+    pub fn found(&self) -> bool {
+        matches!(self.outcome, Outcome::FirstBad { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Value {
+        let path = format!(
+            "{}/tests/fixtures/records/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A typed round trip writes back exactly what was read: IDs (hashes of the JSON)
+    /// never change because a record went through its type.
+    #[test]
+    fn every_sample_round_trips_unchanged() {
+        for name in ["build-ok.json", "build-failed.json"] {
+            let v = fixture(name);
+            let r = BuildRecord::from_json(&v, name).unwrap();
+            assert_eq!(to_json(&r), v, "{name}");
+        }
+        for name in ["result-command.json", "result-recipe.json"] {
+            let v = fixture(name);
+            let r = ResultRecord::from_json(&v, name).unwrap();
+            assert_eq!(to_json(&r), v, "{name}");
+        }
+        let v = fixture("bisection.json");
+        assert_eq!(to_json(&BisectRecord::from_json(&v, "b").unwrap()), v);
+        let v = fixture("step.json");
+        assert_eq!(to_json(&StepRecord::from_json(&v, "s").unwrap()), v);
+    }
+
+    #[test]
+    fn typed_fields_read_as_their_types() {
+        let b = BuildRecord::from_json(&fixture("build-ok.json"), "b").unwrap();
+        assert!(b.ok());
+        assert!(b.outputs.contains_key("cubin") && b.outputs["ptx"].bytes > 0);
+        let f = BuildRecord::from_json(&fixture("build-failed.json"), "b").unwrap();
+        assert_eq!(f.status, BuildStatus::Failed);
+        assert!(f.log.contains("error"));
+        let r = ResultRecord::from_json(&fixture("result-recipe.json"), "r").unwrap();
+        assert_eq!(r.verdict, ResultVerdict::Ok);
+        assert_eq!(r.median(), Some(10.6));
+        assert_eq!(r.reference, Some(None));
+        assert_eq!(r.sm_clock_mhz, Some(Some((1980, 1980, 1980))));
+        assert_eq!(r.launch.as_ref().unwrap().shared_mem, 0);
+        // Records written before the launch's keys were kebab-case still read.
+        let mut old = fixture("result-recipe.json");
+        old["launch"] = serde_json::json!({"kernel": "k", "grid": [1, 1, 1], "block": [1, 1, 1], "shared_mem": 96});
+        let o = ResultRecord::from_json(&old, "old").unwrap();
+        assert_eq!(o.launch.unwrap().shared_mem, 96);
+        let c = ResultRecord::from_json(&fixture("result-command.json"), "r").unwrap();
+        assert_eq!(c.reference, None);
+        assert_eq!(c.prepare, Some(None));
+        let b = BisectRecord::from_json(&fixture("bisection.json"), "b").unwrap();
+        assert!(b.found());
+        assert_eq!(b.question.unwrap().mode, "build");
+        let s = StepRecord::from_json(&fixture("step.json"), "s").unwrap();
+        assert_eq!(s.verdict, Answer::Good);
+    }
+
+    #[test]
+    fn explanations_name_what_changed() {
+        let old: BuildInputs = serde_json::from_value(serde_json::json!({"schema": 1, "build": {"options": ["-O3"], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "2"}, "compiler": {"name": "nvrtc", "version": "13.0"}})).unwrap();
+        let new: BuildInputs = serde_json::from_value(serde_json::json!({"schema": 1, "build": {"options": [], "target": "sm_90"}, "files": {"a.cu": "1", "b.h": "3", "c.h": "4"}, "compiler": {"name": "nvrtc", "version": "13.1"}})).unwrap();
+        assert_eq!(
+            old.explain(&new),
+            [
+                "recipe: `options` changed from [\"-O3\"] to []",
+                "file b.h changed",
+                "file c.h is a new input",
+                "compiler changed: nvrtc 13.0 -> nvrtc 13.1",
+            ]
+        );
+    }
+
+    #[test]
+    fn hostile_records_are_refused_naming_what_is_wrong() {
+        let mut v = fixture("build-ok.json");
+        v["schema"] = serde_json::json!(2);
+        let e = BuildRecord::from_json(&v, "builds/x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("builds/x.json has schema 2"), "{e}");
+        let v = fixture("result-command.json");
+        let e = BuildRecord::from_json(&v, "x").unwrap_err().to_string();
+        assert!(e.contains("is a result record, not a build record"), "{e}");
+        let mut v = fixture("result-command.json");
+        v["verdict"] = serde_json::json!("great");
+        let e = ResultRecord::from_json(&v, "r.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("r.json: unknown variant `great`"), "{e}");
+        let mut v = fixture("build-ok.json");
+        v["outputs"]["ptx"]["bytes"] = serde_json::json!(-1);
+        assert!(BuildRecord::from_json(&v, "x").is_err());
+        let mut v = fixture("bisection.json");
+        v.as_object_mut().unwrap().remove("outcome");
+        let e = BisectRecord::from_json(&v, "x").unwrap_err().to_string();
+        assert!(e.contains("missing field `outcome`"), "{e}");
+    }
+}
