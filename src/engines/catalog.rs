@@ -389,10 +389,7 @@ pub fn record_bisection(
     rec.created_at = Some(records::now());
     rec.repro_version = Some(records::VERSION.into());
     rec.key = None;
-    let id = keys::key_of(&records::to_json(&rec));
-    rec.key = Some(id.clone());
-    store.put_record(records::BISECTIONS, &id, &records::to_json(&rec))?;
-    Ok(id)
+    file_report(store, records::to_json(&rec))
 }
 
 /// Records a finished toolchain bisection's report (`question` says what was asked: mode,
@@ -407,9 +404,15 @@ pub fn record_toolchain_bisection(
     rec.created_at = Some(records::now());
     rec.repro_version = Some(records::VERSION.into());
     rec.key = None;
-    let id = keys::key_of(&records::to_json(&rec));
-    rec.key = Some(id.clone());
-    store.put_record(records::BISECTIONS, &id, &records::to_json(&rec))?;
+    file_report(store, records::to_json(&rec))
+}
+
+/// Files a report under its ID, the sha256 of its content, which it then carries as `key`
+/// (the member both report types end with, absent until now).
+fn file_report(store: &Store, mut rec: Value) -> Result<String, StoreError> {
+    let id = keys::key_of(&rec);
+    rec["key"] = Value::String(id.clone());
+    store.put_record(records::BISECTIONS, &id, &rec)?;
     Ok(id)
 }
 
