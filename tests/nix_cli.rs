@@ -337,3 +337,49 @@ fn the_project_flake_lock_locks_every_input() {
         );
     }
 }
+
+/// A bisection with `--nix` builds each commit's own tree in that commit's shell: the
+/// scratch tree lies inside the repository (under its store), and neither repro nor nix may
+/// mistake it for the working tree around it (which here holds the broken kernel).
+#[test]
+fn a_nix_bisection_builds_each_commit_and_not_the_working_tree() {
+    if !ready() {
+        common::skip("needs nix and NVRTC");
+        return;
+    }
+    let (tmp, root) = repo_with(&[
+        ("flake.nix", &flake("42")),
+        ("kernels/k.cu", KERNEL),
+        ("recipes/k.toml", RECIPE),
+    ]);
+    std::fs::write(root.join("kernels/k.cu"), format!("{KERNEL}// two\n")).unwrap();
+    commit(&root, "two");
+    std::fs::write(
+        root.join("kernels/k.cu"),
+        format!("{KERNEL}// two\nbroken\n"),
+    )
+    .unwrap();
+    commit(&root, "three breaks the build");
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .env("REPRO_NIX_FLAGS", offline_nix_flags(tmp.path()))
+        .args([
+            "bisect", "--good", "HEAD~2", "--bad", "HEAD", "--recipe", "k", "--nix", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["culprit"]["subject"], "three breaks the build", "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["verdict"], "good", "{v}");
+    assert!(
+        steps[2]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("build failed inside the commit's Nix shell: kernels/k.cu"),
+        "{v}"
+    );
+}

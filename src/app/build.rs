@@ -64,6 +64,10 @@ pub struct Args {
     /// Internal: this process runs inside the dev shell for a parent `repro build --nix`.
     #[arg(long, hide = true)]
     in_nix_shell: bool,
+    /// Internal: the tree is this commit's, written out by a bisection step; build records
+    /// name it.
+    #[arg(long, hide = true, value_name = "COMMIT")]
+    at_commit: Option<String>,
 }
 
 /// Parses a toolchain spec for clap.
@@ -95,6 +99,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         force: a.force,
         explain: a.explain,
         toolchain: a.toolchain.clone(),
+        commit: a.at_commit.clone(),
         ..Options::default()
     };
     if use_nix {
@@ -214,6 +219,9 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
     if let Some(t) = &a.toolchain {
         argv.push(format!("--toolchain={t}"));
     }
+    if let Some(c) = &a.at_commit {
+        argv.push(format!("--at-commit={c}"));
+    }
     for (on, flag) in [(a.force, "--force"), (a.explain, "--explain")] {
         if on {
             argv.push(flag.into());
@@ -287,7 +295,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             explain: a.explain,
             nix: Some(info.clone()),
             nix_fallback: None,
-            commit: None,
+            commit: a.at_commit.clone(),
             toolchain: a.toolchain.clone(),
         };
         let outcomes = build_all(g, &root, &recipes, &opts)?;

@@ -38,6 +38,12 @@ impl Globals {
     pub fn project_root(&self) -> PathBuf {
         self.root
             .get_or_init(|| {
+                // Internal: a bisection step's scratch tree lies inside the user's repository
+                // (under the store); the step's child repro is told that the tree is the
+                // project, or it would find the repository around it and build that.
+                if let Some(root) = std::env::var_os(crate::foundation::git::PROJECT_ROOT_VAR) {
+                    return PathBuf::from(root);
+                }
                 crate::foundation::git::discover_root(&self.cwd).unwrap_or_else(|| self.cwd.clone())
             })
             .clone()

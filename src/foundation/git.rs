@@ -8,6 +8,10 @@ use sha2::{Digest, Sha256};
 
 use crate::foundation::fields::{Field, Fields};
 
+/// Internal: the project root a child repro must use instead of discovering one (set by
+/// bisection steps, whose scratch trees lie inside the user's repository).
+pub const PROJECT_ROOT_VAR: &str = "REPRO_PROJECT_ROOT";
+
 /// The working-tree root of the repository containing `dir`, if any.
 pub fn discover_root(dir: &Path) -> Option<PathBuf> {
     let repo = Repository::discover(dir).ok()?;

@@ -98,7 +98,7 @@ impl ShellInfo {
 
     /// The flake reference of the shell.
     pub fn installable(&self) -> String {
-        format!("{}#{}", self.dir.display(), self.shell)
+        format!("{}#{}", flake_ref(&self.dir), self.shell)
     }
 }
 
@@ -109,7 +109,7 @@ pub fn has_flake(dir: &Path) -> bool {
 
 /// Evaluates the shell's derivation path and reads flake.lock's digest.
 pub fn shell_info(dir: &Path, shell: &str) -> Result<ShellInfo, NixError> {
-    let attr = format!("{}#devShells.{}.{shell}.drvPath", dir.display(), system());
+    let attr = format!("{}#devShells.{}.{shell}.drvPath", flake_ref(dir), system());
     let out = nix()
         .args(["eval", "--raw", &attr])
         .current_dir(dir)
@@ -129,6 +129,21 @@ pub fn shell_info(dir: &Path, shell: &str) -> Result<ShellInfo, NixError> {
         flake_lock,
         drv: out.stdout_str().trim().to_string(),
     })
+}
+
+/// How nix is to name the flake in `dir`: the directory itself when it is the root of a git
+/// work tree or of no repository (nix then reads the files git tracks, or all of them), and
+/// `path:DIR` when it lies inside some other repository without being its root, as a
+/// bisection step's scratch tree does (nix would otherwise look for it among that
+/// repository's tracked files, where it is not).
+fn flake_ref(dir: &Path) -> String {
+    let inside_other = crate::foundation::git::discover_root(dir)
+        .is_some_and(|root| std::fs::canonicalize(&root).ok() != std::fs::canonicalize(dir).ok());
+    if inside_other {
+        format!("path:{}", dir.display())
+    } else {
+        dir.display().to_string()
+    }
 }
 
 /// The command that runs `argv` inside the shell.

@@ -452,7 +452,7 @@ impl<'a> Ctx<'a> {
                 }
                 std::fs::write(&at, &r.text).map_err(|e| StepFail::Fatal(e.into()))?;
             }
-            return Ok(self.build_in_nix(dir.path(), &r.path));
+            return Ok(self.build_in_nix(dir.path(), &r.path, oid));
         }
         let needed = self.recipe_files(files, &r)?;
         let dir = self.checkout(files, Some(&needed))?;
@@ -497,28 +497,59 @@ impl<'a> Ctx<'a> {
         judge(&mut self.baseline, step, measure, b)
     }
 
-    fn build_in_nix(&self, root: &Path, name: &str) -> (Answer, Option<String>) {
+    fn build_in_nix(&self, root: &Path, name: &str, commit: Oid) -> (Answer, Option<String>) {
         let Ok(exe) = std::env::current_exe() else {
             return (
                 Answer::Skip,
                 Some("cannot find the repro executable".into()),
             );
         };
+        // The scratch tree lies inside the user's repository: the child is told it is the
+        // project (else it finds the repository around it and builds the working tree), and
+        // which commit it holds. The store is named absolutely, as `-C` moves the child.
+        let store = std::path::absolute(self.store.root())
+            .unwrap_or_else(|_| self.store.root().to_path_buf());
         let out = Cmd::new(exe)
             .arg("-C")
             .arg(root)
             .arg("--store")
-            .arg(self.store.root())
+            .arg(store)
+            .env(crate::foundation::git::PROJECT_ROOT_VAR, root)
             .args(["build", "--nix", "--json", name])
+            .arg(format!("--at-commit={commit}"))
             .timeout(self.plan.timeout)
             .output();
         match out {
             Ok(o) => match o.status.code() {
                 Some(0) => (Answer::Good, None),
-                Some(5) => (
-                    Answer::Bad,
-                    Some("build failed inside the commit's Nix shell".into()),
-                ),
+                Some(5) => {
+                    // Say why, as a build step does: the compiler's first error.
+                    #[derive(serde::Deserialize)]
+                    struct Reply {
+                        builds: Vec<build::Outcome>,
+                    }
+                    let why = serde_json::from_slice::<Reply>(&o.stdout)
+                        .ok()
+                        .and_then(|r| r.builds.into_iter().find(|b| b.status != "ok"))
+                        .and_then(|b| {
+                            let log = b.log;
+                            log.lines()
+                                .find(|l| l.contains("error"))
+                                .or(log.lines().next())
+                                .map(str::to_string)
+                        })
+                        .unwrap_or_else(|| {
+                            o.stderr_str()
+                                .lines()
+                                .next()
+                                .unwrap_or_default()
+                                .to_string()
+                        });
+                    (
+                        Answer::Bad,
+                        Some(format!("build failed inside the commit's Nix shell: {why}")),
+                    )
+                }
                 _ => (
                     Answer::Skip,
                     Some(format!(
