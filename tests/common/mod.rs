@@ -167,6 +167,41 @@ fn locked<T>(name: &str, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Downloads the wheels `specs` name (`package==version`) through pip's ordinary client into
+/// a directory of their own (a download cut short leaves no partial wheel where the next run
+/// would take it for whole), and returns that directory; the caller moves the wheels into
+/// place. Errors carry pip's last lines.
+fn pip_download(specs: &[String]) -> Result<PathBuf, String> {
+    let part = deps_dir().join(format!(".download-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&part);
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "-d",
+        ])
+        .arg(&part)
+        .args(specs)
+        .output()
+        .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&part);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(2).collect();
+        return Err(format!(
+            "pip could not download {}: {}",
+            specs.join(" "),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    Ok(part)
+}
+
 /// The pinned `nvidia-cuda-nvrtc` wheel, downloaded through pip once.
 pub fn nvrtc_wheel() -> Result<PathBuf, String> {
     let version = pinned_nvrtc_version();
@@ -182,31 +217,7 @@ pub fn nvrtc_wheel() -> Result<PathBuf, String> {
         if let Some(w) = find(&dir) {
             return Ok(w);
         }
-        let part = deps_dir().join(format!(".download-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&part);
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "--quiet",
-                "-d",
-            ])
-            .arg(&part)
-            .arg(format!("nvidia-cuda-nvrtc=={version}"))
-            .output()
-            .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(2).collect();
-            return Err(format!(
-                "pip could not download nvidia-cuda-nvrtc=={version}: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-            ));
-        }
+        let part = pip_download(&[format!("nvidia-cuda-nvrtc=={version}")])?;
         std::fs::rename(&part, &dir).map_err(|e| e.to_string())?;
         find(&dir).ok_or_else(|| "pip downloaded no wheel".to_string())
     })
@@ -337,35 +348,7 @@ pub fn wheels(need: &[(String, String)]) -> Result<PathBuf, String> {
         if missing.is_empty() {
             return Ok(dir.clone());
         }
-        // Into a directory of its own first: a download cut short leaves no partial wheel
-        // where the next run would take it for whole.
-        let part = deps_dir().join(format!(".wheels-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&part);
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "--quiet",
-                "-d",
-            ])
-            .arg(&part)
-            .args(&missing)
-            .output()
-            .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
-        if !out.status.success() {
-            let _ = std::fs::remove_dir_all(&part);
-            let err = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(2).collect();
-            return Err(format!(
-                "pip could not download {}: {}",
-                missing.join(" "),
-                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-            ));
-        }
+        let part = pip_download(&missing)?;
         for e in std::fs::read_dir(&part)
             .map_err(|e| e.to_string())?
             .flatten()
