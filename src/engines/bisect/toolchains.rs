@@ -610,25 +610,9 @@ fn evaluate(
     let done = install::install(&p, &plan.source, false, &mut |m: &str| progress(m))
         .map_err(install_err)?;
     progress(&format!("evaluating {spec}"));
-    let exe = std::env::current_exe().map_err(|e| ToolchainBisectError::Step {
-        spec: spec.to_string(),
-        what: format!("cannot find the repro executable: {e}"),
-    })?;
     // Check and bench questions go through [`bisect_driven`]; this path only builds.
-    let verb = "build";
-    let out = Cmd::new(exe)
-        .arg("-C")
-        .arg(plan.root)
-        .arg("--store")
-        .arg(plan.store)
-        .args(["--json", verb, "--toolchain"])
-        .arg(spec.to_string())
-        .arg(&plan.recipe)
-        // The release under test, never the NVRTC the environment names.
-        .env_remove("REPRO_NVRTC")
-        .timeout(plan.timeout)
-        .output();
-    let out = match out {
+    let out = build_child(plan, &spec);
+    let (builds, out) = match out {
         Ok(o) => o,
         Err(ProcessError::Timeout { .. }) => {
             return Ok(all_targets(
@@ -652,14 +636,6 @@ fn evaluate(
         }
     };
     let code = out.status.code().unwrap_or(-1);
-    // What `repro build --json` prints: the outcome of each target's build.
-    #[derive(serde::Deserialize)]
-    struct Reply {
-        builds: Vec<crate::engines::build::Outcome>,
-    }
-    let builds = serde_json::from_slice::<Reply>(&out.stdout)
-        .map(|r| r.builds)
-        .unwrap_or_default();
     let wheels = done.installed.stamp.wheels;
     if builds.is_empty() {
         // No build ran: the child failed before compiling (an environment problem).
@@ -868,24 +844,19 @@ impl<'a> ReleaseExecutor<'a> {
         })?;
         events(Event::Status(&format!("building with {spec}")));
         let wheels = done.installed.stamp.wheels;
-        let built = match build_child(self.plan, &spec, "build") {
-            Ok((reply, out)) => {
-                let outcome = reply.get("builds").and_then(|b| b.get(0)).and_then(|b| {
-                    serde_json::from_value::<crate::engines::build::Outcome>(b.clone()).ok()
-                });
-                match outcome {
-                    Some(o) => Built::Done(Box::new(o), wheels),
-                    None => Built::Untestable(
-                        first_line(&out.stderr_str()).unwrap_or_else(|| {
-                            format!(
-                                "repro build exited with {}",
-                                out.status.code().unwrap_or(-1)
-                            )
-                        }),
-                        wheels,
-                    ),
-                }
-            }
+        let built = match build_child(self.plan, &spec) {
+            Ok((builds, out)) => match builds.into_iter().next() {
+                Some(o) => Built::Done(Box::new(o), wheels),
+                None => Built::Untestable(
+                    first_line(&out.stderr_str()).unwrap_or_else(|| {
+                        format!(
+                            "repro build exited with {}",
+                            out.status.code().unwrap_or(-1)
+                        )
+                    }),
+                    wheels,
+                ),
+            },
             Err(ProcessError::Timeout { .. }) => Built::Untestable(
                 format!(
                     "the build timed out after {}",
@@ -1128,12 +1099,19 @@ impl Executor for ReleaseExecutor<'_> {
     }
 }
 
-/// Runs `repro --json VERB --toolchain SPEC RECIPE` for the plan's tree and store.
+/// Runs `repro --json build --toolchain SPEC RECIPE` for the plan's tree and store, and reads
+/// the outcome of each target's build from what it prints (none when it failed before
+/// building: an environment problem, which its stderr names).
 fn build_child(
     plan: &Plan,
     spec: &Spec,
-    verb: &str,
-) -> Result<(Value, crate::foundation::process::Output), ProcessError> {
+) -> Result<
+    (
+        Vec<crate::engines::build::Outcome>,
+        crate::foundation::process::Output,
+    ),
+    ProcessError,
+> {
     let exe = std::env::current_exe().map_err(|e| ProcessError::Spawn {
         argv: "repro".into(),
         source: e,
@@ -1143,15 +1121,21 @@ fn build_child(
         .arg(plan.root)
         .arg("--store")
         .arg(plan.store)
-        .args(["--json", verb, "--toolchain"])
+        .args(["--json", "build", "--toolchain"])
         .arg(spec.to_string())
         .arg(&plan.recipe)
         // The release under test, never the NVRTC the environment names.
         .env_remove("REPRO_NVRTC")
         .timeout(plan.timeout)
         .output()?;
-    let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    Ok((reply, out))
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        builds: Vec<crate::engines::build::Outcome>,
+    }
+    let builds = serde_json::from_slice::<Reply>(&out.stdout)
+        .map(|r| r.builds)
+        .unwrap_or_default();
+    Ok((builds, out))
 }
 
 /// Where a toolchain bisection's wheels come from: the directory given, else
