@@ -322,6 +322,61 @@ fn nvrtc_not_found_says_how_to_get_it() {
         ));
 }
 
+/// A machine with a system CUDA has another NVRTC on the loader's path than the one repro
+/// chose (a wheel's release in a toolchain bisection, `REPRO_NVRTC`). Every NVRTC call must
+/// go to the chosen library: here the loader's path holds decoys named as NVRTC (copies of
+/// libz), which a lookup by name would load.
+#[test]
+fn the_chosen_nvrtc_compiles_even_with_another_on_the_loaders_path() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let which = repro(tmp.path())
+        .args(["--json", "toolchain", "which"])
+        .output()
+        .unwrap();
+    let which: Value = serde_json::from_slice(&which.stdout).unwrap();
+    let chosen = which["nvrtc"]["path"].as_str().unwrap().to_string();
+    let zlib = [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists());
+    let Some(zlib) = zlib else {
+        common::skip("needs libz.so.1 as a decoy library");
+        return;
+    };
+    let decoys = tmp.path().join("decoys");
+    std::fs::create_dir(&decoys).unwrap();
+    for name in ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"] {
+        std::fs::copy(zlib, decoys.join(name)).unwrap();
+    }
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .env("REPRO_NVRTC", &chosen)
+        .env("LD_LIBRARY_PATH", &decoys)
+        .args(["--json", "build", "--force", "vector_add"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        v["builds"][0]["status"],
+        "ok",
+        "{v}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        v["builds"][0]["outputs"]["cubin"]["bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
 #[test]
 fn concurrent_builds_of_one_recipe_share_one_object() {
     if !nvrtc_available() {

@@ -280,6 +280,21 @@ pub fn load_at(found: Found) -> Result<Loaded, String> {
     })
 }
 
+impl Loaded {
+    /// The function `name` of this NVRTC library (a C function pointer type `F`), so that
+    /// every call goes to the library repro chose, never to another NVRTC the loader's
+    /// search would find by name (a system CUDA beside a wheel's release).
+    pub fn function<F: Copy>(&self, name: &str) -> Result<F, String> {
+        let mut sym = name.as_bytes().to_vec();
+        sym.push(0);
+        // SAFETY: the caller names the C signature of `name` as `F`; the library stays
+        // loaded for the process (`Loaded` lives in a static), so the pointer stays valid.
+        unsafe { self._lib.get::<F>(&sym) }
+            .map(|s| *s)
+            .map_err(|e| format!("{} lacks {name}: {e}", self.found.path.display()))
+    }
+}
+
 /// The fingerprint probe for NVRTC.
 pub fn probe_nvrtc() -> Fields {
     let mut f = Fields::new();
@@ -443,36 +458,6 @@ pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
 /// The builtins library beside an NVRTC library, if any.
 fn builtins_in(dir: &Path) -> Option<PathBuf> {
     last_named(dir, "libnvrtc-builtins.so")
-}
-
-/// Loads NVRTC for cudarc: the library repro chose is loaded first by absolute path, and
-/// cudarc's own lookup must then resolve to that same file, never to another NVRTC that
-/// happens to be on the loader's path.
-pub fn nvrtc_for_cudarc() -> Result<&'static Loaded, String> {
-    let loaded = nvrtc()?;
-    // SAFETY: NVRTC is loaded (above), so cudarc's lookup finds it and does not panic.
-    unsafe {
-        cudarc::nvrtc::sys::culib();
-    }
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut libs: Vec<&str> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            p.rsplit('/')
-                .next()
-                .is_some_and(|n| n.starts_with("libnvrtc.so") || n.starts_with("libnvrtc.alt.so"))
-        })
-        .collect();
-    libs.sort();
-    libs.dedup();
-    if libs.len() > 1 {
-        return Err(format!(
-            "two NVRTC libraries are loaded ({}); set REPRO_NVRTC to choose one",
-            libs.join(", ")
-        ));
-    }
-    Ok(loaded)
 }
 
 /// The identity of nvcc, for build keys: its `--version` text (release and build id).

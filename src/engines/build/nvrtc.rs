@@ -1,21 +1,73 @@
-//! In-process compilation with NVRTC (through cudarc).
+//! In-process compilation with NVRTC, called through the library repro found and loaded
+//! (`toolchain::nvrtc`), so that a release chosen by path (a wheel's, `REPRO_NVRTC`) is
+//! the one that compiles even where a system CUDA puts another NVRTC on the loader's path.
 //!
 //! Headers are handed to NVRTC in memory under the names the sources include them by, and
 //! the program is named by its repository-relative path, so no absolute path of this
 //! machine can reach the compiler: two checkouts at different paths give identical bytes.
 
-use std::ffi::{CStr, CString, c_char};
-
-use cudarc::nvrtc::sys::{self, nvrtcResult};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 
 use super::inputs::Closure;
 use crate::foundation::recipe::{Compile, Output};
 
-/// NVRTC's pair of calls for one output: its size, then its bytes.
-type Getter = (
-    unsafe fn(sys::nvrtcProgram, *mut usize) -> nvrtcResult,
-    unsafe fn(sys::nvrtcProgram, *mut c_char) -> nvrtcResult,
-);
+type Program = *mut c_void;
+/// `nvrtcResult`: 0 is success.
+type Status = c_int;
+const SUCCESS: Status = 0;
+type SizeFn = unsafe extern "C" fn(Program, *mut usize) -> Status;
+type BytesFn = unsafe extern "C" fn(Program, *mut c_char) -> Status;
+
+/// The NVRTC functions a compile calls, taken from the loaded library.
+struct Api {
+    create: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Status,
+    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
+    log_size: SizeFn,
+    log: BytesFn,
+    ptx_size: SizeFn,
+    ptx: BytesFn,
+    cubin_size: SizeFn,
+    cubin: BytesFn,
+    destroy: unsafe extern "C" fn(*mut Program) -> Status,
+    error_string: unsafe extern "C" fn(Status) -> *const c_char,
+}
+
+impl Api {
+    fn load() -> Result<Api, String> {
+        let l = crate::engines::toolchain::nvrtc()?;
+        Ok(Api {
+            create: l.function("nvrtcCreateProgram")?,
+            compile: l.function("nvrtcCompileProgram")?,
+            log_size: l.function("nvrtcGetProgramLogSize")?,
+            log: l.function("nvrtcGetProgramLog")?,
+            ptx_size: l.function("nvrtcGetPTXSize")?,
+            ptx: l.function("nvrtcGetPTX")?,
+            cubin_size: l.function("nvrtcGetCUBINSize")?,
+            cubin: l.function("nvrtcGetCUBIN")?,
+            destroy: l.function("nvrtcDestroyProgram")?,
+            error_string: l.function("nvrtcGetErrorString")?,
+        })
+    }
+
+    fn error_string(&self, r: Status) -> String {
+        // SAFETY: nvrtcGetErrorString returns a static string (or NULL) for any code.
+        unsafe {
+            let p = (self.error_string)(r);
+            if p.is_null() {
+                format!("NVRTC error {r}")
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        }
+    }
+}
 
 /// What a successful compile produced.
 pub struct Artifacts {
@@ -33,18 +85,9 @@ pub fn options(c: &Compile) -> Vec<String> {
     o
 }
 
-fn error_string(r: nvrtcResult) -> String {
-    // SAFETY: nvrtcGetErrorString returns a static string for any result code.
-    unsafe {
-        CStr::from_ptr(sys::nvrtcGetErrorString(r))
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
 /// Compiles `c.source` with the headers of `closure`. `Err` carries the compiler's log.
 pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
-    crate::engines::toolchain::nvrtc_for_cudarc()?;
+    let api = Api::load()?;
     let cstr =
         |s: &[u8], what: &str| CString::new(s).map_err(|_| format!("{what} contains a NUL byte"));
     let src = cstr(&closure.files[&c.source], &c.source)?;
@@ -66,8 +109,8 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
     // SAFETY: every pointer passed to NVRTC points into a CString or Vec that outlives the
     // program, and the program is destroyed on every path out of this block.
     unsafe {
-        let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
-        let r = sys::nvrtcCreateProgram(
+        let mut prog: Program = std::ptr::null_mut();
+        let r = (api.create)(
             &mut prog,
             src.as_ptr(),
             name.as_ptr(),
@@ -83,23 +126,26 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
                 name_ptrs.as_ptr()
             },
         );
-        if r != nvrtcResult::NVRTC_SUCCESS {
-            return Err(format!("nvrtcCreateProgram failed: {}", error_string(r)));
+        if r != SUCCESS {
+            return Err(format!(
+                "nvrtcCreateProgram failed: {}",
+                api.error_string(r)
+            ));
         }
-        let compiled = sys::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
+        let compiled = (api.compile)(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
         let mut log_len = 0usize;
-        sys::nvrtcGetProgramLogSize(prog, &mut log_len);
+        (api.log_size)(prog, &mut log_len);
         let mut log = vec![0u8; log_len];
         if log_len > 0 {
-            sys::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast());
+            (api.log)(prog, log.as_mut_ptr().cast());
         }
         let log = String::from_utf8_lossy(&log)
             .trim_end_matches('\0')
             .trim_end()
             .to_string();
-        let result = if compiled != nvrtcResult::NVRTC_SUCCESS {
+        let result = if compiled != SUCCESS {
             Err(if log.is_empty() {
-                error_string(compiled)
+                api.error_string(compiled)
             } else {
                 log
             })
@@ -107,18 +153,18 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
             let mut outputs = Vec::new();
             let mut failure = None;
             for out in &c.outputs {
-                let (size_fn, get_fn): Getter = match out {
-                    Output::Ptx => (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX),
-                    Output::Cubin => (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN),
+                let (size_fn, get_fn) = match out {
+                    Output::Ptx => (api.ptx_size, api.ptx),
+                    Output::Cubin => (api.cubin_size, api.cubin),
                     Output::Fatbin => unreachable!("recipes never ask NVRTC for a fatbin"),
                 };
                 let mut n = 0usize;
                 let r = size_fn(prog, &mut n);
-                if r != nvrtcResult::NVRTC_SUCCESS || n == 0 {
+                if r != SUCCESS || n == 0 {
                     failure = Some(format!(
                         "NVRTC produced no {}: {}",
                         out.name(),
-                        error_string(r)
+                        api.error_string(r)
                     ));
                     break;
                 }
@@ -137,7 +183,7 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
                 None => Ok(Artifacts { outputs, log }),
             }
         };
-        sys::nvrtcDestroyProgram(&mut prog);
+        (api.destroy)(&mut prog);
         result
     }
 }
