@@ -50,13 +50,13 @@ EOF
     if "$exe" --list --ignored 2>/dev/null | grep -q ': test$'; then want=1; fi
     if [ -n "$want" ]; then
       cp "$exe" "$dest/$name"
-      strip --strip-debug "$dest/$name"
+      strip --strip-all "$dest/$name"
       echo "copied $name"
     fi
   done <"$dest/.list"
   rm -f "$dest/.list"
   cp target/debug/repro "$dest/repro"
-  strip --strip-debug "$dest/repro"
+  strip --strip-all "$dest/repro"
   du -sh "$dest"
   echo "now, on the GPU machine, with .dev/tests carried: bash benches/gpu_tests.sh run"
 }

@@ -13,9 +13,12 @@ and cached: `repro build R` when the store has the key (the whole process). Rati
 against NVRTC's cold build. The WMMA recipe includes <cuda_runtime.h>, which NVRTC cannot
 compile, so it has no NVRTC column.
 
-A fourth column builds the NVRTC recipes with NVRTC's `-minimal` option (no texture,
-surface or device-runtime declarations in the implicit prelude), which kernels that use none
-of those can add to their recipe's options.
+Split compilation: NVRTC and nvcc both take `-split-compile=N` (0: as many threads as the
+machine has), which runs the optimizer over a translation unit's functions in parallel. The
+machine code is the same; the cubin's symbol order and its recorded command line differ, so a
+recipe opts in through its `options` (the option is part of the build key). Each NVRTC recipe
+is built both ways ("serial": the option removed; "split": the option added), and plain nvcc
+both ways too; the ratio the README quotes is `nvcc -cubin` / NVRTC split.
 
 Usage: python3 benches/toolchain_build.py (--wheels DIR | --nvcc PATH) [--nvrtc PATH]
        [--repro PATH] [--runs N] [--hit-runs N]
@@ -79,6 +82,12 @@ def git(cwd, *args):
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
+def split_off(text):
+    """The recipe text without the split-compilation option."""
+    return text.replace(', "-split-compile=0"', "").replace('"-split-compile=0", ', "").replace(
+        'options = ["-split-compile=0"]\n', "")
+
+
 def recipe_field(text, key):
     for line in text.splitlines():
         if line.startswith(f"{key} = "):
@@ -118,11 +127,13 @@ def main():
                 with open(os.path.join(root, "recipes", f"{r}_nvcc.toml"), "w") as f:
                     f.write(f'schema = 1\n[build]\nkind = "nvcc"\nsource = "{source}"\nentries = {entries}\n'
                             'toolchain = "nvcc@13.0"\ntarget = "sm_90"\noutputs = ["cubin"]\noptions = ["--std=c++17"]\n')
-                minimal = text.replace('options = ["--std=c++17"]', 'options = ["--std=c++17", "-minimal"]')
-                if minimal == text:
-                    minimal = text.replace("[build]\n", '[build]\noptions = ["-minimal"]\n', 1)
-                with open(os.path.join(root, "recipes", f"{r}_minimal.toml"), "w") as f:
-                    f.write(minimal)
+                serial = split_off(text)
+                split = serial.replace('options = ["--std=c++17"', 'options = ["--std=c++17", "-split-compile=0"', 1)
+                if split == serial:
+                    split = serial.replace("[build]\n", '[build]\noptions = ["-split-compile=0"]\n', 1)
+                for name, t in ((f"{r}_serial", serial), (f"{r}_split", split)):
+                    with open(os.path.join(root, "recipes", f"{name}.toml"), "w") as f:
+                        f.write(t)
         git(root, "init", "-q")
         git(root, "add", "-A")
         git(root, "commit", "-q", "-m", "bench")
@@ -147,30 +158,36 @@ def main():
         print(f"medians: cold builds of {a.runs} runs, cache hits of {a.hit_runs} runs, ms; ratio = time / NVRTC cold\n")
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print("cache hits: whole process / the lookup inside it (repro's own duration-ms)\n")
-        print("| recipe | NVRTC cold | NVRTC cold, -minimal | nvcc cold (repro) | `nvcc -cubin` | NVRTC cache hit | nvcc cache hit |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| recipe | NVRTC cold, serial | NVRTC cold, split | nvcc cold (repro) | `nvcc -cubin` | "
+              "`nvcc -cubin --split-compile=0` | NVRTC cache hit | nvcc cache hit |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r, kind, source in rows:
             cubin = [nvcc, "-cubin", "-arch=sm_90", "--std=c++17", "-o", out, source]
             if kind == "nvrtc":
-                cold = timed([repro, "build", "--force", r], root, env, a.runs)
-                mcold = timed([repro, "build", "--force", f"{r}_minimal"], root, env, a.runs)
+                cold = timed([repro, "build", "--force", f"{r}_serial"], root, env, a.runs)
+                scold = timed([repro, "build", "--force", f"{r}_split"], root, env, a.runs)
                 ncold = timed([repro, "build", "--force", *via, f"{r}_nvcc"], root, env, a.runs)
                 plain = timed(cubin, root, env, a.runs)
+                splain = timed(cubin + ["--split-compile=0"], root, env, a.runs)
                 hit = timed([repro, "build", r], root, env, a.hit_runs)
                 nhit = timed([repro, "build", *via, f"{r}_nvcc"], root, env, a.hit_runs)
                 look = lookup_ms(r, root, env, a.hit_runs)
                 nlook = lookup_ms(f"{r}_nvcc", root, env, a.hit_runs, via)
-                print(f"| {r} | {cold:.0f} | {mcold:.0f} ({mcold / cold:.2f}x) | {ncold:.0f} ({ncold / cold:.1f}x) "
-                      f"| {plain:.0f} ({plain / cold:.1f}x) | {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
+                print(f"| {r} | {cold:.0f} | {scold:.0f} | {ncold:.0f} | {plain:.0f} ({plain / cold:.2f}x serial, "
+                      f"{plain / scold:.2f}x split) | {splain:.0f} ({splain / scold:.2f}x split) "
+                      f"| {hit:.1f} / {look:.1f} | {nhit:.1f} / {nlook:.1f} |")
             else:
                 targets = text_targets(root, r)
                 ncold = timed([repro, "build", "--force", *via, r], root, env, a.runs)
                 plain = timed(cubin, root, env, a.runs)
+                splain = timed(cubin + ["--split-compile=0"], root, env, a.runs)
                 nhit = timed([repro, "build", *via, r], root, env, a.hit_runs)
                 nlook = lookup_ms(r, root, env, a.hit_runs, via)
                 label = f"{r} (nvcc, {targets} targets)" if targets > 1 else f"{r} (nvcc)"
                 note = " (one target)" if targets > 1 else ""
-                print(f"| {label} | n/a | n/a | {ncold:.0f} | {plain:.0f}{note} | n/a | {nhit:.1f} / {nlook:.1f} |")
+                print(f"| {label} | n/a | n/a | {ncold:.0f} | {plain:.0f}{note} | {splain:.0f}{note} | n/a "
+                      f"| {nhit:.1f} / {nlook:.1f} |")
+        print("\nratios: `nvcc -cubin` time / NVRTC time (higher: NVRTC faster)")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
