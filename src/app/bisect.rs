@@ -11,13 +11,14 @@ use crate::app::bench::{fmt_value, parse_fraction};
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench::Metric;
 use crate::engines::bisect::decide::Direction;
-use crate::engines::bisect::history::{self, HistoryError};
+use crate::engines::bisect::history;
 use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
 use crate::engines::bisect::search::Outcome;
 use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
 use crate::engines::toolchain::install::Family;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
+use crate::foundation::git::{self, GitError};
 use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
 use crate::foundation::records;
@@ -217,7 +218,7 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
         None => None,
     };
     let repo = git2::Repository::open(&req.repo)
-        .map_err(HistoryError::Git)
+        .map_err(GitError::Git)
         .with_context(|| format!("cannot open the repository {}", req.repo.display()))?;
     let store = crate::foundation::store::Store::at(&req.store);
     // A job's GPU is whichever Slurm gave it: its samples are its own, and never reused
@@ -321,9 +322,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         )
         .into());
     }
-    let repo = history::open(&g.cwd)?;
-    let good = history::resolve(&repo, good)?;
-    let bad = history::resolve(&repo, bad)?;
+    let repo = git::open(&g.cwd)?;
+    let good = git::resolve(&repo, good)?;
+    let bad = git::resolve(&repo, bad)?;
     let (older, newer) = if a.find == Find::Fixed {
         (bad, good)
     } else {
@@ -331,7 +332,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let commits = history::commits_between(&repo, older, newer, a.first_parent)?;
     // Checking a large working tree costs a status scan: only when the note would be shown.
-    if !g.quiet && !g.json && crate::foundation::git::is_dirty(&g.cwd) {
+    if !g.quiet && !g.json && git::is_dirty(&g.cwd) {
         eprintln!(
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
@@ -395,7 +396,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     progress.finish();
     let report = report?;
-    let describe = |i: usize| history::describe(&repo, commits[i]).ok();
+    let describe = |i: usize| git::describe(&repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
@@ -601,13 +602,13 @@ fn fixed_recipe(
         .unwrap_or_else(|| g.cwd.clone());
     let is_path = name.contains('/') || name.ends_with(".toml");
     if let Some(rev) = at {
-        let oid = history::resolve(repo, rev)?;
+        let oid = git::resolve(repo, rev)?;
         let rel = if is_path {
             recipe::normalize(name).unwrap_or_else(|| name.to_string())
         } else {
             format!("{}/{name}.toml", recipe::DIR)
         };
-        let files = history::CommitFiles::new(repo, oid)?;
+        let files = git::CommitFiles::new(repo, oid)?;
         let text = crate::engines::build::inputs::FileSource::read(&files, &rel).map_err(|e| {
             UserError::usage(format!("cannot read the recipe {rel} at {rev}: {e}"))
                 .hint("--recipe-at reads the recipe from that commit; name a commit that has it")
@@ -704,8 +705,8 @@ impl run::Report {
 fn render(
     report: &run::Report,
     commits: &[git2::Oid],
-    culprit: Option<&history::CommitInfo>,
-    parent: Option<&history::CommitInfo>,
+    culprit: Option<&git::repo::CommitInfo>,
+    parent: Option<&git::repo::CommitInfo>,
     a: &Args,
 ) -> String {
     let style = Style::for_stdout();
@@ -756,7 +757,7 @@ fn render(
                     .find(|s| s.index == i)
                     .and_then(|s| s.detail.clone())
                     .unwrap_or_default();
-                out.push_str(&format!("  {}  {}\n", history::short(*commit), d));
+                out.push_str(&format!("  {}  {}\n", git::short(*commit), d));
             }
         }
         _ => {}

@@ -105,7 +105,7 @@ fn create(
         }
     }
     bundle::complete(&store, &mut contents)?;
-    let repo = crate::engines::bisect::history::open(&g.cwd)?;
+    let repo = crate::foundation::git::open(&g.cwd)?;
     let name = output.file_name().map_or_else(
         || "bundle.tar.zst".into(),
         |n| n.to_string_lossy().into_owned(),

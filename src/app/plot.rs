@@ -220,7 +220,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                         by_commit.entry(c.clone()).or_insert(r);
                     }
                 }
-                let order: Vec<String> = match crate::engines::bisect::history::open(&g.cwd) {
+                let order: Vec<String> = match crate::foundation::git::open(&g.cwd) {
                     Ok(repo) => {
                         let mut walk = repo.revwalk()?;
                         walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;

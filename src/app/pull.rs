@@ -3,9 +3,9 @@
 use serde_json::json;
 
 use crate::app::context::{Globals, emit, emit_json};
-use crate::engines::bisect::history;
 use crate::engines::share::{self, Summary};
 use crate::foundation::exit;
+use crate::foundation::git;
 
 /// Arguments of `repro pull`.
 #[derive(Debug, clap::Args)]
@@ -25,7 +25,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
 pub fn share(g: &Globals, remote: &str, push: bool) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
-    let repo = history::open(&g.cwd)?;
+    let repo = git::open(&g.cwd)?;
     let summary = if push {
         share::push(&repo, &store, remote)?
     } else {

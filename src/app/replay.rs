@@ -342,7 +342,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             dir
         }
         None => {
-            let repo = crate::engines::bisect::history::open(&g.cwd)?;
+            let repo = crate::foundation::git::open(&g.cwd)?;
             let oid = git2::Oid::from_str(&commit)
                 .ok()
                 .filter(|o| repo.find_commit(*o).is_ok())
@@ -350,9 +350,15 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     UserError::usage(format!("commit {commit} is not in this repository"))
                         .hint("fetch it, or replay from a bundle with --bundle FILE")
                 })?;
-            let files = crate::engines::bisect::history::CommitFiles::new(&repo, oid)?;
-            files.materialize(checkout.path(), None).map_err(|e| {
-                UserError::with_code(exit::IO, format!("cannot re-create commit {commit}: {e}"))
+            let files = crate::foundation::git::CommitFiles::new(&repo, oid)?;
+            files.materialize(checkout.path()).map_err(|e| {
+                UserError::with_code(
+                    exit::IO,
+                    format!(
+                        "cannot re-create commit {commit}: cannot read {}: {e}",
+                        e.path()
+                    ),
+                )
             })?;
             checkout.path().to_path_buf()
         }

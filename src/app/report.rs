@@ -33,6 +33,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::build::BuildError,
             crate::foundation::config::ConfigError,
             crate::foundation::nix::NixError,
+            crate::foundation::git::GitError,
             crate::engines::bisect::history::HistoryError,
             crate::engines::bisect::run::BisectError,
             crate::engines::bisect::slurm::SlurmError,

@@ -20,9 +20,9 @@ use std::fmt::Write as _;
 use git2::{Oid, Repository};
 use serde_json::{Value, json};
 
-use crate::engines::bisect::history::CommitFiles;
 use crate::engines::export::{self, Row};
 use crate::foundation::archive::Entry;
+use crate::foundation::git::CommitFiles;
 use crate::foundation::keys;
 use crate::foundation::records::{self, BuildRecord, RecordError, ResultRecord};
 use crate::foundation::store::Store;

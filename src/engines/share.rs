@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::keys;
-use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::process::ProcessError;
 use crate::foundation::store::{self, Store, StoreError};
 
 /// The ref namespace.
@@ -137,11 +137,8 @@ fn git(
     remote: &str,
     args: &[&str],
 ) -> Result<crate::foundation::process::Output, ShareError> {
-    let out = Cmd::new("git")
-        .arg("-C")
-        .arg(workdir)
+    let out = crate::foundation::git::command::in_workdir(workdir)
         .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
         .timeout(GIT_TIMEOUT)
         .output()
         .map_err(|source| ShareError::Git { source })?;

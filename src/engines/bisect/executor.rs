@@ -49,6 +49,6 @@ pub trait Executor: Sync {
     /// How progress lines and errors name the commit (a short hash; a compiler release
     /// for a toolchain bisection, whose "commits" are releases).
     fn label(&self, commit: Oid) -> String {
-        super::history::short(commit)
+        crate::foundation::git::short(commit)
     }
 }

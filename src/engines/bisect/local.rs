@@ -15,10 +15,8 @@ use std::time::Instant;
 use git2::{Oid, Repository};
 use serde_json::{Value, json};
 
-use super::checkout::{CheckoutError, Fetcher, Worktree};
 use super::decide::{self, Decision};
 use super::executor::{Executor, StepRequest};
-use super::history::{self, CommitFiles, Entry, Rename};
 use super::run::{
     BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
 };
@@ -26,6 +24,7 @@ use super::search::Answer;
 use crate::engines::bench;
 use crate::engines::build::inputs::{self, InputError};
 use crate::engines::build::{self, BuildError, Options};
+use crate::foundation::git::{self, CheckoutError, CommitFiles, Entry, Fetcher, Rename, Worktree};
 use crate::foundation::keys;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::recipe::{self, Build, Recipe};
@@ -150,10 +149,9 @@ impl<'a> Ctx<'a> {
                     CommitFiles::new(self.repo, *c2).is_ok_and(|f| f.is_file_in_tree(&c.source))
                 })
                 .unwrap_or(self.shared.newest);
-            history::follow_renames(self.repo, start, &c.source, self.plan.offline)
-                .unwrap_or_default()
+            git::follow_renames(self.repo, start, &c.source, self.plan.offline).unwrap_or_default()
         });
-        let here = history::name_at(self.repo, renames, &c.source, oid);
+        let here = git::name_at(self.repo, renames, &c.source, oid);
         if here != c.source && files.is_file_in_tree(&here) {
             let note = format!("source here: {here}");
             // The text that records keep says what was built: the recipe as applied here.
@@ -208,7 +206,7 @@ impl<'a> Ctx<'a> {
             return Err(f);
         }
         out.map_err(|(a, why)| {
-            if why.contains(history::MISSING_BLOB) {
+            if why.contains(git::MISSING_BLOB) {
                 let how = if self.plan.offline {
                     " (--offline: not fetched)"
                 } else if self.shared.fetcher.remote.is_none() {
@@ -263,7 +261,7 @@ impl<'a> Ctx<'a> {
         if only.is_some() {
             self.fetch(files, &entries)?;
             let dir = self.store.scratch_dir("bisect").map_err(io)?;
-            super::checkout::write_sparse(files.repo(), dir.path(), &entries)?;
+            git::write_sparse(files.repo(), dir.path(), &entries)?;
             return Ok(StepDir::Fresh(dir));
         }
         let shared: &'a Shared = self.shared;
@@ -292,15 +290,15 @@ impl<'a> Ctx<'a> {
     fn stored(&self, index: usize, oid: Oid) -> Result<Option<Step>, BisectError> {
         let start = Instant::now();
         let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
+            commit: git::short(oid),
             source: e.into(),
         })?;
         let key = self.step_key(files.tree_id());
         let Some(rec) = stored_step(&self.store, &key) else {
             return Ok(None);
         };
-        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
+        let subject = git::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: git::short(oid),
             source: e.into(),
         })?;
         let mut step = Step::new(index, oid, subject);
@@ -316,12 +314,12 @@ impl<'a> Ctx<'a> {
             return Ok(step);
         }
         let start = Instant::now();
-        let subject = history::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
+        let subject = git::subject(self.repo, oid).map_err(|e| BisectError::Fatal {
+            commit: git::short(oid),
             source: e.into(),
         })?;
         let files = CommitFiles::new(self.repo, oid).map_err(|e| BisectError::Fatal {
-            commit: history::short(oid),
+            commit: git::short(oid),
             source: e.into(),
         })?;
         let key = self.step_key(files.tree_id());
@@ -345,7 +343,7 @@ impl<'a> Ctx<'a> {
             }
             Err(StepFail::Fatal(source)) => {
                 return Err(BisectError::Fatal {
-                    commit: history::short(oid),
+                    commit: git::short(oid),
                     source,
                 });
             }
@@ -363,7 +361,7 @@ impl<'a> Ctx<'a> {
             self.store
                 .put_record(STEPS, &key, &rec)
                 .map_err(|e| BisectError::Fatal {
-                    commit: history::short(oid),
+                    commit: git::short(oid),
                     source: e.into(),
                 })?;
         }
@@ -394,7 +392,7 @@ impl<'a> Ctx<'a> {
                         Ok((Answer::Bad, Some(format!("the script exited {c}"))))
                     }
                     _ => Err(StepFail::Abort(BisectError::Aborted {
-                        commit: history::short(oid),
+                        commit: git::short(oid),
                         detail: crate::foundation::process::describe_status(o.status),
                     })),
                 },
@@ -514,7 +512,7 @@ impl<'a> Ctx<'a> {
             .arg(root)
             .arg("--store")
             .arg(store)
-            .env(crate::foundation::git::PROJECT_ROOT_VAR, root)
+            .env(git::PROJECT_ROOT_VAR, root)
             .args(["build", "--nix", "--json", name])
             .arg(format!("--at-commit={commit}"))
             .timeout(self.plan.timeout)
@@ -1053,7 +1051,7 @@ impl LocalExecutor {
 
     fn open(&self, commit: Oid) -> Result<Repository, BisectError> {
         Repository::open(&self.repo_path).map_err(|e| BisectError::Fatal {
-            commit: history::short(commit),
+            commit: git::short(commit),
             source: e.into(),
         })
     }
@@ -1062,7 +1060,7 @@ impl LocalExecutor {
         CommitFiles::new(repo, commit)
             .map(|f| f.tree_id())
             .map_err(|e| BisectError::Fatal {
-                commit: history::short(commit),
+                commit: git::short(commit),
                 source: e.into(),
             })
     }
@@ -1093,7 +1091,7 @@ impl LocalExecutor {
         }
         events(Event::Status(&format!(
             "measuring the baseline {} on GPU {device}",
-            history::short(commit)
+            git::short(commit)
         )));
         // Its step line was shown when the good end was evaluated; here it is only the
         // means to a fair comparison, so only status messages get through.
@@ -1117,7 +1115,7 @@ impl LocalExecutor {
         let s = ctx.evaluate(index, commit)?;
         if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(BisectError::Fatal {
-                commit: history::short(commit),
+                commit: git::short(commit),
                 source: anyhow::anyhow!(
                     "the baseline could not be measured on GPU {device}: it is {}{}",
                     s.verdict,
@@ -1286,7 +1284,7 @@ impl Executor for LocalExecutor {
     fn subject(&self, commit: Oid) -> String {
         Repository::open(&self.repo_path)
             .ok()
-            .and_then(|r| history::subject(&r, commit).ok())
+            .and_then(|r| git::subject(&r, commit).ok())
             .unwrap_or_default()
     }
 }

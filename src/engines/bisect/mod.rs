@@ -1,7 +1,6 @@
 //! Bisection: find the first commit whose build breaks, whose check fails, or whose
 //! benchmark got slower, without touching the user's working tree.
 
-pub mod checkout;
 pub mod decide;
 pub mod executor;
 pub mod history;

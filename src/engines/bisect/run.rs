@@ -15,8 +15,8 @@ use git2::{Oid, Repository};
 
 use super::decide::{self, Decision};
 use super::executor::{Executor, StepRequest};
-use super::history::{self, CommitFiles};
 use super::search::{Answer, Next, Outcome, Search};
+use crate::foundation::git::{self, CommitFiles};
 use crate::foundation::store::Store;
 
 pub use super::plan::{
@@ -54,7 +54,7 @@ fn check_paths(repo: &Repository, paths: &[String], commits: &[Oid]) -> Result<(
     let mut used = vec![false; paths.len()];
     for end in ends {
         let files = CommitFiles::new(repo, end).map_err(|e| BisectError::Fatal {
-            commit: history::short(end),
+            commit: git::short(end),
             source: e.into(),
         })?;
         let entries = files.all_entries();
@@ -65,7 +65,7 @@ fn check_paths(repo: &Repository, paths: &[String], commits: &[Oid]) -> Result<(
             return Err(bad(format!(
                 "--paths {} matches no file at commit {}",
                 paths.join(" "),
-                history::short(end)
+                git::short(end)
             )));
         }
         for (i, p) in paths.iter().enumerate() {
@@ -85,8 +85,8 @@ fn check_paths(repo: &Repository, paths: &[String], commits: &[Oid]) -> Result<(
         return Err(bad(format!(
             "--paths `{}` matches no file at either end ({} or {})",
             paths[i],
-            history::short(ends[0]),
-            history::short(ends[1])
+            git::short(ends[0]),
+            git::short(ends[1])
         )));
     }
     Ok(())

@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::Direction;
 use super::executor::{Executor, StepRequest};
-use super::history;
 use super::run::{BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step};
 use crate::engines::bench::Metric;
 use crate::foundation::error::Diagnose;
@@ -505,7 +504,7 @@ impl Executor for SlurmExecutor {
         req: &StepRequest,
         events: &(dyn Fn(Event<'_>) + Sync),
     ) -> Result<Step, BisectError> {
-        let short = history::short(req.commit);
+        let short = crate::foundation::git::short(req.commit);
         let fatal = |m: String| BisectError::Fatal {
             commit: short.clone(),
             source: anyhow::anyhow!(m),
@@ -633,7 +632,7 @@ impl Executor for SlurmExecutor {
     fn subject(&self, commit: Oid) -> String {
         git2::Repository::open(&self.repo)
             .ok()
-            .and_then(|r| history::subject(&r, commit).ok())
+            .and_then(|r| crate::foundation::git::subject(&r, commit).ok())
             .unwrap_or_default()
     }
 }

@@ -1095,7 +1095,7 @@ impl Executor for ReleaseExecutor<'_> {
     fn label(&self, commit: Oid) -> String {
         self.index_of(commit)
             .map(|i| self.spec(i).to_string())
-            .unwrap_or_else(|| super::history::short(commit))
+            .unwrap_or_else(|| crate::foundation::git::short(commit))
     }
 }
 

@@ -1,30 +1,27 @@
-//! Writing a commit's files out for one bisection step, as few as the step needs.
+//! Writing a commit's files out of the object database into scratch directories, as few
+//! as the caller needs.
 //!
-//! A step gets either a sparse tree (the files a build reads, or the paths the user named
-//! with `--paths`) in a fresh directory, or the whole tree in a scratch directory that the
-//! worker keeps from step to step and brings up to date the way `git checkout` does: only
-//! files whose blob changed are written again, and whatever the previous step's script
-//! created or changed is removed or restored first.
-//!
-//! Blobs that a partial clone lacks are fetched from its promisor remote in one batch per
-//! step, through the git command line (libgit2 cannot fetch lazily). With `offline`, nothing
-//! is fetched and a missing blob makes the step untestable, naming the path and the blob.
+//! A caller gets either a sparse tree (the files it names) written into a fresh directory
+//! ([`write_sparse`], [`CommitFiles::materialize`]), or the whole tree in a scratch
+//! directory kept from use to use ([`Worktree`]) and brought up to date the way `git
+//! checkout` does: only files whose blob changed are written again, and whatever was
+//! created or changed in it since is removed or restored first. Nothing here fetches: a
+//! blob the object database lacks is [`CheckoutError::MissingBlob`] (see [`super::fetch`]).
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use git2::{Oid, Repository};
 
-use super::history::{CommitFiles, Entry};
-use crate::foundation::process::Cmd;
+use super::tree::{CommitFiles, Entry};
+use crate::foundation::process::ProcessError;
 
-/// Why a step's files could not be written out.
+/// Why a commit's files could not be written out.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckoutError {
     /// Blobs the step needs are not in the object database (and were not fetched).
-    #[error("{path}: its blob {blob} {}{}{why}", super::history::MISSING_BLOB, if *.more > 0 { format!(" (and {} more blobs)", .more) } else { String::new() })]
+    #[error("{path}: its blob {blob} {}{}{why}", super::tree::MISSING_BLOB, if *.more > 0 { format!(" (and {} more blobs)", .more) } else { String::new() })]
     MissingBlob {
         /// The first path whose blob is missing.
         path: String,
@@ -46,7 +43,7 @@ pub enum CheckoutError {
         count: usize,
         /// git's failure.
         #[source]
-        source: Box<crate::foundation::process::ProcessError>,
+        source: Box<ProcessError>,
     },
     /// Writing into the scratch directory failed.
     #[error("cannot write {path}")]
@@ -60,150 +57,18 @@ pub enum CheckoutError {
 }
 
 impl CheckoutError {
+    /// The path (or, for a failed fetch, the remote) the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            CheckoutError::MissingBlob { path, .. } | CheckoutError::Write { path, .. } => path,
+            CheckoutError::Fetch { remote, .. } => remote,
+        }
+    }
+
     /// Whether this makes only the one commit untestable (a missing blob), rather than
     /// every step (an unreachable remote, a full disk).
     pub fn is_untestable(&self) -> bool {
         matches!(self, CheckoutError::MissingBlob { .. })
-    }
-}
-
-/// The promisor remote of a partial clone: its name and URL.
-pub fn promisor_remote(repo: &Repository) -> Option<(String, String)> {
-    let cfg = repo.config().ok()?.snapshot().ok()?;
-    let name = cfg.get_string("extensions.partialclone").ok().or_else(|| {
-        let mut found = None;
-        if let Ok(mut entries) = cfg.entries(Some(r"remote\..*\.promisor")) {
-            while let Some(Ok(e)) = entries.next() {
-                if e.value() == Some("true") {
-                    found = e
-                        .name()
-                        .and_then(|n| n.strip_prefix("remote."))
-                        .and_then(|n| n.strip_suffix(".promisor"))
-                        .map(str::to_string);
-                    break;
-                }
-            }
-        }
-        found
-    })?;
-    let url = cfg
-        .get_string(&format!("remote.{name}.url"))
-        .unwrap_or_default();
-    Some((name, url))
-}
-
-/// How a step gets missing blobs.
-#[derive(Clone, Debug)]
-pub struct Fetcher {
-    /// The repository's git directory.
-    pub git_dir: PathBuf,
-    /// The promisor remote, if this is a partial clone.
-    pub remote: Option<(String, String)>,
-    /// Never fetch.
-    pub offline: bool,
-    /// How long one batch may take.
-    pub timeout: Duration,
-}
-
-impl Fetcher {
-    /// A fetcher for `repo`.
-    pub fn new(repo: &Repository, offline: bool) -> Self {
-        Fetcher {
-            git_dir: repo.path().to_path_buf(),
-            remote: promisor_remote(repo),
-            offline,
-            timeout: Duration::from_secs(600),
-        }
-    }
-
-    /// Makes sure every blob of `entries` is in the object database: fetches the missing
-    /// ones in one batch, or says which is missing. Returns how many were fetched.
-    pub fn ensure(
-        &self,
-        repo: &Repository,
-        entries: &[Entry],
-        progress: &dyn Fn(&str),
-    ) -> Result<usize, CheckoutError> {
-        let odb = repo.odb().map_err(|e| CheckoutError::Write {
-            path: self.git_dir.display().to_string(),
-            source: std::io::Error::other(e.message().to_string()),
-        })?;
-        let missing = |odb: &git2::Odb| -> Vec<&Entry> {
-            let mut seen = HashSet::new();
-            entries
-                .iter()
-                .filter(|e| !odb.exists(e.id) && seen.insert(e.id))
-                .collect()
-        };
-        let gone = missing(&odb);
-        if gone.is_empty() {
-            return Ok(0);
-        }
-        let why = match (&self.remote, self.offline) {
-            (_, true) => Some(" (--offline: not fetched)".to_string()),
-            (None, _) => Some(
-                " (the repository has no promisor remote to fetch it from: not a partial clone)"
-                    .to_string(),
-            ),
-            (Some(_), false) => None,
-        };
-        if let Some(why) = why {
-            return Err(CheckoutError::MissingBlob {
-                path: gone[0].path.clone(),
-                blob: gone[0].id,
-                more: gone.len() - 1,
-                why,
-            });
-        }
-        let (remote, url) = self.remote.clone().expect("checked above");
-        progress(&format!(
-            "fetching {} missing blob{} from `{remote}`",
-            gone.len(),
-            if gone.len() == 1 { "" } else { "s" }
-        ));
-        let ids: String = gone.iter().map(|e| format!("{}\n", e.id)).collect();
-        // As git's own lazy fetch does: a noop negotiation, no tags, no FETCH_HEAD, no
-        // refs updated; only objects are added. Automatic maintenance stays off.
-        Cmd::new("git")
-            .arg("--git-dir")
-            .arg(&self.git_dir)
-            .args([
-                "-c",
-                "fetch.negotiationAlgorithm=noop",
-                "-c",
-                "maintenance.auto=false",
-                "-c",
-                "gc.auto=0",
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--recurse-submodules=no",
-                "--filter=blob:none",
-                "--stdin",
-            ])
-            .arg(&remote)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin_bytes(ids.into_bytes())
-            .timeout(self.timeout)
-            .run()
-            .map_err(|source| CheckoutError::Fetch {
-                remote: remote.clone(),
-                url: url.clone(),
-                count: gone.len(),
-                source: Box::new(source),
-            })?;
-        let _ = odb.refresh();
-        let still = missing(&odb);
-        if let Some(first) = still.first() {
-            return Err(CheckoutError::MissingBlob {
-                path: first.path.clone(),
-                blob: first.id,
-                more: still.len() - 1,
-                why: format!(" (the promisor remote `{remote}` does not have it)"),
-            });
-        }
-        Ok(gone.len())
     }
 }
 
@@ -284,7 +149,8 @@ impl Stamp {
     }
 }
 
-/// A whole-tree scratch checkout that one worker keeps across steps.
+/// A whole-tree scratch checkout kept from use to use (a bisection worker keeps one
+/// across its steps).
 pub struct Worktree {
     dir: tempfile::TempDir,
     /// Every file written, with its blob, mode and stamp.
@@ -573,31 +439,12 @@ impl Worktree {
     }
 }
 
-/// Writing a commit's files out is checkout's job; the files themselves are history's.
 impl CommitFiles<'_> {
-    /// Writes the given files (all of them with `None`) under `dest`, keeping executable
+    /// Writes every file of the commit under `dest` (a fresh directory), keeping executable
     /// bits and symbolic links. A blob missing from the object database (a partial clone)
     /// is an error naming the path.
-    pub fn materialize(
-        &self,
-        dest: &Path,
-        only: Option<&[String]>,
-    ) -> Result<usize, crate::engines::build::inputs::InputError> {
-        let entries = match only {
-            None => self.all_entries(),
-            Some(list) => self.entries_of(list)?,
-        };
-        write_sparse(self.repo(), dest, &entries).map_err(|e| {
-            crate::engines::build::inputs::InputError::Read {
-                path: match &e {
-                    CheckoutError::MissingBlob { path, .. } | CheckoutError::Write { path, .. } => {
-                        path.clone()
-                    }
-                    CheckoutError::Fetch { remote, .. } => remote.clone(),
-                },
-                reason: e.to_string(),
-            }
-        })
+    pub fn materialize(&self, dest: &Path) -> Result<usize, CheckoutError> {
+        write_sparse(self.repo(), dest, &self.all_entries())
     }
 }
 

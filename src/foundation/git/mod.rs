@@ -1,5 +1,19 @@
-//! The repository probe: root, HEAD, branch, tree and uncommitted changes (read with git2;
-//! nothing is written).
+//! Every access to git: the one module that reads repositories and starts `git`.
+//!
+//! This file holds the repository probe (root, HEAD, branch, tree and uncommitted changes,
+//! read with git2; nothing is written). The submodules hold the rest of the plumbing:
+//! - [`repo`]: opening a repository, resolving revisions, walking ranges, describing
+//!   commits (git2, read-only);
+//! - [`tree`]: a commit's files read from the object database ([`CommitFiles`]);
+//! - [`log`]: following a file's renames (`git log --follow`);
+//! - [`worktree`]: writing a commit's files into scratch directories, sparse or whole and
+//!   kept up to date from step to step ([`Worktree`]);
+//! - [`fetch`]: fetching the blobs a partial clone lacks from its promisor remote;
+//! - [`command`]: the `git` command line, for what libgit2 cannot do (lazy fetches,
+//!   rename detection, pushing and fetching refs).
+//!
+//! The user's working tree, index, HEAD, refs and config are never changed here. What
+//! a caller does with history (a bisection's range, a bundle's commits) is its own policy.
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +21,19 @@ use git2::{Repository, Status, StatusOptions};
 use sha2::{Digest, Sha256};
 
 use crate::foundation::fields::{Field, Fields};
+
+pub mod command;
+pub mod fetch;
+pub mod log;
+pub mod repo;
+pub mod tree;
+pub mod worktree;
+
+pub use fetch::Fetcher;
+pub use log::{Rename, follow_renames, name_at};
+pub use repo::{GitError, describe, open, resolve, short, subject};
+pub use tree::{CommitFiles, Entry, MISSING_BLOB};
+pub use worktree::{CheckoutError, Worktree, write_sparse};
 
 /// Internal: the project root a child repro must use instead of discovering one (set by
 /// bisection steps, whose scratch trees lie inside the user's repository).
