@@ -43,6 +43,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::toolchain::install::InstallError,
             crate::engines::bisect::toolchains::ToolchainBisectError,
             crate::engines::nvbench::NvbenchError,
+            crate::engines::replay::ReplayError,
         );
     }
     None

@@ -14,5 +14,6 @@ pub mod fingerprint;
 pub mod gpurun;
 pub mod lockfile;
 pub mod nvbench;
+pub mod replay;
 pub mod share;
 pub mod toolchain;
