@@ -451,87 +451,33 @@ fn command_bench(
             .into());
         }
     };
-    let mut samples = Vec::new();
-    let mut runs: Vec<bench::TimedRun> = Vec::new();
-    let mut failure = None;
-    let mut timed_out = false;
-    // --prepare before every run, warm-ups included; its failure ends the bench.
-    let prepare = |label: &str| -> Result<(), String> {
-        let Some(p) = &a.prepare else { return Ok(()) };
-        match bench::run_command_timed(&root, p, &Metric::Time, a.timeout) {
-            Ok(_) => Ok(()),
-            Err(bench::CommandRun::Timeout) => Err(format!(
-                "--prepare `{p}` before {label} took longer than {}",
-                humantime::format_duration(a.timeout)
-            )),
-            Err(bench::CommandRun::Failed(why)) => {
-                Err(format!("--prepare before {label} failed: {why}"))
-            }
-            Err(bench::CommandRun::Sample(_)) => Ok(()),
-        }
-    };
     let bar = crate::foundation::output::progress(g.quiet || g.json, max_runs as u64, "runs");
-    for i in 0..warmup_runs {
-        bar.set_message(format!("warm-up {}/{warmup_runs}", i + 1));
-        if let Err(why) = prepare(&format!("warm-up run {}", i + 1)) {
-            failure = Some(why);
-            break;
-        }
-        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
-            Ok(_) => {}
-            Err(bench::CommandRun::Timeout) => {
-                timed_out = true;
-                break;
-            }
-            Err(bench::CommandRun::Failed(why)) => {
-                failure = Some(format!("warm-up run {}: {why}", i + 1));
-                break;
-            }
-            Err(bench::CommandRun::Sample(_)) => {}
-        }
-    }
-    bar.set_message("timing");
-    while failure.is_none() && !timed_out && samples.len() < max_runs {
-        if let Err(why) = prepare(&format!("run {}", samples.len() + 1)) {
-            failure = Some(why);
-            break;
-        }
-        match bench::run_command_timed(&root, cmd, &metric, a.timeout) {
-            Ok(r) => {
-                samples.push(r.value);
-                runs.push(r);
-            }
-            Err(bench::CommandRun::Failed(why)) => {
-                failure = Some(why);
-                break;
-            }
-            Err(bench::CommandRun::Timeout) => {
-                timed_out = true;
-                break;
-            }
-            Err(bench::CommandRun::Sample(v)) => samples.push(v),
-        }
-        bar.inc(1);
-        if samples.len() >= min_runs
-            && crate::foundation::stats::median_rel_noise(&samples) <= a.max_noise
-        {
-            break;
-        }
-    }
+    let outcome = bench::run_command_bench(
+        &bench::ProcessExecutor::default(),
+        &bench::CommandBench {
+            root: &root,
+            command: cmd,
+            metric: &metric,
+            prepare: a.prepare.as_deref(),
+            warmup_runs,
+            min_runs,
+            max_runs,
+            max_noise: a.max_noise,
+            timeout: a.timeout,
+        },
+        &|p| match p {
+            bench::BenchProgress::Warmup { n, of } => bar.set_message(format!("warm-up {n}/{of}")),
+            bench::BenchProgress::Timing => bar.set_message("timing"),
+            bench::BenchProgress::Ran => bar.inc(1),
+        },
+    );
     bar.finish_and_clear();
-    let (verdict, detail) = if timed_out {
-        (
-            ResultVerdict::Timeout,
-            Some(format!(
-                "a run took longer than {}",
-                humantime::format_duration(a.timeout)
-            )),
-        )
-    } else if let Some(f) = failure {
-        (ResultVerdict::Crash, Some(f))
-    } else {
-        (ResultVerdict::Ok, None)
-    };
+    let bench::CommandBenchOutcome {
+        samples,
+        runs,
+        verdict,
+        detail,
+    } = outcome;
     let name = a.name.clone().unwrap_or_else(|| cmd.to_string());
     let unit = match (&metric, a.unit.as_deref()) {
         (Metric::Time, _) => "ms",

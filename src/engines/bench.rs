@@ -18,7 +18,7 @@ use crate::engines::fingerprint::Fingerprint;
 use crate::engines::gpurun::{Job, Report, Timing};
 use crate::foundation::expr::Value as ExprValue;
 use crate::foundation::fields::{SPECS, Tier};
-use crate::foundation::process::{Cmd, ProcessError};
+use crate::foundation::process::{Cmd, Output, ProcessError};
 use crate::foundation::records::{ArgSpec, LaunchSpec, ResultVerdict, Settings};
 use crate::foundation::runspec::{Arg, DType, Launch, Sections};
 use crate::foundation::stats;
@@ -372,17 +372,104 @@ pub fn must_match(fp: &Fingerprint) -> Value {
     Value::Object(m)
 }
 
+/// How bench starts and measures its child processes: the seam between the bench logic
+/// (warm-ups, runs, convergence, failures, timeouts, reading a report or a metric) and the
+/// operating system, as hyperfine's `Executor` is. [`ProcessExecutor`] runs real processes
+/// through `foundation::process`; the unit tests below script one instead.
+pub trait Executor {
+    /// Runs `sh -c COMMAND` in `root` (with `REPRO_DEVICE` set when a device is given),
+    /// with a timeout, measuring its wall time and the CPU time of its process tree.
+    fn run_shell(
+        &self,
+        root: &Path,
+        command: &str,
+        timeout: Duration,
+        device: Option<usize>,
+    ) -> Result<Measured, ProcessError>;
+
+    /// Runs the GPU child (`repro gpu-job`) with the job on its stdin, with a timeout.
+    fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError>;
+}
+
+/// One finished run of a child, as an [`Executor`] measured it.
+#[derive(Debug)]
+pub struct Measured {
+    /// Its exit status, output and wall time.
+    pub output: Output,
+    /// User CPU time of its processes, seconds.
+    pub user_s: f64,
+    /// System CPU time of its processes, seconds.
+    pub system_s: f64,
+}
+
+/// The real executor: child processes through `foundation::process::Cmd`.
+#[derive(Debug, Default)]
+pub struct ProcessExecutor {
+    /// The `repro` executable, for the GPU child; `None` runs commands only.
+    repro: Option<std::path::PathBuf>,
+}
+
+impl ProcessExecutor {
+    /// An executor whose GPU child is this very executable.
+    pub fn current() -> Result<Self, String> {
+        let repro = std::env::current_exe()
+            .map_err(|e| format!("cannot find the repro executable: {e}"))?;
+        Ok(ProcessExecutor { repro: Some(repro) })
+    }
+}
+
+impl Executor for ProcessExecutor {
+    /// CPU time is measured as hyperfine does: the growth of this process's children's
+    /// resource usage across the run (runs are sequential, and every child is waited for).
+    fn run_shell(
+        &self,
+        root: &Path,
+        command: &str,
+        timeout: Duration,
+        device: Option<usize>,
+    ) -> Result<Measured, ProcessError> {
+        let mut cmd = Cmd::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(root)
+            .timeout(timeout);
+        if let Some(d) = device {
+            cmd = cmd.env("REPRO_DEVICE", d.to_string());
+        }
+        let (u0, s0) = children_cpu();
+        let output = cmd.output()?;
+        let (u1, s1) = children_cpu();
+        Ok(Measured {
+            output,
+            user_s: (u1 - u0).max(0.0),
+            system_s: (s1 - s0).max(0.0),
+        })
+    }
+
+    fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError> {
+        let Some(repro) = &self.repro else {
+            return Err(ProcessError::NotFound {
+                program: "repro".into(),
+            });
+        };
+        Cmd::new(repro)
+            .arg("gpu-job")
+            .stdin_bytes(job.to_vec())
+            .timeout(timeout)
+            .output()
+    }
+}
+
 /// Runs the child `repro gpu-job` with a timeout and turns its fate into a report.
 pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, String> {
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the repro executable: {e}"))?;
+    run_child_with(&ProcessExecutor::current()?, job, timeout)
+}
+
+/// [`run_child`] through `exec`: a child that crashes, prints no report or runs past the
+/// timeout gives a report with its error; only a child that cannot be started is `Err`.
+pub fn run_child_with(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<Report, String> {
     let input = serde_json::to_vec(job).expect("a job serialises");
-    match Cmd::new(exe)
-        .arg("gpu-job")
-        .stdin_bytes(input)
-        .timeout(timeout)
-        .output()
-    {
+    match exec.run_gpu_job(&input, timeout) {
         Ok(out) => {
             let parsed = serde_json::from_slice::<Report>(&out.stdout);
             if let Ok(report) = parsed {
@@ -534,7 +621,8 @@ fn children_cpu() -> (f64, f64) {
     (secs(u.ru_utime), secs(u.ru_stime))
 }
 
-/// Runs the command once (`sh -c`) at `root`.
+/// Runs the command once (`sh -c`) at `root`, on `device` when given (the command finds
+/// it in `REPRO_DEVICE` and selects it with `CUDA_VISIBLE_DEVICES=$REPRO_DEVICE`).
 pub fn run_command_once(
     root: &Path,
     command: &str,
@@ -542,58 +630,46 @@ pub fn run_command_once(
     timeout: Duration,
     device: Option<usize>,
 ) -> CommandRun {
-    match run_command_timed_on(root, command, metric, timeout, device) {
+    match run_command_timed(
+        &ProcessExecutor::default(),
+        root,
+        command,
+        metric,
+        timeout,
+        device,
+    ) {
         Ok(r) => CommandRun::Sample(r.value),
         Err(e) => e,
     }
 }
 
-/// Runs the command once (`sh -c`) at `root`, measuring its CPU time as hyperfine does:
-/// the growth of this process's children's resource usage across the run (runs are
-/// sequential, and every child is waited for).
+/// Runs the command once through `exec` and reads its metric: a non-zero exit, a signal,
+/// a missing or non-finite metric is [`CommandRun::Failed`] with the reason (and the tail
+/// of stderr), a run past the timeout [`CommandRun::Timeout`].
 pub fn run_command_timed(
-    root: &Path,
-    command: &str,
-    metric: &Metric,
-    timeout: Duration,
-) -> Result<TimedRun, CommandRun> {
-    run_command_timed_on(root, command, metric, timeout, None)
-}
-
-/// [`run_command_timed`] for one GPU: the command finds it in `REPRO_DEVICE` and selects
-/// it with `CUDA_VISIBLE_DEVICES=$REPRO_DEVICE`.
-pub fn run_command_timed_on(
+    exec: &dyn Executor,
     root: &Path,
     command: &str,
     metric: &Metric,
     timeout: Duration,
     device: Option<usize>,
 ) -> Result<TimedRun, CommandRun> {
-    let mut cmd = Cmd::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(root)
-        .timeout(timeout);
-    if let Some(d) = device {
-        cmd = cmd.env("REPRO_DEVICE", d.to_string());
-    }
-    let (u0, s0) = children_cpu();
-    let result = cmd.output();
-    let (u1, s1) = children_cpu();
-    match result {
-        Ok(out) if out.status.success() => {
+    match exec.run_shell(root, command, timeout, device) {
+        Ok(m) if m.output.status.success() => {
+            let out = &m.output;
             match metric.extract(&out.stdout_str(), out.elapsed.as_secs_f64() * 1e3) {
                 Ok(v) if v.is_finite() => Ok(TimedRun {
                     value: v,
                     wall_s: out.elapsed.as_secs_f64(),
-                    user_s: (u1 - u0).max(0.0),
-                    system_s: (s1 - s0).max(0.0),
+                    user_s: m.user_s,
+                    system_s: m.system_s,
                 }),
                 Ok(v) => Err(CommandRun::Failed(format!("the metric is {v}"))),
                 Err(e) => Err(CommandRun::Failed(e)),
             }
         }
-        Ok(out) => {
+        Ok(m) => {
+            let out = &m.output;
             let tail: Vec<String> = out
                 .stderr_str()
                 .lines()
@@ -611,6 +687,154 @@ pub fn run_command_timed_on(
         }
         Err(ProcessError::Timeout { .. }) => Err(CommandRun::Timeout),
         Err(e) => Err(CommandRun::Failed(e.to_string())),
+    }
+}
+
+/// A command bench: what to run, how often, and when to stop.
+#[derive(Clone, Debug)]
+pub struct CommandBench<'a> {
+    /// Where the command runs.
+    pub root: &'a Path,
+    /// The command (`sh -c`).
+    pub command: &'a str,
+    /// What each run measures.
+    pub metric: &'a Metric,
+    /// A command run before every run, warm-ups included; its failure ends the bench.
+    pub prepare: Option<&'a str>,
+    /// Runs before timing, not counted.
+    pub warmup_runs: usize,
+    /// Timing stops once this many runs are in and the noise is below `max_noise`…
+    pub min_runs: usize,
+    /// …or at this many runs.
+    pub max_runs: usize,
+    /// The relative noise of the median that counts as converged.
+    pub max_noise: f64,
+    /// How long one run (or one `prepare`) may take.
+    pub timeout: Duration,
+}
+
+/// Where a command bench is, for a progress bar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchProgress {
+    /// Warm-up run `n` (from 1) of `of` is starting.
+    Warmup {
+        /// This warm-up.
+        n: usize,
+        /// How many there are.
+        of: usize,
+    },
+    /// The warm-ups are over; timing starts.
+    Timing,
+    /// One timed run finished.
+    Ran,
+}
+
+/// What a command bench measured and how it ended.
+#[derive(Clone, Debug)]
+pub struct CommandBenchOutcome {
+    /// The metric of each timed run.
+    pub samples: Vec<f64>,
+    /// Each timed run in full.
+    pub runs: Vec<TimedRun>,
+    /// `ok`, `crash` (a failed run or `prepare`) or `timeout`.
+    pub verdict: ResultVerdict,
+    /// Why it is not `ok`.
+    pub detail: Option<String>,
+}
+
+/// Runs a command bench through `exec`: the warm-ups (not counted), then timed runs until
+/// `min_runs` are in and the median's noise is at most `max_noise`, or `max_runs` are.
+/// The first failure or timeout ends it, and the outcome says which run it was.
+pub fn run_command_bench(
+    exec: &dyn Executor,
+    b: &CommandBench,
+    progress: &dyn Fn(BenchProgress),
+) -> CommandBenchOutcome {
+    let mut samples = Vec::new();
+    let mut runs: Vec<TimedRun> = Vec::new();
+    let mut failure = None;
+    let mut timed_out = false;
+    let run = |command: &str, metric: &Metric| {
+        run_command_timed(exec, b.root, command, metric, b.timeout, None)
+    };
+    // `prepare` before every run, warm-ups included; its failure ends the bench.
+    let prepare = |label: &str| -> Result<(), String> {
+        let Some(p) = b.prepare else { return Ok(()) };
+        match run(p, &Metric::Time) {
+            Ok(_) => Ok(()),
+            Err(CommandRun::Timeout) => Err(format!(
+                "--prepare `{p}` before {label} took longer than {}",
+                humantime::format_duration(b.timeout)
+            )),
+            Err(CommandRun::Failed(why)) => Err(format!("--prepare before {label} failed: {why}")),
+            Err(CommandRun::Sample(_)) => Ok(()),
+        }
+    };
+    for i in 0..b.warmup_runs {
+        progress(BenchProgress::Warmup {
+            n: i + 1,
+            of: b.warmup_runs,
+        });
+        if let Err(why) = prepare(&format!("warm-up run {}", i + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match run(b.command, b.metric) {
+            Ok(_) | Err(CommandRun::Sample(_)) => {}
+            Err(CommandRun::Timeout) => {
+                timed_out = true;
+                break;
+            }
+            Err(CommandRun::Failed(why)) => {
+                failure = Some(format!("warm-up run {}: {why}", i + 1));
+                break;
+            }
+        }
+    }
+    progress(BenchProgress::Timing);
+    while failure.is_none() && !timed_out && samples.len() < b.max_runs {
+        if let Err(why) = prepare(&format!("run {}", samples.len() + 1)) {
+            failure = Some(why);
+            break;
+        }
+        match run(b.command, b.metric) {
+            Ok(r) => {
+                samples.push(r.value);
+                runs.push(r);
+            }
+            Err(CommandRun::Failed(why)) => {
+                failure = Some(why);
+                break;
+            }
+            Err(CommandRun::Timeout) => {
+                timed_out = true;
+                break;
+            }
+            Err(CommandRun::Sample(v)) => samples.push(v),
+        }
+        progress(BenchProgress::Ran);
+        if samples.len() >= b.min_runs && stats::median_rel_noise(&samples) <= b.max_noise {
+            break;
+        }
+    }
+    let (verdict, detail) = if timed_out {
+        (
+            ResultVerdict::Timeout,
+            Some(format!(
+                "a run took longer than {}",
+                humantime::format_duration(b.timeout)
+            )),
+        )
+    } else if let Some(f) = failure {
+        (ResultVerdict::Crash, Some(f))
+    } else {
+        (ResultVerdict::Ok, None)
+    };
+    CommandBenchOutcome {
+        samples,
+        runs,
+        verdict,
+        detail,
     }
 }
 
@@ -682,6 +906,412 @@ mod tests {
             check_arity(ptx2, &l, &[buf, wide]).unwrap_err(),
             "kernel `k` parameter 1 is 4 bytes but argument `n` is 8 bytes"
         );
+    }
+
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    /// What the scripted executor answers to one run.
+    enum Fate {
+        /// The process exits with `code` after `ms` milliseconds, printing `stdout`/`stderr`.
+        Exit {
+            code: i32,
+            ms: u64,
+            stdout: String,
+            stderr: String,
+        },
+        /// The process is killed by a signal.
+        Killed(i32),
+        /// The process runs past the timeout.
+        Timeout,
+        /// The process cannot be started.
+        Missing,
+    }
+
+    fn ok(ms: u64) -> Fate {
+        Fate::Exit {
+            code: 0,
+            ms,
+            stdout: "".into(),
+            stderr: "".into(),
+        }
+    }
+
+    /// An executor that answers from a script, in order, and records what it was asked to
+    /// run, as hyperfine's `MockExecutor` stands in for processes in its tests.
+    struct MockExecutor {
+        script: RefCell<VecDeque<Fate>>,
+        calls: RefCell<Vec<String>>,
+    }
+
+    impl MockExecutor {
+        fn new(script: impl IntoIterator<Item = Fate>) -> Self {
+            MockExecutor {
+                script: RefCell::new(script.into_iter().collect()),
+                calls: RefCell::new(Vec::new()),
+            }
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.calls.borrow().clone()
+        }
+
+        fn next(&self, what: String, timeout: Duration) -> Result<Measured, ProcessError> {
+            self.calls.borrow_mut().push(what.clone());
+            let fate = self
+                .script
+                .borrow_mut()
+                .pop_front()
+                .unwrap_or_else(|| panic!("not scripted: run {}", self.calls.borrow().len()));
+            let exited = |status: ExitStatus, ms: u64, stdout: &str, stderr: &str| Measured {
+                output: Output {
+                    status,
+                    stdout: stdout.as_bytes().to_vec(),
+                    stderr: stderr.as_bytes().to_vec(),
+                    elapsed: Duration::from_millis(ms),
+                },
+                user_s: ms as f64 * 1e-3 / 2.0,
+                system_s: ms as f64 * 1e-3 / 4.0,
+            };
+            match fate {
+                Fate::Exit {
+                    code,
+                    ms,
+                    stdout,
+                    stderr,
+                } => Ok(exited(
+                    ExitStatus::from_raw(code << 8),
+                    ms,
+                    &stdout,
+                    &stderr,
+                )),
+                Fate::Killed(sig) => Ok(exited(ExitStatus::from_raw(sig), 1, "", "")),
+                Fate::Timeout => Err(ProcessError::Timeout {
+                    argv: what,
+                    timeout,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                }),
+                Fate::Missing => Err(ProcessError::NotFound { program: what }),
+            }
+        }
+    }
+
+    impl Executor for MockExecutor {
+        fn run_shell(
+            &self,
+            _root: &Path,
+            command: &str,
+            timeout: Duration,
+            _device: Option<usize>,
+        ) -> Result<Measured, ProcessError> {
+            self.next(command.to_string(), timeout)
+        }
+
+        fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError> {
+            let job: Job = serde_json::from_slice(job).expect("the child is sent a job");
+            self.next(format!("gpu-job {}", job.kernel.kernel), timeout)
+                .map(|m| m.output)
+        }
+    }
+
+    fn bench_of<'a>(metric: &'a Metric, prepare: Option<&'a str>) -> CommandBench<'a> {
+        CommandBench {
+            root: Path::new("/nonexistent"),
+            command: "./run",
+            metric,
+            prepare,
+            warmup_runs: 0,
+            min_runs: 3,
+            max_runs: 3,
+            max_noise: 0.02,
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// Runs a bench through the mock, returning the outcome and the progress events.
+    fn drive(exec: &MockExecutor, b: &CommandBench) -> (CommandBenchOutcome, Vec<BenchProgress>) {
+        let events = RefCell::new(Vec::new());
+        let out = run_command_bench(exec, b, &|p| events.borrow_mut().push(p));
+        (out, events.into_inner())
+    }
+
+    #[test]
+    fn warm_ups_run_first_with_prepare_and_are_not_counted() {
+        let metric = Metric::Time;
+        let b = CommandBench {
+            warmup_runs: 2,
+            ..bench_of(&metric, Some("make"))
+        };
+        // prepare, run: twice as warm-ups (slow, as a cold cache is), three times timed.
+        let exec = MockExecutor::new([
+            ok(1),
+            ok(50),
+            ok(1),
+            ok(40),
+            ok(1),
+            ok(10),
+            ok(1),
+            ok(11),
+            ok(1),
+            ok(12),
+        ]);
+        let (out, events) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Ok);
+        assert_eq!(out.detail, None);
+        assert_eq!(out.samples, [10.0, 11.0, 12.0]);
+        assert_eq!(
+            out.runs.iter().map(|r| r.wall_s).collect::<Vec<_>>(),
+            [0.010, 0.011, 0.012]
+        );
+        assert_eq!(out.runs[0].user_s, 0.005);
+        assert_eq!(out.runs[0].system_s, 0.0025);
+        assert_eq!(exec.calls(), ["make", "./run"].repeat(5));
+        assert_eq!(
+            events,
+            [
+                BenchProgress::Warmup { n: 1, of: 2 },
+                BenchProgress::Warmup { n: 2, of: 2 },
+                BenchProgress::Timing,
+                BenchProgress::Ran,
+                BenchProgress::Ran,
+                BenchProgress::Ran,
+            ]
+        );
+    }
+
+    #[test]
+    fn timing_stops_once_the_median_is_quiet_or_at_the_most_runs() {
+        let metric = Metric::Time;
+        let b = CommandBench {
+            min_runs: 3,
+            max_runs: 8,
+            ..bench_of(&metric, None)
+        };
+        let exec = MockExecutor::new((0..8).map(|_| ok(10)));
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(
+            out.samples.len(),
+            3,
+            "identical runs converge at --min-runs"
+        );
+        let exec = MockExecutor::new((0..8).map(|i| ok(if i % 2 == 0 { 10 } else { 20 })));
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.samples.len(), 8, "noisy runs go on to --max-runs");
+        assert_eq!(out.verdict, ResultVerdict::Ok);
+    }
+
+    #[test]
+    fn a_failed_warm_up_ends_the_bench_as_a_crash_naming_it() {
+        let metric = Metric::Time;
+        let b = CommandBench {
+            warmup_runs: 3,
+            ..bench_of(&metric, None)
+        };
+        let exec = MockExecutor::new([
+            ok(5),
+            Fate::Exit {
+                code: 3,
+                ms: 5,
+                stdout: "".into(),
+                stderr: "one\ntwo\nthree\nfour\n".into(),
+            },
+        ]);
+        let (out, events) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("warm-up run 2: `./run` exited with code 3: two | three | four")
+        );
+        assert!(out.samples.is_empty());
+        assert_eq!(exec.calls().len(), 2, "nothing runs after the failure");
+        assert_eq!(events.last(), Some(&BenchProgress::Timing));
+    }
+
+    #[test]
+    fn a_timeout_or_a_signal_ends_the_bench_with_what_was_measured() {
+        let metric = Metric::Time;
+        let b = bench_of(&metric, None);
+        let exec = MockExecutor::new([ok(10), Fate::Timeout]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Timeout);
+        assert_eq!(out.detail.as_deref(), Some("a run took longer than 2s"));
+        assert_eq!(out.samples, [10.0]);
+        let exec = MockExecutor::new([ok(10), ok(10), Fate::Killed(libc::SIGSEGV)]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("`./run` was killed by SIGSEGV (signal 11)")
+        );
+        assert_eq!(out.samples.len(), 2);
+        let exec = MockExecutor::new([Fate::Missing]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(out.detail.as_deref(), Some("`./run` was not found"));
+    }
+
+    #[test]
+    fn a_failed_prepare_names_the_run_it_came_before() {
+        let metric = Metric::Time;
+        let b = CommandBench {
+            warmup_runs: 1,
+            ..bench_of(&metric, Some("make"))
+        };
+        let exec = MockExecutor::new([Fate::Timeout]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("--prepare `make` before warm-up run 1 took longer than 2s")
+        );
+        let exec = MockExecutor::new([
+            ok(1),
+            ok(10),
+            ok(1),
+            ok(10),
+            Fate::Exit {
+                code: 2,
+                ms: 1,
+                stdout: "".into(),
+                stderr: "".into(),
+            },
+        ]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("--prepare before run 2 failed: `make` exited with code 2")
+        );
+        assert_eq!(out.samples, [10.0]);
+    }
+
+    #[test]
+    fn the_metric_is_read_from_each_run_and_a_bad_one_is_a_failure() {
+        let metric = Metric::parse("json:t").unwrap();
+        let b = bench_of(&metric, None);
+        let json = |stdout: &str| Fate::Exit {
+            code: 0,
+            ms: 100,
+            stdout: stdout.into(),
+            stderr: "".into(),
+        };
+        let exec = MockExecutor::new([
+            json(r#"{"t": 1.5}"#),
+            json(r#"{"t": 2}"#),
+            json(r#"{"t": 1.75}"#),
+        ]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.samples, [1.5, 2.0, 1.75]);
+        assert_eq!(
+            out.runs[1].wall_s, 0.1,
+            "wall time is kept beside the metric"
+        );
+        let exec = MockExecutor::new([json(r#"{"u": 1}"#)]);
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.detail.as_deref(), Some("no `t` in the JSON on stdout"));
+        let regex = Metric::parse(r"regex:took (\S+)").unwrap();
+        let exec = MockExecutor::new([json("took inf")]);
+        let (out, _) = drive(&exec, &bench_of(&regex, None));
+        assert_eq!(out.verdict, ResultVerdict::Crash);
+        assert_eq!(out.detail.as_deref(), Some("the metric is inf"));
+    }
+
+    #[test]
+    fn statistics_come_from_the_timed_samples_with_outliers_counted() {
+        let metric = Metric::Time;
+        let b = CommandBench {
+            warmup_runs: 1,
+            min_runs: 10,
+            max_runs: 10,
+            ..bench_of(&metric, None)
+        };
+        let ms = [900, 10, 11, 9, 10, 12, 10, 9, 11, 500, 10];
+        let exec = MockExecutor::new(ms.map(ok));
+        let (out, _) = drive(&exec, &b);
+        assert_eq!(out.samples.len(), 10);
+        let s = summarize(&out.samples).unwrap();
+        assert_eq!(s.n, 10);
+        assert_eq!(
+            s.median, 10.0,
+            "the warm-up and the outlier do not move the median"
+        );
+        assert_eq!(s.max, 500.0, "the warm-up is not a sample");
+        assert_eq!(s.outliers, 1, "{s:?}");
+        assert!(s.mean > s.median);
+    }
+
+    #[test]
+    fn the_gpu_child_fate_becomes_a_report() {
+        let job = Job {
+            schema: crate::engines::gpurun::SCHEMA,
+            device: 0,
+            module: "k.cubin".into(),
+            kernel: LaunchSpec {
+                kernel: "saxpy".into(),
+                grid: [1; 3],
+                block: [32, 1, 1],
+                shared_mem: 0,
+            },
+            reference: None,
+            args: vec![],
+            tolerances: BTreeMap::new(),
+            timing: None,
+            time_on_failure: false,
+        };
+        let t = Duration::from_secs(5);
+        let sent = Report {
+            samples_us: vec![1.0, 2.0],
+            ..Report::default()
+        };
+        let exec = MockExecutor::new([
+            Fate::Exit {
+                code: 0,
+                ms: 1,
+                stdout: serde_json::to_string(&sent).unwrap(),
+                stderr: "".into(),
+            },
+            Fate::Exit {
+                code: 4,
+                ms: 1,
+                stdout: "".into(),
+                stderr: "CUDA_ERROR_NO_DEVICE\n".into(),
+            },
+            Fate::Exit {
+                code: 0,
+                ms: 1,
+                stdout: "{not json".into(),
+                stderr: "".into(),
+            },
+            Fate::Killed(libc::SIGABRT),
+            Fate::Timeout,
+            Fate::Missing,
+        ]);
+        let run = || run_child_with(&exec, &job, t);
+        assert_eq!(run().unwrap(), sent);
+        assert_eq!(
+            run().unwrap().error.as_deref(),
+            Some("the benchmark process exited with code 4 without a report: CUDA_ERROR_NO_DEVICE")
+        );
+        let e = run().unwrap().error.unwrap();
+        assert!(
+            e.starts_with(
+                "the benchmark process exited with code 0 but its report could not be read ("
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            run().unwrap().error.as_deref(),
+            Some("the benchmark process was killed by SIGABRT (signal 6): ")
+        );
+        assert_eq!(
+            run().unwrap().error.as_deref(),
+            Some("TIMEOUT: no answer within 5s")
+        );
+        assert_eq!(run().unwrap_err(), "`gpu-job saxpy` was not found");
+        assert_eq!(exec.calls(), ["gpu-job saxpy"].repeat(6));
     }
 
     #[test]
