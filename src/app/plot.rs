@@ -221,15 +221,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     }
                 }
                 let order: Vec<String> = match crate::foundation::git::open(&g.cwd) {
-                    Ok(repo) => {
-                        let mut walk = repo.revwalk()?;
-                        walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
-                        walk.push_head()?;
-                        walk.filter_map(Result::ok)
-                            .map(|o| o.to_string())
-                            .filter(|c| by_commit.contains_key(c))
-                            .collect()
-                    }
+                    Ok(repo) => crate::foundation::git::repo::head_history(&repo)?
+                        .into_iter()
+                        .map(|o| o.to_string())
+                        .filter(|c| by_commit.contains_key(c))
+                        .collect(),
                     Err(_) => by_commit.keys().cloned().collect(),
                 };
                 let points: Vec<Point> = order

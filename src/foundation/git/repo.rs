@@ -99,6 +99,15 @@ pub fn rev_list(
     Ok(list)
 }
 
+/// Every commit reachable from HEAD, oldest first (`git rev-list --topo-order --reverse
+/// HEAD`).
+pub fn head_history(repo: &Repository) -> Result<Vec<Oid>, GitError> {
+    let mut walk = repo.revwalk()?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
+    walk.push_head()?;
+    Ok(walk.filter_map(Result::ok).collect())
+}
+
 /// A 12-digit abbreviation.
 pub fn short(oid: Oid) -> String {
     oid.to_string()[..12].to_string()
