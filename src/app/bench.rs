@@ -244,7 +244,7 @@ fn recipe_bench(
         a.check_only,
         a.time_anyway,
     )
-    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
+    .map_err(|e| UserError::usage(located(&r.path, &e.to_string())))?;
     if r.targets().len() > 1 {
         // One artifact per target: run the one this GPU can load, and say which.
         let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
@@ -314,15 +314,16 @@ fn recipe_bench(
         a.check_only,
         a.time_anyway,
     )
-    .map_err(|e| UserError::usage(located(&r.path, &e)))?;
+    .map_err(|e| UserError::usage(located(&r.path, &e.to_string())))?;
     if let Some(ptx) = &ptx {
         for p in &points {
             bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {
-                UserError::usage(e).hint("make [run] args match the kernel's parameters, in order")
+                UserError::usage(e.to_string())
+                    .hint("make [run] args match the kernel's parameters, in order")
             })?;
             if let Some(rl) = &p.job.reference {
                 bench::check_arity(ptx, rl, &p.job.args).map_err(|e| {
-                    UserError::usage(e)
+                    UserError::usage(e.to_string())
                         .hint("the reference kernel takes the same arguments as the kernel")
                 })?;
             }
@@ -360,7 +361,7 @@ fn recipe_bench(
             crate::foundation::records::params_text(&bench::params_json(&p.params))
         ));
         let report = bench::run_child(&p.job, a.timeout)
-            .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e))?;
+            .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
         let (verdict, detail) = if report
             .error
             .as_deref()
@@ -422,7 +423,7 @@ fn command_bench(
     store: &crate::foundation::store::Store,
 ) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let root = g.project_root();
-    let metric = Metric::parse(&a.metric).map_err(UserError::usage)?;
+    let metric = Metric::parse(&a.metric).map_err(|e| UserError::usage(e.to_string()))?;
     let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
         (Some(0), _, _) => return Err(UserError::usage("--runs must be at least 1").into()),
         (Some(n), _, _) => (n, n),

@@ -304,7 +304,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             &a,
             Some((
                 cmd.clone(),
-                Metric::parse(&a.metric).map_err(UserError::usage)?,
+                Metric::parse(&a.metric).map_err(|e| UserError::usage(e.to_string()))?,
             )),
         )),
         (None, None, _) if a.recipe.is_none() => {

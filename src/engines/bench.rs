@@ -26,6 +26,209 @@ use crate::foundation::stats;
 /// The result-record schema.
 pub const SCHEMA: u64 = 1;
 
+/// Why a recipe's `[run]`, `[check]` and `[work]` sections do not resolve into jobs. The
+/// messages name the section and key (and, for an expression, its line and column).
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The recipe cannot be benchmarked.
+    #[error("the recipe has no [run] section")]
+    NoRun,
+    /// An expression failed to evaluate (the message locates and quotes it).
+    #[error("{explanation}")]
+    Expr {
+        /// `LINE:COLUMN: what: why`, from the expression.
+        explanation: String,
+    },
+    /// A grid or block dimension does not fit 32 bits.
+    #[error("{what} `{expr}` is {value}, too large")]
+    DimTooLarge {
+        /// `[run] grid` or the like.
+        what: String,
+        /// The expression.
+        expr: String,
+        /// Its value.
+        value: u64,
+    },
+    /// A block with no threads or more than a GPU allows.
+    #[error("[{section}] block has {threads} threads; a block holds 1 to 1024")]
+    BlockThreads {
+        /// `run` or `check`.
+        section: String,
+        /// Threads per block.
+        threads: u64,
+    },
+    /// A grid with a zero dimension.
+    #[error("[{section}] grid {grid:?} has a zero dimension")]
+    ZeroGrid {
+        /// `run` or `check`.
+        section: String,
+        /// The grid.
+        grid: [u32; 3],
+    },
+    /// Dynamic shared memory beyond 32 bits.
+    #[error("[{section}] shared-mem {value} is too large")]
+    SharedMem {
+        /// `run` or `check`.
+        section: String,
+        /// The value.
+        value: u64,
+    },
+    /// The kernel's name matches no symbol of the module, or several.
+    #[error(transparent)]
+    Symbol(#[from] crate::foundation::symbols::ResolveError),
+    /// The parameter sweep is too large or malformed.
+    #[error("{0}")]
+    Sweep(String),
+    /// The buffers of one point are larger than the bound.
+    #[error(
+        "[run] args `{name}` count `{expr}` = {count} makes the buffers larger than {max} bytes (REPRO_MAX_BUFFER_BYTES)"
+    )]
+    Buffers {
+        /// The buffer.
+        name: String,
+        /// Its count expression.
+        expr: String,
+        /// Its count.
+        count: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// A scalar argument is NaN.
+    #[error("[run] args `{name}` value is NaN")]
+    ScalarNan {
+        /// The argument.
+        name: String,
+    },
+    /// A scalar argument does not fit its integer type.
+    #[error("[run] args `{name}` value {value} does not fit a {dtype}")]
+    ScalarRange {
+        /// The argument.
+        name: String,
+        /// Its value.
+        value: f64,
+        /// Its type, lower-case (`i32`).
+        dtype: String,
+    },
+}
+
+impl SpecError {
+    fn expr(e: &crate::foundation::expr::Expr, err: &crate::foundation::expr::ExprError) -> Self {
+        SpecError::Expr {
+            explanation: e.explain(err),
+        }
+    }
+}
+
+/// Why the arguments of `[run] args` do not fit a kernel's parameters (read from its PTX).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ArityError {
+    /// Not as many arguments as parameters.
+    #[error("kernel `{kernel}` takes {params} parameters but [run] args gives {args}")]
+    Count {
+        /// The kernel.
+        kernel: String,
+        /// Its parameters.
+        params: usize,
+        /// The arguments given.
+        args: usize,
+    },
+    /// An argument of the wrong size.
+    #[error(
+        "kernel `{kernel}` parameter {index} is {size} bytes but argument `{name}` is {want} bytes"
+    )]
+    Size {
+        /// The kernel.
+        kernel: String,
+        /// The parameter's position.
+        index: usize,
+        /// The parameter's size.
+        size: usize,
+        /// The argument.
+        name: String,
+        /// The argument's size.
+        want: usize,
+    },
+}
+
+/// Why the GPU child could not be run at all (a child that ran and failed gives a report
+/// with its error instead).
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    /// This executable cannot be found to start it again.
+    #[error("cannot find the repro executable: {0}")]
+    NoExecutable(#[source] std::io::Error),
+    /// The child could not be started.
+    #[error(transparent)]
+    Start(#[from] ProcessError),
+}
+
+/// Why `--metric` does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MetricError {
+    /// A regular expression that does not compile.
+    #[error("--metric regex `{regex}`: {reason}")]
+    Regex {
+        /// The expression.
+        regex: String,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// Neither `time`, `json:` nor `regex:`.
+    #[error("--metric `{0}`: expected time, json:PATH or regex:RE")]
+    Unknown(String),
+}
+
+/// Why a run's output holds no value of the metric.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExtractError {
+    /// Stdout is not JSON.
+    #[error("stdout is not JSON: {0}")]
+    NotJson(String),
+    /// The path names nothing in the JSON.
+    #[error("no `{0}` in the JSON on stdout")]
+    NoPath(String),
+    /// The path names something that is not a number.
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    /// The regular expression does not compile.
+    #[error("{0}")]
+    Regex(String),
+    /// The regular expression matches nothing.
+    #[error("regex `{0}` does not match stdout")]
+    NoMatch(String),
+    /// The match is not a number.
+    #[error("regex `{regex}` matched `{matched}`, not a number")]
+    MatchNotANumber {
+        /// The expression.
+        regex: String,
+        /// What it matched.
+        matched: String,
+    },
+}
+
+/// Why `--prepare` ended a command bench.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// It ran out of time.
+    #[error("--prepare `{command}` before {label} took longer than {}", humantime::format_duration(*.after))]
+    Timeout {
+        /// The prepare command.
+        command: String,
+        /// Which run it prepared.
+        label: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// It failed.
+    #[error("--prepare before {label} failed: {why}")]
+    Failed {
+        /// Which run it prepared.
+        label: String,
+        /// How.
+        why: String,
+    },
+}
+
 /// The child's timing settings.
 pub fn timing(s: &Settings) -> Timing {
     Timing {
@@ -56,11 +259,17 @@ fn dims(
     exprs: &[crate::foundation::expr::Expr],
     params: &BTreeMap<String, ExprValue>,
     what: &str,
-) -> Result<[u32; 3], String> {
+) -> Result<[u32; 3], SpecError> {
     let mut d = [1u32; 3];
     for (i, e) in exprs.iter().enumerate() {
-        let c = e.eval_count(params, what).map_err(|err| e.explain(&err))?;
-        d[i] = u32::try_from(c).map_err(|_| format!("{what} `{}` is {c}, too large", e.text()))?;
+        let c = e
+            .eval_count(params, what)
+            .map_err(|err| SpecError::expr(e, &err))?;
+        d[i] = u32::try_from(c).map_err(|_| SpecError::DimTooLarge {
+            what: what.to_string(),
+            expr: e.text().to_string(),
+            value: c,
+        })?;
     }
     Ok(d)
 }
@@ -69,28 +278,34 @@ fn launch(
     l: &Launch,
     params: &BTreeMap<String, ExprValue>,
     section: &str,
-) -> Result<LaunchSpec, String> {
+) -> Result<LaunchSpec, SpecError> {
     let grid = dims(&l.grid, params, &format!("[{section}] grid"))?;
     let block = dims(&l.block, params, &format!("[{section}] block"))?;
     let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
     if threads == 0 || threads > 1024 {
-        return Err(format!(
-            "[{section}] block has {threads} threads; a block holds 1 to 1024"
-        ));
+        return Err(SpecError::BlockThreads {
+            section: section.to_string(),
+            threads,
+        });
     }
     if grid.contains(&0) {
-        return Err(format!("[{section}] grid {grid:?} has a zero dimension"));
+        return Err(SpecError::ZeroGrid {
+            section: section.to_string(),
+            grid,
+        });
     }
     let smem = l
         .shared_mem
         .eval_count(params, &format!("[{section}] shared-mem"))
-        .map_err(|e| l.shared_mem.explain(&e))?;
+        .map_err(|e| SpecError::expr(&l.shared_mem, &e))?;
     Ok(LaunchSpec {
         kernel: l.kernel.clone(),
         grid,
         block,
-        shared_mem: u32::try_from(smem)
-            .map_err(|_| format!("[{section}] shared-mem {smem} is too large"))?,
+        shared_mem: u32::try_from(smem).map_err(|_| SpecError::SharedMem {
+            section: section.to_string(),
+            value: smem,
+        })?,
     })
 }
 
@@ -107,7 +322,7 @@ fn max_buffer_bytes() -> u64 {
 }
 
 /// Checks that a scalar's value is representable in its type (no silent wrap or cast).
-fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), String> {
+fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), SpecError> {
     let (lo, hi) = match dtype {
         DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
         DType::U32 => (0.0, f64::from(u32::MAX)),
@@ -116,7 +331,9 @@ fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), String> {
         DType::U8 => (0.0, 255.0),
         _ => {
             return if v.is_nan() {
-                Err(format!("[run] args `{name}` value is NaN"))
+                Err(SpecError::ScalarNan {
+                    name: name.to_string(),
+                })
             } else {
                 Ok(())
             };
@@ -125,10 +342,11 @@ fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), String> {
     if v.is_finite() && v.fract() == 0.0 && v >= lo && v <= hi {
         Ok(())
     } else {
-        Err(format!(
-            "[run] args `{name}` value {v} does not fit a {}",
-            format!("{dtype:?}").to_lowercase()
-        ))
+        Err(SpecError::ScalarRange {
+            name: name.to_string(),
+            value: v,
+            dtype: format!("{dtype:?}").to_lowercase(),
+        })
     }
 }
 
@@ -139,25 +357,21 @@ pub fn resolve(
     settings: &Settings,
     check_only: bool,
     time_on_failure: bool,
-) -> Result<Vec<Point>, String> {
-    let run = sections
-        .run
-        .as_ref()
-        .ok_or("the recipe has no [run] section")?;
+) -> Result<Vec<Point>, SpecError> {
+    let run = sections.run.as_ref().ok_or(SpecError::NoRun)?;
     // Kernels are named as written in the source; a C++ kernel is launched by its mangled
     // symbol, whatever its template arguments.
     let symbols = std::fs::read(module)
         .map(|b| crate::foundation::symbols::module_symbols(&b))
         .unwrap_or_default();
-    let symbol = |mut l: LaunchSpec| -> Result<LaunchSpec, String> {
+    let symbol = |mut l: LaunchSpec| -> Result<LaunchSpec, SpecError> {
         if !symbols.is_empty() {
-            l.kernel = crate::foundation::symbols::resolve(&l.kernel, &symbols)
-                .map_err(|e| e.to_string())?
-                .to_string();
+            l.kernel = crate::foundation::symbols::resolve(&l.kernel, &symbols)?.to_string();
         }
         Ok(l)
     };
-    crate::foundation::runspec::sweep_points(&sections.params)?;
+    crate::foundation::runspec::sweep_points(&sections.params)
+        .map_err(|e| SpecError::Sweep(e.to_string()))?;
     let max_bytes = max_buffer_bytes();
     let mut points = Vec::new();
     for params in crate::foundation::runspec::combinations(&sections.params) {
@@ -175,16 +389,16 @@ pub fn resolve(
                 } => {
                     let n = count
                         .eval_count(&params, &format!("[run] args `{name}` count"))
-                        .map_err(|e| count.explain(&e))?;
+                        .map_err(|e| SpecError::expr(count, &e))?;
                     let bytes = n
                         .checked_mul(dtype.size() as u64)
                         .and_then(|b| total.checked_add(b))
                         .filter(|t| *t <= max_bytes)
-                        .ok_or_else(|| {
-                            format!(
-                                "[run] args `{name}` count `{}` = {n} makes the buffers larger than {max_bytes} bytes (REPRO_MAX_BUFFER_BYTES)",
-                                count.text()
-                            )
+                        .ok_or_else(|| SpecError::Buffers {
+                            name: name.clone(),
+                            expr: count.text().to_string(),
+                            count: n,
+                            max: max_bytes,
                         })?;
                     total = bytes;
                     ArgSpec::Buffer {
@@ -197,7 +411,10 @@ pub fn resolve(
                     }
                 }
                 Arg::Scalar { name, dtype, value } => {
-                    let v = value.eval(&params).map_err(|e| value.explain(&e))?.as_f64();
+                    let v = value
+                        .eval(&params)
+                        .map_err(|e| SpecError::expr(value, &e))?
+                        .as_f64();
                     scalar_fits(name, *dtype, v)?;
                     ArgSpec::Scalar {
                         name: name.clone(),
@@ -225,12 +442,12 @@ pub fn resolve(
             }
             None => (None, BTreeMap::new()),
         };
-        let eval = |e: &Option<crate::foundation::expr::Expr>| -> Result<Option<f64>, String> {
+        let eval = |e: &Option<crate::foundation::expr::Expr>| -> Result<Option<f64>, SpecError> {
             e.as_ref()
                 .map(|e| {
                     e.eval(&params)
                         .map(|v| v.as_f64())
-                        .map_err(|err| e.explain(&err))
+                        .map_err(|err| SpecError::expr(e, &err))
                 })
                 .transpose()
         };
@@ -293,17 +510,16 @@ pub fn ptx_params(ptx: &str, entry: &str) -> Option<Vec<usize>> {
 }
 
 /// Checks the arguments against the kernel's parameters before anything is launched.
-pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(), String> {
+pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(), ArityError> {
     let Some(params) = ptx_params(ptx, &launch.kernel) else {
         return Ok(());
     };
     if params.len() != args.len() {
-        return Err(format!(
-            "kernel `{}` takes {} parameters but [run] args gives {}",
-            launch.kernel,
-            params.len(),
-            args.len()
-        ));
+        return Err(ArityError::Count {
+            kernel: launch.kernel.clone(),
+            params: params.len(),
+            args: args.len(),
+        });
     }
     for (i, (size, a)) in params.iter().zip(args).enumerate() {
         let (name, want) = match a {
@@ -311,10 +527,13 @@ pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(
             ArgSpec::Scalar { name, dtype, .. } => (name, dtype.size()),
         };
         if *size != want {
-            return Err(format!(
-                "kernel `{}` parameter {i} is {size} bytes but argument `{name}` is {want} bytes",
-                launch.kernel
-            ));
+            return Err(ArityError::Size {
+                kernel: launch.kernel.clone(),
+                index: i,
+                size: *size,
+                name: name.clone(),
+                want,
+            });
         }
     }
     Ok(())
@@ -411,9 +630,8 @@ pub struct ProcessExecutor {
 
 impl ProcessExecutor {
     /// An executor whose GPU child is this very executable.
-    pub fn current() -> Result<Self, String> {
-        let repro = std::env::current_exe()
-            .map_err(|e| format!("cannot find the repro executable: {e}"))?;
+    pub fn current() -> Result<Self, ChildError> {
+        let repro = std::env::current_exe().map_err(ChildError::NoExecutable)?;
         Ok(ProcessExecutor { repro: Some(repro) })
     }
 }
@@ -461,13 +679,17 @@ impl Executor for ProcessExecutor {
 }
 
 /// Runs the child `repro gpu-job` with a timeout and turns its fate into a report.
-pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, String> {
+pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, ChildError> {
     run_child_with(&ProcessExecutor::current()?, job, timeout)
 }
 
 /// [`run_child`] through `exec`: a child that crashes, prints no report or runs past the
 /// timeout gives a report with its error; only a child that cannot be started is `Err`.
-pub fn run_child_with(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<Report, String> {
+pub fn run_child_with(
+    exec: &dyn Executor,
+    job: &Job,
+    timeout: Duration,
+) -> Result<Report, ChildError> {
     let input = serde_json::to_vec(job).expect("a job serialises");
     match exec.run_gpu_job(&input, timeout) {
         Ok(out) => {
@@ -503,7 +725,7 @@ pub fn run_child_with(exec: &dyn Executor, job: &Job, timeout: Duration) -> Resu
             )),
             ..Report::default()
         }),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -528,18 +750,19 @@ pub enum Metric {
 
 impl Metric {
     /// Parses `time`, `json:PATH` or `regex:RE`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, MetricError> {
         if s == "time" {
             Ok(Metric::Time)
         } else if let Some(p) = s.strip_prefix("json:") {
             Ok(Metric::Json(p.to_string()))
         } else if let Some(r) = s.strip_prefix("regex:") {
-            regex_lite::Regex::new(r).map_err(|e| format!("--metric regex `{r}`: {e}"))?;
+            regex_lite::Regex::new(r).map_err(|e| MetricError::Regex {
+                regex: r.to_string(),
+                reason: e.to_string(),
+            })?;
             Ok(Metric::Regex(r.to_string()))
         } else {
-            Err(format!(
-                "--metric `{s}`: expected time, json:PATH or regex:RE"
-            ))
+            Err(MetricError::Unknown(s.to_string()))
         }
     }
     /// The metric's text form.
@@ -551,12 +774,12 @@ impl Metric {
         }
     }
     /// Extracts the metric from one run.
-    pub fn extract(&self, stdout: &str, wall_ms: f64) -> Result<f64, String> {
+    pub fn extract(&self, stdout: &str, wall_ms: f64) -> Result<f64, ExtractError> {
         match self {
             Metric::Time => Ok(wall_ms),
             Metric::Json(path) => {
                 let v: Value = serde_json::from_str(stdout.trim())
-                    .map_err(|e| format!("stdout is not JSON: {e}"))?;
+                    .map_err(|e| ExtractError::NotJson(e.to_string()))?;
                 let mut cur = &v;
                 for part in path.split('.') {
                     cur = match cur {
@@ -564,16 +787,17 @@ impl Metric {
                         Value::Object(o) => o.get(part),
                         _ => None,
                     }
-                    .ok_or_else(|| format!("no `{path}` in the JSON on stdout"))?;
+                    .ok_or_else(|| ExtractError::NoPath(path.clone()))?;
                 }
                 cur.as_f64()
-                    .ok_or_else(|| format!("`{path}` is not a number"))
+                    .ok_or_else(|| ExtractError::NotANumber(path.clone()))
             }
             Metric::Regex(r) => {
-                let re = regex_lite::Regex::new(r).map_err(|e| e.to_string())?;
+                let re =
+                    regex_lite::Regex::new(r).map_err(|e| ExtractError::Regex(e.to_string()))?;
                 let caps = re
                     .captures(stdout)
-                    .ok_or_else(|| format!("regex `{r}` does not match stdout"))?;
+                    .ok_or_else(|| ExtractError::NoMatch(r.clone()))?;
                 let m = caps
                     .get(1)
                     .or_else(|| caps.get(0))
@@ -581,7 +805,10 @@ impl Metric {
                 m.as_str()
                     .trim()
                     .parse::<f64>()
-                    .map_err(|_| format!("regex `{r}` matched `{}`, not a number", m.as_str()))
+                    .map_err(|_| ExtractError::MatchNotANumber {
+                        regex: r.clone(),
+                        matched: m.as_str().to_string(),
+                    })
             }
         }
     }
@@ -665,7 +892,7 @@ pub fn run_command_timed(
                     system_s: m.system_s,
                 }),
                 Ok(v) => Err(CommandRun::Failed(format!("the metric is {v}"))),
-                Err(e) => Err(CommandRun::Failed(e)),
+                Err(e) => Err(CommandRun::Failed(e.to_string())),
             }
         }
         Ok(m) => {
@@ -758,16 +985,19 @@ pub fn run_command_bench(
         run_command_timed(exec, b.root, command, metric, b.timeout, None)
     };
     // `prepare` before every run, warm-ups included; its failure ends the bench.
-    let prepare = |label: &str| -> Result<(), String> {
+    let prepare = |label: &str| -> Result<(), PrepareError> {
         let Some(p) = b.prepare else { return Ok(()) };
         match run(p, &Metric::Time) {
-            Ok(_) => Ok(()),
-            Err(CommandRun::Timeout) => Err(format!(
-                "--prepare `{p}` before {label} took longer than {}",
-                humantime::format_duration(b.timeout)
-            )),
-            Err(CommandRun::Failed(why)) => Err(format!("--prepare before {label} failed: {why}")),
-            Err(CommandRun::Sample(_)) => Ok(()),
+            Ok(_) | Err(CommandRun::Sample(_)) => Ok(()),
+            Err(CommandRun::Timeout) => Err(PrepareError::Timeout {
+                command: p.to_string(),
+                label: label.to_string(),
+                after: b.timeout,
+            }),
+            Err(CommandRun::Failed(why)) => Err(PrepareError::Failed {
+                label: label.to_string(),
+                why,
+            }),
         }
     };
     for i in 0..b.warmup_runs {
@@ -776,7 +1006,7 @@ pub fn run_command_bench(
             of: b.warmup_runs,
         });
         if let Err(why) = prepare(&format!("warm-up run {}", i + 1)) {
-            failure = Some(why);
+            failure = Some(why.to_string());
             break;
         }
         match run(b.command, b.metric) {
@@ -794,7 +1024,7 @@ pub fn run_command_bench(
     progress(BenchProgress::Timing);
     while failure.is_none() && !timed_out && samples.len() < b.max_runs {
         if let Err(why) = prepare(&format!("run {}", samples.len() + 1)) {
-            failure = Some(why);
+            failure = Some(why.to_string());
             break;
         }
         match run(b.command, b.metric) {
@@ -892,7 +1122,9 @@ mod tests {
             value: 1.0,
         };
         assert_eq!(
-            check_arity(ptx, &l, &[buf.clone(), n.clone()]).unwrap_err(),
+            check_arity(ptx, &l, &[buf.clone(), n.clone()])
+                .unwrap_err()
+                .to_string(),
             "kernel `k` takes 3 parameters but [run] args gives 2"
         );
         let ptx2 = ".entry k(\n.param .u64 a,\n.param .u32 b\n)";
@@ -903,7 +1135,7 @@ mod tests {
             value: 1.0,
         };
         assert_eq!(
-            check_arity(ptx2, &l, &[buf, wide]).unwrap_err(),
+            check_arity(ptx2, &l, &[buf, wide]).unwrap_err().to_string(),
             "kernel `k` parameter 1 is 4 bytes but argument `n` is 8 bytes"
         );
     }
@@ -1310,7 +1542,10 @@ mod tests {
             run().unwrap().error.as_deref(),
             Some("TIMEOUT: no answer within 5s")
         );
-        assert_eq!(run().unwrap_err(), "`gpu-job saxpy` was not found");
+        assert_eq!(
+            run().unwrap_err().to_string(),
+            "`gpu-job saxpy` was not found"
+        );
         assert_eq!(exec.calls(), ["gpu-job saxpy"].repeat(6));
     }
 
@@ -1325,7 +1560,12 @@ mod tests {
             j.extract(r#"{"results":[{"median":1.25}]}"#, 0.0).unwrap(),
             1.25
         );
-        assert!(j.extract("not json", 0.0).unwrap_err().contains("not JSON"));
+        assert!(
+            j.extract("not json", 0.0)
+                .unwrap_err()
+                .to_string()
+                .contains("not JSON")
+        );
         let r = Metric::parse(r"regex:time: ([0-9.]+) us").unwrap();
         assert_eq!(r.extract("warmup\ntime: 12.5 us\n", 0.0).unwrap(), 12.5);
         assert!(Metric::parse("regex:(").is_err());

@@ -405,8 +405,8 @@ pub enum ReplayError {
         what: &'static str,
     },
     /// The benchmark child could not be run.
-    #[error("{0}")]
-    Child(String),
+    #[error(transparent)]
+    Child(#[from] bench::ChildError),
     /// A record failed its checks, or records uncommitted changes.
     #[error(transparent)]
     Bundle(#[from] BundleError),
@@ -960,8 +960,8 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
                 .map(|o| o.path.clone())
                 .unwrap_or_default();
             match retime(r, id, module, req.threshold)? {
-                Ok(t) => timing = Some(t),
-                Err(why) => note = Some(why),
+                Retimed::Compared(t) => timing = Some(t),
+                Retimed::NoSamples(why) => note = Some(why),
             }
         }
     }
@@ -986,14 +986,22 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     })
 }
 
+/// What re-timing gave: a comparison, or why there is none.
+enum Retimed {
+    /// The samples were compared.
+    Compared(TimingCheck),
+    /// The re-run gave no usable samples (the note says why).
+    NoSamples(String),
+}
+
 /// Re-times the result's kernel (the rebuilt `module`) in a child process and compares
-/// the samples with the recorded ones. The inner `Err` says why no comparison came out.
+/// the samples with the recorded ones.
 fn retime(
     r: &ResultRecord,
     id: &str,
     module: String,
     threshold: f64,
-) -> Result<Result<TimingCheck, String>, ReplayError> {
+) -> Result<Retimed, ReplayError> {
     let missing = |what| ReplayError::CannotRetime {
         id: keys::short(id).to_string(),
         what,
@@ -1010,14 +1018,13 @@ fn retime(
         timing: Some(bench::timing(&settings)),
         time_on_failure: false,
     };
-    let report =
-        bench::run_child(&job, std::time::Duration::from_secs(300)).map_err(ReplayError::Child)?;
+    let report = bench::run_child(&job, std::time::Duration::from_secs(300))?;
     Ok(
         match crate::foundation::stats::compare(&r.samples, &report.samples_us, 0.01, threshold, 17)
         {
             Some(c) => {
                 let ci = (c.ratio_ci_low, c.ratio_ci_high);
-                Ok(TimingCheck {
+                Retimed::Compared(TimingCheck {
                     ratio: c.ratio,
                     ratio_ci: ci,
                     p: c.p,
@@ -1026,7 +1033,7 @@ fn retime(
                     samples: report.samples_us.len(),
                 })
             }
-            None => Err(format!(
+            None => Retimed::NoSamples(format!(
                 "the re-run gave no usable samples: {}",
                 report.error.unwrap_or_default()
             )),

@@ -684,7 +684,7 @@ pub(crate) fn answer_built(
             };
             let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
                 Ok(p) => p,
-                Err(e) => return Ok((Answer::Skip, Some(e))),
+                Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
             for p in points {
                 let report = bench::run_child(&p.job, timeout)
@@ -729,7 +729,7 @@ pub(crate) fn answer_built(
                         p.len()
                     )));
                 }
-                Err(e) => return Ok((Answer::Skip, Some(e))),
+                Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
             let job = points.into_iter().next().expect("one point").job;
             let b = b.clone();
@@ -751,7 +751,7 @@ pub(crate) fn answer_built(
                         .map(|r| r.samples)
                         .unwrap_or_default();
                     while cached.len() < taken + n {
-                        let report = bench::run_child(&job, timeout)?;
+                        let report = bench::run_child(&job, timeout).map_err(|e| e.to_string())?;
                         let (verdict, detail) = bench::verdict(&report);
                         if verdict != crate::foundation::records::ResultVerdict::Ok {
                             return Err(format!(

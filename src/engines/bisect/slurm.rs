@@ -157,7 +157,9 @@ impl PlanSpec {
                 threshold: *threshold,
                 direction: *direction,
                 command: match (command, metric) {
-                    (Some(c), Some(m)) => Some((c.clone(), Metric::parse(m)?)),
+                    (Some(c), Some(m)) => {
+                        Some((c.clone(), Metric::parse(m).map_err(|e| e.to_string())?))
+                    }
                     (None, None) => None,
                     _ => return Err("a command bench needs both its command and metric".into()),
                 },
