@@ -20,7 +20,7 @@ use crate::foundation::process::ProcessError;
 /// Why a commit's files could not be written out.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckoutError {
-    /// Blobs the step needs are not in the object database (and were not fetched).
+    /// Blobs that are needed are not in the object database (and were not fetched).
     #[error("{path}: its blob {blob} {}{}{why}", super::tree::MISSING_BLOB, if *.more > 0 { format!(" (and {} more blobs)", .more) } else { String::new() })]
     MissingBlob {
         /// The first path whose blob is missing.
@@ -66,7 +66,7 @@ impl CheckoutError {
     }
 
     /// Whether this makes only the one commit untestable (a missing blob), rather than
-    /// every step (an unreachable remote, a full disk).
+    /// every one (an unreachable remote, a full disk).
     pub fn is_untestable(&self) -> bool {
         matches!(self, CheckoutError::MissingBlob { .. })
     }
@@ -164,7 +164,7 @@ pub struct Worktree {
 pub struct Update {
     /// Files written.
     pub written: usize,
-    /// Files and directories removed (gone from the tree, or left by the last step).
+    /// Files and directories removed (gone from the tree, or left by the last use).
     pub removed: usize,
 }
 
@@ -194,8 +194,8 @@ impl Worktree {
     }
 
     /// Makes the directory hold exactly `entries` of `files`' commit: files whose blob or
-    /// mode changed, or that the last step touched, are written again; everything else
-    /// that is there (build outputs, files the last step created) is removed.
+    /// mode changed, or that the last use touched, are written again; everything else
+    /// that is there (build outputs, files the last use created) is removed.
     pub fn update(
         &mut self,
         files: &CommitFiles,
@@ -279,7 +279,7 @@ impl Worktree {
     /// Makes the directory hold the whole tree of `files`' commit. When it holds a whole
     /// tree already, only what differs between the two trees is read (unchanged subtrees
     /// are skipped by id, as `git checkout` does), and one `lstat` per file finds what the
-    /// last step's script created, edited or deleted. `fetch` is given the entries whose
+    /// last use (a step's script) created, edited or deleted. `fetch` is given the entries whose
     /// blobs will be read, before any is.
     pub fn update_tree<E: From<CheckoutError>>(
         &mut self,
@@ -328,7 +328,7 @@ impl Worktree {
                 }
             }
         }
-        // What the last step did to the worktree: files it edited, replaced, created or
+        // What the last use did to the worktree: files it edited, replaced, created or
         // deleted. Known files that still look as written stay.
         let root = self.dir.path().to_path_buf();
         let mut stale: Vec<String> = Vec::new();
