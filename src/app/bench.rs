@@ -281,6 +281,7 @@ fn recipe_bench(
     }
     let opts = Options {
         toolchain: a.toolchain.clone(),
+        pins: Some(crate::engines::toolchain::Pins::of(&g.config()?.toolchain)),
         ..Options::default()
     };
     let built = build::build(root, store, &r, &opts)

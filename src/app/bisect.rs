@@ -368,6 +368,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         jobs: usize::from(a.jobs),
         keep_going: a.keep_going,
         devices: a.devices.clone(),
+        pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
     };
     let progress = Progress::new(g, expected_steps(commits.len()));
     let events = |e: run::Event<'_>| progress.event(e);

@@ -100,6 +100,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         explain: a.explain,
         toolchain: a.toolchain.clone(),
         commit: a.at_commit.clone(),
+        pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
         ..Options::default()
     };
     if use_nix {
@@ -288,7 +289,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     };
     let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
         let root = g.project_root();
-        g.config()?;
+        let cfg = g.config()?;
         let recipes = load_recipes(&root, a)?;
         let opts = Options {
             force: a.force,
@@ -297,6 +298,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             nix_fallback: None,
             commit: a.at_commit.clone(),
             toolchain: a.toolchain.clone(),
+            pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
         };
         let outcomes = build_all(g, &root, &recipes, &opts)?;
         let failed = outcomes.iter().any(|o| o.status == "failed");

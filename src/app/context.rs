@@ -63,18 +63,12 @@ impl Globals {
         p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
     }
 
-    /// The project's settings, with the NVRTC pin registered for the toolchain search.
+    /// The project's settings (`repro.toml` at the project root). Commands pass what the
+    /// engines need of them explicitly (the toolchain pins as `toolchain::Pins`).
     pub fn config(
         &self,
     ) -> Result<crate::foundation::config::Config, crate::foundation::config::ConfigError> {
-        let cfg = crate::foundation::config::load(&self.project_root())?;
-        if let Some(pin) = &cfg.toolchain.nvrtc {
-            crate::engines::toolchain::set_pin(&pin.version);
-        }
-        if let Some(r) = &cfg.toolchain.nvcc_default {
-            crate::engines::toolchain::set_nvcc_pin(r);
-        }
-        Ok(cfg)
+        crate::foundation::config::load(&self.project_root())
     }
 }
 

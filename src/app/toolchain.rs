@@ -59,7 +59,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let cfg = g.config()?;
     match a.command {
         ToolchainCommand::Install(i) => install_cmd(g, &cfg, i),
-        ToolchainCommand::List => list(g),
+        ToolchainCommand::List => list(g, &toolchain::Pins::of(&cfg.toolchain)),
         ToolchainCommand::Which => which(g, &cfg),
     }
 }
@@ -139,8 +139,8 @@ fn mib(bytes: u64) -> String {
     format!("{:.0} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-fn list(g: &Globals) -> anyhow::Result<u8> {
-    let used = toolchain::find_nvrtc().ok();
+fn list(g: &Globals, pins: &toolchain::Pins) -> anyhow::Result<u8> {
+    let used = toolchain::find_nvrtc(pins).ok();
     let entries = install::list();
     if g.json {
         let rows: Vec<_> = entries
@@ -214,7 +214,7 @@ fn list(g: &Globals) -> anyhow::Result<u8> {
 }
 
 fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result<u8> {
-    let nvrtc = toolchain::nvrtc();
+    let nvrtc = toolchain::nvrtc(&toolchain::Pins::of(&cfg.toolchain));
     // The project's nvcc pin, when there is one and it is installed, is what nvcc builds use.
     let pinned_nvcc = cfg.toolchain.nvcc_default.as_ref().map(|r| {
         let spec = Spec::Release {
@@ -247,7 +247,7 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
             "schema": 1,
             "nvrtc": match &nvrtc {
                 Ok(l) => json!({"path": l.found.path.display().to_string(), "version": l.version, "source": l.found.source}),
-                Err(e) => json!({"unavailable": e.clone()}),
+                Err(e) => json!({"unavailable": e.to_string()}),
             },
             "nvcc": match &nvcc {
                 Some(p) => json!({"path": p.display().to_string(), "version": nvcc_version, "source": nvcc_source}),

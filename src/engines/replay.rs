@@ -851,8 +851,8 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     // The recorded toolchain: provision it if this machine lacks one and the tree pins it.
     let cfg = crate::foundation::config::load(&root)?;
     if let Some(pin) = &cfg.toolchain.nvrtc {
-        crate::engines::toolchain::set_pin(&pin.version);
-        if crate::engines::toolchain::find_nvrtc().is_err() {
+        let pins = crate::engines::toolchain::Pins::of(&cfg.toolchain);
+        if crate::engines::toolchain::find_nvrtc(&pins).is_err() {
             say(&format!(
                 "provisioning the pinned NVRTC {} (repro toolchain install)",
                 pin.version

@@ -34,15 +34,105 @@ pub fn managed_dir() -> Option<PathBuf> {
     Some(crate::foundation::fsutil::cache_dir()?.join("toolchains"))
 }
 
-static PIN: OnceLock<String> = OnceLock::new();
-static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
-static NVCC_PIN: OnceLock<String> = OnceLock::new();
-
-/// Records the nvcc release the project pins (`[toolchain] nvcc-default`), so that the
-/// fingerprint reports that installed nvcc rather than the PATH's.
-pub fn set_nvcc_pin(release: &str) {
-    let _ = NVCC_PIN.set(release.to_string());
+/// The toolchains a project pins in `repro.toml` (`[toolchain] nvrtc` and `nvcc-default`).
+/// The searches below take them as an argument: the NVRTC search prefers the pinned
+/// release when it is installed, and the nvcc probe reports the pinned nvcc.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pins {
+    /// The pinned `nvidia-cuda-nvrtc` version.
+    pub nvrtc: Option<String>,
+    /// The pinned nvcc release (a key of `[toolchain.nvcc]`).
+    pub nvcc: Option<String>,
 }
+
+impl Pins {
+    /// The pins of a project's `[toolchain]` table.
+    pub fn of(toolchains: &crate::foundation::config::Toolchains) -> Pins {
+        Pins {
+            nvrtc: toolchains.nvrtc.as_ref().map(|p| p.version.clone()),
+            nvcc: toolchains.nvcc_default.clone(),
+        }
+    }
+}
+
+/// Why the NVRTC library cannot be found, loaded or identified. Cloned: a process loads
+/// NVRTC once and every later caller gets the same answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NvrtcError {
+    /// The toolchain chosen with `--toolchain` holds no library.
+    #[error("{} holds no libnvrtc.so", dir.display())]
+    ChosenEmpty {
+        /// The toolchain's library directory.
+        dir: PathBuf,
+    },
+    /// `REPRO_NVRTC` names no library.
+    #[error("REPRO_NVRTC is set to {}, which holds no libnvrtc.so", path.display())]
+    EnvEmpty {
+        /// What the variable says.
+        path: PathBuf,
+    },
+    /// No rule of the search order found a library.
+    #[error("NVRTC not found (searched {NVRTC_SEARCH_ORDER})")]
+    NotFound,
+    /// The library cannot be loaded.
+    #[error("cannot load {}: {cause}", path.display())]
+    Load {
+        /// The library.
+        path: PathBuf,
+        /// The loader's words.
+        cause: String,
+    },
+    /// The library has no `nvrtcVersion`.
+    #[error("{} is not NVRTC: {cause}", path.display())]
+    NotNvrtc {
+        /// The library.
+        path: PathBuf,
+        /// The loader's words.
+        cause: String,
+    },
+    /// `nvrtcVersion` returned an error.
+    #[error("nvrtcVersion failed in {}", path.display())]
+    Version {
+        /// The library.
+        path: PathBuf,
+    },
+    /// The library file cannot be read for its identity.
+    #[error("cannot {action} {}: {cause}", path.display())]
+    Read {
+        /// `stat` or `read`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The system's words.
+        cause: String,
+    },
+    /// The library lacks a function a compile calls.
+    #[error("{} lacks {function}: {cause}", path.display())]
+    Lacks {
+        /// The library.
+        path: PathBuf,
+        /// The function.
+        function: &'static str,
+        /// The loader's words.
+        cause: String,
+    },
+}
+
+/// Why nvcc cannot be identified.
+#[derive(Debug, thiserror::Error)]
+pub enum NvccError {
+    /// No rule of the search order found nvcc.
+    #[error("nvcc not found (searched REPRO_NVCC, PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda*)")]
+    NotFound,
+    /// `nvcc --version` failed.
+    #[error(transparent)]
+    Run(#[from] ProcessError),
+}
+
+/// The NVRTC library a build with `--toolchain nvrtc@VERSION` (or a recipe's NVRTC
+/// toolchain) chose. NVRTC is one library per process, so this is not configuration but
+/// the process's commitment: once chosen, no other directory can be.
+static CHOSEN: OnceLock<PathBuf> = OnceLock::new();
 
 /// Makes this process use the NVRTC library in `dir` (a toolchain installed by repro, named
 /// with `--toolchain nvrtc@VERSION`), before REPRO_NVRTC and every other rule. Call before
@@ -51,26 +141,20 @@ pub fn choose_nvrtc(dir: PathBuf) -> bool {
     CHOSEN.get_or_init(|| dir.clone()) == &dir
 }
 
-/// Records the NVRTC version the project pins (from `repro.toml`), so that the search
-/// prefers that installed toolchain. Call before the first search.
-pub fn set_pin(version: &str) {
-    let _ = PIN.set(version.to_string());
-}
-
 /// The directory a managed NVRTC of `version` lives in.
 pub fn managed_nvrtc_dir(version: &str) -> Option<PathBuf> {
     Some(managed_dir()?.join(format!("nvrtc-{version}")))
 }
 
 /// The candidate directories in search order, each with its reason.
-fn nvrtc_candidates() -> Vec<(PathBuf, String)> {
+fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
     let mut c = Vec::new();
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(v) = PIN.get()
+    if let Some(v) = &pins.nvrtc
         && let Some(d) = managed_nvrtc_dir(v)
         && d.join(install::STAMP).is_file()
     {
@@ -202,14 +286,14 @@ pub fn find_in(dir: &Path) -> Option<PathBuf> {
 
 /// Finds the NVRTC library builds would use, or says what was searched. An explicit
 /// `REPRO_NVRTC` that holds no library is an error, never a reason to pick another NVRTC.
-pub fn find_nvrtc() -> Result<Found, String> {
+pub fn find_nvrtc(pins: &Pins) -> Result<Found, NvrtcError> {
     if let Some(dir) = CHOSEN.get() {
         return library_in(dir)
             .map(|path| Found {
                 path,
                 source: "--toolchain, installed by repro".into(),
             })
-            .ok_or_else(|| format!("{} holds no libnvrtc.so", dir.display()));
+            .ok_or_else(|| NvrtcError::ChosenEmpty { dir: dir.clone() });
     }
     if let Some(p) = std::env::var_os("REPRO_NVRTC").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
@@ -218,17 +302,12 @@ pub fn find_nvrtc() -> Result<Found, String> {
                 path,
                 source: "REPRO_NVRTC".into(),
             })
-            .ok_or_else(|| {
-                format!(
-                    "REPRO_NVRTC is set to {}, which holds no libnvrtc.so",
-                    p.display()
-                )
-            });
+            .ok_or(NvrtcError::EnvEmpty { path: p });
     }
-    nvrtc_candidates()
+    nvrtc_candidates(pins)
         .into_iter()
         .find_map(|(dir, source)| library_in(&dir).map(|path| Found { path, source }))
-        .ok_or_else(|| format!("NVRTC not found (searched {NVRTC_SEARCH_ORDER})"))
+        .ok_or(NvrtcError::NotFound)
 }
 
 /// A loaded NVRTC: the library stays loaded for the life of the process.
@@ -241,34 +320,41 @@ pub struct Loaded {
     _lib: libloading::Library,
 }
 
-static NVRTC: OnceLock<Result<Loaded, String>> = OnceLock::new();
+/// The NVRTC this process loaded: a library stays loaded, so the first search decides.
+static NVRTC: OnceLock<Result<Loaded, NvrtcError>> = OnceLock::new();
 
-/// Finds and loads NVRTC once per process. The error says what was searched.
-pub fn nvrtc() -> Result<&'static Loaded, String> {
-    NVRTC.get_or_init(load_nvrtc).as_ref().map_err(Clone::clone)
-}
-
-fn load_nvrtc() -> Result<Loaded, String> {
-    let found = find_nvrtc()?;
-    load_at(found)
+/// Finds (with the project's `pins`) and loads NVRTC once per process. The error says what
+/// was searched.
+pub fn nvrtc(pins: &Pins) -> Result<&'static Loaded, NvrtcError> {
+    NVRTC
+        .get_or_init(|| find_nvrtc(pins).and_then(load_at))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// Loads the NVRTC at `found` (its builtins first) and asks its version.
-pub fn load_at(found: Found) -> Result<Loaded, String> {
+pub fn load_at(found: Found) -> Result<Loaded, NvrtcError> {
     let dir = found.path.parent().unwrap_or(Path::new("."));
     // SAFETY: loading a shared library runs its initialisers; NVRTC's are benign.
     let builtins = builtins_in(dir).and_then(|p| unsafe { libloading::Library::new(p) }.ok());
     // SAFETY: as above.
-    let lib = unsafe { libloading::Library::new(&found.path) }
-        .map_err(|e| format!("cannot load {}: {e}", found.path.display()))?;
+    let lib = unsafe { libloading::Library::new(&found.path) }.map_err(|e| NvrtcError::Load {
+        path: found.path.clone(),
+        cause: e.to_string(),
+    })?;
     // SAFETY: nvrtcVersion has this signature in every NVRTC release.
     let version = unsafe {
         let f: libloading::Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int> = lib
             .get(b"nvrtcVersion\0")
-            .map_err(|e| format!("{} is not NVRTC: {e}", found.path.display()))?;
+            .map_err(|e| NvrtcError::NotNvrtc {
+                path: found.path.clone(),
+                cause: e.to_string(),
+            })?;
         let (mut major, mut minor) = (0, 0);
         if f(&mut major, &mut minor) != 0 {
-            return Err(format!("nvrtcVersion failed in {}", found.path.display()));
+            return Err(NvrtcError::Version {
+                path: found.path.clone(),
+            });
         }
         format!("{major}.{minor}")
     };
@@ -284,21 +370,25 @@ impl Loaded {
     /// The function `name` of this NVRTC library (a C function pointer type `F`), so that
     /// every call goes to the library repro chose, never to another NVRTC the loader's
     /// search would find by name (a system CUDA beside a wheel's release).
-    pub fn function<F: Copy>(&self, name: &str) -> Result<F, String> {
+    pub fn function<F: Copy>(&self, name: &'static str) -> Result<F, NvrtcError> {
         let mut sym = name.as_bytes().to_vec();
         sym.push(0);
         // SAFETY: the caller names the C signature of `name` as `F`; the library stays
         // loaded for the process (`Loaded` lives in a static), so the pointer stays valid.
         unsafe { self._lib.get::<F>(&sym) }
             .map(|s| *s)
-            .map_err(|e| format!("{} lacks {name}: {e}", self.found.path.display()))
+            .map_err(|e| NvrtcError::Lacks {
+                path: self.found.path.clone(),
+                function: name,
+                cause: e.to_string(),
+            })
     }
 }
 
-/// The fingerprint probe for NVRTC.
-pub fn probe_nvrtc() -> Fields {
+/// The fingerprint probe for NVRTC: the library builds with these `pins` would use.
+pub fn probe_nvrtc(pins: &Pins) -> Fields {
     let mut f = Fields::new();
-    match nvrtc() {
+    match nvrtc(pins) {
         Ok(l) => {
             f.insert(
                 "toolchain.nvrtc.version".into(),
@@ -314,7 +404,7 @@ pub fn probe_nvrtc() -> Fields {
             );
         }
         Err(e) => {
-            f.insert("toolchain.nvrtc".into(), Field::Unavailable(e));
+            f.insert("toolchain.nvrtc".into(), Field::Unavailable(e.to_string()));
         }
     }
     f
@@ -356,9 +446,9 @@ pub fn parse_nvcc_version(text: &str) -> Option<String> {
 
 /// The fingerprint probe for nvcc: the project's pinned nvcc when it is installed, else the
 /// machine's.
-pub fn probe_nvcc() -> Fields {
+pub fn probe_nvcc(pins: &Pins) -> Fields {
     let mut f = Fields::new();
-    if let Some(r) = NVCC_PIN.get() {
+    if let Some(r) = &pins.nvcc {
         let spec = install::Spec::Release {
             family: install::Family::Nvcc,
             release: r.clone(),
@@ -406,11 +496,14 @@ pub fn probe_nvcc() -> Fields {
 /// sha256 of the library and its builtins. Hashing 100 MB costs a tenth of a second, so
 /// the answer is cached per library file (path, size, mtime, inode); a warm build never
 /// loads NVRTC.
-pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
+pub fn nvrtc_identity(pins: &Pins) -> Result<serde_json::Value, NvrtcError> {
     use std::os::unix::fs::MetadataExt;
-    let found = find_nvrtc()?;
-    let meta = std::fs::metadata(&found.path)
-        .map_err(|e| format!("cannot stat {}: {e}", found.path.display()))?;
+    let found = find_nvrtc(pins)?;
+    let meta = std::fs::metadata(&found.path).map_err(|e| NvrtcError::Read {
+        action: "stat",
+        path: found.path.clone(),
+        cause: e.to_string(),
+    })?;
     let stamp = format!(
         "{}|{}|{}|{}",
         found.path.display(),
@@ -427,11 +520,15 @@ pub fn nvrtc_identity() -> Result<serde_json::Value, String> {
     if let Some(hit) = entries.get(&stamp) {
         return Ok(hit.clone());
     }
-    let loaded = nvrtc()?;
-    let digest = |p: &Path| -> Result<String, String> {
+    let loaded = nvrtc(pins)?;
+    let digest = |p: &Path| -> Result<String, NvrtcError> {
         std::fs::read(p)
             .map(|b| crate::foundation::keys::sha256_hex(&b))
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+            .map_err(|e| NvrtcError::Read {
+                action: "read",
+                path: p.to_path_buf(),
+                cause: e.to_string(),
+            })
     };
     let builtins = builtins_in(found.path.parent().unwrap_or(Path::new(".")));
     let id = serde_json::json!({
@@ -461,15 +558,12 @@ fn builtins_in(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The identity of nvcc, for build keys: its `--version` text (release and build id).
-pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), String> {
-    let path = find_nvcc().ok_or(
-        "nvcc not found (searched REPRO_NVCC, PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda*)",
-    )?;
+pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), NvccError> {
+    let path = find_nvcc().ok_or(NvccError::NotFound)?;
     let out = Cmd::new(&path)
         .arg("--version")
         .timeout(Duration::from_secs(10))
-        .run()
-        .map_err(|e| e.to_string())?;
+        .run()?;
     let text = out.stdout_str();
     let version = parse_nvcc_version(&text).unwrap_or_default();
     // The first line names the program; the rest (release, build id) identifies it.

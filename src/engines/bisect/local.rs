@@ -457,6 +457,7 @@ impl<'a> Ctx<'a> {
         let root = dir.path();
         let opts = Options {
             commit: Some(oid.to_string()),
+            pins: Some(self.plan.pins.clone()),
             ..Options::default()
         };
         let built = match build::build(root, &self.store, &r, &opts) {

@@ -100,6 +100,8 @@ pub struct Plan {
     pub keep_going: bool,
     /// GPUs for bench and check steps; one commit is measured on each at once.
     pub devices: Vec<usize>,
+    /// The project's pinned toolchains, for the builds the steps run in this process.
+    pub pins: crate::engines::toolchain::Pins,
 }
 
 impl Plan {

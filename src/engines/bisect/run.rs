@@ -541,6 +541,7 @@ mod tests {
             jobs: 1,
             keep_going: false,
             devices: vec![0],
+            pins: Default::default(),
         }
     }
 

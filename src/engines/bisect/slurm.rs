@@ -180,6 +180,8 @@ impl PlanSpec {
             jobs: 1,
             keep_going: false,
             devices: vec![0],
+            // A job reads no repro.toml: its builds use the node's NVRTC search order.
+            pins: Default::default(),
         })
     }
 }

@@ -508,6 +508,7 @@ pub fn bisect_driven(
         jobs: 1,
         keep_going,
         devices: vec![device],
+        pins: Default::default(),
     };
     let ex = ReleaseExecutor::new(plan, list.clone(), recipe, question, device);
     let ids = ex.ids().to_vec();

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::CompileError;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::recipe::CommandBuild;
 
@@ -14,7 +15,7 @@ pub struct CommandArtifacts {
 }
 
 /// Runs the command at the project root and collects its declared outputs.
-pub fn run(root: &Path, c: &CommandBuild) -> Result<CommandArtifacts, String> {
+pub fn run(root: &Path, c: &CommandBuild) -> Result<CommandArtifacts, CompileError> {
     let cmd = Cmd::new(&c.argv[0])
         .args(&c.argv[1..])
         .current_dir(root)
@@ -22,36 +23,36 @@ pub fn run(root: &Path, c: &CommandBuild) -> Result<CommandArtifacts, String> {
     let out = match cmd.output() {
         Ok(o) => o,
         Err(ProcessError::Timeout { .. }) => {
-            return Err(format!(
-                "`{}` timed out after {}",
-                cmd.display(),
-                humantime::format_duration(c.timeout)
-            ));
+            return Err(CompileError::Timeout {
+                program: format!("`{}`", cmd.display()),
+                after: c.timeout,
+            });
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(CompileError::Process(e)),
     };
     let mut log = out.stdout_str();
     log.push_str(&out.stderr_str());
     let log = log.trim_end().to_string();
     if !out.status.success() {
-        return Err(format!(
-            "{log}\n`{}` {}",
-            cmd.display(),
-            crate::foundation::process::describe_status(out.status)
-        )
-        .trim_start()
-        .to_string());
+        return Err(CompileError::Rejected {
+            log: format!(
+                "{log}\n`{}` {}",
+                cmd.display(),
+                crate::foundation::process::describe_status(out.status)
+            )
+            .trim_start()
+            .to_string(),
+        });
     }
     let mut outputs = Vec::new();
     for rel in &c.outputs {
         match std::fs::read(root.join(rel)) {
             Ok(bytes) => outputs.push((rel.clone(), bytes)),
             Err(_) => {
-                return Err(format!(
-                    "{log}\nthe command succeeded but did not produce the declared output {rel}"
-                )
-                .trim_start()
-                .to_string());
+                return Err(CompileError::MissingOutput {
+                    log,
+                    path: rel.clone(),
+                });
             }
         }
     }

@@ -40,6 +40,10 @@ pub struct Options {
     pub commit: Option<String>,
     /// `--toolchain`: overrides the recipe's and the project's toolchain.
     pub toolchain: Option<crate::engines::toolchain::install::Spec>,
+    /// The project's pinned toolchains (`[toolchain]` in its repro.toml), which decide the
+    /// NVRTC a build without a toolchain of its own uses. `None`: those of the repro.toml at
+    /// the root being built.
+    pub pins: Option<crate::engines::toolchain::Pins>,
 }
 
 /// One stored output.
@@ -150,8 +154,91 @@ impl Diagnose for BuildError {
     }
 }
 
-/// A build's named outputs and its log, or the log of its failure.
-type Compiled = Result<(Vec<(String, Vec<u8>)>, String), String>;
+/// Why a compiler (or a build command) produced no artifacts. This is not a failure of
+/// repro's: the build is recorded as failed, with the message as its log.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The compiler or the command rejected its input: its own messages.
+    #[error("{log}")]
+    Rejected {
+        /// What it said, with the command line and how it ended.
+        log: String,
+    },
+    /// NVRTC cannot be loaded.
+    #[error(transparent)]
+    Nvrtc(#[from] crate::engines::toolchain::NvrtcError),
+    /// A call into NVRTC failed.
+    #[error("{call} failed: {message}")]
+    Call {
+        /// The NVRTC function.
+        call: &'static str,
+        /// NVRTC's name for the result.
+        message: String,
+    },
+    /// A string handed to NVRTC contains a NUL byte.
+    #[error("{what} contains a NUL byte")]
+    Nul {
+        /// The source file, header or option.
+        what: String,
+    },
+    /// The compiler succeeded but left out an output.
+    #[error("{compiler} produced no {output}: {cause}")]
+    NoOutput {
+        /// `NVRTC` or `nvcc`.
+        compiler: &'static str,
+        /// The output kind.
+        output: &'static str,
+        /// Why.
+        cause: String,
+    },
+    /// A build command succeeded but did not write a declared output.
+    #[error("{}", with_log(.log, &format!("the command succeeded but did not produce the declared output {path}")))]
+    MissingOutput {
+        /// The command's log.
+        log: String,
+        /// The declared output.
+        path: String,
+    },
+    /// The artifact lacks an entry point the recipe names.
+    #[error("{}", with_log(.log, &format!(
+        "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
+        .missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+        if .found.is_empty() { "none found".to_string() } else { .found.join(", ") }
+    )))]
+    MissingEntries {
+        /// The compiler's log.
+        log: String,
+        /// The entries not found.
+        missing: Vec<String>,
+        /// The entries the PTX has.
+        found: Vec<String>,
+    },
+    /// No scratch directory for the compiler's outputs.
+    #[error("cannot create a temporary directory: {cause}")]
+    TempDir {
+        /// The system's words.
+        cause: std::io::Error,
+    },
+    /// The compiler or the command ran out of time.
+    #[error("{program} timed out after {}", humantime::format_duration(*.after))]
+    Timeout {
+        /// `nvcc`, or the command line in backquotes.
+        program: String,
+        /// The limit.
+        after: std::time::Duration,
+    },
+    /// The compiler or the command could not be run.
+    #[error(transparent)]
+    Process(crate::foundation::process::ProcessError),
+}
+
+/// A message after a log, the log left out when empty.
+fn with_log(log: &str, message: &str) -> String {
+    format!("{log}\n{message}").trim_start().to_string()
+}
+
+/// A build's named outputs and its log, or why it failed.
+type Compiled = Result<(Vec<(String, Vec<u8>)>, String), CompileError>;
 
 /// What a build reads, hashed: the files by relative path, and for NVRTC the headers.
 struct Inputs {
@@ -221,6 +308,7 @@ fn compiler(
     root: &Path,
     recipe: &Recipe,
     over: Option<&crate::engines::toolchain::install::Spec>,
+    pins: &crate::engines::toolchain::Pins,
 ) -> Result<(Value, Option<std::path::PathBuf>), BuildError> {
     use crate::engines::toolchain::install::{self, Family, Spec};
     if let Some(spec) = toolchain_for(root, recipe, over)? {
@@ -256,17 +344,17 @@ fn compiler(
         };
     }
     match &recipe.build {
-        Build::Nvrtc(_) => crate::engines::toolchain::nvrtc_identity()
+        Build::Nvrtc(_) => crate::engines::toolchain::nvrtc_identity(pins)
             .map(|id| (id, None))
-            .map_err(|reason| BuildError::NoCompiler {
+            .map_err(|e| BuildError::NoCompiler {
                 compiler: "nvrtc",
-                reason,
+                reason: e.to_string(),
             }),
         Build::Nvcc(_) => crate::engines::toolchain::nvcc_identity()
             .map(|(p, id)| (id, Some(p)))
-            .map_err(|reason| BuildError::NoCompiler {
+            .map_err(|e| BuildError::NoCompiler {
                 compiler: "nvcc",
-                reason,
+                reason: e.to_string(),
             }),
         Build::Command(_) => Ok((json!({"name": "command"}), None)),
     }
@@ -373,7 +461,13 @@ pub fn build(
         .map_err(|source| BuildError::Recipe { source })?;
     let recipe = &recipe;
     let inputs = collect(root, recipe)?;
-    let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref())?;
+    let pins = match &opts.pins {
+        Some(p) => p.clone(),
+        None => {
+            crate::engines::toolchain::Pins::of(&crate::foundation::config::load(root)?.toolchain)
+        }
+    };
+    let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref(), &pins)?;
     let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
     let key = keys::key_of(&records::to_json(&key_in));
 
@@ -455,6 +549,7 @@ pub fn build(
     let compiled: Compiled = match &recipe.build {
         Build::Nvrtc(c) => nvrtc::compile(
             c,
+            &pins,
             inputs
                 .closure
                 .as_ref()
@@ -490,14 +585,18 @@ pub fn build(
         if missing.is_empty() {
             Ok((outputs, log))
         } else {
-            let found: Vec<String> = outputs.iter().filter(|(k, _)| k == "ptx").flat_map(|(_, b)| crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b))).collect();
-            Err(format!(
-                "{log}\nthe artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
-                missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
-                if found.is_empty() { "none found".to_string() } else { found.join(", ") }
-            )
-            .trim_start()
-            .to_string())
+            let found: Vec<String> = outputs
+                .iter()
+                .filter(|(k, _)| k == "ptx")
+                .flat_map(|(_, b)| {
+                    crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b))
+                })
+                .collect();
+            Err(CompileError::MissingEntries {
+                log,
+                missing,
+                found,
+            })
         }
     });
 
@@ -519,7 +618,7 @@ pub fn build(
             }
             (BuildStatus::Ok, log)
         }
-        Err(log) => (BuildStatus::Failed, log),
+        Err(e) => (BuildStatus::Failed, e.to_string()),
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1e3;
     let record = BuildRecord {

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::CompileError;
 use super::nvrtc::Artifacts;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::recipe::{Compile, Output};
@@ -11,9 +12,8 @@ use crate::foundation::recipe::{Compile, Output};
 pub const TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs nvcc once per requested output. `Err` carries the compiler's messages.
-pub fn compile(nvcc: &Path, root: &Path, c: &Compile) -> Result<Artifacts, String> {
-    let tmp =
-        tempfile::tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+pub fn compile(nvcc: &Path, root: &Path, c: &Compile) -> Result<Artifacts, CompileError> {
+    let tmp = tempfile::tempdir().map_err(|cause| CompileError::TempDir { cause })?;
     let mut outputs = Vec::new();
     let mut log = String::new();
     for out in &c.outputs {
@@ -38,27 +38,32 @@ pub fn compile(nvcc: &Path, root: &Path, c: &Compile) -> Result<Artifacts, Strin
         match cmd.output() {
             Ok(o) if o.status.success() => {
                 log.push_str(o.stderr_str().trim_end());
-                let bytes = std::fs::read(&file)
-                    .map_err(|e| format!("nvcc produced no {}: {e}", out.name()))?;
+                let bytes = std::fs::read(&file).map_err(|e| CompileError::NoOutput {
+                    compiler: "nvcc",
+                    output: out.name(),
+                    cause: e.to_string(),
+                })?;
                 outputs.push((*out, bytes));
             }
             Ok(o) => {
                 let mut msg = o.stderr_str();
                 msg.push_str(&o.stdout_str());
-                return Err(format!(
-                    "{}\n{} {}",
-                    msg.trim_end(),
-                    cmd.display(),
-                    crate::foundation::process::describe_status(o.status)
-                ));
+                return Err(CompileError::Rejected {
+                    log: format!(
+                        "{}\n{} {}",
+                        msg.trim_end(),
+                        cmd.display(),
+                        crate::foundation::process::describe_status(o.status)
+                    ),
+                });
             }
             Err(ProcessError::Timeout { .. }) => {
-                return Err(format!(
-                    "nvcc timed out after {}",
-                    humantime::format_duration(TIMEOUT)
-                ));
+                return Err(CompileError::Timeout {
+                    program: "nvcc".into(),
+                    after: TIMEOUT,
+                });
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(CompileError::Process(e)),
         }
     }
     Ok(Artifacts { outputs, log })

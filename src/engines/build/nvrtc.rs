@@ -8,7 +8,9 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 
+use super::CompileError;
 use super::inputs::Closure;
+use crate::engines::toolchain::Pins;
 use crate::foundation::recipe::{Compile, Output};
 
 type Program = *mut c_void;
@@ -40,8 +42,8 @@ struct Api {
 }
 
 impl Api {
-    fn load() -> Result<Api, String> {
-        let l = crate::engines::toolchain::nvrtc()?;
+    fn load(pins: &Pins) -> Result<Api, crate::engines::toolchain::NvrtcError> {
+        let l = crate::engines::toolchain::nvrtc(pins)?;
         Ok(Api {
             create: l.function("nvrtcCreateProgram")?,
             compile: l.function("nvrtcCompileProgram")?,
@@ -85,11 +87,15 @@ pub fn options(c: &Compile) -> Vec<String> {
     o
 }
 
-/// Compiles `c.source` with the headers of `closure`. `Err` carries the compiler's log.
-pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
-    let api = Api::load()?;
-    let cstr =
-        |s: &[u8], what: &str| CString::new(s).map_err(|_| format!("{what} contains a NUL byte"));
+/// Compiles `c.source` with the headers of `closure`, with the NVRTC the project's `pins`
+/// choose. `Err` carries the compiler's log.
+pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts, CompileError> {
+    let api = Api::load(pins)?;
+    let cstr = |s: &[u8], what: &str| {
+        CString::new(s).map_err(|_| CompileError::Nul {
+            what: what.to_string(),
+        })
+    };
     let src = cstr(&closure.files[&c.source], &c.source)?;
     let name = cstr(c.source.as_bytes(), "the source path")?;
     let mut header_names = Vec::new();
@@ -127,10 +133,10 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
             },
         );
         if r != SUCCESS {
-            return Err(format!(
-                "nvrtcCreateProgram failed: {}",
-                api.error_string(r)
-            ));
+            return Err(CompileError::Call {
+                call: "nvrtcCreateProgram",
+                message: api.error_string(r),
+            });
         }
         let compiled = (api.compile)(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
         let mut log_len = 0usize;
@@ -144,10 +150,12 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
             .trim_end()
             .to_string();
         let result = if compiled != SUCCESS {
-            Err(if log.is_empty() {
-                api.error_string(compiled)
-            } else {
-                log
+            Err(CompileError::Rejected {
+                log: if log.is_empty() {
+                    api.error_string(compiled)
+                } else {
+                    log
+                },
             })
         } else {
             let mut outputs = Vec::new();
@@ -161,11 +169,11 @@ pub fn compile(c: &Compile, closure: &Closure) -> Result<Artifacts, String> {
                 let mut n = 0usize;
                 let r = size_fn(prog, &mut n);
                 if r != SUCCESS || n == 0 {
-                    failure = Some(format!(
-                        "NVRTC produced no {}: {}",
-                        out.name(),
-                        api.error_string(r)
-                    ));
+                    failure = Some(CompileError::NoOutput {
+                        compiler: "NVRTC",
+                        output: out.name(),
+                        cause: api.error_string(r),
+                    });
                     break;
                 }
                 let mut bytes = vec![0u8; n];

@@ -84,6 +84,12 @@ impl Demand {
 pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     let repo_root = git::discover_root(&ctx.cwd);
     let project_root = repo_root.clone().unwrap_or_else(|| ctx.cwd.clone());
+    // The toolchain fields report what this project's builds would use, which its pins
+    // decide. A repro.toml that cannot be read pins nothing here; the commands that use
+    // the pins report it.
+    let pins = crate::foundation::config::load(&project_root)
+        .map(|c| crate::engines::toolchain::Pins::of(&c.toolchain))
+        .unwrap_or_default();
     let mut jobs: Vec<(String, Box<dyn FnOnce() -> Fields + Send + '_>)> = Vec::new();
     let d = |p| demand.has(p);
 
@@ -103,15 +109,17 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         jobs.push(("nvml".into(), Box::new(nvml::probe)));
     }
     if d(Probe::Nvrtc) {
+        let pins = pins.clone();
         jobs.push((
             "nvrtc".into(),
-            Box::new(crate::engines::toolchain::probe_nvrtc),
+            Box::new(move || crate::engines::toolchain::probe_nvrtc(&pins)),
         ));
     }
     if d(Probe::Nvcc) {
+        let pins = pins.clone();
         jobs.push((
             "nvcc".into(),
-            Box::new(crate::engines::toolchain::probe_nvcc),
+            Box::new(move || crate::engines::toolchain::probe_nvcc(&pins)),
         ));
     }
     if d(Probe::Host) {

@@ -793,10 +793,10 @@ pub fn install(
                 path,
                 source: "new install".into(),
             })
-            .map_err(|what| InstallError::Layout {
+            .map_err(|e| InstallError::Layout {
                 wheel: spec.clone(),
                 family: "nvrtc",
-                what,
+                what: e.to_string(),
             })?;
             ("lib".to_string(), loaded.version)
         }
