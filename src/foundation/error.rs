@@ -20,6 +20,19 @@ pub trait Diagnose: std::error::Error {
     }
 }
 
+/// An error with its causes, joined by ": " (what `{:#}` prints for an `anyhow::Error`),
+/// for messages that carry a whole chain as text (a step's detail, a job's result).
+pub fn chain_text(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// A user-facing error raised directly by a command: a message, a code and a hint.
 #[derive(Debug)]
 pub struct UserError {

@@ -19,6 +19,7 @@ use super::decide::{self, Decision};
 use super::executor::{Executor, StepRequest};
 use super::run::{
     BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, SAMPLES, STEPS, Step,
+    StepError,
 };
 use super::search::Answer;
 use crate::engines::bench;
@@ -241,10 +242,10 @@ impl<'a> Ctx<'a> {
         only: Option<&[String]>,
     ) -> Result<StepDir<'a>, StepFail> {
         let io = |e: std::io::Error| {
-            StepFail::Fatal(anyhow::Error::new(e).context(format!(
-                "cannot create a scratch directory in {}",
-                self.store.scratch().display()
-            )))
+            StepFail::Fatal(StepError::Scratch {
+                dir: self.store.scratch(),
+                source: e,
+            })
         };
         let entries = match only {
             Some(list) => files
@@ -655,10 +656,7 @@ pub(crate) fn answer_built(
         && built.status == "ok"
         && !crate::engines::fingerprint::cuda::driver_present()
     {
-        return Err(StepFail::Fatal(anyhow::anyhow!(
-            "{}: check and bench steps run the kernel on a GPU",
-            crate::engines::fingerprint::cuda::NO_DRIVER
-        )));
+        return Err(StepFail::Fatal(StepError::NoDriver));
     }
     match question {
         Question::Build => Ok(if build_failed {
@@ -689,7 +687,7 @@ pub(crate) fn answer_built(
             };
             for p in points {
                 let report = bench::run_child(&p.job, timeout)
-                    .map_err(|e| StepFail::Fatal(anyhow::anyhow!(e)))?;
+                    .map_err(|e| StepFail::Fatal(StepError::Child(e)))?;
                 let (v, d) = bench::verdict(&report);
                 if v != crate::foundation::records::ResultVerdict::Ok {
                     return Ok((
@@ -725,10 +723,7 @@ pub(crate) fn answer_built(
             let points = match bench::resolve(&r.sections, &module, &b.settings, false, false) {
                 Ok(p) if p.len() == 1 => p,
                 Ok(p) => {
-                    return Err(StepFail::Fatal(anyhow::anyhow!(
-                        "the recipe has {} parameter points; a performance bisection needs one (pass --param)",
-                        p.len()
-                    )));
+                    return Err(StepFail::Fatal(StepError::Points { points: p.len() }));
                 }
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
@@ -855,7 +850,7 @@ pub(crate) enum StepFail {
     /// not stored, since another clone, or this one after a fetch, can test it.
     Unavailable(String),
     /// Something that stops every step (no compiler, a broken store, a full disk).
-    Fatal(anyhow::Error),
+    Fatal(StepError),
     /// The bisection must stop (the script's abort).
     Abort(BisectError),
 }
@@ -1117,11 +1112,11 @@ impl LocalExecutor {
         if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(BisectError::Fatal {
                 commit: git::short(commit),
-                source: anyhow::anyhow!(
-                    "the baseline could not be measured on GPU {device}: it is {}{}",
-                    s.verdict,
-                    s.detail.map(|d| format!(" ({d})")).unwrap_or_default()
-                ),
+                source: StepError::Baseline {
+                    device: Some(device),
+                    verdict: s.verdict,
+                    detail: s.detail,
+                },
             });
         }
         self.baselines

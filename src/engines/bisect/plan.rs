@@ -159,7 +159,7 @@ pub enum BisectError {
         commit: String,
         /// The cause.
         #[source]
-        source: anyhow::Error,
+        source: StepError,
     },
     /// The answers contradict each other.
     #[error("{0}")]
@@ -173,6 +173,85 @@ pub enum BisectError {
         /// What to do.
         hint: String,
     },
+}
+
+/// Why a step cannot be evaluated at all, whatever the commit: the cause of
+/// [`BisectError::Fatal`]. An executor's own failures (a Slurm job lost) are its own
+/// types, carried as [`StepError::Executor`]: this module is below the executors.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The repository cannot be read.
+    #[error(transparent)]
+    Repository(#[from] crate::foundation::git::GitError),
+    /// git refused a request (a pathspec, opening the repository).
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+    /// The step's tree cannot be written.
+    #[error(transparent)]
+    Checkout(#[from] crate::foundation::git::CheckoutError),
+    /// A scratch directory cannot be made in the store.
+    #[error("cannot create a scratch directory in {}", dir.display())]
+    Scratch {
+        /// The store's scratch space.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file of the step cannot be written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The build could not be attempted (no compiler, an unreadable store).
+    #[error(transparent)]
+    Build(#[from] crate::engines::build::BuildError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] crate::foundation::store::StoreError),
+    /// A child process could not be run.
+    #[error(transparent)]
+    Process(#[from] crate::foundation::process::ProcessError),
+    /// A toolchain release cannot be planned for install.
+    #[error(transparent)]
+    InstallPlan(#[from] crate::engines::toolchain::install::InstallError),
+    /// A toolchain release failed to install.
+    #[error("could not install {spec}")]
+    Install {
+        /// The release.
+        spec: String,
+        /// Why.
+        #[source]
+        source: crate::engines::toolchain::install::InstallError,
+    },
+    /// Kernels cannot run: there is no GPU driver.
+    #[error(
+        "{}: check and bench steps run the kernel on a GPU",
+        crate::engines::fingerprint::cuda::NO_DRIVER
+    )]
+    NoDriver,
+    /// The benchmark's child process could not be run.
+    #[error(transparent)]
+    Child(#[from] crate::engines::bench::ChildError),
+    /// A performance bisection needs one parameter point.
+    #[error(
+        "the recipe has {points} parameter points; a performance bisection needs one (pass --param)"
+    )]
+    Points {
+        /// How many the recipe has.
+        points: usize,
+    },
+    /// The baseline of a performance step gave no samples.
+    #[error("the baseline could not be measured{}: it is {verdict}{}", .device.map(|d| format!(" on GPU {d}")).unwrap_or_default(), .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Baseline {
+        /// The GPU, where the step ran on one of several.
+        device: Option<usize>,
+        /// What the baseline's step answered.
+        verdict: crate::foundation::records::Answer,
+        /// Why.
+        detail: Option<String>,
+    },
+    /// An executor's own failure.
+    #[error(transparent)]
+    Executor(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What a bisection tells its caller as it goes.

@@ -21,6 +21,7 @@ use crate::foundation::store::Store;
 
 pub use super::plan::{
     BenchQuestion, BisectError, Event, Plan, Question, Recheck, RecipeSource, SAMPLES, STEPS, Step,
+    StepError,
 };
 
 /// The whole result.
@@ -365,7 +366,10 @@ fn keep_going(
     match result {
         Err(BisectError::Fatal { commit, source }) if plan.keep_going => Ok(Step {
             verdict: Answer::Skip,
-            detail: Some(format!("cannot evaluate {commit}: {source:#}")),
+            detail: Some(format!(
+                "cannot evaluate {commit}: {}",
+                crate::foundation::error::chain_text(&source)
+            )),
             ..Step::new(req.index, req.commit, executor.subject(req.commit))
         }),
         other => other,
@@ -701,7 +705,10 @@ mod tests {
             if r.index == 10 {
                 return Err(BisectError::Fatal {
                     commit: "x".into(),
-                    source: anyhow::anyhow!("the disk is full"),
+                    source: StepError::Io(std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        "the disk is full",
+                    )),
                 });
             }
             Ok(if r.index >= 13 { "bad" } else { "good" })
@@ -789,7 +796,7 @@ mod tests {
             if self.fail_after == Some(fresh.len()) {
                 return Err(BisectError::Fatal {
                     commit: format!("commit {}", req.index),
-                    source: anyhow::anyhow!("killed"),
+                    source: StepError::Io(std::io::Error::other("killed")),
                 });
             }
             fresh.push(req.index);

@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::Direction;
 use super::executor::{Executor, StepRequest};
-use super::run::{BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step};
+use super::run::{
+    BenchQuestion, BisectError, Event, Plan, Question, RecipeSource, Step, StepError,
+};
 use crate::engines::bench::Metric;
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
@@ -265,7 +267,7 @@ impl JobError {
         match e {
             BisectError::Fatal { commit, source } => JobError::Fatal {
                 commit: commit.clone(),
-                message: format!("{source:#}"),
+                message: crate::foundation::error::chain_text(source),
             },
             BisectError::Aborted { commit, detail } => JobError::Aborted {
                 commit: commit.clone(),
@@ -285,7 +287,10 @@ impl JobError {
         match self {
             JobError::Fatal { commit, message } => BisectError::Fatal {
                 commit,
-                source: anyhow::anyhow!("{message} (in Slurm job {job})"),
+                source: StepError::Executor(Box::new(JobFailure::Remote {
+                    message,
+                    job: job.to_string(),
+                })),
             },
             JobError::Aborted { commit, detail } => BisectError::Aborted { commit, detail },
             JobError::Input { message, hint } => BisectError::Input { message, hint },
@@ -317,6 +322,71 @@ pub enum SlurmError {
         /// The failure.
         #[source]
         source: ProcessError,
+    },
+}
+
+/// Why a step sent to Slurm has no answer: the cause of its [`BisectError::Fatal`].
+#[derive(Debug, thiserror::Error)]
+pub enum JobFailure {
+    /// The job's request file cannot be written.
+    #[error("cannot write the job's request: {error}")]
+    Request {
+        /// Why.
+        error: crate::foundation::fsutil::WriteError,
+    },
+    /// srun cannot be run.
+    #[error("cannot start a Slurm job: {error}")]
+    Start {
+        /// Why.
+        error: ProcessError,
+    },
+    /// srun ran but no job was allocated.
+    #[error("srun did not start the job ({status}): {said}")]
+    NotStarted {
+        /// How srun ended.
+        status: String,
+        /// Its error lines.
+        said: String,
+    },
+    /// The job's result has no step.
+    #[error("Slurm job {job} reported no step")]
+    NoStep {
+        /// The job id.
+        job: String,
+    },
+    /// The job answered for a commit it was not asked about.
+    #[error("Slurm job {job} answered for another commit ({commit})")]
+    OtherCommit {
+        /// The job id.
+        job: String,
+        /// The commit it names.
+        commit: String,
+    },
+    /// The job's result file cannot be read.
+    #[error("Slurm job {job} left a bad result: {}: {cause}", path.display())]
+    BadResult {
+        /// The job id.
+        job: String,
+        /// The result file.
+        path: PathBuf,
+        /// What is wrong with it.
+        cause: String,
+    },
+    /// Every job for the step ended without a result.
+    #[error("{} Slurm jobs for this step ended without a result ({}){}", .lost.len(), .lost.join(", "), if .tail.is_empty() { String::new() } else { format!("; the last job's log ends: {}", .tail.join(" | ")) })]
+    Lost {
+        /// Each job and how it ended.
+        lost: Vec<String>,
+        /// The last lines of the last job's log.
+        tail: Vec<String>,
+    },
+    /// The step failed inside its job.
+    #[error("{message} (in Slurm job {job})")]
+    Remote {
+        /// The job's error, with its chain.
+        message: String,
+        /// The job id.
+        job: String,
     },
 }
 
@@ -455,13 +525,18 @@ impl SlurmExecutor {
             .unwrap_or_else(|| "unknown".into())
     }
 
-    fn read_result(path: &Path) -> Result<Option<JobResult>, String> {
+    fn read_result(path: &Path, job: &str) -> Result<Option<JobResult>, JobFailure> {
+        let bad = |cause: String| JobFailure::BadResult {
+            job: job.to_string(),
+            path: path.to_path_buf(),
+            cause,
+        };
         match crate::foundation::fsutil::read_bounded(path, MAX_BYTES) {
             Ok(bytes) => serde_json::from_slice::<JobResult>(&bytes)
                 .map(Some)
-                .map_err(|e| format!("{}: {e}", path.display())),
+                .map_err(|e| bad(e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(bad(e.to_string())),
         }
     }
 }
@@ -509,9 +584,9 @@ impl Executor for SlurmExecutor {
         events: &(dyn Fn(Event<'_>) + Sync),
     ) -> Result<Step, BisectError> {
         let short = crate::foundation::git::short(req.commit);
-        let fatal = |m: String| BisectError::Fatal {
+        let fatal = |f: JobFailure| BisectError::Fatal {
             commit: short.clone(),
-            source: anyhow::anyhow!(m),
+            source: StepError::Executor(Box::new(f)),
         };
         if let Some(step) = self.known.stored(req)? {
             events(Event::Step(&step));
@@ -538,7 +613,7 @@ impl Executor for SlurmExecutor {
             };
             let text = serde_json::to_vec_pretty(&request).expect("a request serialises");
             crate::foundation::fsutil::write_atomic(&request_path, &text, true)
-                .map_err(|e| fatal(format!("cannot write the job's request: {e}")))?;
+                .map_err(|error| fatal(JobFailure::Request { error }))?;
             // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
             // longer than many steps take); -v makes it say the job's id.
             let out = Cmd::new("srun")
@@ -552,7 +627,7 @@ impl Executor for SlurmExecutor {
                 .arg("bisect-step")
                 .arg(&request_path)
                 .output()
-                .map_err(|e| fatal(format!("cannot start a Slurm job: {e}")))?;
+                .map_err(|error| fatal(JobFailure::Start { error }))?;
             let mut log = out.stdout.clone();
             log.extend_from_slice(&out.stderr);
             let _ = std::fs::write(&log_path, &log);
@@ -565,25 +640,24 @@ impl Executor for SlurmExecutor {
                     .filter(|l| l.contains("error"))
                     .map(str::trim)
                     .collect();
-                return Err(fatal(format!(
-                    "srun did not start the job ({}): {}",
-                    crate::foundation::process::describe_status(out.status),
-                    said.join("; ")
-                )));
+                return Err(fatal(JobFailure::NotStarted {
+                    status: crate::foundation::process::describe_status(out.status),
+                    said: said.join("; "),
+                }));
             };
-            match Self::read_result(&result_path) {
+            match Self::read_result(&result_path, &job) {
                 Ok(Some(r)) => {
                     if let Some(e) = r.error {
                         return Err(e.into_error(&job));
                     }
                     let Some(mut step) = r.step else {
-                        return Err(fatal(format!("Slurm job {job} reported no step")));
+                        return Err(fatal(JobFailure::NoStep { job }));
                     };
                     if step.index != req.index || step.commit != req.commit.to_string() {
-                        return Err(fatal(format!(
-                            "Slurm job {job} answered for another commit ({})",
-                            step.commit
-                        )));
+                        return Err(fatal(JobFailure::OtherCommit {
+                            job,
+                            commit: step.commit,
+                        }));
                     }
                     step.placement = r.placement;
                     if let Some(place) = &step.placement {
@@ -601,7 +675,7 @@ impl Executor for SlurmExecutor {
                     return Ok(step);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(fatal(format!("Slurm job {job} left a bad result: {e}"))),
+                Err(e) => return Err(fatal(e)),
             }
             // No result: the job was preempted, cancelled, ran out of time or lost its node.
             let state = Self::job_state(&job);
@@ -617,20 +691,9 @@ impl Executor for SlurmExecutor {
         let log = last_log
             .and_then(|p| std::fs::read_to_string(p).ok())
             .unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        Err(fatal(format!(
-            "{} Slurm jobs for this step ended without a result ({}){}",
-            lost.len(),
-            lost.join(", "),
-            if tail.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; the last job's log ends: {}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                )
-            }
-        )))
+        let mut tail: Vec<String> = log.lines().rev().take(5).map(str::to_string).collect();
+        tail.reverse();
+        Err(fatal(JobFailure::Lost { lost, tail }))
     }
 
     fn subject(&self, commit: Oid) -> String {

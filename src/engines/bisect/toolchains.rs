@@ -24,7 +24,7 @@ use git2::Oid;
 
 use super::executor::{Executor, StepRequest};
 use super::local::{self, StepFail};
-use super::run::{self, BisectError, Event, Step as RunStep};
+use super::run::{self, BisectError, Event, Step as RunStep, StepError};
 use super::search::{Answer, Next, Outcome, Search};
 use crate::engines::toolchain::install::{self, Family, InstallError, Source, Spec};
 use crate::foundation::config::Config;
@@ -533,7 +533,7 @@ pub fn bisect_driven(
         // A release, not a commit: said in the release's terms, with the whole cause.
         BisectError::Fatal { commit, source } => ToolchainBisectError::Step {
             spec: commit,
-            what: format!("{source:#}"),
+            what: crate::foundation::error::chain_text(&source),
         },
         other => ToolchainBisectError::Driver(other),
     })?;
@@ -810,7 +810,7 @@ impl<'a> ReleaseExecutor<'a> {
         self.ids.iter().position(|x| *x == id)
     }
 
-    fn fatal(&self, index: usize, source: anyhow::Error) -> BisectError {
+    fn fatal(&self, index: usize, source: StepError) -> BisectError {
         BisectError::Fatal {
             commit: self.spec(index).to_string(),
             source,
@@ -840,7 +840,10 @@ impl<'a> ReleaseExecutor<'a> {
         .map_err(|e| {
             self.fatal(
                 index,
-                anyhow::Error::new(e).context(format!("could not install {spec}")),
+                StepError::Install {
+                    spec: spec.to_string(),
+                    source: e,
+                },
             )
         })?;
         events(Event::Status(&format!("building with {spec}")));
@@ -931,7 +934,11 @@ impl<'a> ReleaseExecutor<'a> {
         if s.verdict != Answer::Good || s.samples.is_empty() {
             return Err(self.fatal(
                 index,
-                anyhow::anyhow!("the baseline could not be measured: it is {}", s.verdict),
+                StepError::Baseline {
+                    device: None,
+                    verdict: s.verdict,
+                    detail: None,
+                },
             ));
         }
         Ok(s.samples)
