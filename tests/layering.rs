@@ -508,6 +508,86 @@ fn every_diagnosed_error_is_mapped_in_the_report() {
     );
 }
 
+/// Where `engines` or `foundation` code (tests included) uses anyhow or returns
+/// `Result<_, String>`, one line each. Those layers return typed errors (thiserror, with
+/// data); anyhow belongs to the command layer (`app`).
+fn error_style_faults(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (m, p) in modules(dir) {
+        if !matches!(
+            m.first().map(String::as_str),
+            Some("engines" | "foundation")
+        ) {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&p).unwrap());
+        let t = tokens(&code);
+        if t.contains(&"anyhow") {
+            out.push(format!("{} uses anyhow", name(&m)));
+        }
+        for (i, _) in t.iter().enumerate().filter(|(_, w)| **w == "Result") {
+            if t.get(i + 1) != Some(&"<") {
+                continue;
+            }
+            // The last argument at the outermost level of `Result<…>`: its error type.
+            let (mut depth, mut last_comma, mut j) = (0usize, None, i + 1);
+            while j < t.len() {
+                match t[j] {
+                    "-" if t.get(j + 1) == Some(&">") => j += 1, // `->` in a fn type
+                    "<" => depth += 1,
+                    ">" => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    "," if depth == 1 => last_comma = Some(j),
+                    _ => {}
+                }
+                j += 1;
+            }
+            if let Some(c) = last_comma
+                && t[c + 1..j] == ["String"]
+            {
+                out.push(format!(
+                    "{} returns Result<_, String>: {}",
+                    name(&m),
+                    t[i..=j.min(t.len() - 1)].join("")
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Files that other work converts: the String errors they still hold (each named by its
+/// module) are known and counted; a new one anywhere else fails the test.
+const STRING_ERRORS_LEFT: &[(&str, usize)] = &[];
+
+#[test]
+fn engines_and_foundation_use_one_error_style() {
+    let mut found = error_style_faults(&src_dir());
+    let mut left = Vec::new();
+    for (module, count) in STRING_ERRORS_LEFT {
+        let n = found
+            .iter()
+            .filter(|f| f.starts_with(&format!("{module} returns")))
+            .count();
+        assert!(
+            n <= *count,
+            "{module} has {n} String errors, more than the {count} known"
+        );
+        left.push(format!("{module}: {n}"));
+        found.retain(|f| !f.starts_with(&format!("{module} returns")));
+    }
+    println!("String errors left in files being converted elsewhere: {left:?}");
+    assert!(
+        found.is_empty(),
+        "engines and foundation return typed errors (thiserror) and leave anyhow to app:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The checker itself: a tree with each kind of fault is caught, a clean one passes.
 #[test]
 fn the_checker_finds_each_kind_of_fault() {
@@ -599,5 +679,39 @@ fn the_checker_finds_each_kind_of_fault() {
             None => std::fs::remove_file(tmp.join(rel)).unwrap(),
         }
     }
+    assert_eq!(error_style_faults(&tmp), Vec::<String>::new());
+    let style_faults = [
+        (
+            "engines/bisect/run.rs",
+            "fn f() -> Result<Vec<u8>, String> { todo!() }",
+            "engines::bisect::run returns Result<_, String>",
+        ),
+        (
+            "foundation/store.rs",
+            "fn g(x: Box<dyn Fn() -> u8>) -> std::result::Result<(), String> { todo!() }",
+            "foundation::store returns Result<_, String>",
+        ),
+        (
+            "foundation/git.rs",
+            "fn h() -> anyhow::Result<()> { Ok(()) }",
+            "foundation::git uses anyhow",
+        ),
+    ];
+    for (rel, text, want) in style_faults {
+        let before = std::fs::read_to_string(tmp.join(rel)).unwrap();
+        write(rel, &format!("{before}\n{text}\n"));
+        let found = error_style_faults(&tmp);
+        assert!(
+            found.iter().any(|p| p.contains(want)),
+            "{want:?} not found in {found:?}"
+        );
+        write(rel, &before);
+    }
+    // Typed errors, and anyhow in the command layer, are fine.
+    write(
+        "app/cmd.rs",
+        "fn f() -> anyhow::Result<()> { Ok(()) }\nfn g() -> Result<String, E> { todo!() }",
+    );
+    assert_eq!(error_style_faults(&tmp), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -424,10 +424,10 @@ impl<'a> Ctx<'a> {
                         match bench::run_command_once(&root, &cmd, &metric, timeout, Some(device)) {
                             bench::CommandRun::Sample(x) => v.push(x),
                             bench::CommandRun::Failed(w) => {
-                                return Err(format!("the bench command failed: {w}"));
+                                return Err(MeasureError::CommandFailed { why: w });
                             }
                             bench::CommandRun::Timeout => {
-                                return Err("the bench command timed out".into());
+                                return Err(MeasureError::CommandTimeout);
                             }
                         }
                     }
@@ -491,7 +491,7 @@ impl<'a> Ctx<'a> {
     fn judge(
         &mut self,
         step: &mut Step,
-        measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+        measure: impl FnMut(usize) -> Result<Vec<f64>, MeasureError>,
         b: &BenchQuestion,
     ) -> Result<(Answer, Option<String>), StepFail> {
         judge(&mut self.baseline, step, measure, b)
@@ -747,18 +747,17 @@ pub(crate) fn answer_built(
                         .map(|r| r.samples)
                         .unwrap_or_default();
                     while cached.len() < taken + n {
-                        let report = bench::run_child(&job, timeout).map_err(|e| e.to_string())?;
+                        let report = bench::run_child(&job, timeout)?;
                         let (verdict, detail) = bench::verdict(&report);
                         if verdict != crate::foundation::records::ResultVerdict::Ok {
-                            return Err(format!(
-                                "{}: {}",
-                                verdict.word(),
-                                detail.unwrap_or_default()
-                            ));
+                            return Err(MeasureError::Verdict {
+                                verdict,
+                                detail: detail.unwrap_or_default(),
+                            });
                         }
                         cached.push(
                             crate::foundation::stats::median(&report.samples_us)
-                                .ok_or("no samples")?,
+                                .ok_or(MeasureError::NoSamples)?,
                         );
                         let _ = store.put_record(
                             SAMPLES,
@@ -786,12 +785,12 @@ pub(crate) fn answer_built(
 pub(crate) fn judge(
     baseline: &mut Option<Vec<f64>>,
     step: &mut Step,
-    mut measure: impl FnMut(usize) -> Result<Vec<f64>, String>,
+    mut measure: impl FnMut(usize) -> Result<Vec<f64>, MeasureError>,
     b: &BenchQuestion,
 ) -> Result<(Answer, Option<String>), StepFail> {
     let mut samples = match measure(b.first_attempts) {
         Ok(s) => s,
-        Err(e) => return Ok((Answer::Bad, Some(e))),
+        Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
     };
     let Some(base) = baseline.clone() else {
         // This is the good end itself: it becomes the baseline.
@@ -837,9 +836,37 @@ pub(crate) fn judge(
         let more = samples.len().min(b.max_attempts - samples.len());
         match measure(more) {
             Ok(s) => samples.extend(s),
-            Err(e) => return Ok((Answer::Bad, Some(e))),
+            Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
         }
     }
+}
+
+/// Why a commit's samples could not be taken: the commit is then bad, for this reason.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MeasureError {
+    /// The bench command failed.
+    #[error("the bench command failed: {why}")]
+    CommandFailed {
+        /// How.
+        why: String,
+    },
+    /// The bench command ran out of time.
+    #[error("the bench command timed out")]
+    CommandTimeout,
+    /// The benchmark's child process could not be run.
+    #[error(transparent)]
+    Child(#[from] bench::ChildError),
+    /// The kernel ran but its run was not ok (wrong, crashed, timed out).
+    #[error("{}: {detail}", .verdict.word())]
+    Verdict {
+        /// The run's verdict.
+        verdict: crate::foundation::records::ResultVerdict,
+        /// Why.
+        detail: String,
+    },
+    /// The run gave no samples.
+    #[error("no samples")]
+    NoSamples,
 }
 
 /// Why a step could not give an answer of its own.

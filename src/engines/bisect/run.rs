@@ -269,7 +269,7 @@ pub fn drive(
             steps.insert(i, s);
         }
     }
-    let mut search = Search::new(n).map_err(BisectError::Inconsistent)?;
+    let mut search = Search::new(n).map_err(|e| BisectError::Inconsistent(e.to_string()))?;
     loop {
         match search.next() {
             Next::Done(outcome) => {
@@ -318,7 +318,7 @@ pub fn drive(
                         evaluated += usize::from(!s.cached);
                         search
                             .record(s.index, flip(raw(&s)))
-                            .map_err(BisectError::Inconsistent)?;
+                            .map_err(|e| BisectError::Inconsistent(e.to_string()))?;
                         steps.insert(s.index, s);
                     }
                     continue;
@@ -349,7 +349,7 @@ pub fn drive(
                 evaluated += usize::from(!s.cached);
                 search
                     .record(i, flip(raw(&s)))
-                    .map_err(BisectError::Inconsistent)?;
+                    .map_err(|e| BisectError::Inconsistent(e.to_string()))?;
                 steps.insert(i, s);
             }
         }

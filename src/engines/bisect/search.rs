@@ -44,11 +44,9 @@ impl Search {
     /// A search over `n >= 2` commits; 0 is recorded Good and `n - 1` Bad (the caller has
     /// verified both ends). Errors for `n < 2`, where there is no pair of ends to bisect
     /// between.
-    pub fn new(n: usize) -> Result<Search, String> {
+    pub fn new(n: usize) -> Result<Search, SearchError> {
         if n < 2 {
-            return Err(format!(
-                "bisection needs at least 2 commits (a good and a bad end), got {n}"
-            ));
+            return Err(SearchError::TooFew { n });
         }
         let memo = BTreeMap::from([(0, Answer::Good), (n - 1, Answer::Bad)]);
         Ok(Search {
@@ -65,30 +63,33 @@ impl Search {
     /// given anything but Good or `n - 1` anything but Bad, or when the answer contradicts
     /// monotonicity (a Good after a Bad), e.g. "commit 5 answered bad, but commit 7 after
     /// it answered good: the property is not monotone".
-    pub fn record(&mut self, index: usize, answer: Answer) -> Result<(), String> {
+    pub fn record(&mut self, index: usize, answer: Answer) -> Result<(), SearchError> {
         if index >= self.n {
-            return Err(format!(
-                "commit {index} is out of range: the search covers commits 0..{}",
-                self.n
-            ));
+            return Err(SearchError::OutOfRange { index, n: self.n });
         }
         if let Some(&known) = self.memo.get(&index) {
             if known == answer {
                 return Ok(());
             }
             // The ends land here too: they are in the memo from `new`.
-            return Err(format!(
-                "commit {index} already answered {}, it cannot also answer {}",
-                name(known),
-                name(answer)
-            ));
+            return Err(SearchError::Answered {
+                index,
+                known,
+                answer,
+            });
         }
         match answer {
             Answer::Good if index > self.hi => {
-                return Err(not_monotone(self.hi, index));
+                return Err(SearchError::NotMonotone {
+                    bad: self.hi,
+                    good: index,
+                });
             }
             Answer::Bad if index < self.lo => {
-                return Err(not_monotone(index, self.lo));
+                return Err(SearchError::NotMonotone {
+                    bad: index,
+                    good: self.lo,
+                });
             }
             Answer::Good => self.lo = self.lo.max(index),
             Answer::Bad => self.hi = self.hi.min(index),
@@ -187,7 +188,10 @@ impl Search {
 /// monotone cannot make it fail, only mislead it: every commit asked for lies strictly
 /// inside the bracket, where either answer is consistent. Always terminates: each call
 /// answers a commit that had none, so there are at most `n - 2` calls.
-pub fn run(n: usize, mut oracle: impl FnMut(usize) -> Answer) -> Result<(Outcome, usize), String> {
+pub fn run(
+    n: usize,
+    mut oracle: impl FnMut(usize) -> Answer,
+) -> Result<(Outcome, usize), SearchError> {
     let mut search = Search::new(n)?;
     let mut calls = 0;
     loop {
@@ -246,11 +250,43 @@ fn name(answer: Answer) -> &'static str {
 }
 
 /// The error for a Bad at `bad` followed by a Good at `good > bad`.
-fn not_monotone(bad: usize, good: usize) -> String {
-    format!(
-        "commit {bad} answered bad, but commit {good} after it answered good: \
-         the property is not monotone"
-    )
+/// An answer the search cannot take, or a range it cannot search.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SearchError {
+    /// Fewer than two commits: no pair of ends.
+    #[error("bisection needs at least 2 commits (a good and a bad end), got {n}")]
+    TooFew {
+        /// How many there are.
+        n: usize,
+    },
+    /// An index past the range.
+    #[error("commit {index} is out of range: the search covers commits 0..{n}")]
+    OutOfRange {
+        /// The index given.
+        index: usize,
+        /// The range's length.
+        n: usize,
+    },
+    /// A commit answered twice, differently.
+    #[error("commit {index} already answered {}, it cannot also answer {}", name(*.known), name(*.answer))]
+    Answered {
+        /// The commit.
+        index: usize,
+        /// Its first answer.
+        known: Answer,
+        /// The new one.
+        answer: Answer,
+    },
+    /// A good commit after a bad one.
+    #[error(
+        "commit {bad} answered bad, but commit {good} after it answered good: the property is not monotone"
+    )]
+    NotMonotone {
+        /// The earlier, bad commit.
+        bad: usize,
+        /// The later, good commit.
+        good: usize,
+    },
 }
 
 #[cfg(test)]
@@ -409,13 +445,13 @@ mod tests {
         let mut search = Search::new(10).unwrap();
         search.record(5, Answer::Bad).unwrap();
         assert_eq!(
-            search.record(7, Answer::Good).unwrap_err(),
+            search.record(7, Answer::Good).unwrap_err().to_string(),
             "commit 5 answered bad, but commit 7 after it answered good: \
              the property is not monotone"
         );
         search.record(2, Answer::Good).unwrap();
         assert_eq!(
-            search.record(1, Answer::Bad).unwrap_err(),
+            search.record(1, Answer::Bad).unwrap_err().to_string(),
             "commit 1 answered bad, but commit 2 after it answered good: \
              the property is not monotone"
         );

@@ -408,7 +408,8 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
             });
             continue;
         }
-        let mut search = Search::new(list.len()).map_err(ToolchainBisectError::Inconsistent)?;
+        let mut search = Search::new(list.len())
+            .map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
         let outcome = loop {
             match search.next() {
                 Next::Done(o) => break o,
@@ -416,7 +417,7 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
                     let (a, _) = eval(i, progress)?.per_target[target].clone();
                     search
                         .record(i, a)
-                        .map_err(ToolchainBisectError::Inconsistent)?;
+                        .map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
                 }
             }
         };
