@@ -841,7 +841,8 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
         device,
     } = a;
     let range = tb::Range::parse(range).map_err(|m| {
-        UserError::usage(m).hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
+        UserError::usage(m.to_string())
+            .hint("for example --toolchains nvrtc@12.8.93..nvrtc@13.0.88")
     })?;
     let question = match &driven {
         None => Question::Build,

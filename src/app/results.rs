@@ -116,7 +116,7 @@ fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
     catalog::find_result(&g.store(), id).map_err(|e| {
-        UserError::usage(e)
+        UserError::usage(e.to_string())
             .hint("`repro log` lists results with their IDs")
             .into()
     })

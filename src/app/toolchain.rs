@@ -155,7 +155,7 @@ fn list(g: &Globals, pins: &toolchain::Pins) -> anyhow::Result<u8> {
                 }),
                 Err(why) => json!({
                     "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
-                    "path": e.dir.display().to_string(), "complete": false, "problem": why,
+                    "path": e.dir.display().to_string(), "complete": false, "problem": why.to_string(),
                 }),
             })
             .collect();

@@ -72,14 +72,26 @@ pub struct Entry {
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
     /// The prefix is not hex or too short.
-    #[error("`{0}` is not a record ID (at least 4 hex digits)")]
-    NotAnId(String),
+    #[error("`{prefix}` is not a {noun} ID (at least 4 hex digits)")]
+    NotAnId {
+        /// `record` or `result`.
+        noun: &'static str,
+        /// The prefix.
+        prefix: String,
+    },
     /// No record matches.
-    #[error("no record with ID {0}")]
-    None(String),
+    #[error("no {noun} with ID {prefix}")]
+    None {
+        /// `record` or `result`.
+        noun: &'static str,
+        /// The prefix.
+        prefix: String,
+    },
     /// Several records match.
-    #[error("{prefix} is ambiguous: {count} records match ({examples})")]
+    #[error("{prefix} is ambiguous: {count} {nouns} match ({examples})")]
     Ambiguous {
+        /// `records` or `results`.
+        nouns: &'static str,
         /// The prefix.
         prefix: String,
         /// How many matched.
@@ -325,35 +337,44 @@ pub fn builds(store: &Store) -> Vec<(String, BuildRecord)> {
 }
 
 /// Finds one result by ID prefix; errors say whether none or several matched.
-pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), String> {
+pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord), FindError> {
     if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "`{prefix}` is not a result ID (at least 4 hex digits)"
-        ));
+        return Err(FindError::NotAnId {
+            noun: "result",
+            prefix: prefix.to_string(),
+        });
     }
     let mut matches: Vec<(String, ResultRecord)> = results(store)
         .into_iter()
         .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
         .collect();
     match matches.len() {
-        0 => Err(format!("no result with ID {prefix}")),
+        0 => Err(FindError::None {
+            noun: "result",
+            prefix: prefix.to_string(),
+        }),
         1 => Ok(matches.remove(0)),
-        n => Err(format!(
-            "{prefix} is ambiguous: {n} results match ({})",
-            matches
+        count => Err(FindError::Ambiguous {
+            nouns: "results",
+            prefix: prefix.to_string(),
+            count,
+            examples: matches
                 .iter()
                 .take(5)
                 .map(|(id, _)| keys::short(id))
                 .collect::<Vec<_>>()
-                .join(", ")
-        )),
+                .join(", "),
+        }),
     }
 }
 
 /// The one record of any kind whose ID starts with `prefix`.
 pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Record), FindError> {
     if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(FindError::NotAnId(prefix.to_string()));
+        return Err(FindError::NotAnId {
+            noun: "record",
+            prefix: prefix.to_string(),
+        });
     }
     let p = prefix.to_lowercase();
     let mut matches: Vec<(Entry, Record)> = list(store, &[])
@@ -361,9 +382,13 @@ pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Record), FindError> {
         .filter(|(e, _)| e.id.starts_with(&p))
         .collect();
     match matches.len() {
-        0 => Err(FindError::None(prefix.to_string())),
+        0 => Err(FindError::None {
+            noun: "record",
+            prefix: prefix.to_string(),
+        }),
         1 => Ok(matches.remove(0)),
         count => Err(FindError::Ambiguous {
+            nouns: "records",
             prefix: prefix.to_string(),
             count,
             examples: matches
@@ -474,8 +499,11 @@ mod tests {
         assert_eq!(find(&store, &rid[..6]).unwrap().0.kind, Kind::Result);
         assert_eq!(find(&store, &bid[..8]).unwrap().0.kind, Kind::Bisection);
         assert_eq!(find(&store, &key[..5]).unwrap().0.kind, Kind::Build);
-        assert!(matches!(find(&store, "zz"), Err(FindError::NotAnId(_))));
-        assert!(matches!(find(&store, "0123456"), Err(FindError::None(_))));
+        assert!(matches!(find(&store, "zz"), Err(FindError::NotAnId { .. })));
+        assert!(matches!(
+            find(&store, "0123456"),
+            Err(FindError::None { .. })
+        ));
         // The store still verifies with a bisection in it.
         let v = store.verify();
         assert!(v.problems.is_empty(), "{:?}", v.problems);

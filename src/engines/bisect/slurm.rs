@@ -134,11 +134,11 @@ impl PlanSpec {
 
     /// The plan of one job: the recipe parsed again from its text, one worker, GPU 0 (the
     /// one Slurm gave the job).
-    pub fn plan(&self) -> Result<Plan, String> {
+    pub fn plan(&self) -> Result<Plan, PlanSpecError> {
         let recipe = match &self.recipe {
             None => None,
             Some(RecipeSpec::Fixed { path, text }) => Some(RecipeSource::Fixed(Box::new(
-                crate::foundation::recipe::parse_detached(path, text).map_err(|e| e.to_string())?,
+                crate::foundation::recipe::parse_detached(path, text)?,
             ))),
             Some(RecipeSpec::PerCommit { name }) => Some(RecipeSource::PerCommit(name.clone())),
         };
@@ -159,11 +159,9 @@ impl PlanSpec {
                 threshold: *threshold,
                 direction: *direction,
                 command: match (command, metric) {
-                    (Some(c), Some(m)) => {
-                        Some((c.clone(), Metric::parse(m).map_err(|e| e.to_string())?))
-                    }
+                    (Some(c), Some(m)) => Some((c.clone(), Metric::parse(m)?)),
                     (None, None) => None,
-                    _ => return Err("a command bench needs both its command and metric".into()),
+                    _ => return Err(PlanSpecError::Incomplete),
                 },
                 params: params.clone(),
                 settings: settings.clone(),
@@ -323,6 +321,20 @@ pub enum SlurmError {
         #[source]
         source: ProcessError,
     },
+}
+
+/// Why a job's plan cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanSpecError {
+    /// The recipe's text does not parse.
+    #[error(transparent)]
+    Recipe(#[from] crate::foundation::recipe::RecipeError),
+    /// The metric does not parse.
+    #[error(transparent)]
+    Metric(#[from] crate::engines::bench::MetricError),
+    /// A command bench without its metric, or the reverse.
+    #[error("a command bench needs both its command and metric")]
+    Incomplete,
 }
 
 /// Why a step sent to Slurm has no answer: the cause of its [`BisectError::Fatal`].

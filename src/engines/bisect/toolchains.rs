@@ -63,39 +63,72 @@ pub struct Range {
 
 impl Range {
     /// Parses `FAMILY@FROM..[FAMILY@]TO`.
-    pub fn parse(s: &str) -> Result<Range, String> {
-        let (a, b) = s.split_once("..").ok_or_else(|| {
-            format!("`{s}` is not a range: write FROM..TO, e.g. nvrtc@12.8.93..nvrtc@13.0.88")
+    pub fn parse(s: &str) -> Result<Range, RangeError> {
+        let (a, b) = s.split_once("..").ok_or_else(|| RangeError::NotARange {
+            text: s.to_string(),
         })?;
-        let from = Spec::parse(a).map_err(|e| e.to_string())?;
+        let from = Spec::parse(a)?;
         let Spec::Release {
             family,
             release: from,
         } = from
         else {
-            return Err("a toolchain range runs between releases, not `system`".into());
+            return Err(RangeError::System);
         };
         let to = if b.contains('@') {
-            match Spec::parse(b).map_err(|e| e.to_string())? {
+            match Spec::parse(b)? {
                 Spec::Release { family: f, release } if f == family => release,
                 _ => {
-                    return Err(format!(
-                        "both ends of `{s}` must be {} releases",
-                        family.name()
-                    ));
+                    return Err(RangeError::Mixed {
+                        text: s.to_string(),
+                        family: family.name(),
+                    });
                 }
             }
         } else {
-            match Spec::parse(&format!("{}@{b}", family.name())).map_err(|e| e.to_string())? {
+            match Spec::parse(&format!("{}@{b}", family.name()))? {
                 Spec::Release { release, .. } => release,
                 Spec::System => unreachable!("a release spec"),
             }
         };
         if from == to {
-            return Err(format!("`{s}` has the same release at both ends"));
+            return Err(RangeError::Same {
+                text: s.to_string(),
+            });
         }
         Ok(Range { family, from, to })
     }
+}
+
+/// Why `--toolchains FROM..TO` is not a range of releases.
+#[derive(Debug, thiserror::Error)]
+pub enum RangeError {
+    /// No `..`.
+    #[error("`{text}` is not a range: write FROM..TO, e.g. nvrtc@12.8.93..nvrtc@13.0.88")]
+    NotARange {
+        /// What was given.
+        text: String,
+    },
+    /// An end is not a toolchain.
+    #[error(transparent)]
+    Spec(#[from] crate::foundation::toolchain_spec::SpecError),
+    /// An end is `system`.
+    #[error("a toolchain range runs between releases, not `system`")]
+    System,
+    /// The ends are of two families.
+    #[error("both ends of `{text}` must be {family} releases")]
+    Mixed {
+        /// What was given.
+        text: String,
+        /// The first end's family.
+        family: &'static str,
+    },
+    /// Both ends are one release.
+    #[error("`{text}` has the same release at both ends")]
+    Same {
+        /// What was given.
+        text: String,
+    },
 }
 
 /// Why a toolchain bisection could not run or finish.

@@ -531,23 +531,59 @@ pub fn root() -> Result<PathBuf, InstallError> {
 }
 
 /// Reads the stamp of the tree at `dir`; `Err` says why the tree does not count.
-pub fn read_stamp(dir: &Path) -> Result<Stamp, String> {
+pub fn read_stamp(dir: &Path) -> Result<Stamp, StampError> {
     let path = dir.join(STAMP);
-    let meta = std::fs::metadata(&path)
-        .map_err(|_| "it has no completion stamp (an install was interrupted)".to_string())?;
+    let meta = std::fs::metadata(&path).map_err(|_| StampError::Missing)?;
     if meta.len() > 1 << 20 {
-        return Err(format!("its stamp {} is implausibly large", path.display()));
+        return Err(StampError::TooLarge { path });
     }
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let stamp: Stamp = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("its stamp is not one this repro writes ({e}); reinstall it"))?;
+    let bytes = std::fs::read(&path).map_err(|e| StampError::Read {
+        path: path.clone(),
+        cause: e.to_string(),
+    })?;
+    let stamp: Stamp = serde_json::from_slice(&bytes).map_err(|e| StampError::Foreign {
+        cause: e.to_string(),
+    })?;
     if stamp.schema != STAMP_SCHEMA {
-        return Err(format!(
-            "its stamp has schema {}; reinstall it",
-            stamp.schema
-        ));
+        return Err(StampError::Schema {
+            schema: stamp.schema,
+        });
     }
     Ok(stamp)
+}
+
+/// Why a toolchain tree does not count as installed: its stamp says so.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StampError {
+    /// No stamp: the install never finished.
+    #[error("it has no completion stamp (an install was interrupted)")]
+    Missing,
+    /// A stamp too large to be one.
+    #[error("its stamp {} is implausibly large", path.display())]
+    TooLarge {
+        /// The stamp file.
+        path: PathBuf,
+    },
+    /// The stamp cannot be read.
+    #[error("cannot read {}: {cause}", path.display())]
+    Read {
+        /// The stamp file.
+        path: PathBuf,
+        /// The system's words.
+        cause: String,
+    },
+    /// The stamp is not JSON this repro writes.
+    #[error("its stamp is not one this repro writes ({cause}); reinstall it")]
+    Foreign {
+        /// The parser's words.
+        cause: String,
+    },
+    /// Another schema.
+    #[error("its stamp has schema {schema}; reinstall it")]
+    Schema {
+        /// The stamp's schema.
+        schema: u32,
+    },
 }
 
 /// An installed toolchain: its tree and stamp.
@@ -1066,7 +1102,7 @@ pub struct Entry {
     /// Its directory.
     pub dir: PathBuf,
     /// The stamp, or why the tree does not count.
-    pub stamp: Result<Stamp, String>,
+    pub stamp: Result<Stamp, StampError>,
 }
 
 /// Every toolchain tree in the cache, sorted by name (staging and lock directories aside).
