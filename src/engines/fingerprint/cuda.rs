@@ -23,11 +23,27 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-fn check(r: CUresult, what: &str) -> Result<(), String> {
+/// Why the driver could not answer: the field or the device list is then unavailable.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// A driver call returned an error.
+    #[error("{call} failed: {result:?}")]
+    Call {
+        /// The driver function.
+        call: &'static str,
+        /// What it returned.
+        result: CUresult,
+    },
+    /// The driver sees no device.
+    #[error("no CUDA device is visible (CUDA_ERROR_NO_DEVICE; check CUDA_VISIBLE_DEVICES)")]
+    NoDevice,
+}
+
+fn check(r: CUresult, call: &'static str) -> Result<(), CudaError> {
     if r == CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(format!("{what} failed: {r:?}"))
+        Err(CudaError::Call { call, result: r })
     }
 }
 
@@ -54,7 +70,7 @@ pub fn probe_driver() -> Fields {
         "driver.cuda-version".into(),
         match check(cuda, "cuDriverGetVersion") {
             Ok(()) => Field::Value(format!("{}.{}", v / 1000, (v % 1000) / 10)),
-            Err(e) => Field::Unavailable(e),
+            Err(e) => Field::Unavailable(e.to_string()),
         },
     );
     let library = loaded_library_path("libcuda.so");
@@ -195,22 +211,19 @@ fn probe_devices() -> Fields {
             }
         }
         Err(e) => {
-            f.insert("gpu".into(), Field::Unavailable(e));
+            f.insert("gpu".into(), Field::Unavailable(e.to_string()));
         }
     }
     f
 }
 
-fn devices() -> Result<Vec<Vec<(&'static str, Field)>>, String> {
+fn devices() -> Result<Vec<Vec<(&'static str, Field)>>, CudaError> {
     // SAFETY: the driver library is present (checked by the caller); every pointer passed
     // below points to a live local of the right type and size.
     unsafe {
         let r = sys::cuInit(0);
         if r == CUresult::CUDA_ERROR_NO_DEVICE {
-            return Err(
-                "no CUDA device is visible (CUDA_ERROR_NO_DEVICE; check CUDA_VISIBLE_DEVICES)"
-                    .into(),
-            );
+            return Err(CudaError::NoDevice);
         }
         check(r, "cuInit")?;
         let mut count: c_int = 0;
@@ -219,7 +232,7 @@ fn devices() -> Result<Vec<Vec<(&'static str, Field)>>, String> {
         for ordinal in 0..count {
             let mut dev = 0;
             check(sys::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
-            let attr = |a: Attr| -> Result<i64, String> {
+            let attr = |a: Attr| -> Result<i64, CudaError> {
                 let mut v: c_int = 0;
                 check(
                     sys::cuDeviceGetAttribute(&mut v, a, dev),
@@ -227,7 +240,9 @@ fn devices() -> Result<Vec<Vec<(&'static str, Field)>>, String> {
                 )?;
                 Ok(i64::from(v))
             };
-            let field = |r: Result<String, String>| r.map_or_else(Field::Unavailable, Field::Value);
+            let field = |r: Result<String, CudaError>| {
+                r.map_or_else(|e| Field::Unavailable(e.to_string()), Field::Value)
+            };
             let mut d = Vec::new();
             let mut name = [0 as c_char; 256];
             d.push((

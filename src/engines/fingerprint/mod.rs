@@ -287,16 +287,16 @@ impl Fingerprint {
     }
 
     /// Reads the JSON form back, checking its schema.
-    pub fn from_json(value: &Value) -> Result<Self, String> {
-        let obj = value.as_object().ok_or("expected a JSON object")?;
+    pub fn from_json(value: &Value) -> Result<Self, FingerprintJsonError> {
+        let obj = value
+            .as_object()
+            .ok_or(FingerprintJsonError::NotAnObject)?;
         let schema = obj
             .get("schema")
             .and_then(Value::as_u64)
-            .ok_or("missing `schema`")?;
+            .ok_or(FingerprintJsonError::NoSchema)?;
         if schema > SCHEMA {
-            return Err(format!(
-                "schema {schema} is newer than this repro understands ({SCHEMA}); upgrade repro"
-            ));
+            return Err(FingerprintJsonError::Newer { schema });
         }
         let text = |k: &str| {
             obj.get(k)
@@ -336,8 +336,31 @@ impl Fingerprint {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| err(format!("line {}, column {}: {e}", e.line(), e.column())))?;
-        Self::from_json(&value).map_err(err)
+        Self::from_json(&value).map_err(|e| err(e.to_string()))
     }
+}
+
+/// Why a JSON value is not a fingerprint.
+#[derive(Debug, thiserror::Error)]
+pub enum FingerprintJsonError {
+    /// Not an object.
+    #[error("expected a JSON object")]
+    NotAnObject,
+    /// No `schema`.
+    #[error("missing `schema`")]
+    NoSchema,
+    /// Written by a newer repro.
+    #[error("schema {schema} is newer than this repro understands ({SCHEMA}); upgrade repro")]
+    Newer {
+        /// The value's schema.
+        schema: u64,
+    },
+    /// A field is null.
+    #[error("`{key}` is null")]
+    Null {
+        /// The field's key.
+        key: String,
+    },
 }
 
 /// A fingerprint file that cannot be read.
@@ -436,7 +459,7 @@ fn arrays_from_indices(v: Value) -> Value {
     }
 }
 
-fn flatten_json(prefix: &str, v: &Value, out: &mut Fields) -> Result<(), String> {
+fn flatten_json(prefix: &str, v: &Value, out: &mut Fields) -> Result<(), FingerprintJsonError> {
     match v {
         Value::Object(m) if m.len() == 1 && m.get("unavailable").is_some_and(Value::is_string) => {
             let r = m["unavailable"].as_str().expect("checked").to_string();
@@ -461,7 +484,11 @@ fn flatten_json(prefix: &str, v: &Value, out: &mut Fields) -> Result<(), String>
         Value::Bool(b) => {
             out.insert(prefix.to_string(), Field::Value(b.to_string()));
         }
-        Value::Null => return Err(format!("`{prefix}` is null")),
+        Value::Null => {
+            return Err(FingerprintJsonError::Null {
+                key: prefix.to_string(),
+            });
+        }
     }
     Ok(())
 }
@@ -510,7 +537,12 @@ mod tests {
     fn newer_schema_is_refused() {
         let mut json = sample().to_json();
         json["schema"] = Value::from(SCHEMA + 1);
-        assert!(Fingerprint::from_json(&json).unwrap_err().contains("newer"));
+        assert!(
+            Fingerprint::from_json(&json)
+                .unwrap_err()
+                .to_string()
+                .contains("newer")
+        );
     }
 
     #[test]
