@@ -226,13 +226,13 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
         }
     };
     let samples = read_samples(&bin_path).map_err(|e| match e {
-        Ok(source) => NvbenchError::Read {
+        SamplesError::Io(source) => NvbenchError::Read {
             path: bin_path.clone(),
             source,
         },
-        Err(what) => NvbenchError::Format {
+        other => NvbenchError::Format {
             path: bin_path.clone(),
-            what,
+            what: other.to_string(),
         },
     })?;
     let params: std::collections::BTreeMap<String, Value> = state
@@ -257,25 +257,42 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
     ))
 }
 
-/// Little-endian float32 seconds → µs. `Err(Ok(io))` for a read error, `Err(Err(what))`
-/// for a malformed file.
-fn read_samples(path: &Path) -> Result<Vec<f64>, Result<std::io::Error, String>> {
-    let len = std::fs::metadata(path).map_err(Ok)?.len();
+/// Why a sample file cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum SamplesError {
+    /// It cannot be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Its length is not a multiple of 4.
+    #[error("{len} bytes is not a whole number of float32 samples")]
+    Partial {
+        /// Its length.
+        len: u64,
+    },
+    /// More samples than anyone takes.
+    #[error("more than {MAX_SAMPLES} samples")]
+    TooMany,
+    /// A time that is not a positive number.
+    #[error("a sample time is not a positive number")]
+    NotPositive,
+}
+
+/// Little-endian float32 seconds → µs.
+fn read_samples(path: &Path) -> Result<Vec<f64>, SamplesError> {
+    let len = std::fs::metadata(path)?.len();
     if len % 4 != 0 {
-        return Err(Err(format!(
-            "{len} bytes is not a whole number of float32 samples"
-        )));
+        return Err(SamplesError::Partial { len });
     }
     if len / 4 > MAX_SAMPLES {
-        return Err(Err(format!("more than {MAX_SAMPLES} samples")));
+        return Err(SamplesError::TooMany);
     }
-    let bytes = std::fs::read(path).map_err(Ok)?;
+    let bytes = std::fs::read(path)?;
     let samples: Vec<f64> = bytes
         .chunks_exact(4)
         .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])) * 1e6)
         .collect();
     if samples.iter().any(|s| !s.is_finite() || *s <= 0.0) {
-        return Err(Err("a sample time is not a positive number".into()));
+        return Err(SamplesError::NotPositive);
     }
     Ok(samples)
 }

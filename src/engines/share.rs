@@ -289,16 +289,38 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
 }
 
 /// Reads a blob of at most `max` bytes from the repository.
-fn read_blob(repo: &Repository, oid: Oid, max: usize) -> Result<Vec<u8>, String> {
-    let odb = repo.odb().map_err(|e| e.to_string())?;
-    let (size, kind) = odb.read_header(oid).map_err(|e| e.to_string())?;
+fn read_blob(repo: &Repository, oid: Oid, max: usize) -> Result<Vec<u8>, BlobError> {
+    let odb = repo.odb()?;
+    let (size, kind) = odb.read_header(oid)?;
     if kind != ObjectType::Blob {
-        return Err(format!("is a {kind}, not a blob"));
+        return Err(BlobError::NotABlob { kind });
     }
     if size > max {
-        return Err(format!("is {size} bytes, more than the {max} allowed"));
+        return Err(BlobError::TooLarge { size, max });
     }
-    Ok(odb.read(oid).map_err(|e| e.to_string())?.data().to_vec())
+    Ok(odb.read(oid)?.data().to_vec())
+}
+
+/// Why a fetched object is rejected before it is read.
+#[derive(Debug, thiserror::Error)]
+enum BlobError {
+    /// The object database cannot be read.
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+    /// A tree or commit where a file was expected.
+    #[error("is a {kind}, not a blob")]
+    NotABlob {
+        /// What it is.
+        kind: ObjectType,
+    },
+    /// Larger than such a file can be.
+    #[error("is {size} bytes, more than the {max} allowed")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The bound.
+        max: usize,
+    },
 }
 
 /// Fetches the remote's records and files every one that passes its checks and is not
@@ -382,7 +404,7 @@ fn file_incoming(
             let bytes = match read_blob(repo, *oid, MAX_OBJECT) {
                 Ok(b) => b,
                 Err(e) => {
-                    reject(summary, name, e);
+                    reject(summary, name, e.to_string());
                     continue;
                 }
             };
@@ -417,7 +439,7 @@ fn file_incoming(
         let bytes = match read_blob(repo, oid, MAX_RECORD) {
             Ok(b) => b,
             Err(e) => {
-                reject(summary, &name, e);
+                reject(summary, &name, e.to_string());
                 continue;
             }
         };
@@ -431,7 +453,7 @@ fn file_incoming(
                 continue;
             }
             Err(e) => {
-                reject(summary, &name, e);
+                reject(summary, &name, e.to_string());
                 continue;
             }
         };

@@ -357,7 +357,10 @@ impl Store {
         match std::fs::read(&path) {
             Ok(bytes) => parse_record(&bytes)
                 .map(Some)
-                .map_err(|what| StoreError::Corrupt { path, what }),
+                .map_err(|e| StoreError::Corrupt {
+                    path,
+                    what: e.to_string(),
+                }),
             // Under a path that is not a directory no record can exist; the first write will
             // then fail with a message about the store's location.
             Err(e)
@@ -480,7 +483,7 @@ impl Store {
     }
 
     /// Every record of a kind: (key, path, parsed record or parse error).
-    pub fn records(&self, kind: &str) -> Vec<(String, PathBuf, Result<Value, String>)> {
+    pub fn records(&self, kind: &str) -> Vec<(String, PathBuf, Result<Value, RecordError>)> {
         Self::files_in(&self.root.join(kind))
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "json"))
@@ -491,7 +494,7 @@ impl Store {
                     .to_string_lossy()
                     .into_owned();
                 let parsed = std::fs::read(&p)
-                    .map_err(|e| e.to_string())
+                    .map_err(RecordError::Read)
                     .and_then(|b| parse_record(&b));
                 (key, p, parsed)
             })
@@ -759,21 +762,35 @@ impl Store {
 
 /// Parses a record's bytes and checks its seal (when it has one, as every record this
 /// repro writes does); returns the record without the seal, or what is wrong with it.
-pub fn parse_record(bytes: &[u8]) -> Result<Value, String> {
-    let mut v: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
+pub fn parse_record(bytes: &[u8]) -> Result<Value, RecordError> {
+    let mut v: Value = serde_json::from_slice(bytes).map_err(RecordError::NotJson)?;
     let Some(o) = v.as_object_mut() else {
-        return Err("not a JSON object".into());
+        return Err(RecordError::NotAnObject);
     };
     if let Some(seal) = o.remove(SEAL) {
         let actual = keys::key_of(&Value::Object(o.clone()));
         if seal.as_str() != Some(actual.as_str()) {
-            return Err(format!(
-                "its fields do not hash to its {SEAL} (edited or damaged)"
-            ));
+            return Err(RecordError::Seal);
         }
     }
     Ok(v)
+}
+
+/// What is wrong with a stored record's file.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The file cannot be read.
+    #[error("{0}")]
+    Read(std::io::Error),
+    /// The bytes are not JSON.
+    #[error("not valid JSON ({0})")]
+    NotJson(serde_json::Error),
+    /// The JSON is not an object.
+    #[error("not a JSON object")]
+    NotAnObject,
+    /// The seal does not match the fields.
+    #[error("its fields do not hash to its {SEAL} (edited or damaged)")]
+    Seal,
 }
 
 /// The bytes under a path (a file's length, or a directory's files summed; links not followed).
