@@ -226,7 +226,7 @@ fn recipe_bench(
         .into());
     }
     crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)
-        .map_err(UserError::usage)?;
+        .map_err(|e| UserError::usage(e.to_string()))?;
     if let Some(Warmup::Runs(n)) = a.warmup {
         return Err(UserError::usage(format!(
             "--warmup {n}: a recipe bench warms up for a time, not a number of runs"

@@ -309,23 +309,58 @@ pub fn max_sweep_points() -> u64 {
 }
 
 /// The number of points of a sweep, or an error when it exceeds [`max_sweep_points`].
-pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, String> {
+pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, ParamError> {
     let max = max_sweep_points();
     let mut n: u64 = 1;
     for v in params.values() {
         n = n.saturating_mul(v.len() as u64);
     }
     if n > max {
-        return Err(format!(
-            "[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)",
-            if n == u64::MAX {
-                "over 2^64".to_string()
-            } else {
-                n.to_string()
-            }
-        ));
+        return Err(ParamError::TooManyPoints { points: n, max });
     }
     Ok(n)
+}
+
+/// Why a sweep or a `--param` override cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ParamError {
+    /// The sweep has more points than allowed.
+    #[error("[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)", if *.points == u64::MAX { "over 2^64".to_string() } else { .points.to_string() })]
+    TooManyPoints {
+        /// The number of points (`u64::MAX` when it overflows).
+        points: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// An override without `=`.
+    #[error("--param `{text}`: expected NAME=VALUE")]
+    NoValue {
+        /// The override.
+        text: String,
+    },
+    /// An override of a parameter the recipe lacks.
+    #[error("--param `{name}`: not a parameter of this recipe (parameters: {})", .known.join(", "))]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The recipe's parameters.
+        known: Vec<String>,
+    },
+    /// A value that is not an expression.
+    #[error("--param `{text}`: {error}")]
+    Value {
+        /// The override.
+        text: String,
+        /// Why.
+        error: crate::foundation::expr::ExprError,
+    },
+}
+
+/// For `engines::bench`, whose own errors are still text.
+impl From<ParamError> for String {
+    fn from(e: ParamError) -> String {
+        e.to_string()
+    }
 }
 
 /// Default tolerances when `[check]` gives none: exact for integers is implied by 0.
@@ -434,7 +469,7 @@ pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Pro
         sweep_points(&params).map_err(|e| {
             (
                 Some(p_span.clone()),
-                e,
+                e.to_string(),
                 Some("split the sweep, or narrow it with --param NAME=V1,V2".into()),
             )
         })?;
@@ -744,27 +779,26 @@ pub fn combinations(params: &BTreeMap<String, Vec<Value>>) -> Vec<BTreeMap<Strin
 pub fn override_params(
     params: &mut BTreeMap<String, Vec<Value>>,
     overrides: &[String],
-) -> Result<(), String> {
+) -> Result<(), ParamError> {
     for o in overrides {
         let (k, v) = o
             .split_once('=')
-            .ok_or_else(|| format!("--param `{o}`: expected NAME=VALUE"))?;
+            .ok_or_else(|| ParamError::NoValue { text: o.clone() })?;
         if !params.contains_key(k) {
-            let known: Vec<&String> = params.keys().collect();
-            return Err(format!(
-                "--param `{k}`: not a parameter of this recipe (parameters: {})",
-                known
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(ParamError::Unknown {
+                name: k.to_string(),
+                known: params.keys().cloned().collect(),
+            });
         }
         let mut values = Vec::new();
         for item in v.split(',') {
             let item = item.trim();
-            let e = crate::foundation::expr::eval_str(item, &BTreeMap::new())
-                .map_err(|e| format!("--param `{o}`: {e}"))?;
+            let e = crate::foundation::expr::eval_str(item, &BTreeMap::new()).map_err(|error| {
+                ParamError::Value {
+                    text: o.clone(),
+                    error,
+                }
+            })?;
             values.push(e);
         }
         params.insert(k.to_string(), values);

@@ -715,7 +715,7 @@ pub(crate) fn answer_built(
             if let Err(e) =
                 crate::foundation::runspec::override_params(&mut r.sections.params, &b.params)
             {
-                return Ok((Answer::Skip, Some(e)));
+                return Ok((Answer::Skip, Some(e.to_string())));
             }
             let Some(module) = module else {
                 return Ok((Answer::Skip, Some("no loadable artifact".into())));

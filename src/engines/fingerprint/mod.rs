@@ -288,9 +288,7 @@ impl Fingerprint {
 
     /// Reads the JSON form back, checking its schema.
     pub fn from_json(value: &Value) -> Result<Self, FingerprintJsonError> {
-        let obj = value
-            .as_object()
-            .ok_or(FingerprintJsonError::NotAnObject)?;
+        let obj = value.as_object().ok_or(FingerprintJsonError::NotAnObject)?;
         let schema = obj
             .get("schema")
             .and_then(Value::as_u64)
