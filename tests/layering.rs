@@ -560,27 +560,9 @@ fn error_style_faults(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Files that other work converts: the String errors they still hold (each named by its
-/// module) are known and counted; a new one anywhere else fails the test.
-const STRING_ERRORS_LEFT: &[(&str, usize)] = &[];
-
 #[test]
 fn engines_and_foundation_use_one_error_style() {
-    let mut found = error_style_faults(&src_dir());
-    let mut left = Vec::new();
-    for (module, count) in STRING_ERRORS_LEFT {
-        let n = found
-            .iter()
-            .filter(|f| f.starts_with(&format!("{module} returns")))
-            .count();
-        assert!(
-            n <= *count,
-            "{module} has {n} String errors, more than the {count} known"
-        );
-        left.push(format!("{module}: {n}"));
-        found.retain(|f| !f.starts_with(&format!("{module} returns")));
-    }
-    println!("String errors left in files being converted elsewhere: {left:?}");
+    let found = error_style_faults(&src_dir());
     assert!(
         found.is_empty(),
         "engines and foundation return typed errors (thiserror) and leave anyhow to app:\n{}",

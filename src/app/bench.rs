@@ -106,25 +106,57 @@ pub enum Warmup {
     Runs(usize),
 }
 
+/// Why an option's value does not parse (clap prints it after the option's name).
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    /// `--warmup` is neither a count nor a duration.
+    #[error("`{text}` is neither a number of runs nor a duration: {error}")]
+    Warmup {
+        /// What was given.
+        text: String,
+        /// Why it is not a duration.
+        error: humantime::DurationError,
+    },
+    /// Not a number or a percentage.
+    #[error("`{text}` is not a fraction (e.g. 0.5% or 0.005)")]
+    NotAFraction {
+        /// What was given.
+        text: String,
+    },
+    /// A fraction outside [0, 1).
+    #[error("`{text}` must be between 0 and 100%")]
+    FractionRange {
+        /// What was given.
+        text: String,
+    },
+}
+
 /// Parses `--warmup`: `3` (runs) or `100ms` (a duration).
-fn parse_warmup(s: &str) -> Result<Warmup, String> {
+fn parse_warmup(s: &str) -> Result<Warmup, ValueError> {
     match s.trim().parse::<usize>() {
         Ok(n) => Ok(Warmup::Runs(n)),
         Err(_) => humantime::parse_duration(s.trim())
             .map(Warmup::Time)
-            .map_err(|e| format!("`{s}` is neither a number of runs nor a duration: {e}")),
+            .map_err(|error| ValueError::Warmup {
+                text: s.to_string(),
+                error,
+            }),
     }
 }
 
 /// Parses `0.5%` or `0.005`.
-pub fn parse_fraction(s: &str) -> Result<f64, String> {
+pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
     let v = match s.strip_suffix('%') {
         Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
         None => s.trim().parse::<f64>(),
     }
-    .map_err(|_| format!("`{s}` is not a fraction (e.g. 0.5% or 0.005)"))?;
+    .map_err(|_| ValueError::NotAFraction {
+        text: s.to_string(),
+    })?;
     if !(0.0..1.0).contains(&v) {
-        return Err(format!("`{s}` must be between 0 and 100%"));
+        return Err(ValueError::FractionRange {
+            text: s.to_string(),
+        });
     }
     Ok(v)
 }
