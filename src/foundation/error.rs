@@ -1,10 +1,11 @@
 //! What a failure knows about itself: its exit code and a hint.
 //!
-//! Modules return their own typed errors. Each of those that a user can cause implements
-//! [`Diagnose`] next to its definition, saying which exit code it maps to and what to try
-//! next. The app layer wraps them in `anyhow` with context naming the object, and
-//! `app::report` (the one place that turns errors into messages and exit codes) prints
-//! them.
+//! Modules return their own typed errors (thiserror enums with data; never
+//! `Result<_, String>`, and no anyhow below the app layer: `tests/layering.rs` checks).
+//! Each of those that a user can cause implements [`Diagnose`] next to its definition,
+//! saying which exit code it maps to and what to try next. The app layer wraps them in
+//! `anyhow` with context naming the object, and `app::report` (the one place that turns
+//! errors into messages and exit codes) prints them.
 
 use std::fmt;
 
