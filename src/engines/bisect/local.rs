@@ -686,8 +686,8 @@ pub(crate) fn answer_built(
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
             for p in points {
-                let report = bench::run_child(&p.job, timeout)
-                    .map_err(|e| StepFail::Fatal(StepError::Child(e)))?;
+                let report =
+                    bench::run_child(&p.job, timeout).map_err(|e| StepFail::Fatal(e.into()))?;
                 let (v, d) = bench::verdict(&report);
                 if v != crate::foundation::records::ResultVerdict::Ok {
                     return Ok((

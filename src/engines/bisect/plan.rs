@@ -182,13 +182,13 @@ pub enum BisectError {
 pub enum StepError {
     /// The repository cannot be read.
     #[error(transparent)]
-    Repository(#[from] crate::foundation::git::GitError),
+    Repository(Box<crate::foundation::git::GitError>),
     /// git refused a request (a pathspec, opening the repository).
     #[error(transparent)]
     Git(#[from] git2::Error),
     /// The step's tree cannot be written.
     #[error(transparent)]
-    Checkout(#[from] crate::foundation::git::CheckoutError),
+    Checkout(Box<crate::foundation::git::CheckoutError>),
     /// A scratch directory cannot be made in the store.
     #[error("cannot create a scratch directory in {}", dir.display())]
     Scratch {
@@ -203,16 +203,16 @@ pub enum StepError {
     Io(#[from] std::io::Error),
     /// The build could not be attempted (no compiler, an unreadable store).
     #[error(transparent)]
-    Build(#[from] crate::engines::build::BuildError),
+    Build(Box<crate::engines::build::BuildError>),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] crate::foundation::store::StoreError),
+    Store(Box<crate::foundation::store::StoreError>),
     /// A child process could not be run.
     #[error(transparent)]
-    Process(#[from] crate::foundation::process::ProcessError),
+    Process(Box<crate::foundation::process::ProcessError>),
     /// A toolchain release cannot be planned for install.
     #[error(transparent)]
-    InstallPlan(#[from] crate::engines::toolchain::install::InstallError),
+    InstallPlan(Box<crate::engines::toolchain::install::InstallError>),
     /// A toolchain release failed to install.
     #[error("could not install {spec}")]
     Install {
@@ -220,7 +220,7 @@ pub enum StepError {
         spec: String,
         /// Why.
         #[source]
-        source: crate::engines::toolchain::install::InstallError,
+        source: Box<crate::engines::toolchain::install::InstallError>,
     },
     /// Kernels cannot run: there is no GPU driver.
     #[error(
@@ -230,7 +230,7 @@ pub enum StepError {
     NoDriver,
     /// The benchmark's child process could not be run.
     #[error(transparent)]
-    Child(#[from] crate::engines::bench::ChildError),
+    Child(Box<crate::engines::bench::ChildError>),
     /// A performance bisection needs one parameter point.
     #[error(
         "the recipe has {points} parameter points; a performance bisection needs one (pass --param)"
@@ -253,6 +253,26 @@ pub enum StepError {
     #[error(transparent)]
     Executor(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// The large causes are boxed, so that a step's result stays small.
+macro_rules! boxed_from {
+    ($($variant:ident($t:ty)),* $(,)?) => {
+        $(impl From<$t> for StepError {
+            fn from(e: $t) -> Self {
+                StepError::$variant(Box::new(e))
+            }
+        })*
+    };
+}
+boxed_from!(
+    Repository(crate::foundation::git::GitError),
+    Checkout(crate::foundation::git::CheckoutError),
+    Build(crate::engines::build::BuildError),
+    Store(crate::foundation::store::StoreError),
+    Process(crate::foundation::process::ProcessError),
+    InstallPlan(crate::engines::toolchain::install::InstallError),
+    Child(crate::engines::bench::ChildError),
+);
 
 /// What a bisection tells its caller as it goes.
 pub enum Event<'a> {

@@ -876,7 +876,7 @@ impl<'a> ReleaseExecutor<'a> {
                 index,
                 StepError::Install {
                     spec: spec.to_string(),
-                    source: e,
+                    source: Box::new(e),
                 },
             )
         })?;
