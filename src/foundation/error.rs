@@ -84,3 +84,19 @@ impl Diagnose for UserError {
         self.hint.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn chain_text_joins_every_cause() {
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(chain_text(&e), "outer: inner");
+        assert_eq!(chain_text(&std::io::Error::other("alone")), "alone");
+    }
+}

@@ -1246,6 +1246,27 @@ mod tests {
     }
 
     #[test]
+    fn range_errors_name_the_range() {
+        let said = |s: &str| Range::parse(s).unwrap_err().to_string();
+        assert_eq!(
+            said("nvrtc@12.9"),
+            "`nvrtc@12.9` is not a range: write FROM..TO, e.g. nvrtc@12.8.93..nvrtc@13.0.88"
+        );
+        assert_eq!(
+            said("nvrtc@12.9..nvcc@13.0"),
+            "both ends of `nvrtc@12.9..nvcc@13.0` must be nvrtc releases"
+        );
+        assert_eq!(
+            said("nvcc@13.0..13.0"),
+            "`nvcc@13.0..13.0` has the same release at both ends"
+        );
+        assert_eq!(
+            said("system..nvcc@13.0"),
+            "a toolchain range runs between releases, not `system`"
+        );
+    }
+
+    #[test]
     fn pip_index_output_parses() {
         let t = "nvidia-cuda-nvrtc-cu12 (12.9.86)\nAvailable versions: 12.9.86, 12.9.41, 12.8.93\n";
         assert_eq!(parse_index_versions(t), ["12.9.86", "12.9.41", "12.8.93"]);

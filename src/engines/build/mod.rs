@@ -677,6 +677,34 @@ pub fn build(
 mod tests {
     use super::*;
 
+    /// A failed build's log reads as it did when it was built by hand: the compiler's
+    /// words first, an empty log left out.
+    #[test]
+    fn compile_errors_read_as_logs() {
+        let e = CompileError::MissingEntries {
+            log: String::new(),
+            missing: vec!["k".into()],
+            found: vec![],
+        };
+        assert_eq!(
+            e.to_string(),
+            "the artifact has no entry point `k` (it has: none found); name each kernel as written in the source, or fix `entries`"
+        );
+        let e = CompileError::MissingOutput {
+            log: "warning: x".into(),
+            path: "out.so".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "warning: x\nthe command succeeded but did not produce the declared output out.so"
+        );
+        let e = CompileError::Timeout {
+            program: "nvcc".into(),
+            after: std::time::Duration::from_secs(600),
+        };
+        assert_eq!(e.to_string(), "nvcc timed out after 10m");
+    }
+
     #[test]
     fn entries_from_ptx_and_binaries() {
         let ptx = ".visible .entry vector_add(\n\t.param .u64 a\n)\n.entry other_k (\n";
