@@ -356,13 +356,6 @@ pub enum ParamError {
     },
 }
 
-/// For `engines::bench`, whose own errors are still text.
-impl From<ParamError> for String {
-    fn from(e: ParamError) -> String {
-        e.to_string()
-    }
-}
-
 /// Default tolerances when `[check]` gives none: exact for integers is implied by 0.
 pub const DEFAULT_ATOL: f64 = 1e-5;
 /// See [`DEFAULT_ATOL`].
