@@ -14,7 +14,8 @@
 # directory; each mutant is reverted after its test), so src/ must have no uncommitted
 # changes, and nothing else may edit src/ meanwhile. Each mutant is one incremental build of
 # the library's test binary: about 20 s on an idle 2-core machine, 45 s on a loaded one.
-# MUTANTS_SHARD=k/n runs the k-th of n shards of each module (a sample); MUTANTS_TIMEOUT
+# MUTANTS_SHARD=k/n runs the k-th of n shards of each module, k from 0: every n-th mutant
+# (round-robin, so the sample spreads over the whole file); MUTANTS_TIMEOUT
 # (default 60) bounds each test run in seconds. Results go to .dev/mutants/MODULE/, and
 # .dev/mutants/table.txt holds the table.
 set -euo pipefail
@@ -50,7 +51,7 @@ for m in "${modules[@]}"; do
   IFS='|' read -r glob filter re <<<"$(spec "$m")"
   args=(--in-place --no-shuffle --baseline skip --timeout "${MUTANTS_TIMEOUT:-60}" -f "$glob" -o "$out/$m")
   [ -n "$re" ] && args+=(-F "$re")
-  [ -n "${MUTANTS_SHARD:-}" ] && args+=(--shard "$MUTANTS_SHARD")
+  [ -n "${MUTANTS_SHARD:-}" ] && args+=(--shard "$MUTANTS_SHARD" --sharding round-robin)
   echo "== $m" >&2
   rm -rf "$out/$m"
   cargo mutants "${args[@]}" -- --lib "$filter" >"$out/$m.log" 2>&1 || true
