@@ -1,0 +1,334 @@
+//! `repro replay` from the store, through the command line: how it picks the record (too
+//! short, ambiguous, unknown), which records it refuses before anything runs (a command
+//! bench, a dirty tree, no commit), and the verdict and exit code of a result recorded on
+//! another machine: the artifact rebuilt and compared, the environment checked against the
+//! recorded fingerprint, and the timing not re-run where there is no GPU. Command recipes
+//! stand in for a compiler, so these run without NVRTC; the result records are those a
+//! recipe bench on a GPU machine writes, made here from a real command bench's record (its
+//! fingerprint is this machine's) and re-sealed through the store's own API.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{has_gpu, repo_with, repro};
+use repro::keys::key_of;
+use repro::store::Store;
+use serde_json::{Value, json};
+
+fn cmd_repo() -> (tempfile::TempDir, PathBuf) {
+    repo_with(&[
+        (
+            "recipes/cmd.toml",
+            "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"cp src/k.txt out.bin\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out.bin\"]\n",
+        ),
+        ("src/k.txt", "kernel bytes\n"),
+        (".gitignore", "out.bin\n"),
+    ])
+}
+
+fn run(tmp: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = repro(tmp).arg("-C").arg(root).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Builds recipe `cmd`; returns its key and the sha256 of its output.
+fn build(tmp: &Path, root: &Path) -> (String, String) {
+    let (code, out, err) = run(tmp, root, &["build", "--json", "cmd"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let b = &v["builds"][0];
+    (
+        b["key"].as_str().unwrap().to_string(),
+        b["outputs"]["out.bin"]["sha256"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    )
+}
+
+/// A command bench's result record, as the store holds it (without its seal).
+fn command_result(tmp: &Path, root: &Path) -> (String, Value) {
+    let (code, out, err) = run(
+        tmp,
+        root,
+        &["bench", "--json", "--command", "true", "--runs", "3"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["results"][0]["id"].as_str().unwrap().to_string();
+    let rec = Store::at(root.join(".repro"))
+        .get_record("results", &id)
+        .unwrap()
+        .unwrap();
+    (id, rec)
+}
+
+/// Turns a command bench's record into the record of a recipe bench of `cmd` (as a GPU
+/// machine writes it: recipe, build key, artifact, samples), applies `edit`, and files it
+/// under the ID its content hashes to. Returns that ID.
+fn recipe_result(
+    root: &Path,
+    command: &Value,
+    build_key: &str,
+    edit: impl Fn(&mut Value),
+) -> String {
+    let mut r = command.clone();
+    let o = r.as_object_mut().unwrap();
+    for k in [
+        "id",
+        "command",
+        "metric",
+        "prepare",
+        "exit-codes",
+        "user-s",
+        "system-s",
+        "wall-s",
+        "warmup-runs",
+        repro::store::SEAL,
+    ] {
+        o.remove(k);
+    }
+    o.insert("name".into(), json!("cmd"));
+    o.insert("recipe".into(), json!("cmd"));
+    o.insert("recipe-path".into(), json!("recipes/cmd.toml"));
+    o.insert("build-key".into(), json!(build_key));
+    o.insert("samples".into(), json!([10.0, 10.5, 9.5, 10.2]));
+    edit(&mut r);
+    let id = key_of(&r);
+    Store::at(root.join(".repro"))
+        .put_record("results", &id, &r)
+        .unwrap();
+    id
+}
+
+#[test]
+fn replay_picks_one_record_or_says_why_not() {
+    let (tmp, root) = cmd_repo();
+    let (a, _) = build(tmp.path(), &root);
+    std::fs::write(root.join("src/k.txt"), "other bytes\n").unwrap();
+    common::git(&root, &["commit", "-qam", "second"]);
+    let (b, _) = build(tmp.path(), &root);
+    assert_ne!(a, b);
+
+    // Every record's ID starts with the empty prefix: both builds match.
+    let (code, _, err) = run(tmp.path(), &root, &["replay", ""]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is ambiguous: 2 records match"), "{err}");
+
+    // Three digits that name exactly one record are still refused.
+    if a[..3] != b[..3] {
+        let (code, _, err) = run(tmp.path(), &root, &["replay", &a[..3]]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "`{}` is too short: give at least 4 hex digits",
+                &a[..3]
+            )),
+            "{err}"
+        );
+    }
+    // Upper case is the same ID; an unknown one is named, with where to look.
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &a[..8].to_uppercase()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("verdict: reproduced"), "{out}");
+    assert!(
+        out.contains(&format!("replaying build {}", &a[..12])),
+        "{out}"
+    );
+    let unknown = if a.starts_with("0000") {
+        "ffff"
+    } else {
+        "0000"
+    };
+    let (code, _, err) = run(tmp.path(), &root, &["replay", unknown]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("no result or build with ID {unknown}")) && err.contains("repro log"),
+        "{err}"
+    );
+    // -q: a replay that reproduced prints nothing at all.
+    let (code, out, _) = run(tmp.path(), &root, &["-q", "replay", &b[..12]]);
+    assert_eq!(code, 0);
+    assert_eq!(out, "");
+}
+
+#[test]
+fn replay_refuses_records_it_cannot_recreate_before_running_anything() {
+    let (tmp, root) = cmd_repo();
+    let (key, _) = build(tmp.path(), &root);
+    let (bench_id, command) = command_result(tmp.path(), &root);
+
+    // A command bench has no recipe to rebuild.
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &bench_id[..12]]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("has no recipe to rebuild (a command bench)"),
+        "{err}"
+    );
+    assert!(err.contains("repro bench --command"), "{err}");
+
+    // A result measured in a tree with uncommitted changes cannot be re-created.
+    let dirty = recipe_result(&root, &command, &key, |r| r["dirty"] = json!(true));
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &dirty[..12]]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("uncommitted changes"), "{err}");
+
+    // Nor one that names no commit.
+    let nowhere = recipe_result(&root, &command, &key, |r| {
+        r.as_object_mut().unwrap().remove("commit");
+    });
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &nowhere[..12]]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("names no commit"), "{err}");
+
+    // Nor one whose commit this repository lacks.
+    let elsewhere = recipe_result(&root, &command, &key, |r| {
+        r["commit"] = json!("1234567890abcdef1234567890abcdef12345678")
+    });
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &elsewhere[..12]]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("commit 1234567890abcdef1234567890abcdef12345678 is not in this repository"),
+        "{err}"
+    );
+
+    // A record edited after it was filed is refused by name, field and problem.
+    let forged = recipe_result(&root, &command, &key, |r| {
+        r["build-key"] = json!("../../etc")
+    });
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &forged[..12]]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("build-key"), "{err}");
+    assert!(err.contains("not a 64-digit hex key"), "{err}");
+    // None of these rebuilt anything: the store holds the one build made above.
+    let builds = std::fs::read_dir(root.join(".repro/builds"))
+        .unwrap()
+        .count();
+    assert_eq!(builds, 1);
+}
+
+#[test]
+fn a_result_from_another_machine_replays_its_build_and_checks_the_environment() {
+    // The live fingerprint must name an NVRTC for the environment check below.
+    if !common::nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = cmd_repo();
+    let (key, sha) = build(tmp.path(), &root);
+    let (_, command) = command_result(tmp.path(), &root);
+
+    // Recorded here (the fingerprint is this machine's): the artifact is rebuilt and
+    // identical; without a GPU the timing cannot be re-run, which is its own verdict.
+    let same = recipe_result(&root, &command, &key, |_| {});
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &same[..12]]);
+    if has_gpu() {
+        // A GPU is here, so it re-times; this record holds no launch settings.
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains("records no settings"), "{err}");
+        return;
+    }
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("running the recipe's command: sh -c 'cp src/k.txt out.bin'"),
+        "{err}"
+    );
+    assert!(
+        out.contains(&format!("replaying result {}", &same[..12])),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("out.bin identical  recorded {}", &sha[..12])),
+        "{out}"
+    );
+    assert!(
+        out.contains("note: no GPU here: the build was replayed, the timing was not"),
+        "{out}"
+    );
+    assert!(out.contains("verdict: cannot run here"), "{out}");
+
+    let (code, out, _) = run(tmp.path(), &root, &["replay", "--json", &same[..12]]);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "result");
+    assert_eq!(v["verdict"], "cannot run here");
+    assert_eq!(v["artifacts"][0]["identical"], true);
+    assert_eq!(v["artifacts"][0]["rebuilt"], json!(sha));
+    assert!(v["timing"].is_null());
+    assert_eq!(v["environment"], json!([]));
+
+    // Recorded with another NVRTC: the environment differs, which outranks the GPU note.
+    let other = recipe_result(&root, &command, &key, |r| {
+        r["fingerprint"]["toolchain"]["nvrtc"] = json!({"version": "11.1"});
+    });
+    let (code, out, err) = run(tmp.path(), &root, &["replay", "--json", &other[..12]]);
+    assert_eq!(code, 6, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["verdict"], "environment mismatch");
+    let diffs = v["environment"].as_array().unwrap();
+    assert_eq!(diffs.len(), 1, "{v}");
+    assert_eq!(diffs[0]["field"], "toolchain.nvrtc.version");
+    assert_eq!(diffs[0]["recorded"], json!(["11.1"]));
+    let (code, out, _) = run(tmp.path(), &root, &["replay", &other[..12]]);
+    assert_eq!(code, 6);
+    assert!(
+        out.contains("environment: toolchain.nvrtc.version: recorded [\"11.1\"], here"),
+        "{out}"
+    );
+
+    // Without its build record, the result's own artifact digest (of the module it
+    // loaded, `cubin`) is what the rebuild is held to.
+    let absent = "ab".repeat(32);
+    let wrong = recipe_result(&root, &command, &absent, |r| {
+        r["artifact"] = json!("cd".repeat(32))
+    });
+    let (code, out, _) = run(tmp.path(), &root, &["replay", "--json", &wrong[..12]]);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["verdict"], "artifact differs");
+    assert_eq!(
+        v["artifacts"],
+        json!([{"output": "cubin", "recorded": "cd".repeat(32), "rebuilt": null, "identical": false}])
+    );
+    let (code, out, _) = run(tmp.path(), &root, &["replay", &wrong[..12]]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("cubin  DIFFERS  recorded cdcdcdcdcdcd  rebuilt (not built)"),
+        "{out}"
+    );
+    assert!(out.contains("verdict: artifact differs"), "{out}");
+    // -q still prints a replay that did not reproduce.
+    let (code, out, _) = run(tmp.path(), &root, &["-q", "replay", &wrong[..12]]);
+    assert_eq!(code, 1);
+    assert!(out.contains("verdict: artifact differs"), "{out}");
+}
+
+#[test]
+fn replay_holds_the_tree_to_the_build_record_and_names_what_differs() {
+    let (tmp, root) = cmd_repo();
+    let (key, _) = build(tmp.path(), &root);
+    // Edit the build record's hash of the source file and re-seal it under the key its
+    // inputs now hash to: the record is well formed, but the tree is not what it says.
+    let store = Store::at(root.join(".repro"));
+    let mut rec = store.get_record("builds", &key).unwrap().unwrap();
+    rec.as_object_mut().unwrap().remove(repro::store::SEAL);
+    rec["inputs"]["files"]["src/k.txt"] = json!("ef".repeat(32));
+    let edited = key_of(&rec["inputs"]);
+    store.put_record("builds", &edited, &rec).unwrap();
+    let (code, out, err) = run(tmp.path(), &root, &["replay", &edited[..12]]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "the sources do not match build record {}: file src/k.txt differs",
+            // The key the record states (its file name is the key of the edited inputs).
+            &key[..12]
+        )),
+        "{err}"
+    );
+    assert!(err.contains("nothing was built or run"), "{err}");
+    assert_eq!(out, "");
+}
