@@ -365,6 +365,284 @@ mod tests {
     }
 
     #[test]
+    fn policies_name_themselves_and_what_they_expect() {
+        let table = [
+            (Policy::Exact("13.0".into()), "exact", "13.0"),
+            (Policy::Min("580".into()), "min", ">= 580"),
+            (
+                Policy::OneOf(vec!["a".into(), "b".into()]),
+                "one-of",
+                "one of a, b",
+            ),
+            (Policy::Warn("true".into()), "warn", "true"),
+            (Policy::Ignore(Some("x".into())), "ignore", "x"),
+            (Policy::Ignore(None), "ignore", ""),
+        ];
+        for (p, name, expected) in table {
+            assert_eq!(p.name(), name, "{p:?}");
+            assert_eq!(p.expected(), expected, "{p:?}");
+        }
+        // The row carries both, and the report counts by status.
+        let rules = [
+            Rule {
+                key: "gpu.count".into(),
+                policy: Policy::Min("2".into()),
+            },
+            Rule {
+                key: "gpu.ecc".into(),
+                policy: Policy::Warn("true".into()),
+            },
+            Rule {
+                key: "env.A".into(),
+                policy: Policy::Exact("1".into()),
+            },
+        ];
+        let report = check(&rules, |k| match k {
+            "gpu.count" => vec![v("1")],
+            "gpu.ecc" => vec![v("false")],
+            _ => vec![v("1")],
+        });
+        assert_eq!(report.rows[0].policy, "min");
+        assert_eq!(report.rows[0].expected, ">= 2");
+        assert_eq!(report.rows[0].status, Status::Mismatch);
+        assert_eq!(report.count(Status::Mismatch), 1);
+        assert_eq!(report.count(Status::Warn), 1);
+        assert_eq!(report.count(Status::Ok), 1);
+        assert_eq!(report.count(Status::Missing), 0);
+        assert!(!report.passes(false));
+        // A warning alone fails only a strict check.
+        let warn_only = check(&rules[1..], |k| match k {
+            "gpu.ecc" => vec![v("false")],
+            _ => vec![v("1")],
+        });
+        assert!(warn_only.passes(false));
+        assert!(!warn_only.passes(true));
+    }
+
+    #[test]
+    fn status_is_fatal_only_when_missing_or_mismatched() {
+        assert!(!Status::Ok.is_fatal());
+        assert!(!Status::Ignored.is_fatal());
+        assert!(!Status::Warn.is_fatal());
+        assert!(Status::Missing.is_fatal());
+        assert!(Status::Mismatch.is_fatal());
+    }
+
+    #[test]
+    fn values_are_described_once_when_every_device_agrees() {
+        let gone = Field::Unavailable("no driver".into());
+        assert_eq!(describe(&[]), "unavailable");
+        assert_eq!(
+            describe(std::slice::from_ref(&gone)),
+            "unavailable: no driver"
+        );
+        assert_eq!(describe(&[v("a"), v("a")]), "a");
+        assert_eq!(
+            describe(&[v("a"), gone]),
+            "gpu 0: a; gpu 1: unavailable: no driver"
+        );
+    }
+
+    #[test]
+    fn every_field_with_a_remedy_gets_its_own_hint() {
+        let none: &[Field] = &[Field::Unavailable("gone".into())];
+        let exact = |s: &str| Policy::Exact(s.into());
+        // (key, policy, values, a phrase only that hint has)
+        let table: Vec<(&str, Policy, Vec<Field>, &str)> = vec![
+            (
+                "gpu.name",
+                exact("H200"),
+                vec![v("H100")],
+                "for a different GPU",
+            ),
+            (
+                "gpu.compute-capability",
+                exact("9.0"),
+                vec![v("8.0")],
+                "for a different GPU",
+            ),
+            (
+                "gpu.count",
+                exact("8"),
+                vec![v("1")],
+                "CUDA_VISIBLE_DEVICES",
+            ),
+            (
+                "driver.version",
+                exact("580"),
+                none.to_vec(),
+                "no NVIDIA driver is loaded",
+            ),
+            (
+                "driver.cuda-version",
+                exact("13.0"),
+                none.to_vec(),
+                "no NVIDIA driver is loaded",
+            ),
+            (
+                "driver.version",
+                exact("580.95.05"),
+                vec![v("570.1")],
+                "older than the lockfile's 580.95.05",
+            ),
+            (
+                "driver.version",
+                exact("580.95.05"),
+                vec![v("590.1")],
+                "differs from the lockfile's 580.95.05",
+            ),
+            (
+                "driver.cuda-version",
+                Policy::Min("12.4".into()),
+                vec![v("12.2")],
+                "supports CUDA 12.2 but the lock needs 12.4: upgrade the host driver (CUDA 12.4 needs driver branch R550",
+            ),
+            (
+                "driver.cuda-version",
+                exact("11.8"),
+                vec![v("11.0")],
+                "needs 11.8: upgrade the host driver",
+            ),
+            (
+                "toolchain.nvrtc.version",
+                exact("13.0"),
+                none.to_vec(),
+                "NVRTC not found",
+            ),
+            (
+                "toolchain.nvrtc.version",
+                exact("13.0"),
+                vec![v("12.8")],
+                "a different NVRTC was found",
+            ),
+            (
+                "toolchain.nvcc.version",
+                exact("13.0"),
+                none.to_vec(),
+                "nvcc not found",
+            ),
+            (
+                "toolchain.nvcc.version",
+                exact("13.0"),
+                vec![v("12.8")],
+                "a different nvcc is on the PATH",
+            ),
+            (
+                "nix.flake-lock-digest",
+                exact("ab"),
+                none.to_vec(),
+                "no flake.lock at the project root",
+            ),
+            (
+                "nix.flake-lock-digest",
+                exact("ab"),
+                vec![v("cd")],
+                "flake.lock differs",
+            ),
+            (
+                "repo.dirty",
+                exact("false"),
+                vec![v("true")],
+                "commit or stash your changes",
+            ),
+            (
+                "gpu.persistence-mode",
+                exact("true"),
+                vec![v("false")],
+                "persistence mode is off",
+            ),
+            (
+                "gpu.persistence-mode",
+                exact("false"),
+                vec![v("true")],
+                "persistence mode differs",
+            ),
+            ("gpu.ecc", exact("true"), vec![v("false")], "ECC differs"),
+            (
+                "gpu.mig-mode",
+                exact("false"),
+                vec![v("true")],
+                "MIG differs",
+            ),
+            (
+                "gpu.power-limit-w",
+                exact("700"),
+                vec![v("600")],
+                "power or clock limits differ",
+            ),
+            (
+                "gpu.max-sm-clock-mhz",
+                exact("1980"),
+                vec![v("1755")],
+                "power or clock limits differ",
+            ),
+            (
+                "gpu.max-mem-clock-mhz",
+                exact("2619"),
+                vec![v("1593")],
+                "power or clock limits differ",
+            ),
+            (
+                "env.CUDA_HOME",
+                exact("/usr/local/cuda"),
+                none.to_vec(),
+                "set CUDA_HOME as the lockfile expects",
+            ),
+            (
+                "env.CUDA_HOME",
+                exact("/usr/local/cuda"),
+                vec![v("/opt/cuda")],
+                "CUDA_HOME differs: export it",
+            ),
+            (
+                "host.cpu",
+                exact("EPYC"),
+                none.to_vec(),
+                "this machine cannot report it; if the difference",
+            ),
+            (
+                "host.cpu",
+                exact("EPYC"),
+                vec![v("Xeon")],
+                "this machine differs from the lockfile; if the difference",
+            ),
+        ];
+        for (key, policy, values, phrase) in table {
+            let h = hint(key, &policy, &values);
+            assert!(h.contains(phrase), "{key} {policy:?} {values:?}: {h}");
+        }
+    }
+
+    #[test]
+    fn the_locked_value_of_a_list_is_its_oldest_version() {
+        assert_eq!(
+            locked_value(&Policy::OneOf(vec![
+                "13.0".into(),
+                "12.8".into(),
+                "12.10".into()
+            ])),
+            Some("12.8".into())
+        );
+        assert_eq!(
+            locked_value(&Policy::Min("12.4".into())),
+            Some("12.4".into())
+        );
+        assert_eq!(locked_value(&Policy::Warn("1".into())), Some("1".into()));
+        assert_eq!(locked_value(&Policy::Ignore(None)), None);
+        assert_eq!(
+            locked_value(&Policy::Ignore(Some("2".into()))),
+            Some("2".into())
+        );
+        // The hint for a list names the oldest acceptable branch.
+        let h = hint(
+            "driver.cuda-version",
+            &Policy::OneOf(vec!["13.0".into(), "12.8".into()]),
+            &[v("12.2")],
+        );
+        assert!(h.contains("needs 12.8") && h.contains("R570"), "{h}");
+    }
+
+    #[test]
     fn cuda_hint_names_the_driver_branch() {
         let h = hint(
             "driver.cuda-version",
