@@ -332,3 +332,209 @@ fn replay_holds_the_tree_to_the_build_record_and_names_what_differs() {
     assert!(err.contains("nothing was built or run"), "{err}");
     assert_eq!(out, "");
 }
+
+#[test]
+fn results_travel_in_a_bundle_and_replay_from_it_only_with_consent() {
+    let (tmp, root) = cmd_repo();
+    let (key, sha) = build(tmp.path(), &root);
+    let (_, command) = command_result(tmp.path(), &root);
+    // Two results of one recipe (a sweep): the bundle plots them.
+    let one = recipe_result(&root, &command, &key, |_| {});
+    let two = recipe_result(&root, &command, &key, |r| {
+        r["samples"] = json!([11.0, 11.5, 10.5, 11.2]);
+        r["params"] = json!({"n": 2});
+    });
+    let bundle = tmp.path().join("results.tar.zst");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &one[..12],
+            &two[..12],
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let names: Vec<String> = repro::archive::read(&bundle)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    for want in [
+        format!("results/{one}.json"),
+        format!("results/{two}.json"),
+        format!("builds/{key}.json"),
+        "plots/cmd.svg".to_string(),
+    ] {
+        assert!(names.contains(&want), "{want} missing: {names:?}");
+    }
+    let commit = common::git(&root, &["rev-parse", "HEAD"]);
+    assert!(
+        names.contains(&format!("source/{commit}/src/k.txt")),
+        "{names:?}"
+    );
+
+    // In a directory with no repository: the bundle's command recipe does not run unasked.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, out, err) = run(
+        tmp.path(),
+        &empty,
+        &["replay", &one[..12], "--bundle", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("recipe `cmd` of this bundle runs a command: sh -c 'cp src/k.txt out.bin'"),
+        "{err}"
+    );
+    assert!(err.contains("--allow-commands"), "{err}");
+    assert!(!empty.join("out.bin").exists());
+    let (code, out, err) = run(
+        tmp.path(),
+        &empty,
+        &[
+            "replay",
+            &one[..12],
+            "--json",
+            "--allow-commands",
+            "--bundle",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["artifacts"][0]["rebuilt"], json!(sha), "{v}");
+    if has_gpu() {
+        assert_eq!(code, 1, "{v}");
+    } else {
+        assert_eq!(code, 3, "{v}");
+        assert_eq!(v["verdict"], "cannot run here");
+    }
+
+    // --inputs-only keeps the recipe and its inputs, nothing else of the tree.
+    std::fs::write(root.join("NOTES.md"), "not an input\n").unwrap();
+    common::git(&root, &["add", "NOTES.md"]);
+    common::git(&root, &["commit", "-qm", "notes"]);
+    let (key2, _) = build(tmp.path(), &root);
+    let three = recipe_result(&root, &command, &key2, |r| {
+        r["commit"] = json!(common::git(&root, &["rev-parse", "HEAD"]))
+    });
+    let small = tmp.path().join("small.tar.zst");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &three[..12],
+            "--inputs-only",
+            "-o",
+            small.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let sources: Vec<String> = repro::archive::read(&small)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .filter(|p| p.starts_with("source/"))
+        .collect();
+    assert_eq!(sources.len(), 2, "{sources:?}");
+    assert!(
+        sources
+            .iter()
+            .all(|p| p.ends_with("/src/k.txt") || p.ends_with("/recipes/cmd.toml")),
+        "{sources:?}"
+    );
+
+    // A result that names no commit cannot be bundled, and nothing is written.
+    let nowhere = recipe_result(&root, &command, &key, |r| {
+        r.as_object_mut().unwrap().remove("commit");
+    });
+    let refused = tmp.path().join("refused.tar.zst");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &nowhere[..12],
+            "-o",
+            refused.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "result {} records no commit, so its sources cannot be bundled",
+            &nowhere[..12]
+        )),
+        "{err}"
+    );
+    assert!(!refused.exists());
+}
+
+#[test]
+fn store_records_with_impossible_fields_are_refused_by_field() {
+    let (tmp, root) = cmd_repo();
+    let (key, _) = build(tmp.path(), &root);
+    let store = Store::at(root.join(".repro"));
+    let mut base = store.get_record("builds", &key).unwrap().unwrap();
+    base.as_object_mut().unwrap().remove(repro::store::SEAL);
+    // Each edit is filed under the key its inputs hash to, so only the field is wrong.
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+        (
+            "a path that leaves the tree",
+            Box::new(|r: &mut Value| {
+                let files = r["inputs"]["files"].as_object_mut().unwrap();
+                let d = files.remove("src/k.txt").unwrap();
+                files.insert("../k.txt".into(), d);
+            }),
+            "`inputs.files` names \"../k.txt\", not a relative path",
+        ),
+        (
+            "a digest that is not one",
+            Box::new(|r: &mut Value| r["inputs"]["files"]["src/k.txt"] = json!("zz")),
+            "gives \"zz\" for src/k.txt, not a sha256",
+        ),
+        (
+            "an output outside the tree",
+            Box::new(|r: &mut Value| {
+                let outs = r["outputs"].as_object_mut().unwrap();
+                let o = outs.remove("out.bin").unwrap();
+                outs.insert("/etc/out.bin".into(), o);
+            }),
+            "`outputs` names \"/etc/out.bin\", not a relative path",
+        ),
+        (
+            "an output digest that is not one",
+            Box::new(|r: &mut Value| r["outputs"]["out.bin"]["sha256"] = json!("0x1")),
+            "gives \"0x1\" for out.bin, not a sha256",
+        ),
+        (
+            "a commit that is not one",
+            Box::new(|r: &mut Value| r["commit"] = json!("HEAD")),
+            "`commit` is \"HEAD\", not a 40-digit hex commit",
+        ),
+    ];
+    for (what, edit, message) in cases {
+        let mut rec = base.clone();
+        edit(&mut rec);
+        let id = key_of(&rec["inputs"]);
+        store.put_record("builds", &id, &rec).unwrap();
+        let (code, out, err) = run(tmp.path(), &root, &["replay", &id[..12]]);
+        assert_eq!(code, 1, "{what}: {out}{err}");
+        assert!(err.contains(message), "{what}: {err}");
+        std::fs::remove_file(root.join(format!(".repro/builds/{id}.json"))).unwrap();
+    }
+    // A record whose inputs do not hash to its file name is refused as such.
+    let mut rec = base.clone();
+    rec["inputs"]["files"]["src/k.txt"] = json!("ab".repeat(32));
+    let wrong = "ef".repeat(32);
+    store.put_record("builds", &wrong, &rec).unwrap();
+    let (code, _, err) = run(tmp.path(), &root, &["replay", &wrong[..12]]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("do not hash to the record's key"), "{err}");
+}
