@@ -54,7 +54,9 @@ for m in "${modules[@]}"; do
   [ -n "${MUTANTS_SHARD:-}" ] && args+=(--shard "$MUTANTS_SHARD" --sharding round-robin)
   echo "== $m" >&2
   rm -rf "$out/$m"
-  cargo mutants "${args[@]}" -- --lib "$filter" >"$out/$m.log" 2>&1 || true
+  # --lib for every cargo call (-C): each mutant builds only the library's test binary,
+  # not the binary and the integration tests it is not tested against.
+  cargo mutants "${args[@]}" -C --lib -- "$filter" >"$out/$m.log" 2>&1 || true
 done
 
 count() { [ -f "$1" ] && grep -c . "$1" || echo 0; }
