@@ -59,7 +59,8 @@ for m in "${modules[@]}"; do
   cargo mutants "${args[@]}" -C --lib -- "$filter" >"$out/$m.log" 2>&1 || true
 done
 
-count() { [ -f "$1" ] && grep -c . "$1" || echo 0; }
+# Lines in a file; 0 for an empty or absent one (grep -c prints 0 and fails on no match).
+count() { if [ -f "$1" ]; then grep -c . "$1" || true; else echo 0; fi; }
 {
   printf '%-8s %7s %7s %7s %7s %8s %8s\n' module mutants caught timeout missed unviable caught%
   for m in search decide stats check version archive expr; do
