@@ -167,3 +167,56 @@ fn every_run_section_mistake_is_named_where_it_is() {
         }
     }
 }
+
+#[test]
+fn every_repro_toml_mistake_is_named_where_it_is() {
+    let wheel =
+        "{ package = \"nvidia-cuda-nvcc\", version = \"13.0.88\", sha256 = { x86_64 = \"00\" } }";
+    // (repro.toml, line:column, message)
+    let cases = [
+        ("schema = 2\n".to_string(), "1:1", "`schema` must be 1 (found 2)".to_string()),
+        (
+            format!("schema = 1\n[toolchain.nvcc.\"13.x\"]\nwheels = [{wheel}]\n"),
+            "2:12",
+            "[toolchain.nvcc] release `13.x` must be digits and dots, e.g. \"13.0\"".to_string(),
+        ),
+        (
+            "schema = 1\n[toolchain.nvcc.\"13.0\"]\nwheels = []\n".to_string(),
+            "2:12",
+            "[toolchain.nvcc.\"13.0\"] `wheels` is empty".to_string(),
+        ),
+        (
+            "schema = 1\n[toolchain.nvrtc]\nversion = \"13.0; rm -rf /\"\nsha256 = { x86_64 = \"00\" }\n".to_string(),
+            "3:12",
+            "[toolchain.nvrtc] `version` `13.0; rm -rf /` is not a plain version".to_string(),
+        ),
+    ];
+    let (tmp, root) = repo_with(&[]);
+    for (text, at, message) in cases {
+        std::fs::write(root.join("repro.toml"), &text).unwrap();
+        // Every command that reads the project's settings stops on them the same way.
+        for args in [
+            &["toolchain", "which"][..],
+            &["env", "check"],
+            &["build", "k"],
+        ] {
+            let out = repro(tmp.path())
+                .arg("-C")
+                .arg(&root)
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {text}: {err}");
+            assert_eq!(
+                err.lines().next().unwrap_or_default(),
+                format!("error: repro.toml:{at}: {message}"),
+                "{args:?}"
+            );
+            assert!(
+                err.contains("hint: the README documents repro.toml"),
+                "{err}"
+            );
+        }
+    }
+}
