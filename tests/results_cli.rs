@@ -207,3 +207,55 @@ fn show_of_a_build_prints_the_compilers_log() {
         "{out}"
     );
 }
+
+#[test]
+fn an_id_prefix_two_results_share_is_ambiguous_and_names_both() {
+    let (tmp, root) = repo_with(&[]);
+    // Results that differ only in a parameter, until two IDs share their first 4 digits
+    // (a few hundred tries: 65,536 prefixes).
+    let mut seen = std::collections::BTreeMap::new();
+    let (a, b) = (1..100_000)
+        .find_map(|n| {
+            let mut r = fixture();
+            r["params"] = json!({ "n": n });
+            let id = key_of(&r);
+            match seen.insert(id[..4].to_string(), r.clone()) {
+                Some(other) => Some((other, r)),
+                None => None,
+            }
+        })
+        .unwrap();
+    let (ida, idb) = (file(&root, &a), file(&root, &b));
+    let prefix = &ida[..4];
+    assert_eq!(&idb[..4], prefix);
+    let (code, _, err) = run(tmp.path(), &root, &["compare", prefix, &ida[..12]]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{prefix} is ambiguous: 2 results match")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&ida[..12]) && err.contains(&idb[..12]),
+        "{err}"
+    );
+    let (code, _, err) = run(tmp.path(), &root, &["show", prefix]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("result {}", &ida[..12])), "{err}");
+    assert!(err.contains(&format!("result {}", &idb[..12])), "{err}");
+    // Five digits tell them apart (unless they share those too).
+    if ida[..5] != idb[..5] {
+        let (code, out, err) = run(tmp.path(), &root, &["compare", &ida[..5], &idb[..5]]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    // Not hex, or too short, is not an ID at all.
+    for bad in ["zz12", "ab1"] {
+        let (code, _, err) = run(tmp.path(), &root, &["compare", bad, &ida[..12]]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "`{bad}` is not a result ID (at least 4 hex digits)"
+            )),
+            "{err}"
+        );
+    }
+}
