@@ -476,6 +476,9 @@ fn results_travel_in_a_bundle_and_replay_from_it_only_with_consent() {
     assert!(!refused.exists());
 }
 
+/// An edit of a record.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 #[test]
 fn store_records_with_impossible_fields_are_refused_by_field() {
     let (tmp, root) = cmd_repo();
@@ -484,7 +487,7 @@ fn store_records_with_impossible_fields_are_refused_by_field() {
     let mut base = store.get_record("builds", &key).unwrap().unwrap();
     base.as_object_mut().unwrap().remove(repro::store::SEAL);
     // Each edit is filed under the key its inputs hash to, so only the field is wrong.
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "a path that leaves the tree",
             Box::new(|r: &mut Value| {

@@ -219,10 +219,8 @@ fn an_id_prefix_two_results_share_is_ambiguous_and_names_both() {
             let mut r = fixture();
             r["params"] = json!({ "n": n });
             let id = key_of(&r);
-            match seen.insert(id[..4].to_string(), r.clone()) {
-                Some(other) => Some((other, r)),
-                None => None,
-            }
+            seen.insert(id[..4].to_string(), r.clone())
+                .map(|other| (other, r))
         })
         .unwrap();
     let (ida, idb) = (file(&root, &a), file(&root, &b));
