@@ -220,3 +220,102 @@ fn every_repro_toml_mistake_is_named_where_it_is() {
         }
     }
 }
+
+#[test]
+fn every_build_section_mistake_is_named_with_its_remedy() {
+    let nvrtc = |extra: &str| {
+        format!(
+            "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n{extra}"
+        )
+    };
+    let command = |extra: &str| format!("schema = 1\n[build]\nkind = \"command\"\n{extra}");
+    let ok_cmd = "argv = [\"true\"]\ninputs = [\"*.cu\"]\noutputs = [\"o\"]\n";
+    // (recipe, the message, the hint)
+    let cases: Vec<(String, &str, Option<&str>)> = vec![
+        (
+            nvrtc("outputs = [\"ptx\"]\n").replace("schema = 1", "schema = 9"),
+            "schema",
+            Some("upgrade repro to read this recipe"),
+        ),
+        (
+            nvrtc("outputs = [\"ptx\"]\n").replace("schema = 1", "schema = \"one\""),
+            "`schema` must be a positive integer, not \"one\"",
+            None,
+        ),
+        (
+            nvrtc("outputs = [\"ptx\"]\n").replace("entries = [\"k\"]", "entries = []"),
+            "[build] `entries` is empty",
+            Some("name the kernels, e.g. entries = [\"vector_add\"]"),
+        ),
+        (nvrtc("outputs = []\n"), "[build] `outputs` is empty", None),
+        (
+            nvrtc("outputs = [\"ptx\"]\ntoolchain = \"gcc@1\"\n"),
+            "[build] `toolchain`: ",
+            None,
+        ),
+        (
+            nvrtc("outputs = [\"ptx\"]\n[build.defines]\n1X = \"2\"\n"),
+            "[build.defines] `1X` is not a macro name",
+            None,
+        ),
+        (
+            nvrtc("outputs = [\"ptx\"]\n[build.defines]\nX = [1]\n"),
+            "[build.defines] `X` must be a string, number, boolean or { env = \"VAR\" }",
+            None,
+        ),
+        (
+            command("argv = []\ninputs = [\"*.cu\"]\noutputs = [\"o\"]\n"),
+            "a non-empty `argv`",
+            None,
+        ),
+        (
+            command("argv = [\"true\"]\ninputs = [\"a[\"]\noutputs = [\"o\"]\n"),
+            "[build] `inputs`: bad glob `a[`",
+            None,
+        ),
+        (
+            command("argv = [\"true\"]\ninputs = [\"../*.cu\"]\noutputs = [\"o\"]\n"),
+            "[build] `inputs`: `../*.cu` is outside the repository",
+            None,
+        ),
+        (
+            command("argv = [\"true\"]\ninputs = [\"*.cu\"]\noutputs = []\n"),
+            "a non-empty `outputs`",
+            None,
+        ),
+        (
+            command("argv = [\"true\"]\ninputs = [\"*.cu\"]\noutputs = [\"../o\"]\n"),
+            "[build] `outputs`: `../o` is outside the repository",
+            None,
+        ),
+        (
+            command(&format!("{ok_cmd}timeout = \"soon\"\n")),
+            "[build] `timeout`: `soon`: ",
+            Some("for example \"90s\" or \"10m\""),
+        ),
+        (
+            command(&format!("{ok_cmd}[bisect]\npaths = [\"/etc\"]\n")),
+            "[bisect] `paths`: `/etc` is not a pathspec relative to the root",
+            Some("use git pathspecs such as \"kernels/\""),
+        ),
+    ];
+    let (tmp, root) = repo_with(&[("k.cu", "// a kernel\n")]);
+    std::fs::create_dir_all(root.join("recipes")).unwrap();
+    for (text, message, hint) in cases {
+        std::fs::write(root.join("recipes/bad.toml"), &text).unwrap();
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["build", "bad"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{message}\n{text}\n{err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(first.starts_with("error: recipes/bad.toml"), "{first}");
+        assert!(first.contains(message), "{message}\n{text}\n{err}");
+        if let Some(h) = hint {
+            assert!(err.contains(&format!("hint: {h}")), "{message}: {err}");
+        }
+    }
+}
