@@ -541,3 +541,90 @@ fn store_records_with_impossible_fields_are_refused_by_field() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("do not hash to the record's key"), "{err}");
 }
+
+#[test]
+fn a_bundle_missing_what_a_result_needs_is_refused_before_anything_runs() {
+    let (tmp, root) = cmd_repo();
+    let (key, _) = build(tmp.path(), &root);
+    let (_, command) = command_result(tmp.path(), &root);
+    let id = recipe_result(&root, &command, &key, |_| {});
+    let bundle = tmp.path().join("b.tar.zst");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &id[..12],
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // Rewritten the way an attacker (or a careless hand) would: a fresh, consistent MANIFEST.
+    let without = |drop: &dyn Fn(&str) -> bool, name: &str| {
+        let entries: Vec<repro::archive::Entry> = repro::archive::read(&bundle)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.path != repro::archive::MANIFEST && !drop(&e.path))
+            .collect();
+        let to = tmp.path().join(name);
+        repro::archive::write(&to, entries).unwrap();
+        to
+    };
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let replay = |b: &Path| {
+        run(
+            tmp.path(),
+            &empty,
+            &[
+                "replay",
+                &id[..12],
+                "--allow-commands",
+                "--bundle",
+                b.to_str().unwrap(),
+            ],
+        )
+    };
+    let no_build = without(&|p| p.starts_with("builds/"), "no-build.tar.zst");
+    let (code, out, err) = replay(&no_build);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(
+            "the bundle holds no build record for this result, so its sources cannot be checked"
+        ),
+        "{err}"
+    );
+    let no_sources = without(&|p| p.starts_with("source/"), "no-sources.tar.zst");
+    let (code, out, err) = replay(&no_sources);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("the bundle holds no sources for commit"),
+        "{err}"
+    );
+
+    // A record that is not JSON at all.
+    let mut entries: Vec<repro::archive::Entry> = repro::archive::read(&bundle)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.path != repro::archive::MANIFEST)
+        .collect();
+    let rec = entries
+        .iter_mut()
+        .find(|e| e.path.starts_with("results/"))
+        .unwrap();
+    rec.bytes = b"{ not json".to_vec();
+    let broken = tmp.path().join("broken.tar.zst");
+    repro::archive::write(&broken, entries).unwrap();
+    let (code, out, err) = replay(&broken);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "results/{id}.json in the bundle is not a valid record"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("nothing was built or run"), "{err}");
+    assert!(!empty.join("out.bin").exists());
+}
