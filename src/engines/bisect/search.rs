@@ -658,4 +658,31 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn errors_name_the_commit_and_both_answers() {
+        let mut s = Search::new(8).unwrap();
+        s.record(3, Answer::Skip).unwrap();
+        let said = |r: Result<(), SearchError>| r.unwrap_err().to_string();
+        for (answer, word) in [(Answer::Good, "good"), (Answer::Bad, "bad")] {
+            assert_eq!(
+                said(s.record(3, answer)),
+                format!("commit 3 already answered skip, it cannot also answer {word}")
+            );
+        }
+        assert_eq!(
+            said(s.record(0, Answer::Bad)),
+            "commit 0 already answered good, it cannot also answer bad"
+        );
+        assert_eq!(
+            said(s.record(7, Answer::Skip)),
+            "commit 7 already answered bad, it cannot also answer skip"
+        );
+        assert_eq!(
+            said(s.record(8, Answer::Good)),
+            "commit 8 is out of range: the search covers commits 0..8"
+        );
+        // A refused answer leaves the search as it was.
+        assert_eq!(s.answer(3), Some(Answer::Skip));
+    }
 }
