@@ -301,6 +301,17 @@ fn a_result_from_another_machine_replays_its_build_and_checks_the_environment() 
         "{out}"
     );
     assert!(out.contains("verdict: artifact differs"), "{out}");
+    // A digest the rebuild does give is found under its own output's name (a command
+    // recipe's output is not called `cubin`).
+    let right = recipe_result(&root, &command, &absent, |r| r["artifact"] = json!(sha));
+    let (code, out, _) = run(tmp.path(), &root, &["replay", "--json", &right[..12]]);
+    assert_eq!(code, 3, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["verdict"], "cannot run here");
+    assert_eq!(
+        v["artifacts"],
+        json!([{"output": "out.bin", "recorded": sha, "rebuilt": sha, "identical": true}])
+    );
     // -q still prints a replay that did not reproduce.
     let (code, out, _) = run(tmp.path(), &root, &["-q", "replay", &wrong[..12]]);
     assert_eq!(code, 1);

@@ -923,10 +923,27 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
             .iter()
             .map(|(k, v)| (k.clone(), v.sha256.clone()))
             .collect(),
+        // No build record: the result's digest of the module its bench loaded. It is held
+        // to the rebuilt output with that digest, else to the one `repro bench` loads (the
+        // cubin, else the PTX).
         None => result
             .as_ref()
             .and_then(|r| r.artifact.clone())
-            .map(|a| vec![("cubin".to_string(), a)])
+            .map(|a| {
+                let name = rebuilt
+                    .outputs
+                    .iter()
+                    .find(|(_, o)| o.sha256 == a)
+                    .map(|(k, _)| k.clone())
+                    .or_else(|| {
+                        ["cubin", "ptx"]
+                            .into_iter()
+                            .find(|k| rebuilt.outputs.contains_key(*k))
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_else(|| "cubin".to_string());
+                vec![(name, a)]
+            })
             .unwrap_or_default(),
     };
     let artifacts: Vec<ArtifactCheck> = recorded_outputs
