@@ -938,3 +938,217 @@ fn install_and_bisection_progress_shows_on_a_terminal_only() {
         "no bar of steps: {text}"
     );
 }
+
+/// A repository with vector_add as `va` (sm_70 and sm_90), `v90` (sm_90 only) and `broken`
+/// (sm_90, a kernel that does not compile with any release).
+fn bisection_repo() -> (tempfile::TempDir, PathBuf) {
+    let kernel = std::fs::read_to_string(crate_dir().join("kernels/vector_add.cu")).unwrap();
+    let recipe = std::fs::read_to_string(crate_dir().join("recipes/vector_add.toml")).unwrap();
+    let two = recipe.replace("target = \"sm_90\"", "targets = [\"sm_70\", \"sm_90\"]");
+    let broken = recipe.replace("kernels/vector_add.cu", "kernels/broken.cu");
+    assert_ne!(broken, recipe, "the recipe names its source");
+    repo_with(&[
+        ("kernels/vector_add.cu", &kernel),
+        ("kernels/broken.cu", "__global__ void vector_add( { }\n"),
+        ("recipes/va.toml", &two),
+        ("recipes/v90.toml", &recipe),
+        ("recipes/broken.toml", &broken),
+    ])
+}
+
+/// The records of toolchain bisections under `root`.
+fn bisection_records(root: &Path) -> usize {
+    std::fs::read_dir(root.join(".repro/bisections"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn toolchain_bisection_reports_each_target_and_its_evidence_to_a_person() {
+    let need: Vec<(String, String)> = nvrtc_set().into_iter().skip(1).collect();
+    let Some(wh) = wheelhouse(&need) else { return };
+    let (tmp, root) = bisection_repo();
+    let cache = tmp.path().join("cache");
+    let run = |recipe: &str| {
+        cmd(&cache, &root)
+            .args([
+                "bisect",
+                "--toolchains",
+                "nvrtc@12.9.86..nvrtc@13.0.88",
+                "--recipe",
+                recipe,
+                "--wheels",
+            ])
+            .arg(&wh)
+            .output()
+            .unwrap()
+    };
+    let out = run("va");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0], "first bad release for sm_70: nvrtc@13.0.88 (last good: nvrtc@12.9.86)",
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[1], "no change for sm_90: good with nvrtc@12.9.86 and good with nvrtc@13.0.88",
+        "{stdout}"
+    );
+    assert!(
+        lines[3].starts_with("evidence (2 of 2 releases evaluated; record "),
+        "{stdout}"
+    );
+    // One row per release and target, in order, with the verdict and the evidence.
+    let rows: Vec<Vec<&str>> = lines[5..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    let head: Vec<[&str; 4]> = rows.iter().map(|r| [r[0], r[1], r[2], r[3]]).collect();
+    assert_eq!(
+        head,
+        [
+            ["12.9.86", "sm_70", "good", "no"],
+            ["12.9.86", "sm_90", "good", "no"],
+            ["13.0.88", "sm_70", "bad", "no"],
+            ["13.0.88", "sm_90", "good", "no"],
+        ],
+        "{stdout}"
+    );
+    assert!(
+        lines[7].contains("invalid value for --gpu-architecture"),
+        "{stdout}"
+    );
+    // Neither release is pinned (the repository has no repro.toml): the note says so.
+    assert!(
+        stderr.contains("note: 12.9.86, 13.0.88 are not pinned in repro.toml"),
+        "{stderr}"
+    );
+    assert_eq!(bisection_records(&root), 1);
+    // The same question again: the same answers, every step from the store.
+    let again = run("va");
+    let stdout2 = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(0), "{stdout2}");
+    assert_eq!(stdout2.lines().take(4).collect::<Vec<_>>(), lines[..4]);
+    let cached: Vec<&str> = stdout2
+        .lines()
+        .skip(5)
+        .map(|l| l.split_whitespace().nth(3).unwrap())
+        .collect();
+    assert_eq!(cached, ["yes"; 4], "{stdout2}");
+    assert_eq!(bisection_records(&root), 1, "the same record");
+
+    // A recipe whose only target builds with both ends has no change to find: an error
+    // naming the end and the target, and no record.
+    let out = run("v90");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("error: the bad end nvrtc@13.0.88 is good for sm_90"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: choose a TO where it is broken"),
+        "{stderr}"
+    );
+    assert_eq!(bisection_records(&root), 1);
+}
+
+#[test]
+fn toolchain_bisection_whose_good_end_does_not_build_is_refused_in_every_mode() {
+    let need: Vec<(String, String)> = nvrtc_set().into_iter().skip(1).collect();
+    let Some(wh) = wheelhouse(&need) else { return };
+    let (tmp, root) = bisection_repo();
+    let cache = tmp.path().join("cache");
+    let run = |mode: &str| {
+        cmd(&cache, &root)
+            .args([
+                "bisect",
+                "--toolchains",
+                "nvrtc@12.9.86..nvrtc@13.0.88",
+                "--recipe",
+                "broken",
+                "--mode",
+                mode,
+                "--wheels",
+            ])
+            .arg(&wh)
+            .output()
+            .unwrap()
+    };
+    // Build mode: the good end is bad for the target, with the compiler's first error.
+    let out = run("build");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: the good end nvrtc@12.9.86 is bad for sm_90: kernels/broken.cu(1): error"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: choose an older FROM that builds"),
+        "{stderr}"
+    );
+    // Check mode stops at the good end's build, before any kernel would run (so also on a
+    // machine without a GPU), with the step's verdict and why.
+    let out = run("check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: the good end nvrtc@12.9.86 is not good for broken: it is bad (build failed: kernels/broken.cu(1): error"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no NVIDIA driver"), "{stderr}");
+    assert_eq!(bisection_records(&root), 0);
+}
+
+#[test]
+fn a_release_whose_wheel_is_damaged_stops_the_bisection_and_installs_nothing_of_it() {
+    let need: Vec<(String, String)> = nvrtc_set().into_iter().skip(1).collect();
+    let Some(wh) = wheelhouse(&need) else { return };
+    let (tmp, root) = bisection_repo();
+    let cache = tmp.path().join("cache");
+    // A wheel directory with 12.9.86 intact and 13.0.88 cut short.
+    let damaged = tmp.path().join("damaged");
+    std::fs::create_dir(&damaged).unwrap();
+    let mut found = 0;
+    for e in std::fs::read_dir(&wh).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("nvidia_cuda_nvrtc_cu12-12.9.86-") {
+            std::fs::copy(e.path(), damaged.join(&name)).unwrap();
+            found += 1;
+        } else if name.starts_with("nvidia_cuda_nvrtc-13.0.88-") {
+            let bytes = std::fs::read(e.path()).unwrap();
+            std::fs::write(damaged.join(&name), &bytes[..bytes.len() / 4]).unwrap();
+            found += 1;
+        }
+    }
+    assert_eq!(found, 2, "both wheels in {}", wh.display());
+    let out = cmd(&cache, &root)
+        .args([
+            "bisect",
+            "--toolchains",
+            "nvrtc@12.9.86..nvrtc@13.0.88",
+            "--recipe",
+            "va",
+            "--wheels",
+        ])
+        .arg(&damaged)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("error: could not install nvrtc@13.0.88"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is invalid"), "{stderr}");
+    // The good end was installed; the damaged release left nothing behind; no record.
+    assert_eq!(entries(&cache), ["nvrtc-12.9.86"]);
+    assert_eq!(bisection_records(&root), 0);
+}
