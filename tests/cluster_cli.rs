@@ -423,3 +423,92 @@ fn slurm_bad_input_is_named() {
     // Nothing was written for the refused bisection but the store's scratch space.
     assert!(!root.join(".repro/bisect").exists());
 }
+
+#[test]
+fn slurm_jobs_answer_bench_questions_and_pass_an_abort_back() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    // A 10% slowdown at commit 5 of 8, measured by a command in Slurm jobs.
+    let (tmp, root) = history(8, |i| {
+        vec![
+            (
+                "base.txt".into(),
+                if i >= 5 { "110\n" } else { "100\n" }.into(),
+            ),
+            ("n.txt".into(), format!("{i}\n")),
+        ]
+    });
+    let store = tmp.path().join("slurm-store");
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--executor",
+            "slurm",
+            "--good",
+            "HEAD~7",
+            "--bad",
+            "HEAD",
+            "--mode",
+            "bench",
+            "--command",
+            "r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' '); awk -v b=$(cat base.txt) -v r=$r 'BEGIN { printf \"{\\\"t\\\": %.4f}\\n\", b * (1 + (r / 65535 - 0.5) * 0.01) }'",
+            "--metric",
+            "json:t",
+            "--threshold",
+            "5%",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["culprit"]["subject"], "commit 5", "{v}");
+    assert_eq!(v["recheck"]["confirmed"], true, "{v}");
+    let culprit = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["subject"] == "commit 5")
+        .unwrap();
+    assert_eq!(culprit["verdict"], "bad", "{culprit}");
+    let ratio = culprit["ratio"][0].as_f64().unwrap();
+    assert!((ratio - 1.10).abs() < 0.01, "{ratio}");
+    // Every step ran as a job: the cluster remembers jobs under the store.
+    assert!(jobs_known(&store) >= 4, "{}", jobs_known(&store));
+
+    // A script that aborts (exit 200) in a job stops the bisection as it does locally: the
+    // same error, naming the commit and the status.
+    let abort = ["--script", "test $(cat n.txt) -lt 3 || exit 200"];
+    let range = ["--good", "HEAD~7", "--bad", "HEAD"];
+    let store2 = tmp.path().join("slurm-store-2");
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &["--store", store2.to_str().unwrap(), "--executor", "slurm"],
+            &range[..],
+            &abort[..],
+        ]
+        .concat(),
+    );
+    let head = git(&root, &["rev-parse", "--short=12", "HEAD"]);
+    let said = format!("error: the script aborted the bisection at {head}: exited with code 200");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(v.is_null(), "{v}");
+    assert!(stderr.contains(&said), "{stderr}");
+    let local_store = tmp.path().join("local-store");
+    let (code, _, local) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &["--store", local_store.to_str().unwrap()],
+            &range[..],
+            &abort[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 1, "{local}");
+    assert!(local.contains(&said), "{local}");
+}
