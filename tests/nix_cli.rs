@@ -383,3 +383,67 @@ fn a_nix_bisection_builds_each_commit_and_not_the_working_tree() {
         "{v}"
     );
 }
+
+/// A commit whose flake does not evaluate cannot be tested: the bisection skips it, saying
+/// why in nix's words, and reports the commits it could not tell apart.
+#[test]
+fn a_nix_bisection_skips_a_commit_whose_flake_is_broken() {
+    if !ready() {
+        common::skip("needs nix and NVRTC");
+        return;
+    }
+    let (tmp, root) = repo_with(&[
+        ("flake.nix", &flake("42")),
+        ("kernels/k.cu", KERNEL),
+        ("recipes/k.toml", RECIPE),
+    ]);
+    let broken = flake("42").replace("KERNEL_TAG = \"42\";", "KERNEL_TAG = ;");
+    std::fs::write(root.join("flake.nix"), &broken).unwrap();
+    commit(&root, "two breaks the flake");
+    std::fs::write(root.join("flake.nix"), flake("42")).unwrap();
+    std::fs::write(root.join("kernels/k.cu"), format!("{KERNEL}broken\n")).unwrap();
+    commit(&root, "three mends it and breaks the build");
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .env("REPRO_NIX_FLAGS", offline_nix_flags(tmp.path()))
+        .args([
+            "bisect", "--good", "HEAD~2", "--bad", "HEAD", "--recipe", "k", "--nix", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let two = git(&root, &["rev-parse", "HEAD~1"]);
+    let steps = v["steps"].as_array().unwrap();
+    let step = steps
+        .iter()
+        .find(|s| s["commit"] == two.as_str())
+        .unwrap_or_else(|| panic!("commit two was not tried: {v}"));
+    assert_eq!(step["verdict"], "skip", "{v}");
+    let detail = step["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("untestable: ") && detail.contains("dev shell"),
+        "{detail}"
+    );
+    // The bad end failed to build in its shell, and is said so.
+    let bad = steps
+        .iter()
+        .find(|s| s["subject"] == "three mends it and breaks the build")
+        .unwrap();
+    assert_eq!(bad["verdict"], "bad", "{v}");
+    assert!(
+        bad["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("build failed inside the commit's Nix shell: "),
+        "{v}"
+    );
+    assert!(v["culprit"].is_null(), "{v}");
+    assert_eq!(
+        v["outcome"],
+        serde_json::json!({"kind": "untestable", "first": 1, "last": 2}),
+        "{v}"
+    );
+}
