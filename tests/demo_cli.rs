@@ -120,3 +120,87 @@ fn the_demo_summary_snapshot() {
         insta::assert_snapshot!("demo_human", text);
     });
 }
+
+/// The demo on a machine without NVRTC: it installs the pinned NVRTC itself (here from a
+/// wheel directory, `REPRO_WHEELHOUSE`) and goes on; where the wheel cannot be had it stops
+/// with the environment's exit code and says what to do.
+#[test]
+fn the_demo_installs_nvrtc_where_there_is_none_or_says_it_cannot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = |cache: &std::path::Path| {
+        let mut c = repro(cache);
+        c.env_remove("REPRO_NVRTC")
+            .env_remove("CUDA_HOME")
+            .env_remove("CUDA_PATH")
+            .env_remove("LD_LIBRARY_PATH");
+        c
+    };
+    let cache = tmp.path().join("cache");
+    if bare(&cache)
+        .args(["toolchain", "which"])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        common::skip("needs a machine where NVRTC cannot be found without REPRO_NVRTC");
+        return;
+    }
+    // No wheel to be had: the demo stops after the environment step.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = bare(&cache)
+        .arg("demo")
+        .env("REPRO_WHEELHOUSE", &empty)
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(stdout.contains("NVRTC: not found"), "{stdout}");
+    assert!(
+        stdout.contains("==> repro toolchain install\n  could not install NVRTC: "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("==> repro bisect"), "{stdout}");
+    assert!(
+        stderr.contains("error: the demo needs NVRTC to build kernels")
+            && stderr.contains("hint: run `repro toolchain install`, or set REPRO_NVRTC"),
+        "{stderr}"
+    );
+    // With the pinned wheel at hand: installed (its digest checked), and the demo finds the
+    // build break with it.
+    let need = [("nvidia-cuda-nvrtc".to_string(), "13.0.88".to_string())];
+    let wh = match common::wheels(&need) {
+        Ok(d) => d,
+        Err(why) => {
+            assert!(
+                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
+                "{why}"
+            );
+            common::skip(&format!("needs NVIDIA's NVRTC wheel through pip: {why}"));
+            return;
+        }
+    };
+    let out = bare(&cache)
+        .args(["demo", "--json"])
+        .env("REPRO_WHEELHOUSE", &wh)
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["toolchain"]["installed"], true, "{v}");
+    assert_eq!(
+        v["toolchain"]["detail"]["toolchain"], "nvrtc@13.0.88",
+        "{v}"
+    );
+    assert_eq!(v["toolchain"]["detail"]["wheels"][0]["pinned"], true, "{v}");
+    assert_eq!(
+        v["build-break"]["subject"], "Tidy vector_add (breaks the build)",
+        "{v}"
+    );
+    assert!(cache.join("repro/toolchains/nvrtc-13.0.88").is_dir());
+}
