@@ -109,3 +109,34 @@ fn a_kernel_that_does_not_compile_is_exit_5_with_the_compilers_log() {
     );
     assert!(!root.join(".repro/results").exists());
 }
+
+#[test]
+fn a_recipe_bench_without_a_gpu_builds_checks_its_args_then_stops_at_the_driver() {
+    if common::has_gpu() {
+        common::skip("needs a machine without a GPU: on one this bench runs");
+        return;
+    }
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let (code, out, err) = bench(tmp.path(), &root, &["vector_add", "--param", "n=4096"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains(
+            "error: no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: run it on a GPU machine, use `--command` to benchmark a command, or `repro build` to only build"),
+        "{err}"
+    );
+    // The build came first and is in the store; no result was recorded.
+    let builds = std::fs::read_dir(root.join(".repro/builds"))
+        .unwrap()
+        .count();
+    assert!(builds >= 1, "no build record");
+    assert!(!root.join(".repro/results").exists());
+}
