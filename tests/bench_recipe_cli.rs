@@ -140,3 +140,24 @@ fn a_recipe_bench_without_a_gpu_builds_checks_its_args_then_stops_at_the_driver(
     assert!(builds >= 1, "no build record");
     assert!(!root.join(".repro/results").exists());
 }
+
+/// `repro gpu-job` reads the job `repro bench` writes; anything else is a usage error that
+/// says what the command is, not an internal error.
+#[test]
+fn a_gpu_job_that_is_not_one_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for input in ["{garbage", "", "{\"kernel\": 3}"] {
+        let out = common::repro(tmp.path())
+            .arg("gpu-job")
+            .write_stdin(input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{input:?}: {err}");
+        assert!(
+            err.contains("the job on stdin does not read as a GPU job"),
+            "{input:?}: {err}"
+        );
+        assert!(!err.contains("bug in repro"), "{input:?}: {err}");
+    }
+}

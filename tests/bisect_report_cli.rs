@@ -60,7 +60,7 @@ fn an_undecided_bisection_lists_the_commits_it_could_not_test_and_why() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
-        "undecided: the first bad commit could not be pinned down: these commits could not be tested, and the transition is among them:",
+        "undecided: the first bad commit could not be pinned down: it is one of these commits, and all but the last could not be tested:",
         "{out}"
     );
     // Commits 3, 4 and 5 (skipped) and 6 (the first one known bad), oldest first.

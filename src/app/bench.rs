@@ -612,8 +612,12 @@ pub struct GpuJobArgs {}
 pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
     let mut input = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
-    let job: crate::engines::gpurun::Job =
-        serde_json::from_slice(&input).context("failed to read the job on stdin")?;
+    // A job is written by `repro bench`; anything else on stdin is a usage error.
+    let job: crate::engines::gpurun::Job = serde_json::from_slice(&input).map_err(|e| {
+        UserError::usage(format!(
+            "the job on stdin does not read as a GPU job: {e} (`repro gpu-job` is the child `repro bench` starts, not a command to run by hand)"
+        ))
+    })?;
     crate::foundation::driverlib::ensure();
     // SAFETY: only probes for the library by name.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {

@@ -750,7 +750,7 @@ fn render(
             }
         }
         (Outcome::Untestable { first, last }, _) => {
-            out.push_str(&format!("{} the {what} could not be pinned down: these commits could not be tested, and the transition is among them:\n", style.warn("undecided:")));
+            out.push_str(&format!("{} the {what} could not be pinned down: it is one of these commits, and all but the last could not be tested:\n", style.warn("undecided:")));
             for (i, commit) in commits.iter().enumerate().take(*last + 1).skip(*first) {
                 let d = report
                     .steps
@@ -926,7 +926,7 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
                     report.family.name()
                 )),
                 _ => out.push_str(&format!(
-                    "undecided for {}: these releases could not be tested, and the change is among them: {}\n",
+                    "undecided for {}: the first bad release is one of these, and all but the last could not be tested: {}\n",
                     a.target,
                     a.undecided.join(", ")
                 )),
@@ -998,7 +998,7 @@ fn bisect_driven(
                 "first bad release: {fam}@{bad} (last good: {fam}@{good})\n"
             )),
             _ => out.push_str(&format!(
-                "undecided: these releases could not be tested, and the change is among them: {}\n",
+                "undecided: the first bad release is one of these, and all but the last could not be tested: {}\n",
                 report.undecided.join(", ")
             )),
         }
@@ -1080,7 +1080,7 @@ fn trust_note(
         .collect();
     (!unpinned.is_empty()).then(|| {
         format!(
-            "note: {} {} not pinned in repro.toml: {} wheels were trusted as pip served them (trust on first use); every wheel's sha256 is in this bisection's record and in the tree's toolchain.json",
+            "note: {} {} not pinned in repro.toml: {} wheels were trusted as they came, from pip or --wheels (trust on first use); every wheel's sha256 is in this bisection's record and in the tree's toolchain.json",
             unpinned.join(", "),
             if unpinned.len() == 1 { "is" } else { "are" },
             if unpinned.len() == 1 { "its" } else { "their" },
