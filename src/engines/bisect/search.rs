@@ -292,6 +292,27 @@ pub enum SearchError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The step estimate the progress bar shows: exact values, not only a bound (the
+    /// bound-only tests let `x - 1` become `x + 1` or `x / 1`).
+    #[test]
+    fn ceil_log2_is_exact() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (8, 3),
+            (9, 4),
+            (1 << 20, 20),
+            ((1 << 20) + 1, 21),
+        ];
+        for (x, want) in cases {
+            assert_eq!(ceil_log2(x), want, "ceil_log2({x})");
+        }
+    }
     use proptest::prelude::*;
 
     /// A monotone oracle: Good below `f`, Bad from `f`, Skip where `skipped` says.
