@@ -13,6 +13,9 @@
 3. The two cards against each other: the same build timed on GPU 0 and on GPU 1 and
    compared with `repro compare`: how far apart two cards of one model are, which is what a
    comparison across cards would have taken for a regression.
+4. What one benchmark process costs (`repro bench` of the same build, `--procs` in a row):
+   one card busy or both at once, each process seeing every GPU or only its own through
+   CUDA_VISIBLE_DEVICES (what repro's GPU child sees). `--parts` picks parts (default 1,2,3).
 
 Prints one table per part. Usage:
     cargo build --release --locked
@@ -27,6 +30,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_bisect import SPIN, SPIN_RECIPE, ENV, bisect, make  # noqa: E402
@@ -48,6 +53,11 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--aa-runs", type=int, default=10)
     ap.add_argument("--devices", default="0,1")
+    ap.add_argument("--histories", default=",".join(map(str, CULPRITS)),
+                    help="part 1's histories, by the commit that makes them slower (23, 58, 81)")
+    ap.add_argument("--trace", action="store_true",
+                    help="part 1: print every step of every run (processes, wall time, cached)")
+    ap.add_argument("--procs", type=int, default=8, help="part 4: processes per card")
     ap.add_argument("--parts", default="1,2,3",
                     help="which parts to run, e.g. 1 or 2,3 (a device command is limited to 10 minutes)")
     a = ap.parse_args()
@@ -62,7 +72,7 @@ def main():
             print(f"1. speed-up of a bench bisection, 100 commits, every commit a distinct build ({a.runs} runs each)")
             print(f"{'history':10} {'devices':8} {'right':>6} {'evaluated':>10} {'median s':>9} {'speed-up':>9}")
             total = {"0": 0.0, a.devices: 0.0}
-            for culprit in CULPRITS:
+            for culprit in [int(c) for c in a.histories.split(",")]:
                 hist = history(culprit)
                 med = {}
                 for devices in ["0", a.devices]:
@@ -74,6 +84,11 @@ def main():
                         right += got == f"commit {culprit}"
                         evals.append(str(out["evaluated"]) if out else "-")
                         times.append(secs)
+                        if a.trace and out:
+                            print(f"   run {run} on {devices}: {secs:.1f} s, steps (index verdict processes ms cached):", flush=True)
+                            for st in out.get("steps", []):
+                                print(f"     {st['index']:3} {st['verdict']:5} {st['attempts']:3} {st['ms']:8.0f} {st['cached']}")
+                            print(f"     sum of step ms {sum(st['ms'] for st in out.get('steps', [])):.0f}; recheck {out.get('recheck')}", flush=True)
                         if got != f"commit {culprit}":
                             print(f"   run {run} on {devices}: exit {code}, {got or short(err)}", flush=True)
                         shutil.rmtree(store, ignore_errors=True)
@@ -121,6 +136,40 @@ def main():
                 r = subprocess.run([repro, "-C", one, "--store", os.path.join(base, "store-cards"), "compare", ids[0], ids[1]],
                                    capture_output=True, text=True, env=ENV)
                 print(r.stdout.strip() or short(r.stderr))
+        if 4 in parts:
+            print("4. one benchmark process at a time per card: wall time per process, one card busy or both,")
+            print("   each process seeing every GPU or only its own (CUDA_VISIBLE_DEVICES)")
+            one = os.path.join(base, "h23")
+            if not os.path.isdir(one):
+                history(23)
+            # A store per card: the two series share nothing but the machine.
+            store = lambda card: os.path.join(base, f"store-procs-{card}")
+            cmd = lambda dev, card: [repro, "-C", one, "--store", store(card), "bench", "spin", "--json", "--device", str(dev),
+                                     "--min-time", "150ms"]
+            for card in [0, 1]:
+                subprocess.run(cmd(card, card), capture_output=True, env=ENV)  # the build, once per store
+            n = a.procs
+
+            def series(dev, visible):
+                env = dict(ENV)
+                if visible is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = visible
+                for _ in range(n):
+                    subprocess.run(cmd(dev, int(visible or dev)), capture_output=True, env=env)
+
+            print(f"{'cards busy':10} {'each sees':10} {'s/process':>9}")
+            for isolate in [False, True]:
+                for both in [False, True]:
+                    t = time.time()
+                    devs = [0, 1] if both else [0]
+                    threads = [threading.Thread(target=series, args=(0 if isolate else d, str(d) if isolate else None))
+                               for d in devs]
+                    for th in threads:
+                        th.start()
+                    for th in threads:
+                        th.join()
+                    per = (time.time() - t) / n
+                    print(f"{'0 and 1' if both else '0':10} {'its own' if isolate else 'both':10} {per:9.3f}", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

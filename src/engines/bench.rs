@@ -606,8 +606,14 @@ pub trait Executor {
         device: Option<usize>,
     ) -> Result<Measured, ProcessError>;
 
-    /// Runs the GPU child (`repro gpu-job`) with the job on its stdin, with a timeout.
-    fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError>;
+    /// Runs the GPU child (`repro gpu-job`) with the job on its stdin, with a timeout;
+    /// `visible`, when given, is the child's `CUDA_VISIBLE_DEVICES` (see [`only_device`]).
+    fn run_gpu_job(
+        &self,
+        job: &[u8],
+        visible: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Output, ProcessError>;
 }
 
 /// One finished run of a child, as an [`Executor`] measured it.
@@ -664,17 +670,41 @@ impl Executor for ProcessExecutor {
         })
     }
 
-    fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError> {
+    fn run_gpu_job(
+        &self,
+        job: &[u8],
+        visible: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Output, ProcessError> {
         let Some(repro) = &self.repro else {
             return Err(ProcessError::NotFound {
                 program: "repro".into(),
             });
         };
-        Cmd::new(repro)
-            .arg("gpu-job")
-            .stdin_bytes(job.to_vec())
-            .timeout(timeout)
-            .output()
+        let mut cmd = Cmd::new(repro).arg("gpu-job");
+        if let Some(v) = visible {
+            cmd = cmd.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        cmd.stdin_bytes(job.to_vec()).timeout(timeout).output()
+    }
+}
+
+/// The `CUDA_VISIBLE_DEVICES` that shows the GPU child only the job's device (which it then
+/// opens as ordinal 0), given the parent's own value: the `device`-th entry of the parent's
+/// list, or the ordinal itself when the parent sees every GPU. A benchmark process then
+/// makes no context and takes no memory on any other card, as a Slurm job given one GPU
+/// does (on two H200s it is no faster: 0.742 s against 0.746 s a process, part 4 of
+/// benches/gpu_multi.py). `None` (the child sees what the parent sees) when the parent's
+/// list has no such entry: the child then fails as the parent would.
+pub fn only_device(parent: Option<&str>, device: usize) -> Option<String> {
+    match parent {
+        None => Some(device.to_string()),
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .nth(device)
+            .filter(|e| !e.is_empty())
+            .map(str::to_string),
     }
 }
 
@@ -690,8 +720,27 @@ pub fn run_child_with(
     job: &Job,
     timeout: Duration,
 ) -> Result<Report, ChildError> {
-    let input = serde_json::to_vec(job).expect("a job serialises");
-    match exec.run_gpu_job(&input, timeout) {
+    let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    run_child_seeing(exec, job, parent.as_deref(), timeout)
+}
+
+/// [`run_child_with`] for a parent whose `CUDA_VISIBLE_DEVICES` is `parent`.
+fn run_child_seeing(
+    exec: &dyn Executor,
+    job: &Job,
+    parent: Option<&str>,
+    timeout: Duration,
+) -> Result<Report, ChildError> {
+    let visible = only_device(parent, job.device);
+    let input = match visible {
+        Some(_) => serde_json::to_vec(&Job {
+            device: 0,
+            ..job.clone()
+        }),
+        None => serde_json::to_vec(job),
+    }
+    .expect("a job serialises");
+    match exec.run_gpu_job(&input, visible.as_deref(), timeout) {
         Ok(out) => {
             let parsed = serde_json::from_slice::<Report>(&out.stdout);
             if let Ok(report) = parsed {
@@ -1242,10 +1291,19 @@ mod tests {
             self.next(command.to_string(), timeout)
         }
 
-        fn run_gpu_job(&self, job: &[u8], timeout: Duration) -> Result<Output, ProcessError> {
+        fn run_gpu_job(
+            &self,
+            job: &[u8],
+            visible: Option<&str>,
+            timeout: Duration,
+        ) -> Result<Output, ProcessError> {
             let job: Job = serde_json::from_slice(job).expect("the child is sent a job");
-            self.next(format!("gpu-job {}", job.kernel.kernel), timeout)
-                .map(|m| m.output)
+            let seeing = visible.map(|v| format!(" seeing {v}")).unwrap_or_default();
+            self.next(
+                format!("gpu-job {} on {}{seeing}", job.kernel.kernel, job.device),
+                timeout,
+            )
+            .map(|m| m.output)
         }
     }
 
@@ -1521,7 +1579,7 @@ mod tests {
             Fate::Timeout,
             Fate::Missing,
         ]);
-        let run = || run_child_with(&exec, &job, t);
+        let run = || run_child_seeing(&exec, &job, None, t);
         assert_eq!(run().unwrap(), sent);
         assert_eq!(
             run().unwrap().error.as_deref(),
@@ -1544,9 +1602,60 @@ mod tests {
         );
         assert_eq!(
             run().unwrap_err().to_string(),
-            "`gpu-job saxpy` was not found"
+            "`gpu-job saxpy on 0 seeing 0` was not found"
         );
-        assert_eq!(exec.calls(), ["gpu-job saxpy"].repeat(6));
+        assert_eq!(exec.calls(), ["gpu-job saxpy on 0 seeing 0"].repeat(6));
+    }
+
+    #[test]
+    fn the_gpu_child_sees_only_its_device() {
+        // The parent sees every GPU: the child gets the ordinal, and opens it as 0.
+        assert_eq!(only_device(None, 1).as_deref(), Some("1"));
+        // The parent sees a list (Slurm's, or the user's): the child gets its entry.
+        assert_eq!(only_device(Some("2,3"), 1).as_deref(), Some("3"));
+        assert_eq!(
+            only_device(Some("GPU-aaaa, MIG-bbbb"), 1).as_deref(),
+            Some("MIG-bbbb")
+        );
+        // No such entry, or no GPU visible: the child sees what the parent sees.
+        assert_eq!(only_device(Some("2,3"), 2), None);
+        assert_eq!(only_device(Some(""), 0), None);
+        let job = |device| Job {
+            schema: crate::engines::gpurun::SCHEMA,
+            device,
+            module: "k.cubin".into(),
+            kernel: LaunchSpec {
+                kernel: "k".into(),
+                grid: [1; 3],
+                block: [32, 1, 1],
+                shared_mem: 0,
+            },
+            reference: None,
+            args: vec![],
+            tolerances: BTreeMap::new(),
+            timing: None,
+            time_on_failure: false,
+        };
+        let report = serde_json::to_string(&Report::default()).unwrap();
+        let ok = || Fate::Exit {
+            code: 0,
+            ms: 1,
+            stdout: report.clone(),
+            stderr: "".into(),
+        };
+        let exec = MockExecutor::new([ok(), ok(), ok()]);
+        let t = Duration::from_secs(5);
+        run_child_seeing(&exec, &job(1), None, t).unwrap();
+        run_child_seeing(&exec, &job(1), Some("4,6"), t).unwrap();
+        run_child_seeing(&exec, &job(3), Some("4,6"), t).unwrap();
+        assert_eq!(
+            exec.calls(),
+            [
+                "gpu-job k on 0 seeing 1",
+                "gpu-job k on 0 seeing 6",
+                "gpu-job k on 3"
+            ]
+        );
     }
 
     #[test]

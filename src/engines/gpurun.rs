@@ -260,13 +260,12 @@ impl Drop for Buffers {
     }
 }
 
-fn nvml_clocks(device_uuid: Option<&str>) -> Option<(u32, u32)> {
+/// The SM clock and its maximum (MHz) of the device with this UUID. NVML numbers devices
+/// by PCI order and ignores `CUDA_VISIBLE_DEVICES` (the child sees only its own device, as
+/// ordinal 0), so the device is found by its UUID, never by an ordinal.
+fn nvml_clocks(nvml: Option<&nvml_wrapper::Nvml>, uuid: Option<&str>) -> Option<(u32, u32)> {
     use nvml_wrapper::enum_wrappers::device::Clock;
-    let nvml = crate::engines::fingerprint::nvml::open().ok()?;
-    let dev = match device_uuid {
-        Some(u) => nvml.device_by_uuid(u).ok()?,
-        None => nvml.device_by_index(0).ok()?,
-    };
+    let dev = nvml?.device_by_uuid(uuid?).ok()?;
     Some((
         dev.clock_info(Clock::SM).ok()?,
         dev.max_clock_info(Clock::SM).ok()?,
@@ -572,8 +571,14 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
             None
         };
 
-        let uuid = None;
-        let before = nvml_clocks(uuid);
+        // One NVML session for both readings: its start opens every GPU of the machine.
+        let nvml = crate::engines::fingerprint::nvml::open().ok();
+        let uuid = {
+            let mut u: sys::CUuuid = std::mem::zeroed();
+            (sys::cuDeviceGetUuid_v2(&mut u, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS)
+                .then(|| crate::engines::fingerprint::cuda::format_uuid(&u.bytes.map(|b| b as u8)))
+        };
+        let before = nvml_clocks(nvml.as_ref(), uuid.as_deref());
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
         loop {
@@ -606,7 +611,7 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
                 break;
             }
         }
-        let after = nvml_clocks(uuid);
+        let after = nvml_clocks(nvml.as_ref(), uuid.as_deref());
         if let (Some((b, max)), Some((a, _))) = (before, after) {
             report.sm_clock_mhz = Some((b, a, max));
             report.throttled = f64::from(a) < 0.75 * f64::from(max);
