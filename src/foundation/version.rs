@@ -108,6 +108,27 @@ pub fn version_token(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_token_finds_the_first_dotted_number() {
+        let t = |s: &str| version_token(s);
+        assert_eq!(t("Python 3.11.7").as_deref(), Some("3.11.7"));
+        assert_eq!(t("no version here"), None);
+        assert_eq!(t(""), None);
+        // Each separator alone splits: a space, a tab, each parenthesis, a comma.
+        assert_eq!(t("nix\t2.8.0").as_deref(), Some("2.8.0"));
+        assert_eq!(t("gcc(12.2.0").as_deref(), Some("12.2.0"));
+        assert_eq!(t("12.2.0)x").as_deref(), Some("12.2.0"));
+        assert_eq!(t("release,13.0,V13.0.88").as_deref(), Some("13.0"));
+        // A leading v or V is not part of the version.
+        assert_eq!(t("V13.0.88").as_deref(), Some("13.0.88"));
+        assert_eq!(t("tool v1.2").as_deref(), Some("1.2"));
+        // Not a version: no digit first, no dot, or a first part that is not a number.
+        assert_eq!(t("x1.2 2.3").as_deref(), Some("2.3"));
+        assert_eq!(t("12 13.1").as_deref(), Some("13.1"));
+        assert_eq!(t("1x.2 3.4").as_deref(), Some("3.4"));
+        assert_eq!(t("x.1 y.2"), None);
+    }
     use std::cmp::Ordering::*;
 
     #[test]
