@@ -1644,6 +1644,49 @@ mod tests {
     }
 
     #[test]
+    fn nesting_is_bounded_exactly_at_the_limit() {
+        // The deepest of each shape that parses, and one more that does not: operator
+        // chains are bounded by the tree's height, signs and parentheses by the parser's
+        // recursion (the chain has one operand more than it has levels).
+        let shapes: [(fn(usize) -> String, usize); 4] = [
+            (|k| vec!["1"; k].join(" + "), 64),
+            (|k| vec!["1"; k].join(" ** "), 64),
+            (|k| format!("{}1", "-".repeat(k)), 63),
+            (|k| format!("{}1{}", "(".repeat(k), ")".repeat(k)), 63),
+        ];
+        for (shape, deepest) in shapes {
+            assert!(Expr::parse(&shape(deepest)).is_ok(), "{}", shape(deepest));
+            assert!(
+                Expr::parse(&shape(deepest + 1)).is_err(),
+                "{}",
+                shape(deepest + 1)
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_show_the_text_around_the_column() {
+        let text: String = (0..200)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        // Short texts are shown whole.
+        assert_eq!(window(&text[..80], 70), text[..80]);
+        // Long ones: 80 characters from 40 before the column, marked where cut.
+        assert_eq!(window(&text, 150), format!("…{}…", &text[110..190]));
+        assert_eq!(window(&text, 10), format!("{}…", &text[..80]));
+        assert_eq!(window(&text, 190), format!("…{}", &text[150..]));
+    }
+
+    #[test]
+    fn explain_places_an_error_where_it_was_written() {
+        let e = Expr::parse("ceil_div(n, 0)").unwrap();
+        let err = eval_str("ceil_div(n, 0)", &ints(&[("n", 4)])).unwrap_err();
+        assert_eq!(e.explain(&err), err.to_string());
+        let e = e.at(17, 8, "[run] grid");
+        assert_eq!(e.explain(&err), format!("17:8: [run] grid: {err}"));
+    }
+
+    #[test]
     fn unknown_names() {
         let p = ints(&[("n", 1), ("k", 2)]);
         assert_eq!(
