@@ -47,10 +47,20 @@ fn check(r: CUresult, call: &'static str) -> Result<(), CudaError> {
     }
 }
 
+/// Where the loaded kernel module states its version: `/proc/driver/nvidia/version`, or the
+/// file `REPRO_NVIDIA_VERSION_FILE` names. That variable is a test seam: the tests that run
+/// repro on a fake driver (tests/fakegpu_cli.rs) stand in a kernel module with it, so that
+/// the driver version and the device cache's key come from the fake, also on a GPU machine.
+fn module_version_file() -> std::path::PathBuf {
+    std::env::var_os("REPRO_NVIDIA_VERSION_FILE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| "/proc/driver/nvidia/version".into(), Into::into)
+}
+
 /// Probes the driver: its version, the CUDA version it supports, the library's path.
 pub fn probe_driver() -> Fields {
     let mut f = Fields::new();
-    let proc_version = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+    let proc_version = std::fs::read_to_string(module_version_file()).ok();
     let present = driver_present();
     if let Some(how) = crate::foundation::driverlib::located("libcuda.so.1") {
         f.insert("driver.found-by".into(), Field::Value(how.describe()));
@@ -127,7 +137,7 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
 /// variables that decide which devices CUDA shows and in what order.
 fn cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let driver = parse_proc_version(&std::fs::read_to_string("/proc/driver/nvidia/version").ok()?)?;
+    let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
     let var =
         |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
     Some(format!(
