@@ -1,176 +1,15 @@
 //! The GPU side of `repro env` on a fake NVIDIA driver: the real binary, with a small C
 //! library (tests/fakegpu/fakegpu.c) standing in for libcuda and NVML, as a test double of
-//! a server stands in for the server.
-//!
-//! Each test compiles the fake with `cc -shared -fPIC` into a temporary directory, twice,
-//! as a real driver installs it: `libcuda.so.VERSION` (soname `libcuda.so.1`; repro reads the
-//! driver version from this file name when there is no kernel module) and
-//! `libnvidia-ml.so.VERSION` (soname `libnvidia-ml.so.1`), with the names cudarc and NVML
-//! load (`libcuda.so`, `libcuda.so.1`, `libnvidia-ml.so.1`) as symlinks, and puts that
-//! directory first on the `LD_LIBRARY_PATH` of the repro it runs. Both cudarc (feature
-//! `dynamic-loading`) and nvml-wrapper `dlopen` these names, and repro's own driver search
-//! (src/foundation/driverlib.rs) also loads them by name first, so the loader finds the fake
-//! before any driver the host has. Every test checks that it did: the fingerprint's
-//! `driver.library` is the fake's file. The kernel module's version file
-//! (`/proc/driver/nvidia/version`) is stood in for by `REPRO_NVIDIA_VERSION_FILE`, so that
-//! the driver version and the device cache's key come from the fake on any machine.
-//!
-//! The fake answers from `FAKEGPU_*` variables (see the C file's head): two runs with
-//! different variables are two different machines.
+//! a server stands in for the server. How the fake is built and made to be the driver repro
+//! loads (and how each test checks that it was): tests/fakegpu/mod.rs.
 
 mod common;
+mod fakegpu;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
+use fakegpu::{FakeGpu, ok_json, stdout};
 use serde_json::Value;
-
-/// A fake driver installed in a temporary directory.
-struct FakeGpu {
-    tmp: tempfile::TempDir,
-    /// The directory put on `LD_LIBRARY_PATH`.
-    dir: PathBuf,
-    /// The library file (what `driver.library` must name).
-    lib: PathBuf,
-    /// The stand-in for `/proc/driver/nvidia/version`.
-    version_file: PathBuf,
-    /// `XDG_CACHE_HOME` of the runs (the device cache lives under it).
-    cache: PathBuf,
-}
-
-/// Compiles the fake into `dir/NAME` with this soname; `None` (the test is skipped) without
-/// a C compiler.
-fn compile(dir: &Path, name: &str, soname: &str) -> Option<PathBuf> {
-    let src = common::crate_dir().join("tests/fakegpu/fakegpu.c");
-    let out = dir.join(name);
-    let run = std::process::Command::new("cc")
-        .args([
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            &format!("-Wl,-soname,{soname}"),
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&src)
-        .output();
-    match run {
-        Err(e) => {
-            common::skip(&format!(
-                "needs a C compiler (cc) to build the fake driver: {e}"
-            ));
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "cc could not build {}: {}",
-                src.display(),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            Some(out)
-        }
-    }
-}
-
-impl FakeGpu {
-    /// A fake driver of this version (`580.159.04`), with its library in a directory of
-    /// its own under the names the loader is asked for.
-    fn new(version: &str) -> Option<FakeGpu> {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("driver");
-        std::fs::create_dir(&dir).unwrap();
-        let lib = compile(&dir, &format!("libcuda.so.{version}"), "libcuda.so.1")?;
-        let nvml = compile(
-            &dir,
-            &format!("libnvidia-ml.so.{version}"),
-            "libnvidia-ml.so.1",
-        )?;
-        for (name, to) in [
-            ("libcuda.so", &lib),
-            ("libcuda.so.1", &lib),
-            ("libnvidia-ml.so.1", &nvml),
-        ] {
-            std::os::unix::fs::symlink(to.file_name().unwrap(), dir.join(name)).unwrap();
-        }
-        let version_file = tmp.path().join("nvidia-version");
-        std::fs::write(
-            &version_file,
-            format!(
-                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Oct  2 2025\n\
-                 GCC version:  gcc version 12.2.0\n"
-            ),
-        )
-        .unwrap();
-        let cache = tmp.path().join("cache");
-        std::fs::create_dir(&cache).unwrap();
-        Some(FakeGpu {
-            tmp,
-            dir,
-            lib,
-            version_file,
-            cache,
-        })
-    }
-
-    /// repro on this fake, in its temporary directory (no repository), with `vars` set.
-    fn cmd(&self, vars: &[(&str, &str)]) -> assert_cmd::Command {
-        let mut c = common::repro(&self.cache);
-        c.current_dir(self.tmp.path())
-            .env("LD_LIBRARY_PATH", &self.dir)
-            .env("REPRO_NVIDIA_VERSION_FILE", &self.version_file);
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("FAKEGPU_") {
-                c.env_remove(k);
-            }
-        }
-        for (k, v) in vars {
-            c.env(k, v);
-        }
-        c
-    }
-
-    fn run(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
-        self.cmd(vars).args(args).output().unwrap()
-    }
-
-    /// `env capture --json` on this fake: the fingerprint, after checking that repro ran
-    /// cleanly and loaded the fake (not a driver the host may have).
-    fn capture(&self, vars: &[(&str, &str)]) -> Value {
-        let out = self.run(&["env", "capture", "--json"], vars);
-        let fp = ok_json(&out);
-        self.assert_loaded(&fp);
-        fp
-    }
-
-    fn assert_loaded(&self, fp: &Value) {
-        assert_eq!(
-            fp["driver"]["library"],
-            self.lib.to_str().unwrap(),
-            "repro did not load the fake driver: {}",
-            fp["driver"]
-        );
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.tmp.path().join(name)
-    }
-}
-
-/// stdout as JSON, after checking that repro exited 0 without a panic.
-fn ok_json(out: &Output) -> Value {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "repro panicked: {stderr}");
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A machine unlike the fake's defaults in every field the driver answers.
 const A100: &[(&str, &str)] = &[
@@ -376,6 +215,16 @@ fn a_lock_taken_on_the_fake_machine_passes_there() {
     );
 }
 
+/// What differs, the variables that make it differ, the exit code of `env check`, the rows
+/// that are not ok (`field status`), and the exit code with `--strict`.
+type Case = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    i32,
+    Vec<&'static str>,
+    i32,
+);
+
 #[test]
 fn check_names_the_field_another_fake_machine_differs_in() {
     let Some(gpu) = FakeGpu::new("580.159.04") else {
@@ -383,8 +232,7 @@ fn check_names_the_field_another_fake_machine_differs_in() {
     };
     let path = lock(&gpu, "lock.toml", &[]);
     let with = |k: &'static str, v: &'static str| vec![(k, v)];
-    // (what differs, the variables, the exit code, the rows that are not ok, also --strict's)
-    let cases: Vec<(&str, Vec<(&str, &str)>, i32, Vec<&str>, i32)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "another GPU model",
             with("FAKEGPU_NAME", "NVIDIA H100 80GB HBM3"),

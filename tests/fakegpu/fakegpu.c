@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -197,6 +198,15 @@ EXPORT CUresult cuInit(unsigned flags) {
     return CUDA_SUCCESS;
 }
 
+/* NVRTC itself opens libcuda.so.1, calls cuInit and asks for the driver's private export
+ * tables: there are none here, which NVRTC takes as a driver without them. */
+EXPORT CUresult cuGetExportTable(const void **table, const void *id) {
+    CU_FAIL("cuGetExportTable", -1);
+    (void)id;
+    *table = NULL;
+    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+}
+
 EXPORT CUresult cuDeviceGetCount(int *count) {
     CU_FAIL("cuDeviceGetCount", -1);
     if (!cuda_initialised)
@@ -237,6 +247,8 @@ static long attribute(int attr, int dev, int *known) {
         return number("L2_KIB", dev, 61440) << 10;
     case 97: /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, bytes */
         return number("SMEM_KIB", dev, 227) << 10;
+    case 115: /* MEMORY_POOLS_SUPPORTED: no stream-ordered allocator here */
+        return 0;
     default:
         *known = 0;
         return 0;
@@ -274,6 +286,510 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
     char dflt[32];
     snprintf(dflt, sizeof dflt, "0000:%02x:00.0", dev + 1);
     snprintf(id, (size_t)len, "%s", text("PCI", dev, dflt));
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- kernels
+ *
+ * Enough of contexts, modules, memory, streams, events and graphs for repro's GPU job
+ * (src/engines/gpurun.rs) to check and time a kernel. Device memory is host memory. A
+ * kernel does no work, but each launch
+ *   - sets every byte of each buffer it is passed to 0 (0x3f where the module holds the
+ *     token fakegpu_wrong_<kernel>, so that it disagrees with its reference); which
+ *     parameters are buffers is read from the PTX's .entry (a cubin's launches write nothing);
+ *   - advances a virtual clock of the stream by the kernel's time: fakegpu_ns_<N> anywhere
+ *     in the module image (a __device__ variable's name, in PTX or in a cubin's symbol
+ *     table) is N nanoseconds (default 10000), plus a deterministic jitter of
+ *     FAKEGPU_JITTER_PPM millionths (default 5000) either way. Events read that clock.
+ * fakegpu_trap_<kernel> makes the next synchronisation fail with CUDA_ERROR_LAUNCH_FAILED
+ * (sticky, as on a real GPU); fakegpu_hang_<kernel> makes it never return.
+ */
+
+enum {
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_LAUNCH_FAILED = 719,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+};
+
+typedef struct {
+    int device;
+} fake_ctx;
+
+typedef struct {
+    char *image;
+    size_t len;
+    int is_ptx;
+    double ns;
+} fake_module;
+
+#define MAX_PARAMS 64
+typedef struct {
+    fake_module *module;
+    char name[256];
+    int nparams; /* -1: unknown (a cubin) */
+    int sizes[MAX_PARAMS];
+    int wrong, trap, hang;
+} fake_function;
+
+typedef struct {
+    int capturing;
+    double captured_ns;
+} fake_stream;
+
+typedef struct {
+    double t;
+    int recorded;
+} fake_event;
+
+typedef struct {
+    double ns;
+} fake_graph;
+
+typedef struct {
+    unsigned char *base;
+    size_t size;
+} allocation;
+
+#define MAX_ALLOCS 4096
+static allocation allocs[MAX_ALLOCS];
+static fake_ctx contexts[64];
+static __thread fake_ctx *current;
+static double clock_ns;         /* the virtual clock all streams share */
+static unsigned long launches;  /* for the jitter */
+static int sticky;              /* a trapped kernel's error, for every later synchronisation */
+static int pending_trap, pending_hang;
+
+static const unsigned char *find(const unsigned char *hay, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; m <= n && i <= n - m; i++)
+        if (hay[i] == (unsigned char)needle[0] && memcmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+static int ident(unsigned char c) { return isalnum(c) || c == '_' || c == '$'; }
+
+/* Whether the module holds `prefix` + `name` as a whole identifier. */
+static int has_token(const fake_module *m, const char *prefix, const char *name) {
+    char token[320];
+    snprintf(token, sizeof token, "%s%s", prefix, name);
+    size_t tl = strlen(token);
+    const unsigned char *p = (const unsigned char *)m->image, *end = p + m->len;
+    while ((p = find(p, (size_t)(end - p), token)) != NULL) {
+        int starts = p == (const unsigned char *)m->image || !ident(p[-1]);
+        int ends = p + tl >= end || !ident(p[tl]);
+        if (starts && ends)
+            return 1;
+        p += tl;
+    }
+    return 0;
+}
+
+static size_t elf_size(const unsigned char *image) {
+    /* 64-bit ELF: the section headers are the last thing in a cubin. */
+    uint64_t shoff;
+    uint16_t shentsize, shnum;
+    memcpy(&shoff, image + 0x28, 8);
+    memcpy(&shentsize, image + 0x3a, 2);
+    memcpy(&shnum, image + 0x3c, 2);
+    return (size_t)(shoff + (uint64_t)shentsize * shnum);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(fake_ctx **ctx, CUdevice dev) {
+    CU_FAIL("cuDevicePrimaryCtxRetain", dev);
+    CU_DEVICE(dev);
+    contexts[dev].device = dev;
+    *ctx = &contexts[dev];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    CU_FAIL("cuDevicePrimaryCtxRelease_v2", dev);
+    CU_DEVICE(dev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(fake_ctx **ctx) {
+    CU_FAIL("cuCtxGetCurrent", -1);
+    *ctx = current;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(fake_ctx *ctx) {
+    CU_FAIL("cuCtxSetCurrent", -1);
+    current = ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+    CU_FAIL("cuCtxSynchronize", -1);
+    return sticky;
+}
+
+#define CU_CONTEXT()                                                                        \
+    do {                                                                                    \
+        if (!current)                                                                       \
+            return CUDA_ERROR_INVALID_CONTEXT;                                              \
+    } while (0)
+
+EXPORT CUresult cuModuleLoadData(fake_module **out, const void *image) {
+    CU_FAIL("cuModuleLoadData", -1);
+    CU_CONTEXT();
+    const unsigned char *img = image;
+    fake_module *m = calloc(1, sizeof *m);
+    if (memcmp(img, "\177ELF", 4) == 0) {
+        m->len = elf_size(img);
+    } else {
+        m->len = strlen(image);
+        m->is_ptx = 1;
+        if (!find(img, m->len, ".version") || !find(img, m->len, ".entry")) {
+            free(m);
+            return CUDA_ERROR_INVALID_IMAGE;
+        }
+    }
+    m->image = malloc(m->len + 1);
+    memcpy(m->image, img, m->len);
+    m->image[m->len] = 0;
+    m->ns = 10000;
+    const unsigned char *t = find((unsigned char *)m->image, m->len, "fakegpu_ns_");
+    if (t)
+        m->ns = strtod((const char *)t + strlen("fakegpu_ns_"), NULL);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleUnload(fake_module *m) {
+    CU_FAIL("cuModuleUnload", -1);
+    free(m->image);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+/* The sizes of an entry's parameters, from `.entry NAME( .param .u64 x, ... )`. */
+static int ptx_params(const char *ptx, const char *name, int sizes[MAX_PARAMS]) {
+    char head[300];
+    snprintf(head, sizeof head, ".entry %s(", name);
+    const char *p = strstr(ptx, head);
+    if (!p)
+        return -1;
+    p += strlen(head);
+    const char *close = strchr(p, ')');
+    if (!close)
+        return -1;
+    int n = 0;
+    while ((p = strstr(p, ".param")) != NULL && p < close && n < MAX_PARAMS) {
+        p += strlen(".param");
+        const char *end = p;
+        while (end < close && *end != ',')
+            end++;
+        int size = 0;
+        for (const char *q = p; q < end; q++) {
+            if (q[0] == '.' && strchr("usbf", q[1]) && isdigit((unsigned char)q[2])) {
+                size = atoi(q + 2) / 8;
+                break;
+            }
+        }
+        const char *bracket = memchr(p, '[', (size_t)(end - p));
+        if (bracket)
+            size *= atoi(bracket + 1);
+        sizes[n++] = size;
+        p = end;
+    }
+    return n;
+}
+
+EXPORT CUresult cuModuleGetFunction(fake_function **out, fake_module *m, const char *name) {
+    CU_FAIL("cuModuleGetFunction", -1);
+    CU_CONTEXT();
+    fake_function *f = calloc(1, sizeof *f);
+    f->module = m;
+    snprintf(f->name, sizeof f->name, "%s", name);
+    if (m->is_ptx) {
+        f->nparams = ptx_params(m->image, name, f->sizes);
+        if (f->nparams < 0) {
+            free(f);
+            return CUDA_ERROR_NOT_FOUND;
+        }
+    } else {
+        if (!has_token(m, "", name)) {
+            free(f);
+            return CUDA_ERROR_NOT_FOUND;
+        }
+        f->nparams = -1;
+    }
+    f->wrong = has_token(m, "fakegpu_wrong_", name);
+    f->trap = has_token(m, "fakegpu_trap_", name);
+    f->hang = has_token(m, "fakegpu_hang_", name);
+    *out = f;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuFuncGetAttribute(int *value, int attr, fake_function *f) {
+    CU_FAIL("cuFuncGetAttribute", -1);
+    (void)attr;
+    (void)f;
+    *value = 0;
+    return CUDA_SUCCESS;
+}
+
+static allocation *allocation_of(uint64_t ptr, size_t bytes) {
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        allocation *a = &allocs[i];
+        if (a->base && ptr >= (uint64_t)(uintptr_t)a->base &&
+            ptr + bytes <= (uint64_t)(uintptr_t)a->base + a->size)
+            return a;
+    }
+    return NULL;
+}
+
+static size_t allocated(void) {
+    size_t total = 0;
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        total += allocs[i].size;
+    return total;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
+    CU_FAIL("cuMemGetInfo_v2", -1);
+    CU_CONTEXT();
+    size_t all = (size_t)number("MEM_MIB", current->device, 143155) << 20;
+    size_t used = allocated();
+    *total = all;
+    *free_ = used < all ? all - used : 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(uint64_t *ptr, size_t bytes) {
+    CU_FAIL("cuMemAlloc_v2", -1);
+    CU_CONTEXT();
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (!allocs[i].base) {
+            allocs[i].base = malloc(bytes ? bytes : 1);
+            if (!allocs[i].base)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            allocs[i].size = bytes;
+            *ptr = (uint64_t)(uintptr_t)allocs[i].base;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuMemFree_v2(uint64_t ptr) {
+    CU_FAIL("cuMemFree_v2", -1);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].base && (uint64_t)(uintptr_t)allocs[i].base == ptr) {
+            free(allocs[i].base);
+            allocs[i].base = NULL;
+            allocs[i].size = 0;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) {
+    CU_FAIL("cuMemcpyHtoD_v2", -1);
+    if (sticky)
+        return sticky;
+    if (!allocation_of(dst, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult wait_for_kernels(void);
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
+    CU_FAIL("cuMemcpyDtoH_v2", -1);
+    CUresult r = wait_for_kernels();
+    if (r)
+        return r;
+    if (!allocation_of(src, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemsetD8Async(uint64_t dst, unsigned char value, size_t bytes, void *stream) {
+    CU_FAIL("cuMemsetD8Async", -1);
+    (void)stream;
+    if (sticky)
+        return sticky;
+    if (!allocation_of(dst, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)dst, value, bytes);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamCreate(fake_stream **s, unsigned flags) {
+    CU_FAIL("cuStreamCreate", -1);
+    CU_CONTEXT();
+    (void)flags;
+    *s = calloc(1, sizeof **s);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(fake_stream *s) {
+    CU_FAIL("cuStreamDestroy_v2", -1);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+/* Where a trapped or hung kernel shows: at the next synchronisation. */
+static CUresult wait_for_kernels(void) {
+    if (pending_hang) {
+        log_call("hang");
+        for (;;)
+            pause();
+    }
+    if (pending_trap) {
+        pending_trap = 0;
+        sticky = CUDA_ERROR_LAUNCH_FAILED;
+    }
+    return sticky;
+}
+
+EXPORT CUresult cuStreamSynchronize(fake_stream *s) {
+    CU_FAIL("cuStreamSynchronize", -1);
+    (void)s;
+    return wait_for_kernels();
+}
+
+static double kernel_ns(const fake_function *f) {
+    long ppm = number("JITTER_PPM", -1, 5000);
+    /* A fixed sequence in [-1, 1]: the same samples in every run. */
+    unsigned long k = launches++;
+    double u = (double)((k * 2654435761ul) % 2001ul) / 1000.0 - 1.0;
+    return f->module->ns * (1.0 + u * (double)ppm / 1e6);
+}
+
+EXPORT CUresult cuLaunchKernel(fake_function *f, unsigned gx, unsigned gy, unsigned gz,
+                               unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                               fake_stream *s, void **params, void **extra) {
+    CU_FAIL("cuLaunchKernel", -1);
+    CU_CONTEXT();
+    (void)extra;
+    (void)shared;
+    if (sticky)
+        return sticky;
+    if (!f || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
+        (unsigned long)bx * by * bz > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    double ns = kernel_ns(f);
+    if (s && s->capturing) {
+        s->captured_ns += ns;
+        return CUDA_SUCCESS;
+    }
+    clock_ns += ns;
+    for (int i = 0; i < f->nparams; i++) {
+        if (f->sizes[i] != 8)
+            continue;
+        uint64_t v;
+        memcpy(&v, params[i], 8);
+        allocation *a = allocation_of(v, 1);
+        if (a && (uint64_t)(uintptr_t)a->base == v)
+            memset(a->base, f->wrong ? 0x3f : 0, a->size);
+    }
+    pending_trap |= f->trap;
+    pending_hang |= f->hang;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventCreate(fake_event **e, unsigned flags) {
+    CU_FAIL("cuEventCreate", -1);
+    CU_CONTEXT();
+    (void)flags;
+    *e = calloc(1, sizeof **e);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(fake_event *e) {
+    CU_FAIL("cuEventDestroy_v2", -1);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventRecord(fake_event *e, fake_stream *s) {
+    CU_FAIL("cuEventRecord", -1);
+    (void)s;
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->t = clock_ns;
+    e->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventSynchronize(fake_event *e) {
+    CU_FAIL("cuEventSynchronize", -1);
+    if (!e || !e->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return wait_for_kernels();
+}
+
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, fake_event *start, fake_event *end) {
+    CU_FAIL("cuEventElapsedTime_v2", -1);
+    if (!start || !end || !start->recorded || !end->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ms = (float)((end->t - start->t) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, fake_event *start, fake_event *end) {
+    return cuEventElapsedTime_v2(ms, start, end);
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2(fake_stream *s, int mode) {
+    CU_FAIL("cuStreamBeginCapture_v2", -1);
+    (void)mode;
+    if (!s || s->capturing)
+        return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = 1;
+    s->captured_ns = 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamEndCapture(fake_stream *s, fake_graph **g) {
+    CU_FAIL("cuStreamEndCapture", -1);
+    if (!s || !s->capturing)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    s->capturing = 0;
+    *g = calloc(1, sizeof **g);
+    (*g)->ns = s->captured_ns;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(fake_graph **exec, fake_graph *g,
+                                            unsigned long long flags) {
+    CU_FAIL("cuGraphInstantiateWithFlags", -1);
+    (void)flags;
+    *exec = calloc(1, sizeof **exec);
+    (*exec)->ns = g->ns;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphLaunch(fake_graph *exec, fake_stream *s) {
+    CU_FAIL("cuGraphLaunch", -1);
+    (void)s;
+    if (sticky)
+        return sticky;
+    clock_ns += exec->ns;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphDestroy(fake_graph *g) {
+    CU_FAIL("cuGraphDestroy", -1);
+    free(g);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphExecDestroy(fake_graph *g) {
+    CU_FAIL("cuGraphExecDestroy", -1);
+    free(g);
     return CUDA_SUCCESS;
 }
 
