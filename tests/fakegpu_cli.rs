@@ -360,6 +360,47 @@ fn another_driver_version_is_a_mismatch() {
     assert_eq!(fp["driver"]["version"], "590.10.02", "{}", fp["driver"]);
 }
 
+/// A library whose file name carries no version (`libcuda.so.1` itself, as a stand-in
+/// installs it) says nothing of the driver's version: without the kernel module's file the
+/// version is unavailable, not the soname's "1". A library file not named `libcuda.so*` at
+/// all cannot be found in the process's maps.
+#[test]
+fn the_driver_version_comes_only_from_a_versioned_file_name() {
+    let Some(gpu) = FakeGpu::with_files("580.159.04", "libcuda.so.1", "libnvidia-ml.so.1") else {
+        return;
+    };
+    let no_module = gpu.path("absent");
+    let out = gpu
+        .cmd(&[])
+        .env("REPRO_NVIDIA_VERSION_FILE", &no_module)
+        .args(["env", "capture", "--json"])
+        .output()
+        .unwrap();
+    let fp = ok_json(&out);
+    gpu.assert_loaded(&fp);
+    assert_eq!(
+        fp["driver"]["version"]["unavailable"], "cannot read /proc/driver/nvidia/version",
+        "{}",
+        fp["driver"]
+    );
+    // With the kernel module's file, its version.
+    let fp = gpu.capture(&[]);
+    assert_eq!(fp["driver"]["version"], "580.159.04");
+
+    let Some(odd) = FakeGpu::with_files("580.159.04", "fakecuda.so", "fakenvml.so") else {
+        return;
+    };
+    let fp = ok_json(&odd.run(&["env", "capture", "--json"], &[]));
+    assert_eq!(
+        fp["driver"]["library"]["unavailable"], "not found in /proc/self/maps",
+        "{}",
+        fp["driver"]
+    );
+    // It was loaded all the same: the devices are the fake's.
+    assert_eq!(fp["gpu"]["devices"][0]["name"], "NVIDIA Fake GPU");
+    assert_eq!(fp["driver"]["version"], "580.159.04");
+}
+
 /// A whole section's reason, or one field's.
 fn unavailable(v: &Value) -> String {
     v["unavailable"]
@@ -708,6 +749,33 @@ fn the_fake_found_by_repro_s_own_driver_search_answers_everything() {
     // NVML was found the same way: its fields are answered.
     assert_eq!(
         fp["gpu"]["devices"][0]["vbios"], "96.00.FA.CE.00",
+        "{}",
+        fp["gpu"]
+    );
+
+    // A kernel module (its version file) but no libcuda the loader or the search can find:
+    // the driver section says which half is missing.
+    let empty = gpu.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = gpu
+        .cmd(&[])
+        .env_remove("LD_LIBRARY_PATH")
+        .env("REPRO_DRIVER_LIB_DIRS", &empty)
+        .args(["env", "capture", "--json"])
+        .output()
+        .unwrap();
+    let fp = ok_json(&out);
+    assert_eq!(
+        fp["driver"]["unavailable"],
+        "the NVIDIA kernel module is loaded but libcuda.so.1 was not found",
+        "{}",
+        fp["driver"]
+    );
+    assert!(
+        fp["gpu"]["unavailable"]
+            .as_str()
+            .unwrap()
+            .contains("no NVIDIA driver"),
         "{}",
         fp["gpu"]
     );

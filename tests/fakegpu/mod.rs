@@ -79,21 +79,30 @@ impl FakeGpu {
     /// A fake driver of this version (`580.159.04`), with its library in a directory of
     /// its own under the names the loader is asked for.
     pub fn new(version: &str) -> Option<FakeGpu> {
+        FakeGpu::with_files(
+            version,
+            &format!("libcuda.so.{version}"),
+            &format!("libnvidia-ml.so.{version}"),
+        )
+    }
+
+    /// A fake driver of this version whose library files have these names (`libcuda.so.1`
+    /// itself, or a name the loader's names link to); a symlink is made for each name the
+    /// loader is asked for that is not a file already.
+    pub fn with_files(version: &str, cuda_file: &str, nvml_file: &str) -> Option<FakeGpu> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("driver");
         std::fs::create_dir(&dir).unwrap();
-        let lib = compile(&dir, &format!("libcuda.so.{version}"), "libcuda.so.1")?;
-        let nvml = compile(
-            &dir,
-            &format!("libnvidia-ml.so.{version}"),
-            "libnvidia-ml.so.1",
-        )?;
+        let lib = compile(&dir, cuda_file, "libcuda.so.1")?;
+        let nvml = compile(&dir, nvml_file, "libnvidia-ml.so.1")?;
         for (name, to) in [
             ("libcuda.so", &lib),
             ("libcuda.so.1", &lib),
             ("libnvidia-ml.so.1", &nvml),
         ] {
-            std::os::unix::fs::symlink(to.file_name().unwrap(), dir.join(name)).unwrap();
+            if !dir.join(name).exists() {
+                std::os::unix::fs::symlink(to.file_name().unwrap(), dir.join(name)).unwrap();
+            }
         }
         let version_file = tmp.path().join("nvidia-version");
         std::fs::write(

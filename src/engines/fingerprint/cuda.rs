@@ -88,12 +88,13 @@ pub fn probe_driver() -> Fields {
         .as_deref()
         .and_then(parse_proc_version)
         // Without /proc (some containers), the real file name carries the version:
-        // libcuda.so.580.159.04.
+        // libcuda.so.580.159.04. A file named by its soname (libcuda.so.1) carries none.
         .or_else(|| {
             library
                 .as_deref()
                 .and_then(|p| p.rsplit_once("libcuda.so."))
                 .map(|(_, v)| v.to_string())
+                .filter(|v| is_driver_version(v))
         });
     f.insert(
         "driver.version".into(),
@@ -112,11 +113,16 @@ pub fn probe_driver() -> Fields {
     f
 }
 
+/// Whether `v` reads as a driver version: digits and dots, with a dot (`580.159.04`).
+fn is_driver_version(v: &str) -> bool {
+    v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
 /// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..." → "580.159.04".
 pub fn parse_proc_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
     line.split_whitespace()
-        .find(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .find(|t| is_driver_version(t))
         .map(str::to_string)
 }
 
@@ -345,6 +351,16 @@ mod tests {
         let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\nGCC version:  gcc version 12.2.0\n";
         assert_eq!(parse_proc_version(text).as_deref(), Some("580.159.04"));
         assert_eq!(parse_proc_version("garbage"), None);
+    }
+
+    #[test]
+    fn a_driver_version_has_digits_and_a_dot() {
+        assert!(is_driver_version("580.159.04"));
+        assert!(is_driver_version("535.104.05"));
+        // The soname's number, a file name's leftovers: not a version.
+        assert!(!is_driver_version("1"));
+        assert!(!is_driver_version("580.159.04.bak-x"));
+        assert!(!is_driver_version(""));
     }
 
     #[test]
