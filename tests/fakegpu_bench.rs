@@ -392,3 +392,87 @@ fn bisect_check_finds_the_commit_that_made_the_kernel_wrong() {
     assert_eq!(v["outcome"]["kind"], "first-bad", "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
 }
+
+/// Every buffer type and initialisation, and every scalar type, reach the kernel: the inputs
+/// filled, the outputs poisoned, written, read back and compared per type.
+#[test]
+fn every_buffer_and_scalar_type_is_filled_passed_and_compared() {
+    let params = "void* a, void* b, void* c, void* d, void* e, void* o1, void* o2, void* o3, \
+                  void* o4, void* o5, void* o6, void* o7, void* o8, void* o9, int s1, \
+                  unsigned s2, long long s3, unsigned long long s4, float s5, double s6, \
+                  unsigned char s7";
+    let source = format!(
+        "__device__ int fakegpu_ns_5000;\n\
+         extern \"C\" __global__ void dt({params}) {{}}\n\
+         extern \"C\" __global__ void dt_ref({params}) {{}}\n"
+    );
+    let Some((gpu, _tmp, root)) = setup(&source) else {
+        return;
+    };
+    let mut args = vec![
+        r#"{ name = "a", buffer = "f16", count = "n", init = "zeros" }"#.to_string(),
+        r#"{ name = "b", buffer = "bf16", count = "n", init = "constant", mean = 1.5 }"#.into(),
+        r#"{ name = "c", buffer = "f32", count = "n", init = "iota" }"#.into(),
+        r#"{ name = "d", buffer = "f64", count = "n", init = "uniform", low = -1.0, high = 1.0 }"#
+            .into(),
+        r#"{ name = "e", buffer = "i32", count = "n", init = "normal", std = 3.0, seed = 7 }"#
+            .into(),
+    ];
+    for (i, t) in [
+        "f16", "bf16", "f32", "f64", "i32", "u32", "i64", "u64", "u8",
+    ]
+    .iter()
+    .enumerate()
+    {
+        args.push(format!(
+            r#"{{ name = "o{}", buffer = "{t}", count = "n", output = true }}"#,
+            i + 1
+        ));
+    }
+    for (i, t) in ["i32", "u32", "i64", "u64", "f32", "f64", "u8"]
+        .iter()
+        .enumerate()
+    {
+        args.push(format!(
+            r#"{{ name = "s{}", scalar = "{t}", value = "n" }}"#,
+            i + 1
+        ));
+    }
+    let recipe = format!(
+        "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"dt\", \"dt_ref\"]\n\
+         target = \"sm_90\"\noutputs = [\"ptx\"]\n[params]\nn = 100\n[run]\nkernel = \"dt\"\n\
+         grid = 1\nblock = 128\nargs = [\n  {}\n]\n[check]\nkernel = \"dt_ref\"\n",
+        args.join(",\n  ")
+    );
+    std::fs::write(root.join("recipes/dt.toml"), recipe).unwrap();
+    let (code, r) = bench(&gpu, &root, "dt", &["--mode", "hot"], &[]);
+    assert_eq!((code, &r["verdict"]), (0, &Value::from("ok")), "{r}");
+    let checks = r["check"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9"]
+    );
+    for c in checks {
+        assert_eq!(c["elements"], 100, "{c}");
+        assert_eq!(
+            (&c["mismatches"], &c["unwritten"]),
+            (&0.into(), &0.into()),
+            "{c}"
+        );
+    }
+    let m = median(&r);
+    assert!((4.97..=5.03).contains(&m), "median {m} µs");
+    // Outputs the reference writes and the kernel writes otherwise: every type compared.
+    std::fs::write(
+        root.join("k.cu"),
+        format!("__device__ int fakegpu_wrong_dt;\n{source}"),
+    )
+    .unwrap();
+    let (code, r) = bench(&gpu, &root, "dt", &["--mode", "hot"], &[]);
+    assert_eq!((code, &r["verdict"]), (1, &Value::from("wrong")), "{r}");
+    for c in r["check"].as_array().unwrap() {
+        assert_eq!(c["mismatches"], 100, "{c}");
+        assert_eq!(c["unwritten"], 0, "{c}");
+    }
+}
