@@ -155,6 +155,61 @@ fn a_recipe_bench_checks_and_times_the_kernel_on_the_fake_gpu() {
         "{r}"
     );
     assert_eq!(r["throttled"], true);
+    // On a second GPU the job sees only that card (CUDA_VISIBLE_DEVICES) and reads the
+    // clocks of that card (by its UUID), not NVML's first device's.
+    let two = [
+        ("FAKEGPU_COUNT", "2"),
+        ("FAKEGPU_SM_MHZ_1", "700"),
+        ("FAKEGPU_TIME_SCALE_1", "2"),
+    ];
+    gpu.forget_devices();
+    let (code, r) = bench(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "hot", "--device", "1"],
+        &two,
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["sm-clock-mhz"],
+        serde_json::json!([700, 700, 1980]),
+        "{r}"
+    );
+    let m = median(&r);
+    assert!(
+        (318.4..=321.6).contains(&m),
+        "GPU 1 takes twice as long: median {m} µs"
+    );
+    let (code, r) = bench(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "hot", "--device", "0"],
+        &two,
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["sm-clock-mhz"],
+        serde_json::json!([1980, 1980, 1980]),
+        "{r}"
+    );
+    assert!((159.2..=160.8).contains(&median(&r)), "{r}");
+    // A device that is not there is a usage error before anything runs.
+    gpu.forget_devices();
+    let out = gpu
+        .cmd(&[])
+        .arg("-C")
+        .arg(&root)
+        .args(["bench", "scale", "--device", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--device 1 is out of range: 1 GPU(s) visible"),
+        "{stderr}"
+    );
     // A cubin is loaded as it is (the fake finds the token in its symbol table).
     let (code, r) = bench(&gpu, &root, "scale_cubin", &["--mode", "hot"], &[]);
     assert_eq!(code, 0, "{r}");
@@ -284,10 +339,10 @@ fn history(root: &Path, change: impl Fn(&str) -> String) -> Vec<String> {
     ids
 }
 
-/// `repro bisect --json` on the fake: (exit code, report).
-fn bisect(gpu: &FakeGpu, root: &Path, args: &[&str]) -> (i32, Value) {
+/// `repro bisect --json` on the fake with `vars`: (exit code, report).
+fn bisect(gpu: &FakeGpu, root: &Path, args: &[&str], vars: &[(&str, &str)]) -> (i32, Value) {
     let out = gpu
-        .cmd(&[])
+        .cmd(vars)
         .arg("-C")
         .arg(root)
         .args([
@@ -311,7 +366,7 @@ fn bisect_bench_finds_the_commit_that_made_the_kernel_slower() {
     let ids = history(&root, |t| {
         t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
     });
-    let (code, v) = bisect(&gpu, &root, &["--mode", "bench", "--min-time", "30ms"]);
+    let (code, v) = bisect(&gpu, &root, &["--mode", "bench", "--min-time", "30ms"], &[]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["outcome"]["kind"], "first-bad", "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
@@ -387,10 +442,65 @@ fn bisect_check_finds_the_commit_that_made_the_kernel_wrong() {
     let ids = history(&root, |t| {
         format!("__device__ int fakegpu_wrong_scale;\n{t}")
     });
-    let (code, v) = bisect(&gpu, &root, &["--mode", "check"]);
+    let (code, v) = bisect(&gpu, &root, &["--mode", "check"], &[]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["outcome"]["kind"], "first-bad", "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let wrong = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["commit"] == ids[4].as_str())
+        .unwrap();
+    assert!(
+        wrong["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("wrong"),
+        "{wrong}"
+    );
+    // Two GPUs check two commits at once; the answer is the same.
+    let two = [("FAKEGPU_COUNT", "2")];
+    gpu.forget_devices();
+    let (code, v) = bisect(&gpu, &root, &["--mode", "check", "--devices", "0,1"], &two);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+}
+
+/// With two GPUs, each commit's processes are spread over both and each GPU judges its
+/// samples against its own baseline of the good end: GPU 1 is 10% slower than GPU 0 here,
+/// which must not read as a regression, while the commit that makes the kernel 25% slower
+/// is found on both.
+#[test]
+fn bisect_bench_on_two_gpus_judges_each_against_its_own_baseline() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
+    });
+    let vars = [("FAKEGPU_COUNT", "2"), ("FAKEGPU_TIME_SCALE_1", "1.1")];
+    let args = ["--mode", "bench", "--min-time", "30ms", "--devices", "0,1"];
+    let (code, v) = bisect(&gpu, &root, &args, &vars);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    for s in steps {
+        let m = s["median"].as_f64().unwrap();
+        let bad = s["verdict"] == "bad";
+        // Both GPUs measured: the median of the medians lies between the two cards' times.
+        let (fast, slow) = if bad { (200.0, 220.0) } else { (160.0, 176.0) };
+        assert!(m > fast * 1.01 && m < slow * 0.99, "{s}");
+        if bad {
+            let d = s["detail"].as_str().unwrap();
+            assert!(d.contains("GPU 0: bad") && d.contains("GPU 1: bad"), "{s}");
+        }
+    }
+    let good_middle = steps
+        .iter()
+        .find(|s| s["commit"] == ids[3].as_str())
+        .unwrap();
+    assert_eq!(good_middle["verdict"], "good", "{good_middle}");
 }
 
 /// Every buffer type and initialisation, and every scalar type, reach the kernel: the inputs

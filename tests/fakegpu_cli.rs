@@ -122,6 +122,45 @@ fn capture_json_types_each_device_and_keeps_devices_apart() {
     assert_eq!(d[1]["other-processes"], 0);
 }
 
+/// CUDA numbers only the devices `CUDA_VISIBLE_DEVICES` lists, in its order (by index or
+/// UUID prefix); the cache is kept per value of it; NVML's answers follow each device by UUID.
+#[test]
+fn cuda_visible_devices_choose_and_order_the_devices() {
+    let Some(gpu) = FakeGpu::new("580.159.04") else {
+        return;
+    };
+    let three = [
+        ("FAKEGPU_COUNT", "3"),
+        ("FAKEGPU_NAME_2", "NVIDIA Third"),
+        ("FAKEGPU_VBIOS_2", "3.3.3"),
+    ];
+    for visible in [
+        "2,0",
+        "GPU-face0000-0000-0000-0000-000000000002,0",
+        "2,0,7,1",
+    ] {
+        let mut vars = three.to_vec();
+        vars.push(("CUDA_VISIBLE_DEVICES", visible));
+        let fp = gpu.capture(&vars);
+        let g = &fp["gpu"];
+        // An entry that names no device ends the list, as with the real driver.
+        assert_eq!(g["count"], 2, "{visible}: {g}");
+        let d = &g["devices"];
+        assert_eq!(d[0]["name"], "NVIDIA Third", "{visible}");
+        assert_eq!(d[0]["uuid"], "GPU-face0000-0000-0000-0000-000000000002");
+        assert_eq!(d[0]["vbios"], "3.3.3", "{visible}");
+        assert_eq!(d[1]["name"], "NVIDIA Fake GPU", "{visible}");
+        assert_eq!(d[1]["vbios"], "96.00.FA.CE.00", "{visible}");
+    }
+    let mut vars = three.to_vec();
+    vars.push(("CUDA_VISIBLE_DEVICES", "5"));
+    let fp = gpu.capture(&vars);
+    assert!(
+        unavailable(&fp["gpu"]).contains("CUDA_ERROR_NO_DEVICE"),
+        "{fp}"
+    );
+}
+
 /// Runs `env check --json --lock LOCK` with `vars` and returns (exit code, report).
 fn check(gpu: &FakeGpu, lock: &Path, extra: &[&str], vars: &[(&str, &str)]) -> (i32, Value) {
     let mut args = vec!["env", "check", "--json", "--lock", lock.to_str().unwrap()];

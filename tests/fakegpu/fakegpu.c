@@ -21,6 +21,10 @@
  *   FAKEGPU_MEM_MHZ, FAKEGPU_TEMP_C, FAKEGPU_VBIOS, FAKEGPU_OTHER_PROCS
  *   FAKEGPU_NVML_COUNT       devices NVML lists (default FAKEGPU_COUNT)
  *   FAKEGPU_NVML_REVERSE=1   NVML lists the devices in the reverse of CUDA's order
+ *   FAKEGPU_TIME_SCALE       kernel times on this device are multiplied by this (default 1)
+ *
+ * CUDA honours CUDA_VISIBLE_DEVICES (indices or GPU-UUID prefixes) as the real driver does;
+ * NVML does not, as the real NVML does not.
  *
  * A per-device variable FAKEGPU_<KEY>_<index> overrides FAKEGPU_<KEY> for that device, so
  * two devices can differ.
@@ -111,9 +115,10 @@ static int failure(const char *name, int dev) {
     return 0;
 }
 
+/* The GPUs the machine has (NVML's view; per-device settings are by this index). */
 static int device_count(void) {
     long n = number("COUNT", -1, 1);
-    return n < 0 ? 0 : (int)n;
+    return n < 0 ? 0 : n > 64 ? 64 : (int)n;
 }
 
 static void uuid_bytes(int dev, unsigned char out[16]) {
@@ -151,6 +156,61 @@ static void uuid_text(int dev, char *out, size_t len) {
              b[13], b[14], b[15]);
 }
 
+/* CUDA's view: the devices CUDA_VISIBLE_DEVICES lists (indices, or GPU-UUID prefixes), in
+ * its order, up to the first entry that names none, as the real driver reads it; every
+ * device when it is unset. Returns how many, with their indices in `out`. */
+static int visible(int out[64]) {
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    int all = device_count(), n = 0;
+    if (!list) {
+        for (int i = 0; i < all; i++)
+            out[n++] = i;
+        return n;
+    }
+    const char *p = list;
+    while (*p && n < 64) {
+        while (*p == ' ')
+            p++;
+        const char *end = strchr(p, ',');
+        if (!end)
+            end = p + strlen(p);
+        size_t len = (size_t)(end - p);
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        int found = -1;
+        if (len > 4 && strncmp(p, "GPU-", 4) == 0) {
+            for (int i = 0; i < all && found < 0; i++) {
+                char t[64];
+                uuid_text(i, t, sizeof t);
+                if (strncmp(t, p, len) == 0)
+                    found = i;
+            }
+        } else if (len > 0) {
+            char *num_end;
+            long i = strtol(p, &num_end, 10);
+            if (num_end == p + len && i >= 0 && i < all)
+                found = (int)i;
+        }
+        if (found < 0)
+            break;
+        out[n++] = found;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static int cuda_count(void) {
+    int list[64];
+    return visible(list);
+}
+
+/* The device behind CUDA ordinal `ordinal`, or -1. */
+static int physical(int ordinal) {
+    int list[64];
+    int n = visible(list);
+    return ordinal >= 0 && ordinal < n ? list[ordinal] : -1;
+}
+
 /* ---------------------------------------------------------------- CUDA driver API */
 
 typedef int CUresult;
@@ -167,18 +227,18 @@ static int cuda_initialised;
 #define CU_FAIL(name, dev)                                                                  \
     do {                                                                                    \
         log_call(name);                                                                     \
-        int code_ = failure(name, dev);                                                     \
+        int code_ = failure(name, (dev) < 0 ? -1 : physical(dev));                          \
         if (code_)                                                                          \
             return code_;                                                                   \
     } while (0)
 
+/* Checks a CUDA ordinal and declares `p`, the device behind it. */
 #define CU_DEVICE(dev)                                                                      \
-    do {                                                                                    \
-        if (!cuda_initialised)                                                              \
-            return CUDA_ERROR_NOT_INITIALIZED;                                              \
-        if ((dev) < 0 || (dev) >= device_count())                                           \
-            return CUDA_ERROR_INVALID_DEVICE;                                               \
-    } while (0)
+    if (!cuda_initialised)                                                                  \
+        return CUDA_ERROR_NOT_INITIALIZED;                                                  \
+    int p = physical(dev);                                                                  \
+    if (p < 0)                                                                              \
+        return CUDA_ERROR_INVALID_DEVICE
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
     CU_FAIL("cuDriverGetVersion", -1);
@@ -192,7 +252,7 @@ EXPORT CUresult cuInit(unsigned flags) {
     CU_FAIL("cuInit", -1);
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (device_count() == 0)
+    if (cuda_count() == 0)
         return 100; /* CUDA_ERROR_NO_DEVICE, as the real driver answers */
     cuda_initialised = 1;
     return CUDA_SUCCESS;
@@ -211,13 +271,14 @@ EXPORT CUresult cuDeviceGetCount(int *count) {
     CU_FAIL("cuDeviceGetCount", -1);
     if (!cuda_initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    *count = device_count();
+    *count = cuda_count();
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
     CU_FAIL("cuDeviceGet", ordinal);
     CU_DEVICE(ordinal);
+    (void)p;
     *dev = ordinal;
     return CUDA_SUCCESS;
 }
@@ -227,7 +288,7 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     CU_DEVICE(dev);
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "%s", text("NAME", dev, "NVIDIA Fake GPU"));
+    snprintf(name, (size_t)len, "%s", text("NAME", p, "NVIDIA Fake GPU"));
     return CUDA_SUCCESS;
 }
 
@@ -259,7 +320,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev) {
     CU_FAIL("cuDeviceGetAttribute", dev);
     CU_DEVICE(dev);
     int known;
-    long v = attribute(attr, dev, &known);
+    long v = attribute(attr, p, &known);
     if (!known)
         return CUDA_ERROR_INVALID_VALUE;
     *value = (int)v;
@@ -269,14 +330,14 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev) {
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     CU_FAIL("cuDeviceTotalMem_v2", dev);
     CU_DEVICE(dev);
-    *bytes = (size_t)number("MEM_MIB", dev, 143155) << 20;
+    *bytes = (size_t)number("MEM_MIB", p, 143155) << 20;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetUuid_v2(unsigned char *uuid, CUdevice dev) {
     CU_FAIL("cuDeviceGetUuid_v2", dev);
     CU_DEVICE(dev);
-    uuid_bytes(dev, uuid);
+    uuid_bytes(p, uuid);
     return CUDA_SUCCESS;
 }
 
@@ -284,8 +345,8 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
     CU_FAIL("cuDeviceGetPCIBusId", dev);
     CU_DEVICE(dev);
     char dflt[32];
-    snprintf(dflt, sizeof dflt, "0000:%02x:00.0", dev + 1);
-    snprintf(id, (size_t)len, "%s", text("PCI", dev, dflt));
+    snprintf(dflt, sizeof dflt, "0000:%02x:00.0", p + 1);
+    snprintf(id, (size_t)len, "%s", text("PCI", p, dflt));
     return CUDA_SUCCESS;
 }
 
@@ -299,8 +360,9 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
  *     parameters are buffers is read from the PTX's .entry (a cubin's launches write nothing);
  *   - advances a virtual clock of the stream by the kernel's time: fakegpu_ns_<N> anywhere
  *     in the module image (a __device__ variable's name, in PTX or in a cubin's symbol
- *     table) is N nanoseconds (default 10000), plus a deterministic jitter of
- *     FAKEGPU_JITTER_PPM millionths (default 5000) either way. Events read that clock.
+ *     table) is N nanoseconds (default 10000), times the device's FAKEGPU_TIME_SCALE, plus
+ *     a deterministic jitter of FAKEGPU_JITTER_PPM millionths (default 5000) either way.
+ *     Events read that clock.
  * fakegpu_trap_<kernel> makes the next synchronisation fail with CUDA_ERROR_LAUNCH_FAILED
  * (sticky, as on a real GPU); fakegpu_hang_<kernel> makes it never return.
  */
@@ -402,14 +464,15 @@ static size_t elf_size(const unsigned char *image) {
 EXPORT CUresult cuDevicePrimaryCtxRetain(fake_ctx **ctx, CUdevice dev) {
     CU_FAIL("cuDevicePrimaryCtxRetain", dev);
     CU_DEVICE(dev);
-    contexts[dev].device = dev;
-    *ctx = &contexts[dev];
+    contexts[p].device = p;
+    *ctx = &contexts[p];
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     CU_FAIL("cuDevicePrimaryCtxRelease_v2", dev);
     CU_DEVICE(dev);
+    (void)p;
     return CUDA_SUCCESS;
 }
 
@@ -665,7 +728,8 @@ static double kernel_ns(const fake_function *f) {
     /* A fixed sequence in [-1, 1]: the same samples in every run. */
     unsigned long k = launches++;
     double u = (double)((k * 2654435761ul) % 2001ul) / 1000.0 - 1.0;
-    return f->module->ns * (1.0 + u * (double)ppm / 1e6);
+    double scale = strtod(text("TIME_SCALE", current ? current->device : -1, "1"), NULL);
+    return f->module->ns * scale * (1.0 + u * (double)ppm / 1e6);
 }
 
 EXPORT CUresult cuLaunchKernel(fake_function *f, unsigned gx, unsigned gy, unsigned gz,

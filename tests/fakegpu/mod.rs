@@ -163,6 +163,12 @@ impl FakeGpu {
         );
     }
 
+    /// Forgets the devices repro cached for this boot and driver: the next run is another
+    /// machine (other GPUs cannot appear without a reboot or a driver reload on a real one).
+    pub fn forget_devices(&self) {
+        let _ = std::fs::remove_file(self.cache.join("repro/gpu-devices.json"));
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.tmp.path().join(name)
     }
