@@ -47,10 +47,20 @@ fn check(r: CUresult, call: &'static str) -> Result<(), CudaError> {
     }
 }
 
+/// Where the loaded kernel module states its version: `/proc/driver/nvidia/version`, or the
+/// file `REPRO_NVIDIA_VERSION_FILE` names. That variable is a test seam: the tests that run
+/// repro on a fake driver (tests/fakegpu_cli.rs) stand in a kernel module with it, so that
+/// the driver version and the device cache's key come from the fake, also on a GPU machine.
+fn module_version_file() -> std::path::PathBuf {
+    std::env::var_os("REPRO_NVIDIA_VERSION_FILE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| "/proc/driver/nvidia/version".into(), Into::into)
+}
+
 /// Probes the driver: its version, the CUDA version it supports, the library's path.
 pub fn probe_driver() -> Fields {
     let mut f = Fields::new();
-    let proc_version = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+    let proc_version = std::fs::read_to_string(module_version_file()).ok();
     let present = driver_present();
     if let Some(how) = crate::foundation::driverlib::located("libcuda.so.1") {
         f.insert("driver.found-by".into(), Field::Value(how.describe()));
@@ -78,12 +88,13 @@ pub fn probe_driver() -> Fields {
         .as_deref()
         .and_then(parse_proc_version)
         // Without /proc (some containers), the real file name carries the version:
-        // libcuda.so.580.159.04.
+        // libcuda.so.580.159.04. A file named by its soname (libcuda.so.1) carries none.
         .or_else(|| {
             library
                 .as_deref()
                 .and_then(|p| p.rsplit_once("libcuda.so."))
                 .map(|(_, v)| v.to_string())
+                .filter(|v| is_driver_version(v))
         });
     f.insert(
         "driver.version".into(),
@@ -102,11 +113,16 @@ pub fn probe_driver() -> Fields {
     f
 }
 
+/// Whether `v` reads as a driver version: digits and dots, with a dot (`580.159.04`).
+fn is_driver_version(v: &str) -> bool {
+    v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
 /// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..." → "580.159.04".
 pub fn parse_proc_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
     line.split_whitespace()
-        .find(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .find(|t| is_driver_version(t))
         .map(str::to_string)
 }
 
@@ -127,7 +143,7 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
 /// variables that decide which devices CUDA shows and in what order.
 fn cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let driver = parse_proc_version(&std::fs::read_to_string("/proc/driver/nvidia/version").ok()?)?;
+    let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
     let var =
         |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
     Some(format!(
@@ -335,6 +351,16 @@ mod tests {
         let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\nGCC version:  gcc version 12.2.0\n";
         assert_eq!(parse_proc_version(text).as_deref(), Some("580.159.04"));
         assert_eq!(parse_proc_version("garbage"), None);
+    }
+
+    #[test]
+    fn a_driver_version_has_digits_and_a_dot() {
+        assert!(is_driver_version("580.159.04"));
+        assert!(is_driver_version("535.104.05"));
+        // The soname's number, a file name's leftovers: not a version.
+        assert!(!is_driver_version("1"));
+        assert!(!is_driver_version("580.159.04.bak-x"));
+        assert!(!is_driver_version(""));
     }
 
     #[test]
