@@ -42,13 +42,20 @@ fn zip(path: &Path, files: &[(&str, &str)]) {
 /// A wheel of package `fake-nvcc` at `version` that pip accepts, holding `files` besides
 /// its metadata, written into `dir`; returns its path.
 fn fake_wheel(dir: &Path, version: &str, files: &[(&str, &str)]) -> PathBuf {
+    wheel_of(dir, "fake-nvcc", version, files)
+}
+
+/// A wheel of `package` at `version` that pip accepts, holding `files` besides its
+/// metadata, written into `dir`; returns its path.
+fn wheel_of(dir: &Path, package: &str, version: &str, files: &[(&str, &str)]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
+    let under = package.replace('-', "_");
     let path = dir.join(format!(
-        "fake_nvcc-{version}-py3-none-manylinux2014_{}.whl",
+        "{under}-{version}-py3-none-manylinux2014_{}.whl",
         std::env::consts::ARCH
     ));
-    let info = format!("fake_nvcc-{version}.dist-info");
-    let metadata = format!("Metadata-Version: 2.1\nName: fake-nvcc\nVersion: {version}\n");
+    let info = format!("{under}-{version}.dist-info");
+    let metadata = format!("Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n");
     let wheel = format!(
         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-manylinux2014_{}\n",
         std::env::consts::ARCH
@@ -421,4 +428,177 @@ fn nvrtc_files_that_are_not_nvrtc_wheels_are_refused_and_leave_nothing() {
         "{err}"
     );
     assert_eq!(leftovers(&cache), Vec::<String>::new());
+}
+
+/// A made-up nvcc of `release`: `--version` reports it; compiling writes an object naming
+/// the kernel `k`, unless `how` says to refuse sm_70 (`drops-sm70`) or to hang (`hangs`).
+fn fake_nvcc(release: &str, how: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release {release}, V{release}.0"; exit 0; fi
+out=""; arch=""; prev=""
+for a in "$@"; do
+  case "$a" in -arch=*) arch="${{a#-arch=}}";; esac
+  if [ "$prev" = "-o" ]; then out="$a"; fi
+  prev="$a"
+done
+how="{how}"
+if [ "$how" = hangs ]; then exec sleep 60; fi
+if [ "$how" = drops-sm70 ] && [ "$arch" = sm_70 ]; then
+  echo "nvcc fatal   : Unsupported gpu architecture 'compute_70'" >&2; exit 1
+fi
+printf '\177ELF\000\000k\000' > "$out"
+"#
+    )
+}
+
+#[test]
+fn an_nvcc_bisection_over_unpinned_releases_of_a_wheel_directory_names_the_release_that_dropped_a_target()
+ {
+    let (tmp, root) = repo_with(&[
+        ("repro.toml", "schema = 1\n"),
+        ("kernels/k.cu", "extern \"C\" __global__ void k() {}\n"),
+        (
+            "recipes/k.toml",
+            "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/k.cu\"\nentries = [\"k\"]\ntargets = [\"sm_70\", \"sm_90\"]\noutputs = [\"cubin\"]\n",
+        ),
+    ]);
+    let cache = tmp.path().join("cache");
+    let house = tmp.path().join("house");
+    // Five releases of the five nvcc packages: 13.3 hangs, 13.4 and 13.5 refuse sm_70.
+    for (minor, how) in [
+        (1, "ok"),
+        (2, "ok"),
+        (3, "hangs"),
+        (4, "drops-sm70"),
+        (5, "drops-sm70"),
+    ] {
+        let release = format!("13.{minor}");
+        let version = format!("13.{minor}.7");
+        let nvcc = fake_nvcc(&release, how);
+        for package in [
+            "nvidia-cuda-nvcc",
+            "nvidia-nvvm",
+            "nvidia-cuda-crt",
+            "nvidia-cuda-runtime",
+            "nvidia-cuda-cccl",
+        ] {
+            let files: Vec<(&str, &str)> = if package == "nvidia-cuda-nvcc" {
+                vec![("nvidia/cu13/bin/nvcc", nvcc.as_str())]
+            } else {
+                vec![("nvidia/cu13/include/empty.h", "")]
+            };
+            wheel_of(&house, package, &version, &files);
+        }
+    }
+    let bisect = |args: &[&str]| {
+        let mut all = vec![
+            "--json",
+            "bisect",
+            "--toolchains",
+            "nvcc@13.1..nvcc@13.5",
+            "--recipe",
+            "k",
+            "--timeout",
+            "3s",
+            "--wheels",
+            "../house",
+        ];
+        all.extend(args);
+        run(&cache, &root, &all)
+    };
+    // Exit 1: for sm_70 only an untested release separates good from bad.
+    let (code, out, err) = bisect(&[]);
+    assert_eq!(code, 1, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let targets = v["answers"].as_array().expect("per-target answers");
+    let of = |t: &str| {
+        targets
+            .iter()
+            .find(|x| x["target"] == t)
+            .unwrap_or_else(|| panic!("no {t} in {v}"))
+            .clone()
+    };
+    // sm_70: broken from 13.4 or 13.3; 13.3 could not be tested (it timed out).
+    let sm70 = of("sm_70");
+    assert_eq!(sm70["last-good"], "13.2", "{v}");
+    assert_eq!(sm70["first-bad"], Value::Null, "{v}");
+    assert_eq!(
+        sm70["undecided"],
+        serde_json::json!(["13.3", "13.4"]),
+        "{v}"
+    );
+    let sm90 = of("sm_90");
+    assert_eq!(sm90["first-bad"], Value::Null, "{v}");
+    assert_eq!(
+        sm90["unchanged"], "good with nvcc@13.1 and good with nvcc@13.5",
+        "{v}"
+    );
+    assert_eq!(
+        v["releases"],
+        serde_json::json!(["13.1", "13.2", "13.3", "13.4", "13.5"]),
+        "{v}"
+    );
+    let steps = v["steps"].as_array().unwrap();
+    let hung: Vec<&Value> = steps.iter().filter(|s| s["release"] == "13.3").collect();
+    assert!(!hung.is_empty(), "{v}");
+    assert_eq!(hung.len(), 2, "{v}");
+    for s in hung {
+        assert_eq!(s["verdict"], "skip", "{v}");
+        assert_eq!(s["detail"], "timed out after 3s", "{v}");
+    }
+    // Where the releases came from, and the digests of the wheels trusted on first use.
+    let wheels = v["wheels"]["13.2"].as_array().unwrap();
+    assert_eq!(wheels.len(), 5, "{v}");
+    assert!(wheels.iter().all(|w| w["pinned"] == false), "{v}");
+    let nvcc_wheel = house.join(format!(
+        "nvidia_cuda_nvcc-13.2.7-py3-none-manylinux2014_{}.whl",
+        std::env::consts::ARCH
+    ));
+    assert_eq!(wheels[0]["sha256"], sha256(&nvcc_wheel), "{v}");
+    assert!(
+        v["releases-from"]
+            .as_str()
+            .unwrap()
+            .starts_with("the nvcc releases pinned in repro.toml and in the wheel directory"),
+        "{v}"
+    );
+    // A release the directory does not hold, and a range the wrong way round.
+    let (code, _, err) = run(
+        &cache,
+        &root,
+        &[
+            "bisect",
+            "--toolchains",
+            "nvcc@13.5..nvcc@13.1",
+            "--recipe",
+            "k",
+            "--wheels",
+            "../house",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "error: nvcc@13.5 is newer than nvcc@13.1: give the older (good) release first\nhint: swap the ends: --toolchains nvcc@13.1..nvcc@13.5"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &cache,
+        &root,
+        &[
+            "bisect",
+            "--toolchains",
+            "nvcc@13.1..nvcc@13.9",
+            "--recipe",
+            "k",
+            "--wheels",
+            "../house",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("13.9"), "{err}");
+    assert!(err.contains("13.1, 13.2, 13.3, 13.4, 13.5"), "{err}");
+    assert!(err.contains("hint: "), "{err}");
 }
