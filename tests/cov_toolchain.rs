@@ -602,3 +602,110 @@ fn an_nvcc_bisection_over_unpinned_releases_of_a_wheel_directory_names_the_relea
     assert!(err.contains("13.1, 13.2, 13.3, 13.4, 13.5"), "{err}");
     assert!(err.contains("hint: "), "{err}");
 }
+
+#[test]
+fn trees_whose_stamps_are_missing_damaged_or_foreign_are_listed_as_incomplete_with_why() {
+    let (tmp, root) = repo_with(&[("repro.toml", "schema = 1\n")]);
+    let cache = tmp.path().join("cache");
+    let trees = cache.join("repro/toolchains");
+    let fixture = std::fs::read_to_string(
+        common::crate_dir().join("tests/fixtures/toolchain-stamp/toolchain.json"),
+    )
+    .unwrap();
+    let stamp = |name: &str, text: Option<&str>| {
+        let dir = trees.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(t) = text {
+            std::fs::write(dir.join("toolchain.json"), t).unwrap();
+        }
+        dir
+    };
+    stamp("nvcc-1.0", None);
+    stamp("nvcc-2.0", Some(&" ".repeat((1 << 20) + 1)));
+    stamp("nvcc-3.0", Some("{\"schema\": 2"));
+    stamp(
+        "nvcc-4.0",
+        Some(&fixture.replace("\"schema\": 2", "\"schema\": 1")),
+    );
+    std::fs::create_dir_all(stamp("nvcc-5.0", None).join("toolchain.json")).unwrap();
+    let whole = stamp("nvcc-13.0", Some(&fixture));
+    // Staging and lock directories are not trees.
+    std::fs::create_dir_all(trees.join(".staging-nvcc-9.0-x")).unwrap();
+
+    let (code, out, err) = run(&cache, &root, &["toolchain", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with(' ')).collect();
+    let dir = |n: &str| trees.join(n).display().to_string();
+    assert_eq!(
+        lines,
+        [
+            "nvcc-1.0  INCOMPLETE: it has no completion stamp (an install was interrupted); builds do not use it (reinstall it)".to_string(),
+            format!(
+                "nvcc-2.0  INCOMPLETE: its stamp {}/toolchain.json is implausibly large; builds do not use it (reinstall it)",
+                dir("nvcc-2.0")
+            ),
+            "nvcc-3.0  INCOMPLETE: its stamp is not one this repro writes (EOF while parsing an object at line 1 column 12); builds do not use it (reinstall it)".to_string(),
+            "nvcc-4.0  INCOMPLETE: its stamp has schema 1, not the one this repro writes; builds do not use it (reinstall it)".to_string(),
+            format!(
+                "nvcc-5.0  INCOMPLETE: cannot read {}/toolchain.json: Is a directory (os error 21); builds do not use it (reinstall it)",
+                dir("nvcc-5.0")
+            ),
+            "nvcc-13.0  13.0  266 MiB  from wheel directory /tmp/whl".to_string(),
+        ],
+        "{out}"
+    );
+    assert!(out.contains(&whole.display().to_string()), "{out}");
+    let (code, out, _) = run(&cache, &root, &["--json", "toolchain", "list"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rows = v["toolchains"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{v}");
+    assert_eq!(rows[3]["complete"], false, "{v}");
+    assert_eq!(
+        rows[3]["problem"], "its stamp has schema 1, not the one this repro writes",
+        "{v}"
+    );
+    assert_eq!(rows[5]["complete"], true, "{v}");
+    assert_eq!(rows[5]["release"], "13.0", "{v}");
+    assert_eq!(rows[5]["used-by-builds"], false, "{v}");
+}
+
+#[test]
+fn releases_that_repro_does_not_install_are_refused() {
+    let other = if std::env::consts::ARCH == "x86_64" {
+        "aarch64"
+    } else {
+        "x86_64"
+    };
+    let (tmp, root) = repo_with(&[(
+        "repro.toml",
+        &format!(
+            "schema = 1\n[toolchain.nvrtc]\nversion = \"13.0.88\"\nsha256 = {{ {other} = \"{}\" }}\n",
+            "0".repeat(64)
+        ),
+    )]);
+    let cache = tmp.path().join("cache");
+    // The pinned NVRTC is pinned for another CPU architecture only.
+    let (code, _, err) = run(&cache, &root, &["toolchain", "install"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(&format!(
+            "error: nvrtc@13.0.88 is not offered for {}: nvidia-cuda-nvrtc 13.0.88 has no sha256 pinned for it",
+            std::env::consts::ARCH
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("hint: it is pinned for {other} only")),
+        "{err}"
+    );
+    // `system` is the machine's own compiler.
+    let (code, _, err) = run(&cache, &root, &["toolchain", "install", "system"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("error: `system` is not something repro installs")
+            && err.contains("hint: for example `repro toolchain install nvcc@13.0`"),
+        "{err}"
+    );
+    assert_eq!(leftovers(&cache), Vec::<String>::new());
+}

@@ -573,13 +573,13 @@ pub enum StampError {
         cause: String,
     },
     /// The stamp is not JSON this repro writes.
-    #[error("its stamp is not one this repro writes ({cause}); reinstall it")]
+    #[error("its stamp is not one this repro writes ({cause})")]
     Foreign {
         /// The parser's words.
         cause: String,
     },
     /// Another schema.
-    #[error("its stamp has schema {schema}; reinstall it")]
+    #[error("its stamp has schema {schema}, not the one this repro writes")]
     Schema {
         /// The stamp's schema.
         schema: u32,
