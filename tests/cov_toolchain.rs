@@ -72,6 +72,9 @@ fn wheel_of(dir: &Path, package: &str, version: &str, files: &[(&str, &str)]) ->
     path
 }
 
+/// The files of a zip archive: (name, text).
+type Files<'a> = &'a [(&'a str, &'a str)];
+
 fn sha256(path: &Path) -> String {
     repro::toolchain::install::sha256_file(path).unwrap()
 }
@@ -355,7 +358,7 @@ fn nvrtc_files_that_are_not_nvrtc_wheels_are_refused_and_leave_nothing() {
     let cache = tmp.path().join("cache");
     let files = tmp.path().join("files");
     std::fs::create_dir_all(&files).unwrap();
-    let cases: [(&str, Option<&[(&str, &str)]>, &str); 4] = [
+    let cases: [(&str, Option<Files>, &str); 4] = [
         (
             "text.whl",
             None,
