@@ -274,3 +274,81 @@ fn performance_steps_are_neither_pushed_nor_pulled() {
         "pushed 0 records and 0 objects to /no/such/remote.git; 0 already the same there\n"
     );
 }
+
+#[test]
+fn a_record_the_remote_holds_other_bytes_of_is_a_conflict_and_a_remote_git_cannot_speak_to_is_named()
+ {
+    let (tmp, root, remote) = project();
+    let t = tmp.path();
+    let cache = t.join("cache");
+    let (code, _, err) = run(
+        &cache,
+        &root,
+        &[
+            "bisect",
+            "--good",
+            "HEAD~6",
+            "--bad",
+            "HEAD",
+            "--script",
+            "grep -q fine state.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(run(&cache, &root, &["push"]).0, 0);
+    // A second clone makes its own, different record under one of the same keys, without
+    // having pulled: its push meets the remote's bytes under that name.
+    let other = t.join("other");
+    git(
+        t,
+        &[
+            "clone",
+            "-q",
+            remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    let store = repro::store::Store::at(root.join(".repro"));
+    let (key, _, rec) = store.records("bisect").into_iter().next().unwrap();
+    let mut rec = rec.unwrap();
+    rec["detail"] = Value::from("measured differently in the other clone");
+    let theirs = repro::store::Store::at(other.join(".repro"));
+    theirs.put_record("bisect", &key, &rec).unwrap();
+    let before = git(&remote, &["rev-parse", &format!("refs/repro/bisect/{key}")]);
+    let (code, out, err) = run(&cache, &other, &["push"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "conflict: bisect/{key}: the remote holds other bytes under this name ("
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: nothing was replaced on either side"),
+        "{out}"
+    );
+    // Neither side changed.
+    assert_eq!(
+        git(&remote, &["rev-parse", &format!("refs/repro/bisect/{key}")]),
+        before
+    );
+    assert_eq!(
+        theirs.get_record("bisect", &key).unwrap().unwrap()["detail"],
+        "measured differently in the other clone"
+    );
+
+    // A remote through a transport git does not have: git's failure, named, for both verbs.
+    for (verb, says) in [
+        ("push", "git push foo::bar"),
+        ("pull", "git fetch foo::bar"),
+    ] {
+        let (code, out, err) = run(&cache, &root, &[verb, "foo::bar"]);
+        assert_eq!(code, 3, "{verb}: {out}{err}");
+        assert!(err.contains("error: git failed"), "{verb}: {err}");
+        assert!(err.contains(says), "{verb}: {err}");
+        assert!(err.contains("hint: "), "{verb}: {err}");
+    }
+    // The local store is whole.
+    let (code, out, _) = run(&cache, &root, &["store", "verify"]);
+    assert_eq!(code, 0, "{out}");
+}
