@@ -100,3 +100,39 @@ fn a_failing_check_with_a_missing_pinned_toolchain_says_how_to_install_it() {
         "{v}"
     );
 }
+
+#[test]
+fn the_repository_section_says_why_a_field_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = |dir: &Path| -> Value {
+        let (code, out, err) = run(tmp.path(), dir, &["--json", "env", "capture"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["repo"].clone()
+    };
+    // No commits yet.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    common::git(&empty, &["init", "-q"]);
+    let repo = capture(&empty);
+    for field in ["head", "tree", "branch"] {
+        assert_eq!(
+            repo[field],
+            serde_json::json!({"unavailable": "no commits yet"}),
+            "{field}: {repo}"
+        );
+    }
+    // A detached HEAD has no branch.
+    let (_t, root) = repo_with(&[("a.txt", "a\n")]);
+    common::git(&root, &["checkout", "-q", "--detach"]);
+    assert_eq!(capture(&root)["branch"], "(detached)");
+    // A bare repository has no working tree.
+    let bare = tmp.path().join("bare.git");
+    common::git(
+        tmp.path(),
+        &["init", "-q", "--bare", bare.to_str().unwrap()],
+    );
+    assert_eq!(
+        capture(&bare),
+        serde_json::json!({"unavailable": "a bare repository has no working tree"})
+    );
+}

@@ -148,6 +148,35 @@ mod tests {
     }
 
     #[test]
+    fn a_program_that_cannot_be_found_or_runs_too_long_is_diagnosed_with_a_hint() {
+        use crate::foundation::process::ProcessError;
+        let (code, text) = reported(
+            anyhow::Error::new(ProcessError::NotFound {
+                program: "nvcc".into(),
+            })
+            .context("cannot build `k`"),
+        );
+        assert_eq!(code, exit::ENVIRONMENT);
+        assert!(
+            text.ends_with("\nhint: install `nvcc` or put it on the PATH\n"),
+            "{text}"
+        );
+        let (code, text) = reported(
+            crate::foundation::process::Cmd::new("sleep")
+                .arg("5")
+                .timeout(std::time::Duration::from_millis(50))
+                .run()
+                .unwrap_err()
+                .into(),
+        );
+        assert_eq!(code, exit::MISMATCH, "{text}");
+        assert!(
+            text.contains("\nhint: raise the time limit if the command is expected to be slow\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_error_nobody_diagnosed_is_reported_as_a_bug_with_its_whole_chain() {
         let err = anyhow::anyhow!("index out of range").context("while sorting steps");
         assert_eq!(
