@@ -129,6 +129,28 @@ fn commit_bisection_input_errors_are_named_before_anything_runs() {
         &[],
         &[
             "error: say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD",
+            "hint: for example --script 'make test'",
+        ],
+    );
+    refused(
+        &["--script", "true", "--partition", "gpu"],
+        &[
+            "error: --partition, --time-limit and --account are options of --executor slurm",
+            "hint: add --executor slurm, or leave them out",
+        ],
+    );
+    refused(
+        &["--command", "true", "--metric", "bogus"],
+        &[
+            "error: --metric `bogus`: expected time, json:PATH or regex:RE",
+            "hint: for example --metric time",
+        ],
+    );
+    refused(
+        &["--command", "true", "--metric", "regex:("],
+        &[
+            "error: --metric regex `(`: ",
+            "hint: for example --metric time",
         ],
     );
     refused(
@@ -179,7 +201,10 @@ fn toolchain_bisection_input_errors_are_named_before_anything_is_installed() {
     );
     refused(
         &["--toolchains", "nvcc@12.9..nvcc@13.0", "--recipe", "k"],
-        &["error: recipe `k` is built by nvrtc, but the range is of nvcc releases"],
+        &[
+            "error: recipe `k` is built by nvrtc, but the range is of nvcc releases",
+            "hint: give a range of nvrtc releases (--toolchains nvrtc@FROM..nvrtc@TO) or a recipe built by nvcc",
+        ],
     );
     refused(
         &[
@@ -188,7 +213,10 @@ fn toolchain_bisection_input_errors_are_named_before_anything_is_installed() {
             "--recipe",
             "cmd",
         ],
-        &["error: recipe `cmd` is a command build; it has no compiler release to search"],
+        &[
+            "error: recipe `cmd` is a command build; it has no compiler release to search",
+            "hint: --toolchains needs an nvrtc or nvcc recipe",
+        ],
     );
     // Nothing was installed or recorded.
     assert!(!cache.join("repro/toolchains").exists());
@@ -228,6 +256,10 @@ fn a_step_request_that_cannot_be_read_is_refused_by_name() {
             "error: the step request {} is malformed",
             cut.display()
         )),
+        "{err}"
+    );
+    assert!(
+        err.contains("\nhint: step requests are written by `repro bisect --executor slurm`"),
         "{err}"
     );
     let partial = tmp.path().join("partial.json");

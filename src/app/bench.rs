@@ -456,9 +456,17 @@ fn command_bench(
     store: &crate::foundation::store::Store,
 ) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let root = g.project_root();
-    let metric = Metric::parse(&a.metric).map_err(|e| UserError::usage(e.to_string()))?;
+    let metric = Metric::parse(&a.metric).map_err(|e| {
+        UserError::usage(e.to_string()).hint(
+            "for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'",
+        )
+    })?;
     let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
-        (Some(0), _, _) => return Err(UserError::usage("--runs must be at least 1").into()),
+        (Some(0), _, _) => {
+            return Err(UserError::usage("--runs must be at least 1")
+                .hint("--runs N runs the command exactly N times; leave it out to stop when the median is stable")
+                .into());
+        }
         (Some(n), _, _) => (n, n),
         (None, min, max) => {
             let min = min.unwrap_or(10);

@@ -176,6 +176,9 @@ pub struct StepArgs {
     request: std::path::PathBuf,
 }
 
+/// The hint of a step request `repro bisect-step` cannot use.
+const STEP_HINT: &str = "step requests are written by `repro bisect --executor slurm` for its jobs; run the same repro on the nodes as on the submitting machine, with the request file on a shared filesystem";
+
 /// Runs `repro bisect-step`: one step of a bisection, as a Slurm job runs it. The result
 /// (the step, or its error) goes to the file the request names; the exit code says only
 /// whether that file was written.
@@ -187,12 +190,14 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
             "cannot read the step request {}: {e}",
             a.request.display()
         ))
+        .hint(STEP_HINT)
     })?;
     let req: JobRequest = serde_json::from_slice(&bytes).map_err(|e| {
         UserError::usage(format!(
             "the step request {} is malformed: {e}",
             a.request.display()
         ))
+        .hint(STEP_HINT)
     })?;
     if req.schema != SCHEMA {
         return Err(UserError::usage(format!(
@@ -203,13 +208,13 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
         .hint("run the same repro on the nodes as on the submitting machine")
         .into());
     }
-    let plan = req
-        .plan
-        .plan()
-        .map_err(|e| UserError::usage(format!("the step request's plan cannot be used: {e}")))?;
+    let plan = req.plan.plan().map_err(|e| {
+        UserError::usage(format!("the step request's plan cannot be used: {e}")).hint(STEP_HINT)
+    })?;
     let oid = |s: &str| {
-        git2::Oid::from_str(s)
-            .map_err(|_| UserError::usage(format!("the step request names a bad commit `{s}`")))
+        git2::Oid::from_str(s).map_err(|_| {
+            UserError::usage(format!("the step request names a bad commit `{s}`")).hint(STEP_HINT)
+        })
     };
     let commit = oid(&req.commit)?;
     let newest = oid(&req.newest)?;
@@ -296,7 +301,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         );
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
-        return Err(UserError::usage("give --good and --bad (or --toolchains)").into());
+        return Err(UserError::usage("give --good and --bad (or --toolchains)")
+            .hint("for example `repro bisect --good v1.0 --bad HEAD --script CMD`, or `--toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe NAME` to search compiler releases")
+            .into());
     };
     let question = match (&a.script, &a.command, a.mode) {
         (Some(s), _, _) => Question::Script(s.clone()),
@@ -304,11 +311,16 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             &a,
             Some((
                 cmd.clone(),
-                Metric::parse(&a.metric).map_err(|e| UserError::usage(e.to_string()))?,
+                Metric::parse(&a.metric).map_err(|e| {
+                    UserError::usage(e.to_string())
+                        .hint("for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'")
+                })?,
             )),
         )),
         (None, None, _) if a.recipe.is_none() => {
-            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD").into());
+            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD")
+                .hint("for example --script 'make test' (exit 0 is good, 125 skips the commit), or --recipe NAME --mode check")
+                .into());
         }
         (None, None, Mode::Build) => Question::Build,
         (None, None, Mode::Check) => Question::Check,
@@ -320,6 +332,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         return Err(UserError::usage(
             "--partition, --time-limit and --account are options of --executor slurm",
         )
+        .hint("add --executor slurm, or leave them out to run the steps here")
         .into());
     }
     let repo = git::open(&g.cwd)?;
@@ -859,6 +872,7 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
                 "recipe `{}` is a command build; it has no compiler release to search",
                 r.name
             ))
+            .hint("--toolchains needs an nvrtc or nvcc recipe; to search commits instead, give --good and --bad")
             .into());
         }
     };
@@ -866,6 +880,11 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
         return Err(UserError::usage(format!(
             "recipe `{}` is built by {}, but the range is of {} releases",
             r.name,
+            family.name(),
+            range.family.name()
+        ))
+        .hint(format!(
+            "give a range of {0} releases (--toolchains {0}@FROM..{0}@TO) or a recipe built by {1}",
             family.name(),
             range.family.name()
         ))

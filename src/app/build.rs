@@ -285,7 +285,11 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     let info = std::env::var(SHELL_VAR).ok().and_then(|s| nix::decode(&s));
     let result_path = std::env::var_os(RESULT_VAR);
     let (Some(info), Some(result_path)) = (info, result_path) else {
-        return Err(UserError::usage("--in-nix-shell is internal to `repro build --nix`").into());
+        return Err(
+            UserError::usage("--in-nix-shell is internal to `repro build --nix`")
+                .hint("run `repro build --nix RECIPE`, which starts the shell and builds inside it")
+                .into(),
+        );
     };
     let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
         let root = g.project_root();

@@ -191,6 +191,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     return Err(UserError::usage(format!(
                         "no result of `{name}` has the parameter `{param}`"
                     ))
+                    .hint("`repro show ID` lists a result's parameters; sweep over one of them")
                     .into());
                 }
                 let mut points: Vec<Point> = by_value
@@ -237,6 +238,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     return Err(UserError::usage(format!(
                         "no result of `{name}` is at a commit of the current history"
                     ))
+                    .hint("check out the branch the results were recorded on (`repro log` shows their commits)")
                     .into());
                 }
                 (

@@ -51,24 +51,141 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
 
 /// Prints an error to stderr and returns the exit code it maps to.
 pub fn report(err: &anyhow::Error) -> u8 {
-    let mut stderr = std::io::stderr().lock();
     let style = crate::foundation::output::Style::for_stderr();
+    report_to(&mut std::io::stderr().lock(), &style, err)
+}
+
+/// Writes an error's message (and its hint, or the note that it is a bug) to `out` and
+/// returns the exit code it maps to.
+fn report_to(
+    out: &mut dyn Write,
+    style: &crate::foundation::output::Style,
+    err: &anyhow::Error,
+) -> u8 {
     let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
     let (code, hint) = match diagnosis(err) {
         Some(d) => d,
         None => {
-            let _ = writeln!(stderr, "{} {}", style.error("error:"), chain.join(": "));
+            let _ = writeln!(out, "{} {}", style.error("error:"), chain.join(": "));
             let _ = writeln!(
-                stderr,
+                out,
                 "{} this looks like a bug in repro; please report it with the message above",
                 style.dim("note:")
             );
             return exit::INTERNAL;
         }
     };
-    let _ = writeln!(stderr, "{} {}", style.error("error:"), chain.join(": "));
+    let _ = writeln!(out, "{} {}", style.error("error:"), chain.join(": "));
     if let Some(hint) = hint {
-        let _ = writeln!(stderr, "{} {hint}", style.hint("hint:"));
+        let _ = writeln!(out, "{} {hint}", style.hint("hint:"));
     }
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::foundation::error::UserError;
+
+    /// The exit code and the text `report` gives `err`, without colour.
+    fn reported(err: anyhow::Error) -> (u8, String) {
+        let mut out = Vec::new();
+        let code = report_to(
+            &mut out,
+            &crate::foundation::output::Style::for_stderr(),
+            &err,
+        );
+        let text = String::from_utf8(out).unwrap();
+        // Strip ANSI colour, which a terminal running the tests would get.
+        let mut plain = String::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find('\x1b') {
+            plain.push_str(&rest[..i]);
+            rest = &rest[i..];
+            rest = rest.find('m').map_or("", |j| &rest[j + 1..]);
+        }
+        plain.push_str(rest);
+        (code, plain)
+    }
+
+    #[test]
+    fn an_error_that_knows_its_diagnosis_gives_its_code_and_hint_under_context() {
+        let err = anyhow::Error::new(
+            UserError::with_code(exit::ENVIRONMENT, "no GPU here").hint("run it on a GPU machine"),
+        )
+        .context("cannot bench `saxpy`");
+        assert_eq!(
+            reported(err),
+            (
+                exit::ENVIRONMENT,
+                "error: cannot bench `saxpy`: no GPU here\nhint: run it on a GPU machine\n".into()
+            )
+        );
+        // A diagnosis without a hint prints the message alone.
+        assert_eq!(
+            reported(UserError::usage("bad flag").into()),
+            (exit::USAGE, "error: bad flag\n".into())
+        );
+    }
+
+    #[test]
+    fn an_error_deep_in_the_chain_is_found_past_others() {
+        // A typed engine error under two layers of context.
+        let err = anyhow::Error::new(crate::engines::share::ShareError::Unreachable {
+            remote: "origin".into(),
+            detail: "no such remote".into(),
+        })
+        .context("push failed")
+        .context("repro push");
+        let (code, text) = reported(err);
+        assert_eq!(code, exit::ENVIRONMENT);
+        assert!(
+            text.starts_with(
+                "error: repro push: push failed: cannot reach the remote `origin`: no such remote\nhint: name a remote"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_found_or_runs_too_long_is_diagnosed_with_a_hint() {
+        use crate::foundation::process::ProcessError;
+        let (code, text) = reported(
+            anyhow::Error::new(ProcessError::NotFound {
+                program: "nvcc".into(),
+            })
+            .context("cannot build `k`"),
+        );
+        assert_eq!(code, exit::ENVIRONMENT);
+        assert!(
+            text.ends_with("\nhint: install `nvcc` or put it on the PATH\n"),
+            "{text}"
+        );
+        let (code, text) = reported(
+            crate::foundation::process::Cmd::new("sleep")
+                .arg("5")
+                .timeout(std::time::Duration::from_millis(50))
+                .run()
+                .unwrap_err()
+                .into(),
+        );
+        assert_eq!(code, exit::MISMATCH, "{text}");
+        assert!(
+            text.contains("\nhint: raise the time limit if the command is expected to be slow\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_error_nobody_diagnosed_is_reported_as_a_bug_with_its_whole_chain() {
+        let err = anyhow::anyhow!("index out of range").context("while sorting steps");
+        assert_eq!(
+            reported(err),
+            (
+                exit::INTERNAL,
+                "error: while sorting steps: index out of range\nnote: this looks like a bug in repro; please report it with the message above\n"
+                    .into()
+            )
+        );
+    }
 }

@@ -90,7 +90,9 @@ impl Diagnose for ShareError {
             ShareError::Unreachable { remote, .. } => Some(format!(
                 "name a remote of this repository (`git remote -v`) or a URL, and check that `git fetch {remote}` works"
             )),
-            ShareError::Git { source } => source.hint(),
+            ShareError::Git { source } => source.hint().or_else(|| {
+                Some("git's own message is above; check that the same `git push` or `git fetch` of the remote works by hand".into())
+            }),
             ShareError::Repository { .. } => {
                 Some("check that the repository is writable (`git update-ref` works)".into())
             }

@@ -60,7 +60,10 @@ impl Diagnose for WriteError {
                 Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
                     Some("the location is not writable; choose another with -o".into())
                 }
-                _ => None,
+                Some(libc::EEXIST) | Some(libc::ENOTDIR) | Some(libc::EISDIR) => Some(
+                    "a file is in the way: part of the path is a file where a directory belongs, or the path is a directory; choose another path".into(),
+                ),
+                _ => Some("check the path and the file system it is on (`ls -ld`, `df`)".into()),
             },
         }
     }

@@ -52,3 +52,48 @@ pub trait Executor: Sync {
         crate::foundation::git::short(commit)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An executor that overrides only what it must.
+    struct Bare;
+
+    impl Executor for Bare {
+        fn width(&self) -> usize {
+            1
+        }
+        fn run(
+            &self,
+            req: &StepRequest,
+            _events: &(dyn Fn(Event<'_>) + Sync),
+        ) -> Result<Step, BisectError> {
+            Ok(Step::new(req.index, req.commit, self.subject(req.commit)))
+        }
+    }
+
+    #[test]
+    fn an_executor_names_commits_by_short_hash_and_knows_no_subject_unless_told() {
+        let commit = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
+        let e = Bare;
+        assert_eq!(e.label(commit), "0123456789ab");
+        assert_eq!(e.subject(commit), "");
+        e.prefetch(commit);
+        let step = e
+            .run(
+                &StepRequest {
+                    index: 3,
+                    commit,
+                    slot: 0,
+                    baseline: None,
+                },
+                &|_| {},
+            )
+            .unwrap();
+        assert_eq!(
+            (step.index, step.commit.as_str(), step.subject.as_str()),
+            (3, "0123456789abcdef0123456789abcdef01234567", "")
+        );
+    }
+}

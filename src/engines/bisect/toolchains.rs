@@ -1217,7 +1217,12 @@ impl Diagnose for ToolchainBisectError {
             ToolchainBisectError::Step { what, .. } if what.contains(crate::engines::fingerprint::cuda::NO_DRIVER) => {
                 Some("check and bench modes run the kernel on a GPU: run it on a GPU machine, or use --mode build here".into())
             }
-            _ => None,
+            ToolchainBisectError::Step { spec, .. } => Some(format!(
+                "`repro build --toolchain {spec} RECIPE` runs the same step alone and shows what fails"
+            )),
+            ToolchainBisectError::Backwards { from, to } => {
+                Some(format!("swap the ends: --toolchains {to}..{from}"))
+            }
         }
     }
 }

@@ -573,13 +573,13 @@ pub enum StampError {
         cause: String,
     },
     /// The stamp is not JSON this repro writes.
-    #[error("its stamp is not one this repro writes ({cause}); reinstall it")]
+    #[error("its stamp is not one this repro writes ({cause})")]
     Foreign {
         /// The parser's words.
         cause: String,
     },
     /// Another schema.
-    #[error("its stamp has schema {schema}; reinstall it")]
+    #[error("its stamp has schema {schema}, not the one this repro writes")]
     Schema {
         /// The stamp's schema.
         schema: u32,
@@ -780,7 +780,7 @@ pub fn install(
     let mut unpacked_bytes = 0u64;
     progress.bytes("unpacking", 0, Some(total));
     for file in &files {
-        unzip(file, target).map_err(|e| disk_full_or(e, &spec, &root))?;
+        unzip(file, target).map_err(|e| disk_full_or(e, &spec, plan.family, file, &root))?;
         unpacked_bytes += std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
         progress.bytes("unpacking", unpacked_bytes, Some(total));
     }
@@ -872,7 +872,13 @@ pub fn install(
     })
 }
 
-fn disk_full_or(e: ProcessError, spec: &str, root: &Path) -> InstallError {
+fn disk_full_or(
+    e: ProcessError,
+    spec: &str,
+    family: Family,
+    wheel: &Path,
+    root: &Path,
+) -> InstallError {
     if e.to_string().contains("No space left on device") {
         InstallError::DiskFull {
             spec: spec.into(),
@@ -880,9 +886,9 @@ fn disk_full_or(e: ProcessError, spec: &str, root: &Path) -> InstallError {
         }
     } else {
         InstallError::Layout {
-            wheel: spec.into(),
-            family: "toolchain",
-            what: format!("a wheel did not unpack: {e}"),
+            wheel: wheel.display().to_string(),
+            family: family.name(),
+            what: format!("it does not unpack: {e}"),
         }
     }
 }
@@ -1172,7 +1178,13 @@ impl Diagnose for InstallError {
             )),
             InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
             InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
-            _ => None,
+            InstallError::Layout { .. } => Some(
+                "the wheels are not the NVIDIA packages the release names: fetch them again (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`) and check the pins in repro.toml or the --sha256 given; nothing was installed".into(),
+            ),
+            InstallError::Io { path, .. } => Some(format!(
+                "check the permissions of {} and the file system it is on (`df`, `ls -l`)",
+                path.display()
+            )),
         }
     }
 }
