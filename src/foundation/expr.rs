@@ -1678,6 +1678,17 @@ mod tests {
     }
 
     #[test]
+    fn long_expressions_are_quoted_by_their_start_and_length() {
+        let text = "x".repeat(200);
+        assert_eq!(shorten(&text[..80]), text[..80]);
+        assert_eq!(shorten(&text), format!("{}… (200 characters)", &text[..60]));
+        assert_eq!(
+            shorten_to(&text, 100),
+            format!("{}… (200 characters)", &text[..80])
+        );
+    }
+
+    #[test]
     fn explain_places_an_error_where_it_was_written() {
         let e = Expr::parse("ceil_div(n, 0)").unwrap();
         let err = eval_str("ceil_div(n, 0)", &ints(&[("n", 4)])).unwrap_err();
