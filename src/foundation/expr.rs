@@ -1662,6 +1662,8 @@ mod tests {
                 shape(deepest + 1)
             );
         }
+        // Depth is nesting, not length: many shallow parts in a row are fine.
+        assert_eq!(ev(&vec!["(-1)"; 60].join(" + ")), Int(-60));
     }
 
     #[test]
