@@ -3,28 +3,12 @@
 //! with --force, and the internal `--in-nix-shell` refuses to run outside the Nix shell.
 
 mod common;
+use common::run_in as run;
 
-use std::path::Path;
-
-use common::{repo_with, repro};
+use common::repo_with;
 
 const OK: &str = "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"echo hi > out.txt\"]\ninputs = [\"recipes/*.toml\"]\noutputs = [\"out.txt\"]\n";
 const BAD: &str = "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"echo broken >&2; exit 1\"]\ninputs = [\"recipes/*.toml\"]\noutputs = [\"out.txt\"]\n";
-
-/// `repro -C ROOT ARGS`: (exit code, stdout, stderr).
-fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn verbose_builds_name_their_stored_outputs_and_failures_are_remembered() {

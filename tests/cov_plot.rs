@@ -4,25 +4,11 @@
 //! hint, exits with README's code, and writes no SVG.
 
 mod common;
+use common::run_in as run;
 
 use std::path::Path;
 
-use common::{git, repo_with, repro};
-
-/// `repro -C ROOT ARGS`: (exit code, stdout, stderr).
-fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{git, repo_with};
 
 /// Records a command bench result named `k` at the current commit; returns its ID.
 fn bench(cache: &Path, root: &Path) -> String {

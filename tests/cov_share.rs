@@ -5,28 +5,14 @@
 //! exit code is 1, nothing rejected is filed, and the staging refs are removed.
 
 mod common;
+use common::run_in as run;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{git, repo_with, repro};
+use common::{git, repo_with};
 use serde_json::Value;
-
-/// `repro -C ROOT ARGS`: (exit code, stdout, stderr).
-fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// Writes `bytes` as a blob into the repository at `repo` and returns its id.
 fn blob(repo: &Path, bytes: &[u8]) -> String {

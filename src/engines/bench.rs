@@ -1533,14 +1533,14 @@ mod tests {
         assert!(s.mean > s.median);
     }
 
-    #[test]
-    fn the_gpu_child_fate_becomes_a_report() {
-        let job = Job {
+    /// A job for `kernel` on `device`, checked and timed by nothing.
+    fn job_of(kernel: &str, device: usize) -> Job {
+        Job {
             schema: crate::engines::gpurun::SCHEMA,
-            device: 0,
+            device,
             module: "k.cubin".into(),
             kernel: LaunchSpec {
-                kernel: "saxpy".into(),
+                kernel: kernel.into(),
                 grid: [1; 3],
                 block: [32, 1, 1],
                 shared_mem: 0,
@@ -1550,7 +1550,12 @@ mod tests {
             tolerances: BTreeMap::new(),
             timing: None,
             time_on_failure: false,
-        };
+        }
+    }
+
+    #[test]
+    fn the_gpu_child_fate_becomes_a_report() {
+        let job = job_of("saxpy", 0);
         let t = Duration::from_secs(5);
         let sent = Report {
             samples_us: vec![1.0, 2.0],
@@ -1620,22 +1625,7 @@ mod tests {
         // No such entry, or no GPU visible: the child sees what the parent sees.
         assert_eq!(only_device(Some("2,3"), 2), None);
         assert_eq!(only_device(Some(""), 0), None);
-        let job = |device| Job {
-            schema: crate::engines::gpurun::SCHEMA,
-            device,
-            module: "k.cubin".into(),
-            kernel: LaunchSpec {
-                kernel: "k".into(),
-                grid: [1; 3],
-                block: [32, 1, 1],
-                shared_mem: 0,
-            },
-            reference: None,
-            args: vec![],
-            tolerances: BTreeMap::new(),
-            timing: None,
-            time_on_failure: false,
-        };
+        let job = |device| job_of("k", device);
         let report = serde_json::to_string(&Report::default()).unwrap();
         let ok = || Fate::Exit {
             code: 0,

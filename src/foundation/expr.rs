@@ -1648,7 +1648,8 @@ mod tests {
         // The deepest of each shape that parses, and one more that does not: operator
         // chains are bounded by the tree's height, signs and parentheses by the parser's
         // recursion (the chain has one operand more than it has levels).
-        let shapes: [(fn(usize) -> String, usize); 4] = [
+        type Shape = fn(usize) -> String;
+        let shapes: [(Shape, usize); 4] = [
             (|k| vec!["1"; k].join(" + "), 64),
             (|k| vec!["1"; k].join(" ** "), 64),
             (|k| format!("{}1", "-".repeat(k)), 63),

@@ -359,3 +359,18 @@ pub fn wheels(need: &[(String, String)]) -> Result<PathBuf, String> {
         Ok(dir.clone())
     })
 }
+
+/// `repro -C ROOT ARGS` with an isolated cache: (exit code, stdout, stderr).
+pub fn run_in(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = repro(cache)
+        .arg("-C")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
