@@ -6,22 +6,17 @@ mod common;
 
 use std::path::Path;
 
-use common::{repo_with, repro};
+use common::{outcome, repo_with, repro};
 use serde_json::Value;
 
 /// `repro -C ROOT ARGS` with an empty toolchain cache: (exit code, stdout, stderr).
 fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .env_remove("REPRO_NVCC")
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        repro(cache)
+            .env_remove("REPRO_NVCC")
+            .arg("-C")
+            .arg(root)
+            .args(args),
     )
 }
 

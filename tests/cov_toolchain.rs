@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{repo_with, repro};
+use common::{outcome, repo_with, repro};
 use serde_json::Value;
 
 /// Writes a zip archive holding `files` (name, text) with Python's zipfile (the module
@@ -94,19 +94,14 @@ const NVCC_OK: &str = "#!/bin/sh\necho 'Cuda compilation tools, release 99.0, V9
 /// `repro -C ROOT ARGS` with the cache in `cache` and no NVRTC from the environment:
 /// (exit code, stdout, stderr).
 fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .env_remove("REPRO_NVRTC")
-        .env_remove("REPRO_WHEELHOUSE")
-        .env_remove("REPRO_NVCC")
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        repro(cache)
+            .env_remove("REPRO_NVRTC")
+            .env_remove("REPRO_WHEELHOUSE")
+            .env_remove("REPRO_NVCC")
+            .arg("-C")
+            .arg(root)
+            .args(args),
     )
 }
 

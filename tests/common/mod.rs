@@ -362,12 +362,12 @@ pub fn wheels(need: &[(String, String)]) -> Result<PathBuf, String> {
 
 /// `repro -C ROOT ARGS` with an isolated cache: (exit code, stdout, stderr).
 pub fn run_in(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = repro(cache)
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
+    outcome(repro(cache).arg("-C").arg(root).args(args))
+}
+
+/// Runs `cmd` to its end: (exit code, or -1 when killed; stdout; stderr).
+pub fn outcome(cmd: &mut assert_cmd::Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
