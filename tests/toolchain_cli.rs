@@ -543,6 +543,44 @@ fn toolchain_bisection_names_the_nvrtc_release_that_dropped_sm_70() {
     // Recorded like any bisection, and a second run answers every step from the store.
     let key = v["key"].as_str().unwrap();
     assert!(root.join(format!(".repro/bisections/{key}.json")).is_file());
+    // The ID it prints is one that `show`, `log` and `plot --bisect` know.
+    let short = &key[..12];
+    cmd(&cache, &root)
+        .args(["show", short])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("toolchain bisection"))
+        .stdout(predicate::str::contains(
+            "build nvrtc 12.8.93..13.0.88, 3 of 3 releases evaluated; first bad sm_70 nvrtc@13.0.88",
+        ))
+        .stdout(predicate::str::is_match(r"(?m)^\s*sm_70\s+13\.0\.88\s+12\.9\.86\s*$").unwrap())
+        .stdout(predicate::str::is_match(r"(?m)^\s*sm_90\s+-\s+-\s+no change: good with").unwrap())
+        .stdout(predicate::str::is_match(r"(?m)^\s*13\.0\.88\s+sm_70\s+bad\s+no\s").unwrap());
+    let shown: Value = serde_json::from_slice(
+        &cmd(&cache, &root)
+            .args(["--json", "show", short])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(shown["answers"], v["answers"], "{shown}");
+    assert_eq!(shown["steps"], v["steps"], "{shown}");
+    assert!(shown["created-at"].is_string(), "{shown}");
+    cmd(&cache, &root)
+        .args(["log", "--kind", "bisection"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(&key[..8]))
+        .stdout(predicate::str::contains("found"));
+    cmd(&cache, &root)
+        .args(["plot", "--output", "b.svg", "--bisect", short])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "is a bisection over toolchain releases, which is not plotted",
+        ));
+    assert!(!root.join("b.svg").exists());
     let again = cmd(&cache, &root)
         .args([
             "--json",

@@ -925,8 +925,10 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
             eprintln!("bisect: {m}");
         }
     };
-    let report = tb::bisect(&plan, &mut progress)?;
-    let rec = serde_json::to_value(&report)?;
+    let mut report = tb::bisect(&plan, &mut progress)?;
+    report.created_at = Some(crate::foundation::records::now());
+    report.repro_version = Some(crate::foundation::records::VERSION.into());
+    let rec = crate::foundation::records::to_json(&report);
     store.put_record(tb::RECORDS, &report.key, &rec)?;
     if g.json {
         emit_json(&rec)?;
@@ -941,8 +943,8 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
                 (Some(bad), Some(good)) => out.push_str(&format!(
                     "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
                     a.target,
-                    report.family.name(),
-                    report.family.name()
+                    report.family,
+                    report.family
                 )),
                 _ => out.push_str(&format!(
                     "undecided for {}: the first bad release is one of these, and all but the last could not be tested: {}\n",

@@ -54,7 +54,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             // A recorded bisection, by ID.
             match crate::engines::catalog::find(&g.store(), &text) {
                 Ok((_, crate::engines::catalog::Record::Bisection(r))) => *r,
-                Ok((_, crate::engines::catalog::Record::ToolchainBisection(_))) => {
+                Ok((
+                    _,
+                    crate::engines::catalog::Record::ToolchainBisection(_)
+                    | crate::engines::catalog::Record::ToolchainBuildBisection(_),
+                )) => {
                     return Err(UserError::usage(format!(
                         "{text} is a bisection over toolchain releases, which is not plotted"
                     ))

@@ -224,6 +224,9 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         catalog::Record::Build(b) => return show_build(&id, &b),
         catalog::Record::Bisection(b) => return show_bisection(&id, &entry, &b),
         catalog::Record::ToolchainBisection(b) => return show_toolchain_bisection(&id, &entry, &b),
+        catalog::Record::ToolchainBuildBisection(b) => {
+            return show_toolchain_build_bisection(&id, &entry, &b);
+        }
     };
     let unit = r.unit.as_str();
     let mut t = Table::new();
@@ -494,6 +497,62 @@ fn show_toolchain_bisection(
         s.row([
             plain(&step.commit),
             plain(step.verdict.word()),
+            or_dash(step.detail.as_deref()),
+        ]);
+    }
+    out.push_str(&s.render(2));
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// `repro show` of a build bisection over toolchain releases: per target what it found,
+/// then every step.
+fn show_toolchain_build_bisection(
+    id: &str,
+    e: &catalog::Entry,
+    r: &records::ToolchainBuildBisectRecord,
+) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
+    t.row([
+        "question".to_string(),
+        format!("{} {}", plain(&r.mode), plain(&r.recipe)),
+    ]);
+    t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
+    t.row(["releases from".to_string(), plain(&r.releases_from)]);
+    t.row(["outcome".to_string(), e.summary.clone()]);
+    let mut out = t.render(0);
+    out.push_str("\nper target:\n");
+    let mut a = Table::new();
+    a.row(["TARGET", "FIRST BAD", "LAST GOOD", "NOTE"]);
+    for ans in &r.answers {
+        let note = match (&ans.unchanged, ans.undecided.is_empty()) {
+            (Some(u), _) => format!("no change: {}", plain(u)),
+            (None, false) => format!("undecided among {}", plain(&ans.undecided.join(", "))),
+            (None, true) => String::new(),
+        };
+        a.row([
+            plain(&ans.target),
+            or_dash(ans.first_bad.as_deref()),
+            or_dash(ans.last_good.as_deref()),
+            note,
+        ]);
+    }
+    out.push_str(&a.render(2));
+    out.push_str("\nsteps:\n");
+    let mut s = Table::new();
+    s.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+    for step in &r.steps {
+        s.row([
+            plain(&step.release),
+            plain(&step.target),
+            step.verdict.word().to_string(),
+            if step.cached { "yes" } else { "no" }.to_string(),
+            step.key
+                .as_deref()
+                .map_or("-".to_string(), |k| plain(keys::short(k))),
             or_dash(step.detail.as_deref()),
         ]);
     }

@@ -114,8 +114,11 @@ pub enum Record {
     Result(Box<ResultRecord>),
     /// A finished bisection.
     Bisection(Box<BisectRecord>),
-    /// A finished bisection over toolchain releases (filed with the bisections).
+    /// A finished check or bench bisection over toolchain releases (filed with the
+    /// bisections).
     ToolchainBisection(Box<records::ToolchainBisectRecord>),
+    /// A finished build bisection over toolchain releases (filed with the bisections).
+    ToolchainBuildBisection(Box<records::ToolchainBuildBisectRecord>),
 }
 
 impl Record {
@@ -125,6 +128,11 @@ impl Record {
         Ok(match kind {
             Kind::Build => Record::Build(Box::new(BuildRecord::from_json(v, &what)?)),
             Kind::Result => Record::Result(Box::new(ResultRecord::from_json(v, &what)?)),
+            Kind::Bisection if records::ToolchainBuildBisectRecord::is_build(v) => {
+                Record::ToolchainBuildBisection(Box::new(
+                    records::ToolchainBuildBisectRecord::from_json(v, &what)?,
+                ))
+            }
             Kind::Bisection
                 if v.get("kind").and_then(Value::as_str) == Some("toolchain-bisection") =>
             {
@@ -143,6 +151,7 @@ impl Record {
             Record::Result(r) => records::to_json(r),
             Record::Bisection(r) => records::to_json(r),
             Record::ToolchainBisection(r) => records::to_json(r),
+            Record::ToolchainBuildBisection(r) => records::to_json(r),
         }
     }
 
@@ -153,6 +162,7 @@ impl Record {
             Record::Result(r) => r.recipe.as_deref(),
             Record::Bisection(b) => b.question.as_ref().and_then(|q| q.name.as_deref()),
             Record::ToolchainBisection(b) => Some(&b.recipe),
+            Record::ToolchainBuildBisection(b) => Some(&b.recipe),
         }
     }
 
@@ -258,6 +268,38 @@ pub fn entry(id: &str, record: &Record) -> Entry {
                 r.recipe.clone(),
                 r.commit.clone(),
                 if found { "found" } else { "untestable" }.to_string(),
+                summary,
+            )
+        }
+        Record::ToolchainBuildBisection(r) => {
+            let found: Vec<String> = r
+                .answers
+                .iter()
+                .filter_map(|a| {
+                    let bad = a.first_bad.as_deref()?;
+                    Some(format!("{} {}@{bad}", a.target, r.family))
+                })
+                .collect();
+            let summary = format!(
+                "{} {} {}..{}, {} of {} releases evaluated{}",
+                r.mode,
+                r.family,
+                r.releases.first().map_or("?", String::as_str),
+                r.releases.last().map_or("?", String::as_str),
+                r.wheels.len(),
+                r.releases.len(),
+                if found.is_empty() {
+                    String::new()
+                } else {
+                    format!("; first bad {}", found.join(", "))
+                }
+            );
+            (
+                Kind::Bisection,
+                r.created_at.clone(),
+                r.recipe.clone(),
+                r.commit.clone(),
+                if r.found() { "found" } else { "untestable" }.to_string(),
                 summary,
             )
         }
@@ -507,5 +549,55 @@ mod tests {
         // The store still verifies with a bisection in it.
         let v = store.verify();
         assert!(v.problems.is_empty(), "{:?}", v.problems);
+    }
+
+    #[test]
+    fn a_build_bisection_over_releases_reads_as_one_and_is_listed() {
+        let rec = json!({
+            "schema": 1, "kind": "toolchain-bisection", "recipe": "va", "mode": "build",
+            "family": "nvrtc", "releases": ["12.8.93", "12.9.86", "13.0.88"],
+            "releases-from": "the wheel directory /w", "commit": "a".repeat(40),
+            "answers": [
+                {"target": "sm_70", "first-bad": "13.0.88", "last-good": "12.9.86", "undecided": []},
+                {"target": "sm_90", "first-bad": null, "last-good": null, "undecided": [],
+                 "unchanged": "good with nvrtc@12.8.93 and good with nvrtc@13.0.88"}
+            ],
+            "steps": [{"release": "13.0.88", "target": "sm_70", "verdict": "bad",
+                       "key": "b".repeat(64), "cached": false, "detail": "error"}],
+            "wheels": {}, "created-at": "2026-01-01T00:00:00.000Z", "key": "c".repeat(64)
+        });
+        let r = Record::from_json(Kind::Bisection, "c", &rec).unwrap();
+        let Record::ToolchainBuildBisection(b) = &r else {
+            panic!("read as {r:?}");
+        };
+        assert!(b.found());
+        assert_eq!(r.to_json(), rec);
+        let e = entry("c", &r);
+        assert_eq!(e.status, "found");
+        assert_eq!(
+            e.summary,
+            "build nvrtc 12.8.93..13.0.88, 0 of 3 releases evaluated; first bad sm_70 nvrtc@13.0.88"
+        );
+        // A target that changes but is not pinned down is not found.
+        let mut undecided = rec.clone();
+        undecided["answers"][0]["first-bad"] = Value::Null;
+        let r = Record::from_json(Kind::Bisection, "c", &undecided).unwrap();
+        assert_eq!(entry("c", &r).status, "untestable");
+        // Hostile records are refused, not half-read.
+        for (path, bad) in [
+            ("/steps/0/verdict", json!("maybe")),
+            ("/answers/0/target", json!(7)),
+            ("/schema", json!(99)),
+        ] {
+            let mut v = rec.clone();
+            *v.pointer_mut(path).unwrap() = bad;
+            assert!(
+                Record::from_json(Kind::Bisection, "c", &v).is_err(),
+                "{path}"
+            );
+        }
+        let mut extra = rec.clone();
+        extra["steps"][0]["run"] = json!("rm -rf /");
+        assert!(Record::from_json(Kind::Bisection, "c", &extra).is_err());
     }
 }

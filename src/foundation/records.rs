@@ -991,6 +991,104 @@ impl ToolchainBisectRecord {
     }
 }
 
+/// One release's build verdict for one target, in a build bisection over toolchain
+/// releases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ReleaseStep {
+    /// The release.
+    pub release: String,
+    /// Build target (or the recipe name for a single-target recipe).
+    pub target: String,
+    /// good, bad or skip.
+    pub verdict: Answer,
+    /// The build key.
+    pub key: Option<String>,
+    /// Whether the store had the build already.
+    pub cached: bool,
+    /// The compiler's first error line, or why the step was skipped.
+    pub detail: Option<String>,
+}
+
+/// What a build bisection over toolchain releases found for one target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TargetAnswer {
+    /// The target.
+    pub target: String,
+    /// The first bad release, when pinned down.
+    pub first_bad: Option<String>,
+    /// The last good release before it.
+    pub last_good: Option<String>,
+    /// Releases that could not be told apart (all skipped), when not pinned down.
+    pub undecided: Vec<String>,
+    /// When this target has no transition in the range: what it does at both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<String>,
+}
+
+/// A build bisection over toolchain releases (one search per target), recorded under
+/// `bisections/` with `kind` `toolchain-bisection` and `mode` `build`, filed under its
+/// `key`, and printed by `repro bisect --toolchains --mode build --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ToolchainBuildBisectRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// `toolchain-bisection`.
+    pub kind: String,
+    /// The recipe.
+    pub recipe: String,
+    /// `build`.
+    pub mode: String,
+    /// nvrtc or nvcc.
+    pub family: String,
+    /// The releases searched, oldest first (FROM..TO).
+    pub releases: Vec<String>,
+    /// Where the release list came from.
+    pub releases_from: String,
+    /// The commit held fixed (HEAD; the working tree is what is built).
+    pub commit: Option<String>,
+    /// Per target.
+    pub answers: Vec<TargetAnswer>,
+    /// Every evaluation, in order.
+    pub steps: Vec<ReleaseStep>,
+    /// The wheels each evaluated release was installed from, with their sha256.
+    pub wheels: BTreeMap<String, Vec<InstalledWheel>>,
+    /// When it was recorded (absent from records written before repro recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Which repro recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_version: Option<String>,
+    /// Its ID: the sha256 of the question (recipe, mode, family, releases, commit and
+    /// the steps' build keys), so that the same bisection asked again is filed once.
+    pub key: String,
+}
+
+impl ToolchainBuildBisectRecord {
+    /// Reads a build bisection over toolchain releases.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "toolchain-bisection")?;
+        shape(v, what)
+    }
+
+    /// Whether a record of `kind` `toolchain-bisection` is a build bisection (the check
+    /// and bench ones are [`ToolchainBisectRecord`]s).
+    pub fn is_build(v: &Value) -> bool {
+        v.get("kind").and_then(Value::as_str) == Some("toolchain-bisection")
+            && v.get("mode").and_then(Value::as_str) == Some("build")
+    }
+
+    /// Whether every target that changes in the range has its first bad release.
+    pub fn found(&self) -> bool {
+        self.answers
+            .iter()
+            .all(|a| a.unchanged.is_some() || a.first_bad.is_some())
+    }
+}
+
 /// Which change a bisection looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -50,6 +50,17 @@ pub enum Question {
     Bench,
 }
 
+impl Question {
+    /// Its name, as records and `--mode` spell it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Question::Build => "build",
+            Question::Check => "check",
+            Question::Bench => "bench",
+        }
+    }
+}
+
 /// `FROM..TO`: `nvrtc@12.8.93..nvrtc@13.0.88` (the family may be left off TO).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range {
@@ -261,23 +272,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 #[cfg(test)]
 use crate::engines::toolchain::install::parse_index_versions;
 
-/// One evaluated release: per target, its verdict.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Step {
-    /// The release.
-    pub release: String,
-    /// Build target (or the recipe name for a single-target recipe).
-    pub target: String,
-    /// good, bad or skip.
-    pub verdict: &'static str,
-    /// The build key.
-    pub key: Option<String>,
-    /// Whether the store had the build already.
-    pub cached: bool,
-    /// The compiler's first error line, or why the step was skipped.
-    pub detail: Option<String>,
-}
+pub use crate::foundation::records::ReleaseStep as Step;
 
 /// A whole release's evaluation: per target.
 #[derive(Clone, Debug)]
@@ -286,52 +281,10 @@ struct Evaluation {
     wheels: Vec<install::InstalledWheel>,
 }
 
-/// What the search found for one target.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct TargetAnswer {
-    /// The target.
-    pub target: String,
-    /// The first bad release, when pinned down.
-    pub first_bad: Option<String>,
-    /// The last good release before it.
-    pub last_good: Option<String>,
-    /// Releases that could not be told apart (all skipped), when not pinned down.
-    pub undecided: Vec<String>,
-    /// When this target has no transition in the range: what it does at both ends.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unchanged: Option<String>,
-}
+pub use crate::foundation::records::TargetAnswer;
 
-/// The result of a toolchain bisection.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Report {
-    /// Always 1.
-    pub schema: u32,
-    /// `toolchain-bisection`.
-    pub kind: &'static str,
-    /// The recipe.
-    pub recipe: String,
-    /// build or check.
-    pub mode: Question,
-    /// nvrtc or nvcc.
-    pub family: Family,
-    /// The releases searched, oldest first (FROM..TO).
-    pub releases: Vec<String>,
-    /// Where the release list came from.
-    pub releases_from: String,
-    /// The commit held fixed (HEAD) and whether the working tree differed from it.
-    pub commit: Option<String>,
-    /// Per target.
-    pub answers: Vec<TargetAnswer>,
-    /// Every evaluation, in order.
-    pub steps: Vec<Step>,
-    /// The wheels each evaluated release was installed from.
-    pub wheels: BTreeMap<String, Vec<install::InstalledWheel>>,
-    /// The store key of this record.
-    pub key: String,
-}
+/// The result of a build bisection over toolchain releases.
+pub use crate::foundation::records::ToolchainBuildBisectRecord as Report;
 
 /// The plan of a toolchain bisection.
 pub struct Plan<'a> {
@@ -420,7 +373,7 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
             first_end_error.get_or_insert(ToolchainBisectError::BadEnd {
                 which,
                 spec,
-                verdict: step.verdict,
+                verdict: step.verdict.word(),
                 target: target.clone(),
                 detail: step.detail.clone(),
             });
@@ -491,16 +444,18 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
     });
     Ok(Report {
         schema: 1,
-        kind: "toolchain-bisection",
+        kind: "toolchain-bisection".into(),
         recipe: plan.recipe.clone(),
-        mode: plan.question,
-        family: fam,
+        mode: plan.question.word().into(),
+        family: fam.name().into(),
         releases: list,
         releases_from,
         commit,
         answers,
         steps,
         wheels,
+        created_at: None,
+        repro_version: None,
         key: crate::foundation::keys::key_of(&question),
     })
 }
@@ -697,7 +652,7 @@ fn evaluate(
                 Step {
                     release: release.to_string(),
                     target: t.clone(),
-                    verdict: if ok { "good" } else { "bad" },
+                    verdict: if ok { Answer::Good } else { Answer::Bad },
                     key: Some(b.key.clone()),
                     cached: b.cached,
                     detail: (!ok).then(|| first_error(&b.log)),
@@ -717,11 +672,6 @@ fn all_targets(
     detail: Option<String>,
     wheels: Vec<install::InstalledWheel>,
 ) -> Evaluation {
-    let verdict = match answer {
-        Answer::Good => "good",
-        Answer::Bad => "bad",
-        Answer::Skip => "skip",
-    };
     Evaluation {
         per_target: plan
             .targets
@@ -734,7 +684,7 @@ fn all_targets(
                         Step {
                             release: release.to_string(),
                             target: t.clone(),
-                            verdict,
+                            verdict: answer,
                             key: key.clone(),
                             cached,
                             detail: detail.clone(),
