@@ -168,6 +168,21 @@ fn commit_bisection_input_errors_are_named_before_anything_runs() {
             "hint: --recipe-at reads the recipe from that commit",
         ],
     );
+    // Without both ends: which one is missing, and both ways to ask.
+    for (args, missing) in [
+        (&["--script", "true"][..], "--good and --bad"),
+        (&["--good", "HEAD~7", "--script", "true"][..], "--bad"),
+        (&["--bad", "HEAD", "--script", "true"][..], "--good"),
+    ] {
+        let (code, out, err) = bisect(tmp.path(), &root, args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(
+            err.contains(&format!("error: give {missing} (or --toolchains)\n")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("hint: for example `repro bisect --good v1.0 --bad HEAD --script CMD`, or `--toolchains"), "{err}");
+    }
     // Nothing was run or recorded.
     assert!(!root.join(".repro/bisect").exists());
     assert!(!root.join(".repro/bisections").exists());

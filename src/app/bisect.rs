@@ -58,11 +58,13 @@ pub enum Find {
 /// Arguments of `repro bisect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A commit where all is well (the older end, or with --find fixed the newer).
-    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    /// A commit where all is well (the older end, or with --find fixed the newer). Needed,
+    /// with --bad, unless --toolchains is given (checked by `run`, whose message says both
+    /// ways to ask).
+    #[arg(long, value_name = "REV")]
     good: Option<String>,
     /// A commit where it is broken (the newer end, or with --find fixed the older).
-    #[arg(long, value_name = "REV", required_unless_present = "toolchains")]
+    #[arg(long, value_name = "REV")]
     bad: Option<String>,
     /// Hold the commit fixed and search compiler releases instead: FROM..TO, e.g.
     /// nvrtc@12.8.93..nvrtc@13.0.88 (NVRTC wheels) or nvcc@12.9..nvcc@13.0 (pinned releases).
@@ -301,7 +303,12 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         );
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
-        return Err(UserError::usage("give --good and --bad (or --toolchains)")
+        let missing = match (&a.good, &a.bad) {
+            (None, None) => "--good and --bad",
+            (None, Some(_)) => "--good",
+            _ => "--bad",
+        };
+        return Err(UserError::usage(format!("give {missing} (or --toolchains)"))
             .hint("for example `repro bisect --good v1.0 --bad HEAD --script CMD`, or `--toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe NAME` to search compiler releases")
             .into());
     };
