@@ -40,8 +40,14 @@ fn every_run_section_mistake_is_named_where_it_is() {
         (
             format!("{params}[run]\nkernel = \"k\"\ngrid = {{ x = 1 }}\nblock = 1\nargs = []\n"),
             "12:8",
-            "`[run] grid` must be an expression (a string or a number)",
-            None,
+            "`[run] grid` must be an expression (a string or a number), not table",
+            Some("for example \"ceil_div(n, 256)\" or 128"),
+        ),
+        (
+            format!("{params}[run]\nkernel = \"k\"\ngrid = true\nblock = 1\nargs = []\n"),
+            "12:8",
+            "`[run] grid` must be an expression (a string or a number), not boolean",
+            Some("for example \"ceil_div(n, 256)\" or 128"),
         ),
         (
             format!("{params}[run]\nkernel = \"k\"\ngrid = \"m * 2\"\nblock = 1\nargs = []\n"),

@@ -368,11 +368,19 @@ fn expr(
     src: &str,
 ) -> Result<Expr, Problem> {
     let span = raw.0.span();
-    let text = crate::foundation::spans::scalar(raw.0.get_ref()).ok_or_else(|| {
+    // A boolean would read as a name (`true`) and be refused as an unknown parameter.
+    let text = match raw.0.get_ref() {
+        toml::Value::Boolean(_) => None,
+        v => crate::foundation::spans::scalar(v),
+    }
+    .ok_or_else(|| {
         (
             Some(span.clone()),
-            format!("`{what}` must be an expression (a string or a number)"),
-            None,
+            format!(
+                "`{what}` must be an expression (a string or a number), not {}",
+                raw.0.get_ref().type_str()
+            ),
+            Some("for example \"ceil_div(n, 256)\" or 128".to_string()),
         )
     })?;
     let (line, column) = crate::foundation::spans::locate(src, Some(span.clone()));
