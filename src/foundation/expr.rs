@@ -1540,6 +1540,15 @@ mod tests {
                 "4 * 2e",
                 "in `4 * 2e` at column 6: unexpected `e` right after the number `2` (did you mean `2 * e`?)",
             ),
+            // An exponent is taken only when digits follow (after a sign, if any).
+            (
+                "2e+ 3",
+                "in `2e+ 3` at column 2: unexpected `e` right after the number `2` (did you mean `2 * e`?)",
+            ),
+            (
+                "2ex5",
+                "in `2ex5` at column 2: unexpected `ex5` right after the number `2` (did you mean `2 * ex5`?)",
+            ),
             (
                 "1.5.3",
                 "in `1.5.3` at column 4: unexpected `.` right after the number `1.5`",
@@ -1661,6 +1670,21 @@ mod tests {
                 Expr::parse(&shape(deepest + 1)).is_err(),
                 "{}",
                 shape(deepest + 1)
+            );
+        }
+        // A sign or a call over a chain is one level more of the tree: over the deepest
+        // chain, none fits.
+        let chain = |k: usize| vec!["1"; k].join(" + ");
+        for wrap in [|c: &str| format!("-({c})"), |c: &str| format!("abs({c})")] {
+            assert!(
+                Expr::parse(&wrap(&chain(63))).is_ok(),
+                "{}",
+                wrap(&chain(63))
+            );
+            assert!(
+                Expr::parse(&wrap(&chain(64))).is_err(),
+                "{}",
+                wrap(&chain(64))
             );
         }
         // Depth is nesting, not length: many shallow parts in a row are fine.

@@ -805,6 +805,9 @@ mod tests {
         assert_eq!(bootstrap_median_ci(&ok, 0, 0.95, 0), None);
         assert_eq!(bootstrap_median_ci(&ok, 10, 1.5, 0), None);
         assert_eq!(bootstrap_median_ci(&ok, 10, f64::NAN, 0), None);
+        assert_eq!(bootstrap_ratio_ci(&ok, &ok, 0, 0.95, 0), None);
+        assert_eq!(bootstrap_ratio_ci(&ok, &ok, 10, 1.5, 0), None);
+        assert_eq!(bootstrap_ratio_ci(&ok, &ok, 10, f64::NAN, 0), None);
         assert_eq!(bootstrap_ratio_ci(&ok, &[0.0, 1.0], 10, 0.95, 0), None);
         assert_eq!(bootstrap_ratio_ci(&ok, &[-1.0], 10, 0.95, 0), None);
         assert_eq!(compare(&ok, &[0.0], 0.01, 0.05, 0), None);
