@@ -1341,6 +1341,8 @@ mod tests {
         assert_eq!(ev("1 / 3"), Float(1.0 / 3.0));
         assert_eq!(ev("-6 / 3"), Int(-2));
         assert_eq!(ev("7 / 2"), Float(3.5));
+        assert_eq!(ev("7.5 / 2.5"), Float(3.0));
+        assert_eq!(ev("1 / 0.25"), Float(4.0));
         assert_eq!(ev("3 * 1.0"), Float(3.0));
         assert_eq!(ev("1 + 0.5"), Float(1.5));
         assert_eq!(ev("2.0 ** 3"), Float(8.0));
@@ -1357,6 +1359,7 @@ mod tests {
         assert_eq!(ev_with("m // 1", &m), Int(i64::MIN));
         assert_eq!(ev("0 ** 0"), Int(1));
         assert_eq!(ev("(-1) ** 9999999999"), Int(-1));
+        assert_eq!(ev("(-1) ** 10000000000"), Int(1));
         assert_eq!(ev("1 ** 9999999999"), Int(1));
         let x = params(&[("x", Float(1.5))]);
         assert_eq!(ev_with("x * 2", &x), Float(3.0));
@@ -1384,6 +1387,7 @@ mod tests {
         assert_eq!(ev("round_up(5, -4)"), Int(8));
         assert_eq!(ev("sqrt(16)"), Float(4.0));
         assert_eq!(ev("sqrt(2.25)"), Float(1.5));
+        assert_eq!(ev("sqrt(0)"), Float(0.0));
         assert_eq!(ev("log2(1024)"), Int(10));
         assert_eq!(ev("log2(1)"), Int(0));
         assert_eq!(ev("log2(8.0)"), Float(3.0));

@@ -753,6 +753,23 @@ mod tests {
     }
 
     #[test]
+    fn mann_whitney_p_is_the_normal_approximation_worked_by_hand() {
+        // 1..5 against 6..10: U = 0, mean 12.5, variance 5 * 5 / 12 * 11 = 22.9167, z =
+        // (12.5 - 0.5) / sqrt(22.9167) = 2.50672, p = erfc(z / sqrt 2) = 0.0121858 (R's
+        // `wilcox.test(1:5, 6:10, exact = FALSE)` says the same); erfc here is good to 1.2e-7.
+        let (u, p) =
+            mann_whitney_u(&[1.0, 2.0, 3.0, 4.0, 5.0], &[6.0, 7.0, 8.0, 9.0, 10.0]).unwrap();
+        assert_eq!(u, 0.0);
+        assert!(close(p, 0.012_185_780_355_344_8, 1e-6), "{p}");
+        // With ties: ranks 1, 3, 3, 6 for a; U = 13 - 10 = 3; two groups of three tied
+        // values take 2 * 24 / (9 * 8) from 10, variance 4 * 5 / 12 * 9.3333 = 15.5556,
+        // z = (10 - 3 - 0.5) / sqrt(15.5556) = 1.64805, p = 0.0993422.
+        let (u, p) = mann_whitney_u(&[1.0, 2.0, 2.0, 3.0], &[2.0, 3.0, 3.0, 4.0, 5.0]).unwrap();
+        assert_eq!(u, 3.0);
+        assert!(close(p, 0.099_342_247_853_465_3, 1e-6), "{p}");
+    }
+
+    #[test]
     fn calibration() {
         let mut normal = Normal(SplitMix64(0x5eed));
         let mut false_alarms = 0u64;
