@@ -147,3 +147,40 @@ fn log_lists_builds_results_and_bisections_and_show_opens_each() {
         .assert()
         .code(2);
 }
+
+#[test]
+fn records_from_elsewhere_cannot_write_to_the_terminal() {
+    // A toolchain build bisection record as a stranger's store could hold it, with
+    // terminal escapes in every text it lists; `log` and `show` print them escaped.
+    let (tmp, root) = repo_with(&[("src.txt", "one\n")]);
+    let esc = "\u{1b}[2J\u{1b}]0;owned\u{7}";
+    let key = "c".repeat(64);
+    let rec = serde_json::json!({
+        "schema": 1, "kind": "toolchain-bisection", "recipe": format!("va{esc}"), "mode": "build",
+        "family": format!("nvrtc{esc}"), "releases": [format!("12.8{esc}"), "13.0.88"],
+        "releases-from": format!("the wheel directory {esc}"), "commit": null,
+        "answers": [{"target": format!("sm_70{esc}"), "first-bad": format!("13.0.88{esc}"),
+                     "last-good": "12.8", "undecided": [], "unchanged": format!("x{esc}")}],
+        "steps": [{"release": format!("13.0.88{esc}"), "target": "sm_70", "verdict": "bad",
+                   "key": null, "cached": false, "detail": format!("error{esc}")}],
+        "wheels": {}, "created-at": "2026-01-01T00:00:00.000Z", "key": key
+    });
+    let dir = root.join(".repro/bisections");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{key}.json")), rec.to_string()).unwrap();
+    for args in [&["log"][..], &["show", "cccccccc"][..]] {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("sm_70"), "{args:?}: {text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{args:?}: {text:?}"
+        );
+    }
+}

@@ -441,7 +441,7 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
         "bad end".to_string(),
         or_dash(q.and_then(|q| q.bad.as_deref())),
     ]);
-    t.row(["outcome".to_string(), e.summary.clone()]);
+    t.row(["outcome".to_string(), plain(&e.summary)]);
     if let Some(c) = &r.culprit {
         let word = if r.find == records::Find::Fixed {
             "first fixed commit"
@@ -488,7 +488,7 @@ fn show_toolchain_bisection(
         format!("{} {}", r.mode, plain(&r.recipe)),
     ]);
     t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
-    t.row(["outcome".to_string(), e.summary.clone()]);
+    t.row(["outcome".to_string(), plain(&e.summary)]);
     let mut out = t.render(0);
     out.push_str("\nsteps:\n");
     let mut s = Table::new();
@@ -522,7 +522,7 @@ fn show_toolchain_build_bisection(
     ]);
     t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
     t.row(["releases from".to_string(), plain(&r.releases_from)]);
-    t.row(["outcome".to_string(), e.summary.clone()]);
+    t.row(["outcome".to_string(), plain(&e.summary)]);
     let mut out = t.render(0);
     out.push_str("\nper target:\n");
     let mut a = Table::new();
