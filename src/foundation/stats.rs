@@ -633,6 +633,21 @@ mod tests {
     }
 
     #[test]
+    fn sample_stdev_divides_by_n_minus_1_and_is_exactly_0_for_equal_samples() {
+        assert_eq!(sample_stdev(&[1.0, 3.0]), 2f64.sqrt());
+        // Mean 5, squares 9 + 1 + 16 = 26, over n - 1 = 2.
+        assert!(close(sample_stdev(&[2.0, 4.0, 9.0]), 13f64.sqrt(), 1e-15));
+        assert_eq!(sample_stdev(&[5.0]), 0.0);
+        // Equal samples have no spread at all, not a rounding error's worth (rel_noise
+        // tells "no noise" by it).
+        for v in [0.1, 1.1, 3.3, 1e-7, 123_456.789, 7e300] {
+            for n in 2..=9 {
+                assert_eq!(sample_stdev(&vec![v; n]), 0.0, "{v} x {n}");
+            }
+        }
+    }
+
+    #[test]
     fn rel_noise_cases() {
         let spread_out = [10.0, 10.0, 10.0, 10.0, 11.0, 12.0];
         // The MAD is 0 here, so the stdev stands in.
@@ -739,6 +754,28 @@ mod tests {
         // Two wildly noisy, small sets: no difference shown, none ruled out.
         let unknown = compare(&[1.0, 5.0, 2.0], &[4.0, 1.5, 3.0], 0.01, 0.05, 1).unwrap();
         assert_eq!(unknown.verdict, Verdict::Unknown);
+        // The same sets the other way round: a lower median, not significant, is not Faster.
+        let unknown = compare(&[4.0, 1.5, 3.0], &[1.0, 5.0, 2.0], 0.01, 0.05, 1).unwrap();
+        assert!(unknown.ratio < 1.0 && unknown.p > 0.01, "{unknown:?}");
+        assert_eq!(unknown.verdict, Verdict::Unknown);
+        // Significantly different distributions with exactly equal medians: no direction to
+        // report, and the medians' interval is too wide for Same.
+        let mut spread = vec![1.0; 20];
+        spread.push(10.0);
+        spread.extend([100.0; 20]);
+        let c = compare(&spread, &[10.0; 41], 0.01, 0.05, 1).unwrap();
+        assert!(c.ratio == 1.0 && c.p <= 0.01, "{c:?}");
+        assert_eq!(c.verdict, Verdict::Unknown);
+        let c = compare(&[10.0; 41], &spread, 0.01, 0.05, 1).unwrap();
+        assert!(c.ratio == 1.0 && c.p <= 0.01, "{c:?}");
+        assert_eq!(c.verdict, Verdict::Unknown);
+        // Same needs both ends of the interval within the threshold: here only the lower is.
+        let c = compare(&[10.0; 5], &[10.0, 10.0, 10.0, 11.0, 12.0], 0.01, 0.05, 1).unwrap();
+        assert!(
+            c.p > 0.01 && c.ratio_ci_low >= 0.95 && c.ratio_ci_high > 1.05,
+            "{c:?}"
+        );
+        assert_eq!(c.verdict, Verdict::Unknown);
         assert_eq!(
             serde_json::to_string(&Verdict::Unknown).unwrap(),
             "\"unknown\""
@@ -750,23 +787,6 @@ mod tests {
         assert_eq!(back.verdict, same.verdict);
         assert!(close(back.ratio_ci_low, same.ratio_ci_low, 1e-15));
         assert!(close(back.ratio_ci_high, same.ratio_ci_high, 1e-15));
-    }
-
-    #[test]
-    fn mann_whitney_p_is_the_normal_approximation_worked_by_hand() {
-        // 1..5 against 6..10: U = 0, mean 12.5, variance 5 * 5 / 12 * 11 = 22.9167, z =
-        // (12.5 - 0.5) / sqrt(22.9167) = 2.50672, p = erfc(z / sqrt 2) = 0.0121858 (R's
-        // `wilcox.test(1:5, 6:10, exact = FALSE)` says the same); erfc here is good to 1.2e-7.
-        let (u, p) =
-            mann_whitney_u(&[1.0, 2.0, 3.0, 4.0, 5.0], &[6.0, 7.0, 8.0, 9.0, 10.0]).unwrap();
-        assert_eq!(u, 0.0);
-        assert!(close(p, 0.012_185_780_355_344_8, 1e-6), "{p}");
-        // With ties: ranks 1, 3, 3, 6 for a; U = 13 - 10 = 3; two groups of three tied
-        // values take 2 * 24 / (9 * 8) from 10, variance 4 * 5 / 12 * 9.3333 = 15.5556,
-        // z = (10 - 3 - 0.5) / sqrt(15.5556) = 1.64805, p = 0.0993422.
-        let (u, p) = mann_whitney_u(&[1.0, 2.0, 2.0, 3.0], &[2.0, 3.0, 3.0, 4.0, 5.0]).unwrap();
-        assert_eq!(u, 3.0);
-        assert!(close(p, 0.099_342_247_853_465_3, 1e-6), "{p}");
     }
 
     #[test]
