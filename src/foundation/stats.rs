@@ -570,8 +570,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Within `tolerance`, relative to the larger (plus 1). An infinity is close only to
+    /// itself: the relative bound would otherwise grow to take anything.
     fn close(a: f64, b: f64, tolerance: f64) -> bool {
-        (a - b).abs() <= tolerance * (1.0 + a.abs().max(b.abs()))
+        a == b
+            || (a.is_finite()
+                && b.is_finite()
+                && (a - b).abs() <= tolerance * (1.0 + a.abs().max(b.abs())))
     }
 
     /// Normal draws by Box-Muller from the module's generator: deterministic per seed.
@@ -648,6 +653,17 @@ mod tests {
     }
 
     #[test]
+    fn an_outlier_is_strictly_past_the_cutoff() {
+        // Median 0 and MAD 0.6745, so +-3.5 sit exactly on 3.5 modified z: not outliers;
+        // the next float out is.
+        let mut xs = vec![-3.5, -0.6745, -0.6745, 0.0, 0.6745, 0.6745, 3.5];
+        assert_eq!((median(&xs), mad(&xs)), (Some(0.0), Some(0.6745)));
+        assert_eq!(count_outliers(&xs, 0.0, 0.6745), 0);
+        xs[6] = f64::from_bits(3.5f64.to_bits() + 1);
+        assert_eq!(count_outliers(&xs, 0.0, 0.6745), 1);
+    }
+
+    #[test]
     fn rel_noise_cases() {
         let spread_out = [10.0, 10.0, 10.0, 10.0, 11.0, 12.0];
         // The MAD is 0 here, so the stdev stands in.
@@ -658,6 +674,12 @@ mod tests {
             1e-12
         ));
         assert_eq!(median_rel_noise(&[1.1, 1.1, 1.1]), 0.0);
+        // Two samples are enough; the MAD (2 here) is scaled up to a sigma, not down.
+        assert!(close(
+            median_rel_noise(&[10.0, 14.0]),
+            1.2533 * (1.4826 * 2.0) / 2f64.sqrt() / 12.0,
+            1e-12
+        ));
         assert_eq!(median_rel_noise(&[-1.0, 0.0, 1.0]), f64::INFINITY);
         assert_eq!(median_rel_noise(&[3.0]), f64::INFINITY);
         assert_eq!(median_rel_noise(&[]), f64::INFINITY);
