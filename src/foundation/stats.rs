@@ -664,6 +664,16 @@ mod tests {
     }
 
     #[test]
+    fn values_are_formatted_in_their_unit() {
+        assert_eq!(fmt_value(999.9994, "us"), "999.999 µs");
+        assert_eq!(fmt_value(1000.0, "us"), "1.000 ms");
+        assert_eq!(fmt_value(12_345.6, "us"), "12.346 ms");
+        assert_eq!(fmt_value(2.5, "ms"), "2.500 ms");
+        assert_eq!(fmt_value(0.123_45, ""), "0.1235");
+        assert_eq!(fmt_value(3.0, "GB/s"), "3.0000 GB/s");
+    }
+
+    #[test]
     fn rel_noise_cases() {
         let spread_out = [10.0, 10.0, 10.0, 10.0, 11.0, 12.0];
         // The MAD is 0 here, so the stdev stands in.
