@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{git, repo_with, repro};
+use common::{git, repo_with, repro, run_in};
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -169,14 +169,8 @@ fn records_from_elsewhere_cannot_write_to_the_terminal() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(format!("{key}.json")), rec.to_string()).unwrap();
     for args in [&["log"][..], &["show", "cccccccc"][..]] {
-        let out = repro(tmp.path())
-            .arg("-C")
-            .arg(&root)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout);
+        let (code, text, err) = run_in(tmp.path(), &root, args);
+        assert_eq!(code, 0, "{args:?}: {err}");
         assert!(text.contains("sm_70"), "{args:?}: {text}");
         assert!(
             !text.contains('\u{1b}') && !text.contains('\u{7}'),

@@ -473,20 +473,26 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
     Ok(exit::OK)
 }
 
+/// The first rows of `repro show` for a bisection over toolchain releases.
+fn toolchain_header(id: &str, created_at: Option<&str>, mode: &str, recipe: &str) -> Table {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    t.row(["created-at".to_string(), or_dash(created_at)]);
+    t.row([
+        "question".to_string(),
+        format!("{} {}", plain(mode), plain(recipe)),
+    ]);
+    t
+}
+
 /// `repro show` of a toolchain bisection's report.
 fn show_toolchain_bisection(
     id: &str,
     e: &catalog::Entry,
     r: &records::ToolchainBisectRecord,
 ) -> anyhow::Result<u8> {
-    let mut t = Table::new();
-    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
-    t.row(["id".to_string(), id.to_string()]);
-    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
-    t.row([
-        "question".to_string(),
-        format!("{} {}", r.mode, plain(&r.recipe)),
-    ]);
+    let mut t = toolchain_header(id, r.created_at.as_deref(), &r.mode, &r.recipe);
     t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
     t.row(["outcome".to_string(), plain(&e.summary)]);
     let mut out = t.render(0);
@@ -512,14 +518,7 @@ fn show_toolchain_build_bisection(
     e: &catalog::Entry,
     r: &records::ToolchainBuildBisectRecord,
 ) -> anyhow::Result<u8> {
-    let mut t = Table::new();
-    t.row(["kind".to_string(), "toolchain bisection".to_string()]);
-    t.row(["id".to_string(), id.to_string()]);
-    t.row(["created-at".to_string(), or_dash(r.created_at.as_deref())]);
-    t.row([
-        "question".to_string(),
-        format!("{} {}", plain(&r.mode), plain(&r.recipe)),
-    ]);
+    let mut t = toolchain_header(id, r.created_at.as_deref(), &r.mode, &r.recipe);
     t.row(["commit".to_string(), or_dash(r.commit.as_deref())]);
     t.row(["releases from".to_string(), plain(&r.releases_from)]);
     t.row(["outcome".to_string(), plain(&e.summary)]);

@@ -249,19 +249,13 @@ pub fn entry(id: &str, record: &Record) -> Entry {
         }
         Record::ToolchainBisection(r) => {
             let found = matches!(r.outcome, records::Outcome::FirstBad { .. });
-            let summary = format!(
-                "{} {} {}..{}, {} of {} releases evaluated{}",
-                r.mode,
-                r.family,
-                r.releases.first().map_or("?", String::as_str),
-                r.releases.last().map_or("?", String::as_str),
-                r.evaluated,
-                r.releases.len(),
-                r.first_bad
-                    .as_deref()
-                    .map(|b| format!("; first bad {}@{b}", r.family))
-                    .unwrap_or_default()
-            );
+            let first_bad: Vec<String> = r
+                .first_bad
+                .iter()
+                .map(|b| format!("{}@{b}", r.family))
+                .collect();
+            let summary =
+                releases_summary(&r.mode, &r.family, &r.releases, r.evaluated, &first_bad);
             (
                 Kind::Bisection,
                 r.created_at.clone(),
@@ -280,20 +274,7 @@ pub fn entry(id: &str, record: &Record) -> Entry {
                     Some(format!("{} {}@{bad}", a.target, r.family))
                 })
                 .collect();
-            let summary = format!(
-                "{} {} {}..{}, {} of {} releases evaluated{}",
-                r.mode,
-                r.family,
-                r.releases.first().map_or("?", String::as_str),
-                r.releases.last().map_or("?", String::as_str),
-                r.wheels.len(),
-                r.releases.len(),
-                if found.is_empty() {
-                    String::new()
-                } else {
-                    format!("; first bad {}", found.join(", "))
-                }
-            );
+            let summary = releases_summary(&r.mode, &r.family, &r.releases, r.wheels.len(), &found);
             (
                 Kind::Bisection,
                 r.created_at.clone(),
@@ -313,6 +294,28 @@ pub fn entry(id: &str, record: &Record) -> Entry {
         status,
         summary,
     }
+}
+
+/// A bisection over releases in one line: `build nvrtc 12.8.93..13.0.88, 3 of 3 releases
+/// evaluated; first bad sm_70 nvrtc@13.0.88`.
+fn releases_summary(
+    mode: &str,
+    family: &str,
+    releases: &[String],
+    evaluated: usize,
+    first_bad: &[String],
+) -> String {
+    format!(
+        "{mode} {family} {}..{}, {evaluated} of {} releases evaluated{}",
+        releases.first().map_or("?", String::as_str),
+        releases.last().map_or("?", String::as_str),
+        releases.len(),
+        if first_bad.is_empty() {
+            String::new()
+        } else {
+            format!("; first bad {}", first_bad.join(", "))
+        }
+    )
 }
 
 /// Every record of the given kinds (all when empty), newest first; ties by kind, then ID.
