@@ -5,7 +5,9 @@
 
 pub mod archive;
 pub mod config;
+pub mod cubin;
 pub mod driverlib;
+pub mod elf;
 pub mod error;
 pub mod exit;
 pub mod expr;
@@ -14,6 +16,7 @@ pub mod fsutil;
 pub mod git;
 pub mod keys;
 pub mod nix;
+pub mod occupancy;
 pub mod output;
 pub mod plot;
 pub mod process;

@@ -42,6 +42,39 @@ pub struct Recipe {
     /// `[bisect] paths`: git pathspecs of files a bisection step writes out besides what
     /// the build reads (a command build's helper scripts, data files).
     pub bisect_paths: Vec<String>,
+    /// `[build.limits]`: what each kernel may cost; a kernel over budget fails the build.
+    pub limits: Limits,
+}
+
+/// `[build.limits]`: budgets on what a kernel costs the GPU, checked against the resource
+/// report of every cubin a build makes. Not part of the build key: a budget judges an
+/// artifact, it does not change it, so a cached build is judged again by today's budgets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Limits {
+    /// `max-registers`: registers per thread.
+    pub max_registers: Option<u32>,
+    /// `max-shared-bytes`: shared memory per block, static plus the launch's dynamic.
+    pub max_shared_bytes: Option<u64>,
+    /// `spills`: the most bytes of spill stores plus loads (`spills = 0`: none).
+    pub spills: Option<u64>,
+    /// `min-occupancy`: the least occupancy of the `[run]` launch, by target (`*` for a
+    /// single number that applies to every target).
+    pub min_occupancy: BTreeMap<String, f64>,
+}
+
+impl Limits {
+    /// Whether no budget is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// The minimum occupancy for a target (`sm_90`), if any.
+    pub fn min_occupancy_for(&self, arch: &str) -> Option<f64> {
+        self.min_occupancy
+            .get(arch)
+            .or_else(|| self.min_occupancy.get("*"))
+            .copied()
+    }
 }
 
 /// How a kernel is built.
@@ -357,6 +390,86 @@ struct RawBuild {
     argv: Option<Spanned<Vec<String>>>,
     inputs: Option<Spanned<Vec<Spanned<String>>>>,
     timeout: Option<Spanned<String>>,
+    limits: Option<Spanned<RawLimits>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawLimits {
+    max_registers: Option<Spanned<i64>>,
+    max_shared_bytes: Option<Spanned<i64>>,
+    spills: Option<Spanned<i64>>,
+    min_occupancy: Option<Spanned<toml::Value>>,
+}
+
+/// An error about the recipe text: where, what, and a hint.
+type Invalid = (Option<Range<usize>>, String, Option<String>);
+
+/// Validates `[build.limits]`.
+fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
+    let Some(raw) = raw else {
+        return Ok(Limits::default());
+    };
+    let r = raw.into_inner();
+    let count = |v: &Option<Spanned<i64>>, key: &str, max: i64| match v {
+        None => Ok(None),
+        Some(n) if (0..=max).contains(n.get_ref()) => Ok(Some(*n.get_ref() as u64)),
+        Some(n) => Err((
+            Some(n.span()),
+            format!("[build.limits] `{key}`: {} is not between 0 and {max}", n.get_ref()),
+            None,
+        )),
+    };
+    let mut out = Limits {
+        max_registers: count(&r.max_registers, "max-registers", 255)?.map(|n| n as u32),
+        max_shared_bytes: count(&r.max_shared_bytes, "max-shared-bytes", 1 << 30)?,
+        spills: count(&r.spills, "spills", i64::MAX)?,
+        min_occupancy: BTreeMap::new(),
+    };
+    let fraction = |v: &toml::Value, key: &str, span: Range<usize>| -> Result<f64, Invalid> {
+        let x = match v {
+            toml::Value::Float(f) => *f,
+            toml::Value::Integer(i) => *i as f64,
+            other => {
+                return Err((
+                    Some(span),
+                    format!("[build.limits] `{key}` must be a number, not {}", other.type_str()),
+                    None,
+                ));
+            }
+        };
+        if x > 0.0 && x <= 1.0 {
+            Ok(x)
+        } else {
+            Err((
+                Some(span),
+                format!("[build.limits] `{key}`: {x} is not an occupancy (a fraction in (0, 1])"),
+                Some("0.5 means half of the SM's warp slots".into()),
+            ))
+        }
+    };
+    if let Some(m) = r.min_occupancy {
+        let span = m.span();
+        match m.get_ref() {
+            toml::Value::Table(t) => {
+                for (target, v) in t {
+                    if crate::foundation::occupancy::limits(target).is_none() {
+                        return Err((
+                            Some(span),
+                            format!("[build.limits] `min-occupancy`: no occupancy table for `{target}`"),
+                            Some(format!("known: {}", crate::foundation::occupancy::known().join(", "))),
+                        ));
+                    }
+                    let x = fraction(v, &format!("min-occupancy.{target}"), span.clone())?;
+                    out.min_occupancy.insert(target.clone(), x);
+                }
+            }
+            v => {
+                out.min_occupancy.insert("*".into(), fraction(v, "min-occupancy", span)?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The names of the recipes under `root/recipes`, sorted.
@@ -486,7 +599,9 @@ fn parse_in(
     let name = Path::new(rel)
         .file_stem()
         .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
-    let b = raw.build.into_inner();
+    let mut b = raw.build.into_inner();
+    let limits = limits(b.limits.take())
+        .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
     let kind = b.kind.get_ref().clone();
     let kind_span = b.kind.span();
 
@@ -904,6 +1019,7 @@ fn parse_in(
         }
     }
     Ok(Recipe {
+        limits,
         name,
         path: rel.to_string(),
         text: text.to_string(),
@@ -1055,7 +1171,7 @@ mod tests {
             "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
         assert_eq!(
             err(&format!("{HEAD}{nv}colour = 1\n")),
-            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`"
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`, `limits`"
         );
         assert_eq!(
             err(&format!("{HEAD}kind = \"clang\"\n")),

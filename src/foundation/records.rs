@@ -347,6 +347,14 @@ pub struct BuildRecord {
     pub dirty: Option<String>,
     /// Host or Nix.
     pub environment: Environment,
+    /// What each kernel of each target costs (registers, shared and local memory, spills),
+    /// read from the cubins; absent in records of older repros and of builds without device
+    /// code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::foundation::cubin::ResourceReport>,
+    /// The budgets (`[build.limits]`) the build broke: it is then `failed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_budget: Vec<String>,
 }
 
 impl BuildRecord {

@@ -5,6 +5,7 @@
 //! artifact: the recipe's build section, the bytes of every file the build reads, and the
 //! compiler's identity. Nothing volatile and no absolute path goes into it.
 
+pub mod budget;
 pub mod command;
 pub mod inputs;
 pub mod nvcc;
@@ -81,6 +82,42 @@ pub struct Outcome {
     /// Corrupt store objects found and rebuilt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repaired: Vec<String>,
+    /// What each kernel of each target costs, and the `[run]` launch's occupancy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::foundation::cubin::ResourceReport>,
+    /// The `[build.limits]` budgets the kernels break; the build is then `failed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_budget: Vec<String>,
+}
+
+/// The resource report of a build's outputs (none when they hold no device code), with the
+/// recipe's launch occupancy, and the budgets it breaks.
+fn judge(
+    recipe: &Recipe,
+    report: Option<crate::foundation::cubin::ResourceReport>,
+) -> (Option<crate::foundation::cubin::ResourceReport>, Vec<String>) {
+    let mut report = report.unwrap_or_default();
+    budget::add_occupancy(recipe, &mut report);
+    let over = budget::violations(recipe, &report);
+    ((!report.is_empty()).then_some(report), over)
+}
+
+/// The status and log of a build once its budgets are judged: over budget is failed, and
+/// the log says which budgets.
+fn with_budget(status: BuildStatus, log: String, over: &[String]) -> (BuildStatus, String) {
+    if over.is_empty() || status != BuildStatus::Ok {
+        return (status, log);
+    }
+    let mut text = log;
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str("over budget ([build.limits]):");
+    for v in over {
+        text.push_str("\n  ");
+        text.push_str(v);
+    }
+    (BuildStatus::Failed, text)
 }
 
 /// Why a recipe could not be built at all (as opposed to a build that failed).
@@ -516,11 +553,13 @@ pub fn build(
     {
         let mut outputs = BTreeMap::new();
         let mut intact = true;
+        let mut blobs = Vec::new();
         for (name, o) in &rec.outputs {
             let digest = o.sha256.as_str();
             match store.get_blob(digest) {
                 Ok(b) => {
                     outputs.insert(name.clone(), output_info(store, name, digest, b.len()).1);
+                    blobs.push((name.clone(), b));
                 }
                 Err(e) => {
                     // Never use a corrupt object: rebuild, which rewrites it.
@@ -532,16 +571,28 @@ pub fn build(
         if intact {
             // Only a hint for --explain: a read-only store still serves cache hits.
             let _ = store.set_last(&recipe.name, &key);
+            // Records of older repros carry no report: read it from the artifacts.
+            let report = rec.resources.clone().or_else(|| {
+                rec.ok().then(|| {
+                    crate::foundation::cubin::ResourceReport::of_outputs(
+                        blobs.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
+                    )
+                })
+            });
+            let (resources, over_budget) = judge(recipe, report);
+            let (status, log) = with_budget(rec.status, rec.log.clone(), &over_budget);
             return Ok(Outcome {
                 recipe: recipe.name.clone(),
                 key,
-                status: rec.status.word().into(),
+                status: status.word().into(),
                 cached: true,
                 outputs,
-                log: rec.log.clone(),
+                log,
                 duration_ms: start.elapsed().as_secs_f64() * 1e3,
                 explain: explanation,
                 repaired,
+                resources,
+                over_budget,
             });
         }
     }
@@ -602,8 +653,12 @@ pub fn build(
 
     let mut outputs = BTreeMap::new();
     let mut out_refs = BTreeMap::new();
+    let mut report = None;
     let (status, log) = match compiled {
         Ok((arts, log)) => {
+            report = Some(crate::foundation::cubin::ResourceReport::of_outputs(
+                arts.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
+            ));
             for (name, bytes) in arts {
                 let digest = store.put_blob(&bytes)?;
                 out_refs.insert(
@@ -621,7 +676,10 @@ pub fn build(
         Err(e) => (BuildStatus::Failed, e.to_string()),
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1e3;
+    let (resources, over_budget) = judge(recipe, report);
     let record = BuildRecord {
+        resources: resources.clone(),
+        over_budget: over_budget.clone(),
         schema: records::SCHEMA,
         kind: "build".into(),
         key: key.clone(),
@@ -660,6 +718,7 @@ pub fn build(
     };
     store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
     store.set_last(&recipe.name, &key)?;
+    let (status, log) = with_budget(status, log, &over_budget);
     Ok(Outcome {
         recipe: recipe.name.clone(),
         key,
@@ -670,6 +729,8 @@ pub fn build(
         duration_ms,
         explain: explanation,
         repaired,
+        resources,
+        over_budget,
     })
 }
 
