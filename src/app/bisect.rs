@@ -825,6 +825,19 @@ fn render(
         ]);
     }
     out.push_str(&t.render(2));
+    if report.steps.iter().any(|s| s.resources.is_some()) {
+        out.push_str("\nresources of each evaluated commit's build:\n");
+        let mut r = Table::new();
+        r.row(["#", "COMMIT", "RESOURCES"]);
+        for s in &report.steps {
+            r.row([
+                s.index.to_string(),
+                s.commit[..12].to_string(),
+                s.resources.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        out.push_str(&r.render(2));
+    }
     out
 }
 

@@ -359,6 +359,13 @@ fn render(o: &Outcome, g: &Globals) -> String {
         for (k, v) in &o.outputs {
             s.push_str(&format!("  {k}: {}\n", v.path));
         }
+        if let Some(r) = &o.resources {
+            s.push_str("  resources:\n");
+            s.push_str(&r.render(4));
+        }
+    }
+    for v in &o.over_budget {
+        s.push_str(&format!("  {} {v}\n", style.error("over budget:")));
     }
     s
 }

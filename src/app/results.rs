@@ -404,7 +404,19 @@ fn show_build(id: &str, r: &BuildRecord) -> anyhow::Result<u8> {
             format!("{} bytes, sha256 {}", o.bytes, o.sha256),
         ]);
     }
+    for v in &r.over_budget {
+        t.row(["over budget".to_string(), plain(v)]);
+    }
     let mut out = t.render(0);
+    match &r.resources {
+        Some(res) => {
+            out.push_str("resources:\n");
+            out.push_str(&res.render(2));
+        }
+        None if r.ok() => out
+            .push_str("resources: not recorded (a record of an older repro, or no device code)\n"),
+        None => {}
+    }
     if !r.log.trim().is_empty() {
         out.push_str("compiler log:\n");
         for l in r.log.lines() {

@@ -71,7 +71,9 @@ pub enum CubinError {
         at: usize,
     },
     /// The cubin has kernels but no register counts: an old or stripped toolchain output.
-    #[error("the cubin has no resource attributes (no EIATTR_REGCOUNT for `{kernel}`); it was made by a toolchain this reader does not know")]
+    #[error(
+        "the cubin has no resource attributes (no EIATTR_REGCOUNT for `{kernel}`); it was made by a toolchain this reader does not know"
+    )]
     NoAttributes {
         /// The first kernel without them.
         kernel: String,
@@ -134,7 +136,10 @@ pub fn parse_info(section: &str, b: &[u8]) -> Result<Vec<Attribute>, CubinError>
         let (value, len) = match format {
             fmt::SVAL => {
                 let n = u16_at(head, 2) as usize;
-                (b.get(i + 4..i + 4 + n).ok_or_else(|| short(i))?.to_vec(), 4 + n)
+                (
+                    b.get(i + 4..i + 4 + n).ok_or_else(|| short(i))?.to_vec(),
+                    4 + n,
+                )
             }
             fmt::BVAL => (vec![head[2]], 4),
             fmt::HVAL => (head[2..4].to_vec(), 4),
@@ -255,6 +260,152 @@ impl ResourceReport {
             }
         }
         r
+    }
+
+    /// One line per report: for each target, the kernel `entry` names (every kernel when it
+    /// names none of them) with its registers, shared memory, spills and, when known, the
+    /// occupancy of the recipe's launch: `sm_90 vector_add: 16 regs, 0 B shared, 0 B spilled,
+    /// 100% occupancy`.
+    pub fn summary(&self, entry: Option<&str>) -> String {
+        let mut parts = Vec::new();
+        for t in &self.targets {
+            let chosen: Vec<&KernelResources> = match entry {
+                Some(e)
+                    if t.kernels
+                        .iter()
+                        .any(|k| crate::foundation::symbols::matches(e, &k.name)) =>
+                {
+                    t.kernels
+                        .iter()
+                        .filter(|k| crate::foundation::symbols::matches(e, &k.name))
+                        .collect()
+                }
+                _ => t.kernels.iter().collect(),
+            };
+            for k in chosen {
+                let spilled = match (k.spill_store_bytes, k.spill_load_bytes) {
+                    (Some(s), Some(l)) => format!("{} B spilled", s + l),
+                    _ => "spills unknown".to_string(),
+                };
+                let mut line = format!(
+                    "{} {}: {} regs, {} B shared, {spilled}",
+                    t.arch,
+                    k.source_name(),
+                    k.registers,
+                    k.shared_bytes
+                );
+                if let Some(o) = self
+                    .occupancy
+                    .iter()
+                    .find(|o| o.kernel == k.name && o.occupancy.arch == t.arch)
+                {
+                    line.push_str(&format!(
+                        ", {:.0}% occupancy",
+                        o.occupancy.occupancy * 100.0
+                    ));
+                }
+                parts.push(line);
+            }
+        }
+        parts.extend(self.problems.iter().cloned());
+        parts.join("; ")
+    }
+
+    /// The report as text tables: one row per kernel and target (the columns of
+    /// `cuobjdump --dump-resource-usage` and ptxas's spills), then the occupancy of the
+    /// recipe's launch, then what could not be read.
+    pub fn render(&self, indent: usize) -> String {
+        use crate::foundation::output::{Table, printable};
+        let pad = " ".repeat(indent);
+        let mut t = Table::new();
+        t.row([
+            "TARGET",
+            "KERNEL",
+            "REGS",
+            "STACK",
+            "SPILL ST/LD",
+            "SHARED",
+            "LOCAL",
+            "CONST",
+            "MAX THREADS",
+            "BARRIERS",
+        ]);
+        for target in &self.targets {
+            for k in &target.kernels {
+                let spills = match (k.spill_store_bytes, k.spill_load_bytes) {
+                    (Some(s), Some(l)) => format!("{s}/{l}"),
+                    _ => "?".into(),
+                };
+                let consts: Vec<String> = k
+                    .constant_bytes
+                    .iter()
+                    .map(|(b, n)| format!("c{b}:{n}"))
+                    .collect();
+                t.row([
+                    target.arch.clone(),
+                    printable(&k.source_name()),
+                    k.registers.to_string(),
+                    k.stack_bytes.to_string(),
+                    spills,
+                    k.shared_bytes.to_string(),
+                    k.local_bytes.to_string(),
+                    consts.join(" "),
+                    k.thread_limit().map_or("-".into(), |n| n.to_string()),
+                    k.barriers.to_string(),
+                ]);
+            }
+        }
+        let mut out = t.render(indent);
+        if !self.occupancy.is_empty() {
+            out.push_str(&format!("{pad}occupancy of the [run] launch:\n"));
+            let mut o = Table::new();
+            o.row([
+                "TARGET",
+                "KERNEL",
+                "PARAMS",
+                "THREADS",
+                "DYN SHARED",
+                "BLOCKS/SM",
+                "WARPS/SM",
+                "OCCUPANCY",
+                "LIMITED BY",
+            ]);
+            for l in &self.occupancy {
+                let x = &l.occupancy;
+                o.row([
+                    x.arch.clone(),
+                    printable(
+                        &crate::foundation::symbols::source_name(&l.kernel)
+                            .unwrap_or_else(|| l.kernel.clone()),
+                    ),
+                    if l.params.is_empty() {
+                        "-".into()
+                    } else {
+                        l.params.clone()
+                    },
+                    x.threads.to_string(),
+                    x.dynamic_smem.to_string(),
+                    x.blocks_per_sm.to_string(),
+                    format!("{}/{}", x.warps_per_sm, x.max_warps_per_sm),
+                    format!("{:.1}%", x.occupancy * 100.0),
+                    x.limited_by
+                        .iter()
+                        .map(|w| w.word())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ]);
+            }
+            out.push_str(&o.render(indent));
+        }
+        for t in &self.targets {
+            if crate::foundation::occupancy::limits(&t.arch).is_none() {
+                out.push_str(&format!("{pad}no occupancy table for {}\n", t.arch));
+            }
+        }
+        for p in &self.problems {
+            out.push_str(&format!("{pad}unreadable: {}\n", printable(p)));
+        }
+        out
     }
 
     /// Whether it says nothing at all (no device code among the outputs).
@@ -547,11 +698,17 @@ mod tests {
         info.extend(sval(attr::FRAME_SIZE, &pair(1, 16)));
         info.extend(sval(attr::MIN_STACK_SIZE, &pair(1, 16)));
         let mut own = sval(attr::CUDA_API_VERSION, &130u32.to_le_bytes());
-        own.extend(sval(attr::MAX_THREADS, &[256u32, 1, 1].map(u32::to_le_bytes).concat()));
+        own.extend(sval(
+            attr::MAX_THREADS,
+            &[256u32, 1, 1].map(u32::to_le_bytes).concat(),
+        ));
         own.extend([fmt::BVAL, attr::NUM_BARRIERS, 1, 0]);
         own.extend([fmt::HVAL, attr::MAXREG_COUNT, 0xff, 0]);
         own.extend([fmt::NVAL, 0x3e, 0, 0]);
-        own.extend(sval(attr::ANNOTATIONS, &[pair(1, 16), pair(1, 32)].concat()));
+        own.extend(sval(
+            attr::ANNOTATIONS,
+            &[pair(1, 16), pair(1, 32)].concat(),
+        ));
         // Three instructions: a NOP-like word, an STL.64 and an LDL.32.
         let mut text = vec![0u8; 48];
         text[16..24].copy_from_slice(&0x387u64.to_le_bytes());

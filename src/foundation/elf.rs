@@ -122,9 +122,11 @@ pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
 
 /// The NUL-terminated string at `off` of a string table.
 fn name_at(table: &[u8], off: u32, what: &str) -> Result<String, ElfError> {
-    let rest = table
-        .get(off as usize..)
-        .ok_or_else(|| malformed(format!("{what}: name offset {off} outside its string table")))?;
+    let rest = table.get(off as usize..).ok_or_else(|| {
+        malformed(format!(
+            "{what}: name offset {off} outside its string table"
+        ))
+    })?;
     let end = rest
         .iter()
         .position(|&c| c == 0)
@@ -329,7 +331,14 @@ pub(crate) mod tests {
         let names: Vec<&str> = e.sections().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["", ".strtab", ".symtab", ".text.kern", ".nv.shared.kern", ".shstrtab"]
+            [
+                "",
+                ".strtab",
+                ".symtab",
+                ".text.kern",
+                ".nv.shared.kern",
+                ".shstrtab"
+            ]
         );
         let text = e.section(".text.kern").unwrap();
         assert_eq!(e.data(text).unwrap(), &[0xaa; 32][..]);
@@ -338,7 +347,10 @@ pub(crate) mod tests {
         let syms = e.symbols().unwrap();
         assert_eq!(syms.len(), 2);
         assert_eq!(syms[1].name, "kern");
-        assert_eq!((syms[1].kind, syms[1].bind, syms[1].section), (STT_FUNC, 1, 3));
+        assert_eq!(
+            (syms[1].kind, syms[1].bind, syms[1].section),
+            (STT_FUNC, 1, 3)
+        );
         assert_eq!(syms[1].size, 32);
     }
 
@@ -357,7 +369,10 @@ pub(crate) mod tests {
         assert_eq!(Elf::parse(b"MZ\0\0").unwrap_err(), ElfError::NotElf);
         let mut b32 = elf.clone();
         b32[4] = 1;
-        assert!(matches!(Elf::parse(&b32), Err(ElfError::Unsupported { .. })));
+        assert!(matches!(
+            Elf::parse(&b32),
+            Err(ElfError::Unsupported { .. })
+        ));
         // A section whose size runs past the end of the file.
         let mut big = elf.clone();
         let shoff = u64_at(&big, 0x28) as usize;

@@ -119,18 +119,12 @@ pub fn capability(arch: &str) -> Option<(u32, u32)> {
 /// The limits of an architecture, or `None` when the table does not know it.
 pub fn limits(arch: &str) -> Option<ArchLimits> {
     let (major, minor) = capability(arch)?;
-    TABLE
-        .iter()
-        .find(|r| r.0 == major && r.1 == minor)
-        .map(row)
+    TABLE.iter().find(|r| r.0 == major && r.1 == minor).map(row)
 }
 
 /// Every architecture of the table (`sm_70`, ...), for messages.
 pub fn known() -> Vec<String> {
-    TABLE
-        .iter()
-        .map(|r| format!("sm_{}{}", r.0, r.1))
-        .collect()
+    TABLE.iter().map(|r| format!("sm_{}{}", r.0, r.1)).collect()
 }
 
 /// What limits the number of resident blocks.
@@ -221,7 +215,10 @@ fn round_up(x: u64, unit: u64) -> u64 {
 /// Blocks per SM by registers, as `cudaOccMaxBlocksPerSMRegsLimit` (no partitioned global
 /// caching: none of the architectures of the table has it).
 fn by_registers(l: &ArchLimits, registers: u32, warps: u64) -> u64 {
-    let per_warp = round_up(u64::from(registers) * u64::from(l.warp_size), u64::from(l.reg_alloc_unit));
+    let per_warp = round_up(
+        u64::from(registers) * u64::from(l.warp_size),
+        u64::from(l.reg_alloc_unit),
+    );
     let per_block = per_warp * warps;
     let assumed = per_warp * round_up(warps, u64::from(l.sub_partitions));
     if u64::from(l.regs_per_block) < assumed.max(per_block) || registers > l.max_regs_per_thread + 1
@@ -327,14 +324,29 @@ mod tests {
     #[test]
     fn hand_computed_sm_89_and_sm_90() {
         use Limiter::*;
-        assert_eq!(run("sm_90", d(32, 256, 0, 0)), (8, 64, vec![Registers, Warps]));
-        assert_eq!(run("sm_90", d(72, 128, 40 * 1024, 0)), (5, 20, vec![SharedMemory]));
+        assert_eq!(
+            run("sm_90", d(32, 256, 0, 0)),
+            (8, 64, vec![Registers, Warps])
+        );
+        assert_eq!(
+            run("sm_90", d(72, 128, 40 * 1024, 0)),
+            (5, 20, vec![SharedMemory])
+        );
         assert_eq!(run("sm_90", d(255, 1024, 0, 0)), (0, 0, vec![Registers]));
         assert_eq!(run("sm_90", d(16, 32, 0, 0)), (32, 32, vec![Blocks]));
         assert_eq!(run("sm_89", d(32, 256, 0, 0)), (6, 48, vec![Warps]));
-        assert_eq!(run("sm_89", d(72, 128, 40 * 1024, 0)), (2, 8, vec![SharedMemory]));
-        assert_eq!(run("sm_89", d(32, 256, 48 * 1024, 0)), (2, 16, vec![SharedMemory]));
-        assert_eq!(run("sm_89", d(32, 256, 48 * 1024, 1)), (0, 0, vec![SharedMemory]));
+        assert_eq!(
+            run("sm_89", d(72, 128, 40 * 1024, 0)),
+            (2, 8, vec![SharedMemory])
+        );
+        assert_eq!(
+            run("sm_89", d(32, 256, 48 * 1024, 0)),
+            (2, 16, vec![SharedMemory])
+        );
+        assert_eq!(
+            run("sm_89", d(32, 256, 48 * 1024, 1)),
+            (0, 0, vec![SharedMemory])
+        );
         assert_eq!(run("sm_89", d(16, 32, 0, 0)), (24, 24, vec![Blocks]));
         assert_eq!(run("sm_89", d(16, 64, 0, 0)), (24, 48, vec![Warps, Blocks]));
         assert_eq!(run("sm_89", d(32, 2048, 0, 0)), (0, 0, vec![Warps]));
@@ -362,7 +374,10 @@ mod tests {
         let mut dm = d(16, 64, 0, 0);
         dm.barriers = 16;
         let o = occupancy("sm_90", &limits("sm_90").unwrap(), dm);
-        assert_eq!((o.blocks_per_sm, o.limited_by.clone()), (4, vec![Limiter::Barriers]));
+        assert_eq!(
+            (o.blocks_per_sm, o.limited_by.clone()),
+            (4, vec![Limiter::Barriers])
+        );
         let o = occupancy("sm_89", &limits("sm_89").unwrap(), dm);
         assert_eq!(o.blocks_per_sm, 24);
     }

@@ -416,7 +416,10 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
         Some(n) if (0..=max).contains(n.get_ref()) => Ok(Some(*n.get_ref() as u64)),
         Some(n) => Err((
             Some(n.span()),
-            format!("[build.limits] `{key}`: {} is not between 0 and {max}", n.get_ref()),
+            format!(
+                "[build.limits] `{key}`: {} is not between 0 and {max}",
+                n.get_ref()
+            ),
             None,
         )),
     };
@@ -433,7 +436,10 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
             other => {
                 return Err((
                     Some(span),
-                    format!("[build.limits] `{key}` must be a number, not {}", other.type_str()),
+                    format!(
+                        "[build.limits] `{key}` must be a number, not {}",
+                        other.type_str()
+                    ),
                     None,
                 ));
             }
@@ -456,8 +462,13 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
                     if crate::foundation::occupancy::limits(target).is_none() {
                         return Err((
                             Some(span),
-                            format!("[build.limits] `min-occupancy`: no occupancy table for `{target}`"),
-                            Some(format!("known: {}", crate::foundation::occupancy::known().join(", "))),
+                            format!(
+                                "[build.limits] `min-occupancy`: no occupancy table for `{target}`"
+                            ),
+                            Some(format!(
+                                "known: {}",
+                                crate::foundation::occupancy::known().join(", ")
+                            )),
                         ));
                     }
                     let x = fraction(v, &format!("min-occupancy.{target}"), span.clone())?;
@@ -465,7 +476,8 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
                 }
             }
             v => {
-                out.min_occupancy.insert("*".into(), fraction(v, "min-occupancy", span)?);
+                out.min_occupancy
+                    .insert("*".into(), fraction(v, "min-occupancy", span)?);
             }
         }
     }

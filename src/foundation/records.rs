@@ -798,6 +798,9 @@ pub struct StepRecord {
     /// What the step had to do (a moved source, fetched blobs).
     #[serde(default)]
     pub note: Option<String>,
+    /// What the kernels of the step's build cost, in one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<String>,
     /// Bench: the median of the per-process medians.
     #[serde(default)]
     pub median: Option<f64>,
@@ -1136,6 +1139,9 @@ pub struct Step {
     pub attempts: usize,
     /// Wall time of this step (ms).
     pub ms: f64,
+    /// What the kernels of the step's build cost, in one line (`sm_90 k: 40 regs, ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<String>,
     /// Bench: where the samples were taken, as the executor names it ("GPU 1"). Two
     /// steps' samples are compared directly only when they name the same place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1166,6 +1172,7 @@ impl Step {
             p: None,
             attempts: 0,
             ms: 0.0,
+            resources: None,
             placement: None,
             samples: Vec::new(),
             by_place: BTreeMap::new(),

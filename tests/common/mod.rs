@@ -374,3 +374,43 @@ pub fn outcome(cmd: &mut assert_cmd::Command) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The `nvidia-cuda-cuobjdump` wheel's release the resource tests compare against (NVIDIA
+/// publishes cuobjdump wheels from 13.2 on; it reads the cubins of 13.0's compilers).
+pub const CUOBJDUMP_VERSION: &str = "13.2.78";
+
+/// `cuobjdump` from NVIDIA's wheel, downloaded through pip once into cargo's target
+/// directory and unpacked with Python's zipfile module. `Err` says why it cannot be had.
+pub fn cuobjdump() -> Result<PathBuf, String> {
+    let dir = deps_dir().join(format!("cuobjdump-{CUOBJDUMP_VERSION}"));
+    let exe = dir.join("nvidia/cu13/bin/cuobjdump");
+    locked("cuobjdump", || {
+        if exe.is_file() {
+            return Ok(exe.clone());
+        }
+        let part = pip_download(&[format!("nvidia-cuda-cuobjdump=={CUOBJDUMP_VERSION}")])?;
+        let wheel = std::fs::read_dir(&part)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "whl"))
+            .ok_or("pip downloaded no cuobjdump wheel")?;
+        let unpack = deps_dir().join(format!(".cuobjdump-{}", std::process::id()));
+        let out = Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&unpack)
+            .output()
+            .map_err(|e| format!("cannot run python3 -m zipfile: {e}"))?;
+        let _ = std::fs::remove_dir_all(&part);
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        let unpacked = unpack.join("nvidia/cu13/bin/cuobjdump");
+        std::fs::set_permissions(&unpacked, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        std::fs::rename(&unpack, &dir).map_err(|e| e.to_string())?;
+        Ok(exe.clone())
+    })
+}

@@ -582,6 +582,7 @@ pub(crate) fn step_record(
         verdict: answer,
         detail: step.detail.clone(),
         note: step.note.clone(),
+        resources: step.resources.clone(),
         median: step.median,
         p: step.p,
         attempts: step.attempts,
@@ -610,6 +611,7 @@ pub(crate) fn fill_from_record(rec: StepRecord, step: &mut Step) {
     step.verdict = rec.verdict;
     step.detail = rec.detail;
     step.note = rec.note;
+    step.resources = rec.resources;
     step.median = rec.median;
     step.p = rec.p;
     step.attempts = rec.attempts;
@@ -637,13 +639,21 @@ pub(crate) fn answer_built(
     check_device: usize,
 ) -> Result<(Answer, Option<String>), StepFail> {
     let build_failed = built.status != "ok";
-    let first_error = built
-        .log
-        .lines()
-        .find(|l| l.contains("error"))
-        .or(built.log.lines().next())
-        .unwrap_or("")
-        .to_string();
+    let run_entry = r.sections.run.as_ref().map(|x| x.launch.kernel.clone());
+    step.resources = built
+        .resources
+        .as_ref()
+        .map(|rep| rep.summary(run_entry.as_deref()));
+    let first_error = match built.over_budget.first() {
+        Some(v) => format!("over budget: {v}"),
+        None => built
+            .log
+            .lines()
+            .find(|l| l.contains("error"))
+            .or(built.log.lines().next())
+            .unwrap_or("")
+            .to_string(),
+    };
     // What check and bench steps load: the CUBIN, else the PTX.
     let module = built
         .outputs

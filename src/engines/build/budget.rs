@@ -36,7 +36,10 @@ fn shapes(recipe: &Recipe) -> Vec<Shape> {
         let (Some(threads), Some(dynamic)) = (threads, dynamic) else {
             continue;
         };
-        if !out.iter().any(|s| s.threads == threads && s.dynamic == dynamic) {
+        if !out
+            .iter()
+            .any(|s| s.threads == threads && s.dynamic == dynamic)
+        {
             out.push(Shape {
                 params: params_text(&point),
                 threads,
@@ -106,12 +109,21 @@ pub fn violations(recipe: &Recipe, report: &ResourceReport) -> Vec<String> {
                 .to_string(),
         );
     }
-    out.extend(report.problems.iter().map(|p| format!("cannot check [build.limits]: {p}")));
+    out.extend(
+        report
+            .problems
+            .iter()
+            .map(|p| format!("cannot check [build.limits]: {p}")),
+    );
     let dynamic = shapes(recipe).iter().map(|s| s.dynamic).max().unwrap_or(0);
     for t in &report.targets {
         let run = run_kernel(recipe, t).map(|k| k.name.clone());
         for k in &t.kernels {
-            let extra = if run.as_deref() == Some(k.name.as_str()) { dynamic } else { 0 };
+            let extra = if run.as_deref() == Some(k.name.as_str()) {
+                dynamic
+            } else {
+                0
+            };
             kernel_violations(l, t, k, extra, &mut out);
         }
         if let Some(min) = l.min_occupancy_for(&t.arch) {
@@ -123,7 +135,18 @@ pub fn violations(recipe: &Recipe, report: &ResourceReport) -> Vec<String> {
                     occupancy::known().join(", ")
                 ));
             }
-            for o in report.occupancy.iter().filter(|o| o.occupancy.arch == t.arch) {
+            let judged: Vec<_> = report
+                .occupancy
+                .iter()
+                .filter(|o| o.occupancy.arch == t.arch)
+                .collect();
+            if judged.is_empty() && occupancy::limits(&t.arch).is_some() {
+                out.push(format!(
+                    "{}: min-occupancy on {} needs the recipe's [run] launch of a kernel of this cubin",
+                    t.output, t.arch
+                ));
+            }
+            for o in judged {
                 if o.occupancy.occupancy + 1e-9 < min {
                     out.push(format!(
                         "kernel `{}` on {}: occupancy {:.1}% ({} of {} warps per SM, limited by {}{}), under min-occupancy = {min}",
@@ -178,7 +201,7 @@ fn kernel_violations(
     if let Some(max) = l.spills {
         match (k.spill_store_bytes, k.spill_load_bytes) {
             (Some(s), Some(ld)) if s + ld > max => out.push(format!(
-                "{at}: {s} bytes of spill stores and {ld} of spill loads, over spills = {max}"
+                "{at}: {s} bytes of spill stores and {ld} bytes of spill loads, over spills = {max}"
             )),
             (Some(_), Some(_)) => {}
             _ => out.push(format!(
@@ -232,15 +255,25 @@ mod tests {
         assert_eq!(rep.occupancy.len(), 2);
         let v = violations(&r, &rep);
         assert_eq!(v.len(), 5, "{v:#?}");
-        assert_eq!(v[0], "kernel `k` on sm_89: 72 registers per thread, over max-registers = 64");
+        assert_eq!(
+            v[0],
+            "kernel `k` on sm_89: 72 registers per thread, over max-registers = 64"
+        );
         assert_eq!(
             v[1],
             "kernel `k` on sm_89: 50176 bytes of shared memory per block (49152 static + 1024 dynamic), over max-shared-bytes = 49152"
         );
-        assert_eq!(v[2], "kernel `k` on sm_89: 8 bytes of spill stores and 8 of spill loads, over spills = 0");
+        assert_eq!(
+            v[2],
+            "kernel `k` on sm_89: 8 bytes of spill stores and 8 bytes of spill loads, over spills = 0"
+        );
         assert!(v[3].starts_with("kernel `k` on sm_89: occupancy 0.0% (0 of 48 warps per SM, limited by shared memory; at n=1), under min-occupancy = 0.5"), "{}", v[3]);
         // Within budget: nothing.
-        let r = recipe("[build.limits]\nmax-registers = 72\nspills = 0\nmin-occupancy = 0.25", "256", "0");
+        let r = recipe(
+            "[build.limits]\nmax-registers = 72\nspills = 0\nmin-occupancy = 0.25",
+            "256",
+            "0",
+        );
         let mut rep = report("sm_89", 72, 0, Some(0));
         add_occupancy(&r, &mut rep);
         assert_eq!(rep.occupancy[0].occupancy.blocks_per_sm, 3);
@@ -252,12 +285,21 @@ mod tests {
 
     #[test]
     fn unknown_architectures_and_missing_cubins_are_said() {
-        let r = recipe("[build.limits]\nmax-registers = 64\nmin-occupancy = 0.5", "256", "0");
+        let r = recipe(
+            "[build.limits]\nmax-registers = 64\nmin-occupancy = 0.5",
+            "256",
+            "0",
+        );
         let mut rep = report("sm_61", 32, 0, Some(0));
         add_occupancy(&r, &mut rep);
         assert!(rep.occupancy.is_empty());
         let v = violations(&r, &rep);
-        assert_eq!(v, ["cubin: no occupancy table for sm_61 (known: sm_70, sm_72, sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121), so min-occupancy cannot be checked"]);
+        assert_eq!(
+            v,
+            [
+                "cubin: no occupancy table for sm_61 (known: sm_70, sm_72, sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_110, sm_120, sm_121), so min-occupancy cannot be checked"
+            ]
+        );
         rep.problems.push("fatbin: malformed".into());
         assert!(violations(&r, &rep)[0].starts_with("cannot check [build.limits]: fatbin"));
         let v = violations(&r, &ResourceReport::default());

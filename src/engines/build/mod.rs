@@ -95,7 +95,10 @@ pub struct Outcome {
 fn judge(
     recipe: &Recipe,
     report: Option<crate::foundation::cubin::ResourceReport>,
-) -> (Option<crate::foundation::cubin::ResourceReport>, Vec<String>) {
+) -> (
+    Option<crate::foundation::cubin::ResourceReport>,
+    Vec<String>,
+) {
     let mut report = report.unwrap_or_default();
     budget::add_occupancy(recipe, &mut report);
     let over = budget::violations(recipe, &report);
