@@ -504,3 +504,113 @@ fn a_build_bisection_finds_the_commit_that_blew_the_shared_memory_budget() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["culprit"]["subject"], "commit 12", "{v}");
 }
+
+/// The occupancy table against the driver: for every kernel of every NVRTC example recipe
+/// built for this GPU's architecture, at block sizes from 32 to the kernel's limit and
+/// three dynamic shared-memory sizes, `cuOccupancyMaxActiveBlocksPerMultiprocessor`'s
+/// answer equals ours; the driver's registers and static shared memory equal the report's.
+/// Prints a table (`--nocapture`); `benches/gpu_tests.sh run` runs it on the GPU machine.
+#[test]
+#[ignore = "needs a GPU: compares the occupancy table with the driver's answer"]
+fn occupancy_equals_the_drivers_answer() {
+    use cudarc::driver::result as cu;
+    use cudarc::driver::sys;
+    common::require_gpu();
+    assert!(nvrtc_available(), "NVRTC is needed to build the examples");
+    cu::init().unwrap();
+    let dev = cu::device::get(0).unwrap();
+    let attr = |a| unsafe { cu::device::get_attribute(dev, a).unwrap() };
+    let arch = format!(
+        "sm_{}{}",
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    );
+    let limits = repro::occupancy::limits(&arch).expect("the table knows this GPU");
+    let ctx = unsafe { cu::primary_ctx::retain(dev).unwrap() };
+    unsafe { cu::ctx::set_current(ctx).unwrap() };
+    let (tmp, root) = kernel_repo();
+    let cache = tmp.path().join("cache");
+    let mut rows = vec![format!(
+        "{:<10} {:<24} {:>5} {:>7} {:>6} {:>8} {:>7} {:>7}",
+        "arch", "kernel", "regs", "shared", "block", "dynamic", "driver", "repro"
+    )];
+    let mut mismatches = Vec::new();
+    for recipe in [
+        "vector_add",
+        "reduction",
+        "softmax",
+        "sgemm",
+        "flash_attention",
+    ] {
+        let text = std::fs::read_to_string(root.join(format!("recipes/{recipe}.toml"))).unwrap();
+        std::fs::write(
+            root.join(format!("recipes/{recipe}.toml")),
+            text.replace("target = \"sm_90\"", &format!("target = \"{arch}\"")),
+        )
+        .unwrap();
+        let (code, v, err) = json_of(&cache, &root, &["build", "--json", recipe]);
+        assert_eq!(code, 0, "{err}");
+        let b = &v["builds"][0];
+        let cubin = std::fs::read(b["outputs"]["cubin"]["path"].as_str().unwrap()).unwrap();
+        let mut image = cubin.clone();
+        image.push(0);
+        let module = unsafe { cu::module::load_data(image.as_ptr().cast()).unwrap() };
+        for k in b["resources"]["targets"][0]["kernels"].as_array().unwrap() {
+            let name = std::ffi::CString::new(k["name"].as_str().unwrap()).unwrap();
+            let f = unsafe { cu::module::get_function(module, name.clone()).unwrap() };
+            let fattr = |a| unsafe { cu::function::get_function_attribute(f, a).unwrap() };
+            use sys::CUfunction_attribute_enum as A;
+            let regs = fattr(A::CU_FUNC_ATTRIBUTE_NUM_REGS) as u64;
+            let shared = fattr(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) as u64;
+            let max_threads = fattr(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) as u64;
+            assert_eq!(regs, k["registers"].as_u64().unwrap(), "{name:?} registers");
+            assert_eq!(
+                shared,
+                k["shared-bytes"].as_u64().unwrap(),
+                "{name:?} static shared"
+            );
+            for threads in (32..=max_threads)
+                .step_by(32)
+                .filter(|t| t.is_power_of_two() || t % 96 == 0)
+            {
+                for dynamic in [0u64, 8192, 32768] {
+                    let driver = unsafe {
+                        cu::occupancy::max_active_block_per_multiprocessor(
+                            f,
+                            threads as i32,
+                            dynamic as usize,
+                        )
+                    };
+                    let ours = repro::occupancy::occupancy(
+                        &arch,
+                        &limits,
+                        repro::occupancy::Demand {
+                            registers: regs as u32,
+                            static_smem: shared,
+                            dynamic_smem: dynamic,
+                            threads,
+                            barriers: k["barriers"].as_u64().unwrap() as u32,
+                        },
+                    );
+                    let driver = driver.map_or(-1, i64::from);
+                    rows.push(format!(
+                        "{arch:<10} {:<24} {regs:>5} {shared:>7} {threads:>6} {dynamic:>8} {driver:>7} {:>7}{}",
+                        k["name"].as_str().unwrap(),
+                        ours.blocks_per_sm,
+                        if driver == i64::from(ours.blocks_per_sm) { "" } else { "  MISMATCH" }
+                    ));
+                    if driver != i64::from(ours.blocks_per_sm) {
+                        mismatches.push(rows.last().unwrap().clone());
+                    }
+                }
+            }
+        }
+    }
+    println!("{}", rows.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
