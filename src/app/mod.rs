@@ -8,6 +8,7 @@ pub mod context;
 pub mod demo;
 pub mod env;
 pub mod plot;
+pub mod profile;
 pub mod pull;
 pub mod push;
 pub mod replay;
@@ -69,6 +70,8 @@ pub enum Command {
     Store(store::Args),
     /// Check a kernel against its reference and time it on the GPU (or time a command).
     Bench(bench::Args),
+    /// Run a recipe's checked launch once under Nsight Compute and record its metrics.
+    Profile(profile::Args),
     /// List recorded results, newest first.
     Log(results::LogArgs),
     /// Show one recorded result in full.
@@ -128,6 +131,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Toolchain(args) => toolchain::run(&globals, args),
         Command::Store(args) => store::run(&globals, args),
         Command::Bench(args) => bench::run(&globals, args),
+        Command::Profile(args) => profile::run(&globals, args),
         Command::Log(args) => results::log(&globals, args),
         Command::Show(args) => results::show(&globals, args),
         Command::Compare(args) => results::compare(&globals, args),

@@ -227,6 +227,7 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         catalog::Record::ToolchainBuildBisection(b) => {
             return show_toolchain_build_bisection(&id, &entry, &b);
         }
+        catalog::Record::Profile(p) => return show_profile(&id, &p),
     };
     let unit = r.unit.as_str();
     let mut t = Table::new();
@@ -574,6 +575,9 @@ fn show_toolchain_build_bisection(
 
 /// Runs `repro compare`.
 pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
+    if let Some((pa, pb)) = profiles(g, &a.a, &a.b)? {
+        return compare_profiles(g, &pa, &pb);
+    }
     let (ida, ra) = operand(g, &a.a)?;
     let (idb, rb) = operand(g, &a.b)?;
     let (sa, sb) = (ra.samples.clone(), rb.samples.clone());
@@ -801,4 +805,140 @@ mod tests {
         assert!(fails(&small, FailOn::Slower, 0.0));
         assert!(!fails(&unknown, FailOn::Any, 0.0));
     }
+}
+
+/// Both operands as profiles, when the first names one (`None`: compare results).
+fn profiles(
+    g: &Globals,
+    a: &str,
+    b: &str,
+) -> anyhow::Result<Option<(records::ProfileRecord, records::ProfileRecord)>> {
+    let store = g.store();
+    let profile = |id: &str| match catalog::find(&store, id) {
+        Ok((_, catalog::Record::Profile(p))) => Some(*p),
+        _ => None,
+    };
+    match (profile(a), profile(b)) {
+        (Some(pa), Some(pb)) => Ok(Some((pa, pb))),
+        (None, None) => Ok(None),
+        _ => Err(
+            UserError::usage("one operand is a profile and the other is not")
+                .hint("compare two profiles (`repro log --kind profile`), or two results")
+                .into(),
+        ),
+    }
+}
+
+/// A metric's value as text.
+fn metric_text(m: Option<&records::ProfileMetric>) -> String {
+    match m {
+        Some(records::ProfileMetric {
+            value: Some(v),
+            unit,
+            ..
+        }) => format!("{} {unit}", fmt_number(*v)),
+        Some(records::ProfileMetric { text: Some(t), .. }) => plain(t),
+        _ => "-".into(),
+    }
+}
+
+fn fmt_number(v: f64) -> String {
+    if v.abs() >= 1e6 || (v != 0.0 && v.abs() < 1e-2) {
+        format!("{v:.4e}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// `repro compare` of two profiles: every metric side by side, with B/A.
+fn compare_profiles(
+    g: &Globals,
+    a: &records::ProfileRecord,
+    b: &records::ProfileRecord,
+) -> anyhow::Result<u8> {
+    let names: std::collections::BTreeSet<&String> =
+        a.metrics.keys().chain(b.metrics.keys()).collect();
+    if g.json {
+        let rows: Vec<Value> = names
+            .iter()
+            .map(|n| {
+                json!({"metric": n, "a": a.metrics.get(*n), "b": b.metrics.get(*n),
+                "ratio": a.value(n).zip(b.value(n)).filter(|(x, _)| *x != 0.0).map(|(x, y)| y / x)})
+            })
+            .collect();
+        emit_json(
+            &json!({"schema": 1, "kind": "profile-comparison", "a": a.key, "b": b.key, "metrics": rows}),
+        )?;
+        return Ok(exit::OK);
+    }
+    let mut t = Table::new();
+    t.row(["METRIC", "A", "B", "B/A"]);
+    for n in names {
+        let ratio = match (a.value(n), b.value(n)) {
+            (Some(x), Some(y)) if x != 0.0 => format!("{:.3}", y / x),
+            _ => "-".into(),
+        };
+        t.row([
+            n.clone(),
+            metric_text(a.metrics.get(n)),
+            metric_text(b.metrics.get(n)),
+            ratio,
+        ]);
+    }
+    let mut out = format!(
+        "A: {} {} ({})\nB: {} {} ({})\n",
+        a.recipe,
+        records::params_text(&a.params),
+        keys::short(&a.key),
+        b.recipe,
+        records::params_text(&b.params),
+        keys::short(&b.key)
+    );
+    if a.machine != b.machine {
+        out.push_str(&format!(
+            "warning: profiled on different GPUs ({} vs {})\n",
+            a.machine, b.machine
+        ));
+    }
+    out.push_str(&t.render(0));
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// `repro show` of a profile.
+fn show_profile(id: &str, p: &records::ProfileRecord) -> anyhow::Result<u8> {
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "profile".to_string()]);
+    t.row(["id".to_string(), id.to_string()]);
+    for (k, v) in [
+        ("recipe", Some(p.recipe.clone())),
+        ("kernel", Some(p.kernel.clone())),
+        ("params", Some(records::params_text(&p.params))),
+        ("build-key", Some(p.build_key.clone())),
+        ("machine", Some(p.machine.clone())),
+        ("ncu", Some(p.ncu_version.clone())),
+        ("set", p.set.clone()),
+        ("cache-control", Some(p.cache_control.clone())),
+        ("commit", p.commit.clone()),
+        ("created-at", Some(p.created_at.clone())),
+    ] {
+        if let Some(v) = v {
+            t.row([k.to_string(), plain(&v)]);
+        }
+    }
+    for (name, o) in &p.outputs {
+        t.row([
+            format!("output {name}"),
+            format!("{} bytes, sha256 {}", o.bytes, o.sha256),
+        ]);
+    }
+    let mut out = t.render(0);
+    out.push_str("metrics:\n");
+    let mut m = Table::new();
+    for (name, metric) in &p.metrics {
+        m.row([plain(name), metric_text(Some(metric))]);
+    }
+    out.push_str(&m.render(2));
+    emit(&out)?;
+    Ok(exit::OK)
 }

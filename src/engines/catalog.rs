@@ -23,11 +23,13 @@ pub enum Kind {
     Result,
     /// A finished bisection's report (`bisections/ID.json`).
     Bisection,
+    /// A profile under Nsight Compute (`profiles/ID.json`).
+    Profile,
 }
 
 impl Kind {
     /// Every kind, in the order a listing's ties are broken.
-    pub const ALL: [Kind; 3] = [Kind::Result, Kind::Build, Kind::Bisection];
+    pub const ALL: [Kind; 4] = [Kind::Result, Kind::Build, Kind::Bisection, Kind::Profile];
 
     /// The store directory of this kind.
     pub fn dir(self) -> &'static str {
@@ -35,6 +37,7 @@ impl Kind {
             Kind::Build => records::BUILDS,
             Kind::Result => records::RESULTS,
             Kind::Bisection => records::BISECTIONS,
+            Kind::Profile => records::PROFILES,
         }
     }
 
@@ -44,6 +47,7 @@ impl Kind {
             Kind::Build => "build",
             Kind::Result => "result",
             Kind::Bisection => "bisection",
+            Kind::Profile => "profile",
         }
     }
 }
@@ -119,6 +123,8 @@ pub enum Record {
     ToolchainBisection(Box<records::ToolchainBisectRecord>),
     /// A finished build bisection over toolchain releases (filed with the bisections).
     ToolchainBuildBisection(Box<records::ToolchainBuildBisectRecord>),
+    /// A profile under Nsight Compute.
+    Profile(Box<records::ProfileRecord>),
 }
 
 impl Record {
@@ -141,6 +147,9 @@ impl Record {
                 )?))
             }
             Kind::Bisection => Record::Bisection(Box::new(BisectRecord::from_json(v, &what)?)),
+            Kind::Profile => {
+                Record::Profile(Box::new(records::ProfileRecord::from_json(v, &what)?))
+            }
         })
     }
 
@@ -152,6 +161,7 @@ impl Record {
             Record::Bisection(r) => records::to_json(r),
             Record::ToolchainBisection(r) => records::to_json(r),
             Record::ToolchainBuildBisection(r) => records::to_json(r),
+            Record::Profile(r) => records::to_json(r),
         }
     }
 
@@ -163,6 +173,7 @@ impl Record {
             Record::Bisection(b) => b.question.as_ref().and_then(|q| q.name.as_deref()),
             Record::ToolchainBisection(b) => Some(&b.recipe),
             Record::ToolchainBuildBisection(b) => Some(&b.recipe),
+            Record::Profile(p) => Some(&p.recipe),
         }
     }
 
@@ -170,6 +181,7 @@ impl Record {
     pub fn machine(&self) -> Option<&str> {
         match self {
             Record::Result(r) => Some(&r.machine),
+            Record::Profile(p) => Some(&p.machine),
             _ => None,
         }
     }
@@ -263,6 +275,26 @@ pub fn entry(id: &str, record: &Record) -> Entry {
                 r.commit.clone(),
                 if found { "found" } else { "untestable" }.to_string(),
                 summary,
+            )
+        }
+        Record::Profile(p) => {
+            let mut parts = vec![crate::foundation::records::params_text(&p.params)];
+            if let Some(d) = p.value("dram__bytes.sum.per_second") {
+                parts.push(format!("DRAM {:.1} GB/s", d / 1e9));
+            }
+            parts.push(format!("ncu {}", p.ncu_version));
+            parts.push(p.machine.clone());
+            (
+                Kind::Profile,
+                Some(p.created_at.clone()),
+                p.recipe.clone(),
+                p.commit.clone(),
+                "ok".to_string(),
+                parts
+                    .into_iter()
+                    .filter(|x| !x.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("  "),
             )
         }
         Record::ToolchainBuildBisection(r) => {

@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod gpurun;
 pub mod lockfile;
 pub mod nvbench;
+pub mod profile;
 pub mod replay;
 pub mod share;
 pub mod toolchain;

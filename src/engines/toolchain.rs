@@ -209,7 +209,7 @@ fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
 }
 
 /// Entries of `dir` whose names start with `prefix`, newest version first.
-fn sorted_desc(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+pub(crate) fn sorted_desc(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

@@ -29,6 +29,8 @@ pub const BUILDS: &str = "builds";
 pub const RESULTS: &str = "results";
 /// The store directory of finished bisections' reports.
 pub const BISECTIONS: &str = "bisections";
+/// The store directory of profiles (`repro profile`).
+pub const PROFILES: &str = "profiles";
 
 /// The schema of every record this build writes.
 pub const SCHEMA: u32 = 1;
@@ -1346,5 +1348,81 @@ mod tests {
         v.as_object_mut().unwrap().remove("outcome");
         let e = BisectRecord::from_json(&v, "x").unwrap_err().to_string();
         assert!(e.contains("missing field `outcome`"), "{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Profiles
+
+/// One metric Nsight Compute measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ProfileMetric {
+    /// Its value, when it is a number.
+    pub value: Option<f64>,
+    /// Its text, when it is not (`n/a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Its unit as ncu names it (`byte/second`, `%`, `nsecond`).
+    pub unit: String,
+}
+
+/// A profile: `profiles/ID.json`, the recipe's checked launch run once under Nsight Compute,
+/// keyed like a result (build key, must-match fingerprint, parameters) and by ncu's version,
+/// section set, metrics and cache control; the `.ncu-rep` report is an output in the store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ProfileRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Always `profile`.
+    pub kind: String,
+    /// The experiment key: the sha256 of what was profiled, on what, how.
+    pub key: String,
+    /// The recipe.
+    pub recipe: String,
+    /// The recipe file.
+    pub recipe_path: String,
+    /// The build.
+    pub build_key: String,
+    /// The kernel profiled (its symbol).
+    pub kernel: String,
+    /// The parameter point.
+    pub params: BTreeMap<String, Value>,
+    /// The must-match part of the fingerprint.
+    pub must_match: Value,
+    /// The GPU's name.
+    pub machine: String,
+    /// ncu's version.
+    pub ncu_version: String,
+    /// `--set`, if given.
+    pub set: Option<String>,
+    /// `--cache-control`.
+    pub cache_control: String,
+    /// The metrics asked for, in order.
+    pub requested: Vec<String>,
+    /// What ncu measured, by metric name.
+    pub metrics: BTreeMap<String, ProfileMetric>,
+    /// The report file (`ncu-rep`) in the store.
+    pub outputs: BTreeMap<String, OutputRef>,
+    /// The commit of the tree.
+    pub commit: Option<String>,
+    /// When.
+    pub created_at: String,
+    /// Which repro.
+    pub repro_version: String,
+}
+
+impl ProfileRecord {
+    /// Reads a profile record.
+    pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
+        check_schema(v, what)?;
+        check_kind(v, what, "profile")?;
+        shape(v, what)
+    }
+
+    /// A metric's value, if it is a number.
+    pub fn value(&self, metric: &str) -> Option<f64> {
+        self.metrics.get(metric).and_then(|m| m.value)
     }
 }

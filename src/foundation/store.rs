@@ -721,9 +721,11 @@ impl Store {
             }
         }
         let mut live = BTreeSet::new();
-        for (_, _, parsed) in self.records("builds") {
-            if let Ok(rec) = parsed {
-                live.extend(records::referenced_blobs(&rec));
+        for kind in ["builds", records::PROFILES] {
+            for (_, _, parsed) in self.records(kind) {
+                if let Ok(rec) = parsed {
+                    live.extend(records::referenced_blobs(&rec));
+                }
             }
         }
         for (name, path) in self.objects() {
