@@ -52,7 +52,7 @@ pub const ALL: &[(u8, &str)] = &[
     ),
     (
         BUILD_FAILED,
-        "a build failed: compile error, missing include, missing entry point",
+        "a build failed: compile error, missing include, missing entry point, a kernel over a [build.limits] budget",
     ),
     (
         REPLAY_ENVIRONMENT,
@@ -102,7 +102,7 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
             ),
             (
                 BUILD_FAILED,
-                "a build failed: compile error, missing include, missing entry point",
+                "a build failed: compile error, missing include, missing entry point, or a kernel over a [build.limits] budget",
             ),
             (
                 SKIP,
@@ -151,6 +151,25 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
                 "no GPU or driver, no NVRTC, or no build for this GPU's compute capability",
             ),
             (BUILD_FAILED, "the recipe's build failed"),
+        ],
+    ),
+    (
+        "profile",
+        &[
+            (OK, "the launch was profiled and its metrics recorded"),
+            (
+                MISMATCH,
+                "ncu profiled no launch of the kernel (the launch failed or never happened)",
+            ),
+            (
+                USAGE,
+                "a metric or section set ncu does not know; a recipe without [run]",
+            ),
+            (
+                ENVIRONMENT,
+                "no ncu, no permission for the GPU's performance counters (ERR_NVGPUCTRPERM), or ncu failed",
+            ),
+            (BUILD_FAILED, "the recipe's build failed or is over budget"),
         ],
     ),
     ("log", &[(OK, "the records were listed")]),
