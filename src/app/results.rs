@@ -774,39 +774,6 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn comparison(ratio: f64, verdict: Verdict) -> stats::Comparison {
-        stats::Comparison {
-            ratio,
-            ratio_ci_low: ratio * 0.99,
-            ratio_ci_high: ratio * 1.01,
-            p_mann_whitney: 1e-6,
-            p_ks: 1e-6,
-            p: 1e-6,
-            verdict,
-        }
-    }
-
-    #[test]
-    fn the_gate_fails_only_significant_changes_beyond_the_threshold_in_its_direction() {
-        let slow = comparison(1.10, Verdict::Slower);
-        let fast = comparison(0.90, Verdict::Faster);
-        let small = comparison(1.01, Verdict::Slower);
-        let unknown = comparison(1.10, Verdict::Unknown);
-        assert!(fails(&slow, FailOn::Slower, 0.05));
-        assert!(!fails(&slow, FailOn::Faster, 0.05));
-        assert!(fails(&slow, FailOn::Any, 0.05));
-        assert!(fails(&fast, FailOn::Faster, 0.05));
-        assert!(!fails(&fast, FailOn::Slower, 0.05));
-        assert!(!fails(&small, FailOn::Slower, 0.05));
-        assert!(fails(&small, FailOn::Slower, 0.0));
-        assert!(!fails(&unknown, FailOn::Any, 0.0));
-    }
-}
-
 /// Both operands as profiles, when the first names one (`None`: compare results).
 fn profiles(
     g: &Globals,
@@ -941,4 +908,37 @@ fn show_profile(id: &str, p: &records::ProfileRecord) -> anyhow::Result<u8> {
     out.push_str(&m.render(2));
     emit(&out)?;
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comparison(ratio: f64, verdict: Verdict) -> stats::Comparison {
+        stats::Comparison {
+            ratio,
+            ratio_ci_low: ratio * 0.99,
+            ratio_ci_high: ratio * 1.01,
+            p_mann_whitney: 1e-6,
+            p_ks: 1e-6,
+            p: 1e-6,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn the_gate_fails_only_significant_changes_beyond_the_threshold_in_its_direction() {
+        let slow = comparison(1.10, Verdict::Slower);
+        let fast = comparison(0.90, Verdict::Faster);
+        let small = comparison(1.01, Verdict::Slower);
+        let unknown = comparison(1.10, Verdict::Unknown);
+        assert!(fails(&slow, FailOn::Slower, 0.05));
+        assert!(!fails(&slow, FailOn::Faster, 0.05));
+        assert!(fails(&slow, FailOn::Any, 0.05));
+        assert!(fails(&fast, FailOn::Faster, 0.05));
+        assert!(!fails(&fast, FailOn::Slower, 0.05));
+        assert!(!fails(&small, FailOn::Slower, 0.05));
+        assert!(fails(&small, FailOn::Slower, 0.0));
+        assert!(!fails(&unknown, FailOn::Any, 0.0));
+    }
 }
