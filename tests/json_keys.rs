@@ -17,13 +17,15 @@ const RECIPE: &str = "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \
 /// Keys whose values are maps of names that are data, not repro's keys: parameters, file
 /// paths, output names, environment variables (`env`), and the probes of a fingerprint named
 /// by the tool they ran (`tool:g++`).
-const USER_MAPS: [&str; 6] = [
+const USER_MAPS: [&str; 7] = [
     "params",
     "files",
     "outputs",
     "parameters",
     "env",
     "probe-ms",
+    // A profile's metrics, named as Nsight Compute names them.
+    "metrics",
 ];
 
 /// Every key (with its path) that is not kebab-case.

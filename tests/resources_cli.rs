@@ -492,7 +492,28 @@ fn a_build_bisection_finds_the_commit_that_blew_the_shared_memory_budget() {
         "{text}"
     );
     assert!(text.contains("40960 B shared"), "{text}");
-    // Past 48 KB ptxas itself refuses: still bad. Which commit came back under?
+    // Past 48 KB ptxas itself refuses: still bad, and the step says ptxas's words.
+    let (_, v, _) = json_of(
+        &cache,
+        &root,
+        &[
+            "bisect", "--json", "--mode", "build", "--good", "HEAD~13", "--bad", "HEAD~3",
+            "--recipe", "k",
+        ],
+    );
+    for s in v["steps"].as_array().unwrap() {
+        let n: usize = s["subject"].as_str().unwrap()[7..].parse().unwrap();
+        let d = s["detail"].as_str().unwrap_or_default();
+        match n {
+            6..=8 => assert!(d.contains("over budget"), "{s}"),
+            9..=11 => assert!(
+                d.contains("build failed") && !d.contains("over budget"),
+                "{s}"
+            ),
+            _ => assert_eq!(s["verdict"], "good", "{s}"),
+        }
+    }
+    // Which commit came back under?
     let (code, v, err) = json_of(
         &cache,
         &root,

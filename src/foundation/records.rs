@@ -1278,6 +1278,28 @@ mod tests {
         assert_eq!(to_json(&BisectRecord::from_json(&v, "b").unwrap()), v);
         let v = fixture("step.json");
         assert_eq!(to_json(&StepRecord::from_json(&v, "s").unwrap()), v);
+        // A build with its resource report and broken budgets, and a profile.
+        let v = fixture("build-resources.json");
+        let b = BuildRecord::from_json(&v, "b").unwrap();
+        assert_eq!(to_json(&b), v);
+        let res = b.resources.unwrap();
+        assert_eq!(res.targets[0].arch, "sm_90");
+        assert!(
+            res.targets[0]
+                .kernels
+                .iter()
+                .any(|k| k.name == "vector_add" && k.registers > 0)
+        );
+        assert_eq!(res.occupancy[0].occupancy.warps_per_sm, 64);
+        assert_eq!(b.over_budget.len(), 1);
+        let v = fixture("profile.json");
+        let p = ProfileRecord::from_json(&v, "p").unwrap();
+        assert_eq!(to_json(&p), v);
+        assert_eq!(p.value("dram__bytes.sum.per_second"), Some(4301755321321.5));
+        assert_eq!(
+            p.value("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"),
+            None
+        );
     }
 
     #[test]

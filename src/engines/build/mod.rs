@@ -99,7 +99,10 @@ fn judge(
     Option<crate::foundation::cubin::ResourceReport>,
     Vec<String>,
 ) {
-    let mut report = report.unwrap_or_default();
+    // A build that failed has nothing to judge: its log says why.
+    let Some(mut report) = report else {
+        return (None, Vec::new());
+    };
     budget::add_occupancy(recipe, &mut report);
     let over = budget::violations(recipe, &report);
     ((!report.is_empty()).then_some(report), over)
