@@ -433,13 +433,19 @@ const TILE_RECIPE: &str = "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"ker
 
 /// A history where commit 6 grows a shared tile from 16 KB to 40 KB (over the recipe's
 /// 32 KB budget), commit 9 past 48 KB (ptxas refuses it), and commit 12 shrinks it back:
-/// a build bisection finds commit 6, and `--find fixed` commit 12.
+/// a build bisection finds commit 6 (commit 9 without the budget), and `--find fixed`
+/// commit 12.
 #[test]
 fn a_build_bisection_finds_the_commit_that_blew_the_shared_memory_budget() {
     if !nvrtc_available() {
         return;
     }
-    let (tmp, root) = repo_with(&[("recipes/k.toml", TILE_RECIPE)]);
+    // `k48` has no budget: only ptxas's 48 KB limit.
+    let no_budget = TILE_RECIPE.replace("[build.limits]\nmax-shared-bytes = 32768\n", "");
+    let (tmp, root) = repo_with(&[
+        ("recipes/k.toml", TILE_RECIPE),
+        ("recipes/k48.toml", &no_budget),
+    ]);
     for i in 1..=14 {
         let floats = match i {
             6..=8 => 10 * 1024,
@@ -513,6 +519,30 @@ fn a_build_bisection_finds_the_commit_that_blew_the_shared_memory_budget() {
             _ => assert_eq!(s["verdict"], "good", "{s}"),
         }
     }
+    // Without a budget, the commit that first blew the 48 KB static limit.
+    let (code, v, err) = json_of(
+        &cache,
+        &root,
+        &[
+            "bisect", "--json", "--mode", "build", "--good", "HEAD~13", "--bad", "HEAD~3",
+            "--recipe", "k48",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["culprit"]["subject"], "commit 9", "{v}");
+    let bad = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["subject"] == "commit 9")
+        .unwrap();
+    assert!(
+        bad["detail"]
+            .as_str()
+            .unwrap()
+            .contains("too much shared data"),
+        "{bad}"
+    );
     // Which commit came back under?
     let (code, v, err) = json_of(
         &cache,
