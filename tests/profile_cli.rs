@@ -14,7 +14,7 @@ use serde_json::Value;
 /// `--export` (and logs its arguments), and `--import REPORT --csv --page raw --metrics M`
 /// that prints a header, a units row and one row, each metric's value `1000 * SCALE`
 /// (`FAKE_NCU_SCALE`, default 1). `FAKE_NCU_MODE=perm` or `=unknown` makes it refuse as
-/// ncu does.
+/// ncu does; `=crash` prints the report of a child whose launch crashed.
 const FAKE_NCU: &str = r#"#!/bin/sh
 if [ "$1" = "--version" ]; then
   printf 'NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2025 NVIDIA Corporation\nVersion 2025.3.1.0 (build 36398880) (public-release)\n'
@@ -52,6 +52,9 @@ case "$FAKE_NCU_MODE" in
     exit 1 ;;
   unknown)
     echo "==ERROR== Failed to find metric regex:^bogus__metric$"
+    exit 1 ;;
+  crash)
+    echo '{"check":null,"samples-us":[],"launches-per-sample":1,"warmup-launches":0,"converged":false,"sm-clock-mhz":null,"throttled":false,"error":"CUDA_ERROR_ILLEGAL_ADDRESS during launching vector_add"}'
     exit 1 ;;
 esac
 while [ $# -gt 0 ]; do
@@ -242,6 +245,18 @@ fn refusals_say_why_and_record_nothing() {
         "{err}"
     );
     assert!(err.contains("--query-metrics"), "{err}");
+    let (code, _, err) = profile(
+        &cache,
+        &root,
+        &ncu,
+        &[("FAKE_NCU_MODE", "crash")],
+        &["vector_add"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the profiled launch of `vector_add` is crash: CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{err}"
+    );
     let (code, _, err) = profile(
         &cache,
         &root,

@@ -74,6 +74,16 @@ pub enum ProfileError {
         /// ncu's last lines.
         tail: String,
     },
+    /// The checked launch under ncu did not pass its check (or crashed).
+    #[error("the profiled launch of `{kernel}` is {verdict}: {detail}")]
+    Check {
+        /// The kernel's symbol.
+        kernel: String,
+        /// `wrong` or `crash`.
+        verdict: String,
+        /// What the check or the child said.
+        detail: String,
+    },
     /// ncu failed otherwise, or printed what this reader cannot read.
     #[error("ncu failed: {detail}")]
     Failed {
@@ -86,7 +96,7 @@ impl Diagnose for ProfileError {
     fn exit_code(&self) -> u8 {
         match self {
             ProfileError::UnknownMetric { .. } | ProfileError::UnknownSet { .. } => exit::USAGE,
-            ProfileError::NoLaunch { .. } => exit::MISMATCH,
+            ProfileError::NoLaunch { .. } | ProfileError::Check { .. } => exit::MISMATCH,
             _ => exit::ENVIRONMENT,
         }
     }
@@ -97,6 +107,7 @@ impl Diagnose for ProfileError {
             ProfileError::UnknownMetric { .. } => "`ncu --query-metrics` lists the metrics of this GPU".into(),
             ProfileError::UnknownSet { .. } => "`ncu --list-sets` lists the section sets".into(),
             ProfileError::NoLaunch { tail, .. } => format!("the launch failed or never happened; ncu said:\n{tail}"),
+            ProfileError::Check { .. } => "`repro bench --check-only RECIPE` shows the check without the profiler".into(),
             ProfileError::Failed { .. } => return None,
         })
     }
@@ -258,6 +269,22 @@ pub fn profile(req: &Request) -> Result<BTreeMap<String, ProfileMetric>, Profile
     let all = format!("{}\n{}", out.stdout_str(), out.stderr_str());
     if let Some(e) = refusal(&all) {
         return Err(e);
+    }
+    // The child's report (one JSON line among ncu's): a launch that fails its check is not
+    // profiled as if it had passed.
+    let report = out
+        .stdout_str()
+        .lines()
+        .find_map(|l| serde_json::from_str::<crate::engines::gpurun::Report>(l.trim()).ok());
+    if let Some(r) = report {
+        let (v, detail) = crate::engines::bench::verdict(&r);
+        if v != crate::foundation::records::ResultVerdict::Ok {
+            return Err(ProfileError::Check {
+                kernel: req.kernel.clone(),
+                verdict: v.word().to_string(),
+                detail: detail.unwrap_or_default(),
+            });
+        }
     }
     if !out.status.success() || !req.report.is_file() {
         if all.contains("No kernels were profiled") || out.status.success() {

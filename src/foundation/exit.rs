@@ -159,7 +159,7 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
             (OK, "the launch was profiled and its metrics recorded"),
             (
                 MISMATCH,
-                "ncu profiled no launch of the kernel (the launch failed or never happened)",
+                "the profiled launch failed its check or crashed, or ncu profiled no launch of the kernel",
             ),
             (
                 USAGE,
