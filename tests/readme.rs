@@ -854,6 +854,31 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         Run::InRepo,
     ),
     ("repro build vector_add", Run::Kernels("vector_add")),
+    ("repro build -v vector_add", Run::Kernels("vector_add")),
+    (
+        "repro build k",
+        Run::Not("a recipe over its [build.limits]; tests/resources_cli.rs runs it"),
+    ),
+    (
+        "repro bisect --mode build --good v1.2 --bad HEAD --recipe flash_attention",
+        Run::Not("needs a history tagged v1.2; tests/resources_cli.rs bisects over budgets"),
+    ),
+    (
+        "repro bisect --mode build --bad v1.3 --good HEAD --recipe flash_attention --find fixed",
+        Run::Not("needs a history tagged v1.3; tests/resources_cli.rs runs --find fixed"),
+    ),
+    (
+        "repro profile vector_add --param n=67108864",
+        Run::Not("needs a GPU and ncu; tests/profile_cli.rs runs it with a fake ncu"),
+    ),
+    (
+        "repro profile vector_add --set full --metrics dram__bytes.sum.per_second,gpu__time_duration.sum",
+        Run::Not("needs a GPU and ncu; tests/profile_cli.rs runs it with a fake ncu"),
+    ),
+    (
+        "repro compare 3f9a1c2e 7b41d0aa",
+        Run::Not("needs two profiles; tests/profile_cli.rs compares two"),
+    ),
     (
         "repro build --all",
         Run::Not(
