@@ -223,12 +223,14 @@ fn refusal(text: &str) -> Option<ProfileError> {
                 metric: metric.to_string(),
             });
         }
-        if l.contains("==ERROR==") && l.contains("set") && l.contains("not") {
-            if let Some(set) = l.split('"').nth(1).or_else(|| l.split('\'').nth(1)) {
-                return Some(ProfileError::UnknownSet {
-                    set: set.to_string(),
-                });
-            }
+        if l.contains("==ERROR==")
+            && l.contains("set")
+            && l.contains("not")
+            && let Some(set) = l.split('"').nth(1).or_else(|| l.split('\'').nth(1))
+        {
+            return Some(ProfileError::UnknownSet {
+                set: set.to_string(),
+            });
         }
     }
     None
@@ -489,6 +491,10 @@ mod tests {
         ));
         match refusal("==ERROR== Failed to find metric regex:^bogus__metric$") {
             Some(ProfileError::UnknownMetric { metric }) => assert_eq!(metric, "bogus__metric"),
+            other => panic!("{other:?}"),
+        }
+        match refusal("==ERROR== Section set \"bogus\" was not found.") {
+            Some(ProfileError::UnknownSet { set }) => assert_eq!(set, "bogus"),
             other => panic!("{other:?}"),
         }
         assert!(refusal("==PROF== Disconnected").is_none());
