@@ -364,8 +364,13 @@ const LAUNCH_COLUMNS: &[&str] = &[
     "Function Name",
 ];
 
+/// Why text is not ncu's raw CSV.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CsvError(String);
+
 /// Splits one CSV line (ncu quotes every field; `""` is a quote inside one).
-fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+fn csv_fields(line: &str) -> Result<Vec<String>, CsvError> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quoted = false;
@@ -382,7 +387,7 @@ fn csv_fields(line: &str) -> Result<Vec<String>, String> {
         }
     }
     if quoted {
-        return Err(format!("unterminated quote in `{line}`"));
+        return Err(CsvError(format!("unterminated quote in `{line}`")));
     }
     out.push(cur);
     Ok(out)
@@ -392,30 +397,31 @@ fn csv_fields(line: &str) -> Result<Vec<String>, String> {
 /// row per profiled launch; lines before the header (`==PROF==` messages) are skipped.
 /// Numbers may carry thousands separators (`"1,234.5"`); a value that is not a number
 /// (`"n/a"`) is kept as text.
-pub fn parse_raw_csv(text: &str) -> Result<Vec<BTreeMap<String, ProfileMetric>>, String> {
+pub fn parse_raw_csv(text: &str) -> Result<Vec<BTreeMap<String, ProfileMetric>>, CsvError> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.starts_with("\"ID\""))
         .filter(|l| !l.trim().is_empty() && !l.starts_with("=="));
-    let header = csv_fields(lines.next().ok_or("no header row (\"ID\",...)")?)?;
-    let units = csv_fields(lines.next().ok_or("no units row")?)?;
+    let missing = |what: &str| CsvError(format!("no {what} row"));
+    let header = csv_fields(lines.next().ok_or_else(|| missing("header (\"ID\",...)"))?)?;
+    let units = csv_fields(lines.next().ok_or_else(|| missing("units"))?)?;
     if units.len() != header.len() {
-        return Err(format!(
+        return Err(CsvError(format!(
             "{} units for {} columns",
             units.len(),
             header.len()
-        ));
+        )));
     }
     let mut rows = Vec::new();
     for (n, line) in lines.enumerate() {
         let values = csv_fields(line)?;
         if values.len() != header.len() {
-            return Err(format!(
+            return Err(CsvError(format!(
                 "row {} has {} fields for {} columns",
                 n + 1,
                 values.len(),
                 header.len()
-            ));
+            )));
         }
         let mut row = BTreeMap::new();
         for ((name, unit), value) in header.iter().zip(&units).zip(values) {
