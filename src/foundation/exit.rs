@@ -69,9 +69,36 @@ pub const ALL: &[(u8, &str)] = &[
     (INTERNAL, "a bug in repro; the whole error chain is printed"),
 ];
 
+/// Which code a command that ran many independent tasks (`build --all`) exits with when
+/// several failed: the worst, in this order: a bug in repro, an operating-system error, a
+/// missing environment (a toolchain not installed), an input error, then a failed build.
+/// A failed build is the least bad: the tool did its job and the code is what broke. Codes
+/// not in this order rank below a failed build; `OK` only when every task succeeded.
+pub fn worst(codes: impl IntoIterator<Item = u8>) -> u8 {
+    const ORDER: &[u8] = &[INTERNAL, IO, ENVIRONMENT, USAGE, BUILD_FAILED];
+    let rank = |c: u8| ORDER.iter().position(|o| *o == c).unwrap_or(ORDER.len());
+    codes
+        .into_iter()
+        .filter(|c| *c != OK)
+        .min_by_key(|c| rank(*c))
+        .unwrap_or(OK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_worst_failure_wins() {
+        assert_eq!(worst([]), OK);
+        assert_eq!(worst([OK, OK]), OK);
+        assert_eq!(worst([BUILD_FAILED, OK]), BUILD_FAILED);
+        assert_eq!(worst([BUILD_FAILED, ENVIRONMENT, BUILD_FAILED]), ENVIRONMENT);
+        assert_eq!(worst([USAGE, ENVIRONMENT]), ENVIRONMENT);
+        assert_eq!(worst([ENVIRONMENT, IO]), IO);
+        assert_eq!(worst([IO, INTERNAL, USAGE]), INTERNAL);
+        assert_eq!(worst([MISMATCH, BUILD_FAILED]), BUILD_FAILED);
+    }
 
     /// Every code constant of this file is in [`ALL`] once: the README test and `--help`
     /// see them all.

@@ -121,14 +121,20 @@ pub fn binary_symbols(bytes: &[u8]) -> Vec<String> {
     out
 }
 
-/// The symbols of a module: PTX entries when it is PTX text, else the binary's names.
+/// The kernels of a module: PTX entries when it is PTX text, a cubin's entry points (its
+/// device functions are not kernels), else the names in the binary.
 pub fn module_symbols(bytes: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(bytes);
     if text.contains(".entry ") && text.contains(".version") {
-        ptx_entries(&text)
-    } else {
-        binary_symbols(bytes)
+        return ptx_entries(&text);
     }
+    if let Ok(elf) = crate::foundation::elf::Elf::parse(bytes)
+        && elf.is_cuda()
+        && let Ok(kernels) = elf.kernels()
+    {
+        return kernels;
+    }
+    binary_symbols(bytes)
 }
 
 #[cfg(test)]
