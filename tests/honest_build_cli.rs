@@ -117,7 +117,10 @@ fn a_compile_only_recipe_bisects_the_break_of_a_template_kernel_nothing_instanti
         ("repro.toml", &read("repro.toml")),
         (
             "recipes/k.toml",
-            &nvcc_recipe("kernels/k.cu", "target = \"sm_90\"\noutputs = [\"object\"]\n"),
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"object\"]\n",
+            ),
         ),
     ]);
     std::fs::create_dir_all(root.join("kernels")).unwrap();
@@ -174,7 +177,12 @@ fn a_compile_only_recipe_bisects_the_break_of_a_template_kernel_nothing_instanti
     let (code, b, stderr) = json(&cache, &root, &["build", "k"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(b["builds"][0]["checked"], "compile-only", "{b}");
-    assert!(b["builds"][0]["outputs"]["object"]["bytes"].as_u64().unwrap() > 0);
+    assert!(
+        b["builds"][0]["outputs"]["object"]["bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
     let key = b["builds"][0]["key"].as_str().unwrap();
     let record: Value = serde_json::from_slice(
         &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
@@ -265,7 +273,10 @@ fn a_fatbin_over_two_targets_holds_both() {
     assert_eq!(targets, ["sm_89", "sm_90"]);
     for m in &members {
         let elf = repro::elf::Elf::parse(m.payload).unwrap();
-        assert_eq!(elf.kernels().unwrap(), ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"]);
+        assert_eq!(
+            elf.kernels().unwrap(),
+            ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"]
+        );
     }
     // NVIDIA's cuobjdump agrees, where its wheel can be had.
     if let Some(cuobjdump) = cuobjdump() {
@@ -275,7 +286,10 @@ fn a_fatbin_over_two_targets_holds_both() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{text}");
-        assert!(text.contains("sm_89.cubin") && text.contains("sm_90.cubin"), "{text}");
+        assert!(
+            text.contains("sm_89.cubin") && text.contains("sm_90.cubin"),
+            "{text}"
+        );
     }
     // The same targets with per-target outputs are still one build per target.
     std::fs::write(
@@ -305,8 +319,10 @@ fn cuobjdump() -> Option<PathBuf> {
         .flatten()
         .map(|e| e.path())
         .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("nvidia_cuda_cuobjdump-13.2.51"))
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy()
+                    .starts_with("nvidia_cuda_cuobjdump-13.2.51")
+            })
         })?;
     let into = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuobjdump-13.2.51");
     let bin = into.join("nvidia/cu13/bin/cuobjdump");
@@ -335,10 +351,16 @@ fn build_all_builds_every_recipe_it_can_and_exits_with_the_worst_failure() {
     let (_tmp, root) = repo_with(&[
         ("repro.toml", &read("repro.toml")),
         ("kernels/k.cu", KERNELS),
-        ("kernels/bad.cu", "__global__ void k(float *a) { a[0] = nope; }\n"),
+        (
+            "kernels/bad.cu",
+            "__global__ void k(float *a) { a[0] = nope; }\n",
+        ),
         (
             "recipes/a_ok.toml",
-            &nvcc_recipe("kernels/k.cu", "target = \"sm_90\"\noutputs = [\"cubin\"]\n"),
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\n",
+            ),
         ),
         (
             "recipes/b_missing.toml",
@@ -346,7 +368,10 @@ fn build_all_builds_every_recipe_it_can_and_exits_with_the_worst_failure() {
         ),
         (
             "recipes/c_broken.toml",
-            &nvcc_recipe("kernels/bad.cu", "target = \"sm_90\"\noutputs = [\"cubin\"]\n"),
+            &nvcc_recipe(
+                "kernels/bad.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\n",
+            ),
         ),
         (
             "recipes/d_ok.toml",
@@ -382,7 +407,9 @@ fn build_all_builds_every_recipe_it_can_and_exits_with_the_worst_failure() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("1 of 4 builds failed (c_broken); 1 of 4 recipes could not be built (b_missing)"),
+        stderr.contains(
+            "1 of 4 builds failed (c_broken); 1 of 4 recipes could not be built (b_missing)"
+        ),
         "{stderr}"
     );
     // --json lists what was not built beside the builds.

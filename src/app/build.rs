@@ -259,7 +259,11 @@ fn finish(g: &Globals, outcomes: Vec<Outcome>, unbuilt: Vec<Unbuilt>) -> anyhow:
         let total = outcomes.len() + unbuilt.len();
         let mut parts = Vec::new();
         if !failed.is_empty() {
-            parts.push(format!("{} of {total} builds failed ({})", failed.len(), failed.join(", ")));
+            parts.push(format!(
+                "{} of {total} builds failed ({})",
+                failed.len(),
+                failed.join(", ")
+            ));
         }
         if !unbuilt.is_empty() {
             let names: Vec<&str> = unbuilt.iter().map(|u| u.recipe.as_str()).collect();

@@ -343,7 +343,7 @@ pub(crate) mod tests {
             symtab.extend(e);
         }
         let mut file = vec![0u8; 64];
-        let mut place = |data: &[u8], file: &mut Vec<u8>| {
+        let place = |data: &[u8], file: &mut Vec<u8>| {
             let at = file.len() as u64;
             file.extend_from_slice(data);
             at

@@ -93,7 +93,10 @@ mod tests {
         assert_eq!(worst([]), OK);
         assert_eq!(worst([OK, OK]), OK);
         assert_eq!(worst([BUILD_FAILED, OK]), BUILD_FAILED);
-        assert_eq!(worst([BUILD_FAILED, ENVIRONMENT, BUILD_FAILED]), ENVIRONMENT);
+        assert_eq!(
+            worst([BUILD_FAILED, ENVIRONMENT, BUILD_FAILED]),
+            ENVIRONMENT
+        );
         assert_eq!(worst([USAGE, ENVIRONMENT]), ENVIRONMENT);
         assert_eq!(worst([ENVIRONMENT, IO]), IO);
         assert_eq!(worst([IO, INTERNAL, USAGE]), INTERNAL);

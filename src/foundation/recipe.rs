@@ -589,7 +589,9 @@ fn parse_in(
                 return Err(invalid(
                     Some(list.span()),
                     "[build] `entries` is empty".into(),
-                    Some("name the kernels, e.g. entries = [\"vector_add\"], or leave `entries` out for a recipe that only checks that the source compiles"),
+                    Some(
+                        "name the kernels, e.g. entries = [\"vector_add\"], or leave `entries` out for a recipe that only checks that the source compiles",
+                    ),
                 ));
             }
             let mut out = Vec::new();
@@ -826,10 +828,20 @@ fn parse_in(
                         Some(list.span()),
                         format!(
                             "[build] `outputs`: {} holds every target in one file, but {} is one file per target; with several `targets` a recipe builds one or the other",
-                            v.iter().filter(|o| o.holds_every_target()).map(|o| o.name()).collect::<Vec<_>>().join(" and "),
-                            v.iter().filter(|o| !o.holds_every_target()).map(|o| o.name()).collect::<Vec<_>>().join(" and "),
+                            v.iter()
+                                .filter(|o| o.holds_every_target())
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(" and "),
+                            v.iter()
+                                .filter(|o| !o.holds_every_target())
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(" and "),
                         ),
-                        Some("split it into two recipes: one with outputs = [\"fatbin\"] (one nvcc run with a -gencode per target), one with the per-target outputs"),
+                        Some(
+                            "split it into two recipes: one with outputs = [\"fatbin\"] (one nvcc run with a -gencode per target), one with the per-target outputs",
+                        ),
                     ));
                 }
                 v
@@ -1164,15 +1176,27 @@ mod tests {
         let r = parse(d.path(), "recipes/f.toml", text).unwrap();
         assert!(r.is_fat() && !r.compile_only());
         // A fat build is one build over every target, never split.
-        assert_eq!(r.per_target(), [r.clone()]);
+        assert_eq!(r.per_target(), std::slice::from_ref(&r));
         assert_eq!(r.targets(), ["sm_89", "sm_90"]);
         // The same targets with per-target outputs are one build each.
-        let r = parse(d.path(), "recipes/f.toml", &text.replace("\"fatbin\", \"object\"", "\"cubin\"")).unwrap();
+        let r = parse(
+            d.path(),
+            "recipes/f.toml",
+            &text.replace("\"fatbin\", \"object\"", "\"cubin\""),
+        )
+        .unwrap();
         assert_eq!(r.per_target().len(), 2);
         // [run] needs a kernel, which a compile-only recipe does not name.
         let e = parse(d.path(), "recipes/r.toml", &format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\n[run]\nkernel = \"k\"\ngrid = 1\nblock = 1\n")).unwrap_err();
-        assert!(e.to_string().contains("`k` is not one of the build's entries"), "{e}");
-        assert!(e.hint().unwrap_or_default().contains("compile-only"), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("`k` is not one of the build's entries"),
+            "{e}"
+        );
+        assert!(
+            e.hint().unwrap_or_default().contains("compile-only"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -704,7 +704,6 @@ fn first_line(s: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-
 /// Check and bench questions over releases. Each release is a step of the driver commit
 /// bisection uses ([`super::run::drive`]): the same statistical decision, re-check of the
 /// culprit against its predecessor, step records and step lines. A release stands where a

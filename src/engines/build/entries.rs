@@ -13,12 +13,20 @@ use crate::foundation::elf::{self, Elf};
 use crate::foundation::fatbin::{self, Kind};
 use crate::foundation::symbols;
 
+/// The kernels of PTX text, sorted.
+fn ptx_kernels(text: &[u8]) -> Vec<String> {
+    let mut k = symbols::ptx_entries(&String::from_utf8_lossy(text));
+    k.sort();
+    k.dedup();
+    k
+}
+
 /// One device module of a build: a PTX file, a cubin, or one member of a fat binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Module {
     /// Where it is: `cubin`, `fatbin sm_90`, `object compute_90`.
     pub label: String,
-    /// Its kernels, as their symbols are spelled.
+    /// Its kernels, as their symbols are spelled, sorted.
     pub kernels: Vec<String>,
 }
 
@@ -84,7 +92,7 @@ fn read(l: &mut Listing, label: &str, bytes: &[u8]) {
     if is_ptx_name || looks_like_ptx(bytes) {
         l.modules.push(Module {
             label: label.to_string(),
-            kernels: symbols::ptx_entries(&String::from_utf8_lossy(bytes)),
+            kernels: ptx_kernels(bytes),
         });
         return;
     }
@@ -134,10 +142,14 @@ fn read_fatbin(l: &mut Listing, label: &str, bytes: &[u8]) {
         }
         match m.kind {
             Kind::Ptx => {
-                let end = m.payload.iter().position(|b| *b == 0).unwrap_or(m.payload.len());
+                let end = m
+                    .payload
+                    .iter()
+                    .position(|b| *b == 0)
+                    .unwrap_or(m.payload.len());
                 l.modules.push(Module {
                     label: where_,
-                    kernels: symbols::ptx_entries(&String::from_utf8_lossy(&m.payload[..end])),
+                    kernels: ptx_kernels(&m.payload[..end]),
                 });
             }
             Kind::Elf => match Elf::parse(m.payload).and_then(|e| e.kernels()) {
@@ -215,6 +227,29 @@ mod tests {
         let l = list(&[("fatbin".to_string(), packed)]);
         assert_eq!(l.missing(&["k".into()]), ["k"]);
         assert!(l.unreadable[0].contains("compressed"), "{:?}", l.unreadable);
+    }
+
+    /// Bytes nvcc 13.0 wrote (tests/fixtures/device/README.md says how): what readelf
+    /// and cuobjdump show of them is what this module reads.
+    #[test]
+    fn real_nvcc_output() {
+        let want = ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"];
+        let cubin = include_bytes!("../../../tests/fixtures/device/k.sm_90.cubin").to_vec();
+        let l = list(&[("cubin".to_string(), cubin)]);
+        assert_eq!(l.kernels(), want);
+        assert!(
+            l.missing(&["tk".into(), "ns::inner".into(), "plain".into()])
+                .is_empty()
+        );
+        assert_eq!(l.missing(&["helper".into()]), ["helper"]);
+        let fat = include_bytes!("../../../tests/fixtures/device/k.fatbin").to_vec();
+        let l = list(&[("fatbin".to_string(), fat)]);
+        let labels: Vec<&str> = l.modules.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels, ["fatbin sm_89", "fatbin compute_90"]);
+        for m in &l.modules {
+            assert_eq!(m.kernels, want, "{}", m.label);
+        }
+        assert!(l.unreadable.is_empty());
     }
 
     #[test]

@@ -254,11 +254,19 @@ pub enum CompileError {
 fn missing_entries_message(missing: &[String], found: &[String], unreadable: &[String]) -> String {
     let mut m = format!(
         "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
-        missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
+        missing
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
         if found.is_empty() {
             "none found".to_string()
         } else {
-            found.iter().map(|f| entries::shown(f)).collect::<Vec<_>>().join(", ")
+            found
+                .iter()
+                .map(|f| entries::shown(f))
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     );
     for u in unreadable {
@@ -728,7 +736,8 @@ mod tests {
     #[test]
     fn compile_errors_read_as_logs() {
         let e = CompileError::MissingEntries {
-            log: "k.cu(3): warning #177-D: variable \"error\" was declared but never referenced".into(),
+            log: "k.cu(3): warning #177-D: variable \"error\" was declared but never referenced"
+                .into(),
             missing: vec!["k".into()],
             found: vec![],
             unreadable: vec![],
@@ -780,7 +789,14 @@ mod tests {
             b"\x7fELF\0\0my_kernel\0.text".to_vec(),
         )];
         // Not a readable ELF file: its string table's names are searched, as before.
-        assert!(entries::list(&bin).missing(&["my_kernel".into()]).is_empty());
-        assert_eq!(entries::list(&bin).missing(&["my_kern".into()]), ["my_kern"]);
+        assert!(
+            entries::list(&bin)
+                .missing(&["my_kernel".into()])
+                .is_empty()
+        );
+        assert_eq!(
+            entries::list(&bin).missing(&["my_kern".into()]),
+            ["my_kern"]
+        );
     }
 }
