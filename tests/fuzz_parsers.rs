@@ -396,20 +396,20 @@ fn hostile_device_code_never_panics() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let dir = common::crate_dir().join("tests/fixtures/device");
-    let seeds: Vec<Vec<u8>> = ["k.sm_90.cubin", "k.fatbin"]
+    let seeds: Vec<Vec<u8>> = ["k.sm_90.cubin", "k.fatbin", "k.zstd.fatbin"]
         .iter()
         .map(|f| std::fs::read(dir.join(f)).unwrap())
         .collect();
     let check = |b: &Vec<u8>| {
         if let Ok(e) = repro::elf::Elf::parse(b) {
-            let _ = e.kernels();
+            let _ = e.symbols();
             for s in e.sections() {
                 let _ = e.data(s);
             }
         }
         if let Ok(members) = repro::fatbin::members(b) {
             for m in members {
-                let _ = repro::elf::Elf::parse(m.payload).and_then(|e| e.kernels());
+                let _ = repro::elf::Elf::parse(&m.payload).and_then(|e| e.symbols());
             }
         }
     };

@@ -173,6 +173,26 @@ fn a_compile_only_recipe_bisects_the_break_of_a_template_kernel_nothing_instanti
             .contains("error: identifier \"undefined_symbol\" is undefined"),
         "{b}"
     );
+    // `repro show` of the failed build's record says why it failed, and what it checked.
+    let failed_key = b["builds"][0]["key"].as_str().unwrap().to_string();
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["show", &failed_key])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("reason")
+            && l.contains("error: identifier \"undefined_symbol\" is undefined")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("checked") && l.contains("compile-only")),
+        "{text}"
+    );
     git(&root, &["checkout", "-q", "HEAD~6"]);
     let (code, b, stderr) = json(&cache, &root, &["build", "k"]);
     assert_eq!(code, 0, "{stderr}");
@@ -272,11 +292,17 @@ fn a_fatbin_over_two_targets_holds_both() {
     let targets: Vec<String> = members.iter().map(|m| m.target()).collect();
     assert_eq!(targets, ["sm_89", "sm_90"]);
     for m in &members {
-        let elf = repro::elf::Elf::parse(m.payload).unwrap();
-        assert_eq!(
-            elf.kernels().unwrap(),
-            ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"]
-        );
+        // Kernels are the functions marked as entry points (st_other 0x10).
+        let elf = repro::elf::Elf::parse(&m.payload).unwrap();
+        let mut kernels: Vec<String> = elf
+            .symbols()
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.kind == repro::elf::STT_FUNC && s.other & 0x10 != 0)
+            .map(|s| s.name)
+            .collect();
+        kernels.sort();
+        assert_eq!(kernels, ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"]);
     }
     // NVIDIA's cuobjdump agrees, where its wheel can be had.
     if let Some(cuobjdump) = cuobjdump() {

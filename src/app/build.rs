@@ -42,7 +42,7 @@ pub struct Args {
     /// Recipes to build: names (`vector_add`) or paths (`recipes/vector_add.toml`).
     #[arg(value_name = "RECIPE")]
     recipes: Vec<String>,
-    /// Build every recipe in recipes/.
+    /// Build every recipe in recipes/; those that cannot be built are reported at the end.
     #[arg(long, conflicts_with = "recipes")]
     all: bool,
     /// Say which input changed since each recipe's last build.

@@ -1,50 +1,40 @@
-//! A small, bounded reader of ELF files: the section table and the symbol table, no more.
+//! A small, bounded reader of 64-bit little-endian ELF files: the header, the sections and
+//! the symbol table. CUDA cubins are such files (machine `EM_CUDA`); nothing here is
+//! specific to them, so any ELF64 object can be listed.
 //!
-//! Cubins are ELF64 little-endian files (`e_machine` 190, EM_CUDA); a kernel is a function
-//! symbol whose `st_other` carries `STO_CUDA_ENTRY`, and the facts ptxas records about it
-//! (registers, shared memory) live in sections named after it (`.nv.info.NAME`). Host
-//! objects that nvcc writes (`nvcc -c`) carry their device code as a fat binary in the
-//! `.nv_fatbin` section. Every artifact comes from a compiler repro does not trust, so every
-//! offset and size is checked against the file before it is read; a malformed file is an
-//! [`ElfError`], never a panic or a read past the end.
-//!
-//! The API is what build checks and resource reports share: [`Elf::parse`], the sections
-//! ([`Elf::sections`], [`Elf::section`], [`Elf::data`]), the symbols ([`Elf::symbols`]) and
-//! the kernels of a cubin ([`Elf::kernels`]).
+//! The bytes come from elsewhere (a compiler's output, an artifact in a bundle): every
+//! offset and size is checked against the buffer before it is used, and a malformed file is
+//! an [`ElfError`], never a panic or an out-of-bounds read.
 
-/// `e_machine` of a cubin.
+/// `e_machine` of a CUDA cubin.
 pub const EM_CUDA: u16 = 190;
-/// The `st_other` bit that marks a kernel (an entry point) in a cubin.
-pub const STO_CUDA_ENTRY: u8 = 0x10;
-/// `st_info` type of a function symbol.
-pub const STT_FUNC: u8 = 2;
+/// `sh_type` of a section that takes no space in the file (`.bss`, `.nv.shared.*`).
+pub const SHT_NOBITS: u32 = 8;
 /// `sh_type` of a symbol table.
 pub const SHT_SYMTAB: u32 = 2;
-/// `sh_type` of a section that occupies no bytes in the file.
-pub const SHT_NOBITS: u32 = 8;
+/// `st_info` type of a function symbol.
+pub const STT_FUNC: u8 = 2;
 
-/// The most sections a file may declare: far above any compiler's output, low enough that
-/// a hostile header cannot make the reader allocate without bound.
+/// The most sections a file may declare: far above any real object, low enough that a
+/// hostile header cannot make the reader allocate without bound.
 const MAX_SECTIONS: usize = 1 << 16;
-/// The longest name read from a string table.
-const MAX_NAME: usize = 4096;
 
-/// Why bytes cannot be read as ELF.
+/// Why bytes are not a readable ELF64 file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ElfError {
-    /// The bytes do not start with the ELF magic.
-    #[error("not an ELF file")]
+    /// It does not start with `\x7fELF`.
+    #[error("not an ELF file (no \\x7fELF magic)")]
     NotElf,
-    /// An ELF file of a class or byte order this reader does not handle.
-    #[error("unsupported ELF file: {what}")]
+    /// A 32-bit or big-endian file.
+    #[error("unsupported ELF flavour: {what} (only 64-bit little-endian files are read)")]
     Unsupported {
         /// What it is.
         what: &'static str,
     },
-    /// A header, table or name points outside the file.
-    #[error("malformed ELF file: {what} lies outside the file")]
-    Truncated {
-        /// The part that does.
+    /// A header, table or name lies (partly) outside the file.
+    #[error("truncated or malformed ELF: {what}")]
+    Malformed {
+        /// Which structure.
         what: String,
     },
 }
@@ -52,271 +42,207 @@ pub enum ElfError {
 /// One section header, with its name resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Section {
-    /// Its index in the section table.
+    /// Its index in the section header table.
     pub index: usize,
-    /// Its name (`.text.my_kernel`, `.nv.info`).
+    /// Its name (`.text.kernel`, `.nv.info`).
     pub name: String,
     /// `sh_type`.
     pub kind: u32,
     /// `sh_flags`.
     pub flags: u64,
-    /// Where its bytes start in the file.
+    /// `sh_offset`.
     pub offset: u64,
-    /// How many bytes it has.
+    /// `sh_size`: bytes in the file, or (for [`SHT_NOBITS`]) bytes it occupies at run time.
     pub size: u64,
     /// `sh_link`.
     pub link: u32,
-    /// `sh_info` (for a cubin's per-kernel sections, the index of the kernel's symbol or
-    /// text section).
+    /// `sh_info`.
     pub info: u32,
     /// `sh_entsize`.
     pub entsize: u64,
 }
 
-/// One symbol table entry, with its name resolved.
+/// One symbol of the symbol table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
-    /// Its name (mangled for C++).
+    /// Its index in the symbol table.
+    pub index: usize,
+    /// Its name.
     pub name: String,
-    /// `ST_TYPE(st_info)`: 2 for a function.
-    pub kind: u8,
-    /// `ST_BIND(st_info)`: 0 local, 1 global, 2 weak.
-    pub bind: u8,
-    /// `st_other` (visibility, and in a cubin the entry bit).
-    pub other: u8,
-    /// `st_shndx`: the section it is defined in.
-    pub section: u16,
     /// `st_value`.
     pub value: u64,
     /// `st_size`.
     pub size: u64,
+    /// The type: the low four bits of `st_info` ([`STT_FUNC`], ...).
+    pub kind: u8,
+    /// The binding: the high four bits of `st_info` (0 local, 1 global, 2 weak).
+    pub bind: u8,
+    /// `st_other`.
+    pub other: u8,
+    /// `st_shndx`: the index of the section it is defined in.
+    pub section: u16,
 }
 
-impl Symbol {
-    /// Whether this is a kernel of a cubin: a function marked as an entry point.
-    pub fn is_kernel(&self) -> bool {
-        self.kind == STT_FUNC && self.other & STO_CUDA_ENTRY != 0
-    }
-}
-
-/// A parsed ELF64 little-endian file, borrowing its bytes.
+/// A parsed ELF64 file borrowing its bytes.
 #[derive(Clone, Debug)]
 pub struct Elf<'a> {
-    bytes: &'a [u8],
-    machine: u16,
+    data: &'a [u8],
+    /// `e_ident[EI_ABIVERSION]`.
+    pub abi_version: u8,
+    /// `e_machine`.
+    pub machine: u16,
+    /// `e_flags`.
+    pub flags: u32,
     sections: Vec<Section>,
 }
 
-/// Whether `bytes` start with the ELF magic.
-pub fn is_elf(bytes: &[u8]) -> bool {
-    bytes.starts_with(b"\x7fELF")
+fn malformed(what: impl Into<String>) -> ElfError {
+    ElfError::Malformed { what: what.into() }
 }
 
-fn slice<'a>(bytes: &'a [u8], offset: u64, len: u64, what: &str) -> Result<&'a [u8], ElfError> {
-    let start = usize::try_from(offset).ok();
-    let end = start.and_then(|s| s.checked_add(usize::try_from(len).ok()?));
-    match (start, end) {
-        (Some(s), Some(e)) if e <= bytes.len() => Ok(&bytes[s..e]),
-        _ => Err(ElfError::Truncated {
-            what: what.to_string(),
-        }),
-    }
+/// `len` bytes at `off`, or an error naming `what`.
+fn slice<'a>(data: &'a [u8], off: u64, len: u64, what: &str) -> Result<&'a [u8], ElfError> {
+    let start = usize::try_from(off).map_err(|_| malformed(what))?;
+    let len = usize::try_from(len).map_err(|_| malformed(what))?;
+    let end = start.checked_add(len).ok_or_else(|| malformed(what))?;
+    data.get(start..end)
+        .ok_or_else(|| malformed(format!("{what} (bytes {start}..{end} of {})", data.len())))
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+/// Little-endian integers at an offset of a slice already known to be long enough.
+pub(crate) fn u16_at(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
 }
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"))
+pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"))
+pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
-/// The NUL-terminated name at `offset` in a string table, bounded by the table and by
-/// [`MAX_NAME`].
-fn name_at(table: &[u8], offset: u32, what: &str) -> Result<String, ElfError> {
-    let rest = table
-        .get(offset as usize..)
-        .ok_or_else(|| ElfError::Truncated {
-            what: format!("the name of {what}"),
-        })?;
-    let len = rest
+/// The NUL-terminated string at `off` of a string table.
+fn name_at(table: &[u8], off: u32, what: &str) -> Result<String, ElfError> {
+    let rest = table.get(off as usize..).ok_or_else(|| {
+        malformed(format!(
+            "{what}: name offset {off} outside its string table"
+        ))
+    })?;
+    let end = rest
         .iter()
-        .take(MAX_NAME)
-        .position(|b| *b == 0)
-        .ok_or_else(|| ElfError::Truncated {
-            what: format!("the name of {what}"),
-        })?;
-    Ok(String::from_utf8_lossy(&rest[..len]).into_owned())
+        .position(|&c| c == 0)
+        .ok_or_else(|| malformed(format!("{what}: unterminated name")))?;
+    Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
 }
 
 impl<'a> Elf<'a> {
-    /// Reads the ELF header and the section table of `bytes`.
-    pub fn parse(bytes: &'a [u8]) -> Result<Elf<'a>, ElfError> {
-        if !is_elf(bytes) {
+    /// Parses the header and the section headers.
+    pub fn parse(data: &'a [u8]) -> Result<Self, ElfError> {
+        if data.len() < 4 || &data[..4] != b"\x7fELF" {
             return Err(ElfError::NotElf);
         }
-        let header = slice(bytes, 0, 64, "the ELF header")?;
-        if header[4] != 2 {
-            return Err(ElfError::Unsupported {
-                what: "32-bit (repro reads ELF64)",
-            });
+        let ident = slice(data, 0, 64, "ELF header")?;
+        if ident[4] != 2 {
+            return Err(ElfError::Unsupported { what: "32-bit" });
         }
-        if header[5] != 1 {
-            return Err(ElfError::Unsupported {
-                what: "big-endian (repro reads little-endian ELF)",
-            });
+        if ident[5] != 1 {
+            return Err(ElfError::Unsupported { what: "big-endian" });
         }
-        let machine = u16_at(header, 18);
-        let shoff = u64_at(header, 40);
-        let shentsize = u16_at(header, 58) as usize;
-        let shnum = u16_at(header, 60) as usize;
-        let shstrndx = u16_at(header, 62) as usize;
-        if shnum == 0 {
-            return Ok(Elf {
-                bytes,
-                machine,
-                sections: Vec::new(),
-            });
+        let shoff = u64_at(ident, 0x28);
+        let shentsize = u16_at(ident, 0x3a);
+        let shnum = u16_at(ident, 0x3c) as usize;
+        let shstrndx = u16_at(ident, 0x3e) as usize;
+        if shnum > 0 && shentsize < 64 {
+            return Err(malformed(format!("section header size {shentsize}")));
         }
-        if shentsize < 64 || shnum > MAX_SECTIONS {
-            return Err(ElfError::Truncated {
-                what: "the section table".into(),
-            });
+        if shnum > MAX_SECTIONS {
+            return Err(malformed(format!("{shnum} sections")));
         }
-        let table = slice(
-            bytes,
-            shoff,
-            (shentsize * shnum) as u64,
-            "the section table",
-        )?;
-        let raw: Vec<&[u8]> = (0..shnum)
-            .map(|i| &table[i * shentsize..i * shentsize + 64])
-            .collect();
-        let names = match raw.get(shstrndx) {
-            Some(h) if shstrndx != 0 => slice(
-                bytes,
-                u64_at(h, 24),
-                u64_at(h, 32),
-                "the section name table",
-            )?,
-            _ => &[][..],
-        };
+        let mut raw = Vec::with_capacity(shnum);
+        for i in 0..shnum {
+            let at = shoff
+                .checked_add(i as u64 * u64::from(shentsize))
+                .ok_or_else(|| malformed("section header table offset"))?;
+            let h = slice(data, at, 64, &format!("section header {i}"))?;
+            raw.push((
+                u32_at(h, 0),
+                Section {
+                    index: i,
+                    name: String::new(),
+                    kind: u32_at(h, 4),
+                    flags: u64_at(h, 8),
+                    offset: u64_at(h, 0x18),
+                    size: u64_at(h, 0x20),
+                    link: u32_at(h, 0x28),
+                    info: u32_at(h, 0x2c),
+                    entsize: u64_at(h, 0x38),
+                },
+            ));
+        }
         let mut sections = Vec::with_capacity(shnum);
-        for (index, h) in raw.iter().enumerate() {
-            let name = if names.is_empty() {
-                String::new()
-            } else {
-                name_at(names, u32_at(h, 0), &format!("section {index}"))?
-            };
-            sections.push(Section {
-                index,
-                name,
-                kind: u32_at(h, 4),
-                flags: u64_at(h, 8),
-                offset: u64_at(h, 24),
-                size: u64_at(h, 32),
-                link: u32_at(h, 40),
-                info: u32_at(h, 44),
-                entsize: u64_at(h, 56),
-            });
+        if shnum > 0 {
+            let strtab = raw
+                .get(shstrndx)
+                .ok_or_else(|| malformed(format!("section name table index {shstrndx}")))?;
+            let names = slice(data, strtab.1.offset, strtab.1.size, "section name table")?;
+            for (name_off, mut s) in raw {
+                s.name = name_at(names, name_off, &format!("section {}", s.index))?;
+                sections.push(s);
+            }
         }
         Ok(Elf {
-            bytes,
-            machine,
+            data,
+            abi_version: ident[8],
+            machine: u16_at(ident, 0x12),
+            flags: u32_at(ident, 0x30),
             sections,
         })
     }
 
-    /// `e_machine`: [`EM_CUDA`] for a cubin, 62 for an x86-64 host object.
-    pub fn machine(&self) -> u16 {
-        self.machine
-    }
-
-    /// Whether this is a cubin (device code).
-    pub fn is_cuda(&self) -> bool {
-        self.machine() == EM_CUDA
-    }
-
-    /// Every section, in table order.
+    /// Every section, in header order.
     pub fn sections(&self) -> &[Section] {
         &self.sections
     }
 
     /// The first section called `name`.
     pub fn section(&self, name: &str) -> Option<&Section> {
-        self.sections().iter().find(|s| s.name == name)
+        self.sections.iter().find(|s| s.name == name)
     }
 
-    /// A section's bytes (none for a section that occupies no file space).
+    /// A section's bytes in the file (none for [`SHT_NOBITS`]).
     pub fn data(&self, s: &Section) -> Result<&'a [u8], ElfError> {
         if s.kind == SHT_NOBITS {
             return Ok(&[]);
         }
-        slice(
-            self.bytes,
-            s.offset,
-            s.size,
-            &format!("section `{}`", s.name),
-        )
+        slice(self.data, s.offset, s.size, &format!("section {}", s.name))
     }
 
-    /// The symbols of the symbol table (`.symtab`), the null symbol left out; none when the
-    /// file has no symbol table.
+    /// The symbols of the (first) symbol table, in table order; none if it has no table.
     pub fn symbols(&self) -> Result<Vec<Symbol>, ElfError> {
-        let Some(table) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
+        let Some(tab) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
             return Ok(Vec::new());
         };
-        let data = self.data(table)?;
-        let strings = match self.sections.get(table.link as usize) {
-            Some(s) if table.link != 0 => self.data(s)?,
-            _ => {
-                return Err(ElfError::Truncated {
-                    what: "the symbol table's string table".into(),
-                });
-            }
-        };
-        let entsize = if table.entsize == 0 {
-            24
-        } else {
-            table.entsize as usize
-        };
-        if entsize < 24 {
-            return Err(ElfError::Truncated {
-                what: "the symbol table's entries".into(),
-            });
-        }
-        let mut out = Vec::with_capacity(data.len() / entsize);
-        for (i, e) in data.chunks_exact(entsize).enumerate().skip(1) {
-            out.push(Symbol {
-                name: name_at(strings, u32_at(e, 0), &format!("symbol {i}"))?,
-                kind: e[4] & 0xf,
-                bind: e[4] >> 4,
-                other: e[5],
-                section: u16_at(e, 6),
-                value: u64_at(e, 8),
-                size: u64_at(e, 16),
-            });
-        }
-        Ok(out)
-    }
-
-    /// The kernels of a cubin (symbols marked as entry points), sorted, as their symbols
-    /// are spelled (mangled for C++ kernels). Empty for a file that is not a cubin.
-    pub fn kernels(&self) -> Result<Vec<String>, ElfError> {
-        if !self.is_cuda() {
-            return Ok(Vec::new());
-        }
-        let mut k: Vec<String> = self
-            .symbols()?
-            .into_iter()
-            .filter(Symbol::is_kernel)
-            .map(|s| s.name)
-            .collect();
-        k.sort();
-        k.dedup();
-        Ok(k)
+        let bytes = self.data(tab)?;
+        let names = self
+            .sections
+            .get(tab.link as usize)
+            .ok_or_else(|| malformed(format!("{}: string table {}", tab.name, tab.link)))?;
+        let names = self.data(names)?;
+        bytes
+            .chunks_exact(24)
+            .enumerate()
+            .map(|(index, e)| {
+                Ok(Symbol {
+                    index,
+                    name: name_at(names, u32_at(e, 0), &format!("symbol {index}"))?,
+                    kind: e[4] & 0xf,
+                    bind: e[4] >> 4,
+                    other: e[5],
+                    section: u16_at(e, 6),
+                    value: u64_at(e, 8),
+                    size: u64_at(e, 16),
+                })
+            })
+            .collect()
     }
 }
 
@@ -324,111 +250,141 @@ impl<'a> Elf<'a> {
 pub(crate) mod tests {
     use super::*;
 
-    /// A minimal ELF64 LE file with the given machine, symbols `(name, st_info, st_other)`
-    /// and one extra PROGBITS section `(name, bytes)`.
-    pub(crate) fn build(machine: u16, symbols: &[(&str, u8, u8)], extra: (&str, &[u8])) -> Vec<u8> {
-        // Section layout: 0 null, 1 .shstrtab, 2 .strtab, 3 .symtab, 4 extra.
-        let shstr = format!("\0.shstrtab\0.strtab\0.symtab\0{}\0", extra.0).into_bytes();
-        let mut strtab = vec![0u8];
-        let mut symtab = vec![0u8; 24];
-        for (name, info, other) in symbols {
-            let off = strtab.len() as u32;
-            strtab.extend_from_slice(name.as_bytes());
-            strtab.push(0);
-            let mut e = vec![0u8; 24];
-            e[0..4].copy_from_slice(&off.to_le_bytes());
-            e[4] = *info;
-            e[5] = *other;
-            e[6..8].copy_from_slice(&4u16.to_le_bytes());
-            symtab.extend(e);
+    /// A minimal ELF64 file built from `(name, type, bytes)` sections (a `.shstrtab` is
+    /// added last) for tests of this reader and of the cubin decoder.
+    pub(crate) fn build(machine: u16, flags: u32, sections: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut names = vec![0u8];
+        let mut name_offs = Vec::new();
+        for (n, _, _) in sections.iter().chain([&(".shstrtab", 3, Vec::new())]) {
+            name_offs.push(names.len() as u32);
+            names.extend_from_slice(n.as_bytes());
+            names.push(0);
         }
-        let mut file = vec![0u8; 64];
-        let place = |data: &[u8], file: &mut Vec<u8>| {
-            let at = file.len() as u64;
-            file.extend_from_slice(data);
-            at
-        };
-        let o_shstr = place(&shstr, &mut file);
-        let o_str = place(&strtab, &mut file);
-        let o_sym = place(&symtab, &mut file);
-        let o_extra = place(extra.1, &mut file);
-        let shoff = file.len() as u64;
-        let header = |name: u32, kind: u32, off: u64, size: u64, link: u32, ent: u64| {
-            let mut h = vec![0u8; 64];
-            h[0..4].copy_from_slice(&name.to_le_bytes());
+        let mut out = vec![0u8; 64];
+        out[..4].copy_from_slice(b"\x7fELF");
+        out[4] = 2;
+        out[5] = 1;
+        out[6] = 1;
+        out[8] = 8;
+        out[0x12..0x14].copy_from_slice(&machine.to_le_bytes());
+        out[0x30..0x34].copy_from_slice(&flags.to_le_bytes());
+        let mut placed = Vec::new();
+        for (_, kind, bytes) in sections {
+            placed.push((out.len() as u64, bytes.len() as u64, *kind));
+            if *kind != SHT_NOBITS {
+                out.extend_from_slice(bytes);
+            }
+        }
+        placed.push((out.len() as u64, names.len() as u64, 3));
+        out.extend_from_slice(&names);
+        let shoff = out.len() as u64;
+        let shnum = placed.len() + 1;
+        out.extend_from_slice(&[0u8; 64]);
+        for (i, (off, size, kind)) in placed.iter().enumerate() {
+            let mut h = [0u8; 64];
+            h[..4].copy_from_slice(&name_offs[i].to_le_bytes());
             h[4..8].copy_from_slice(&kind.to_le_bytes());
-            h[24..32].copy_from_slice(&off.to_le_bytes());
-            h[32..40].copy_from_slice(&size.to_le_bytes());
-            h[40..44].copy_from_slice(&link.to_le_bytes());
-            h[56..64].copy_from_slice(&ent.to_le_bytes());
-            h
-        };
-        file.extend(vec![0u8; 64]);
-        file.extend(header(1, 3, o_shstr, shstr.len() as u64, 0, 0));
-        file.extend(header(11, 3, o_str, strtab.len() as u64, 0, 0));
-        file.extend(header(19, SHT_SYMTAB, o_sym, symtab.len() as u64, 2, 24));
-        file.extend(header(27, 1, o_extra, extra.1.len() as u64, 0, 0));
-        file[0..4].copy_from_slice(b"\x7fELF");
-        file[4] = 2;
-        file[5] = 1;
-        file[6] = 1;
-        file[18..20].copy_from_slice(&machine.to_le_bytes());
-        file[40..48].copy_from_slice(&shoff.to_le_bytes());
-        file[52..54].copy_from_slice(&64u16.to_le_bytes());
-        file[58..60].copy_from_slice(&64u16.to_le_bytes());
-        file[60..62].copy_from_slice(&5u16.to_le_bytes());
-        file[62..64].copy_from_slice(&1u16.to_le_bytes());
-        file
+            h[0x18..0x20].copy_from_slice(&off.to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+            // A symbol table links to the section before it (its string table).
+            if *kind == SHT_SYMTAB {
+                h[0x28..0x2c].copy_from_slice(&(i as u32).to_le_bytes());
+                h[0x38..0x40].copy_from_slice(&24u64.to_le_bytes());
+            }
+            out.extend_from_slice(&h);
+        }
+        out[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        out[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        out[0x3c..0x3e].copy_from_slice(&(shnum as u16).to_le_bytes());
+        out[0x3e..0x40].copy_from_slice(&((shnum - 1) as u16).to_le_bytes());
+        out
+    }
+
+    /// A symbol table entry.
+    pub(crate) fn sym(name: u32, info: u8, shndx: u16, size: u64) -> Vec<u8> {
+        let mut e = vec![0u8; 24];
+        e[..4].copy_from_slice(&name.to_le_bytes());
+        e[4] = info;
+        e[6..8].copy_from_slice(&shndx.to_le_bytes());
+        e[16..24].copy_from_slice(&size.to_le_bytes());
+        e
     }
 
     #[test]
-    fn kernels_are_entry_functions_only() {
-        let f = build(
+    fn sections_and_symbols() {
+        let strtab = b"\0kern\0".to_vec();
+        let mut symtab = sym(0, 0, 0, 0);
+        symtab.extend(sym(1, (1 << 4) | STT_FUNC, 3, 32));
+        let elf = build(
             EM_CUDA,
+            0x0600_5a04,
             &[
-                ("_Z2tkILi4EEvPf", 0x12, 0x10),
-                ("plain", 0x12, 0x10),
-                ("$plain$_Z6helperf", 0x02, 0),
-                ("_Z2gdf", 0x12, 0),
-                ("data", 0x11, 0x10),
+                (".strtab", 3, strtab),
+                (".symtab", SHT_SYMTAB, symtab),
+                (".text.kern", 1, vec![0xaa; 32]),
+                (".nv.shared.kern", SHT_NOBITS, vec![0; 4096]),
             ],
-            (".nv.info.plain", b"\x04\x11\x08\x00"),
         );
-        let elf = Elf::parse(&f).unwrap();
-        assert!(elf.is_cuda());
-        assert_eq!(elf.kernels().unwrap(), ["_Z2tkILi4EEvPf", "plain"]);
-        let s = elf.section(".nv.info.plain").unwrap();
-        assert_eq!(elf.data(s).unwrap(), b"\x04\x11\x08\x00");
-        assert_eq!(elf.symbols().unwrap().len(), 5);
-        // A host object has no kernels, whatever its symbols' bits.
-        let host = build(62, &[("plain", 0x12, 0x10)], (".nv_fatbin", b""));
-        assert!(Elf::parse(&host).unwrap().kernels().unwrap().is_empty());
+        let e = Elf::parse(&elf).unwrap();
+        assert_eq!(e.machine, EM_CUDA);
+        assert_eq!(e.flags, 0x0600_5a04);
+        let names: Vec<&str> = e.sections().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "",
+                ".strtab",
+                ".symtab",
+                ".text.kern",
+                ".nv.shared.kern",
+                ".shstrtab"
+            ]
+        );
+        let text = e.section(".text.kern").unwrap();
+        assert_eq!(e.data(text).unwrap(), &[0xaa; 32][..]);
+        let shared = e.section(".nv.shared.kern").unwrap();
+        assert_eq!((shared.size, e.data(shared).unwrap().len()), (4096, 0));
+        let syms = e.symbols().unwrap();
+        assert_eq!(syms.len(), 2);
+        assert_eq!(syms[1].name, "kern");
+        assert_eq!(
+            (syms[1].kind, syms[1].bind, syms[1].section),
+            (STT_FUNC, 1, 3)
+        );
+        assert_eq!(syms[1].size, 32);
     }
 
+    /// Every prefix of a valid file and some hostile headers are errors, never panics.
     #[test]
-    fn hostile_files_are_errors_not_panics() {
-        let good = build(EM_CUDA, &[("k", 0x12, 0x10)], (".x", b"abc"));
-        assert_eq!(Elf::parse(b"nope").unwrap_err(), ElfError::NotElf);
-        let mut be = good.clone();
-        be[5] = 2;
-        assert!(matches!(Elf::parse(&be), Err(ElfError::Unsupported { .. })));
-        // Every truncation and every corrupted byte either parses or fails cleanly.
-        for cut in 0..good.len() {
-            if let Ok(e) = Elf::parse(&good[..cut]) {
-                let _ = e.kernels();
-            }
-        }
-        for at in 0..good.len() {
-            for v in [0u8, 0x7f, 0xff] {
-                let mut bad = good.clone();
-                bad[at] = v;
-                if let Ok(e) = Elf::parse(&bad) {
-                    let _ = e.kernels();
-                    for s in e.sections() {
-                        let _ = e.data(s);
-                    }
+    fn hostile_bytes_are_errors() {
+        let elf = build(EM_CUDA, 0, &[(".text.k", 1, vec![1; 40])]);
+        for n in 0..elf.len() {
+            let _ = Elf::parse(&elf[..n]).and_then(|e| {
+                for s in e.sections() {
+                    e.data(s)?;
                 }
-            }
+                e.symbols()
+            });
         }
+        assert_eq!(Elf::parse(b"MZ\0\0").unwrap_err(), ElfError::NotElf);
+        let mut b32 = elf.clone();
+        b32[4] = 1;
+        assert!(matches!(
+            Elf::parse(&b32),
+            Err(ElfError::Unsupported { .. })
+        ));
+        // A section whose size runs past the end of the file.
+        let mut big = elf.clone();
+        let shoff = u64_at(&big, 0x28) as usize;
+        big[shoff + 64 + 0x20..shoff + 64 + 0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = Elf::parse(&big).unwrap();
+        assert!(matches!(
+            e.data(&e.sections()[1]),
+            Err(ElfError::Malformed { .. })
+        ));
+        // A section header table outside the file.
+        let mut far = elf;
+        far[0x28..0x30].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        assert!(matches!(Elf::parse(&far), Err(ElfError::Malformed { .. })));
     }
 }

@@ -113,11 +113,11 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
             (OK, "every recipe built, or was found in the store"),
             (
                 ENVIRONMENT,
-                "no NVRTC or nvcc, or a pinned toolchain that is not installed",
+                "no NVRTC or nvcc, or a pinned toolchain that is not installed (the other recipes are built first)",
             ),
             (
                 BUILD_FAILED,
-                "a build failed: compile error, missing include, missing entry point",
+                "a build failed: compile error, missing include, missing entry point; with several recipes, the worst failure's code wins (70, 4, 3, 2, then 5)",
             ),
             (
                 SKIP,

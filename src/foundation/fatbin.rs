@@ -5,13 +5,21 @@
 //! `cuobjdump -lelf -lptx` lists it: a 16-byte header (magic `0xBA55ED50`, version, header
 //! size, size of what follows), then members, each a header (kind: 1 PTX, 2 ELF; its header
 //! size; its payload size; the architecture as a number, `90` for `sm_90`; flags, of which
-//! `0x2000` and `0x8000` mean compressed) and its payload. Several containers may follow each
-//! other (a relocatable link). The bytes come from a compiler: every size is checked.
+//! `0x8000` means zstd-compressed, as CUDA 13's `-compress-mode` writes, and `0x2000` the older
+//! LZ-style compression) and its payload. Several containers may follow each other (a host
+//! object's `.nv_fatbin` section). The bytes come from a compiler: every size is checked, and
+//! a compressed member is unpacked to at most [`MAX_MEMBER`] bytes.
+
+use std::borrow::Cow;
 
 /// The first four bytes of a fat binary (little-endian `0xBA55ED50`).
 pub const MAGIC: [u8; 4] = [0x50, 0xed, 0x55, 0xba];
-/// The flags that mark a compressed payload (nvcc's `-compress-mode` other than `none`).
-const COMPRESSED: u64 = 0x2000 | 0x8000;
+/// The flag of a zstd-compressed payload (CUDA 13).
+const ZSTD: u64 = 0x8000;
+/// The flag of the older LZ-style compression, which this reader does not unpack.
+const OLD_COMPRESSION: u64 = 0x2000;
+/// The largest member unpacked: far above any real cubin.
+pub const MAX_MEMBER: usize = 256 << 20;
 /// The size of a member's header as nvcc writes it: the fields read here end within it.
 const MEMBER_HEADER: usize = 0x40;
 
@@ -33,10 +41,12 @@ pub struct Member<'a> {
     pub kind: Kind,
     /// The architecture number (`90` for `sm_90` or `compute_90`).
     pub arch: u32,
-    /// Whether its payload is compressed (and so cannot be read here).
+    /// Whether its payload is still compressed (the older compression, which this reader
+    /// does not unpack): it cannot be read here.
     pub compressed: bool,
-    /// Its bytes as stored (padding included for PTX, which ends at its first NUL).
-    pub payload: &'a [u8],
+    /// Its bytes, unpacked where they were zstd-compressed (padding included for PTX, which
+    /// ends at its first NUL).
+    pub payload: Cow<'a, [u8]>,
 }
 
 impl Member<'_> {
@@ -62,6 +72,14 @@ pub enum FatbinError {
         what: &'static str,
         /// Its offset.
         at: usize,
+    },
+    /// A compressed member does not unpack.
+    #[error("malformed fat binary: the member at byte {at} does not unpack: {cause}")]
+    Unpack {
+        /// Its offset.
+        at: usize,
+        /// What zstd said.
+        cause: String,
     },
 }
 
@@ -105,7 +123,8 @@ pub fn members(bytes: &[u8]) -> Result<Vec<Member<'_>>, FatbinError> {
             return Err(FatbinError::NotFatbin);
         }
         span(bytes.len(), at, 16, "a container header")?;
-        let header = u16_at(bytes, at + 6) as usize;
+        // A header shorter than its own fields would let the walk stand still.
+        let header = (u16_at(bytes, at + 6) as usize).max(16);
         let body = span(bytes.len(), at, header as u64, "a container header")?;
         let end = span(bytes.len(), body, u64_at(bytes, at + 8), "a container")?;
         let mut m = body;
@@ -115,6 +134,25 @@ pub fn members(bytes: &[u8]) -> Result<Vec<Member<'_>>, FatbinError> {
             let header = u32_at(h, 4) as u64;
             let start = span(end, m, header.max(MEMBER_HEADER as u64), "a member header")?;
             let stop = span(end, start, u64_at(h, 8), "a member")?;
+            let flags = u64_at(h, 0x28);
+            let stored = &bytes[start..stop];
+            let payload = if flags & ZSTD != 0 {
+                // The compressed length, and the length unpacked (bounded).
+                let packed = (u32_at(h, 0x10) as usize).min(stored.len());
+                let full = usize::try_from(u64_at(h, 0x38))
+                    .unwrap_or(usize::MAX)
+                    .min(MAX_MEMBER);
+                Cow::Owned(
+                    zstd::bulk::decompress(&stored[..packed], full).map_err(|e| {
+                        FatbinError::Unpack {
+                            at: m,
+                            cause: e.to_string(),
+                        }
+                    })?,
+                )
+            } else {
+                Cow::Borrowed(stored)
+            };
             out.push(Member {
                 kind: match u16_at(h, 0) {
                     1 => Kind::Ptx,
@@ -122,8 +160,8 @@ pub fn members(bytes: &[u8]) -> Result<Vec<Member<'_>>, FatbinError> {
                     k => Kind::Other(k),
                 },
                 arch: u32_at(h, 0x1c),
-                compressed: u64_at(h, 0x28) & COMPRESSED != 0,
-                payload: &bytes[start..stop],
+                compressed: flags & ZSTD == 0 && flags & OLD_COMPRESSION != 0,
+                payload,
             });
             m = stop;
         }
@@ -163,16 +201,45 @@ pub(crate) mod tests {
         let mut f = build(&[
             (2, 89, 0x11, b"\x7fELF-89"),
             (2, 90, 0x11, b"\x7fELF-90"),
-            (1, 90, 0x8011, b"zz"),
+            (1, 90, 0x2011, b"zz"),
         ]);
         f.extend(build(&[(2, 100, 0x11, b"\x7fELF-100")]));
         f.extend([0u8; 8]);
         let m = members(&f).unwrap();
         let targets: Vec<String> = m.iter().map(Member::target).collect();
+        assert!(m[2].compressed, "the older compression is not unpacked");
         assert_eq!(targets, ["sm_89", "sm_90", "compute_90", "sm_100"]);
-        assert_eq!(m[1].payload, b"\x7fELF-90");
-        assert!(!m[0].compressed && m[2].compressed);
+        assert_eq!(&m[1].payload[..], b"\x7fELF-90");
+        assert!(!m[0].compressed && !m[1].compressed);
         assert_eq!(members(b"\x7fELF"), Err(FatbinError::NotFatbin));
+    }
+
+    #[test]
+    fn zstd_members_are_unpacked() {
+        let cubin = b"\x7fELF and the rest of a cubin".repeat(20);
+        let packed = zstd::bulk::compress(&cubin, 3).unwrap();
+        let mut f = build(&[(2, 90, 0x8011, &packed)]);
+        // The compressed and unpacked lengths, where nvcc writes them.
+        f[16 + 0x10..16 + 0x14].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        f[16 + 0x38..16 + 0x40].copy_from_slice(&(cubin.len() as u64).to_le_bytes());
+        let m = members(&f).unwrap();
+        assert_eq!(&m[0].payload[..], &cubin[..]);
+        assert!(!m[0].compressed);
+        // Garbage that claims to be zstd is an error, not a panic.
+        let mut bad = f.clone();
+        let at = 16 + 0x40;
+        bad[at..at + 4].copy_from_slice(b"junk");
+        assert!(matches!(members(&bad), Err(FatbinError::Unpack { .. })));
+    }
+
+    /// A header that claims no size and no body once made the walk stand still.
+    #[test]
+    fn empty_containers_end_the_walk() {
+        let mut f = MAGIC.to_vec();
+        f.extend([1, 0, 0, 0]);
+        f.extend(0u64.to_le_bytes());
+        f.extend(f.clone());
+        assert_eq!(members(&f), Ok(vec![]));
     }
 
     #[test]

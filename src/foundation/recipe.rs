@@ -1136,17 +1136,24 @@ mod tests {
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"compute_90\"\noutputs = [\"cubin\"]\n")).contains("needs a real architecture"));
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\noutputs = [\"fatbin\"]\n")).contains("not an output of kind `nvrtc`"));
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"1k\"]\ntarget = \"sm_90\"\n")).contains("is not a kernel name"));
+        let empty = parse(
+            repo().path(),
+            "recipes/r.toml",
+            &format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = []\ntarget = \"sm_90\"\n"),
+        )
+        .unwrap_err();
+        assert!(empty.to_string().contains("`entries` is empty"), "{empty}");
         assert!(
-            err(&format!(
-                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = []\ntarget = \"sm_90\"\n"
-            ))
-            .contains("leave `entries` out")
+            empty
+                .hint()
+                .unwrap_or_default()
+                .contains("leave `entries` out")
         );
         assert!(
             err(&format!(
                 "{HEAD}kind = \"nvcc\"\nsource = \"kernels/a.cu\"\ntargets = [\"sm_89\", \"sm_90\"]\noutputs = [\"fatbin\", \"cubin\"]\n"
             ))
-            .contains("recipes/r.toml:7:11: [build] `outputs`: fatbin holds every target in one file, but cubin is one file per target")
+            .contains("recipes/r.toml:6:11: [build] `outputs`: fatbin holds every target in one file, but cubin is one file per target")
         );
         assert!(
             err(&format!(

@@ -129,12 +129,35 @@ pub fn module_symbols(bytes: &[u8]) -> Vec<String> {
         return ptx_entries(&text);
     }
     if let Ok(elf) = crate::foundation::elf::Elf::parse(bytes)
-        && elf.is_cuda()
-        && let Ok(kernels) = elf.kernels()
+        && elf.machine == crate::foundation::elf::EM_CUDA
+        && let Ok(kernels) = cubin_kernels(&elf)
     {
         return kernels;
     }
     binary_symbols(bytes)
+}
+
+/// The `st_other` bit that marks a kernel (an entry point) among a cubin's functions.
+pub const STO_CUDA_ENTRY: u8 = 0x10;
+
+/// The kernels of a cubin: its function symbols marked as entry points (a `__device__`
+/// function is not one), sorted, as their symbols are spelled. Empty for an ELF file that
+/// is not a cubin (a host object's functions are host code).
+pub fn cubin_kernels(
+    elf: &crate::foundation::elf::Elf<'_>,
+) -> Result<Vec<String>, crate::foundation::elf::ElfError> {
+    if elf.machine != crate::foundation::elf::EM_CUDA {
+        return Ok(Vec::new());
+    }
+    let mut k: Vec<String> = elf
+        .symbols()?
+        .into_iter()
+        .filter(|s| s.kind == crate::foundation::elf::STT_FUNC && s.other & STO_CUDA_ENTRY != 0)
+        .map(|s| s.name)
+        .collect();
+    k.sort();
+    k.dedup();
+    Ok(k)
 }
 
 #[cfg(test)]
@@ -187,6 +210,18 @@ mod tests {
             resolve("on", &syms),
             Err(ResolveError::Missing { .. })
         ));
+    }
+
+    /// nvcc 13.0's cubin (tests/fixtures/device/README.md): the kernels readelf marks as
+    /// entry points, not the device function.
+    #[test]
+    fn kernels_of_a_real_cubin() {
+        let bytes = include_bytes!("../../tests/fixtures/device/k.sm_90.cubin");
+        let elf = crate::foundation::elf::Elf::parse(bytes).unwrap();
+        let want = ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"];
+        assert_eq!(cubin_kernels(&elf).unwrap(), want);
+        assert_eq!(module_symbols(bytes), want);
+        assert!(binary_symbols(bytes).contains(&"$plain$_Z6helperf".to_string()));
     }
 
     #[test]

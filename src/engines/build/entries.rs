@@ -2,7 +2,7 @@
 //!
 //! Device code is read for what it is, whichever compiler wrote it: PTX by its `.entry`
 //! directives, a cubin by its symbol table (functions marked as entry points; see
-//! [`crate::foundation::elf`]), a fat binary member by member (each target's cubin or PTX;
+//! [`crate::foundation::symbols::cubin_kernels`]), a fat binary member by member (each target's cubin or PTX;
 //! see [`crate::foundation::fatbin`]), and a host object from `nvcc -c` by the fat binary
 //! in its `.nv_fatbin` section. An entry must be in every device module the build made (a
 //! kernel left out of one target of a fat binary is missing). Outputs that are not device
@@ -100,11 +100,9 @@ fn read(l: &mut Listing, label: &str, bytes: &[u8]) {
         read_fatbin(l, label, bytes);
         return;
     }
-    if elf::is_elf(bytes)
-        && let Ok(e) = Elf::parse(bytes)
-    {
-        if e.is_cuda() {
-            match e.kernels() {
+    if let Ok(e) = Elf::parse(bytes) {
+        if e.machine == elf::EM_CUDA {
+            match symbols::cubin_kernels(&e) {
                 Ok(kernels) => l.modules.push(Module {
                     label: label.to_string(),
                     kernels,
@@ -136,7 +134,7 @@ fn read_fatbin(l: &mut Listing, label: &str, bytes: &[u8]) {
         let where_ = format!("{label} {}", m.target());
         if m.compressed {
             l.unreadable.push(format!(
-                "{where_} is compressed (nvcc's -compress-mode); its kernels cannot be listed"
+                "{where_} uses the pre-CUDA-13 compression, which repro does not unpack; its kernels cannot be listed"
             ));
             continue;
         }
@@ -152,7 +150,7 @@ fn read_fatbin(l: &mut Listing, label: &str, bytes: &[u8]) {
                     kernels: ptx_kernels(&m.payload[..end]),
                 });
             }
-            Kind::Elf => match Elf::parse(m.payload).and_then(|e| e.kernels()) {
+            Kind::Elf => match Elf::parse(&m.payload).and_then(|e| symbols::cubin_kernels(&e)) {
                 Ok(kernels) => l.modules.push(Module {
                     label: where_,
                     kernels,
@@ -182,13 +180,36 @@ pub fn shown(symbol: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::foundation::elf::tests::build as elf_file;
+    use crate::foundation::elf::tests::{build, sym};
     use crate::foundation::fatbin::tests::build as fat_file;
+
+    /// An ELF file of `machine` with `symbols` (name, st_info, st_other) and one more
+    /// section `(name, bytes)`.
+    fn elf_file(machine: u16, symbols: &[(&str, u8, u8)], extra: (&str, &[u8])) -> Vec<u8> {
+        let mut strtab = vec![0u8];
+        let mut symtab = sym(0, 0, 0, 0);
+        for (name, info, other) in symbols {
+            let mut e = sym(strtab.len() as u32, *info, 3, 0);
+            e[5] = *other;
+            symtab.extend(e);
+            strtab.extend_from_slice(name.as_bytes());
+            strtab.push(0);
+        }
+        build(
+            machine,
+            0,
+            &[
+                (".strtab", 3, strtab),
+                (".symtab", elf::SHT_SYMTAB, symtab),
+                (extra.0, 1, extra.1.to_vec()),
+            ],
+        )
+    }
 
     fn cubin(kernels: &[&str]) -> Vec<u8> {
         let syms: Vec<(&str, u8, u8)> = kernels
             .iter()
-            .map(|k| (*k, 0x12, elf::STO_CUDA_ENTRY))
+            .map(|k| (*k, 0x12, symbols::STO_CUDA_ENTRY))
             .chain([("$k$_Z6helperf", 0x02, 0)])
             .collect();
         elf_file(elf::EM_CUDA, &syms, (".text", b""))
@@ -222,11 +243,15 @@ mod tests {
         let l = list(&[("object".to_string(), obj)]);
         assert_eq!(l.modules.len(), 2);
         assert_eq!(l.kernels(), ["k", "only89"]);
-        // A compressed member cannot vouch for anything.
-        let packed = fat_file(&[(2, 90, 0x8011, b"xx")]);
+        // A member in the older compression cannot vouch for anything.
+        let packed = fat_file(&[(2, 90, 0x2011, b"xx")]);
         let l = list(&[("fatbin".to_string(), packed)]);
         assert_eq!(l.missing(&["k".into()]), ["k"]);
-        assert!(l.unreadable[0].contains("compressed"), "{:?}", l.unreadable);
+        assert!(
+            l.unreadable[0].contains("compression"),
+            "{:?}",
+            l.unreadable
+        );
     }
 
     /// Bytes nvcc 13.0 wrote (tests/fixtures/device/README.md says how): what readelf
@@ -250,6 +275,11 @@ mod tests {
             assert_eq!(m.kernels, want, "{}", m.label);
         }
         assert!(l.unreadable.is_empty());
+        // CUDA 13's zstd compression (-compress-mode=size) is unpacked.
+        let packed = include_bytes!("../../../tests/fixtures/device/k.zstd.fatbin").to_vec();
+        let l = list(&[("fatbin".to_string(), packed)]);
+        assert_eq!(l.modules.len(), 1, "{l:?}");
+        assert_eq!(l.modules[0].kernels, want);
     }
 
     #[test]
