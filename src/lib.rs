@@ -24,5 +24,6 @@ pub mod cli {
 
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
 pub use foundation::{
-    archive, cubin, elf, exit, expr, fields, fsutil, keys, occupancy, recipe, records, store,
+    archive, cubin, elf, exit, expr, fatbin, fields, fsutil, keys, occupancy, recipe, records,
+    store,
 };

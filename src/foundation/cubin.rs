@@ -9,8 +9,9 @@
 //! (`.nv.constantN.KERNEL`). These are the figures `cuobjdump --dump-resource-usage`
 //! prints; the `-Xptxas -v` text is not a stable interface, the ELF is.
 //!
-//! A fat binary holds several cubins (and PTX): [`fatbin_cubins`] walks its container and
-//! unpacks compressed entries, so every target of an nvcc `-fatbin` build is reported.
+//! A fat binary holds several cubins (and PTX): [`fatbin_resources`] reads each cubin member
+//! ([`crate::foundation::fatbin`] walks the container and unpacks compressed members), so
+//! every target of an nvcc `-fatbin` build is reported.
 //! Everything read here is hostile input: sizes are bounded, malformed bytes are errors.
 
 use std::collections::BTreeMap;
@@ -44,11 +45,6 @@ mod fmt {
     /// A 16-bit size followed by that many bytes.
     pub const SVAL: u8 = 0x04;
 }
-
-/// The fat binary container's magic number (`fatBinaryHeader`).
-pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
-/// The largest uncompressed fatbin entry accepted: far above a real cubin.
-const MAX_ENTRY: u64 = 1 << 30;
 
 /// Why a cubin or fatbin cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -580,93 +576,23 @@ fn spills(
     Some((stores, loads))
 }
 
-/// One entry of a fat binary.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FatbinEntry {
-    /// 1 PTX, 2 ELF (a cubin).
-    pub kind: u16,
-    /// The architecture number (90 for sm_90 or compute_90).
-    pub arch: u32,
-    /// The payload, uncompressed.
-    pub payload: Vec<u8>,
-}
-
-/// Whether bytes start like a fat binary container.
-pub fn is_fatbin(bytes: &[u8]) -> bool {
-    bytes.len() >= 4 && u32_at(bytes, 0) == FATBIN_MAGIC
-}
-
-/// The entries of a fat binary (several containers back to back, as in a host object's
-/// `.nv_fatbin` section, are read in turn). Compressed entries are unpacked: zstd (CUDA
-/// 13's `-compress-mode`); the older LZ-style compression is an error naming the entry.
-pub fn fatbin_entries(bytes: &[u8]) -> Result<Vec<FatbinEntry>, CubinError> {
-    let bad = |what: String| CubinError::Fatbin { what };
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    while at + 16 <= bytes.len() && u32_at(bytes, at) == FATBIN_MAGIC {
-        let header_size = u16_at(bytes, at + 6) as usize;
-        let fat_size = u64_at(bytes, at + 8);
-        let end = usize::try_from(fat_size)
-            .ok()
-            .and_then(|s| (at + header_size).checked_add(s))
-            .filter(|&e| e <= bytes.len() && header_size >= 16)
-            .ok_or_else(|| bad(format!("container at byte {at} claims {fat_size} bytes")))?;
-        let mut e = at + header_size;
-        while e < end {
-            let h = bytes
-                .get(e..e + 64)
-                .filter(|_| e + 64 <= end)
-                .ok_or_else(|| bad(format!("entry header at byte {e} cut short")))?;
-            let (kind, hsize, psize) = (u16_at(h, 0), u32_at(h, 4) as usize, u64_at(h, 8));
-            let start = e + hsize;
-            let stop = usize::try_from(psize)
-                .ok()
-                .and_then(|p| start.checked_add(p))
-                .filter(|&s| s <= end && hsize >= 64)
-                .ok_or_else(|| bad(format!("entry at byte {e} claims {psize} bytes")))?;
-            let flags = u64_at(h, 40);
-            let payload = &bytes[start..stop];
-            let payload = if flags & 0x8000 != 0 {
-                let compressed = (u32_at(h, 16) as usize).min(payload.len());
-                let full = u64_at(h, 56).min(MAX_ENTRY);
-                zstd::bulk::decompress(&payload[..compressed], full as usize)
-                    .map_err(|err| bad(format!("entry at byte {e}: zstd: {err}")))?
-            } else if flags & 0x2000 != 0 {
-                return Err(bad(format!(
-                    "entry at byte {e} uses the pre-CUDA-13 compression, which this reader does not unpack"
-                )));
-            } else {
-                payload.to_vec()
-            };
-            out.push(FatbinEntry {
-                kind,
-                arch: u32_at(h, 28),
-                payload,
-            });
-            e = stop;
-        }
-        at = end;
-    }
-    if out.is_empty() && !is_fatbin(bytes) {
-        return Err(bad("no fat binary header".into()));
-    }
-    Ok(out)
-}
-
 /// The resources of every cubin of a fat binary (PTX entries have none until a driver
 /// compiles them), in container order.
 pub fn fatbin_resources(output: &str, bytes: &[u8]) -> Result<Vec<TargetResources>, CubinError> {
-    fatbin_entries(bytes)?
+    let members = crate::foundation::fatbin::members(bytes).map_err(|e| CubinError::Fatbin {
+        what: e.to_string(),
+    })?;
+    members
         .iter()
-        .filter(|e| e.kind == 2)
-        .map(|e| cubin_resources(output, &e.payload))
+        .filter(|m| m.kind == crate::foundation::fatbin::Kind::Elf)
+        .map(|m| cubin_resources(output, &m.payload))
         .collect()
 }
 
 /// The resources of one build output, whatever it holds: a cubin, a fat binary, or
 /// something else (`Ok(vec![])`: PTX, a shared library, a declared file).
 pub fn output_resources(output: &str, bytes: &[u8]) -> Result<Vec<TargetResources>, CubinError> {
-    if is_fatbin(bytes) {
+    if crate::foundation::fatbin::is_fatbin(bytes) {
         return fatbin_resources(output, bytes);
     }
     match Elf::parse(bytes) {
@@ -822,7 +748,7 @@ mod tests {
             body.extend_from_slice(&stored);
             body.resize(body.len() + padded - stored.len(), 0);
         }
-        let mut out = FATBIN_MAGIC.to_le_bytes().to_vec();
+        let mut out = 0xBA55_ED50u32.to_le_bytes().to_vec();
         out.extend(1u16.to_le_bytes());
         out.extend(16u16.to_le_bytes());
         out.extend((body.len() as u64).to_le_bytes());
@@ -838,10 +764,10 @@ mod tests {
             (2, 89, c.clone(), true),
             (1, 90, b".version 9.0".to_vec(), true),
         ]);
-        let entries = fatbin_entries(&f).unwrap();
+        let entries = crate::foundation::fatbin::members(&f).unwrap();
         assert_eq!(entries.len(), 3);
-        assert_eq!(entries[1].payload, c);
-        assert_eq!(entries[2].payload, b".version 9.0");
+        assert_eq!(&entries[1].payload[..], &c[..]);
+        assert_eq!(&entries[2].payload[..], b".version 9.0");
         let r = output_resources("fatbin", &f).unwrap();
         assert_eq!(r.len(), 2);
         assert_eq!(r[1].kernels[0].registers, 40);

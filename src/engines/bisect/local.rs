@@ -531,13 +531,7 @@ impl<'a> Ctx<'a> {
                     let why = serde_json::from_slice::<Reply>(&o.stdout)
                         .ok()
                         .and_then(|r| r.builds.into_iter().find(|b| b.status != "ok"))
-                        .and_then(|b| {
-                            let log = b.log;
-                            log.lines()
-                                .find(|l| l.contains("error"))
-                                .or(log.lines().next())
-                                .map(str::to_string)
-                        })
+                        .and_then(|b| b.failure_reason())
                         .unwrap_or_else(|| {
                             o.stderr_str()
                                 .lines()
@@ -644,15 +638,11 @@ pub(crate) fn answer_built(
         .resources
         .as_ref()
         .map(|rep| rep.summary(run_entry.as_deref()));
+    // Repro's conclusion about budgets, else the compiler's first error line (never a
+    // warning before it).
     let first_error = match built.over_budget.first() {
         Some(v) => format!("over budget: {v}"),
-        None => built
-            .log
-            .lines()
-            .find(|l| l.contains("error"))
-            .or(built.log.lines().next())
-            .unwrap_or("")
-            .to_string(),
+        None => built.failure_reason().unwrap_or_default(),
     };
     // What check and bench steps load: the CUBIN, else the PTX.
     let module = built

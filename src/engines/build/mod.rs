@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod command;
+pub mod entries;
 pub mod inputs;
 pub mod nvcc;
 pub mod nvrtc;
@@ -88,6 +89,25 @@ pub struct Outcome {
     /// The `[build.limits]` budgets the kernels break; the build is then `failed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub over_budget: Vec<String>,
+    /// What the build checked of its artifact: its entries, or only that the source
+    /// compiles (`compile-only`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<records::Checked>,
+    /// A failed build's reason in one line: the compiler's first error line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Outcome {
+    /// Why it failed, in one line (`None` when it built): its reason, or for an outcome
+    /// from an older repro, the first error line of its log.
+    pub fn failure_reason(&self) -> Option<String> {
+        (self.status != "ok").then(|| {
+            self.reason
+                .clone()
+                .unwrap_or_else(|| crate::foundation::diagnostics::reason(&self.log))
+        })
+    }
 }
 
 /// The resource report of a build's outputs (none when they hold no device code), with the
@@ -106,6 +126,11 @@ fn judge(
     budget::add_occupancy(recipe, &mut report);
     let over = budget::violations(recipe, &report);
     ((!report.is_empty()).then_some(report), over)
+}
+
+/// The reason of a build that compiled but is over budget: its first broken budget.
+fn budget_reason(over: &[String]) -> Option<String> {
+    over.first().map(|v| format!("over budget: {v}"))
 }
 
 /// The status and log of a build once its budgets are judged: over budget is failed, and
@@ -243,18 +268,16 @@ pub enum CompileError {
         path: String,
     },
     /// The artifact lacks an entry point the recipe names.
-    #[error("{}", with_log(.log, &format!(
-        "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
-        .missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
-        if .found.is_empty() { "none found".to_string() } else { .found.join(", ") }
-    )))]
+    #[error("{}", with_log(.log, &missing_entries_message(.missing, .found, .unreadable)))]
     MissingEntries {
         /// The compiler's log.
         log: String,
         /// The entries not found.
         missing: Vec<String>,
-        /// The entries the PTX has.
+        /// The kernels the artifact has, as symbols.
         found: Vec<String>,
+        /// Device code that could not be read (a compressed fat binary member).
+        unreadable: Vec<String>,
     },
     /// No scratch directory for the compiler's outputs.
     #[error("cannot create a temporary directory: {cause}")]
@@ -273,6 +296,55 @@ pub enum CompileError {
     /// The compiler or the command could not be run.
     #[error(transparent)]
     Process(crate::foundation::process::ProcessError),
+}
+
+/// What a build that lacks entry points says, after the compiler's log.
+fn missing_entries_message(missing: &[String], found: &[String], unreadable: &[String]) -> String {
+    let mut m = format!(
+        "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
+        missing
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if found.is_empty() {
+            "none found".to_string()
+        } else {
+            found
+                .iter()
+                .map(|f| entries::shown(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    for u in unreadable {
+        m.push_str(&format!("\n{u}"));
+    }
+    m
+}
+
+impl CompileError {
+    /// The failure in one line: the compiler's first error line, or repro's own conclusion
+    /// (a missing entry point, a missing output, a time-out), never a warning.
+    pub fn reason(&self) -> String {
+        match self {
+            CompileError::Rejected { log } => crate::foundation::diagnostics::reason(log),
+            CompileError::MissingEntries {
+                missing,
+                found,
+                unreadable,
+                ..
+            } => missing_entries_message(missing, found, unreadable)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            CompileError::MissingOutput { path, .. } => {
+                format!("the command succeeded but did not produce the declared output {path}")
+            }
+            other => crate::foundation::diagnostics::reason(&other.to_string()),
+        }
+    }
 }
 
 /// A message after a log, the log left out when empty.
@@ -435,30 +507,6 @@ pub fn key_inputs(
     }
 }
 
-/// Which of `entries` the artifacts do not contain. Entries are names as written in the
-/// source; a C++ kernel matches its mangled symbol (see [`crate::foundation::symbols`]). PTX is parsed;
-/// binaries are searched for names in their string tables.
-pub fn missing_entries(entries: &[String], outputs: &[(String, Vec<u8>)]) -> Vec<String> {
-    let ptx: Vec<String> = outputs
-        .iter()
-        .filter(|(k, _)| k == "ptx" || k.ends_with(".ptx"))
-        .flat_map(|(_, b)| crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b)))
-        .collect();
-    let symbols = if ptx.is_empty() {
-        outputs
-            .iter()
-            .flat_map(|(_, b)| crate::foundation::symbols::binary_symbols(b))
-            .collect()
-    } else {
-        ptx
-    };
-    entries
-        .iter()
-        .filter(|e| crate::foundation::symbols::resolve(e, &symbols).is_err())
-        .cloned()
-        .collect()
-}
-
 fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String, OutputInfo) {
     (
         name.to_string(),
@@ -479,8 +527,8 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
-    if recipe.targets().len() > 1 {
-        // One build is one target; callers split a several-target recipe with
+    if recipe.targets().len() > 1 && !recipe.is_fat() {
+        // One build is one target (a fat binary or object over `targets` excepted); callers split a several-target recipe with
         // `Recipe::per_target`. Building only the first target would be a silent lie.
         return Err(BuildError::Recipe {
             source: crate::foundation::recipe::RecipeError::Invalid {
@@ -597,8 +645,10 @@ pub fn build(
                 duration_ms: start.elapsed().as_secs_f64() * 1e3,
                 explain: explanation,
                 repaired,
+                reason: rec.failure_reason().or_else(|| budget_reason(&over_budget)),
                 resources,
                 over_budget,
+                checked: rec.checked,
             });
         }
     }
@@ -638,21 +688,19 @@ pub fn build(
         Build::Command(c) => command::run(root, c).map(|a| (a.outputs, a.log)),
     };
     let compiled = compiled.and_then(|(outputs, log)| {
-        let missing = missing_entries(recipe.entries(), &outputs);
+        if recipe.entries().is_empty() {
+            return Ok((outputs, log));
+        }
+        let listing = entries::list(&outputs);
+        let missing = listing.missing(recipe.entries());
         if missing.is_empty() {
             Ok((outputs, log))
         } else {
-            let found: Vec<String> = outputs
-                .iter()
-                .filter(|(k, _)| k == "ptx")
-                .flat_map(|(_, b)| {
-                    crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b))
-                })
-                .collect();
             Err(CompileError::MissingEntries {
                 log,
                 missing,
-                found,
+                found: listing.kernels(),
+                unreadable: listing.unreadable,
             })
         }
     });
@@ -660,7 +708,7 @@ pub fn build(
     let mut outputs = BTreeMap::new();
     let mut out_refs = BTreeMap::new();
     let mut report = None;
-    let (status, log) = match compiled {
+    let (status, log, reason) = match compiled {
         Ok((arts, log)) => {
             report = Some(crate::foundation::cubin::ResourceReport::of_outputs(
                 arts.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
@@ -677,9 +725,16 @@ pub fn build(
                 let (n, info) = output_info(store, &name, &digest, bytes.len());
                 outputs.insert(n, info);
             }
-            (BuildStatus::Ok, log)
+            (BuildStatus::Ok, log, None)
         }
-        Err(e) => (BuildStatus::Failed, e.to_string()),
+        Err(e) => (BuildStatus::Failed, e.to_string(), Some(e.reason())),
+    };
+    let checked = if recipe.compile_only() {
+        Some(records::Checked::CompileOnly)
+    } else if recipe.entries().is_empty() {
+        None
+    } else {
+        Some(records::Checked::Entries)
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1e3;
     let (resources, over_budget) = judge(recipe, report);
@@ -721,10 +776,13 @@ pub fn build(
             },
             (None, why) => records::Environment::host(why.clone()),
         },
+        checked,
+        reason: reason.clone(),
     };
     store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
     store.set_last(&recipe.name, &key)?;
     let (status, log) = with_budget(status, log, &over_budget);
+    let reason = reason.or_else(|| budget_reason(&over_budget));
     Ok(Outcome {
         recipe: recipe.name.clone(),
         key,
@@ -737,6 +795,8 @@ pub fn build(
         repaired,
         resources,
         over_budget,
+        checked,
+        reason,
     })
 }
 
@@ -749,9 +809,22 @@ mod tests {
     #[test]
     fn compile_errors_read_as_logs() {
         let e = CompileError::MissingEntries {
+            log: "k.cu(3): warning #177-D: variable \"error\" was declared but never referenced"
+                .into(),
+            missing: vec!["k".into()],
+            found: vec![],
+            unreadable: vec![],
+        };
+        // The reason is repro's conclusion, not the warning before it.
+        assert_eq!(
+            e.reason(),
+            "the artifact has no entry point `k` (it has: none found); name each kernel as written in the source, or fix `entries`"
+        );
+        let e = CompileError::MissingEntries {
             log: String::new(),
             missing: vec!["k".into()],
             found: vec![],
+            unreadable: vec![],
         };
         assert_eq!(
             e.to_string(),
@@ -781,14 +854,22 @@ mod tests {
         );
         let outs = vec![("ptx".to_string(), ptx.as_bytes().to_vec())];
         assert_eq!(
-            missing_entries(&["vector_add".into(), "nope".into()], &outs),
+            entries::list(&outs).missing(&["vector_add".into(), "nope".into()]),
             ["nope"]
         );
         let bin = vec![(
             "k.cubin".to_string(),
             b"\x7fELF\0\0my_kernel\0.text".to_vec(),
         )];
-        assert!(missing_entries(&["my_kernel".into()], &bin).is_empty());
-        assert_eq!(missing_entries(&["my_kern".into()], &bin), ["my_kern"]);
+        // Not a readable ELF file: its string table's names are searched, as before.
+        assert!(
+            entries::list(&bin)
+                .missing(&["my_kernel".into()])
+                .is_empty()
+        );
+        assert_eq!(
+            entries::list(&bin).missing(&["my_kern".into()]),
+            ["my_kern"]
+        );
     }
 }
