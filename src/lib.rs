@@ -21,4 +21,4 @@ pub mod cli {
 }
 
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
-pub use foundation::{archive, exit, expr, fields, fsutil, keys, recipe, records, store};
+pub use foundation::{archive, exit, expr, fields, fsutil, keys, recipe, records, scratch, store};

@@ -62,7 +62,7 @@ struct Ctx<'a> {
 
 /// A step's files, written out: a fresh sparse directory, or a worker's worktree.
 enum StepDir<'a> {
-    Fresh(tempfile::TempDir),
+    Fresh(crate::foundation::scratch::Scratch),
     Kept(std::sync::MutexGuard<'a, Option<Worktree>>),
 }
 

@@ -415,7 +415,7 @@ pub struct SlurmExecutor {
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
-    dir: tempfile::TempDir,
+    dir: crate::foundation::scratch::Scratch,
 }
 
 impl SlurmExecutor {
