@@ -321,7 +321,7 @@ fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("has a sample of 0"), "{out}");
     // And bench never records one.
-    let (code, _, err) = run(
+    let (code, out, _) = run(
         tmp.path(),
         &root,
         &[
@@ -337,5 +337,5 @@ fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
         ],
     );
     assert_ne!(code, 0);
-    assert!(err.contains("greater than 0"), "{err}");
+    assert!(out.contains("greater than 0"), "{out}");
 }

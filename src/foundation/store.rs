@@ -125,7 +125,7 @@ pub enum StoreError {
         target: PathBuf,
     },
     /// The directory exists, holds other things and has no store marker.
-    #[error("{} is not a repro store: it has no {MARKER} and holds {found}, which is not the store's", .path.display())]
+    #[error("{} is not a repro store: {found}", .path.display())]
     NotAStore {
         /// The directory.
         path: PathBuf,
@@ -1067,7 +1067,7 @@ pub enum RecordError {
     #[error("its fields do not hash to its {SEAL} (edited or damaged)")]
     Seal,
     /// There is no seal: every record repro writes has one.
-    #[error("it has no {SEAL} (edited or damaged: every record repro writes is sealed)")]
+    #[error("has no {SEAL} (edited or damaged: every record repro writes is sealed)")]
     Unsealed,
 }
 
