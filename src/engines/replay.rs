@@ -798,7 +798,9 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         Some(src) => {
             // The commit comes from a record: only a commit ID ever becomes a path.
             let is_id = matches!(commit.len(), 40 | 64)
-                && commit.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                && commit
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             let dir = src.join(&commit);
             if !is_id || !dir.is_dir() {
                 return Err(ReplayError::NoSourcesInBundle { commit });
