@@ -942,6 +942,7 @@ pub fn run_command_timed(
                     user_s: m.user_s,
                     system_s: m.system_s,
                 }),
+                Ok(v) if !v.is_finite() => Err(CommandRun::Failed(format!("the metric is {v}"))),
                 Ok(v) => Err(CommandRun::Failed(format!(
                     "the metric is {v}; repro compares ratios of positive measurements, so a metric must be greater than 0"
                 ))),
