@@ -339,3 +339,33 @@ fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
     assert_ne!(code, 0);
     assert!(out.contains("greater than 0"), "{out}");
 }
+
+#[test]
+fn a_step_whose_tree_vanished_is_never_stored_as_an_answer() {
+    let (tmp, root) = project();
+    for i in 1..=3 {
+        std::fs::write(root.join("n.txt"), format!("{i}\n")).unwrap();
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-q", "-m", &format!("commit {i}")]);
+    }
+    // The script removes its own tree (as a cleanup that misjudged it would) and fails.
+    let (code, _, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bisect",
+            "--good",
+            "HEAD~3",
+            "--bad",
+            "HEAD",
+            "--script",
+            "d=$(pwd); cd /; rm -rf \"$d\"; exit 1",
+        ],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("vanished while it ran"), "{err}");
+    let stored = std::fs::read_dir(root.join(".repro/bisect"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(stored, 0, "a step of a vanished tree was stored: {err}");
+}
