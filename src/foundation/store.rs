@@ -398,13 +398,13 @@ impl Store {
                 source,
             })
         };
-        match self.ensure() {
+        // What the directory is, before anything is written there.
+        self.identify()?;
+        match std::fs::create_dir_all(&self.root) {
             Ok(()) => {}
             // A store that cannot be written (a read-only mount) is read unlocked.
-            Err(StoreError::Write(WriteError::Io { source, .. })) if read_only(&source) => {
-                return Ok(StoreLock { _file: None });
-            }
-            Err(e) => return Err(e),
+            Err(e) if read_only(&e) => return Ok(StoreLock { _file: None }),
+            Err(e) => return Err(write_err(e)),
         }
         let file = match open_nofollow(&path, true) {
             Ok(f) => f,
@@ -422,6 +422,13 @@ impl Store {
             fs4::fs_std::FileExt::lock_shared(&file)
         };
         locked.map_err(write_err)?;
+        // The marker and `.gitignore` are written under the lock, so that gc (which holds
+        // it exclusively) never removes their temporary files while they are written.
+        match self.ensure() {
+            Ok(()) => {}
+            Err(StoreError::Write(WriteError::Io { source, .. })) if read_only(&source) => {}
+            Err(e) => return Err(e),
+        }
         Ok(StoreLock { _file: Some(file) })
     }
 
@@ -585,8 +592,9 @@ impl Store {
     /// killed process is removed by [`Store::clean_stale_scratch`] and by `gc`.
     pub fn scratch_dir(&self, purpose: &str) -> std::io::Result<Scratch> {
         // The store is made one (with its `.gitignore`) before anything is put in it, so a
-        // bisection killed early leaves nothing for `git status` to show.
-        self.ensure().map_err(|e| match e {
+        // bisection killed early leaves nothing for `git status` to show; the lock keeps gc
+        // out while the tree and its lease are made.
+        let _lock = self.lock_shared().map_err(|e| match e {
             StoreError::Write(WriteError::Io { source, .. }) => source,
             other => std::io::Error::other(other.to_string()),
         })?;
