@@ -25,5 +25,5 @@ pub mod cli {
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
 pub use foundation::{
     archive, cubin, elf, exit, expr, fatbin, fields, fsutil, keys, occupancy, recipe, records,
-    store,
+    scratch, store,
 };
