@@ -55,14 +55,15 @@ pub const MARKER: &str = "store.json";
 const MARKER_KIND: &str = "repro-store";
 
 /// The directories of records a store holds: builds, results, bisection reports, bisection
-/// steps, bisection samples and the recipes' last builds. Nothing else is read or removed
-/// as a record.
+/// steps, bisection samples, profiles and the recipes' last builds. Nothing else is read or
+/// removed as a record.
 pub const RECORD_KINDS: &[&str] = &[
     "builds",
     "results",
     "bisections",
     "bisect",
     "bisect-samples",
+    "profiles",
     "recipes",
 ];
 
@@ -80,6 +81,7 @@ const OWN_NAMES: &[&str] = &[
     "bisections",
     "bisect",
     "bisect-samples",
+    "profiles",
     "recipes",
 ];
 
