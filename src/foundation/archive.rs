@@ -495,7 +495,7 @@ fn make_parents(bundle: &Path, dest: &Path, entry: &str) -> Result<PathBuf, Arch
 }
 
 /// Extracts every member (MANIFEST included) into `dest`, created if needed, refusing
-/// unsafe paths; returns the paths written, in bundle order. The whole bundle is read and
+/// unsafe paths, with mode 0o644 whatever the member's mode; returns the paths written, in bundle order. The whole bundle is read and
 /// checked first, so a bad member anywhere means nothing is written.
 pub fn extract(path: &Path, dest: &Path) -> Result<Vec<String>, ArchiveError> {
     let entries = read(path)?;
@@ -518,9 +518,11 @@ pub fn extract(path: &Path, dest: &Path) -> Result<Vec<String>, ArchiveError> {
             .tempfile_in(&dir)
             .map_err(write_err)?;
         tmp.write_all(&e.bytes).map_err(write_err)?;
-        let mode = if e.executable { 0o755 } else { 0o644 };
+        // Never executable, whatever the member's mode says: MANIFEST hashes content only,
+        // so a mode is an unchecked claim, and an executable file from a stranger is one
+        // step from running (`-ccbin ./x`, a `./script` in a command).
         tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
             .map_err(write_err)?;
         tmp.persist(&target).map_err(|err| write_err(err.error))?;
         written.push(e.path);
@@ -682,7 +684,8 @@ mod tests {
             let p = out.join(&e.path);
             assert_eq!(std::fs::read(&p).unwrap(), e.bytes, "{}", e.path);
             let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, if e.executable { 0o755 } else { 0o644 }, "{}", e.path);
+            // A bundle never gives executable bits, whatever its members' modes say.
+            assert_eq!(mode, 0o644, "{}", e.path);
         }
         assert!(out.join(long_path()).is_file());
         assert!(out.join(MANIFEST).is_file());

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod config;
+pub mod cuda_options;
 pub mod driverlib;
 pub mod error;
 pub mod exit;

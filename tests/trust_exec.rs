@@ -1,0 +1,290 @@
+//! Issue 26 (trust boundaries, round two), items 1, 6, 7, 8 and 10: what a bundle, a record,
+//! a recipe or a step's output can still make repro do. Each test failed on the main of
+//! the day the issue was filed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{git, repo_with, run_in};
+use repro::archive::{self, Entry};
+use serde_json::Value;
+
+/// A stand-in for nvcc that behaves as the real one does where it matters here: `--version`
+/// names a release, the host compiler that `-ccbin`/`--compiler-bindir` names is run (real
+/// nvcc runs it to preprocess the source), and `-o FILE` gets an object naming kernel `k`.
+const FAKE_NVCC: &str = r#"#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; fi
+out=""; prev=""; host=""
+for a in "$@"; do
+  case "$prev" in -ccbin|--compiler-bindir) host="$a";; -o) out="$a";; esac
+  case "$a" in -ccbin=*|--compiler-bindir=*) host="${a#*=}";; esac
+  prev="$a"
+done
+if [ -n "$host" ]; then "$host" -E -x c++ /dev/null >/dev/null || exit 1; fi
+printf '\177ELF\000\000k\000' > "$out"
+"#;
+
+/// A directory holding the fake `nvcc`, to put first on the PATH.
+fn fake_nvcc_dir(tmp: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tmp.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let nvcc = bin.join("nvcc");
+    std::fs::write(&nvcc, FAKE_NVCC).unwrap();
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn path_with(bin: &Path) -> String {
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn nvcc_recipe(options: &str) -> String {
+    format!(
+        "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\noutputs = [\"cubin\"]\ntoolchain = \"system\"\noptions = {options}\n"
+    )
+}
+
+/// `repro -C ROOT ARGS` with the fake nvcc first on the PATH.
+fn run_nvcc(tmp: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
+    let bin = fake_nvcc_dir(tmp);
+    common::outcome(
+        common::repro(&tmp.join("cache"))
+            .env("PATH", path_with(&bin))
+            .arg("-C")
+            .arg(root)
+            .args(args),
+    )
+}
+
+/// The attack of item 1, made the way an attacker makes it: an honest nvcc bundle whose
+/// recipe, record and key are rewritten to pass `-ccbin ./evil.sh`, with `evil.sh` added as
+/// an executable member and a fresh, consistent MANIFEST (which hashes content, not modes).
+fn ccbin_bundle(tmp: &Path, marker: &Path) -> (PathBuf, String) {
+    let (_keep, root) = repo_with(&[
+        ("repro.toml", "schema = 1\n"),
+        ("kernels/k.cu", "extern \"C\" __global__ void k() {}\n"),
+        ("recipes/k.toml", &nvcc_recipe("[\"-O3\"]")),
+    ]);
+    let (code, out, err) = run_nvcc(tmp, &root, &["build", "--json", "k"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let key = v["builds"][0]["key"].as_str().unwrap().to_string();
+    let honest = tmp.join("honest.tar.zst");
+    let (code, out, err) = run_nvcc(
+        tmp,
+        &root,
+        &["bundle", "create", &key, "-o", honest.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let commit = git(&root, &["rev-parse", "HEAD"]);
+
+    let evil_options = "[\"-O3\", \"-ccbin\", \"./evil.sh\"]";
+    let mut entries: Vec<Entry> = archive::read(&honest)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.path != archive::MANIFEST)
+        .collect();
+    let rec = entries
+        .iter()
+        .position(|e| e.path == format!("builds/{key}.json"))
+        .unwrap();
+    let mut record: Value = serde_json::from_slice(&entries[rec].bytes).unwrap();
+    record["inputs"]["build"]["options"] = serde_json::json!(["-O3", "-ccbin", "./evil.sh"]);
+    let text = record["recipe-text"].as_str().unwrap().to_string();
+    record["recipe-text"] = text.replace("[\"-O3\"]", evil_options).into();
+    let new_key = repro::keys::key_of(&record["inputs"]);
+    record["key"] = new_key.clone().into();
+    entries[rec] = Entry {
+        path: format!("builds/{new_key}.json"),
+        bytes: serde_json::to_vec_pretty(&record).unwrap(),
+        executable: false,
+    };
+    for e in entries.iter_mut() {
+        if e.path == format!("source/{commit}/recipes/k.toml") {
+            e.bytes = nvcc_recipe(evil_options).into_bytes();
+        }
+    }
+    entries.push(Entry {
+        path: format!("source/{commit}/evil.sh"),
+        bytes: format!(
+            "#!/bin/sh\necho ran >> '{}'\nexec cc \"$@\"\n",
+            marker.display()
+        )
+        .into_bytes(),
+        executable: true,
+    });
+    let evil = tmp.join("evil.tar.zst");
+    archive::write(&evil, entries).unwrap();
+    (evil, new_key)
+}
+
+// 1. Code execution through compiler options ---------------------------------------------
+
+#[test]
+fn item_1_a_bundles_nvcc_recipe_cannot_name_a_host_compiler() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("pwned");
+    let (evil, key) = ccbin_bundle(tmp.path(), &marker);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+
+    // The bundle is consistent: verify passes, so nothing but the options stops it.
+    let (code, out, err) = run_nvcc(
+        tmp.path(),
+        &empty,
+        &["bundle", "verify", evil.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for extra in [&[][..], &["--allow-commands"][..]] {
+        let mut args = vec!["replay", &key[..12], "--bundle", evil.to_str().unwrap()];
+        args.extend(extra);
+        let (code, out, err) = run_nvcc(tmp.path(), &empty, &args);
+        assert!(
+            !marker.exists(),
+            "the bundle's host compiler ran: {out}{err}"
+        );
+        // A recipe that fails its checks is bad input (2), from a bundle as anywhere.
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(
+            err.contains("recipes/k.toml:9:")
+                && err.contains(
+                    "[build] `options`: `-ccbin` is not an option a recipe may pass to nvcc"
+                ),
+            "{err}"
+        );
+        assert!(err.contains("kind = \"command\""), "{err}");
+        assert!(!out.contains("reproduced"), "{out}");
+    }
+    // Nothing was left behind in the directory it ran in.
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}
+
+#[test]
+fn item_1_bundle_members_are_never_extracted_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("b.tar.zst");
+    archive::write(
+        &bundle,
+        vec![
+            Entry {
+                path: "run.sh".into(),
+                bytes: b"#!/bin/sh\n".to_vec(),
+                executable: true,
+            },
+            Entry {
+                path: "dir/tool".into(),
+                bytes: b"\x7fELF".to_vec(),
+                executable: true,
+            },
+        ],
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    archive::extract(&bundle, &out).unwrap();
+    for f in ["run.sh", "dir/tool", "MANIFEST"] {
+        let mode = std::fs::metadata(out.join(f)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0, "{f} is executable: {mode:o}");
+    }
+}
+
+/// Every spelling of the flags nvcc documents for choosing compilers, tools, inputs and
+/// output locations, through the real command line: each is refused before nvcc starts,
+/// naming the recipe's file, line and key and the flag.
+#[test]
+fn item_1_every_dangerous_nvcc_flag_spelling_is_refused_with_file_line_and_key() {
+    let cases: &[(&str, &str)] = &[
+        ("[\"-ccbin=x\"]", "-ccbin"),
+        ("[\"-ccbin\", \"./evil.sh\"]", "-ccbin"),
+        ("[\"--compiler-bindir\", \"x\"]", "--compiler-bindir"),
+        ("[\"--compiler-bindir=/usr/bin\"]", "--compiler-bindir"),
+        ("[\"-Xcompiler\", \"-B/x\"]", "-Xcompiler"),
+        ("[\"-Xcompiler=-B/x\"]", "-Xcompiler"),
+        (
+            "[\"--compiler-options=-fplugin=/x.so\"]",
+            "--compiler-options",
+        ),
+        ("[\"-Xlinker\", \"-rpath=/x\"]", "-Xlinker"),
+        ("[\"--linker-options=x\"]", "--linker-options"),
+        ("[\"-Xnvlink\", \"x\"]", "-Xnvlink"),
+        ("[\"-odir\", \"/tmp\"]", "-odir"),
+        ("[\"--output-directory=/tmp\"]", "--output-directory"),
+        ("[\"-include\", \"/etc/hostname\"]", "-include"),
+        ("[\"--pre-include=/x.h\"]", "--pre-include"),
+        ("[\"-isystem\", \"/usr/include\"]", "-isystem"),
+        ("[\"--keep-dir\", \"/tmp\"]", "--keep-dir"),
+        ("[\"--keep\"]", "--keep"),
+        ("[\"--dryrun\"]", "--dryrun"),
+        ("[\"--run\"]", "--run"),
+        ("[\"--options-file\", \"o.txt\"]", "--options-file"),
+        ("[\"@o.txt\"]", "@o.txt"),
+        ("[\"-B\", \"/x\"]", "-B"),
+        ("[\"-L/x\"]", "-L/x"),
+        ("[\"-O3\", \"-Xptxas\", \"-v,--output-file=/x\"]", "-Xptxas"),
+        ("[\"-O3 -ccbin ./evil.sh\"]", "-O3 -ccbin ./evil.sh"),
+        ("[\"evil.cu\"]", "evil.cu"),
+        ("[\"-gencode=arch=compute_90,code=sm_90\"]", "-gencode"),
+    ];
+    for (options, flag) in cases {
+        let (tmp, root) = repo_with(&[
+            ("repro.toml", "schema = 1\n"),
+            ("kernels/k.cu", "extern \"C\" __global__ void k() {}\n"),
+            ("recipes/k.toml", &nvcc_recipe(options)),
+        ]);
+        let (code, out, err) = run_nvcc(tmp.path(), &root, &["build", "k"]);
+        assert_eq!(code, 2, "{options}: {out}{err}");
+        assert!(err.contains("recipes/k.toml:9:"), "{options}: {err}");
+        assert!(err.contains("[build] `options`"), "{options}: {err}");
+        assert!(err.contains(&format!("`{flag}")), "{options}: {err}");
+        assert!(err.contains("hint:"), "{options}: {err}");
+        assert!(!root.join("out.cubin").exists());
+    }
+    // And the options a kernel author needs still build.
+    let (tmp, root) = repo_with(&[
+        ("repro.toml", "schema = 1\n"),
+        ("kernels/k.cu", "extern \"C\" __global__ void k() {}\n"),
+        (
+            "recipes/k.toml",
+            &nvcc_recipe(
+                "[\"-O3\", \"-lineinfo\", \"--use_fast_math\", \"-std=c++17\", \"-maxrregcount=64\", \"-Xptxas\", \"-v\", \"--expt-relaxed-constexpr\"]",
+            ),
+        ),
+    ]);
+    let (code, out, err) = run_nvcc(tmp.path(), &root, &["build", "k"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn item_1_nvrtc_options_that_name_files_are_refused() {
+    for (options, flag) in [
+        ("[\"-I/usr/include\"]", "-I/usr/include"),
+        ("[\"--include-path=x\"]", "--include-path"),
+        ("[\"--pre-include=/etc/hostname\"]", "--pre-include"),
+        ("[\"-include\", \"/etc/hostname\"]", "-include"),
+        ("[\"--create-pch=/tmp/x.pch\"]", "--create-pch"),
+        ("[\"--time=/tmp/t.csv\"]", "--time"),
+    ] {
+        let (tmp, root) = repo_with(&[
+            ("kernels/k.cu", "extern \"C\" __global__ void k() {}\n"),
+            (
+                "recipes/k.toml",
+                &format!(
+                    "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\noptions = {options}\n"
+                ),
+            ),
+        ]);
+        let (code, _out, err) = run_in(&tmp.path().join("cache"), &root, &["build", "k"]);
+        assert_eq!(code, 2, "{options}: {err}");
+        assert!(
+            err.contains("recipes/k.toml:7:") && err.contains("[build] `options`"),
+            "{options}: {err}"
+        );
+        assert!(err.contains(&format!("`{flag}")), "{options}: {err}");
+    }
+}
