@@ -288,3 +288,133 @@ fn item_1_nvrtc_options_that_name_files_are_refused() {
         assert!(err.contains(&format!("`{flag}")), "{options}: {err}");
     }
 }
+
+// 7. Timeouts and output -------------------------------------------------------------------
+
+/// What one run of repro did: exit code, stdout, stderr, peak resident memory (KiB, of
+/// repro and the children it waited for) and wall time.
+struct Measured {
+    code: i32,
+    out: String,
+    err: String,
+    max_rss_kib: i64,
+    wall: std::time::Duration,
+}
+
+/// Runs `repro -C ROOT ARGS` and reads its peak RSS from `wait4`'s resource usage.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which std does not see"
+)]
+fn measured(cache: &Path, root: &Path, args: &[&str]) -> Measured {
+    let logs = tempfile::tempdir().unwrap();
+    let (o, e) = (logs.path().join("out"), logs.path().join("err"));
+    let start = std::time::Instant::now();
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
+        .env("XDG_CACHE_HOME", cache)
+        .env("NO_COLOR", "1")
+        .arg("-C")
+        .arg(root)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it for the child we started.
+    let usage = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        let pid = libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru);
+        assert_eq!(pid, child.id() as libc::pid_t);
+        ru
+    };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    Measured {
+        code,
+        out: std::fs::read_to_string(&o).unwrap(),
+        err: std::fs::read_to_string(&e).unwrap(),
+        max_rss_kib: usage.ru_maxrss,
+        wall: start.elapsed(),
+    }
+}
+
+#[test]
+fn item_7_a_step_writing_gigabytes_does_not_grow_repro() {
+    let big = "head -c 1500000000 /dev/zero";
+    let (tmp, root) = repo_with(&[
+        (
+            "recipes/big.toml",
+            &format!(
+                "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"{big}; echo done >&2; cp src/k.txt out.bin\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out.bin\"]\n"
+            ),
+        ),
+        ("src/k.txt", "kernel bytes\n"),
+        (".gitignore", "out.bin\n"),
+    ]);
+    let cache = tmp.path().join("cache");
+    // A command build and a command bench, each writing 1.5 GB to stdout.
+    let build = measured(&cache, &root, &["build", "big"]);
+    assert_eq!(build.code, 0, "{}{}", build.out, build.err);
+    let bench = measured(
+        &cache,
+        &root,
+        &["bench", "--command", big, "--runs", "1", "--timeout", "60s"],
+    );
+    assert_eq!(bench.code, 0, "{}{}", bench.out, bench.err);
+    for (what, m) in [("build", &build), ("bench", &bench)] {
+        // Before: 1.47 GB. A 1 MiB tail of each stream, and repro's own few tens of MB.
+        assert!(
+            m.max_rss_kib < 150 * 1024,
+            "{what}: repro grew to {} MiB",
+            m.max_rss_kib / 1024
+        );
+    }
+}
+
+#[test]
+fn item_7_a_setsid_descendant_does_not_keep_a_timed_out_step_waiting() {
+    let (tmp, root) = repo_with(&[("README", "x\n")]);
+    let pidfile = tmp.path().join("sleep.pid");
+    let script = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 888' & sleep 60",
+        pidfile.display()
+    );
+    let m = measured(
+        &tmp.path().join("cache"),
+        &root,
+        &[
+            "bench",
+            "--command",
+            &script,
+            "--runs",
+            "1",
+            "--timeout",
+            "3s",
+        ],
+    );
+    assert!(
+        m.wall < std::time::Duration::from_secs(20),
+        "--timeout 3s took {:?}: {}{}",
+        m.wall,
+        m.out,
+        m.err
+    );
+    assert_ne!(m.code, 0, "{}{}", m.out, m.err);
+    assert!(m.out.contains("a run took longer than 3s"), "{}", m.out);
+    // The escaped sleep was killed with the step.
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let start = std::time::Instant::now();
+    while std::path::Path::new(&stat).exists() && start.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !std::path::Path::new(&stat).exists(),
+        "sleep {pid} still runs"
+    );
+}
