@@ -516,3 +516,174 @@ fn item_10_verify_and_replay_stream_a_bundle_in_bounded_memory() {
     }
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }
+
+// 8. Terminal escapes and SVG ---------------------------------------------------------------
+
+/// A string from someone else that tries everything: a window title (OSC), clearing the
+/// screen (CSI), the one-byte C1 CSI, a carriage return over the line, a bidi override.
+const HOSTILE: &str = "x\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\rover\u{202e}txt";
+
+/// What no output may carry raw once hostile text went through repro.
+fn assert_inert(what: &str, text: &str) {
+    for bad in ['\u{1b}', '\u{7}', '\u{9b}', '\r', '\u{202e}'] {
+        assert!(
+            !text.contains(bad),
+            "{what}: a raw {bad:?} reached the output:\n{text:?}"
+        );
+    }
+}
+
+fn assert_valid_svg(what: &str, path: &Path) {
+    let svg = std::fs::read_to_string(path).unwrap();
+    assert_inert(what, &svg);
+    resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default())
+        .unwrap_or_else(|e| panic!("{what}: not valid SVG/XML: {e}"));
+}
+
+#[test]
+fn item_8_hostile_record_fields_reach_no_terminal_and_no_svg_raw() {
+    let (tmp, root) = repo_with(&[("README", "x\n")]);
+    let cache = tmp.path().join("cache");
+    let command = format!("true '{HOSTILE}'");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (code, out, err) = run_in(
+            &cache,
+            &root,
+            &[
+                "--json",
+                "bench",
+                "--command",
+                &command,
+                "--name",
+                HOSTILE,
+                "--runs",
+                "3",
+            ],
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        ids.push(
+            v["results"][0]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{v}"))
+                .to_string(),
+        );
+    }
+    let svg = tmp.path().join("r.svg");
+    let bundle = tmp.path().join("b.tar.zst");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["log"],
+        vec!["show", &ids[0]],
+        vec!["compare", &ids[0], &ids[1]],
+        vec!["plot", HOSTILE, "-o", svg.to_str().unwrap()],
+        vec![
+            "bench",
+            "--command",
+            &command,
+            "--name",
+            HOSTILE,
+            "--runs",
+            "2",
+        ],
+    ];
+    for args in &commands {
+        let (code, out, err) = run_in(&cache, &root, args);
+        assert_inert(&format!("{args:?} (exit {code})"), &format!("{out}{err}"));
+    }
+    assert_valid_svg("plot", &svg);
+    let (code, out, err) = run_in(
+        &cache,
+        &root,
+        &["bundle", "create", &ids[0], "-o", bundle.to_str().unwrap()],
+    );
+    assert_inert("bundle create", &format!("{out}{err}"));
+    if code == 0 {
+        let (_, out, err) = run_in(&cache, &root, &["bundle", "show", bundle.to_str().unwrap()]);
+        assert_inert("bundle show", &format!("{out}{err}"));
+        let members = archive::read(&bundle).unwrap();
+        for m in members.iter().filter(|m| m.path.ends_with(".svg")) {
+            let p = tmp.path().join("member.svg");
+            std::fs::write(&p, &m.bytes).unwrap();
+            assert_valid_svg(&m.path, &p);
+        }
+    }
+    // A failed command's message carries the name too.
+    let (_, out, err) = run_in(
+        &cache,
+        &root,
+        &[
+            "bench",
+            "--command",
+            &format!("echo '{HOSTILE}' >&2; exit 3"),
+            "--runs",
+            "1",
+        ],
+    );
+    assert_inert("failing bench", &format!("{out}{err}"));
+}
+
+#[test]
+fn item_8_hostile_commit_subjects_reach_no_terminal_and_no_svg_raw() {
+    let (tmp, root) = repo_with(&[("state.txt", "fine\n")]);
+    for i in 1..=6 {
+        std::fs::write(
+            root.join("state.txt"),
+            if i >= 4 { "broken\n" } else { "fine\n" },
+        )
+        .unwrap();
+        std::fs::write(root.join("n.txt"), format!("{i}\n")).unwrap();
+        git(&root, &["add", "-A"]);
+        git(
+            &root,
+            &["commit", "-q", "-m", &format!("commit {i} {HOSTILE}")],
+        );
+    }
+    let cache = tmp.path().join("cache");
+    let (code, out, err) = run_in(
+        &cache,
+        &root,
+        &[
+            "bisect",
+            "--good",
+            "HEAD~6",
+            "--bad",
+            "HEAD",
+            "--script",
+            "grep -q fine state.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("commit 4"), "{out}");
+    assert_inert("bisect", &format!("{out}{err}"));
+    let (code, out, err) = run_in(
+        &cache,
+        &root,
+        &[
+            "--json",
+            "bisect",
+            "--good",
+            "HEAD~6",
+            "--bad",
+            "HEAD",
+            "--script",
+            "grep -q fine state.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["id"].as_str().unwrap().to_string();
+    for args in [vec!["log"], vec!["show", &id[..12]]] {
+        let (_, out, err) = run_in(&cache, &root, &args);
+        assert_inert(&format!("{args:?}"), &format!("{out}{err}"));
+    }
+    let svg = tmp.path().join("b.svg");
+    let (code, out, err) = run_in(
+        &cache,
+        &root,
+        &["plot", "--bisect", &id[..12], "-o", svg.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_inert("plot --bisect", &format!("{out}{err}"));
+    assert_valid_svg("plot --bisect", &svg);
+}

@@ -205,7 +205,7 @@ fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
         emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "files": list}))?;
     } else {
         if !v.ok() {
-            eprintln!(
+            say!(
                 "warning: {} does not match its MANIFEST ({} differ, {} missing, {} extra): what it claims below is not to be trusted; `repro bundle verify` lists them",
                 g.shown(file),
                 v.differs.len(),
