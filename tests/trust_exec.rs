@@ -687,3 +687,52 @@ fn item_8_hostile_commit_subjects_reach_no_terminal_and_no_svg_raw() {
     assert_inert("plot --bisect", &format!("{out}{err}"));
     assert_valid_svg("plot --bisect", &svg);
 }
+
+// 6. Absolute and escaping includes ---------------------------------------------------------
+
+#[test]
+fn item_6_absolute_and_escaping_includes_are_refused_with_file_and_line() {
+    let outside = tempfile::tempdir().unwrap();
+    let header = outside.path().join("outside.h");
+    std::fs::write(&header, "#define N 1\n").unwrap();
+    for (include, want) in [
+        (
+            format!("#include <{}>", header.display()),
+            format!(
+                "kernels/k.cu:2: include <{}> is an absolute path",
+                header.display()
+            ),
+        ),
+        (
+            format!("#include \"{}\"", header.display()),
+            "is an absolute path".to_string(),
+        ),
+        (
+            "#include \"../../../../x.h\"".to_string(),
+            "kernels/k.cu:2: include \"../../../../x.h\" is outside the repository".to_string(),
+        ),
+        (
+            "#include <../../x.h>".to_string(),
+            "kernels/k.cu:2: include \"../../x.h\" is outside the repository".to_string(),
+        ),
+    ] {
+        let (tmp, root) = repo_with(&[
+            (
+                "kernels/k.cu",
+                &format!("// k\n{include}\nextern \"C\" __global__ void k() {{}}\n"),
+            ),
+            (
+                "recipes/k.toml",
+                "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/k.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n",
+            ),
+        ]);
+        let cache = tmp.path().join("cache");
+        // The key, --explain and a replay all compute the inputs the same way: each refuses.
+        for args in [&["build", "k"][..], &["build", "--explain", "k"][..]] {
+            let (code, out, err) = run_in(&cache, &root, args);
+            assert_eq!(code, 5, "{include} {args:?}: {out}{err}");
+            assert!(err.contains(&want), "{include} {args:?}: {err}");
+            assert!(err.contains("hint:"), "{err}");
+        }
+    }
+}
