@@ -297,7 +297,7 @@ struct Measured {
     code: i32,
     out: String,
     err: String,
-    max_rss_kib: i64,
+    max_rss_kib: u64,
     wall: std::time::Duration,
 }
 
@@ -306,16 +306,30 @@ fn measured(cache: &Path, root: &Path, args: &[&str]) -> Measured {
     measured_env(cache, root, args, &[])
 }
 
+/// Starts a command, waits for it with `wait4` and writes its peak RSS (KiB) to
+/// `$RSS_OUT`. A small process of its own: a process forked from the (large, threaded) test
+/// binary would count the test's pages in its peak until it execs.
+const RSS_WRAPPER: &str = "import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(p.pid, 0)
+open(os.environ['RSS_OUT'], 'w').write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) & 255)
+";
+
 /// [`measured`] with extra environment variables.
-#[expect(
-    clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which std does not see"
-)]
 fn measured_env(cache: &Path, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Measured {
     let logs = tempfile::tempdir().unwrap();
-    let (o, e) = (logs.path().join("out"), logs.path().join("err"));
+    let (o, e, rss) = (
+        logs.path().join("out"),
+        logs.path().join("err"),
+        logs.path().join("rss"),
+    );
     let start = std::time::Instant::now();
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(RSS_WRAPPER)
+        .arg(assert_cmd::cargo::cargo_bin("repro"))
+        .env("RSS_OUT", &rss)
         .env("XDG_CACHE_HOME", cache)
         .env("NO_COLOR", "1")
         .envs(env.iter().copied())
@@ -325,26 +339,17 @@ fn measured_env(cache: &Path, root: &Path, args: &[&str], env: &[(&str, &str)]) 
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&o).unwrap())
         .stderr(std::fs::File::create(&e).unwrap())
-        .spawn()
+        .status()
         .unwrap();
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 fills it for the child we started.
-    let usage = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        let pid = libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru);
-        assert_eq!(pid, child.id() as libc::pid_t);
-        ru
-    };
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
     Measured {
-        code,
+        code: status.code().unwrap_or(-1),
         out: std::fs::read_to_string(&o).unwrap(),
         err: std::fs::read_to_string(&e).unwrap(),
-        max_rss_kib: usage.ru_maxrss,
+        max_rss_kib: std::fs::read_to_string(&rss)
+            .unwrap_or_else(|err| panic!("no peak RSS ({err}): is python3 here?"))
+            .trim()
+            .parse()
+            .unwrap(),
         wall: start.elapsed(),
     }
 }
