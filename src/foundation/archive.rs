@@ -399,6 +399,7 @@ fn stream(
         over: over.clone(),
     });
     let mut seen = BTreeSet::new();
+    let mut declared = 0u64;
     {
         let members = archive
             .entries()
@@ -433,6 +434,12 @@ fn stream(
                 .header()
                 .mode()
                 .map_err(|e| corrupt(path, format!("bad mode for `{name}`: {e}")))?;
+            // A member that says it is larger than what is left of the limit is refused
+            // before its bytes are read (and hashed): a bomb is found at its header.
+            declared = declared.saturating_add(member.header().size().unwrap_or(u64::MAX));
+            if declared > limits.max_bytes {
+                return Err(too_large());
+            }
             match visit(&name, mode & 0o111 != 0, &mut member) {
                 Ok(()) => {}
                 Err(Failure::Archive(e)) => return Err(e),
