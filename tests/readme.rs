@@ -864,6 +864,12 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         "repro build softmax --explain",
         Run::Not("needs a changed kernels/common.cuh; tests/build_cli.rs tests --explain"),
     ),
+    (
+        "repro build attention",
+        Run::Not(
+            "needs nvcc installed and a kernel that warns before its error; tests/honest_build_cli.rs builds one and checks the reason line",
+        ),
+    ),
     ("repro bench vector_add", Run::Not("needs a GPU")),
     (
         "repro log",

@@ -398,6 +398,16 @@ fn show_build(id: &str, r: &BuildRecord) -> anyhow::Result<u8> {
         ]);
     }
     t.row(["input files".to_string(), r.inputs.files.len().to_string()]);
+    if let Some(c) = r.checked {
+        t.row(["checked".to_string(), c.word().to_string()]);
+    }
+    // A record from elsewhere (a bundle, a pull) is hostile: its reason is shown as text.
+    if let Some(reason) = r.failure_reason() {
+        t.row([
+            "reason".to_string(),
+            crate::foundation::output::printable(&reason),
+        ]);
+    }
     for (name, o) in &r.outputs {
         t.row([
             format!("output {name}"),
@@ -571,6 +581,16 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
                 .hint("a result with a failed check or a crash has no samples; see `repro show`")
                 .into(),
         );
+    }
+    for (id, samples) in [(&ida, &sa), (&idb, &sb)] {
+        if let Some(x) = samples.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            return Err(UserError::usage(format!(
+                "result {} has a sample of {x}: compare judges ratios of positive measurements",
+                keys::short(id)
+            ))
+            .hint("`repro store verify` reports such a result; record a metric that is greater than 0 (a time, a throughput)")
+            .into());
+        }
     }
     if ra.unit != rb.unit {
         return Err(UserError::usage(format!(
