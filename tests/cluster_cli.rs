@@ -512,3 +512,124 @@ fn slurm_jobs_answer_bench_questions_and_pass_an_abort_back() {
     assert_eq!(code, 1, "{local}");
     assert!(local.contains(&said), "{local}");
 }
+
+/// A 12-commit history whose script hangs from commit 7 on.
+fn hang_history() -> (tempfile::TempDir, std::path::PathBuf) {
+    history(12, |i| {
+        vec![(
+            "state.txt".into(),
+            if i >= 7 { "hangs\n" } else { "fine\n" }.into(),
+        )]
+    })
+}
+
+#[test]
+fn a_hanging_commit_gets_the_same_verdict_here_and_on_slurm() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = hang_history();
+    let range = [
+        "--good",
+        "HEAD~11",
+        "--bad",
+        "HEAD",
+        "--timeout",
+        "3s",
+        "--script",
+        "grep -q fine state.txt || sleep 600",
+    ];
+    let verdicts = |v: &Value| -> Vec<(String, String, String)> {
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["subject"].as_str().unwrap().to_string(),
+                    s["verdict"].as_str().unwrap().to_string(),
+                    s["detail"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    let local_store = tmp.path().join("local-store");
+    let (code, local, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[&["--store", local_store.to_str().unwrap()], &range[..]].concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(local["culprit"]["subject"], "commit 7", "{local}");
+    let store = tmp.path().join("slurm-store");
+    let (code, slurm, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &["--store", store.to_str().unwrap(), "--executor", "slurm"],
+            &range[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(slurm["culprit"], local["culprit"], "{slurm}");
+    // Step for step the same verdicts and the same evidence: the timeout judged the hang
+    // inside the job, which ended normally, once, with the limit derived from --timeout.
+    assert_eq!(verdicts(&slurm), verdicts(&local));
+    let culprit = verdicts(&slurm)
+        .into_iter()
+        .find(|s| s.0 == "commit 7")
+        .unwrap();
+    assert_eq!(culprit.1, "bad");
+    assert!(
+        culprit.2.contains("timeout: the script ran longer than 3s"),
+        "{culprit:?}"
+    );
+    assert!(!stderr.contains("resubmitting"), "{stderr}");
+    let shown = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let needle = format!("WorkDir={}", store.display());
+    let ours: Vec<String> = String::from_utf8_lossy(&shown.stdout)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect();
+    assert!(!ours.is_empty());
+    for job in &ours {
+        assert!(job.contains("TimeLimit=00:02:00"), "{job}");
+        assert!(job.contains("JobState=COMPLETED"), "{job}");
+    }
+}
+
+#[test]
+fn a_time_limit_a_hang_would_meet_first_is_refused_before_any_job() {
+    let (tmp, root) = hang_history();
+    let store = tmp.path().join("store");
+    for (limit, said) in [
+        (
+            "1",
+            "--time-limit 1 is shorter than a step needs: its --timeout is 10m, so a job needs at least --time=11",
+        ),
+        ("1h", "--time-limit `1h` is not a Slurm time limit"),
+    ] {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["--store", store.to_str().unwrap()])
+            .args(["bisect", "--executor", "slurm", "--time-limit", limit])
+            .args(["--good", "HEAD~11", "--bad", "HEAD", "--script", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(
+            stderr.contains("repro derives --time=11 from --timeout"),
+            "{stderr}"
+        );
+        assert!(!store.join("bisect").exists());
+    }
+}

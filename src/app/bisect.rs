@@ -159,7 +159,9 @@ pub struct Args {
     /// Slurm: the generic resources of each job ("" for none).
     #[arg(long, value_name = "GRES", default_value = "gpu:1")]
     gres: String,
-    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS).
+    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS) [default:
+    /// derived from --timeout: every timeout a step can meet, plus a minute]. A limit a
+    /// hanging step would meet before its own --timeout is refused.
     #[arg(long, value_name = "TIME")]
     time_limit: Option<String>,
     /// Slurm: the account to charge.

@@ -14,6 +14,8 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
+pub mod site;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -314,6 +316,27 @@ pub enum SlurmError {
         /// The partitions there are.
         partitions: Vec<String>,
     },
+    /// `--time-limit` is not in Slurm's syntax.
+    #[error("--time-limit `{given}` is not a Slurm time limit")]
+    BadTime {
+        /// What was given.
+        given: String,
+        /// The limit repro would derive.
+        derived: String,
+    },
+    /// `--time-limit` is shorter than a step's `--timeout` (plus start-up): a hanging step
+    /// would be killed by Slurm before its own timeout judged it.
+    #[error("--time-limit {given} is shorter than a step needs: its --timeout is {}, so a job needs at least {shortest}", humantime::format_duration(*.timeout))]
+    TimeLimit {
+        /// What was given.
+        given: String,
+        /// The step's timeout.
+        timeout: Duration,
+        /// The shortest limit accepted.
+        shortest: String,
+        /// The limit repro would derive.
+        derived: String,
+    },
     /// srun could not be asked at all (the controller is down).
     #[error("cannot reach the Slurm controller")]
     Unreachable {
@@ -392,6 +415,19 @@ pub enum JobFailure {
         /// The last lines of the last job's log.
         tail: Vec<String>,
     },
+    /// The job reached its time or memory limit: the limit is too tight for the step, and
+    /// another submission would reach it again.
+    #[error(
+        "Slurm job {job} ended {state} before its step did (it was submitted with {options}); raise the limit (--time-limit, or --slurm-opt=--mem=...) or lower --timeout"
+    )]
+    Exceeded {
+        /// The job id.
+        job: String,
+        /// TIMEOUT, OUT_OF_MEMORY or DEADLINE.
+        state: String,
+        /// The options it was submitted with.
+        options: String,
+    },
     /// The step failed inside its job.
     #[error("{message} (in Slurm job {job})")]
     Remote {
@@ -412,6 +448,8 @@ pub struct SlurmExecutor {
     width: usize,
     newest: Oid,
     opts: SlurmOptions,
+    /// The options every job is submitted with.
+    args: Vec<String>,
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
@@ -428,9 +466,10 @@ impl SlurmExecutor {
         newest: Oid,
         opts: SlurmOptions,
     ) -> Result<Self, SlurmError> {
+        let args = Self::job_options(&opts, plan)?;
         let test = Cmd::new("srun")
             .arg("--test-only")
-            .args(Self::job_options(&opts))
+            .args(&args)
             .arg("true")
             .timeout(Duration::from_secs(60));
         match test.output() {
@@ -457,7 +496,7 @@ impl SlurmExecutor {
                     })
                     .unwrap_or_default();
                 return Err(SlurmError::Refused {
-                    options: Self::job_options(&opts).join(" "),
+                    options: args.join(" "),
                     reason,
                     partitions,
                 });
@@ -484,12 +523,16 @@ impl SlurmExecutor {
             width: plan.jobs.max(1),
             newest,
             opts,
+            args,
             name,
             dir,
         })
     }
 
-    fn job_options(opts: &SlurmOptions) -> Vec<String> {
+    /// The options every job of `plan` is submitted with. The time limit is the one given
+    /// (refused when a hanging step would meet it before its own `--timeout`), or derived
+    /// from the step's timeouts.
+    fn job_options(opts: &SlurmOptions, plan: &Plan) -> Result<Vec<String>, SlurmError> {
         let mut v = Vec::new();
         if let Some(p) = &opts.partition {
             v.push(format!("--partition={p}"));
@@ -497,13 +540,29 @@ impl SlurmExecutor {
         if !opts.gres.is_empty() {
             v.push(format!("--gres={}", opts.gres));
         }
-        if let Some(t) = &opts.time_limit {
-            v.push(format!("--time={t}"));
+        match &opts.time_limit {
+            Some(t) => {
+                let given = site::parse_time(t).map_err(|e| SlurmError::BadTime {
+                    given: e.given,
+                    derived: site::minutes_arg(site::derived_limit(plan)),
+                })?;
+                let shortest = site::shortest_limit(plan);
+                if given.is_some_and(|g| g < shortest) {
+                    return Err(SlurmError::TimeLimit {
+                        given: t.clone(),
+                        timeout: plan.timeout,
+                        shortest: site::minutes_arg(shortest),
+                        derived: site::minutes_arg(site::derived_limit(plan)),
+                    });
+                }
+                v.push(format!("--time={t}"));
+            }
+            None => v.push(site::minutes_arg(site::derived_limit(plan))),
         }
         if let Some(a) = &opts.account {
             v.push(format!("--account={a}"));
         }
-        v
+        Ok(v)
     }
 
     /// The job's final state as the controller remembers it ("CANCELLED", "TIMEOUT",
@@ -632,7 +691,7 @@ impl Executor for SlurmExecutor {
                 .args(["-v", "--ntasks=1"])
                 .arg(format!("--job-name={}", self.name))
                 .arg(format!("--chdir={}", self.dir.path().display()))
-                .args(Self::job_options(&self.opts))
+                .args(&self.args)
                 .arg(&self.opts.repro)
                 .arg("--store")
                 .arg(self.store.root())
@@ -689,8 +748,18 @@ impl Executor for SlurmExecutor {
                 Ok(None) => {}
                 Err(e) => return Err(fatal(e)),
             }
-            // No result: the job was preempted, cancelled, ran out of time or lost its node.
+            // No result: the job was preempted, cancelled or lost its node, and is submitted
+            // again; or it reached a limit of its own (time, memory), which another
+            // submission would reach again: the step's own timeout lies below the time
+            // limit, so only a limit set too tight gets here.
             let state = Self::job_state(&job);
+            if matches!(state.as_str(), "TIMEOUT" | "OUT_OF_MEMORY" | "DEADLINE") {
+                return Err(fatal(JobFailure::Exceeded {
+                    job,
+                    state,
+                    options: self.args.join(" "),
+                }));
+            }
             lost.push(format!("job {job} {state}"));
             if attempt < self.opts.retries {
                 events(Event::Status(&format!(
@@ -719,7 +788,9 @@ impl Executor for SlurmExecutor {
 impl Diagnose for SlurmError {
     fn exit_code(&self) -> u8 {
         match self {
-            SlurmError::Refused { .. } => exit::USAGE,
+            SlurmError::Refused { .. }
+            | SlurmError::BadTime { .. }
+            | SlurmError::TimeLimit { .. } => exit::USAGE,
             SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
         }
     }
@@ -734,6 +805,12 @@ impl Diagnose for SlurmError {
                 partitions.join(", ")
             ),
             SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
+            SlurmError::BadTime { derived, .. } => format!(
+                "give minutes (30), HH:MM:SS or D-HH:MM:SS, or leave it out: repro derives {derived} from --timeout"
+            ),
+            SlurmError::TimeLimit { derived, .. } => format!(
+                "leave --time-limit out (repro derives {derived} from --timeout), or lower --timeout"
+            ),
         })
     }
 }
