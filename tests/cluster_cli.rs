@@ -633,3 +633,143 @@ fn a_time_limit_a_hang_would_meet_first_is_refused_before_any_job() {
         assert!(!store.join("bisect").exists());
     }
 }
+
+/// A 10-commit history whose state breaks at commit 6.
+fn short_history() -> (tempfile::TempDir, std::path::PathBuf) {
+    history(10, |i| {
+        vec![(
+            "state.txt".into(),
+            if i >= 6 { "broken\n" } else { "fine\n" }.into(),
+        )]
+    })
+}
+
+/// Runs `repro ARGS` as the batch script of `sbatch --wait SBATCH_ARGS`: its job id, exit
+/// code (sbatch --wait exits with the script's), stdout and stderr.
+fn in_sbatch(tmp: &Path, sbatch_args: &[&str], args: &[&str]) -> (String, i32, String, String) {
+    let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
+    let script = std::iter::once(assert_cmd::cargo::cargo_bin("repro").display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|a| quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (out, err) = (tmp.join("driver.out"), tmp.join("driver.err"));
+    let o = std::process::Command::new("sbatch")
+        .args(["--wait", "--parsable"])
+        .arg(format!("--output={}", out.display()))
+        .arg(format!("--error={}", err.display()))
+        .args(sbatch_args)
+        .arg(format!("--wrap={script}"))
+        .env("XDG_CACHE_HOME", tmp)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let id: String = String::from_utf8_lossy(&o.stdout)
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    (
+        id,
+        o.status.code().unwrap_or(-1),
+        std::fs::read_to_string(out).unwrap_or_default(),
+        std::fs::read_to_string(err).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn a_driver_inside_sbatch_submits_each_step_as_a_job_of_its_own() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = short_history();
+    let store = tmp.path().join("store");
+    let args = [
+        "-C",
+        root.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+        "bisect",
+        "--json",
+        "--executor",
+        "slurm",
+        "--good",
+        "HEAD~9",
+        "--bad",
+        "HEAD",
+        "--script",
+        "grep -q fine state.txt",
+    ];
+    let (driver, code, stdout, stderr) = in_sbatch(tmp.path(), &[], &args);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
+    assert!(
+        stderr.contains(&format!(
+            "plan: each step a Slurm job of its own (repro runs inside job {driver}, whose SLURM_* variables are not passed on)"
+        )),
+        "{stderr}"
+    );
+    // Every step was a job of its own, none of them the driver's.
+    let out = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let needle = format!("WorkDir={}", store.display());
+    let ids: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .strip_prefix("JobId=")
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        ids.len(),
+        v["evaluated"].as_u64().unwrap() as usize,
+        "{ids:?}"
+    );
+    assert!(!ids.contains(&driver), "{ids:?}");
+
+    // Asked for, the steps are job steps of the driver's allocation, which must hold the
+    // GPU each step asks for: without one, refused before any step.
+    let steps = [&args[..], &["--slurm-steps"]].concat();
+    let (driver, code, _, stderr) = in_sbatch(tmp.path(), &[], &steps);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "allocation {driver} holds 0 GPUs; steps asking for --gres=gpu:1 cannot run in it"
+        )) && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    let store2 = tmp.path().join("store2");
+    let steps: Vec<&str> = steps
+        .iter()
+        .map(|a| {
+            if *a == store.to_str().unwrap() {
+                store2.to_str().unwrap()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let (driver, code, stdout, stderr) = in_sbatch(tmp.path(), &["--gres=gpu:1"], &steps);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
+    assert!(
+        stderr.contains(&format!(
+            "plan: each step a job step of allocation {driver}"
+        )),
+        "{stderr}"
+    );
+    // No job but the driver's worked in the second store.
+    let out = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let needle = format!("WorkDir={}", store2.display());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&needle));
+}

@@ -171,6 +171,11 @@ pub struct Args {
     /// cancelled, out of time, its node lost).
     #[arg(long, value_name = "N", default_value_t = 3)]
     retries: usize,
+    /// Slurm: run each step as a job step of the allocation repro runs in (inside
+    /// `sbatch`/`salloc`), sharing its GPUs, instead of as a job of its own (the default,
+    /// also inside an allocation).
+    #[arg(long)]
+    slurm_steps: bool,
 }
 
 /// Arguments of the hidden `repro bisect-step`.
@@ -336,10 +341,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
     };
     if a.executor == ExecutorKind::Local
-        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some())
+        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some() || a.slurm_steps)
     {
         return Err(UserError::usage(
-            "--partition, --time-limit and --account are options of --executor slurm",
+            "--partition, --time-limit, --account and --slurm-steps are options of --executor slurm",
         )
         .hint("add --executor slurm, or leave them out to run the steps here")
         .into());
@@ -392,30 +397,25 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         devices: a.devices.clone(),
         pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
     };
+    // Slurm: the options are checked, and the plan told, before any step runs.
+    let slurm = match a.executor {
+        ExecutorKind::Local => None,
+        ExecutorKind::Slurm => Some(slurm_executor(&repo, g, &a, &plan, &commits)?),
+    };
+    if let Some(e) = &slurm
+        && !g.quiet
+    {
+        eprintln!(
+            "note: plan: {}, submitted with {}",
+            e.placement().describe(),
+            e.job_args().join(" ")
+        );
+    }
     let progress = Progress::new(g, expected_steps(commits.len()));
     let events = |e: run::Event<'_>| progress.event(e);
-    let report = match a.executor {
-        ExecutorKind::Local => {
-            crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events)
-        }
-        ExecutorKind::Slurm => {
-            let store = g.store();
-            let store = crate::foundation::store::Store::at(
-                std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
-            );
-            run::prepare(&repo, &store, &plan, &commits)?;
-            let newest = *commits.last().expect("a range has two ends");
-            let opts = SlurmOptions {
-                partition: a.partition.clone(),
-                gres: a.gres.clone(),
-                time_limit: a.time_limit.clone(),
-                account: a.account.clone(),
-                retries: a.retries,
-                repro: std::env::current_exe().context("cannot find the repro executable")?,
-            };
-            let executor = SlurmExecutor::new(&repo, store, &plan, newest, opts)?;
-            run::drive(&executor, &plan, &commits, &events)
-        }
+    let report = match &slurm {
+        None => crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events),
+        Some(executor) => run::drive(executor, &plan, &commits, &events),
     };
     progress.finish();
     let report = report?;
@@ -492,6 +492,33 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::FirstBad { .. } => exit::OK,
         Outcome::Untestable { .. } => exit::MISMATCH,
     })
+}
+
+/// The Slurm executor of a bisection: the store made absolute (jobs run elsewhere), the
+/// steps' store prepared, the options checked with the controller.
+fn slurm_executor(
+    repo: &git2::Repository,
+    g: &Globals,
+    a: &Args,
+    plan: &Plan,
+    commits: &[git2::Oid],
+) -> anyhow::Result<SlurmExecutor> {
+    let store = g.store();
+    let store = crate::foundation::store::Store::at(
+        std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
+    );
+    run::prepare(repo, &store, plan, commits)?;
+    let newest = *commits.last().expect("a range has two ends");
+    let opts = SlurmOptions {
+        partition: a.partition.clone(),
+        gres: a.gres.clone(),
+        time_limit: a.time_limit.clone(),
+        account: a.account.clone(),
+        retries: a.retries,
+        steps: a.slurm_steps,
+        repro: std::env::current_exe().context("cannot find the repro executable")?,
+    };
+    Ok(SlurmExecutor::new(repo, store, plan, newest, opts)?)
 }
 
 /// The steps a bisection over `n` candidates is expected to take: both ends, then about

@@ -53,6 +53,9 @@ pub struct SlurmOptions {
     pub account: Option<String>,
     /// Submissions of one step after the first, for jobs that end without a result.
     pub retries: usize,
+    /// Run each step as a job step of the allocation repro runs in (`--slurm-steps`),
+    /// instead of as a job of its own.
+    pub steps: bool,
     /// The repro executable the jobs run (it must be reachable from the nodes).
     pub repro: PathBuf,
 }
@@ -315,6 +318,23 @@ pub enum SlurmError {
         reason: String,
         /// The partitions there are.
         partitions: Vec<String>,
+        /// The GRES the nodes have.
+        gres: Vec<String>,
+    },
+    /// `--slurm-steps` outside an allocation.
+    #[error(
+        "--slurm-steps runs each step as a job step of the allocation repro runs in, and repro runs in none (SLURM_JOB_ID is not set)"
+    )]
+    NoAllocation,
+    /// The allocation repro runs in lacks the GPUs each step asks for.
+    #[error("allocation {job} holds {held}; steps asking for --gres={gres} cannot run in it")]
+    AllocationGres {
+        /// The allocation.
+        job: String,
+        /// What a step asks for.
+        gres: String,
+        /// What it holds.
+        held: String,
     },
     /// `--time-limit` is not in Slurm's syntax.
     #[error("--time-limit `{given}` is not a Slurm time limit")]
@@ -450,6 +470,8 @@ pub struct SlurmExecutor {
     opts: SlurmOptions,
     /// The options every job is submitted with.
     args: Vec<String>,
+    /// Jobs of their own, or steps of the enclosing allocation.
+    placement: site::Placement,
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
@@ -467,42 +489,17 @@ impl SlurmExecutor {
         opts: SlurmOptions,
     ) -> Result<Self, SlurmError> {
         let args = Self::job_options(&opts, plan)?;
-        let test = Cmd::new("srun")
-            .arg("--test-only")
-            .args(&args)
-            .arg("true")
-            .timeout(Duration::from_secs(60));
-        match test.output() {
-            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
-            Err(source) => return Err(SlurmError::Unreachable { source }),
-            Ok(o) if !o.status.success() => {
-                let reason = o
-                    .stderr_str()
-                    .lines()
-                    .map(|l| l.trim_start_matches("srun: error: ").trim())
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let partitions = Cmd::new("sinfo")
-                    .args(["-h", "-o", "%R"])
-                    .timeout(Duration::from_secs(30))
-                    .run()
-                    .map(|o| {
-                        let mut v: Vec<String> =
-                            o.stdout_str().lines().map(str::to_string).collect();
-                        v.sort();
-                        v.dedup();
-                        v
-                    })
-                    .unwrap_or_default();
-                return Err(SlurmError::Refused {
-                    options: args.join(" "),
-                    reason,
-                    partitions,
-                });
+        let placement = match (opts.steps, site::enclosing_job()) {
+            (true, None) => return Err(SlurmError::NoAllocation),
+            (true, Some(job)) => {
+                Self::check_allocation(&job, &opts.gres)?;
+                site::Placement::Steps { job }
             }
-            Ok(_) => {}
-        }
+            (false, inside) => {
+                Self::test_options(&args)?;
+                site::Placement::Jobs { inside }
+            }
+        };
         let dir = store
             .scratch_dir("slurm")
             .map_err(|e| SlurmError::Unreachable {
@@ -524,9 +521,121 @@ impl SlurmExecutor {
             newest,
             opts,
             args,
+            placement,
             name,
             dir,
         })
+    }
+
+    /// Where the steps run, as the plan line and the record say it.
+    pub fn placement(&self) -> &site::Placement {
+        &self.placement
+    }
+
+    /// The options each job is submitted with (the time limit derived or given included).
+    pub fn job_args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// `srun` as this executor runs it: for jobs of their own, without the variables of
+    /// an allocation repro may itself run in (they would make each job a step of it, or
+    /// change what it asks for).
+    fn srun(placement: &site::Placement) -> Cmd {
+        let mut cmd = Cmd::new("srun");
+        if matches!(placement, site::Placement::Jobs { .. }) {
+            for k in site::inherited_job_vars() {
+                cmd = cmd.env_remove(k);
+            }
+        }
+        cmd
+    }
+
+    /// Asks the controller whether it would run a job with `args` (`srun --test-only`), as
+    /// a job of its own: an unknown partition or GRES, a limit above the partition's.
+    fn test_options(args: &[String]) -> Result<(), SlurmError> {
+        let test = Self::srun(&site::Placement::Jobs { inside: None })
+            .arg("--test-only")
+            .args(args)
+            .arg("true")
+            .timeout(Duration::from_secs(60));
+        let o = match test.output() {
+            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
+            Err(source) => return Err(SlurmError::Unreachable { source }),
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => o,
+        };
+        let reason = o
+            .stderr_str()
+            .lines()
+            .map(|l| l.trim_start_matches("srun: error: ").trim())
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let sinfo = |format: &str| {
+            Cmd::new("sinfo")
+                .args(["-h", "-o", format])
+                .timeout(Duration::from_secs(30))
+                .run()
+                .map(|o| {
+                    let mut v: Vec<String> = o
+                        .stdout_str()
+                        .lines()
+                        .map(|l| l.trim().to_string())
+                        .filter(|l| !l.is_empty() && l != "(null)")
+                        .collect();
+                    v.sort();
+                    v.dedup();
+                    v
+                })
+                .unwrap_or_default()
+        };
+        Err(SlurmError::Refused {
+            options: args.join(" "),
+            reason,
+            partitions: sinfo("%R"),
+            gres: sinfo("%G"),
+        })
+    }
+
+    /// Steps of an allocation get only what it holds: a GPU it does not have would leave
+    /// every step waiting or failing.
+    fn check_allocation(job: &str, gres: &str) -> Result<(), SlurmError> {
+        let Some((kind, asked)) = site::gpus_asked(gres) else {
+            return Ok(());
+        };
+        let shown = match Cmd::new("scontrol")
+            .args(["-o", "show", "job", job])
+            .timeout(Duration::from_secs(30))
+            .run()
+        {
+            Ok(o) => o.stdout_str(),
+            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
+            Err(source) => return Err(SlurmError::Unreachable { source }),
+        };
+        let (total, typed) = site::gpus_held(&shown);
+        let held = match &kind {
+            Some(t) => typed.iter().find(|(k, _)| k == t).map_or(0, |(_, n)| *n),
+            None => total,
+        };
+        if held < asked {
+            return Err(SlurmError::AllocationGres {
+                job: job.to_string(),
+                gres: gres.to_string(),
+                held: if typed.is_empty() {
+                    format!("{total} GPUs")
+                } else {
+                    format!(
+                        "{total} GPUs ({})",
+                        typed
+                            .iter()
+                            .map(|(t, n)| format!("{n} {t}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            });
+        }
+        Ok(())
     }
 
     /// The options every job of `plan` is submitted with. The time limit is the one given
@@ -687,11 +796,25 @@ impl Executor for SlurmExecutor {
                 .map_err(|error| fatal(JobFailure::Request { error }))?;
             // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
             // longer than many steps take); -v makes it say the job's id.
-            let out = Cmd::new("srun")
+            let out = Self::srun(&self.placement)
                 .args(["-v", "--ntasks=1"])
+                .args(match self.placement {
+                    // A step takes only its share of the allocation, so that several
+                    // run side by side.
+                    site::Placement::Steps { .. } => &["--exact"][..],
+                    site::Placement::Jobs { .. } => &[][..],
+                })
                 .arg(format!("--job-name={}", self.name))
                 .arg(format!("--chdir={}", self.dir.path().display()))
-                .args(&self.args)
+                .args(self.args.iter().filter(|a| {
+                    match self.placement {
+                        // A step belongs to its allocation's partition, account and QOS.
+                        site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
+                            .iter()
+                            .any(|p| a.starts_with(p)),
+                        site::Placement::Jobs { .. } => true,
+                    }
+                }))
                 .arg(&self.opts.repro)
                 .arg("--store")
                 .arg(self.store.root())
@@ -789,6 +912,8 @@ impl Diagnose for SlurmError {
     fn exit_code(&self) -> u8 {
         match self {
             SlurmError::Refused { .. }
+            | SlurmError::NoAllocation
+            | SlurmError::AllocationGres { .. }
             | SlurmError::BadTime { .. }
             | SlurmError::TimeLimit { .. } => exit::USAGE,
             SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
@@ -797,13 +922,19 @@ impl Diagnose for SlurmError {
     fn hint(&self) -> Option<String> {
         Some(match self {
             SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
-            SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
-                "check --partition, --gres, --time-limit and --account against `sinfo`".into()
+            SlurmError::Refused { partitions, gres, .. } => {
+                let mut h = String::new();
+                if !partitions.is_empty() {
+                    h.push_str(&format!("the partitions here are: {}; ", partitions.join(", ")));
+                }
+                if !gres.is_empty() {
+                    h.push_str(&format!("the nodes' GRES are: {}; ", gres.join(", ")));
+                }
+                h.push_str("check --partition, --gres, --time-limit, --account and --slurm-opt against `sinfo`");
+                h
             }
-            SlurmError::Refused { partitions, .. } => format!(
-                "the partitions here are: {}; check --gres, --time-limit and --account against `sinfo`",
-                partitions.join(", ")
-            ),
+            SlurmError::NoAllocation => "leave out --slurm-steps (each step is then a job of its own), or run repro inside `salloc`/`sbatch`".into(),
+            SlurmError::AllocationGres { .. } => "ask the allocation for the GPUs (sbatch --gres=gpu:N), or leave out --slurm-steps so that each step is a job of its own".into(),
             SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
             SlurmError::BadTime { derived, .. } => format!(
                 "give minutes (30), HH:MM:SS or D-HH:MM:SS, or leave it out: repro derives {derived} from --timeout"

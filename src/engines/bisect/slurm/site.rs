@@ -94,9 +94,154 @@ pub fn parse_time(text: &str) -> Result<Option<Duration>, TimeError> {
     Ok(Some(Duration::from_secs(secs)))
 }
 
+/// Where a bisection's steps run on the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Each step is a job of its own (also when repro itself runs inside an allocation).
+    Jobs {
+        /// The allocation repro runs in, whose variables are not passed on.
+        inside: Option<String>,
+    },
+    /// Each step is a job step of the allocation repro runs in (`--slurm-steps`).
+    Steps {
+        /// That allocation's job id.
+        job: String,
+    },
+}
+
+impl Placement {
+    /// What the plan line and the record say.
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::Jobs { inside: None } => "each step a Slurm job of its own".into(),
+            Placement::Jobs { inside: Some(j) } => format!(
+                "each step a Slurm job of its own (repro runs inside job {j}, whose SLURM_* variables are not passed on)"
+            ),
+            Placement::Steps { job } => format!("each step a job step of allocation {job}"),
+        }
+    }
+}
+
+/// The allocation this process runs in (`SLURM_JOB_ID`), if any.
+pub fn enclosing_job() -> Option<String> {
+    std::env::var("SLURM_JOB_ID")
+        .ok()
+        .or_else(|| std::env::var("SLURM_JOBID").ok())
+        .filter(|j| !j.is_empty())
+}
+
+/// The variables of an enclosing job that srun and sbatch would read as orders for a new
+/// job (`SLURM_JOB_ID` makes srun a step of it; `SLURM_NTASKS`, `SLURM_MEM_PER_NODE`,
+/// `SLURM_EXPORT_ENV`, `SBATCH_*` change what is asked for). `SLURM_CONF` names the
+/// cluster and is kept.
+pub fn inherited_job_vars() -> Vec<std::ffi::OsString> {
+    std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| {
+            let k = k.to_string_lossy();
+            k != "SLURM_CONF"
+                && ["SLURM_", "SBATCH_", "SRUN_", "SALLOC_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+        })
+        .collect()
+}
+
+/// The GPUs a GRES asks for: `gpu:1`, `gpu:h100:2`, `gpu` (one); `None` for GRES other than
+/// GPUs or one that does not parse (Slurm judges those).
+pub fn gpus_asked(gres: &str) -> Option<(Option<String>, u64)> {
+    gres.split(',').find_map(|g| {
+        let mut parts = g.trim().split(':');
+        if parts.next()? != "gpu" {
+            return None;
+        }
+        let rest: Vec<&str> = parts.collect();
+        match rest.as_slice() {
+            [] => Some((None, 1)),
+            [n] if n.parse::<u64>().is_ok() => Some((None, n.parse().ok()?)),
+            [t] => Some((Some(t.to_string()), 1)),
+            [t, n] => Some((Some(t.to_string()), n.parse().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+/// The GPUs an allocation holds, from `scontrol show job`'s `TRES=` (`gres/gpu=2`,
+/// `gres/gpu:h100=2`): the total and the count per type.
+pub fn gpus_held(scontrol: &str) -> (u64, Vec<(String, u64)>) {
+    let tres = scontrol
+        .split_whitespace()
+        .find_map(|w| {
+            w.strip_prefix("TRES=")
+                .or_else(|| w.strip_prefix("AllocTRES="))
+        })
+        .unwrap_or("");
+    let mut total = 0;
+    let mut typed = Vec::new();
+    for item in tres.split(',') {
+        let Some((k, v)) = item.split_once('=') else {
+            continue;
+        };
+        let Ok(n) = v.parse::<u64>() else { continue };
+        match k.strip_prefix("gres/gpu") {
+            Some("") => total = n,
+            Some(t) => {
+                if let Some(t) = t.strip_prefix(':') {
+                    typed.push((t.to_string(), n));
+                }
+            }
+            None => {}
+        }
+    }
+    if total == 0 && typed.is_empty() {
+        // Without gres/gpu in AccountingStorageTRES the allocation's GPUs show only as
+        // the request it was granted: `TresPerNode=gres:gpu:1` (`gres/gpu:h100:2` in
+        // newer releases), per node or per job.
+        for w in scontrol.split_whitespace() {
+            let Some(v) = w
+                .strip_prefix("TresPerNode=")
+                .or_else(|| w.strip_prefix("TresPerJob="))
+            else {
+                continue;
+            };
+            for item in v.split(',') {
+                let g = item
+                    .strip_prefix("gres:")
+                    .or_else(|| item.strip_prefix("gres/"))
+                    .unwrap_or(item);
+                if let Some((kind, n)) = gpus_asked(&g.replace('=', ":")) {
+                    total += n;
+                    if let Some(k) = kind {
+                        typed.push((k, n));
+                    }
+                }
+            }
+        }
+    }
+    (total, typed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gres_asked_and_held_are_read_in_slurms_forms() {
+        assert_eq!(gpus_asked("gpu:1"), Some((None, 1)));
+        assert_eq!(gpus_asked("gpu"), Some((None, 1)));
+        assert_eq!(gpus_asked("gpu:h100:2"), Some((Some("h100".into()), 2)));
+        assert_eq!(gpus_asked("gpu:h100"), Some((Some("h100".into()), 1)));
+        assert_eq!(gpus_asked("shard:2"), None);
+        assert_eq!(gpus_asked("shard:1,gpu:3"), Some((None, 3)));
+        let held =
+            "JobId=9 JobName=x TRES=cpu=2,mem=1G,node=1,billing=2,gres/gpu=2,gres/gpu:h100=2 Foo=1";
+        assert_eq!(gpus_held(held), (2, vec![("h100".into(), 2)]));
+        assert_eq!(gpus_held("JobId=9 TRES=cpu=1,mem=1G,node=1"), (0, vec![]));
+        let granted = "JobId=9 TRES=cpu=1,node=1,billing=1 TresPerNode=gres:gpu:1";
+        assert_eq!(gpus_held(granted), (1, vec![]));
+        let typed = "JobId=9 TRES=cpu=1 TresPerNode=gres/gpu:h100=2";
+        assert_eq!(gpus_held(typed), (2, vec![("h100".into(), 2)]));
+    }
 
     #[test]
     fn slurm_time_limits_parse_in_every_form_slurm_takes() {
