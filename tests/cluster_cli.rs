@@ -773,3 +773,217 @@ fn a_driver_inside_sbatch_submits_each_step_as_a_job_of_its_own() {
     let needle = format!("WorkDir={}", store2.display());
     assert!(!String::from_utf8_lossy(&out.stdout).contains(&needle));
 }
+
+/// The controller's view of every job that worked under `store`: one `scontrol -o` line each.
+fn jobs_shown(store: &Path) -> Vec<String> {
+    let out = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let needle = format!("WorkDir={}", store.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn site_options_reach_every_job_and_the_record() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = short_history();
+    std::fs::write(
+        root.join("repro.toml"),
+        "schema = 1\n[slurm]\noptions = [\"--comment=from-the-config\", \"--mem=64M\"]\nexport = [\"SITE_VAR\"]\n",
+    )
+    .unwrap();
+    let store = tmp.path().join("store");
+    let run = |store: &Path, extra: &[&str]| {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["--store", store.to_str().unwrap(), "bisect", "--json"])
+            .args(["--executor", "slurm", "--good", "HEAD~9", "--bad", "HEAD"])
+            .args([
+                "--script",
+                "test \"$SITE_VAR\" = hello && grep -q fine state.txt",
+            ])
+            .args(extra)
+            .env("SITE_VAR", "hello")
+            // A site that passes nothing by default: the explicit list still gets through.
+            .env("SLURM_EXPORT_ENV", "NONE")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, v, stderr) = run(
+        &store,
+        &[
+            "--slurm-opt=--comment=from-the-command-line",
+            "--slurm-opt=--cpus-per-task=1",
+            "--gres=gpu:fake:1",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
+    let cluster = &v["cluster"];
+    assert_eq!(cluster["executor"], "slurm", "{v}");
+    let options: Vec<&str> = cluster["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        options,
+        [
+            "--gres=gpu:fake:1",
+            "--time=11",
+            "--mem=64M",
+            "--comment=from-the-command-line",
+            "--cpus-per-task=1"
+        ],
+        "{v}"
+    );
+    assert!(
+        cluster["export"]
+            .as_array()
+            .unwrap()
+            .contains(&"SITE_VAR".into()),
+        "{v}"
+    );
+    // Each job was submitted with them: the controller shows them.
+    let jobs = jobs_shown(&store);
+    assert_eq!(jobs.len(), 5, "{jobs:?}");
+    for j in &jobs {
+        for want in [
+            "Comment=from-the-command-line",
+            "MinMemoryNode=64M",
+            "TresPerNode=gres:gpu:fake:1",
+            "TimeLimit=00:11:00",
+        ] {
+            assert!(j.contains(want), "{want} not in {j}");
+        }
+    }
+    // The recorded bisection carries them too.
+    let id = v["id"].as_str().unwrap();
+    let shown = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--store", store.to_str().unwrap(), "show", id])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("--comment=from-the-command-line"), "{shown}");
+    // Without the variable exported, the job's script does not see it: the good end fails.
+    std::fs::write(
+        root.join("repro.toml"),
+        "schema = 1\n[slurm]\noptions = [\"--mem=64M\"]\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&tmp.path().join("store2"), &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("the good end") && stderr.contains("is not good"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn site_options_slurm_refuses_are_named_before_any_job() {
+    let (tmp, root) = short_history();
+    let store = tmp.path().join("store");
+    let run = |extra: &[&str]| {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["--store", store.to_str().unwrap(), "bisect"])
+            .args(["--executor", "slurm", "--good", "HEAD~9", "--bad", "HEAD"])
+            .args(["--script", "true"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Refused by repro itself, with or without a cluster.
+    for (opt, said) in [
+        ("--slurm-opt=-p", "--slurm-opt: `-p` is not a long option"),
+        (
+            "--slurm-opt=--job-name=x",
+            "--slurm-opt: `--job-name=x`: repro sets --job-name itself",
+        ),
+        ("--slurm-opt=--time=5", "the time limit is --time-limit"),
+        (
+            "--slurm-opt=--export=ALL",
+            "repro passes an explicit export list",
+        ),
+        (
+            "--slurm-export=1X",
+            "`1X` is not an environment variable's name",
+        ),
+    ] {
+        let (code, stderr) = run(&[opt]);
+        assert_eq!(code, 2, "{opt}: {stderr}");
+        assert!(
+            stderr.contains(said) && stderr.contains("hint:"),
+            "{opt}: {stderr}"
+        );
+    }
+    std::fs::write(
+        root.join("repro.toml"),
+        "schema = 1\n[slurm]\noptions = [\n  \"--qos=normal\",\n  \"--wrap=x\",\n]\n",
+    )
+    .unwrap();
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("repro.toml:5:4: [slurm] options: `--wrap=x`: repro sets --wrap itself"),
+        "{stderr}"
+    );
+    std::fs::remove_file(root.join("repro.toml")).unwrap();
+    if !slurm_up() {
+        return;
+    }
+    // Refused by the controller: what it said, and what there is.
+    for (opts, said) in [
+        (
+            &["--gres=gpu:h100:1"][..],
+            "Requested node configuration is not available",
+        ),
+        (
+            &["--slurm-opt=--constraint=h100"][..],
+            "Invalid feature specification",
+        ),
+        (
+            &["--slurm-opt=--bogus-option=1"][..],
+            "unrecognized option '--bogus-option=1'",
+        ),
+        (
+            &["--slurm-opt=--mem=100T"][..],
+            "Requested node configuration is not available",
+        ),
+    ] {
+        let (code, stderr) = run(opts);
+        assert_eq!(code, 2, "{opts:?}: {stderr}");
+        assert!(
+            stderr.contains("Slurm refuses these job options") && stderr.contains(said),
+            "{opts:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("the nodes' GRES are: gpu:fake:2"),
+            "{stderr}"
+        );
+        assert!(jobs_shown(&store).is_empty(), "a job was submitted");
+        assert!(!store.join("bisect").exists());
+    }
+}

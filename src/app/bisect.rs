@@ -156,9 +156,10 @@ pub struct Args {
     /// Slurm: the partition [default: the cluster's default].
     #[arg(long, value_name = "NAME")]
     partition: Option<String>,
-    /// Slurm: the generic resources of each job ("" for none).
-    #[arg(long, value_name = "GRES", default_value = "gpu:1")]
-    gres: String,
+    /// Slurm: the generic resources of each job, e.g. gpu:h100:1 ("" for none) [default:
+    /// a --gres of --slurm-opt or [slurm] options, else gpu:1].
+    #[arg(long, value_name = "GRES")]
+    gres: Option<String>,
     /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS) [default:
     /// derived from --timeout: every timeout a step can meet, plus a minute]. A limit a
     /// hanging step would meet before its own --timeout is refused.
@@ -176,6 +177,15 @@ pub struct Args {
     /// also inside an allocation).
     #[arg(long)]
     slurm_steps: bool,
+    /// Slurm: any sbatch/srun option for every job, as --name=value (e.g.
+    /// --slurm-opt=--qos=high, --slurm-opt=--constraint=h100); after `[slurm] options` of
+    /// repro.toml, the last of each name wins. Checked with the controller before any job.
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
+    slurm_opt: Vec<String>,
+    /// Slurm: an environment variable jobs get, besides repro's own list (PATH,
+    /// LD_LIBRARY_PATH, HOME, REPRO_*, ...) and `[slurm] export`.
+    #[arg(long, value_name = "NAME")]
+    slurm_export: Vec<String>,
 }
 
 /// Arguments of the hidden `repro bisect-step`.
@@ -439,6 +449,12 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         evaluated: report.evaluated,
         steps: report.steps.clone(),
         recheck: report.recheck.clone(),
+        cluster: slurm.as_ref().map(|e| records::ClusterRecord {
+            executor: "slurm".into(),
+            placement: e.placement().describe(),
+            options: e.job_args().to_vec(),
+            export: e.exported().to_vec(),
+        }),
         kind: None,
         question: None,
         created_at: None,
@@ -509,9 +525,28 @@ fn slurm_executor(
     );
     run::prepare(repo, &store, plan, commits)?;
     let newest = *commits.last().expect("a range has two ends");
+    for o in &a.slurm_opt {
+        if let Some(problem) = crate::foundation::config::slurm_option_problem(o) {
+            return Err(UserError::usage(format!("--slurm-opt: {problem}"))
+                .hint("pass one option per --slurm-opt, as --slurm-opt=--name=value")
+                .into());
+        }
+    }
+    for n in &a.slurm_export {
+        if !crate::foundation::config::env_name_ok(n) {
+            return Err(UserError::usage(format!(
+                "--slurm-export: `{n}` is not an environment variable's name"
+            ))
+            .hint("pass a name, such as --slurm-export HF_HOME")
+            .into());
+        }
+    }
+    let site = &g.config()?.slurm;
     let opts = SlurmOptions {
         partition: a.partition.clone(),
         gres: a.gres.clone(),
+        site: [&site.options[..], &a.slurm_opt[..]].concat(),
+        export: [&site.export[..], &a.slurm_export[..]].concat(),
         time_limit: a.time_limit.clone(),
         account: a.account.clone(),
         retries: a.retries,

@@ -453,6 +453,12 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
             format!("{} {}", plain(&c.hash), plain(&c.subject)),
         ]);
     }
+    if let Some(c) = &r.cluster {
+        t.row(["executor".to_string(), plain(&c.executor)]);
+        t.row(["placement".to_string(), plain(&c.placement)]);
+        t.row(["job options".to_string(), plain(&c.options.join(" "))]);
+        t.row(["job environment".to_string(), plain(&c.export.join(" "))]);
+    }
     let mut out = t.render(0);
     out.push_str("\nsteps:\n");
     let mut s = Table::new();

@@ -1165,6 +1165,20 @@ impl Step {
     }
 }
 
+/// How a bisection's steps ran on a cluster: the part of its record that says where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ClusterRecord {
+    /// `slurm`.
+    pub executor: String,
+    /// Jobs of their own, or steps of an allocation (in words).
+    pub placement: String,
+    /// The options every job was submitted with (the site's included).
+    pub options: Vec<String>,
+    /// The environment variables jobs were given (names).
+    pub export: Vec<String>,
+}
+
 /// A finished bisection's report: `bisections/ID.json`, and `repro bisect --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -1189,6 +1203,9 @@ pub struct BisectRecord {
     pub steps: Vec<Step>,
     /// Bench: the culprit re-checked against its parent.
     pub recheck: Option<Recheck>,
+    /// Where the steps ran, for a bisection run on a cluster (`--executor slurm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterRecord>,
     /// Always `bisection` once recorded (absent in `--json` before it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,

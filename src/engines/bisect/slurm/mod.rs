@@ -45,8 +45,13 @@ pub const MAX_BYTES: u64 = 4 << 20;
 pub struct SlurmOptions {
     /// `--partition`, or the cluster's default.
     pub partition: Option<String>,
-    /// `--gres` per job (`gpu:1`); empty for none.
-    pub gres: String,
+    /// `--gres` per job (`gpu:h100:1`); empty for none; `None` for the site option's, or
+    /// else `gpu:1`.
+    pub gres: Option<String>,
+    /// The site's options (`[slurm] options`, then `--slurm-opt`), each validated.
+    pub site: Vec<String>,
+    /// Variables jobs get besides repro's list.
+    pub export: Vec<String>,
     /// `--time` per job, in Slurm's syntax (`30`, `1:00:00`).
     pub time_limit: Option<String>,
     /// `--account`.
@@ -472,6 +477,8 @@ pub struct SlurmExecutor {
     args: Vec<String>,
     /// Jobs of their own, or steps of the enclosing allocation.
     placement: site::Placement,
+    /// The variables jobs get.
+    export: Vec<String>,
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
@@ -489,10 +496,11 @@ impl SlurmExecutor {
         opts: SlurmOptions,
     ) -> Result<Self, SlurmError> {
         let args = Self::job_options(&opts, plan)?;
+        let export = site::export_list(&opts.export);
         let placement = match (opts.steps, site::enclosing_job()) {
             (true, None) => return Err(SlurmError::NoAllocation),
             (true, Some(job)) => {
-                Self::check_allocation(&job, &opts.gres)?;
+                Self::check_allocation(&job, &Self::gres(&args))?;
                 site::Placement::Steps { job }
             }
             (false, inside) => {
@@ -520,6 +528,7 @@ impl SlurmExecutor {
             width: plan.jobs.max(1),
             newest,
             opts,
+            export,
             args,
             placement,
             name,
@@ -643,11 +652,24 @@ impl SlurmExecutor {
     /// from the step's timeouts.
     fn job_options(opts: &SlurmOptions, plan: &Plan) -> Result<Vec<String>, SlurmError> {
         let mut v = Vec::new();
+        let mut dedicated = vec!["time"];
         if let Some(p) = &opts.partition {
             v.push(format!("--partition={p}"));
+            dedicated.push("partition");
         }
-        if !opts.gres.is_empty() {
-            v.push(format!("--gres={}", opts.gres));
+        let site_gres = opts.site.iter().any(|o| site::option_name(o) == "gres");
+        match &opts.gres {
+            Some(g) => {
+                dedicated.push("gres");
+                if !g.is_empty() {
+                    v.push(format!("--gres={g}"));
+                }
+            }
+            None if site_gres => {}
+            None => v.push("--gres=gpu:1".into()),
+        }
+        if opts.account.is_some() {
+            dedicated.push("account");
         }
         match &opts.time_limit {
             Some(t) => {
@@ -671,7 +693,27 @@ impl SlurmExecutor {
         if let Some(a) = &opts.account {
             v.push(format!("--account={a}"));
         }
+        v.extend(site::merge_options(&opts.site, &dedicated));
         Ok(v)
+    }
+
+    /// The GRES each job asks for, as submitted.
+    fn gres(args: &[String]) -> String {
+        args.iter()
+            .rev()
+            .find_map(|a| a.strip_prefix("--gres="))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// The `--export=` option of every job.
+    fn export_arg(&self) -> String {
+        format!("--export={}", self.export.join(","))
+    }
+
+    /// The variables each job gets (names), as submitted.
+    pub fn exported(&self) -> &[String] {
+        &self.export
     }
 
     /// The job's final state as the controller remembers it ("CANCELLED", "TIMEOUT",
@@ -806,6 +848,7 @@ impl Executor for SlurmExecutor {
                 })
                 .arg(format!("--job-name={}", self.name))
                 .arg(format!("--chdir={}", self.dir.path().display()))
+                .arg(self.export_arg())
                 .args(self.args.iter().filter(|a| {
                     match self.placement {
                         // A step belongs to its allocation's partition, account and QOS.

@@ -94,6 +94,74 @@ pub fn parse_time(text: &str) -> Result<Option<Duration>, TimeError> {
     Ok(Some(Duration::from_secs(secs)))
 }
 
+/// The variables every job gets when present here: what repro, compilers, Python and CUDA
+/// libraries read. Sites with `SLURM_EXPORT_ENV=NONE` pass nothing else, so the list is
+/// explicit (`--export=NAME,...`) everywhere, and the same on every site.
+pub const EXPORTED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "NO_COLOR",
+    "LD_LIBRARY_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "NIX_PATH",
+    "NIX_SSL_CERT_FILE",
+    "SSL_CERT_FILE",
+];
+
+/// The `--export=` list of a job: [`EXPORTED`] and every `REPRO_*` variable set here, and
+/// the names the user adds (`[slurm] export`, `--slurm-export`), sorted, each once.
+pub fn export_list(extra: &[String]) -> Vec<String> {
+    let mut names: std::collections::BTreeSet<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| EXPORTED.contains(&k.as_str()) || k.starts_with("REPRO_"))
+        .collect();
+    names.extend(extra.iter().cloned());
+    names.into_iter().collect()
+}
+
+/// The option's name: `--qos=high` → `qos`.
+pub fn option_name(opt: &str) -> &str {
+    let body = opt.trim_start_matches('-');
+    body.split_once('=').map_or(body, |(n, _)| n)
+}
+
+/// Site options as given (the config's first, then the command line's), each name once:
+/// the last occurrence wins, in the order of those last occurrences. Names in `overridden`
+/// (given by a dedicated flag) are left out.
+pub fn merge_options(site: &[String], overridden: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for o in site {
+        let name = option_name(o);
+        if overridden.contains(&name) {
+            continue;
+        }
+        out.retain(|p| option_name(p) != name);
+        out.push(o.clone());
+    }
+    out
+}
+
 /// Where a bisection's steps run on the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -224,6 +292,22 @@ pub fn gpus_held(scontrol: &str) -> (u64, Vec<(String, u64)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn site_options_keep_the_last_of_each_name_and_yield_to_dedicated_flags() {
+        let site: Vec<String> = ["--qos=low", "--partition=a", "--mem=1G", "--qos=high"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            merge_options(&site, &["partition"]),
+            ["--mem=1G", "--qos=high"]
+        );
+        assert_eq!(option_name("--exclusive"), "exclusive");
+        let list = export_list(&["HF_HOME".into(), "PATH".into()]);
+        assert!(list.contains(&"HF_HOME".to_string()) && list.contains(&"PATH".to_string()));
+        assert_eq!(list.iter().filter(|n| *n == "PATH").count(), 1);
+    }
 
     #[test]
     fn gres_asked_and_held_are_read_in_slurms_forms() {
