@@ -987,3 +987,93 @@ fn site_options_slurm_refuses_are_named_before_any_job() {
         assert!(!store.join("bisect").exists());
     }
 }
+
+#[test]
+fn a_path_the_node_cannot_see_is_named_before_any_step() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = short_history();
+    // A directory only this test's private mount namespace sees: a tmpfs mounted over it
+    // there, while slurmd (the node) sees the empty directory beneath.
+    let private = tmp.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let repro_bin = assert_cmd::cargo::cargo_bin("repro");
+    let run = |setup: &str, repro: &str, store: &str| {
+        let script = format!(
+            "mount -t tmpfs tmpfs \"$P\" || exit 97; {setup}; exec {repro} -C \"$ROOT\" --store {store} bisect --executor slurm --good HEAD~9 --bad HEAD --script 'grep -q fine state.txt'"
+        );
+        std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .env("P", &private)
+            .env("R", &repro_bin)
+            .env("ROOT", &root)
+            .env("XDG_CACHE_HOME", tmp.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    // The store where only this machine sees it.
+    let out = run("mkdir \"$P/store\"", "\"$R\"", "\"$P/store\"");
+    if out.status.code() == Some(97)
+        || (out.status.code() == Some(1)
+            && out.stdout.is_empty()
+            && String::from_utf8_lossy(&out.stderr).contains("unshare"))
+    {
+        common::skip(&format!(
+            "a_path_the_node_cannot_see_is_named_before_any_step: cannot make a private mount here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+        return;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let store = private.join("store");
+    assert!(
+        stderr.contains(" on node ")
+            && stderr.contains(&format!("cannot use the store {}", store.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: the repository, the store (--store) and repro itself must be on a file system the nodes mount"), "{stderr}");
+    assert!(
+        !stderr.contains("checking the good end"),
+        "a step ran: {stderr}"
+    );
+    // The repro binary where only this machine sees it.
+    let store = tmp.path().join("store");
+    let out = run(
+        "mkdir \"$P/bin\" && cp \"$R\" \"$P/bin/repro\"",
+        "\"$P/bin/repro\"",
+        store.to_str().unwrap(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot use the repro binary {}",
+            private.join("bin/repro").display()
+        )),
+        "{stderr}"
+    );
+    assert!(jobs_shown(&store).is_empty(), "a step job was submitted");
+    // Where the node sees everything, the probe passes and the steps run.
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--executor",
+            "slurm",
+            "--good",
+            "HEAD~9",
+            "--bad",
+            "HEAD",
+            "--script",
+            "grep -q fine state.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
+}

@@ -8,6 +8,7 @@ pub mod context;
 pub mod demo;
 pub mod env;
 pub mod plot;
+pub mod probe;
 pub mod pull;
 pub mod push;
 pub mod replay;
@@ -99,6 +100,9 @@ pub enum Command {
     /// Internal: evaluate one bisection step from a request file (a Slurm job's command).
     #[command(hide = true)]
     BisectStep(bisect::StepArgs),
+    /// Internal: check on a node what a Slurm bisection's steps need (its probe job).
+    #[command(hide = true)]
+    BisectProbe(probe::Args),
 }
 
 /// Runs the parsed command line and returns the exit code.
@@ -133,6 +137,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Compare(args) => results::compare(&globals, args),
         Command::GpuJob(args) => bench::gpu_job(&globals, args),
         Command::BisectStep(args) => bisect::run_step(&globals, args),
+        Command::BisectProbe(args) => probe::run(&globals, args),
         Command::Bisect(args) => bisect::run(&globals, args),
         Command::Push(args) => push::run(&globals, args),
         Command::Pull(args) => pull::run(&globals, args),

@@ -14,6 +14,7 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
+pub mod probe;
 pub mod site;
 
 use std::path::{Path, PathBuf};
@@ -362,6 +363,30 @@ pub enum SlurmError {
         /// The limit repro would derive.
         derived: String,
     },
+    /// A node cannot see (or use) a path the steps need.
+    #[error("the probe job{} on node {node} cannot use the {what} {}{}", .job.as_ref().map(|j| format!(" {j}")).unwrap_or_default(), .path.display(), .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    NodeCannotUse {
+        /// The probe's job id.
+        job: Option<String>,
+        /// The node.
+        node: String,
+        /// What the path is.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// Why, as the node said.
+        why: Option<String>,
+    },
+    /// The probe job ended without saying what it found.
+    #[error("the probe job{} ended without an answer ({status}){}", .job.as_ref().map(|j| format!(" {j}")).unwrap_or_default(), if .said.is_empty() { String::new() } else { format!(": {}", .said) })]
+    ProbeFailed {
+        /// The probe's job id.
+        job: Option<String>,
+        /// How srun ended.
+        status: String,
+        /// The last lines it printed.
+        said: String,
+    },
     /// srun could not be asked at all (the controller is down).
     #[error("cannot reach the Slurm controller")]
     Unreachable {
@@ -520,6 +545,15 @@ impl SlurmExecutor {
         let name = format!("repro-bisect-{token}");
         // Ctrl-C, SIGTERM or SIGKILL of repro: the process guardian cancels the jobs.
         crate::foundation::process::cancel_slurm_jobs_on_exit(&name);
+        Self::probe(
+            &placement,
+            &args,
+            &name,
+            repo,
+            &store,
+            dir.path(),
+            &opts.repro,
+        )?;
         Ok(SlurmExecutor {
             known: super::local::LocalExecutor::new(repo, store.clone(), plan, newest),
             repo: repo.path().to_path_buf(),
@@ -533,6 +567,78 @@ impl SlurmExecutor {
             placement,
             name,
             dir,
+        })
+    }
+
+    /// Runs the probe job (see [`probe`]) on a node the steps could get, with their
+    /// options, and turns what it found into an error naming the path.
+    fn probe(
+        placement: &site::Placement,
+        args: &[String],
+        name: &str,
+        repo: &git2::Repository,
+        store: &Store,
+        dir: &Path,
+        repro: &Path,
+    ) -> Result<(), SlurmError> {
+        let arg = |what: &str, p: &Path| format!("{what}={}", p.display());
+        let out = Self::srun(placement)
+            .args(["-v", "--ntasks=1"])
+            .arg(format!("--job-name={name}"))
+            .arg(format!("--export={}", site::export_list(&[]).join(",")))
+            .args(Self::placed_args(placement, args))
+            .args(["sh", "-c", probe::SCRIPT, "sh"])
+            .arg(repro)
+            .arg(store.root())
+            .arg(dir)
+            .arg(repo.path())
+            .args([
+                arg("repository", repo.path()),
+                arg("store", store.root()),
+                arg("scratch directory", dir),
+                arg("repro binary", repro),
+            ])
+            .timeout(Duration::from_secs(3600))
+            .output()
+            .map_err(|source| match source {
+                ProcessError::NotFound { .. } => SlurmError::NoSrun,
+                source => SlurmError::Unreachable { source },
+            })?;
+        let stdout = out.stdout_str();
+        let job = job_id(&out.stderr_str());
+        match probe::finding(&stdout) {
+            probe::Finding::Ok => Ok(()),
+            probe::Finding::Path { what, path, why } => Err(SlurmError::NodeCannotUse {
+                job,
+                node: probe::node(&stdout).unwrap_or_else(|| "?".into()),
+                what,
+                path,
+                why,
+            }),
+            probe::Finding::Silent => {
+                let text = format!("{stdout}{}", out.stderr_str());
+                let mut tail: Vec<&str> = text.lines().rev().take(4).collect();
+                tail.reverse();
+                Err(SlurmError::ProbeFailed {
+                    job,
+                    status: crate::foundation::process::describe_status(out.status),
+                    said: tail.join(" | "),
+                })
+            }
+        }
+    }
+
+    /// The job options as `placement` takes them: a job step belongs to its allocation's
+    /// partition, account and QOS.
+    fn placed_args<'a>(
+        placement: &'a site::Placement,
+        args: &'a [String],
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        args.iter().filter(move |a| match placement {
+            site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
+                .iter()
+                .any(|p| a.starts_with(p)),
+            site::Placement::Jobs { .. } => true,
         })
     }
 
@@ -959,7 +1065,10 @@ impl Diagnose for SlurmError {
             | SlurmError::AllocationGres { .. }
             | SlurmError::BadTime { .. }
             | SlurmError::TimeLimit { .. } => exit::USAGE,
-            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
+            SlurmError::NoSrun
+            | SlurmError::Unreachable { .. }
+            | SlurmError::NodeCannotUse { .. }
+            | SlurmError::ProbeFailed { .. } => exit::ENVIRONMENT,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -976,6 +1085,9 @@ impl Diagnose for SlurmError {
                 h.push_str("check --partition, --gres, --time-limit, --account and --slurm-opt against `sinfo`");
                 h
             }
+            SlurmError::NodeCannotUse { what, .. } if what == "lock" => "the store's file system refuses locks on the nodes: put the store (--store) on a file system that locks (NFS with its lock manager; Lustre mounted with -o flock)".into(),
+            SlurmError::NodeCannotUse { .. } => "the repository, the store (--store) and repro itself must be on a file system the nodes mount at the same path, such as your home or a project directory; the login node's /tmp is not".into(),
+            SlurmError::ProbeFailed { .. } => "run the probe's command by hand on a node (srun --pty bash) to see why; the job's options may need a --slurm-opt the site requires".into(),
             SlurmError::NoAllocation => "leave out --slurm-steps (each step is then a job of its own), or run repro inside `salloc`/`sbatch`".into(),
             SlurmError::AllocationGres { .. } => "ask the allocation for the GPUs (sbatch --gres=gpu:N), or leave out --slurm-steps so that each step is a job of its own".into(),
             SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
