@@ -1077,3 +1077,126 @@ fn a_path_the_node_cannot_see_is_named_before_any_step() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
 }
+
+/// Whether `sacct` answers here (the cluster keeps accounting).
+fn sacct_answers() -> bool {
+    std::process::Command::new("sacct")
+        .args(["-n", "-X", "-j", "1"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_record_gives_queue_wait_run_time_and_gpu_hours_per_step_and_in_total() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    // Four commits, broken from the third: three steps, each a job that waits.
+    let (tmp, root) = history(4, |i| {
+        vec![(
+            "state.txt".into(),
+            if i >= 3 { "broken\n" } else { "fine\n" }.into(),
+        )]
+    });
+    let store = tmp.path().join("store");
+    // Each job may start 2 s after it is submitted: a queue wait of at least 2 s.
+    let args = [
+        "--store",
+        store.to_str().unwrap(),
+        "--executor",
+        "slurm",
+        "--slurm-opt=--begin=now+2",
+        "--good",
+        "HEAD~3",
+        "--bad",
+        "HEAD",
+        "--script",
+        "sleep 2; grep -q fine state.txt",
+    ];
+    let (code, v, stderr) = bisect(tmp.path(), &root, &args);
+    assert_eq!(code, 0, "{stderr}");
+    let source = if sacct_answers() { "sacct" } else { "scontrol" };
+    let steps = v["steps"].as_array().unwrap();
+    let mut run = 0.0;
+    let mut gpu_hours = 0.0;
+    for s in steps {
+        let job = &s["job"];
+        assert_eq!(job["source"], source, "{s}");
+        assert_eq!(job["state"], "COMPLETED", "{s}");
+        assert_eq!(job["gpus"], 1, "{s}");
+        assert!(job["queue-wait-s"].as_f64().unwrap() >= 1.0, "{s}");
+        let r = job["run-s"].as_f64().unwrap();
+        assert!((2.0..60.0).contains(&r), "{s}");
+        assert!(
+            (job["gpu-hours"].as_f64().unwrap() - r / 3600.0).abs() < 1e-9,
+            "{s}"
+        );
+        run += r;
+        gpu_hours += r / 3600.0;
+    }
+    let usage = &v["cluster"]["usage"];
+    // The steps' jobs and the probe's.
+    assert_eq!(usage["jobs"], steps.len() + 1, "{usage}");
+    assert_eq!(usage["source"], source, "{usage}");
+    assert!(usage["run-s"].as_f64().unwrap() >= run, "{usage}");
+    assert!(usage["gpu-hours"].as_f64().unwrap() >= gpu_hours, "{usage}");
+    assert!(
+        usage["queue-wait-s"].as_f64().unwrap() >= steps.len() as f64,
+        "{usage}"
+    );
+    // repro show gives the same table as the bisection printed.
+    let shown = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "show",
+            v["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let first = steps[0]["job"]["id"].as_str().unwrap();
+    assert!(
+        shown.contains("cluster: each step a Slurm job of its own")
+            && shown.contains(&format!("  {first} "))
+            && shown.contains(&format!("all {} jobs", steps.len() + 1))
+            && shown.contains(&format!("(from {source};")),
+        "{shown}"
+    );
+
+    // Without accounting (sacct refuses, as with AccountingStorageType=none), the
+    // controller's figures are used.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let fake = bin.join("sacct");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&fake).unwrap().permissions(),
+        0o755,
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let store2 = tmp.path().join("store2");
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--store", store2.to_str().unwrap(), "bisect", "--json"])
+        .args(["--executor", "slurm", "--good", "HEAD~3", "--bad", "HEAD"])
+        .args(["--script", "grep -q fine state.txt"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cluster"]["usage"]["source"], "scontrol", "{v}");
+    for s in v["steps"].as_array().unwrap() {
+        assert_eq!(s["job"]["source"], "scontrol", "{s}");
+        assert_eq!(s["job"]["state"], "COMPLETED", "{s}");
+    }
+}

@@ -454,6 +454,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             placement: e.placement().describe(),
             options: e.job_args().to_vec(),
             export: e.exported().to_vec(),
+            usage: e.usage(),
         }),
         kind: None,
         question: None,
@@ -496,13 +497,12 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         emit_json(&doc)?;
     } else if !g.quiet {
         // -q: the exit code says whether a culprit was found.
-        emit(&render(
-            &report,
-            &commits,
-            culprit.as_ref(),
-            parent.as_ref(),
-            &a,
-        ))?;
+        let mut text = render(&report, &commits, culprit.as_ref(), parent.as_ref(), &a);
+        if let Some(c) = &doc.cluster {
+            text.push('\n');
+            text.push_str(&cluster_text(c, &doc.steps));
+        }
+        emit(&text)?;
     }
     Ok(match report.outcome {
         Outcome::FirstBad { .. } => exit::OK,
@@ -554,6 +554,57 @@ fn slurm_executor(
         repro: std::env::current_exe().context("cannot find the repro executable")?,
     };
     Ok(SlurmExecutor::new(repo, store, plan, newest, opts)?)
+}
+
+/// What a cluster bisection's jobs cost: one row per step that ran as a job (its id,
+/// queue wait, run time, GPUs, GPU-hours) and the total of every job, the probe's and
+/// lost ones' included.
+pub(crate) fn cluster_text(c: &records::ClusterRecord, steps: &[run::Step]) -> String {
+    let mut out = format!("cluster: {}\n", c.placement);
+    let Some(total) = &c.usage else {
+        out.push_str("  (the cluster reported no job times)\n");
+        return out;
+    };
+    let mut t = Table::new();
+    t.row(
+        [
+            "JOB",
+            "COMMIT",
+            "STATE",
+            "QUEUED",
+            "RAN",
+            "GPUS",
+            "GPU-HOURS",
+        ]
+        .map(String::from),
+    );
+    for s in steps {
+        let Some(j) = &s.job else { continue };
+        t.row([
+            j.id.clone(),
+            keys::short(&s.commit).to_string(),
+            crate::foundation::output::printable(&j.state),
+            format!("{:.0} s", j.queue_wait_s),
+            format!("{:.0} s", j.run_s),
+            j.gpus.to_string(),
+            format!("{:.4}", j.gpu_hours),
+        ]);
+    }
+    t.row([
+        format!("all {} jobs", total.jobs),
+        String::new(),
+        String::new(),
+        format!("{:.0} s", total.queue_wait_s),
+        format!("{:.0} s", total.run_s),
+        String::new(),
+        format!("{:.4}", total.gpu_hours),
+    ]);
+    out.push_str(&t.render(2));
+    out.push_str(&format!(
+        "  (from {}; times in whole seconds, as Slurm keeps them)\n",
+        total.source
+    ));
+    out
 }
 
 /// The steps a bisection over `n` candidates is expected to take: both ends, then about

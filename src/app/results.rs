@@ -475,6 +475,10 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
         ]);
     }
     out.push_str(&s.render(2));
+    if let Some(c) = &r.cluster {
+        out.push('\n');
+        out.push_str(&crate::app::bisect::cluster_text(c, &r.steps));
+    }
     emit(&out)?;
     Ok(exit::OK)
 }

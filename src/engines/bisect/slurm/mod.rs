@@ -14,6 +14,7 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
+pub mod accounting;
 pub mod probe;
 pub mod site;
 
@@ -504,6 +505,8 @@ pub struct SlurmExecutor {
     placement: site::Placement,
     /// The variables jobs get.
     export: Vec<String>,
+    /// What each job ended so far cost.
+    jobs: std::sync::Mutex<Vec<crate::foundation::records::JobUsage>>,
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
@@ -545,7 +548,7 @@ impl SlurmExecutor {
         let name = format!("repro-bisect-{token}");
         // Ctrl-C, SIGTERM or SIGKILL of repro: the process guardian cancels the jobs.
         crate::foundation::process::cancel_slurm_jobs_on_exit(&name);
-        Self::probe(
+        let probe = Self::probe(
             &placement,
             &args,
             &name,
@@ -554,6 +557,10 @@ impl SlurmExecutor {
             dir.path(),
             &opts.repro,
         )?;
+        let jobs = probe
+            .and_then(|j| Self::settled(&j).usage)
+            .into_iter()
+            .collect();
         Ok(SlurmExecutor {
             known: super::local::LocalExecutor::new(repo, store.clone(), plan, newest),
             repo: repo.path().to_path_buf(),
@@ -563,6 +570,7 @@ impl SlurmExecutor {
             newest,
             opts,
             export,
+            jobs: std::sync::Mutex::new(jobs),
             args,
             placement,
             name,
@@ -580,7 +588,7 @@ impl SlurmExecutor {
         store: &Store,
         dir: &Path,
         repro: &Path,
-    ) -> Result<(), SlurmError> {
+    ) -> Result<Option<String>, SlurmError> {
         let arg = |what: &str, p: &Path| format!("{what}={}", p.display());
         let out = Self::srun(placement)
             .args(["-v", "--ntasks=1"])
@@ -607,7 +615,7 @@ impl SlurmExecutor {
         let stdout = out.stdout_str();
         let job = job_id(&out.stderr_str());
         match probe::finding(&stdout) {
-            probe::Finding::Ok => Ok(()),
+            probe::Finding::Ok => Ok(job),
             probe::Finding::Path { what, path, why } => Err(SlurmError::NodeCannotUse {
                 job,
                 node: probe::node(&stdout).unwrap_or_else(|| "?".into()),
@@ -822,35 +830,41 @@ impl SlurmExecutor {
         &self.export
     }
 
-    /// The job's final state as the controller remembers it ("CANCELLED", "TIMEOUT",
-    /// ...), waiting a few seconds for a job that is still completing.
-    fn job_state(job: &str) -> String {
-        let mut state = Self::job_state_now(job);
+    /// How the job ended and what it cost (`sacct`, else `scontrol`), waiting a few
+    /// seconds for a job that is still completing (or that accounting has not caught up
+    /// with); the usage is kept for the bisection's totals.
+    fn job_facts(&self, job: &str) -> accounting::JobFacts {
+        let facts = Self::settled(job);
+        if let Some(u) = &facts.usage {
+            self.jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(u.clone());
+        }
+        facts
+    }
+
+    fn settled(job: &str) -> accounting::JobFacts {
+        let unknown = || accounting::JobFacts {
+            state: "unknown".into(),
+            usage: None,
+        };
+        let mut facts = accounting::facts(job).unwrap_or_else(unknown);
         for _ in 0..20 {
-            if !matches!(
-                state.as_str(),
-                "COMPLETING" | "RUNNING" | "CONFIGURING" | "PENDING" | "STAGE_OUT"
-            ) {
+            if facts.usage.is_some() && !accounting::UNFINISHED.contains(&facts.state.as_str()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(250));
-            state = Self::job_state_now(job);
+            facts = accounting::facts(job).unwrap_or_else(unknown);
         }
-        state
+        facts
     }
 
-    fn job_state_now(job: &str) -> String {
-        Cmd::new("scontrol")
-            .args(["show", "job", job])
-            .timeout(Duration::from_secs(30))
-            .run()
-            .ok()
-            .and_then(|o| {
-                o.stdout_str()
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("JobState=").map(str::to_string))
-            })
-            .unwrap_or_else(|| "unknown".into())
+    /// What every job of this bisection cost so far (the probe's, the steps', the lost
+    /// ones'), where the cluster said.
+    pub fn usage(&self) -> Option<crate::foundation::records::ClusterUsage> {
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        crate::foundation::records::ClusterUsage::of(jobs.iter())
     }
 
     fn read_result(path: &Path, job: &str) -> Result<Option<JobResult>, JobFailure> {
@@ -1007,6 +1021,7 @@ impl Executor for SlurmExecutor {
                         step.by_place.insert(place.clone(), r.samples.clone());
                     }
                     step.samples = r.samples;
+                    step.job = self.job_facts(&job).usage;
                     if !lost.is_empty() {
                         let note = format!("after {} lost jobs", lost.len());
                         step.note = Some(match step.note.take() {
@@ -1024,7 +1039,7 @@ impl Executor for SlurmExecutor {
             // again; or it reached a limit of its own (time, memory), which another
             // submission would reach again: the step's own timeout lies below the time
             // limit, so only a limit set too tight gets here.
-            let state = Self::job_state(&job);
+            let state = self.job_facts(&job).state;
             if matches!(state.as_str(), "TIMEOUT" | "OUT_OF_MEMORY" | "DEADLINE") {
                 return Err(fatal(JobFailure::Exceeded {
                     job,
