@@ -1200,3 +1200,155 @@ fn the_record_gives_queue_wait_run_time_and_gpu_hours_per_step_and_in_total() {
         assert_eq!(s["job"]["state"], "COMPLETED", "{s}");
     }
 }
+
+#[test]
+fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_culprit() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let (tmp, root) = short_history();
+    let store = tmp.path().join("store");
+    let range = [
+        "--good",
+        "HEAD~9",
+        "--bad",
+        "HEAD",
+        "--script",
+        "sleep 2; grep -q fine state.txt",
+    ];
+    // Submitted from a shell of its own that is hung up on as soon as the ID is out: an
+    // SSH logout.
+    let repro_bin = assert_cmd::cargo::cargo_bin("repro");
+    let mut shell = std::process::Command::new("setsid")
+        .args(["sh", "-c", "\"$@\"; sleep 600", "sh"])
+        .arg(&repro_bin)
+        .arg("-C")
+        .arg(&root)
+        .args(["--store", store.to_str().unwrap(), "--json", "bisect"])
+        .args(["--executor", "slurm", "--detach"])
+        .args(range)
+        .env("XDG_CACHE_HOME", tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // --json prints one object: read it to its closing line, while the shell lives on.
+    let mut out = std::io::BufReader::new(shell.stdout.take().unwrap());
+    let mut first = String::new();
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+            break;
+        }
+        first.push_str(&line);
+        if line == "}\n" {
+            break;
+        }
+    }
+    // SAFETY: the shell runs in a session and process group of its own (setsid), which
+    // this test started; SIGHUP to it is what a closed terminal sends.
+    unsafe {
+        libc::kill(-(shell.id() as libc::pid_t), libc::SIGHUP);
+    }
+    let _ = shell.wait();
+    let id = first
+        .split('"')
+        .skip_while(|w| *w != "id")
+        .nth(2)
+        .unwrap_or_else(|| panic!("no id in {first}"))
+        .to_string();
+    assert_eq!(id.len(), 64, "{first}");
+    let show = |json: bool| {
+        let mut c = repro(tmp.path());
+        c.arg("-C")
+            .arg(&root)
+            .args(["--store", store.to_str().unwrap()]);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.args(["show", &id[..12]]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // It has not finished when the command returned: five steps of two seconds each.
+    let now: Value = serde_json::from_str(&show(true)).unwrap();
+    assert!(now["record"].is_null(), "{now}");
+    assert!(
+        ["PENDING", "RUNNING", "CONFIGURING"].contains(&now["state"].as_str().unwrap()),
+        "{now}"
+    );
+    let log = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--store", store.to_str().unwrap(), "--json", "log"])
+        .output()
+        .unwrap();
+    let log: Value = serde_json::from_slice(&log.stdout).unwrap();
+    assert_eq!(log["detached"][0]["id"], id.as_str(), "{log}");
+    // It finishes on its own, and `show ID` then shows the finished bisection.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+    let done = loop {
+        let v: Value = serde_json::from_str(&show(true)).unwrap();
+        if !v["record"].is_null() || !v["error"].is_null() {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "not finished: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(done["exit"], 0, "{done}");
+    assert_eq!(
+        done["bisection"]["culprit"]["subject"], "commit 6",
+        "{done}"
+    );
+    assert_eq!(done["progress"].as_array().unwrap().len(), 5, "{done}");
+    let human = show(false);
+    assert!(
+        human.contains("detached bisection")
+            && human.contains("first bad commit")
+            && human.contains("commit 6"),
+        "{human}"
+    );
+    // The same answer as a bisection run here.
+    let (code, local, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &[
+            &["--store", tmp.path().join("local").to_str().unwrap()],
+            &range[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(done["bisection"]["culprit"], local["culprit"]);
+}
+
+#[test]
+fn detach_is_refused_without_slurm_or_with_options_slurm_refuses() {
+    let (tmp, root) = short_history();
+    let store = tmp.path().join("store");
+    let run = |extra: &[&str]| {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["--store", store.to_str().unwrap(), "bisect", "--detach"])
+            .args(["--good", "HEAD~9", "--bad", "HEAD", "--script", "true"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--detach submits the bisection's driver as a Slurm job")
+            && stderr.contains("hint: add --executor slurm"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["--executor", "slurm", "--time-limit", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is shorter than a step needs"), "{stderr}");
+    assert!(!store.join("detached").exists());
+}

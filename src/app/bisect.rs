@@ -14,7 +14,7 @@ use crate::engines::bisect::decide::Direction;
 use crate::engines::bisect::history;
 use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
 use crate::engines::bisect::search::Outcome;
-use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
+use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions, detach};
 use crate::engines::toolchain::install::Family;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -186,6 +186,13 @@ pub struct Args {
     /// LD_LIBRARY_PATH, HOME, REPRO_*, ...) and `[slurm] export`.
     #[arg(long, value_name = "NAME")]
     slurm_export: Vec<String>,
+    /// Slurm: submit the driver itself as a job and return its ID at once; `repro show
+    /// ID` and `repro log` follow it, and closing the shell loses nothing.
+    #[arg(long)]
+    detach: bool,
+    /// Internal: the detached bisection this driver reports to.
+    #[arg(long, value_name = "ID", hide = true)]
+    detached_id: Option<String>,
 }
 
 /// Arguments of the hidden `repro bisect-step`.
@@ -290,8 +297,51 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Runs `repro bisect`.
+/// Runs `repro bisect`; a detached driver also records how it ended.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let detached = a.detached_id.clone();
+    let out = run_bisection(g, a);
+    if let (Some(id), Err(e)) = (detached, &out) {
+        let store = absolute_store(g);
+        let _ = detach::finish(&store, &id, None, exit::OK, Some(format!("{e:#}")));
+    }
+    out
+}
+
+/// The store as an absolute path: jobs run elsewhere.
+fn absolute_store(g: &Globals) -> crate::foundation::store::Store {
+    let store = g.store();
+    crate::foundation::store::Store::at(
+        std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
+    )
+}
+
+/// `--detach`: checks the options, submits this command line (without `--detach`) as the
+/// driver's job and prints the bisection's ID.
+fn detach_driver(g: &Globals, a: &Args, plan: &Plan) -> anyhow::Result<u8> {
+    let opts = slurm_options(g, a)?;
+    let (args, export) = SlurmExecutor::check(&opts, plan)?;
+    let store = absolute_store(g);
+    let argv: Vec<std::ffi::OsString> = std::iter::once(opts.repro.clone().into_os_string())
+        .chain(std::env::args_os().skip(1).filter(|x| x != "--detach"))
+        .collect();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let rec = detach::submit(&store, &argv, &cwd, &args, &export)?;
+    if g.json {
+        emit_json(&json!({"id": rec.id, "job": rec.job, "log": rec.log, "detached": true}))?;
+    } else {
+        emit(&format!(
+            "{}\nsubmitted as Slurm job {}; follow it with `repro show {}` or `repro log`\n",
+            rec.id,
+            rec.job,
+            &rec.id[..12]
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+/// Runs `repro bisect`.
+fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
         if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
@@ -407,6 +457,16 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         devices: a.devices.clone(),
         pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
     };
+    if a.detach {
+        if a.executor != ExecutorKind::Slurm {
+            return Err(
+                UserError::usage("--detach submits the bisection's driver as a Slurm job")
+                    .hint("add --executor slurm")
+                    .into(),
+            );
+        }
+        return detach_driver(g, &a, &plan);
+    }
     // Slurm: the options are checked, and the plan told, before any step runs.
     let slurm = match a.executor {
         ExecutorKind::Local => None,
@@ -491,6 +551,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
+    let code = match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    };
+    if let Some(d) = &a.detached_id {
+        detach::finish(&absolute_store(g), d, Some(id.clone()), code, None)
+            .context("failed to record the detached bisection's end")?;
+    }
     if g.json {
         let mut doc = records::to_json(&doc);
         doc["id"] = json!(id);
@@ -504,10 +572,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         emit(&text)?;
     }
-    Ok(match report.outcome {
-        Outcome::FirstBad { .. } => exit::OK,
-        Outcome::Untestable { .. } => exit::MISMATCH,
-    })
+    Ok(code)
 }
 
 /// The Slurm executor of a bisection: the store made absolute (jobs run elsewhere), the
@@ -519,12 +584,15 @@ fn slurm_executor(
     plan: &Plan,
     commits: &[git2::Oid],
 ) -> anyhow::Result<SlurmExecutor> {
-    let store = g.store();
-    let store = crate::foundation::store::Store::at(
-        std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
-    );
+    let store = absolute_store(g);
     run::prepare(repo, &store, plan, commits)?;
     let newest = *commits.last().expect("a range has two ends");
+    let opts = slurm_options(g, a)?;
+    Ok(SlurmExecutor::new(repo, store, plan, newest, opts)?)
+}
+
+/// The Slurm options of the command line and `repro.toml`, each checked.
+fn slurm_options(g: &Globals, a: &Args) -> anyhow::Result<SlurmOptions> {
     for o in &a.slurm_opt {
         if let Some(problem) = crate::foundation::config::slurm_option_problem(o) {
             return Err(UserError::usage(format!("--slurm-opt: {problem}"))
@@ -542,7 +610,7 @@ fn slurm_executor(
         }
     }
     let site = &g.config()?.slurm;
-    let opts = SlurmOptions {
+    Ok(SlurmOptions {
         partition: a.partition.clone(),
         gres: a.gres.clone(),
         site: [&site.options[..], &a.slurm_opt[..]].concat(),
@@ -552,8 +620,7 @@ fn slurm_executor(
         retries: a.retries,
         steps: a.slurm_steps,
         repro: std::env::current_exe().context("cannot find the repro executable")?,
-    };
-    Ok(SlurmExecutor::new(repo, store, plan, newest, opts)?)
+    })
 }
 
 /// What a cluster bisection's jobs cost: one row per step that ran as a job (its id,

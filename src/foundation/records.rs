@@ -1246,6 +1246,34 @@ impl ClusterUsage {
     }
 }
 
+/// A bisection whose driver was submitted as a Slurm job (`repro bisect --detach`):
+/// `detached/ID.json`, written when it is submitted and again when it ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct DetachedRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Its ID, given at submission (the finished bisection's record has its own).
+    pub id: String,
+    /// The driver's Slurm job.
+    pub job: String,
+    /// When it was submitted.
+    pub submitted_at: String,
+    /// The command the driver runs.
+    pub command: Vec<String>,
+    /// The driver's output (its step lines as they come).
+    pub log: String,
+    /// The finished bisection's record ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<String>,
+    /// The driver's exit code, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<u8>,
+    /// Why it ended without a record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// A finished bisection's report: `bisections/ID.json`, and `repro bisect --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -15,6 +15,7 @@
 //! comparison spans two cards.
 
 pub mod accounting;
+pub mod detach;
 pub mod probe;
 pub mod site;
 
@@ -648,6 +649,22 @@ impl SlurmExecutor {
                 .any(|p| a.starts_with(p)),
             site::Placement::Jobs { .. } => true,
         })
+    }
+
+    /// Checks the options as [`SlurmExecutor::new`] does, without the probe and without
+    /// submitting anything: for a detached bisection, whose driver job makes the executor.
+    /// Returns the job options and the export list.
+    pub fn check(
+        opts: &SlurmOptions,
+        plan: &Plan,
+    ) -> Result<(Vec<String>, Vec<String>), SlurmError> {
+        let args = Self::job_options(opts, plan)?;
+        match (opts.steps, site::enclosing_job()) {
+            (true, None) => return Err(SlurmError::NoAllocation),
+            (true, Some(job)) => Self::check_allocation(&job, &Self::gres(&args))?,
+            (false, _) => Self::test_options(&args)?,
+        }
+        Ok((args, site::export_list(&opts.export)))
     }
 
     /// Where the steps run, as the plan line and the record say it.
