@@ -326,8 +326,14 @@ fn every_command_line_in_the_docs_parses() {
                         if names.get(1).is_none_or(|n| n != "help") {
                             names.push("--help".into());
                         }
+                        // The internal commands (`repro bisect-step`) may be named too.
+                        let internal = repro::cli::Internal::try_parse_from(&names);
                         match repro::cli::Cli::try_parse_from(&names) {
                             Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {}
+                            Err(_)
+                                if internal.as_ref().is_err_and(|e| {
+                                    e.kind() == clap::error::ErrorKind::DisplayHelp
+                                }) => {}
                             other => failures.push(format!(
                                 "{file}: {cmd}\n    names no command: {:?}",
                                 other.err().map(|e| e.kind())
@@ -363,7 +369,8 @@ fn cli_reference() -> String {
          Every command and option, as `repro COMMAND --help` prints them (this page is generated \
          from the command-line definitions; `tests/readme.rs` checks that it is current, and \
          `REPRO_BLESS_DOCS=1 cargo test --test readme` rewrites it). The guide explains what \
-         each command does; the [global options](global-options.md) apply to every command.\n",
+         each command does; the [global options](global-options.md) apply to every command, \
+         and the [exit codes](exit-codes.md) are explained in full on their page.\n",
     );
     fn walk(cmd: &clap::Command, path: &str, out: &mut String) {
         for sub in visible(cmd) {
@@ -386,6 +393,12 @@ fn cli_reference() -> String {
                 for a in args {
                     out.push_str(&format!("| {} | {} |\n", arg_name(a), arg_help(a)));
                 }
+            }
+            let codes = repro::exit::for_command(name.trim_start_matches("repro "))
+                .expect("every command has its exit codes");
+            out.push_str("\n| exit status | meaning |\n| --- | --- |\n");
+            for (code, meaning) in codes {
+                out.push_str(&format!("| {code} | {} |\n", meaning.replace('|', "\\|")));
             }
             walk(sub, &name, out);
         }
