@@ -18,9 +18,16 @@ fn history(
     for i in 1..=n {
         std::fs::write(root.join("NOTES.md"), format!("note {i}\n")).unwrap();
         for (p, t) in extra(i) {
-            let path = root.join(p);
+            let path = root.join(&p);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, t).unwrap();
+            std::fs::write(&path, t).unwrap();
+            if p.ends_with(".sh") {
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )
+                .unwrap();
+            }
         }
         git(&root, &["add", "-A"]);
         git(&root, &["commit", "-q", "-m", &format!("commit {i}")]);
@@ -1351,4 +1358,63 @@ fn detach_is_refused_without_slurm_or_with_options_slurm_refuses() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("is shorter than a step needs"), "{stderr}");
     assert!(!store.join("detached").exists());
+}
+
+#[test]
+fn the_documented_cluster_session_runs() {
+    if !slurm_up() {
+        return;
+    }
+    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/guide/cluster.md"),
+    )
+    .unwrap();
+    let session = page
+        .split("<!-- session: run by tests/cluster_cli.rs -->\n```sh\n")
+        .nth(1)
+        .and_then(|s| s.split("\n```").next())
+        .expect("docs/src/guide/cluster.md has the session block");
+    // A history whose check.sh fails from commit 6 on.
+    let (tmp, root) = history(10, |i| {
+        vec![
+            (
+                "state.txt".into(),
+                if i >= 6 { "broken\n" } else { "fine\n" }.into(),
+            ),
+            (
+                "check.sh".into(),
+                "#!/bin/sh\ngrep -q fine state.txt\n".into(),
+            ),
+        ]
+    });
+    let bin = assert_cmd::cargo::cargo_bin("repro");
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = std::process::Command::new("timeout")
+        .args(["600", "sh", "-e", "-c", session])
+        .current_dir(&root)
+        .env("PATH", path)
+        .env("XDG_CACHE_HOME", tmp.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("debug* gpu:fake:2"), "{stdout}");
+    assert!(stdout.contains("detached bisection"), "{stdout}");
+    assert!(
+        stdout.matches("subject  commit 6").count() >= 1
+            && stdout.contains("cluster: each step a Slurm job of its own")
+            && stdout.contains("(from "),
+        "{stdout}"
+    );
+    // The batch driver's answer, every step from the store.
+    let log = stdout.rsplit("first bad commit:").next().unwrap();
+    assert!(log.contains("subject  commit 6"), "{stdout}");
+    assert!(stdout.contains("5 answered from the store"), "{stdout}");
 }
