@@ -181,7 +181,7 @@ pub fn progress(rec: &DetachedRecord) -> Vec<String> {
                 && w.as_bytes()[..12].iter().all(u8::is_ascii_hexdigit)
                 && w.as_bytes()[12] == b' '
         })
-        .map(|l| crate::foundation::output::printable(l))
+        .map(crate::foundation::output::printable)
         .collect();
     lines[lines.len().saturating_sub(200)..].to_vec()
 }
