@@ -400,12 +400,30 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (None, None, Mode::Check) => Question::Check,
         (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
     };
-    if a.executor == ExecutorKind::Local
-        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some() || a.slurm_steps)
-    {
-        return Err(UserError::usage(
-            "--partition, --time-limit, --account and --slurm-steps are options of --executor slurm",
-        )
+    let slurm_only = [
+        ("--partition", a.partition.is_some()),
+        ("--gres", a.gres.is_some()),
+        ("--time-limit", a.time_limit.is_some()),
+        ("--account", a.account.is_some()),
+        ("--slurm-steps", a.slurm_steps),
+        ("--slurm-opt", !a.slurm_opt.is_empty()),
+        ("--slurm-export", !a.slurm_export.is_empty()),
+    ];
+    let given: Vec<&str> = slurm_only
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(f, _)| *f)
+        .collect();
+    if a.executor == ExecutorKind::Local && !given.is_empty() {
+        return Err(UserError::usage(format!(
+            "{} {} of --executor slurm",
+            given.join(", "),
+            if given.len() == 1 {
+                "is an option"
+            } else {
+                "are options"
+            }
+        ))
         .hint("add --executor slurm, or leave them out to run the steps here")
         .into());
     }
