@@ -4,8 +4,11 @@
 //! The reference documents every exit code and every fingerprint field; every command line
 //! the pages show parses with the real command line, and every flag they name exists on the
 //! command they name it for; every subcommand and flag clap knows is in the command-line
-//! reference, which is regenerated from clap and compared; every file and link they name
-//! exists; the README stays a front door.
+//! reference, which is regenerated from clap and compared; the transcripts they show (`$ repro
+//! ...` and its output) that can run here are run and their output compared, and the others
+//! say why not; every file and link they name exists; the README stays a front door.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -772,6 +775,375 @@ fn the_readme_is_short_and_links_the_book() {
         );
     }
     assert!(text.contains("docs/src/SUMMARY.md"));
+}
+
+/// The README states the minimum Rust version Cargo.toml declares, and CI builds with it.
+#[test]
+fn the_readme_states_the_rust_version_ci_checks() {
+    let manifest = read("Cargo.toml");
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml states a rust-version");
+    assert!(
+        readme().contains(&format!("Rust {msrv} or newer")),
+        "the README does not say `Rust {msrv} or newer`"
+    );
+    let ci = read(".ci/run");
+    assert!(
+        ci.contains("cargo \"+$msrv\" check --all-targets --locked"),
+        "CI does not build with the stated rust-version"
+    );
+}
+
+/// A command a page shows with its output: a `$ repro ...` line in a code block and the lines
+/// after it, up to the next `$` line or the end of the block.
+#[derive(Debug)]
+struct Transcript {
+    file: String,
+    command: String,
+    output: Vec<String>,
+}
+
+fn transcripts(file: &str, text: &str) -> Vec<Transcript> {
+    let mut out: Vec<Transcript> = Vec::new();
+    let mut in_block = false;
+    let mut open = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            open = false;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        if let Some(cmd) = line.strip_prefix("$ ") {
+            open = cmd.starts_with("repro ");
+            if open {
+                out.push(Transcript {
+                    file: file.to_string(),
+                    command: cmd.to_string(),
+                    output: Vec::new(),
+                });
+            }
+        } else if open && let Some(t) = out.last_mut() {
+            t.output.push(line.to_string());
+        }
+    }
+    out
+}
+
+/// How a transcript is run here.
+enum Run {
+    /// In the repository as it is (the command reads only committed fixtures).
+    InRepo,
+    /// In a copy of the example kernels and recipes, with the pinned NVRTC, after one build
+    /// of the recipe (so that the build shown is the cached one).
+    Kernels(&'static str),
+    /// Not here, and why.
+    Not(&'static str),
+}
+
+/// Every transcript the documentation shows, by its command, with how it runs here. A new
+/// transcript must be added: run, or say why it cannot be.
+const TRANSCRIPTS: &[(&str, Run)] = &[
+    (
+        "repro env check --lock tests/fixtures/lockfile-v1.toml --fingerprint tests/fixtures/fingerprint-v1.json",
+        Run::InRepo,
+    ),
+    ("repro build vector_add", Run::Kernels("vector_add")),
+    (
+        "repro build --all",
+        Run::Not(
+            "needs nvcc installed (`toolchain install nvcc@13.0`, 266 MiB) for two of the recipes; tests/toolchain_cli.rs builds them",
+        ),
+    ),
+    (
+        "repro build softmax --explain",
+        Run::Not("needs a changed kernels/common.cuh; tests/build_cli.rs tests --explain"),
+    ),
+    (
+        "repro build attention",
+        Run::Not(
+            "needs nvcc installed and a kernel that warns before its error; tests/honest_build_cli.rs builds one and checks the reason line",
+        ),
+    ),
+    ("repro bench vector_add", Run::Not("needs a GPU")),
+    (
+        "repro log",
+        Run::Not("needs a store with records made at those times"),
+    ),
+    ("repro env capture", Run::Not("shows the H200 machine")),
+    (
+        "repro toolchain install nvcc@13.0",
+        Run::Not("downloads 266 MiB of wheels; CI runs it (.ci/run)"),
+    ),
+    (
+        "repro build wmma_gemm_nvcc",
+        Run::Not("needs nvcc installed; CI runs it (.ci/run)"),
+    ),
+    ("repro toolchain list", Run::Not("needs nvcc installed")),
+    (
+        "repro bisect --good v1.2 --bad main --recipe flash_attention",
+        Run::Not("needs a history tagged v1.2; tests/bisect_cli.rs runs bisections"),
+    ),
+    (
+        "repro bisect --toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe va",
+        Run::Not("downloads three NVRTC releases; tests/toolchain_cli.rs runs it"),
+    ),
+    (
+        "repro bisect --toolchains nvcc@13.0..nvcc@13.1 --recipe popcount_cccl",
+        Run::Not("downloads nvcc 13.1 (110 MB); opt-in test in tests/toolchain_cli.rs"),
+    ),
+];
+
+/// A line as compared: words, with every word that holds a digit (times, sizes, keys,
+/// versions, abridged hashes such as `94ee72a0c5...`) reduced to `#`.
+fn shape(line: &str) -> String {
+    line.split_whitespace()
+        .map(|w| {
+            if w.chars().any(|c| c.is_ascii_digit()) {
+                "#"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether every line a transcript shows is in the actual output, in order; a line `...`
+/// stands for lines left out.
+fn shows(expected: &[String], actual: &str) -> Result<(), String> {
+    let actual: Vec<String> = actual.lines().map(shape).collect();
+    let mut at = 0;
+    for line in expected.iter().map(|l| shape(l)) {
+        if line.is_empty() || line == "..." {
+            continue;
+        }
+        match actual[at..].iter().position(|a| *a == line) {
+            Some(i) => at += i + 1,
+            None => return Err(format!("`{line}` is not in the output, in this order")),
+        }
+    }
+    Ok(())
+}
+
+/// The transcripts of the documentation that can run here are run, and print what the page
+/// shows (numbers and hashes aside); the others are listed with the reason.
+#[test]
+fn the_transcripts_in_the_docs_run() {
+    let mut failures = Vec::new();
+    let (mut ran, mut built) = (0, 0);
+    for file in doc_files() {
+        for t in transcripts(&file, &read(&file)) {
+            let Some((_, how)) = TRANSCRIPTS.iter().find(|(c, _)| *c == t.command) else {
+                failures.push(format!(
+                    "{}: `{}` is not in TRANSCRIPTS: run it or say why not",
+                    t.file, t.command
+                ));
+                continue;
+            };
+            let args: Vec<String> = words(&t.command).into_iter().skip(1).collect();
+            let cache = tempfile::tempdir().unwrap();
+            let (_keep, dir) = match how {
+                Run::Not(why) => {
+                    assert!(!why.is_empty(), "{}: say why", t.command);
+                    continue;
+                }
+                Run::InRepo => (None, root().to_path_buf()),
+                Run::Kernels(recipe) => {
+                    if !common::nvrtc_available() {
+                        continue;
+                    }
+                    let (tmp, kernels) = common::kernel_repo();
+                    common::repro(cache.path())
+                        .arg("-C")
+                        .arg(&kernels)
+                        .args(["build", recipe])
+                        .assert()
+                        .success();
+                    built += 1;
+                    (Some(tmp), kernels)
+                }
+            };
+            let out = common::repro(cache.path())
+                .arg("-C")
+                .arg(&dir)
+                .args(&args)
+                .output()
+                .unwrap();
+            ran += 1;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if let Err(why) = shows(&t.output, &text) {
+                failures.push(format!(
+                    "{}: `{}`: {why}\n--- it printed:\n{text}{}",
+                    t.file,
+                    t.command,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+    }
+    assert!(ran >= 2, "ran only {ran} transcripts");
+    // The build transcripts ran, unless NVRTC could not be provisioned (which says so).
+    assert!(
+        built >= 2 || !common::nvrtc_available(),
+        "ran {built} builds"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn shapes_compare_words_not_numbers() {
+    let shown = [
+        "a  key 49a4d06a2f9a  1.3 ms".to_string(),
+        "...".into(),
+        "end".into(),
+    ];
+    assert!(shows(&shown, "x\na key 661bb896691c 0.2 ms\nmore\nend\n").is_ok());
+    assert!(
+        shows(&shown, "a key 661bb896691c 0.2 ms\n").is_err(),
+        "a line is missing"
+    );
+    assert!(
+        shows(&shown, "end\na key 1 2 ms\n").is_err(),
+        "out of order"
+    );
+    assert!(
+        shows(&shown, "a built 1 2 ms\nend\n").is_err(),
+        "another word"
+    );
+}
+
+/// The rows of the JSON reference: each command a row names, and the top-level keys the row
+/// lists (backquoted words outside parentheses).
+fn json_rows() -> Vec<(String, BTreeSet<String>)> {
+    let page = read("docs/src/reference/json.md");
+    let mut out = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| `repro ")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let mut depth = 0;
+        let mut outside = String::new();
+        for c in cells[1].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                c if depth == 0 => outside.push(c),
+                _ => {}
+            }
+        }
+        let keys: BTreeSet<String> = outside
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        for cmd in cells[0].trim_start_matches("| ").split(", ") {
+            out.push((cmd.trim_matches('`').to_string(), keys.clone()));
+        }
+    }
+    out
+}
+
+/// What `--json` prints for the commands that run without a GPU or a compiler: every
+/// top-level key is in the JSON reference's row for the command, and every key the row
+/// lists is printed (where it is printed only sometimes, the row says when).
+#[test]
+fn the_json_reference_names_every_key_the_commands_print() {
+    let (tmp, repo) = common::repo_with(&[("README", "a project\n")]);
+    let cache = tmp.path().join("cache");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = common::run_in(&cache, &repo, &[&["--json"], args].concat());
+        // A report that says no (1) or that this machine lacks something (3) is JSON too.
+        assert!([0, 1, 3].contains(&code), "repro {args:?}: {code}\n{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("repro {args:?}: {e}\n{out}"))
+    };
+    let bench = json(&["bench", "--command", "true", "--name", "t", "--runs", "3"]);
+    let a = bench["results"][0]["id"].as_str().unwrap().to_string();
+    let b = json(&["bench", "--command", "true", "--name", "t", "--runs", "3"])["results"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bundle = tmp.path().join("b.tar.zst");
+    let bundle = bundle.to_str().unwrap();
+    let lock = tmp.path().join("l.toml");
+    let fixtures = root().join("tests/fixtures");
+    let (fl, ff) = (
+        fixtures.join("lockfile-v1.toml"),
+        fixtures.join("fingerprint-v1.json"),
+    );
+    let svg = tmp.path().join("p.svg");
+    let printed: Vec<(&str, serde_json::Value)> = vec![
+        ("repro bench", bench),
+        (
+            "repro env check",
+            json(&[
+                "env",
+                "check",
+                "--lock",
+                fl.to_str().unwrap(),
+                "--fingerprint",
+                ff.to_str().unwrap(),
+            ]),
+        ),
+        (
+            "repro env lock",
+            json(&["env", "lock", "-o", lock.to_str().unwrap()]),
+        ),
+        ("repro toolchain list", json(&["toolchain", "list"])),
+        ("repro toolchain which", json(&["toolchain", "which"])),
+        ("repro store path", json(&["store", "path"])),
+        ("repro store verify", json(&["store", "verify"])),
+        ("repro store gc", json(&["store", "gc"])),
+        ("repro log", json(&["log"])),
+        ("repro show", json(&["show", &a])),
+        ("repro compare", json(&["compare", &a, &b])),
+        (
+            "repro bundle create",
+            json(&["bundle", "create", &a, "-o", bundle]),
+        ),
+        ("repro bundle verify", json(&["bundle", "verify", bundle])),
+        ("repro bundle show", json(&["bundle", "show", bundle])),
+        (
+            "repro plot",
+            json(&["plot", "t", "-o", svg.to_str().unwrap()]),
+        ),
+    ];
+    // Keys a row lists that these runs need not print, and why.
+    let sometimes = [
+        ("repro env check", "toolchains"), // only when the project pins toolchains
+    ];
+    let rows = json_rows();
+    let mut problems = Vec::new();
+    for (cmd, v) in &printed {
+        let Some((_, documented)) = rows.iter().find(|(c, _)| c == cmd) else {
+            problems.push(format!("{cmd}: no row in docs/src/reference/json.md"));
+            continue;
+        };
+        let keys: BTreeSet<String> = v.as_object().unwrap().keys().cloned().collect();
+        assert!(keys.contains("schema"), "{cmd} prints no schema: {v}");
+        if documented.is_empty() {
+            // The row says it prints a stored record, whose layout is the record's.
+            continue;
+        }
+        for k in keys.iter().filter(|k| *k != "schema") {
+            if !documented.contains(k) {
+                problems.push(format!("{cmd}: prints `{k}`, which its row does not list"));
+            }
+        }
+        for k in documented {
+            let is_key = k.chars().all(|c| c.is_ascii_lowercase() || c == '-');
+            if is_key && !keys.contains(k) && !sometimes.contains(&(*cmd, k.as_str())) {
+                problems.push(format!(
+                    "{cmd}: its row lists `{k}`, which it does not print"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// A bench script that takes `--repro PATH` runs that binary everywhere: the default path
