@@ -328,7 +328,9 @@ fn detach_driver(g: &Globals, a: &Args, plan: &Plan) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let rec = detach::submit(&store, &argv, &cwd, &args, &export)?;
     if g.json {
-        emit_json(&json!({"id": rec.id, "job": rec.job, "log": rec.log, "detached": true}))?;
+        emit_json(
+            &json!({"schema": records::SCHEMA, "id": rec.id, "job": rec.job, "log": rec.log, "detached": true}),
+        )?;
     } else {
         emit(&format!(
             "{}\nsubmitted as Slurm job {}; follow it with `repro show {}` or `repro log`\n",
