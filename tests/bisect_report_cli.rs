@@ -135,7 +135,7 @@ fn commit_bisection_input_errors_are_named_before_anything_runs() {
     refused(
         &["--script", "true", "--partition", "gpu"],
         &[
-            "error: --partition, --time-limit and --account are options of --executor slurm",
+            "error: --partition is an option of --executor slurm",
             "hint: add --executor slurm, or leave them out",
         ],
     );

@@ -14,7 +14,7 @@ use crate::engines::bisect::decide::Direction;
 use crate::engines::bisect::history;
 use crate::engines::bisect::run::{self, BenchQuestion, Plan, Question, RecipeSource};
 use crate::engines::bisect::search::Outcome;
-use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions};
+use crate::engines::bisect::slurm::{SlurmExecutor, SlurmOptions, detach};
 use crate::engines::toolchain::install::Family;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -156,10 +156,13 @@ pub struct Args {
     /// Slurm: the partition [default: the cluster's default].
     #[arg(long, value_name = "NAME")]
     partition: Option<String>,
-    /// Slurm: the generic resources of each job ("" for none).
-    #[arg(long, value_name = "GRES", default_value = "gpu:1")]
-    gres: String,
-    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS).
+    /// Slurm: the generic resources of each job, e.g. gpu:h100:1 ("" for none) [default:
+    /// a --gres of --slurm-opt or [slurm] options, else gpu:1].
+    #[arg(long, value_name = "GRES")]
+    gres: Option<String>,
+    /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS) [default:
+    /// derived from --timeout: every timeout a step can meet, plus a minute]. A limit a
+    /// hanging step would meet before its own --timeout is refused.
     #[arg(long, value_name = "TIME")]
     time_limit: Option<String>,
     /// Slurm: the account to charge.
@@ -169,6 +172,27 @@ pub struct Args {
     /// cancelled, out of time, its node lost).
     #[arg(long, value_name = "N", default_value_t = 3)]
     retries: usize,
+    /// Slurm: run each step as a job step of the allocation repro runs in (inside
+    /// `sbatch`/`salloc`), sharing its GPUs, instead of as a job of its own (the default,
+    /// also inside an allocation).
+    #[arg(long)]
+    slurm_steps: bool,
+    /// Slurm: any sbatch/srun option for every job, as --name=value (e.g.
+    /// --slurm-opt=--qos=high, --slurm-opt=--constraint=h100); after `[slurm] options` of
+    /// repro.toml, the last of each name wins. Checked with the controller before any job.
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
+    slurm_opt: Vec<String>,
+    /// Slurm: an environment variable jobs get, besides repro's own list (PATH,
+    /// LD_LIBRARY_PATH, HOME, REPRO_*, ...) and `[slurm] export`.
+    #[arg(long, value_name = "NAME")]
+    slurm_export: Vec<String>,
+    /// Slurm: submit the driver itself as a job and return its ID at once; `repro show
+    /// ID` and `repro log` follow it, and closing the shell loses nothing.
+    #[arg(long)]
+    detach: bool,
+    /// Internal: the detached bisection this driver reports to.
+    #[arg(long, value_name = "ID", hide = true)]
+    detached_id: Option<String>,
 }
 
 /// Arguments of the hidden `repro bisect-step`.
@@ -273,8 +297,53 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-/// Runs `repro bisect`.
+/// Runs `repro bisect`; a detached driver also records how it ended.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let detached = a.detached_id.clone();
+    let out = run_bisection(g, a);
+    if let (Some(id), Err(e)) = (detached, &out) {
+        let store = absolute_store(g);
+        let _ = detach::finish(&store, &id, None, exit::OK, Some(format!("{e:#}")));
+    }
+    out
+}
+
+/// The store as an absolute path: jobs run elsewhere.
+fn absolute_store(g: &Globals) -> crate::foundation::store::Store {
+    let store = g.store();
+    crate::foundation::store::Store::at(
+        std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
+    )
+}
+
+/// `--detach`: checks the options, submits this command line (without `--detach`) as the
+/// driver's job and prints the bisection's ID.
+fn detach_driver(g: &Globals, a: &Args, plan: &Plan) -> anyhow::Result<u8> {
+    let opts = slurm_options(g, a)?;
+    let (args, export) = SlurmExecutor::check(&opts, plan)?;
+    let store = absolute_store(g);
+    let argv: Vec<std::ffi::OsString> = std::iter::once(opts.repro.clone().into_os_string())
+        .chain(std::env::args_os().skip(1).filter(|x| x != "--detach"))
+        .collect();
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let rec = detach::submit(&store, &argv, &cwd, &args, &export)?;
+    if g.json {
+        emit_json(
+            &json!({"schema": records::SCHEMA, "id": rec.id, "job": rec.job, "log": rec.log, "detached": true}),
+        )?;
+    } else {
+        emit(&format!(
+            "{}\nsubmitted as Slurm job {}; follow it with `repro show {}` or `repro log`\n",
+            rec.id,
+            rec.job,
+            &rec.id[..12]
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+/// Runs `repro bisect`.
+fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
         if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
@@ -333,12 +402,30 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         (None, None, Mode::Check) => Question::Check,
         (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
     };
-    if a.executor == ExecutorKind::Local
-        && (a.partition.is_some() || a.time_limit.is_some() || a.account.is_some())
-    {
-        return Err(UserError::usage(
-            "--partition, --time-limit and --account are options of --executor slurm",
-        )
+    let slurm_only = [
+        ("--partition", a.partition.is_some()),
+        ("--gres", a.gres.is_some()),
+        ("--time-limit", a.time_limit.is_some()),
+        ("--account", a.account.is_some()),
+        ("--slurm-steps", a.slurm_steps),
+        ("--slurm-opt", !a.slurm_opt.is_empty()),
+        ("--slurm-export", !a.slurm_export.is_empty()),
+    ];
+    let given: Vec<&str> = slurm_only
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(f, _)| *f)
+        .collect();
+    if a.executor == ExecutorKind::Local && !given.is_empty() {
+        return Err(UserError::usage(format!(
+            "{} {} of --executor slurm",
+            given.join(", "),
+            if given.len() == 1 {
+                "is an option"
+            } else {
+                "are options"
+            }
+        ))
         .hint("add --executor slurm, or leave them out to run the steps here")
         .into());
     }
@@ -390,30 +477,35 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         devices: a.devices.clone(),
         pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
     };
+    if a.detach {
+        if a.executor != ExecutorKind::Slurm {
+            return Err(
+                UserError::usage("--detach submits the bisection's driver as a Slurm job")
+                    .hint("add --executor slurm")
+                    .into(),
+            );
+        }
+        return detach_driver(g, &a, &plan);
+    }
+    // Slurm: the options are checked, and the plan told, before any step runs.
+    let slurm = match a.executor {
+        ExecutorKind::Local => None,
+        ExecutorKind::Slurm => Some(slurm_executor(&repo, g, &a, &plan, &commits)?),
+    };
+    if let Some(e) = &slurm
+        && !g.quiet
+    {
+        eprintln!(
+            "note: plan: {}, submitted with {}",
+            e.placement().describe(),
+            e.job_args().join(" ")
+        );
+    }
     let progress = Progress::new(g, expected_steps(commits.len()));
     let events = |e: run::Event<'_>| progress.event(e);
-    let report = match a.executor {
-        ExecutorKind::Local => {
-            crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events)
-        }
-        ExecutorKind::Slurm => {
-            let store = g.store();
-            let store = crate::foundation::store::Store::at(
-                std::path::absolute(store.root()).unwrap_or_else(|_| store.root().to_path_buf()),
-            );
-            run::prepare(&repo, &store, &plan, &commits)?;
-            let newest = *commits.last().expect("a range has two ends");
-            let opts = SlurmOptions {
-                partition: a.partition.clone(),
-                gres: a.gres.clone(),
-                time_limit: a.time_limit.clone(),
-                account: a.account.clone(),
-                retries: a.retries,
-                repro: std::env::current_exe().context("cannot find the repro executable")?,
-            };
-            let executor = SlurmExecutor::new(&repo, store, &plan, newest, opts)?;
-            run::drive(&executor, &plan, &commits, &events)
-        }
+    let report = match &slurm {
+        None => crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events),
+        Some(executor) => run::drive(executor, &plan, &commits, &events),
     };
     progress.finish();
     let report = report?;
@@ -437,6 +529,13 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         evaluated: report.evaluated,
         steps: report.steps.clone(),
         recheck: report.recheck.clone(),
+        cluster: slurm.as_ref().map(|e| records::ClusterRecord {
+            executor: "slurm".into(),
+            placement: e.placement().describe(),
+            options: e.job_args().to_vec(),
+            export: e.exported().to_vec(),
+            usage: e.usage(),
+        }),
         kind: None,
         question: None,
         created_at: None,
@@ -472,24 +571,127 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
+    let code = match report.outcome {
+        Outcome::FirstBad { .. } => exit::OK,
+        Outcome::Untestable { .. } => exit::MISMATCH,
+    };
+    if let Some(d) = &a.detached_id {
+        detach::finish(&absolute_store(g), d, Some(id.clone()), code, None)
+            .context("failed to record the detached bisection's end")?;
+    }
     if g.json {
         let mut doc = records::to_json(&doc);
         doc["id"] = json!(id);
         emit_json(&doc)?;
     } else if !g.quiet {
         // -q: the exit code says whether a culprit was found.
-        emit(&render(
-            &report,
-            &commits,
-            culprit.as_ref(),
-            parent.as_ref(),
-            &a,
-        ))?;
+        let mut text = render(&report, &commits, culprit.as_ref(), parent.as_ref(), &a);
+        if let Some(c) = &doc.cluster {
+            text.push('\n');
+            text.push_str(&cluster_text(c, &doc.steps));
+        }
+        emit(&text)?;
     }
-    Ok(match report.outcome {
-        Outcome::FirstBad { .. } => exit::OK,
-        Outcome::Untestable { .. } => exit::MISMATCH,
+    Ok(code)
+}
+
+/// The Slurm executor of a bisection: the store made absolute (jobs run elsewhere), the
+/// steps' store prepared, the options checked with the controller.
+fn slurm_executor(
+    repo: &git2::Repository,
+    g: &Globals,
+    a: &Args,
+    plan: &Plan,
+    commits: &[git2::Oid],
+) -> anyhow::Result<SlurmExecutor> {
+    let store = absolute_store(g);
+    run::prepare(repo, &store, plan, commits)?;
+    let newest = *commits.last().expect("a range has two ends");
+    let opts = slurm_options(g, a)?;
+    Ok(SlurmExecutor::new(repo, store, plan, newest, opts)?)
+}
+
+/// The Slurm options of the command line and `repro.toml`, each checked.
+fn slurm_options(g: &Globals, a: &Args) -> anyhow::Result<SlurmOptions> {
+    for o in &a.slurm_opt {
+        if let Some(problem) = crate::foundation::config::slurm_option_problem(o) {
+            return Err(UserError::usage(format!("--slurm-opt: {problem}"))
+                .hint("pass one option per --slurm-opt, as --slurm-opt=--name=value")
+                .into());
+        }
+    }
+    for n in &a.slurm_export {
+        if !crate::foundation::config::env_name_ok(n) {
+            return Err(UserError::usage(format!(
+                "--slurm-export: `{n}` is not an environment variable's name"
+            ))
+            .hint("pass a name, such as --slurm-export HF_HOME")
+            .into());
+        }
+    }
+    let site = &g.config()?.slurm;
+    Ok(SlurmOptions {
+        partition: a.partition.clone(),
+        gres: a.gres.clone(),
+        site: [&site.options[..], &a.slurm_opt[..]].concat(),
+        export: [&site.export[..], &a.slurm_export[..]].concat(),
+        time_limit: a.time_limit.clone(),
+        account: a.account.clone(),
+        retries: a.retries,
+        steps: a.slurm_steps,
+        repro: std::env::current_exe().context("cannot find the repro executable")?,
     })
+}
+
+/// What a cluster bisection's jobs cost: one row per step that ran as a job (its id,
+/// queue wait, run time, GPUs, GPU-hours) and the total of every job, the probe's and
+/// lost ones' included.
+pub(crate) fn cluster_text(c: &records::ClusterRecord, steps: &[run::Step]) -> String {
+    let mut out = format!("cluster: {}\n", c.placement);
+    let Some(total) = &c.usage else {
+        out.push_str("  (the cluster reported no job times)\n");
+        return out;
+    };
+    let mut t = Table::new();
+    t.row(
+        [
+            "JOB",
+            "COMMIT",
+            "STATE",
+            "QUEUED",
+            "RAN",
+            "GPUS",
+            "GPU-HOURS",
+        ]
+        .map(String::from),
+    );
+    for s in steps {
+        let Some(j) = &s.job else { continue };
+        t.row([
+            j.id.clone(),
+            keys::short(&s.commit).to_string(),
+            crate::foundation::output::printable(&j.state),
+            format!("{:.0} s", j.queue_wait_s),
+            format!("{:.0} s", j.run_s),
+            j.gpus.to_string(),
+            format!("{:.4}", j.gpu_hours),
+        ]);
+    }
+    t.row([
+        format!("all {} jobs", total.jobs),
+        String::new(),
+        String::new(),
+        format!("{:.0} s", total.queue_wait_s),
+        format!("{:.0} s", total.run_s),
+        String::new(),
+        format!("{:.4}", total.gpu_hours),
+    ]);
+    out.push_str(&t.render(2));
+    out.push_str(&format!(
+        "  (from {}; times in whole seconds, as Slurm keeps them)\n",
+        total.source
+    ));
+    out
 }
 
 /// The steps a bisection over `n` candidates is expected to take: both ends, then about

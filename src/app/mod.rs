@@ -16,6 +16,7 @@ pub mod context;
 pub mod demo;
 pub mod env;
 pub mod plot;
+pub mod probe;
 pub mod profile;
 pub mod pull;
 pub mod push;
@@ -95,6 +96,8 @@ pub enum InternalCommand {
     GpuJob(bench::GpuJobArgs),
     /// Evaluate one bisection step from a request file (a Slurm job's command).
     BisectStep(bisect::StepArgs),
+    /// Check on a node what a Slurm bisection's steps need (its probe job).
+    BisectProbe(probe::Args),
 }
 
 /// The subcommands.
@@ -243,6 +246,7 @@ fn run_internal(internal: Internal) -> anyhow::Result<u8> {
     match internal.command {
         InternalCommand::GpuJob(args) => bench::gpu_job(&globals, args),
         InternalCommand::BisectStep(args) => bisect::run_step(&globals, args),
+        InternalCommand::BisectProbe(args) => probe::run(&globals, args),
     }
 }
 

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use crate::app::bench::{fmt_value, parse_fraction};
 use crate::app::context::{Globals, emit, emit_json};
+use crate::engines::bisect::slurm::detach;
 use crate::engines::catalog;
 use crate::engines::export;
 use crate::foundation::error::UserError;
@@ -148,6 +149,7 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
         })
         .take(a.limit)
         .collect();
+    let detached = detached_lines(&store);
     if g.json {
         let list: Vec<Value> = records
             .iter()
@@ -170,8 +172,34 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
                 v
             })
             .collect();
-        emit_json(&json!({ "schema": 2, "records": list }))?;
+        let mut doc = json!({ "schema": 2, "records": list });
+        if !detached.is_empty() {
+            doc["detached"] = detached
+                .iter()
+                .map(|(d, state)| json!({"id": d.id, "job": d.job, "state": state, "submitted-at": d.submitted_at}))
+                .collect();
+        }
+        emit_json(&doc)?;
         return Ok(exit::OK);
+    }
+    if !detached.is_empty() {
+        let mut t = Table::new();
+        t.row(["DETACHED", "JOB", "STATE", "SUBMITTED", "STEPS SO FAR"].map(String::from));
+        for (d, state) in &detached {
+            t.row([
+                keys::short(&d.id).to_string(),
+                d.job.clone(),
+                plain(state),
+                d.submitted_at
+                    .chars()
+                    .take(19)
+                    .collect::<String>()
+                    .replace('T', " "),
+                detach::progress(d).len().to_string(),
+            ]);
+        }
+        emit(&t.render(0))?;
+        emit("\n")?;
     }
     if records.is_empty() {
         if !g.quiet {
@@ -208,7 +236,13 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
 pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
-    let (entry, r) = catalog::find(&store, &a.id).map_err(|e| {
+    let found = catalog::find(&store, &a.id);
+    if found.is_err()
+        && let Some(d) = detach::find(&store, &a.id)
+    {
+        return show_detached(g, &store, &d);
+    }
+    let (entry, r) = found.map_err(|e| {
         UserError::usage(e.to_string()).hint("`repro log` lists every record with its ID")
     })?;
     let id = entry.id.clone();
@@ -441,6 +475,85 @@ fn show_build(id: &str, r: &BuildRecord) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// `repro show` of a detached bisection: its driver job's state and the steps it has
+/// logged so far; once it has ended, the finished bisection's record (or its error).
+fn show_detached(
+    g: &Globals,
+    store: &crate::foundation::store::Store,
+    d: &records::DetachedRecord,
+) -> anyhow::Result<u8> {
+    let state = detach::state(d);
+    let progress = detach::progress(d);
+    let finished = d
+        .record
+        .as_deref()
+        .and_then(|id| catalog::find(store, id).ok());
+    if g.json {
+        let mut v = serde_json::to_value(d).expect("a detached record serialises");
+        v["kind"] = json!("detached-bisection");
+        v["state"] = json!(state);
+        v["progress"] = json!(progress);
+        v["bisection"] = finished.as_ref().map_or(Value::Null, |(_, r)| r.to_json());
+        emit_json(&v)?;
+        return Ok(exit::OK);
+    }
+    let mut t = Table::new();
+    t.row(["kind".to_string(), "detached bisection".to_string()]);
+    t.row(["id".to_string(), d.id.clone()]);
+    t.row([
+        "driver".to_string(),
+        format!("Slurm job {} ({})", d.job, plain(&state)),
+    ]);
+    t.row(["submitted-at".to_string(), plain(&d.submitted_at)]);
+    t.row(["log".to_string(), plain(&d.log)]);
+    if let Some(id) = &d.record {
+        t.row(["record".to_string(), id.clone()]);
+    }
+    if let Some(e) = &d.error {
+        t.row(["error".to_string(), plain(e)]);
+    }
+    let mut out = t.render(0);
+    let ended = !crate::engines::bisect::slurm::accounting::UNFINISHED.contains(&state.as_str());
+    if d.record.is_none() && d.error.is_none() && ended && state != "unknown" {
+        out.push_str(&format!(
+            "the driver ended {state} without a result; its log ends:\n"
+        ));
+        for l in detach::log_tail(d, 5) {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+    match &finished {
+        Some((e, catalog::Record::Bisection(b))) => {
+            emit(&out)?;
+            emit("\n")?;
+            return show_bisection(&e.id, e, b);
+        }
+        _ => {
+            out.push_str(&format!("\nsteps so far ({}):\n", progress.len()));
+            for l in &progress {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
+/// The lines `repro log` shows first: detached bisections not yet finished.
+fn detached_lines(
+    store: &crate::foundation::store::Store,
+) -> Vec<(records::DetachedRecord, String)> {
+    detach::list(store)
+        .into_iter()
+        .filter(|d| d.record.is_none() && d.error.is_none())
+        .map(|d| {
+            let state = detach::state(&d);
+            (d, state)
+        })
+        .collect()
+}
+
 /// `repro show` of a bisection's report.
 fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Result<u8> {
     let mut t = Table::new();
@@ -476,6 +589,12 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
             format!("{} {}", plain(&c.hash), plain(&c.subject)),
         ]);
     }
+    if let Some(c) = &r.cluster {
+        t.row(["executor".to_string(), plain(&c.executor)]);
+        t.row(["placement".to_string(), plain(&c.placement)]);
+        t.row(["job options".to_string(), plain(&c.options.join(" "))]);
+        t.row(["job environment".to_string(), plain(&c.export.join(" "))]);
+    }
     let mut out = t.render(0);
     out.push_str("\nsteps:\n");
     let mut s = Table::new();
@@ -492,6 +611,10 @@ fn show_bisection(id: &str, e: &catalog::Entry, r: &BisectRecord) -> anyhow::Res
         ]);
     }
     out.push_str(&s.render(2));
+    if let Some(c) = &r.cluster {
+        out.push('\n');
+        out.push_str(&crate::app::bisect::cluster_text(c, &r.steps));
+    }
     emit(&out)?;
     Ok(exit::OK)
 }

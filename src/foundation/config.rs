@@ -43,6 +43,95 @@ pub struct Config {
     /// Building inside the project's Nix dev shell.
     #[serde(default)]
     pub nix: NixSettings,
+    /// The site's Slurm options, for `--executor slurm`.
+    #[serde(default)]
+    pub slurm: SlurmSettings,
+}
+
+/// `[slurm]`: what every job of `--executor slurm` is submitted with.
+///
+/// ```toml
+/// [slurm]
+/// options = ["--partition=gpu", "--qos=normal", "--constraint=h100", "--gres=gpu:h100:1"]
+/// export = ["HF_HOME"]     # variables passed to jobs besides repro's own list
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SlurmSettings {
+    /// sbatch/srun options, each one `--name=value` (or `--flag`).
+    #[serde(default)]
+    pub options: Vec<String>,
+    /// Environment variables jobs get, besides repro's own list.
+    #[serde(default)]
+    pub export: Vec<String>,
+}
+
+/// The options of sbatch/srun that repro sets itself for each job (or must not be set:
+/// they would change how repro waits for or reads the job).
+pub const SLURM_OWN_OPTIONS: &[&str] = &[
+    "job-name",
+    "chdir",
+    "output",
+    "error",
+    "input",
+    "export",
+    "export-file",
+    "ntasks",
+    "test-only",
+    "wrap",
+    "parsable",
+    "wait",
+    "array",
+    "pty",
+    "verbose",
+    "quiet",
+    "time",
+    "exact",
+    "overlap",
+    "unbuffered",
+    "label",
+    "kill-on-bad-exit",
+    "hold",
+    "help",
+    "usage",
+];
+
+/// Why a site option cannot be passed to Slurm as given: one `--name=value` or `--flag`
+/// per entry, not an option repro sets itself. `None` when it can.
+pub fn slurm_option_problem(opt: &str) -> Option<String> {
+    let Some(body) = opt.strip_prefix("--") else {
+        return Some(format!(
+            "`{opt}` is not a long option: write each as --name=value (e.g. --partition=gpu)"
+        ));
+    };
+    let name = body.split_once('=').map_or(body, |(n, _)| n);
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Some(format!("`{opt}` does not name an option"));
+    }
+    if opt.chars().any(|c| c.is_control()) {
+        return Some(format!(
+            "`{}` holds a control character",
+            opt.escape_debug()
+        ));
+    }
+    if SLURM_OWN_OPTIONS.contains(&name) {
+        return Some(if name == "time" {
+            format!("`{opt}`: the time limit is --time-limit (checked against --timeout)")
+        } else if name == "export" || name == "export-file" {
+            format!(
+                "`{opt}`: repro passes an explicit export list; add names to `[slurm] export` or --slurm-export"
+            )
+        } else {
+            format!("`{opt}`: repro sets --{name} itself")
+        });
+    }
+    None
+}
+
+/// Whether `name` can be an environment variable's name.
+pub fn env_name_ok(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `[nix]`: whether builds run inside the flake's dev shell, and which shell.
@@ -214,6 +303,19 @@ fn validate(text: &str, cfg: &Config) -> Option<(Option<std::ops::Range<usize>>,
                     ));
                 }
             }
+        }
+    }
+    for o in &cfg.slurm.options {
+        if let Some(problem) = slurm_option_problem(o) {
+            return Some((at(o), format!("[slurm] options: {problem}")));
+        }
+    }
+    for n in &cfg.slurm.export {
+        if !env_name_ok(n) {
+            return Some((
+                at(n),
+                format!("[slurm] export: `{n}` is not an environment variable's name"),
+            ));
         }
     }
     if let Some(d) = &cfg.toolchain.nvcc_default

@@ -60,11 +60,76 @@ impl Diagnose for WriteError {
                 Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
                     Some("the location is not writable; choose another with -o".into())
                 }
+                Some(libc::ENOLCK) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Some(
+                    "the file system refuses file locks (Lustre mounted without -o flock, NFS without a lock manager); put the store on one that locks (--store DIR or REPRO_STORE), or ask for the flock mount option".into(),
+                ),
                 Some(libc::EEXIST) | Some(libc::ENOTDIR) | Some(libc::EISDIR) => Some(
                     "a file is in the way: part of the path is a file where a directory belongs, or the path is a directory; choose another path".into(),
                 ),
                 _ => Some("check the path and the file system it is on (`ls -ld`, `df`)".into()),
             },
+        }
+    }
+}
+
+/// Locks a whole file, shared or exclusive, waiting for it (`wait`) or failing with
+/// `WouldBlock`. Open-file-description locks (`F_OFD_SETLKW`): owned by the open file like
+/// `flock`'s (two opens in one process exclude each other, closing another descriptor of
+/// the file releases nothing), and, being POSIX byte-range locks to the file system, they
+/// work on NFS (through its lock manager) and on Lustre without the `flock` mount option
+/// where `flock` does not. Where a file system has no OFD locks either, `flock` is tried;
+/// where it refuses both, the error says so (ENOLCK, ENOSYS or EOPNOTSUPP, whose hint
+/// names the cause). A shared lock needs the file open for reading, an exclusive one for
+/// writing.
+pub fn lock_file(file: &std::fs::File, exclusive: bool, wait: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `struct flock` is a valid value (l_start = l_len = 0: the whole
+    // file), and fcntl/flock only read it and the descriptor, which `file` keeps open.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = if exclusive {
+        libc::F_WRLCK
+    } else {
+        libc::F_RDLCK
+    } as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: see above.
+        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) => {
+                return Err(std::io::Error::from(std::io::ErrorKind::WouldBlock));
+            }
+            // A kernel or file system without OFD locks: flock, as before.
+            Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => break,
+            _ => return Err(e),
+        }
+    }
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | if wait { 0 } else { libc::LOCK_NB };
+    loop {
+        // SAFETY: flock only reads the descriptor, which `file` keeps open.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => {
+                return Err(std::io::Error::from(std::io::ErrorKind::WouldBlock));
+            }
+            _ => return Err(e),
         }
     }
 }
@@ -223,6 +288,38 @@ fn too_large(path: &Path, max: u64) -> std::io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_locks_exclude_between_opens_of_one_process_and_end_with_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap()
+        };
+        let (a, b) = (open(), open());
+        lock_file(&a, false, false).unwrap();
+        lock_file(&b, false, false).unwrap();
+        let c = open();
+        let blocked = lock_file(&c, true, false).unwrap_err();
+        assert_eq!(blocked.kind(), std::io::ErrorKind::WouldBlock);
+        // Another descriptor of the file closing releases nothing (unlike plain POSIX
+        // locks): only the holders' own ends do.
+        drop(open());
+        assert!(lock_file(&c, true, false).is_err());
+        drop(a);
+        drop(b);
+        lock_file(&c, true, false).unwrap();
+        let d = open();
+        assert!(lock_file(&d, false, false).is_err());
+        drop(c);
+        lock_file(&d, false, true).unwrap();
+    }
 
     #[test]
     fn files_get_the_umask_mode_and_dangling_links_are_refused() {

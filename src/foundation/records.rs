@@ -1194,6 +1194,30 @@ pub struct Step {
     /// step spread over several): only samples of one place are ever compared.
     #[serde(skip)]
     pub by_place: BTreeMap<String, Vec<f64>>,
+    /// Where the step ran as a cluster job: its id, queue wait, run time and GPU-hours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobUsage>,
+}
+
+/// What a cluster job of one step cost, as the cluster's accounting (or, without it, its
+/// controller) reports it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JobUsage {
+    /// The job id.
+    pub id: String,
+    /// Its final state (COMPLETED, ...).
+    pub state: String,
+    /// Where the figures come from: `sacct` or `scontrol`.
+    pub source: String,
+    /// Seconds from submission to start.
+    pub queue_wait_s: f64,
+    /// Seconds from start to end.
+    pub run_s: f64,
+    /// GPUs allocated.
+    pub gpus: u64,
+    /// GPUs × run time, in hours.
+    pub gpu_hours: f64,
 }
 
 impl Step {
@@ -1216,8 +1240,93 @@ impl Step {
             placement: None,
             samples: Vec::new(),
             by_place: BTreeMap::new(),
+            job: None,
         }
     }
+}
+
+/// How a bisection's steps ran on a cluster: the part of its record that says where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ClusterRecord {
+    /// `slurm`.
+    pub executor: String,
+    /// Jobs of their own, or steps of an allocation (in words).
+    pub placement: String,
+    /// The options every job was submitted with (the site's included).
+    pub options: Vec<String>,
+    /// The environment variables jobs were given (names).
+    pub export: Vec<String>,
+    /// What the jobs cost, all of them (the steps' and the lost ones'), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ClusterUsage>,
+}
+
+/// The cost of a bisection's jobs in total.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ClusterUsage {
+    /// Jobs accounted.
+    pub jobs: usize,
+    /// `sacct`, `scontrol`, or both (`sacct+scontrol`).
+    pub source: String,
+    /// Seconds all jobs waited in the queue.
+    pub queue_wait_s: f64,
+    /// Seconds all jobs ran.
+    pub run_s: f64,
+    /// GPU-hours all jobs held.
+    pub gpu_hours: f64,
+}
+
+impl ClusterUsage {
+    /// The total of `jobs`; `None` when there are none.
+    pub fn of<'a>(jobs: impl IntoIterator<Item = &'a JobUsage>) -> Option<ClusterUsage> {
+        let mut sources = std::collections::BTreeSet::new();
+        let mut u = ClusterUsage {
+            jobs: 0,
+            source: String::new(),
+            queue_wait_s: 0.0,
+            run_s: 0.0,
+            gpu_hours: 0.0,
+        };
+        for j in jobs {
+            u.jobs += 1;
+            u.queue_wait_s += j.queue_wait_s;
+            u.run_s += j.run_s;
+            u.gpu_hours += j.gpu_hours;
+            sources.insert(j.source.as_str());
+        }
+        u.source = sources.into_iter().collect::<Vec<_>>().join("+");
+        (u.jobs > 0).then_some(u)
+    }
+}
+
+/// A bisection whose driver was submitted as a Slurm job (`repro bisect --detach`):
+/// `detached/ID.json`, written when it is submitted and again when it ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct DetachedRecord {
+    /// Always [`SCHEMA`].
+    pub schema: u32,
+    /// Its ID, given at submission (the finished bisection's record has its own).
+    pub id: String,
+    /// The driver's Slurm job.
+    pub job: String,
+    /// When it was submitted.
+    pub submitted_at: String,
+    /// The command the driver runs.
+    pub command: Vec<String>,
+    /// The driver's output (its step lines as they come).
+    pub log: String,
+    /// The finished bisection's record ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<String>,
+    /// The driver's exit code, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<u8>,
+    /// Why it ended without a record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A finished bisection's report: `bisections/ID.json`, and `repro bisect --json`.
@@ -1244,6 +1353,9 @@ pub struct BisectRecord {
     pub steps: Vec<Step>,
     /// Bench: the culprit re-checked against its parent.
     pub recheck: Option<Recheck>,
+    /// Where the steps ran, for a bisection run on a cluster (`--executor slurm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterRecord>,
     /// Always `bisection` once recorded (absent in `--json` before it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -1312,8 +1424,14 @@ mod tests {
             let r = ResultRecord::from_json(&v, name).unwrap();
             assert_eq!(to_json(&r), v, "{name}");
         }
-        let v = fixture("bisection.json");
-        assert_eq!(to_json(&BisectRecord::from_json(&v, "b").unwrap()), v);
+        for name in ["bisection.json", "bisection-slurm.json"] {
+            let v = fixture(name);
+            assert_eq!(
+                to_json(&BisectRecord::from_json(&v, name).unwrap()),
+                v,
+                "{name}"
+            );
+        }
         let v = fixture("step.json");
         assert_eq!(to_json(&StepRecord::from_json(&v, "s").unwrap()), v);
         // A build with its resource report and broken budgets, and a profile.

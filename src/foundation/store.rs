@@ -418,12 +418,8 @@ impl Store {
             },
             Err(e) => return Err(write_err(e)),
         };
-        let locked = if exclusive {
-            fs4::fs_std::FileExt::lock_exclusive(&file)
-        } else {
-            fs4::fs_std::FileExt::lock_shared(&file)
-        };
-        locked.map_err(write_err)?;
+        // fcntl (OFD) locks, which NFS and Lustre honour without the flock mount option.
+        fsutil::lock_file(&file, exclusive, true).map_err(write_err)?;
         // The marker and `.gitignore` are written under the lock, so that gc (which holds
         // it exclusively) never removes their temporary files while they are written.
         match self.ensure() {

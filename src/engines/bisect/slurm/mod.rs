@@ -14,6 +14,11 @@
 //! good end inside the job, on the job's GPU, and keys its samples by the job, so that no
 //! comparison spans two cards.
 
+pub mod accounting;
+pub mod detach;
+pub mod probe;
+pub mod site;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,14 +48,22 @@ pub const MAX_BYTES: u64 = 4 << 20;
 pub struct SlurmOptions {
     /// `--partition`, or the cluster's default.
     pub partition: Option<String>,
-    /// `--gres` per job (`gpu:1`); empty for none.
-    pub gres: String,
+    /// `--gres` per job (`gpu:h100:1`); empty for none; `None` for the site option's, or
+    /// else `gpu:1`.
+    pub gres: Option<String>,
+    /// The site's options (`[slurm] options`, then `--slurm-opt`), each validated.
+    pub site: Vec<String>,
+    /// Variables jobs get besides repro's list.
+    pub export: Vec<String>,
     /// `--time` per job, in Slurm's syntax (`30`, `1:00:00`).
     pub time_limit: Option<String>,
     /// `--account`.
     pub account: Option<String>,
     /// Submissions of one step after the first, for jobs that end without a result.
     pub retries: usize,
+    /// Run each step as a job step of the allocation repro runs in (`--slurm-steps`),
+    /// instead of as a job of its own.
+    pub steps: bool,
     /// The repro executable the jobs run (it must be reachable from the nodes).
     pub repro: PathBuf,
 }
@@ -313,6 +326,68 @@ pub enum SlurmError {
         reason: String,
         /// The partitions there are.
         partitions: Vec<String>,
+        /// The GRES the nodes have.
+        gres: Vec<String>,
+    },
+    /// `--slurm-steps` outside an allocation.
+    #[error(
+        "--slurm-steps runs each step as a job step of the allocation repro runs in, and repro runs in none (SLURM_JOB_ID is not set)"
+    )]
+    NoAllocation,
+    /// The allocation repro runs in lacks the GPUs each step asks for.
+    #[error("allocation {job} holds {held}; steps asking for --gres={gres} cannot run in it")]
+    AllocationGres {
+        /// The allocation.
+        job: String,
+        /// What a step asks for.
+        gres: String,
+        /// What it holds.
+        held: String,
+    },
+    /// `--time-limit` is not in Slurm's syntax.
+    #[error("--time-limit `{given}` is not a Slurm time limit")]
+    BadTime {
+        /// What was given.
+        given: String,
+        /// The limit repro would derive.
+        derived: String,
+    },
+    /// `--time-limit` is shorter than a step's `--timeout` (plus start-up): a hanging step
+    /// would be killed by Slurm before its own timeout judged it.
+    #[error("--time-limit {given} is shorter than a step needs: its --timeout is {}, so a job needs at least {shortest}", humantime::format_duration(*.timeout))]
+    TimeLimit {
+        /// What was given.
+        given: String,
+        /// The step's timeout.
+        timeout: Duration,
+        /// The shortest limit accepted.
+        shortest: String,
+        /// The limit repro would derive.
+        derived: String,
+    },
+    /// A node cannot see (or use) a path the steps need.
+    #[error("the probe job{} on node {node} cannot use the {what} {}{}", .job.as_ref().map(|j| format!(" {j}")).unwrap_or_default(), .path.display(), .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    NodeCannotUse {
+        /// The probe's job id.
+        job: Option<String>,
+        /// The node.
+        node: String,
+        /// What the path is.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// Why, as the node said.
+        why: Option<String>,
+    },
+    /// The probe job ended without saying what it found.
+    #[error("the probe job{} ended without an answer ({status}){}", .job.as_ref().map(|j| format!(" {j}")).unwrap_or_default(), if .said.is_empty() { String::new() } else { format!(": {}", .said) })]
+    ProbeFailed {
+        /// The probe's job id.
+        job: Option<String>,
+        /// How srun ended.
+        status: String,
+        /// The last lines it printed.
+        said: String,
     },
     /// srun could not be asked at all (the controller is down).
     #[error("cannot reach the Slurm controller")]
@@ -392,6 +467,19 @@ pub enum JobFailure {
         /// The last lines of the last job's log.
         tail: Vec<String>,
     },
+    /// The job reached its time or memory limit: the limit is too tight for the step, and
+    /// another submission would reach it again.
+    #[error(
+        "Slurm job {job} ended {state} before its step did (it was submitted with {options}); raise the limit (--time-limit, or --slurm-opt=--mem=...) or lower --timeout"
+    )]
+    Exceeded {
+        /// The job id.
+        job: String,
+        /// TIMEOUT, OUT_OF_MEMORY or DEADLINE.
+        state: String,
+        /// The options it was submitted with.
+        options: String,
+    },
     /// The step failed inside its job.
     #[error("{message} (in Slurm job {job})")]
     Remote {
@@ -412,6 +500,14 @@ pub struct SlurmExecutor {
     width: usize,
     newest: Oid,
     opts: SlurmOptions,
+    /// The options every job is submitted with.
+    args: Vec<String>,
+    /// Jobs of their own, or steps of the enclosing allocation.
+    placement: site::Placement,
+    /// The variables jobs get.
+    export: Vec<String>,
+    /// What each job ended so far cost.
+    jobs: std::sync::Mutex<Vec<crate::foundation::records::JobUsage>>,
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
@@ -428,42 +524,19 @@ impl SlurmExecutor {
         newest: Oid,
         opts: SlurmOptions,
     ) -> Result<Self, SlurmError> {
-        let test = Cmd::new("srun")
-            .arg("--test-only")
-            .args(Self::job_options(&opts))
-            .arg("true")
-            .timeout(Duration::from_secs(60));
-        match test.output() {
-            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
-            Err(source) => return Err(SlurmError::Unreachable { source }),
-            Ok(o) if !o.status.success() => {
-                let reason = o
-                    .stderr_str()
-                    .lines()
-                    .map(|l| l.trim_start_matches("srun: error: ").trim())
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let partitions = Cmd::new("sinfo")
-                    .args(["-h", "-o", "%R"])
-                    .timeout(Duration::from_secs(30))
-                    .run()
-                    .map(|o| {
-                        let mut v: Vec<String> =
-                            o.stdout_str().lines().map(str::to_string).collect();
-                        v.sort();
-                        v.dedup();
-                        v
-                    })
-                    .unwrap_or_default();
-                return Err(SlurmError::Refused {
-                    options: Self::job_options(&opts).join(" "),
-                    reason,
-                    partitions,
-                });
+        let args = Self::job_options(&opts, plan)?;
+        let export = site::export_list(&opts.export);
+        let placement = match (opts.steps, site::enclosing_job()) {
+            (true, None) => return Err(SlurmError::NoAllocation),
+            (true, Some(job)) => {
+                Self::check_allocation(&job, &Self::gres(&args))?;
+                site::Placement::Steps { job }
             }
-            Ok(_) => {}
-        }
+            (false, inside) => {
+                Self::test_options(&args)?;
+                site::Placement::Jobs { inside }
+            }
+        };
         let dir = store
             .scratch_dir("slurm")
             .map_err(|e| SlurmError::Unreachable {
@@ -476,6 +549,19 @@ impl SlurmExecutor {
         let name = format!("repro-bisect-{token}");
         // Ctrl-C, SIGTERM or SIGKILL of repro: the process guardian cancels the jobs.
         crate::foundation::process::cancel_slurm_jobs_on_exit(&name);
+        let probe = Self::probe(
+            &placement,
+            &args,
+            &name,
+            repo,
+            &store,
+            dir.path(),
+            &opts.repro,
+        )?;
+        let jobs = probe
+            .and_then(|j| Self::settled(&j).usage)
+            .into_iter()
+            .collect();
         Ok(SlurmExecutor {
             known: super::local::LocalExecutor::new(repo, store.clone(), plan, newest),
             repo: repo.path().to_path_buf(),
@@ -484,57 +570,318 @@ impl SlurmExecutor {
             width: plan.jobs.max(1),
             newest,
             opts,
+            export,
+            jobs: std::sync::Mutex::new(jobs),
+            args,
+            placement,
             name,
             dir,
         })
     }
 
-    fn job_options(opts: &SlurmOptions) -> Vec<String> {
+    /// Runs the probe job (see [`probe`]) on a node the steps could get, with their
+    /// options, and turns what it found into an error naming the path.
+    fn probe(
+        placement: &site::Placement,
+        args: &[String],
+        name: &str,
+        repo: &git2::Repository,
+        store: &Store,
+        dir: &Path,
+        repro: &Path,
+    ) -> Result<Option<String>, SlurmError> {
+        let arg = |what: &str, p: &Path| format!("{what}={}", p.display());
+        let out = Self::srun(placement)
+            .args(["-v", "--ntasks=1"])
+            .arg(format!("--job-name={name}"))
+            .arg(format!("--export={}", site::export_list(&[]).join(",")))
+            .args(Self::placed_args(placement, args))
+            .args(["sh", "-c", probe::SCRIPT, "sh"])
+            .arg(repro)
+            .arg(store.root())
+            .arg(dir)
+            .arg(repo.path())
+            .args([
+                arg("repository", repo.path()),
+                arg("store", store.root()),
+                arg("scratch directory", dir),
+                arg("repro binary", repro),
+            ])
+            .timeout(Duration::from_secs(3600))
+            .output()
+            .map_err(|source| match source {
+                ProcessError::NotFound { .. } => SlurmError::NoSrun,
+                source => SlurmError::Unreachable { source },
+            })?;
+        let stdout = out.stdout_str();
+        let job = job_id(&out.stderr_str());
+        match probe::finding(&stdout) {
+            probe::Finding::Ok => Ok(job),
+            probe::Finding::Path { what, path, why } => Err(SlurmError::NodeCannotUse {
+                job,
+                node: probe::node(&stdout).unwrap_or_else(|| "?".into()),
+                what,
+                path,
+                why,
+            }),
+            probe::Finding::Silent => {
+                let text = format!("{stdout}{}", out.stderr_str());
+                let mut tail: Vec<&str> = text.lines().rev().take(4).collect();
+                tail.reverse();
+                Err(SlurmError::ProbeFailed {
+                    job,
+                    status: crate::foundation::process::describe_status(out.status),
+                    said: tail.join(" | "),
+                })
+            }
+        }
+    }
+
+    /// The job options as `placement` takes them: a job step belongs to its allocation's
+    /// partition, account and QOS.
+    fn placed_args<'a>(
+        placement: &'a site::Placement,
+        args: &'a [String],
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        args.iter().filter(move |a| match placement {
+            site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
+                .iter()
+                .any(|p| a.starts_with(p)),
+            site::Placement::Jobs { .. } => true,
+        })
+    }
+
+    /// Checks the options as [`SlurmExecutor::new`] does, without the probe and without
+    /// submitting anything: for a detached bisection, whose driver job makes the executor.
+    /// Returns the job options and the export list.
+    pub fn check(
+        opts: &SlurmOptions,
+        plan: &Plan,
+    ) -> Result<(Vec<String>, Vec<String>), SlurmError> {
+        let args = Self::job_options(opts, plan)?;
+        match (opts.steps, site::enclosing_job()) {
+            (true, None) => return Err(SlurmError::NoAllocation),
+            (true, Some(job)) => Self::check_allocation(&job, &Self::gres(&args))?,
+            (false, _) => Self::test_options(&args)?,
+        }
+        Ok((args, site::export_list(&opts.export)))
+    }
+
+    /// Where the steps run, as the plan line and the record say it.
+    pub fn placement(&self) -> &site::Placement {
+        &self.placement
+    }
+
+    /// The options each job is submitted with (the time limit derived or given included).
+    pub fn job_args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// `srun` as this executor runs it: for jobs of their own, without the variables of
+    /// an allocation repro may itself run in (they would make each job a step of it, or
+    /// change what it asks for).
+    fn srun(placement: &site::Placement) -> Cmd {
+        let mut cmd = Cmd::new("srun");
+        if matches!(placement, site::Placement::Jobs { .. }) {
+            for k in site::inherited_job_vars() {
+                cmd = cmd.env_remove(k);
+            }
+        }
+        cmd
+    }
+
+    /// Asks the controller whether it would run a job with `args` (`srun --test-only`), as
+    /// a job of its own: an unknown partition or GRES, a limit above the partition's.
+    fn test_options(args: &[String]) -> Result<(), SlurmError> {
+        let test = Self::srun(&site::Placement::Jobs { inside: None })
+            .arg("--test-only")
+            .args(args)
+            .arg("true")
+            .timeout(Duration::from_secs(60));
+        let o = match test.output() {
+            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
+            Err(source) => return Err(SlurmError::Unreachable { source }),
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => o,
+        };
+        let reason = o
+            .stderr_str()
+            .lines()
+            .map(|l| l.trim_start_matches("srun: error: ").trim())
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let sinfo = |format: &str| {
+            Cmd::new("sinfo")
+                .args(["-h", "-o", format])
+                .timeout(Duration::from_secs(30))
+                .run()
+                .map(|o| {
+                    let mut v: Vec<String> = o
+                        .stdout_str()
+                        .lines()
+                        .map(|l| l.trim().to_string())
+                        .filter(|l| !l.is_empty() && l != "(null)")
+                        .collect();
+                    v.sort();
+                    v.dedup();
+                    v
+                })
+                .unwrap_or_default()
+        };
+        Err(SlurmError::Refused {
+            options: args.join(" "),
+            reason,
+            partitions: sinfo("%R"),
+            gres: sinfo("%G"),
+        })
+    }
+
+    /// Steps of an allocation get only what it holds: a GPU it does not have would leave
+    /// every step waiting or failing.
+    fn check_allocation(job: &str, gres: &str) -> Result<(), SlurmError> {
+        let Some((kind, asked)) = site::gpus_asked(gres) else {
+            return Ok(());
+        };
+        let shown = match Cmd::new("scontrol")
+            .args(["-o", "show", "job", job])
+            .timeout(Duration::from_secs(30))
+            .run()
+        {
+            Ok(o) => o.stdout_str(),
+            Err(ProcessError::NotFound { .. }) => return Err(SlurmError::NoSrun),
+            Err(source) => return Err(SlurmError::Unreachable { source }),
+        };
+        let (total, typed) = site::gpus_held(&shown);
+        let held = match &kind {
+            Some(t) => typed.iter().find(|(k, _)| k == t).map_or(0, |(_, n)| *n),
+            None => total,
+        };
+        if held < asked {
+            return Err(SlurmError::AllocationGres {
+                job: job.to_string(),
+                gres: gres.to_string(),
+                held: if typed.is_empty() {
+                    format!("{total} GPUs")
+                } else {
+                    format!(
+                        "{total} GPUs ({})",
+                        typed
+                            .iter()
+                            .map(|(t, n)| format!("{n} {t}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// The options every job of `plan` is submitted with. The time limit is the one given
+    /// (refused when a hanging step would meet it before its own `--timeout`), or derived
+    /// from the step's timeouts.
+    fn job_options(opts: &SlurmOptions, plan: &Plan) -> Result<Vec<String>, SlurmError> {
         let mut v = Vec::new();
+        let mut dedicated = vec!["time"];
         if let Some(p) = &opts.partition {
             v.push(format!("--partition={p}"));
+            dedicated.push("partition");
         }
-        if !opts.gres.is_empty() {
-            v.push(format!("--gres={}", opts.gres));
+        let site_gres = opts.site.iter().any(|o| site::option_name(o) == "gres");
+        match &opts.gres {
+            Some(g) => {
+                dedicated.push("gres");
+                if !g.is_empty() {
+                    v.push(format!("--gres={g}"));
+                }
+            }
+            None if site_gres => {}
+            None => v.push("--gres=gpu:1".into()),
         }
-        if let Some(t) = &opts.time_limit {
-            v.push(format!("--time={t}"));
+        if opts.account.is_some() {
+            dedicated.push("account");
+        }
+        match &opts.time_limit {
+            Some(t) => {
+                let given = site::parse_time(t).map_err(|e| SlurmError::BadTime {
+                    given: e.given,
+                    derived: site::minutes_arg(site::derived_limit(plan)),
+                })?;
+                let shortest = site::shortest_limit(plan);
+                if given.is_some_and(|g| g < shortest) {
+                    return Err(SlurmError::TimeLimit {
+                        given: t.clone(),
+                        timeout: plan.timeout,
+                        shortest: site::minutes_arg(shortest),
+                        derived: site::minutes_arg(site::derived_limit(plan)),
+                    });
+                }
+                v.push(format!("--time={t}"));
+            }
+            None => v.push(site::minutes_arg(site::derived_limit(plan))),
         }
         if let Some(a) = &opts.account {
             v.push(format!("--account={a}"));
         }
-        v
+        v.extend(site::merge_options(&opts.site, &dedicated));
+        Ok(v)
     }
 
-    /// The job's final state as the controller remembers it ("CANCELLED", "TIMEOUT",
-    /// ...), waiting a few seconds for a job that is still completing.
-    fn job_state(job: &str) -> String {
-        let mut state = Self::job_state_now(job);
+    /// The GRES each job asks for, as submitted.
+    fn gres(args: &[String]) -> String {
+        args.iter()
+            .rev()
+            .find_map(|a| a.strip_prefix("--gres="))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// The `--export=` option of every job.
+    fn export_arg(&self) -> String {
+        format!("--export={}", self.export.join(","))
+    }
+
+    /// The variables each job gets (names), as submitted.
+    pub fn exported(&self) -> &[String] {
+        &self.export
+    }
+
+    /// How the job ended and what it cost (`sacct`, else `scontrol`), waiting a few
+    /// seconds for a job that is still completing (or that accounting has not caught up
+    /// with); the usage is kept for the bisection's totals.
+    fn job_facts(&self, job: &str) -> accounting::JobFacts {
+        let facts = Self::settled(job);
+        if let Some(u) = &facts.usage {
+            self.jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(u.clone());
+        }
+        facts
+    }
+
+    fn settled(job: &str) -> accounting::JobFacts {
+        let unknown = || accounting::JobFacts {
+            state: "unknown".into(),
+            usage: None,
+        };
+        let mut facts = accounting::facts(job).unwrap_or_else(unknown);
         for _ in 0..20 {
-            if !matches!(
-                state.as_str(),
-                "COMPLETING" | "RUNNING" | "CONFIGURING" | "PENDING" | "STAGE_OUT"
-            ) {
+            if facts.usage.is_some() && !accounting::UNFINISHED.contains(&facts.state.as_str()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(250));
-            state = Self::job_state_now(job);
+            facts = accounting::facts(job).unwrap_or_else(unknown);
         }
-        state
+        facts
     }
 
-    fn job_state_now(job: &str) -> String {
-        Cmd::new("scontrol")
-            .args(["show", "job", job])
-            .timeout(Duration::from_secs(30))
-            .run()
-            .ok()
-            .and_then(|o| {
-                o.stdout_str()
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("JobState=").map(str::to_string))
-            })
-            .unwrap_or_else(|| "unknown".into())
+    /// What every job of this bisection cost so far (the probe's, the steps', the lost
+    /// ones'), where the cluster said.
+    pub fn usage(&self) -> Option<crate::foundation::records::ClusterUsage> {
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        crate::foundation::records::ClusterUsage::of(jobs.iter())
     }
 
     fn read_result(path: &Path, job: &str) -> Result<Option<JobResult>, JobFailure> {
@@ -630,11 +977,26 @@ impl Executor for SlurmExecutor {
                 .map_err(|error| fatal(JobFailure::Request { error }))?;
             // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
             // longer than many steps take); -v makes it say the job's id.
-            let out = Cmd::new("srun")
+            let out = Self::srun(&self.placement)
                 .args(["-v", "--ntasks=1"])
+                .args(match self.placement {
+                    // A step takes only its share of the allocation, so that several
+                    // run side by side.
+                    site::Placement::Steps { .. } => &["--exact"][..],
+                    site::Placement::Jobs { .. } => &[][..],
+                })
                 .arg(format!("--job-name={}", self.name))
                 .arg(format!("--chdir={}", self.dir.path().display()))
-                .args(Self::job_options(&self.opts))
+                .arg(self.export_arg())
+                .args(self.args.iter().filter(|a| {
+                    match self.placement {
+                        // A step belongs to its allocation's partition, account and QOS.
+                        site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
+                            .iter()
+                            .any(|p| a.starts_with(p)),
+                        site::Placement::Jobs { .. } => true,
+                    }
+                }))
                 .arg(&self.opts.repro)
                 .arg("--store")
                 .arg(self.store.root())
@@ -678,6 +1040,7 @@ impl Executor for SlurmExecutor {
                         step.by_place.insert(place.clone(), r.samples.clone());
                     }
                     step.samples = r.samples;
+                    step.job = self.job_facts(&job).usage;
                     if !lost.is_empty() {
                         let note = format!("after {} lost jobs", lost.len());
                         step.note = Some(match step.note.take() {
@@ -691,8 +1054,18 @@ impl Executor for SlurmExecutor {
                 Ok(None) => {}
                 Err(e) => return Err(fatal(e)),
             }
-            // No result: the job was preempted, cancelled, ran out of time or lost its node.
-            let state = Self::job_state(&job);
+            // No result: the job was preempted, cancelled or lost its node, and is submitted
+            // again; or it reached a limit of its own (time, memory), which another
+            // submission would reach again: the step's own timeout lies below the time
+            // limit, so only a limit set too tight gets here.
+            let state = self.job_facts(&job).state;
+            if matches!(state.as_str(), "TIMEOUT" | "OUT_OF_MEMORY" | "DEADLINE") {
+                return Err(fatal(JobFailure::Exceeded {
+                    job,
+                    state,
+                    options: self.args.join(" "),
+                }));
+            }
             lost.push(format!("job {job} {state}"));
             if attempt < self.opts.retries {
                 events(Event::Status(&format!(
@@ -722,21 +1095,43 @@ impl Executor for SlurmExecutor {
 impl Diagnose for SlurmError {
     fn exit_code(&self) -> u8 {
         match self {
-            SlurmError::Refused { .. } => exit::USAGE,
-            SlurmError::NoSrun | SlurmError::Unreachable { .. } => exit::ENVIRONMENT,
+            SlurmError::Refused { .. }
+            | SlurmError::NoAllocation
+            | SlurmError::AllocationGres { .. }
+            | SlurmError::BadTime { .. }
+            | SlurmError::TimeLimit { .. } => exit::USAGE,
+            SlurmError::NoSrun
+            | SlurmError::Unreachable { .. }
+            | SlurmError::NodeCannotUse { .. }
+            | SlurmError::ProbeFailed { .. } => exit::ENVIRONMENT,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
             SlurmError::NoSrun => "run it where Slurm's client commands (srun, scancel, sinfo, scontrol) are installed, such as a login node, or use --executor local".into(),
-            SlurmError::Refused { partitions, .. } if partitions.is_empty() => {
-                "check --partition, --gres, --time-limit and --account against `sinfo`".into()
+            SlurmError::Refused { partitions, gres, .. } => {
+                let mut h = String::new();
+                if !partitions.is_empty() {
+                    h.push_str(&format!("the partitions here are: {}; ", partitions.join(", ")));
+                }
+                if !gres.is_empty() {
+                    h.push_str(&format!("the nodes' GRES are: {}; ", gres.join(", ")));
+                }
+                h.push_str("check --partition, --gres, --time-limit, --account and --slurm-opt against `sinfo`");
+                h
             }
-            SlurmError::Refused { partitions, .. } => format!(
-                "the partitions here are: {}; check --gres, --time-limit and --account against `sinfo`",
-                partitions.join(", ")
-            ),
+            SlurmError::NodeCannotUse { what, .. } if what == "lock" => "the store's file system refuses locks on the nodes: put the store (--store) on a file system that locks (NFS with its lock manager; Lustre mounted with -o flock)".into(),
+            SlurmError::NodeCannotUse { .. } => "the repository, the store (--store) and repro itself must be on a file system the nodes mount at the same path, such as your home or a project directory; the login node's /tmp is not".into(),
+            SlurmError::ProbeFailed { .. } => "run the probe's command by hand on a node (srun --pty bash) to see why; the job's options may need a --slurm-opt the site requires".into(),
+            SlurmError::NoAllocation => "leave out --slurm-steps (each step is then a job of its own), or run repro inside `salloc`/`sbatch`".into(),
+            SlurmError::AllocationGres { .. } => "ask the allocation for the GPUs (sbatch --gres=gpu:N), or leave out --slurm-steps so that each step is a job of its own".into(),
             SlurmError::Unreachable { .. } => "check that slurmctld is up (`sinfo`)".into(),
+            SlurmError::BadTime { derived, .. } => format!(
+                "give minutes (30), HH:MM:SS or D-HH:MM:SS, or leave it out: repro derives {derived} from --timeout"
+            ),
+            SlurmError::TimeLimit { derived, .. } => format!(
+                "leave --time-limit out (repro derives {derived} from --timeout), or lower --timeout"
+            ),
         })
     }
 }
