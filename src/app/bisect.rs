@@ -92,10 +92,6 @@ pub struct Args {
     /// step's tree instead of the whole tree.
     #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe")]
     paths: Vec<String>,
-    /// Never fetch missing blobs from a partial clone's promisor remote; a step that
-    /// needs one is untestable.
-    #[arg(long)]
-    offline: bool,
     /// What counts as broken.
     #[arg(long, value_enum, default_value = "build")]
     mode: Mode,
@@ -380,7 +376,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let plan = Plan {
         recipe,
         paths: a.paths.clone(),
-        offline: a.offline,
+        offline: g.offline,
         question,
         nix: a.nix,
         timeout: a.timeout,
@@ -388,8 +384,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         jobs: usize::from(a.jobs),
         keep_going: a.keep_going,
         devices: a.devices.clone(),
-        pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
+        pins: g.pins()?,
     };
+    provision_toolchain(g, &plan)?;
     let progress = Progress::new(g, expected_steps(commits.len()));
     let events = |e: run::Event<'_>| progress.event(e);
     let report = match a.executor {
@@ -1114,4 +1111,27 @@ fn trust_note(
             if unpinned.len() == 1 { "its" } else { "their" },
         )
     })
+}
+
+/// Installs the toolchain the held-fixed recipe resolves to before the first step, with
+/// the install's progress, so that steps (several at once with `--jobs`) find it in place.
+/// Per-commit recipes resolve in each step.
+fn provision_toolchain(g: &Globals, plan: &Plan) -> anyhow::Result<()> {
+    use crate::engines::toolchain::resolve;
+    let Some(RecipeSource::Fixed(r)) = &plan.recipe else {
+        return Ok(());
+    };
+    // An unresolvable toolchain is the first step's error, reported as steps report it.
+    let Ok(resolve::Resolved {
+        choice: resolve::Choice::Managed(p),
+        ..
+    }) = resolve::resolve(&plan.pins, r, None)
+    else {
+        return Ok(());
+    };
+    let mut progress = crate::engines::toolchain::progress::InstallProgress::new(g.quiet || g.json);
+    let done = resolve::ensure(&p, plan.pins.project.as_deref(), plan.offline, &mut progress);
+    progress.finish();
+    done.with_context(|| format!("failed to provide the toolchain of recipe `{}`", r.name))?;
+    Ok(())
 }

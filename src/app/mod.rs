@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod context;
 pub mod demo;
 pub mod env;
+pub mod init;
 pub mod plot;
 pub mod pull;
 pub mod push;
@@ -48,6 +49,11 @@ pub struct Cli {
     /// Print more (repeat for even more).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+    /// Use no network: a pinned toolchain that is not installed is an error instead of
+    /// installing itself, and a partial clone's missing blobs are not fetched (also
+    /// REPRO_OFFLINE=1).
+    #[arg(long, global = true)]
+    pub offline: bool,
     /// The store directory [default: .repro at the project root].
     #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
     pub store: Option<PathBuf>,
@@ -59,6 +65,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start in any git repository: pin toolchains in repro.toml and write a recipe per
+    /// kernel file.
+    Init(init::Args),
     /// Fingerprint this machine and check it against a lockfile.
     Env(env::Args),
     /// Build kernels from recipes, cached by the hash of every input.
@@ -121,8 +130,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         None => std::env::current_dir()?,
     };
-    let globals = Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store);
+    let mut globals = Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store);
+    globals.offline |= cli.offline;
     match cli.command {
+        Command::Init(args) => init::run(&globals, args),
         Command::Env(args) => env::run(&globals, args),
         Command::Build(args) => build::run(&globals, args),
         Command::Toolchain(args) => toolchain::run(&globals, args),

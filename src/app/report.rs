@@ -44,6 +44,9 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::bisect::toolchains::ToolchainBisectError,
             crate::engines::nvbench::NvbenchError,
             crate::engines::replay::ReplayError,
+            crate::engines::toolchain::releases::PinError,
+            crate::foundation::config::PinWriteError,
+            crate::engines::init::InitError,
         );
     }
     None

@@ -65,6 +65,13 @@ pub struct PlanSpec {
     question: QuestionSpec,
     nix: bool,
     timeout_ms: u64,
+    /// The project's `[toolchain]` table: a job's builds resolve their compiler from the
+    /// same pins as the bisection's (the node reads no repro.toml).
+    #[serde(default)]
+    toolchains: crate::foundation::config::Toolchains,
+    /// The project the pins belong to.
+    #[serde(default)]
+    project: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -129,6 +136,8 @@ impl PlanSpec {
             },
             nix: plan.nix,
             timeout_ms: u64::try_from(plan.timeout.as_millis()).unwrap_or(u64::MAX),
+            toolchains: plan.pins.table.clone(),
+            project: plan.pins.project.clone(),
         }
     }
 
@@ -180,8 +189,10 @@ impl PlanSpec {
             jobs: 1,
             keep_going: false,
             devices: vec![0],
-            // A job reads no repro.toml: its builds use the node's NVRTC search order.
-            pins: Default::default(),
+            pins: crate::engines::toolchain::Pins {
+                table: self.toolchains.clone(),
+                project: self.project.clone(),
+            },
         })
     }
 }
