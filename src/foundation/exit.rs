@@ -2,7 +2,7 @@
 //!
 //! They follow `git bisect run` where that applies (0 good, 1 bad, 125 skip), so that
 //! `repro` can itself serve as a `git bisect run` script, and clap's convention of 2 for
-//! usage errors. The README lists every one of them.
+//! usage errors. docs/src/reference/exit-codes.md lists every one of them.
 
 /// Everything asked for succeeded (for `env check`: every must-match field matches).
 pub const OK: u8 = 0;
@@ -28,7 +28,7 @@ pub const SKIP: u8 = 125;
 /// A bug in repro itself. Please report it with the whole error chain.
 pub const INTERNAL: u8 = 70;
 
-/// Every documented code with its meaning, for the README test and `--help` text.
+/// Every documented code with its meaning, for the documentation test and `--help` text.
 pub const ALL: &[(u8, &str)] = &[
     (
         OK,
@@ -73,7 +73,7 @@ pub const ALL: &[(u8, &str)] = &[
 mod tests {
     use super::*;
 
-    /// Every code constant of this file is in [`ALL`] once: the README test and `--help`
+    /// Every code constant of this file is in [`ALL`] once: the documentation test and `--help`
     /// see them all.
     #[test]
     fn all_lists_every_code_once() {
