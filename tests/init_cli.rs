@@ -102,16 +102,53 @@ fn random_below(n: usize) -> usize {
     (nanos ^ (std::process::id() as usize).wrapping_mul(2_654_435_761)) % n
 }
 
-/// The README's "Starting in your own repository", command for command.
+/// The commands of the first `sh` block under `heading` in the documentation file `rel`, as
+/// argument lists without the leading `repro`.
+fn documented(rel: &str, heading: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(common::crate_dir().join(rel)).unwrap();
+    let at = text.find(heading).unwrap_or_else(|| panic!("{rel} lacks {heading}"));
+    let block = text[at..]
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap_or_else(|| panic!("no sh block under {heading} in {rel}"));
+    block
+        .lines()
+        .map(|l| {
+            let words: Vec<String> = l
+                .split(" #")
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+            assert_eq!(words[0], "repro", "{rel}: {l}");
+            words[1..].to_vec()
+        })
+        .collect()
+}
+
+/// The README's "Starting in your own repository" (and the guide page's), command for
+/// command: init, build, and the bisection that names a break at a random place.
 #[test]
 fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand() {
+    let commands = documented("README.md", "## Starting in your own repository");
+    assert_eq!(
+        commands,
+        documented("docs/src/guide/start.md", "# Starting in your own repository")
+    );
+    let [init, build, bisect] = &commands[..] else {
+        panic!("three commands: {commands:?}");
+    };
+    let args = |v: &Vec<String>| v.iter().map(String::as_str).collect::<Vec<&str>>();
+    assert_eq!(args(init), ["init", "--recipe", "kernels/k.cu"]);
     let (tmp, root) = repo_with(&[("kernels/k.cu", KERNEL), ("README.md", "a project\n")]);
     git(&root, &["tag", "v1.0"]);
     let cache = tmp.path().join("cache");
 
     // `repro init --recipe kernels/k.cu`: no wheels are fetched yet (the pins come from the
     // table built into repro), and the kernel's includes choose nvcc and cuBLAS.
-    let (code, out, err) = run(&cache, &root, None, &["init", "--recipe", "kernels/k.cu"]);
+    let (code, out, err) = run(&cache, &root, None, &args(init));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("wrote repro.toml: nvcc "), "{out}");
     assert!(out.contains("nvidia-cublas "), "{out}");
@@ -129,7 +166,7 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
         return;
     };
     // `repro build recipes/k.toml`: the pinned nvcc (with cuBLAS) installs itself first.
-    let (code, out, err) = run(&cache, &root, Some(&wh), &["build", "recipes/k.toml"]);
+    let (code, out, err) = run(&cache, &root, Some(&wh), &args(build));
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         err.contains("is pinned but not installed: installing it now"),
@@ -158,7 +195,7 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
         &cache,
         &root,
         Some(&wh),
-        &["bisect", "--good", "v1.0", "--bad", "main", "--recipe", "recipes/k.toml"],
+        &args(bisect),
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&culprit[..12]), "culprit {culprit}:\n{out}{err}");
@@ -319,7 +356,7 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
     assert!(out.contains("replaced repro.toml"), "{out}");
 
     // Offline, a pinned toolchain that is not installed is an error naming the command
-    // that installs it; `env check` warns, and fails only with --strict.
+    // that installs it, and nothing is installed.
     let (code, _, err) = run(cache.path(), &root, None, &["--offline", "build", "k"]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("forbids installing it"), "{err}");
@@ -331,9 +368,10 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
 /// it, names both digests, and leaves no tree.
 #[test]
 fn a_pinned_digest_that_does_not_match_the_wheel_is_refused_on_first_use() {
+    // Host headers make it an nvcc recipe.
     let (tmp, root) = repo_with(&[(
         "k.cu",
-        "extern \"C\" __global__ void k(float* a) { a[0] = 1.0f; }\n",
+        "#include <cuda_runtime.h>\nextern \"C\" __global__ void k(float* a) { a[0] = 1.0f; }\n",
     )]);
     let cache = tmp.path().join("cache");
     let (code, _, err) = run(
