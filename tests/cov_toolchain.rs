@@ -381,7 +381,8 @@ fn install_without_a_spec_needs_an_nvrtc_pin() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("error: nvrtc@12.1.0 is not a release this project pins")
-            && err.contains("or pass --sha256; pinned here: none"),
+            && err.contains("hint: pin it: `repro toolchain pin nvrtc@12.1.0` (or pass --sha256")
+            && err.contains("pinned here: none"),
         "{err}"
     );
     // `list` with nothing installed says how to install.

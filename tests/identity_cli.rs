@@ -73,9 +73,11 @@ fn build_bench_bisect_and_replay_record_the_same_compiler_identity() {
         (code, out, err)
     };
 
-    let (code, out, err) = run(&["--json", "build", "scale"]);
+    let (code, out, err) = run(&["build", "scale"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("installing it now"), "the build installs the pin: {err}");
+    let (code, out, err) = run(&["--json", "build", "scale"]);
+    assert_eq!(code, 0, "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let key = v["builds"][0]["key"].as_str().unwrap().to_string();
     let (_, want) = identities(&root)

@@ -102,6 +102,11 @@ fn random_below(n: usize) -> usize {
     (nanos ^ (std::process::id() as usize).wrapping_mul(2_654_435_761)) % n
 }
 
+/// The words of a command, borrowed.
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 /// The commands of the first `sh` block under `heading` in the documentation file `rel`, as
 /// argument lists without the leading `repro`.
 fn documented(rel: &str, heading: &str) -> Vec<Vec<String>> {
@@ -140,7 +145,6 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
     let [init, build, bisect] = &commands[..] else {
         panic!("three commands: {commands:?}");
     };
-    let args = |v: &Vec<String>| v.iter().map(String::as_str).collect::<Vec<&str>>();
     assert_eq!(args(init), ["init", "--recipe", "kernels/k.cu"]);
     let (tmp, root) = repo_with(&[("kernels/k.cu", KERNEL), ("README.md", "a project\n")]);
     git(&root, &["tag", "v1.0"]);
