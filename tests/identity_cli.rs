@@ -75,7 +75,10 @@ fn build_bench_bisect_and_replay_record_the_same_compiler_identity() {
 
     let (code, out, err) = run(&["build", "scale"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(err.contains("installing it now"), "the build installs the pin: {err}");
+    assert!(
+        err.contains("installing it now"),
+        "the build installs the pin: {err}"
+    );
     let (code, out, err) = run(&["--json", "build", "scale"]);
     assert_eq!(code, 0, "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -89,14 +92,24 @@ fn build_bench_bisect_and_replay_record_the_same_compiler_identity() {
     assert!(want["wheels"].is_object(), "{want}");
 
     let (code, out, err) = run(&[
-        "bench", "--json", "scale", "--min-time", "30ms", "--warmup", "10ms",
+        "bench",
+        "--json",
+        "scale",
+        "--min-time",
+        "30ms",
+        "--warmup",
+        "10ms",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["results"][0]["build-key"], key.as_str(), "{v}");
 
     // A break, then the bisection: every step builds with the pinned NVRTC.
-    std::fs::write(root.join("k.cu"), format!("// a comment\n{KERNEL}\nbroken here\n")).unwrap();
+    std::fs::write(
+        root.join("k.cu"),
+        format!("// a comment\n{KERNEL}\nbroken here\n"),
+    )
+    .unwrap();
     common::git(&root, &["commit", "-qam", "a break"]);
     let (code, out, err) = run(&[
         "--json", "bisect", "--good", &first, "--bad", "HEAD", "--recipe", "scale",

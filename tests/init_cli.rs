@@ -111,7 +111,9 @@ fn args(v: &[String]) -> Vec<&str> {
 /// argument lists without the leading `repro`.
 fn documented(rel: &str, heading: &str) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(common::crate_dir().join(rel)).unwrap();
-    let at = text.find(heading).unwrap_or_else(|| panic!("{rel} lacks {heading}"));
+    let at = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("{rel} lacks {heading}"));
     let block = text[at..]
         .split("```sh\n")
         .nth(1)
@@ -140,7 +142,10 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
     let commands = documented("README.md", "## Starting in your own repository");
     assert_eq!(
         commands,
-        documented("docs/src/guide/start.md", "# Starting in your own repository")
+        documented(
+            "docs/src/guide/start.md",
+            "# Starting in your own repository"
+        )
     );
     let [init, build, bisect] = &commands[..] else {
         panic!("three commands: {commands:?}");
@@ -164,7 +169,10 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
     assert!(trees(&cache).is_empty());
     let recipe = std::fs::read_to_string(root.join("recipes/k.toml")).unwrap();
     assert!(recipe.contains("kind = \"nvcc\""), "{recipe}");
-    assert!(recipe.contains("<cuda_runtime.h>, <cublas_v2.h>"), "{recipe}");
+    assert!(
+        recipe.contains("<cuda_runtime.h>, <cublas_v2.h>"),
+        "{recipe}"
+    );
 
     let Some(wh) = wheelhouse(&default_nvcc_wheels(&root)) else {
         return;
@@ -191,18 +199,19 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
             git(&root, &["commit", "-qam", &format!("docs {i}")]);
         }
     }
-    let culprit = git(&root, &["rev-list", "-1", "--grep", "break the kernel", "main"]);
+    let culprit = git(
+        &root,
+        &["rev-list", "-1", "--grep", "break the kernel", "main"],
+    );
 
     // A fresh cache: the bisection installs the toolchain itself too.
     let cache = tmp.path().join("fresh-cache");
-    let (code, out, err) = run(
-        &cache,
-        &root,
-        Some(&wh),
-        &args(bisect),
-    );
+    let (code, out, err) = run(&cache, &root, Some(&wh), &args(bisect));
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains(&culprit[..12]), "culprit {culprit}:\n{out}{err}");
+    assert!(
+        out.contains(&culprit[..12]),
+        "culprit {culprit}:\n{out}{err}"
+    );
     assert!(out.contains("break the kernel"), "{out}");
     assert_eq!(trees(&cache).len(), 1);
 }
@@ -218,7 +227,10 @@ fn two_projects_pinning_different_wheels_under_one_release_keep_their_own_trees_
     // The same release name, pinned without hand-written digests; B adds CUTLASS's headers.
     let (code, out, err) = run(&cache, &a, None, &["toolchain", "pin", "nvcc@13.0"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("pinned nvcc@13.0 in repro.toml (5 wheels"), "{out}");
+    assert!(
+        out.contains("pinned nvcc@13.0 in repro.toml (5 wheels"),
+        "{out}"
+    );
     let (code, out, err) = run(
         &cache,
         &b,
@@ -295,7 +307,12 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
     // Not a git repository.
     let plain = tempfile::tempdir().unwrap();
     std::fs::write(plain.path().join("k.cu"), KERNEL).unwrap();
-    let (code, _, err) = run(cache.path(), plain.path(), None, &["init", "--recipe", "k.cu"]);
+    let (code, _, err) = run(
+        cache.path(),
+        plain.path(),
+        None,
+        &["init", "--recipe", "k.cu"],
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is not inside a git repository"), "{err}");
     assert!(err.contains("hint: run `git init`"), "{err}");
@@ -364,7 +381,10 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
     let (code, _, err) = run(cache.path(), &root, None, &["--offline", "build", "k"]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("forbids installing it"), "{err}");
-    assert!(err.contains("hint: run `repro toolchain install nvcc@"), "{err}");
+    assert!(
+        err.contains("hint: run `repro toolchain install nvcc@"),
+        "{err}"
+    );
     assert!(trees(cache.path()).is_empty());
 }
 
@@ -405,4 +425,38 @@ fn a_pinned_digest_that_does_not_match_the_wheel_is_refused_on_first_use() {
         "{err}"
     );
     assert!(trees(&cache).is_empty(), "{:?}", trees(&cache));
+}
+
+/// A release the built-in table lacks is resolved through pip (versions from `pip index
+/// versions`, digests for both architectures from a resolving dry run); one pip does not
+/// have either is refused with the versions it does have.
+#[test]
+fn pin_resolves_a_release_the_table_lacks_through_pip() {
+    let (tmp, root) = repo_with(&[]);
+    let cache = tmp.path().join("cache");
+    let (code, out, err) = run(&cache, &root, None, &["toolchain", "pin", "nvrtc@12.4.99"]);
+    if code == 3 && err.contains("cannot ask pip") {
+        assert!(
+            std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
+            "pip is required here: {err}"
+        );
+        common::skip(&format!("needs pip's index: {err}"));
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("from pip's index"), "{out}");
+    let cfg: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root.join("repro.toml")).unwrap()).unwrap();
+    let pin = &cfg["toolchain"]["nvrtc"];
+    assert_eq!(pin["version"].as_str(), Some("12.4.99"), "{cfg}");
+    for arch in ["x86_64", "aarch64"] {
+        assert_eq!(pin["sha256"][arch].as_str().unwrap().len(), 64, "{cfg}");
+    }
+    let (code, _, err) = run(&cache, &root, None, &["toolchain", "pin", "nvrtc@12.4.1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("nvrtc@12.4.1 is not a release repro knows, and pip's index has no nvidia-cuda-nvrtc-cu12 of that release (it has: "),
+        "{err}"
+    );
+    assert!(err.contains("12.4.99"), "{err}");
 }

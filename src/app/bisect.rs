@@ -1130,7 +1130,12 @@ fn provision_toolchain(g: &Globals, plan: &Plan) -> anyhow::Result<()> {
         return Ok(());
     };
     let mut progress = crate::engines::toolchain::progress::InstallProgress::new(g.quiet || g.json);
-    let done = resolve::ensure(&p, plan.pins.project.as_deref(), plan.offline, &mut progress);
+    let done = resolve::ensure(
+        &p,
+        plan.pins.project.as_deref(),
+        plan.offline,
+        &mut progress,
+    );
     progress.finish();
     done.with_context(|| format!("failed to provide the toolchain of recipe `{}`", r.name))?;
     Ok(())

@@ -61,9 +61,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .into());
     };
     if !valid_target(&a.target) {
-        return Err(UserError::usage(format!("--target `{}` is not a GPU target", a.target))
-            .hint("for example --target sm_90")
-            .into());
+        return Err(
+            UserError::usage(format!("--target `{}` is not a GPU target", a.target))
+                .hint("for example --target sm_90")
+                .into(),
+        );
     }
     let kernels: Vec<KernelFile> = a
         .recipes
@@ -74,8 +76,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     components.extend(kernels.iter().flat_map(|k| k.components.iter().cloned()));
     components.sort();
     components.dedup();
-    let nvcc_release = a.nvcc.clone().unwrap_or_else(|| releases::newest(Family::Nvcc));
-    let nvrtc_release = a.nvrtc.clone().unwrap_or_else(|| releases::newest(Family::Nvrtc));
+    let nvcc_release = a
+        .nvcc
+        .clone()
+        .unwrap_or_else(|| releases::newest(Family::Nvcc));
+    let nvrtc_release = a
+        .nvrtc
+        .clone()
+        .unwrap_or_else(|| releases::newest(Family::Nvrtc));
     let nvcc = releases::resolve_pin(Family::Nvcc, &nvcc_release, &components, g.offline)?;
     let nvrtc = releases::resolve_pin(Family::Nvrtc, &nvrtc_release, &[], g.offline)?;
     let mut plan = vec![plan_config(&root, &nvcc, &nvrtc, a.force)?];
@@ -93,12 +101,19 @@ fn valid_target(t: &str) -> bool {
 }
 
 /// repro.toml with both pins; an existing file only with `force` (its other settings kept).
-fn plan_config(root: &Path, nvcc: &Resolved, nvrtc: &Resolved, force: bool) -> anyhow::Result<Planned> {
+fn plan_config(
+    root: &Path,
+    nvcc: &Resolved,
+    nvrtc: &Resolved,
+    force: bool,
+) -> anyhow::Result<Planned> {
     let path = root.join(config::FILE);
     let old = match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display()))),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
+        }
     };
     if old.is_some() && !force {
         return Err(exists(&path));
@@ -121,7 +136,11 @@ fn plan_config(root: &Path, nvcc: &Resolved, nvrtc: &Resolved, force: bool) -> a
         force,
     )?;
     let header = "# repro's project settings, written by `repro init`: the toolchains builds use,\n# each wheel pinned by sha256. They install themselves on first use.\n";
-    let text = if old.is_none() { format!("{header}{text}") } else { text };
+    let text = if old.is_none() {
+        format!("{header}{text}")
+    } else {
+        text
+    };
     Ok(Planned {
         existed: old.is_some(),
         what: format!(
@@ -156,7 +175,13 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow
         .unwrap_or_default();
     let name: String = stem
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let path = root
         .join(crate::foundation::recipe::DIR)
@@ -176,7 +201,10 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow
         what.push_str(&format!(", kernels {}", k.kernels.join(", ")));
     }
     if !k.templates.is_empty() {
-        what.push_str(&format!(" (templates not listed: {})", k.templates.join(", ")));
+        what.push_str(&format!(
+            " (templates not listed: {})",
+            k.templates.join(", ")
+        ));
     }
     Ok(Planned {
         path,
@@ -191,7 +219,11 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow
 fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
     let mut done: Vec<(&Planned, Option<Vec<u8>>)> = Vec::new();
     for p in plan {
-        let before = if p.existed { std::fs::read(&p.path).ok() } else { None };
+        let before = if p.existed {
+            std::fs::read(&p.path).ok()
+        } else {
+            None
+        };
         let r = p
             .path
             .parent()
@@ -231,7 +263,9 @@ fn report(
 ) -> anyhow::Result<()> {
     let next = match plan.get(1) {
         Some(p) => format!("repro build {}", g.shown(&p.path)),
-        None => "repro init --recipe FILE.cu (a recipe per kernel file), then repro build RECIPE".into(),
+        None => {
+            "repro init --recipe FILE.cu (a recipe per kernel file), then repro build RECIPE".into()
+        }
     };
     if g.json {
         emit_json(&json!({

@@ -325,7 +325,9 @@ pub fn write_pin(
     let old = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display()))),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
+        }
     };
     let edit = match resolved.family {
         Family::Nvcc => PinEdit::Nvcc {
@@ -374,7 +376,11 @@ fn report_pin(
     }
     let mut out = format!(
         "{} {spec} in {} ({} wheel{}, sha256 for {} from {origin})\n",
-        if w.changed { "pinned" } else { "already pinned:" },
+        if w.changed {
+            "pinned"
+        } else {
+            "already pinned:"
+        },
         g.shown(&w.path),
         r.wheels.len(),
         if r.wheels.len() == 1 { "" } else { "s" },
@@ -479,6 +485,18 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
             Err(e) => emit(&format!(
                 "nvrtc  not found: {e}\n       hint: run `repro toolchain install`, or set REPRO_NVRTC\n"
             ))?,
+        }
+        // Builds use the pinned NVRTC (the resolver's choice), installing it on first use.
+        if let Some(p) = &cfg.toolchain.nvrtc
+            && std::env::var_os("REPRO_NVRTC").is_none_or(|v| v.is_empty())
+            && toolchain::Pins::of(&cfg.toolchain)
+                .nvrtc_dir()
+                .is_some_and(|d| !d.join(install::STAMP).is_file())
+        {
+            emit(&format!(
+                "       note: nvrtc@{} is pinned in repro.toml but not installed; NVRTC builds install it on first use\n",
+                p.version
+            ))?;
         }
         match &nvcc {
             Some(p) => emit(&format!(

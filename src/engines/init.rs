@@ -79,9 +79,10 @@ impl Diagnose for InitError {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            InitError::NotInRepo { .. } => {
-                Some("name a .cu file of this repository, e.g. `repro init --recipe kernels/k.cu`".into())
-            }
+            InitError::NotInRepo { .. } => Some(
+                "name a .cu file of this repository, e.g. `repro init --recipe kernels/k.cu`"
+                    .into(),
+            ),
             InitError::Read { .. } => Some("check the file's permissions".into()),
             InitError::NoKernel { .. } => {
                 Some("name a file that defines a kernel (`__global__ void name(...)`)".into())
@@ -175,7 +176,12 @@ fn name_after(rest: &str) -> Option<String> {
         }
         if matches!(
             ident.as_str(),
-            "__launch_bounds__" | "__attribute__" | "__declspec" | "alignas" | "__maxnreg__" | "__cluster_dims__"
+            "__launch_bounds__"
+                | "__attribute__"
+                | "__declspec"
+                | "alignas"
+                | "__maxnreg__"
+                | "__cluster_dims__"
         ) {
             // Skip the attribute's balanced parentheses.
             let mut depth = 0;
@@ -236,9 +242,15 @@ fn has_host_code(src: &str) -> bool {
     let t = strip_comments(src);
     t.contains("<<<")
         || t.contains("int main")
-        || ["cudaMalloc", "cudaMemcpy", "cudaFree", "cudaStream", "cudaDeviceSynchronize"]
-            .iter()
-            .any(|f| t.contains(f))
+        || [
+            "cudaMalloc",
+            "cudaMemcpy",
+            "cudaFree",
+            "cudaStream",
+            "cudaDeviceSynchronize",
+        ]
+        .iter()
+        .any(|f| t.contains(f))
 }
 
 /// Reads `file` (relative to `cwd`) inside the repository at `root`.
@@ -250,7 +262,10 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     };
     let canon = abs.canonicalize().map_err(|_| not_in())?;
     let root_canon = root.canonicalize().map_err(|_| not_in())?;
-    let rel = canon.strip_prefix(&root_canon).map_err(|_| not_in())?.to_path_buf();
+    let rel = canon
+        .strip_prefix(&root_canon)
+        .map_err(|_| not_in())?
+        .to_path_buf();
     if !canon.is_file() {
         return Err(not_in());
     }
@@ -282,16 +297,33 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     let dir = rel.parent().unwrap_or(Path::new(""));
     let include_dirs = quoted_include_dirs(&root_canon, dir, &incs);
     let (kind, why) = if !host.is_empty() {
-        ("nvcc", format!("it includes host headers (<{}>)", host.join(">, <")))
+        (
+            "nvcc",
+            format!("it includes host headers (<{}>)", host.join(">, <")),
+        )
     } else if has_host_code(&src) {
-        ("nvcc", "it has host code (a launch, main or runtime calls)".to_string())
+        (
+            "nvcc",
+            "it has host code (a launch, main or runtime calls)".to_string(),
+        )
     } else {
-        ("nvrtc", "it needs no host headers: NVRTC compiles it in-process".to_string())
+        (
+            "nvrtc",
+            "it needs no host headers: NVRTC compiles it in-process".to_string(),
+        )
     };
     Ok(KernelFile {
         source,
-        kernels: found.iter().filter(|(_, t)| !t).map(|(n, _)| n.clone()).collect(),
-        templates: found.iter().filter(|(_, t)| *t).map(|(n, _)| n.clone()).collect(),
+        kernels: found
+            .iter()
+            .filter(|(_, t)| !t)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        templates: found
+            .iter()
+            .filter(|(_, t)| *t)
+            .map(|(n, _)| n.clone())
+            .collect(),
         kind,
         why,
         include_dirs,
@@ -356,7 +388,11 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
         ));
     }
     t.push_str(&format!("target = \"{target}\"\n"));
-    let outputs = if k.kind == "nvrtc" { "[\"ptx\", \"cubin\"]" } else { "[\"cubin\"]" };
+    let outputs = if k.kind == "nvrtc" {
+        "[\"ptx\", \"cubin\"]"
+    } else {
+        "[\"cubin\"]"
+    };
     t.push_str(&format!("outputs = {outputs}\n"));
     if !k.include_dirs.is_empty() {
         t.push_str(&format!("include-dirs = [{}]\n", list(&k.include_dirs)));
@@ -427,12 +463,23 @@ int main() { plain<<<1, 1>>>(nullptr); }
         )
         .unwrap();
         let k = read_kernel_file(root, &root.join("src"), Path::new("b.cu")).unwrap();
-        assert_eq!((k.kind, k.components.as_slice()), ("nvcc", &["cublas".to_string()][..]));
-        assert!(k.why.contains("<cuda_runtime.h>, <cublas_v2.h>"), "{}", k.why);
+        assert_eq!(
+            (k.kind, k.components.as_slice()),
+            ("nvcc", &["cublas".to_string()][..])
+        );
+        assert!(
+            k.why.contains("<cuda_runtime.h>, <cublas_v2.h>"),
+            "{}",
+            k.why
+        );
         let text = recipe_text(&k, "sm_90");
         let r = crate::foundation::recipe::parse_detached("recipes/b.toml", &text).unwrap();
         assert_eq!(r.entries(), ["b"]);
-        std::fs::write(root.join("src/none.cu"), "__device__ int f() { return 1; }\n").unwrap();
+        std::fs::write(
+            root.join("src/none.cu"),
+            "__device__ int f() { return 1; }\n",
+        )
+        .unwrap();
         assert!(matches!(
             read_kernel_file(root, root, Path::new("src/none.cu")),
             Err(InitError::NoKernel { .. })

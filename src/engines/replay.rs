@@ -896,12 +896,11 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
         ..Options::default()
     };
-    let rebuilt = build::build(&root, &fresh, &r, &opts).map_err(|source| {
-        ReplayError::Rebuild {
+    let rebuilt =
+        build::build(&root, &fresh, &r, &opts).map_err(|source| ReplayError::Rebuild {
             name: recipe_name.clone(),
             source,
-        }
-    })?;
+        })?;
     let recorded_outputs: Vec<(String, String)> = match &build_rec {
         Some(b) => b
             .outputs

@@ -318,9 +318,10 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
     let mut doc: toml_edit::DocumentMut = if text.trim().is_empty() {
         "schema = 1\n".parse().expect("a constant parses")
     } else {
-        text.parse().map_err(|e: toml_edit::TomlError| PinWriteError::Unparsable {
-            message: e.to_string(),
-        })?
+        text.parse()
+            .map_err(|e: toml_edit::TomlError| PinWriteError::Unparsable {
+                message: e.to_string(),
+            })?
     };
     let current: Config = if text.trim().is_empty() {
         Config::default()
@@ -388,7 +389,10 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
                 }
                 let mut t = toml_edit::Table::new();
                 t.insert("version", toml_edit::value(pin.version.as_str()));
-                t.insert("sha256", toml_edit::value(toml_edit::Value::InlineTable(sha)));
+                t.insert(
+                    "sha256",
+                    toml_edit::value(toml_edit::Value::InlineTable(sha)),
+                );
                 tc.insert("nvrtc", toml_edit::Item::Table(t));
             }
         },
@@ -478,7 +482,11 @@ mod tests {
         let w = |p: &str, c: &str| WheelPin {
             package: p.into(),
             version: "13.0.88".into(),
-            sha256: [("x86_64".to_string(), sha(c)), ("aarch64".to_string(), sha("f"))].into(),
+            sha256: [
+                ("x86_64".to_string(), sha(c)),
+                ("aarch64".to_string(), sha("f")),
+            ]
+            .into(),
         };
         let edit = PinEdit::Nvcc {
             release: "13.0".into(),
@@ -489,7 +497,10 @@ mod tests {
         let cfg: Config = toml::from_str(&text).unwrap();
         assert_eq!(cfg.schema, 1);
         assert_eq!(cfg.toolchain.nvcc_default.as_deref(), Some("13.0"));
-        assert_eq!(cfg.toolchain.nvcc["13.0"].wheels[1].package, "nvidia-cublas");
+        assert_eq!(
+            cfg.toolchain.nvcc["13.0"].wheels[1].package,
+            "nvidia-cublas"
+        );
         // Idempotent, and comments elsewhere survive an edit.
         assert_eq!(with_pin(&text, &edit, false).unwrap(), text);
         let commented = format!("# mine\n{text}[nix]\nbuild = false # keep\n");

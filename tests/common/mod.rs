@@ -237,9 +237,10 @@ fn provision_nvrtc() -> Result<PathBuf, String> {
             .flatten()
             .map(|e| e.path())
             .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("nvrtc-{version}-")))
-                    && p.join("toolchain.json").is_file()
+                p.file_name().is_some_and(|n| {
+                    n.to_string_lossy()
+                        .starts_with(&format!("nvrtc-{version}-"))
+                }) && p.join("toolchain.json").is_file()
             })
             .map(|p| p.join("lib"))
     };

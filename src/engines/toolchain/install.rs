@@ -311,10 +311,7 @@ pub fn plan(
             })
         }
         Family::Nvrtc => {
-            let pin = cfg
-                .nvrtc
-                .as_ref()
-                .filter(|p| &p.version == release);
+            let pin = cfg.nvrtc.as_ref().filter(|p| &p.version == release);
             let sha = match (sha256, pin) {
                 (Some(s), _) => Some(s.to_lowercase()),
                 (None, Some(p)) => match p.sha256.get(arch()) {
@@ -352,11 +349,7 @@ pub fn plan(
 
 /// Every release the project pins, as specs.
 pub fn known_specs(cfg: &Toolchains) -> Vec<String> {
-    let mut v: Vec<String> = cfg
-        .nvcc
-        .keys()
-        .map(|r| format!("nvcc@{r}"))
-        .collect();
+    let mut v: Vec<String> = cfg.nvcc.keys().map(|r| format!("nvcc@{r}")).collect();
     if let Some(p) = &cfg.nvrtc {
         v.push(format!("nvrtc@{}", p.version));
     }
@@ -679,7 +672,12 @@ pub fn find(plan: &Plan) -> Result<Installed, InstallError> {
 pub fn find_unpinned(family: Family, release: &str) -> Option<Installed> {
     list()
         .into_iter()
-        .filter_map(|e| Some(Installed { stamp: e.stamp.ok()?, dir: e.dir }))
+        .filter_map(|e| {
+            Some(Installed {
+                stamp: e.stamp.ok()?,
+                dir: e.dir,
+            })
+        })
         .filter(|t| {
             t.stamp.family == family
                 && t.stamp.release == release

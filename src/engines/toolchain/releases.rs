@@ -109,7 +109,9 @@ pub enum PinError {
         known: Vec<String>,
     },
     /// CUDA 12's nvcc wheels have no nvcc.
-    #[error("{spec}: NVIDIA's CUDA 12 wheels (nvidia-cuda-nvcc-cu12) carry ptxas, NVVM and headers but no nvcc driver; nvcc from wheels starts at 13.0")]
+    #[error(
+        "{spec}: NVIDIA's CUDA 12 wheels (nvidia-cuda-nvcc-cu12) carry ptxas, NVVM and headers but no nvcc driver; nvcc from wheels starts at 13.0"
+    )]
     NoNvccDriver {
         /// What was asked.
         spec: String,
@@ -218,7 +220,11 @@ pub fn resolve_pin(
         why: "a release is named by major.minor (nvcc@13.0, nvrtc@12.8) or, for NVRTC, a full version".into(),
         known: known(family),
     })?;
-    let major: u32 = mm.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    let major: u32 = mm
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
     if family == Family::Nvcc && major < 13 {
         return Err(PinError::NoNvccDriver {
             spec,
@@ -260,7 +266,11 @@ pub fn resolve_pin(
     }
     Ok(Resolved {
         family,
-        release: if family == Family::Nvcc { mm } else { wheels[0].version.clone() },
+        release: if family == Family::Nvcc {
+            mm
+        } else {
+            wheels[0].version.clone()
+        },
         wheels,
         origin,
     })
@@ -294,7 +304,12 @@ fn component_from_pip(component: &str, mm: &str) -> Result<Vec<WheelPin>, PinErr
     digests(&[(package, version)])
 }
 
-fn from_pip(family: Family, release: &str, mm: &str, spec: &str) -> Result<Vec<WheelPin>, PinError> {
+fn from_pip(
+    family: Family,
+    release: &str,
+    mm: &str,
+    spec: &str,
+) -> Result<Vec<WheelPin>, PinError> {
     let packages: Vec<String> = match family {
         Family::Nvrtc => vec![install::nvrtc_package(release)],
         Family::Nvcc => NVCC_PACKAGES.iter().map(|p| p.to_string()).collect(),
@@ -312,7 +327,11 @@ fn from_pip(family: Family, release: &str, mm: &str, spec: &str) -> Result<Vec<W
                 spec: spec.into(),
                 why: format!(
                     "pip's index has no {p} of that release (it has: {})",
-                    if vs.is_empty() { "none".into() } else { vs.join(", ") }
+                    if vs.is_empty() {
+                        "none".into()
+                    } else {
+                        vs.join(", ")
+                    }
                 ),
                 known: known(family),
             });
@@ -340,10 +359,18 @@ fn versions(package: &str) -> Result<Vec<String>, PinError> {
 
 /// The platform tags a wheel of `arch` may carry (NVIDIA's wheels use several).
 fn platforms(arch: &str) -> Vec<String> {
-    ["manylinux_2_17", "manylinux2014", "manylinux_2_27", "manylinux_2_28", "manylinux_2_12", "manylinux2010", "manylinux_2_34"]
-        .iter()
-        .map(|t| format!("{t}_{arch}"))
-        .collect()
+    [
+        "manylinux_2_17",
+        "manylinux2014",
+        "manylinux_2_27",
+        "manylinux_2_28",
+        "manylinux_2_12",
+        "manylinux2010",
+        "manylinux_2_34",
+    ]
+    .iter()
+    .map(|t| format!("{t}_{arch}"))
+    .collect()
 }
 
 /// Each wheel's sha256 for x86_64 and aarch64, from a resolving `pip install --dry-run
@@ -362,8 +389,20 @@ fn digests(pins: &[(String, String)]) -> Result<Vec<WheelPin>, PinError> {
         })?;
         let report = tmp.path().join("report.json");
         let mut cmd = Cmd::new("python3")
-            .args(["-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps"])
-            .args(["--only-binary=:all:", "--disable-pip-version-check", "-q", "--target"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--no-deps",
+            ])
+            .args([
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "--target",
+            ])
             .arg(tmp.path().join("t"))
             .arg("--report")
             .arg(&report);
@@ -403,7 +442,9 @@ fn digests(pins: &[(String, String)]) -> Result<Vec<WheelPin>, PinError> {
     }
     pins.iter()
         .map(|(p, v)| {
-            let sha256 = found.remove(&(p.to_lowercase(), v.clone())).unwrap_or_default();
+            let sha256 = found
+                .remove(&(p.to_lowercase(), v.clone()))
+                .unwrap_or_default();
             if sha256.is_empty() {
                 return Err(PinError::Report {
                     what: what.clone(),
@@ -462,16 +503,26 @@ mod tests {
             assert_eq!(p.origin, Origin::Table);
             assert_eq!(install::major_minor(&p.release).as_deref(), Some(r));
         }
-        let p = resolve_pin(Family::Nvcc, "13.0", &["cublas".into(), "cutlass".into()], true).unwrap();
+        let p = resolve_pin(
+            Family::Nvcc,
+            "13.0",
+            &["cublas".into(), "cutlass".into()],
+            true,
+        )
+        .unwrap();
         assert_eq!(p.wheels.len(), NVCC_PACKAGES.len() + 2);
         for w in &p.wheels {
             for a in ["x86_64", "aarch64"] {
                 let d = &w.sha256[a];
-                assert!(d.len() == 64 && d.chars().all(|c| c.is_ascii_hexdigit()), "{w:?}");
+                assert!(
+                    d.len() == 64 && d.chars().all(|c| c.is_ascii_hexdigit()),
+                    "{w:?}"
+                );
             }
         }
         // The nvcc 13.0 the repository itself pins is the table's, digest for digest.
-        let cfg = crate::foundation::config::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let cfg = crate::foundation::config::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+            .unwrap();
         let own = &cfg.toolchain.nvcc["13.0"].wheels;
         assert_eq!(&p.wheels[..own.len()], &own[..]);
     }

@@ -99,7 +99,11 @@ pub enum ResolveError {
 
 /// Decides which compiler `recipe` builds with, given the project's `pins` and the
 /// command line's `over` (`--toolchain`).
-pub fn resolve(pins: &Pins, recipe: &Recipe, over: Option<&Spec>) -> Result<Resolved, ResolveError> {
+pub fn resolve(
+    pins: &Pins,
+    recipe: &Recipe,
+    over: Option<&Spec>,
+) -> Result<Resolved, ResolveError> {
     let (Build::Nvcc(c) | Build::Nvrtc(c)) = &recipe.build else {
         return Ok(Resolved {
             choice: Choice::None,
