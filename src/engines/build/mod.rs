@@ -107,7 +107,7 @@ pub enum BuildError {
         recipe: String,
         /// Why.
         #[source]
-        source: crate::engines::toolchain::install::InstallError,
+        source: Box<crate::engines::toolchain::install::InstallError>,
     },
     /// The pinned toolchain is not installed, or repro.toml cannot be read.
     #[error("recipe `{recipe}` pins {spec}, which is not installed{}", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
@@ -312,7 +312,7 @@ fn compiler(
             },
             ResolveError::Plan(e) => BuildError::Toolchain {
                 recipe: recipe.name.clone(),
-                source: e,
+                source: Box::new(e),
             },
         })?;
     let plan = match resolved.choice {
@@ -330,7 +330,7 @@ fn compiler(
         },
         e => BuildError::Toolchain {
             recipe: recipe.name.clone(),
-            source: e,
+            source: Box::new(e),
         },
     })?;
     if plan.family == Family::Nvcc {
