@@ -222,10 +222,11 @@ impl Fingerprint {
                 None => vec![self.get(lock_key)],
             };
         }
-        if let Some(name) = lock_key.strip_prefix("env.") {
-            if !self.fields.contains_key(lock_key) && self.probed("env") {
-                return vec![Field::Unavailable(format!("{name} is not set"))];
-            }
+        if let Some(name) = lock_key.strip_prefix("env.")
+            && !self.fields.contains_key(lock_key)
+            && self.probed("env")
+        {
+            return vec![Field::Unavailable(format!("{name} is not set"))];
         }
         vec![self.get(lock_key)]
     }
