@@ -377,6 +377,16 @@ fn compiler(
                     hint: None,
                 },
             },
+            // A release nobody pins and nothing installed: not installed, as before pins.
+            ResolveError::Plan(InstallError::UnknownRelease { spec, .. }) => {
+                BuildError::NotInstalled {
+                    recipe: recipe.name.clone(),
+                    detail: Some(format!(
+                        "repro.toml does not pin it; `repro toolchain pin {spec}` writes its wheels"
+                    )),
+                    spec,
+                }
+            }
             ResolveError::Plan(e) => BuildError::Toolchain {
                 recipe: recipe.name.clone(),
                 source: Box::new(e),

@@ -667,9 +667,11 @@ pub fn find(plan: &Plan) -> Result<Installed, InstallError> {
     Ok(Installed { dir, stamp })
 }
 
-/// The newest complete tree of `family` and `release` made from unpinned wheels (a
-/// toolchain bisection installs those), for a build that names a release nobody pins.
-pub fn find_unpinned(family: Family, release: &str) -> Option<Installed> {
+/// The newest complete tree of `family` and `release`, for a build that names a release
+/// its project does not pin (a toolchain bisection's unpinned trees, or another project's):
+/// with no pin to hold it to, any tree of that release will do, and the build key records
+/// exactly which wheels it was.
+pub fn find_any(family: Family, release: &str) -> Option<Installed> {
     list()
         .into_iter()
         .filter_map(|e| {
@@ -678,11 +680,7 @@ pub fn find_unpinned(family: Family, release: &str) -> Option<Installed> {
                 dir: e.dir,
             })
         })
-        .filter(|t| {
-            t.stamp.family == family
-                && t.stamp.release == release
-                && t.stamp.wheels.iter().all(|w| !w.pinned)
-        })
+        .filter(|t| t.stamp.family == family && t.stamp.release == release)
         .max_by(|a, b| a.stamp.installed_at.cmp(&b.stamp.installed_at))
 }
 

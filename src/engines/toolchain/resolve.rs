@@ -166,16 +166,17 @@ fn project_default(pins: &Pins, family: Family) -> (Option<Spec>, Rule) {
     }
 }
 
-/// The wheels of `spec`: the project's pins, else (a release nobody pins) an installed tree
-/// of unpinned wheels such as a toolchain bisection leaves, else for NVRTC the unpinned
-/// wheel of that version.
+/// The wheels of `spec`: the project's pins, else (a release the project does not pin) the
+/// newest installed tree of that release, else for NVRTC the unpinned wheel of that version.
 pub fn plan_for(pins: &Pins, spec: &Spec) -> Result<Plan, InstallError> {
     match install::plan(&pins.table, spec, None, false) {
         Err(InstallError::UnknownRelease { .. }) => {
             let Spec::Release { family, release } = spec else {
                 unreachable!("`system` is never planned")
             };
-            if let Some(t) = install::find_unpinned(*family, release) {
+            if let Some(t) = install::find_any(*family, release) {
+                // The plan the tree was installed from: its pinned digests, none for its
+                // unpinned wheels, so that it names the same directory.
                 return Ok(Plan {
                     family: *family,
                     release: release.clone(),
@@ -186,7 +187,7 @@ pub fn plan_for(pins: &Pins, spec: &Spec) -> Result<Plan, InstallError> {
                         .map(|w| install::Wheel {
                             package: w.package.clone(),
                             version: w.version.clone(),
-                            sha256: None,
+                            sha256: w.pinned.then(|| w.sha256.clone()),
                         })
                         .collect(),
                 });
