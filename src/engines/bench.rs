@@ -934,13 +934,18 @@ pub fn run_command_timed(
         Ok(m) if m.output.status.success() => {
             let out = &m.output;
             match metric.extract(&out.stdout_str(), out.elapsed.as_secs_f64() * 1e3) {
-                Ok(v) if v.is_finite() => Ok(TimedRun {
+                // Every comparison repro makes is a ratio of positive measurements (times,
+                // throughputs): a zero or negative metric is refused where it is read.
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(TimedRun {
                     value: v,
                     wall_s: out.elapsed.as_secs_f64(),
                     user_s: m.user_s,
                     system_s: m.system_s,
                 }),
-                Ok(v) => Err(CommandRun::Failed(format!("the metric is {v}"))),
+                Ok(v) if !v.is_finite() => Err(CommandRun::Failed(format!("the metric is {v}"))),
+                Ok(v) => Err(CommandRun::Failed(format!(
+                    "the metric is {v}; repro compares ratios of positive measurements, so a metric must be greater than 0"
+                ))),
                 Err(e) => Err(CommandRun::Failed(e.to_string())),
             }
         }

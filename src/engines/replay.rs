@@ -796,8 +796,13 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let checkout = tempdir()?;
     let root: PathBuf = match &origin.sources {
         Some(src) => {
+            // The commit comes from a record: only a commit ID ever becomes a path.
+            let is_id = matches!(commit.len(), 40 | 64)
+                && commit
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             let dir = src.join(&commit);
-            if !dir.is_dir() {
+            if !is_id || !dir.is_dir() {
                 return Err(ReplayError::NoSourcesInBundle { commit });
             }
             dir

@@ -121,6 +121,15 @@ pub enum ArchiveError {
         /// The repeated path.
         entry: String,
     },
+    /// One member's path lies under another's: a path cannot be both a file and a
+    /// directory (`a` and `a/b`, or `MANIFEST` and `MANIFEST/x`).
+    #[error("bundle entry `{entry}` lies under entry `{file}`, which is a file")]
+    Clash {
+        /// The member under the other.
+        entry: String,
+        /// The member that is a file where a directory would be.
+        file: String,
+    },
     /// The bundle unpacks to more than the reader accepts.
     #[error("{} is larger than allowed: {what}", .path.display())]
     TooLarge {
@@ -353,6 +362,9 @@ pub fn read_progress(
         if !seen.insert(name.clone()) {
             return Err(ArchiveError::Duplicate { entry: name });
         }
+        if let Some(e) = clash(&seen, &name) {
+            return Err(e);
+        }
         let mode = member
             .header()
             .mode()
@@ -465,6 +477,30 @@ pub fn verify_with(path: &Path, progress: &dyn Fn(u64, u64)) -> Result<Verificat
     Ok(v)
 }
 
+/// The error for a member that lies under another member (a file), or that another
+/// already-seen member lies under, if either is so.
+fn clash(seen: &BTreeSet<String>, name: &str) -> Option<ArchiveError> {
+    let mut at = 0;
+    while let Some(i) = name[at..].find('/') {
+        let parent = &name[..at + i];
+        if seen.contains(parent) {
+            return Some(ArchiveError::Clash {
+                entry: name.to_string(),
+                file: parent.to_string(),
+            });
+        }
+        at += i + 1;
+    }
+    let under = format!("{name}/");
+    seen.range(under.clone()..)
+        .next()
+        .filter(|s| s.starts_with(&under))
+        .map(|s| ArchiveError::Clash {
+            entry: s.clone(),
+            file: name.to_string(),
+        })
+}
+
 /// Creates the directories above `entry` under `dest`, refusing to pass through anything
 /// that is not a real directory: a symlink left in `dest` from elsewhere must not redirect
 /// the extraction outside it.
@@ -538,7 +574,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             }
             E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
-            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => {
+            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } | E::Clash { .. } => {
                 crate::foundation::exit::MISMATCH
             }
             E::TooLarge { .. } => crate::foundation::exit::USAGE,
@@ -551,6 +587,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
             E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
             E::Write { .. } => Some("check free space and permissions of the output directory".into()),
+            E::Clash { .. } => Some("repro never writes a path both as a file and as a directory: the bundle was made or edited by hand; nothing was extracted".into()),
             E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
             E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
             E::Output(w) => crate::foundation::error::Diagnose::hint(w),
@@ -767,6 +804,30 @@ mod tests {
 
         std::fs::write(&bundle, b"").unwrap();
         assert!(matches!(read(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_member_under_another_member_is_refused_by_verify() {
+        // `a` then `a/b` (and the reverse order), and a member under MANIFEST: each passed
+        // verify before and failed only at replay, with a hint about free space.
+        let cases: [&[&str]; 3] = [&["a", "a/b"], &["a/b/c", "a/b"], &["MANIFEST/x"]];
+        for names in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let bundle = dir.path().join("b.tar.zst");
+            let mut members: Vec<Entry> = names.iter().map(|n| entry(n, b"x", false)).collect();
+            let manifest: String = members
+                .iter()
+                .map(|m| format!("{}  {}\n", sha256_hex(&m.bytes), m.path))
+                .collect();
+            members.push(entry(MANIFEST, manifest.as_bytes(), false));
+            rebuild(&bundle, &members);
+            let e = verify(&bundle).map(|_| ()).unwrap_err();
+            assert!(matches!(e, ArchiveError::Clash { .. }), "{names:?}: {e}");
+            let hint = crate::foundation::error::Diagnose::hint(&e).unwrap();
+            assert!(!hint.contains("free space"), "{hint}");
+            assert!(e.to_string().contains("lies under"), "{e}");
+            assert!(extract(&bundle, &dir.path().join("out")).is_err());
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod process;
 pub mod recipe;
 pub mod records;
 pub mod runspec;
+pub mod scratch;
 pub mod spans;
 pub mod stats;
 pub mod store;

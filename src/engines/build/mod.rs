@@ -516,7 +516,10 @@ fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String
         OutputInfo {
             sha256: digest.to_string(),
             bytes,
-            path: store.blob_path(digest).display().to_string(),
+            path: store
+                .blob_path(digest)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
         },
     )
 }
