@@ -7,8 +7,6 @@
 
 use std::path::Path;
 
-use std::io::Write as _;
-
 use anyhow::Context as _;
 use serde_json::json;
 
@@ -111,7 +109,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         let why = format!("no flake.nix in {}; built on the host", root.display());
         if !g.quiet {
-            eprintln!("warning: {why}");
+            say!("warning: {why}");
         }
         opts.nix_fallback = Some(why);
     }
@@ -254,7 +252,7 @@ fn finish(g: &Globals, outcomes: Vec<Outcome>, unbuilt: Vec<Unbuilt>) -> anyhow:
                 names.join(", ")
             ));
         }
-        eprintln!("{}", parts.join("; "));
+        say!("{}", parts.join("; "));
     }
     Ok(code)
 }
@@ -315,7 +313,7 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
             || l.starts_with("hint:")
             || l.starts_with("warning: no flake")
     }) {
-        eprintln!("{line}");
+        say!("{line}");
     }
     let code = reply.code;
     if let Some(builds) = reply.builds {
@@ -436,12 +434,11 @@ fn render(o: &Outcome, g: &Globals) -> String {
 fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
     emit(&render(o, g))?;
     if o.status != "ok" || (g.verbose > 0 && !o.log.is_empty()) {
-        let mut err = std::io::stderr().lock();
         if let Some(reason) = o.failure_reason() {
-            let _ = writeln!(err, "  reason: {reason}");
+            say!("  reason: {reason}");
         }
         for line in o.log.lines() {
-            let _ = writeln!(err, "  | {line}");
+            say!("  | {line}");
         }
     }
     Ok(())

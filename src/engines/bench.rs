@@ -656,6 +656,7 @@ impl Executor for ProcessExecutor {
             .arg("-c")
             .arg(command)
             .current_dir(root)
+            .keep_tail(crate::foundation::process::STEP_KEEP)
             .timeout(timeout);
         if let Some(d) = device {
             cmd = cmd.env("REPRO_DEVICE", d.to_string());
@@ -1257,6 +1258,8 @@ mod tests {
                     stdout: stdout.as_bytes().to_vec(),
                     stderr: stderr.as_bytes().to_vec(),
                     elapsed: Duration::from_millis(ms),
+                    stdout_dropped: 0,
+                    stderr_dropped: 0,
                 },
                 user_s: ms as f64 * 1e-3 / 2.0,
                 system_s: ms as f64 * 1e-3 / 4.0,

@@ -6,6 +6,7 @@
 
 pub mod archive;
 pub mod config;
+pub mod cuda_options;
 pub mod diagnostics;
 pub mod driverlib;
 pub mod elf;

@@ -383,6 +383,7 @@ impl<'a> Ctx<'a> {
                 .arg("-c")
                 .arg(script)
                 .current_dir(root)
+                .keep_tail(crate::foundation::process::STEP_KEEP)
                 .timeout(self.plan.timeout)
                 .output()
             {
