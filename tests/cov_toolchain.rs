@@ -113,10 +113,32 @@ fn leftovers(cache: &Path) -> Vec<String> {
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".locks")
+        .filter(|n| n != ".locks" && n != ".projects")
+        // Trees are named by release and the digest of their wheels: keep the release.
+        .map(|n| match n.rsplit_once('-') {
+            Some((name, digest)) if digest.len() == 16 => name.to_string(),
+            _ => n,
+        })
         .collect();
     v.sort();
     v
+}
+
+/// The one installed tree whose name starts with `prefix-` (`nvcc-99.0`).
+fn tree(cache: &Path, prefix: &str) -> std::path::PathBuf {
+    let found: Vec<_> = std::fs::read_dir(cache.join("repro/toolchains"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{prefix}-"))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
 }
 
 #[test]
@@ -219,7 +241,7 @@ echo 'Cuda compilation tools, release 98.0, V98.0.1'
 }
 
 #[test]
-fn a_made_up_nvcc_installs_is_listed_used_and_replaced_when_its_pin_changes() {
+fn a_made_up_nvcc_installs_is_listed_used_and_a_new_pin_gets_a_tree_of_its_own() {
     let (tmp, root) = repo_with(&[]);
     let cache = tmp.path().join("cache");
     let house = tmp.path().join("house");
@@ -235,7 +257,7 @@ fn a_made_up_nvcc_installs_is_listed_used_and_replaced_when_its_pin_changes() {
     let install = ["toolchain", "install", "nvcc@99.0", "--wheels", "../house"];
     let (code, out, err) = run(&cache, &root, &install);
     assert_eq!(code, 0, "{err}");
-    let dir = cache.join("repro/toolchains/nvcc-99.0");
+    let dir = tree(&cache, "nvcc-99.0");
     assert!(
         out.contains(&format!(
             "installed nvcc 99.0 (reports 99.0.7) at {}; 1 wheel verified by sha256",
@@ -267,7 +289,14 @@ fn a_made_up_nvcc_installs_is_listed_used_and_replaced_when_its_pin_changes() {
     let (code, out, _) = run(&cache, &root, &["toolchain", "list"]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("nvcc-99.0  99.0  0 MiB  from wheel directory"),
+        out.contains(&format!(
+            "{}  99.0  0 MiB  from wheel directory",
+            dir.file_name().unwrap().to_string_lossy()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("  serves: {}\n", root.display())),
         "{out}"
     );
     assert!(
@@ -293,7 +322,8 @@ fn a_made_up_nvcc_installs_is_listed_used_and_replaced_when_its_pin_changes() {
     assert_eq!(v["installed"], true, "{v}");
     assert_eq!(v["replaced"], "reinstalling (--force)", "{v}");
 
-    // A new pin (another wheel) makes the installed tree stale: it is replaced.
+    // A new pin (another wheel) under the same release name is another tree: the first
+    // stays as it was (another project may pin it), and `gc` removes it once nobody does.
     let w2 = fake_wheel(
         &house,
         "1.1",
@@ -305,13 +335,30 @@ fn a_made_up_nvcc_installs_is_listed_used_and_replaced_when_its_pin_changes() {
     std::fs::write(root.join("repro.toml"), nvcc_pin("1.1", &sha256(&w2))).unwrap();
     let (code, out, err) = run(&cache, &root, &install);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("the installed tree was made from other wheels than the pins; replacing it"),
-        "{err}"
-    );
     assert!(out.contains("(reports 99.0.8)"), "{out}");
+    assert_eq!(leftovers(&cache), ["nvcc-99.0", "nvcc-99.0"]);
+    assert!(dir.join("nvidia/cu13/bin/ptxas").exists());
+    let (_, out, _) = run(&cache, &root, &["toolchain", "which"]);
+    assert!(out.contains("nvcc   99.0.8  "), "{out}");
+    let (code, out, _) = run(&cache, &root, &["toolchain", "gc", "--dry-run"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(&format!(
+            "would remove {} (0 MiB): the projects that used it are gone or pin other wheels now",
+            dir.display()
+        )) && out.contains("would remove 1 toolchain tree"),
+        "{out}"
+    );
+    assert!(dir.exists());
+    let (code, out, _) = run(&cache, &root, &["--json", "toolchain", "gc"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["removed"].as_array().unwrap().len(), 1, "{v}");
+    assert!(!dir.exists());
     assert_eq!(leftovers(&cache), ["nvcc-99.0"]);
-    assert!(!dir.join("nvidia/cu13/bin/ptxas").exists());
+    // The tree the project pins now is kept.
+    let (_, out, _) = run(&cache, &root, &["toolchain", "gc"]);
+    assert!(out.contains("removed 0 toolchain trees"), "{out}");
 }
 
 #[test]
@@ -334,7 +381,8 @@ fn install_without_a_spec_needs_an_nvrtc_pin() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("error: nvrtc@12.1.0 is not a release this project pins")
-            && err.contains("or pass --sha256; pinned here: none"),
+            && err.contains("hint: pin it: `repro toolchain pin nvrtc@12.1.0` (or pass --sha256")
+            && err.contains("pinned here: none"),
         "{err}"
     );
     // `list` with nothing installed says how to install.

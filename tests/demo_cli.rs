@@ -202,5 +202,20 @@ fn the_demo_installs_nvrtc_where_there_is_none_or_says_it_cannot() {
         v["build-break"]["subject"], "Tidy vector_add (breaks the build)",
         "{v}"
     );
-    assert!(cache.join("repro/toolchains/nvrtc-13.0.88").is_dir());
+    assert!(has_tree(&cache, "nvrtc-13.0.88"));
+}
+
+/// Whether the toolchain cache holds a tree of `release` (`nvrtc-13.0.88`): trees are named
+/// by release and the digest of their wheels.
+fn has_tree(cache: &std::path::Path, release: &str) -> bool {
+    std::fs::read_dir(cache.join("repro/toolchains"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{release}-"))
+                && e.path().is_dir()
+        })
 }

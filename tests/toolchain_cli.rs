@@ -81,10 +81,28 @@ fn entries(cache: &Path) -> Vec<String> {
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".locks")
+        .filter(|n| n != ".locks" && n != ".projects")
+        // Trees are named by release and the digest of their wheels: keep the release.
+        .map(|n| match n.rsplit_once('-') {
+            Some((name, digest)) if digest.len() == 16 => name.to_string(),
+            _ => n,
+        })
         .collect();
     v.sort();
     v
+}
+
+/// The tree directory of `release` (`nvcc-13.0`): its name carries the digest of its
+/// wheels, which the install's lock file names as soon as an install starts.
+fn tree_dir(cache: &Path, release: &str) -> PathBuf {
+    let locks = toolchains(cache).join(".locks");
+    let name = std::fs::read_dir(&locks)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with(&format!("{release}-")) && n.ends_with(".lock"))
+        .unwrap_or_else(|| panic!("no install of {release} started in {}", locks.display()));
+    toolchains(cache).join(name.trim_end_matches(".lock"))
 }
 
 fn cmd(cache: &Path, root: &Path) -> assert_cmd::Command {
@@ -100,13 +118,14 @@ fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
     };
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
-    // Not installed yet: the build refuses to fall back to another nvcc and says how to fix it.
+    // Not installed yet, and --offline: the build refuses to fall back to another nvcc or
+    // to install it, and says how to fix it.
     cmd(&cache, &root)
-        .args(["build", "wmma_gemm_nvcc"])
+        .args(["--offline", "build", "wmma_gemm_nvcc"])
         .assert()
         .code(3)
         .stderr(predicate::str::contains(
-            "pins nvcc@13.0, which is not installed",
+            "nvcc@13.0 is pinned but not installed, and --offline (or REPRO_OFFLINE) forbids installing it",
         ))
         .stderr(predicate::str::contains(
             "`repro toolchain install nvcc@13.0`",
@@ -127,14 +146,17 @@ fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
         .assert()
         .success()
         .stdout(predicate::str::contains("already installed"));
-    let nvcc = toolchains(&cache).join("nvcc-13.0/nvidia/cu13/bin/nvcc");
+    let nvcc = tree_dir(&cache, "nvcc-13.0").join("nvidia/cu13/bin/nvcc");
     assert!(nvcc.is_file());
     let list = cmd(&cache, &root)
         .args(["toolchain", "list"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&list.stdout);
-    assert!(text.contains("nvcc-13.0  13.0  "), "{text}");
+    assert!(
+        text.contains("nvcc-13.0-") && text.contains("  13.0  "),
+        "{text}"
+    );
     assert!(text.contains("from wheel directory"), "{text}");
     assert!(
         text.contains("sha256 56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03")
@@ -278,16 +300,16 @@ fn an_interrupted_install_is_detected_and_redone() {
     child.kill().unwrap();
     child.wait().unwrap();
     // Nothing a build would use: the staging tree is not the toolchain.
-    assert!(!toolchains(&cache).join("nvcc-13.0").exists());
+    assert!(!tree_dir(&cache, "nvcc-13.0").exists());
     cmd(&cache, &root)
-        .args(["build", "wmma_gemm_nvcc"])
+        .args(["--offline", "build", "wmma_gemm_nvcc"])
         .assert()
         .code(3)
         .stderr(predicate::str::contains("not installed"));
 
     // A tree in place without its stamp (say, from a crash in an older repro) is named as
     // incomplete, never used, and replaced.
-    let fake = toolchains(&cache).join("nvcc-13.0/nvidia/cu13/bin");
+    let fake = tree_dir(&cache, "nvcc-13.0").join("nvidia/cu13/bin");
     std::fs::create_dir_all(&fake).unwrap();
     std::fs::write(fake.join("nvcc"), "#!/bin/sh\nexit 0\n").unwrap();
     cmd(&cache, &root)
@@ -299,6 +321,7 @@ fn an_interrupted_install_is_detected_and_redone() {
         ));
     cmd(&cache, &root)
         .args(["build", "wmma_gemm_nvcc"])
+        .env("REPRO_OFFLINE", "1")
         .assert()
         .code(3)
         .stderr(predicate::str::contains("it has no completion stamp"));
@@ -431,7 +454,7 @@ fn bad_requests_get_clear_errors() {
 }
 
 #[test]
-fn env_check_fails_until_the_pinned_toolchain_is_installed() {
+fn env_check_warns_until_the_pinned_toolchain_is_installed_and_fails_only_when_strict() {
     let Some(wh) = wheelhouse(&nvcc_set()) else {
         return;
     };
@@ -446,13 +469,25 @@ fn env_check_fails_until_the_pinned_toolchain_is_installed() {
         ),
     )
     .unwrap();
+    // Pinned by sha256, so a build installs it on first use: a warning.
     cmd(&cache, &root)
         .args(["env", "check"])
         .assert()
-        .code(3)
+        .success()
         .stdout(predicate::str::contains(
-            "toolchain nvcc@13.0: pinned but NOT installed",
-        ))
+            "toolchain nvcc@13.0: WARN not installed; installs on first use",
+        ));
+    let out = cmd(&cache, &root)
+        .args(["--json", "env", "check"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["toolchains"][0]["installs-on-first-use"], true, "{v}");
+    // A failure with --strict.
+    cmd(&cache, &root)
+        .args(["env", "check", "--strict"])
+        .assert()
+        .code(3)
         .stderr(predicate::str::contains(
             "hint: run `repro toolchain install nvcc@13.0`",
         ));
@@ -663,7 +698,7 @@ fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
         .stderr(predicate::str::contains("nothing half-installed was left"));
     assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
     cmd(&cache, &root)
-        .args(["build", "wmma_gemm_nvcc"])
+        .args(["--offline", "build", "wmma_gemm_nvcc"])
         .assert()
         .code(3)
         .stderr(predicate::str::contains("not installed"));
@@ -860,7 +895,7 @@ fn nvcc_releases_nobody_pinned_are_fetched_through_pip_and_bisected() {
     );
     // The stamp of the side-by-side tree holds the same digests.
     let stamp: Value = serde_json::from_slice(
-        &std::fs::read(toolchains(&cache).join("nvcc-13.1/toolchain.json")).unwrap(),
+        &std::fs::read(tree_dir(&cache, "nvcc-13.1").join("toolchain.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(stamp["wheels"], v["wheels"]["13.1"]);

@@ -313,7 +313,9 @@ fn recipe_bench(
     }
     let opts = Options {
         toolchain: a.toolchain.clone(),
-        pins: Some(crate::engines::toolchain::Pins::of(&g.config()?.toolchain)),
+        pins: Some(g.pins()?),
+        offline: g.offline,
+        quiet: g.quiet || g.json,
         ..Options::default()
     };
     let built = build::build(root, store, &r, &opts)

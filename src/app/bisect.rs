@@ -92,10 +92,6 @@ pub struct Args {
     /// step's tree instead of the whole tree.
     #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe")]
     paths: Vec<String>,
-    /// Never fetch missing blobs from a partial clone's promisor remote; a step that
-    /// needs one is untestable.
-    #[arg(long)]
-    offline: bool,
     /// What counts as broken.
     #[arg(long, value_enum, default_value = "build")]
     mode: Mode,
@@ -467,7 +463,7 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let plan = Plan {
         recipe,
         paths: a.paths.clone(),
-        offline: a.offline,
+        offline: g.offline,
         question,
         nix: a.nix,
         timeout: a.timeout,
@@ -475,8 +471,9 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         jobs: usize::from(a.jobs),
         keep_going: a.keep_going,
         devices: a.devices.clone(),
-        pins: crate::engines::toolchain::Pins::of(&g.config()?.toolchain),
+        pins: g.pins()?,
     };
+    provision_toolchain(g, &plan)?;
     if a.detach {
         if a.executor != ExecutorKind::Slurm {
             return Err(
@@ -495,7 +492,7 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     if let Some(e) = &slurm
         && !g.quiet
     {
-        eprintln!(
+        say!(
             "note: plan: {}, submitted with {}",
             e.placement().describe(),
             e.job_args().join(" ")
@@ -1335,4 +1332,32 @@ fn trust_note(
             if unpinned.len() == 1 { "its" } else { "their" },
         )
     })
+}
+
+/// Installs the toolchain the held-fixed recipe resolves to before the first step, with
+/// the install's progress, so that steps (several at once with `--jobs`) find it in place.
+/// Per-commit recipes resolve in each step.
+fn provision_toolchain(g: &Globals, plan: &Plan) -> anyhow::Result<()> {
+    use crate::engines::toolchain::resolve;
+    let Some(RecipeSource::Fixed(r)) = &plan.recipe else {
+        return Ok(());
+    };
+    // An unresolvable toolchain is the first step's error, reported as steps report it.
+    let Ok(resolve::Resolved {
+        choice: resolve::Choice::Managed(p),
+        ..
+    }) = resolve::resolve(&plan.pins, r, None)
+    else {
+        return Ok(());
+    };
+    let mut progress = crate::engines::toolchain::progress::InstallProgress::new(g.quiet || g.json);
+    let done = resolve::ensure(
+        &p,
+        plan.pins.project.as_deref(),
+        plan.offline,
+        &mut progress,
+    );
+    progress.finish();
+    done.with_context(|| format!("failed to provide the toolchain of recipe `{}`", r.name))?;
+    Ok(())
 }

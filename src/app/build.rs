@@ -98,7 +98,9 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         explain: a.explain,
         toolchain: a.toolchain.clone(),
         commit: a.at_commit.clone(),
-        pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+        pins: Some(g.pins()?),
+        offline: g.offline,
+        quiet: g.quiet || g.json,
         ..Options::default()
     };
     if use_nix {
@@ -112,7 +114,6 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         opts.nix_fallback = Some(why);
     }
     let (recipes, mut unbuilt) = recipes;
-    warn_if_pin_missing(g, &cfg, &recipes);
     let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
     unbuilt.extend(failures);
     finish(g, outcomes, unbuilt)
@@ -161,26 +162,6 @@ fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<(Vec<recipe::Recipe>, V
     }
     let per_target = loaded.iter().flat_map(recipe::Recipe::per_target).collect();
     Ok((per_target, unbuilt))
-}
-
-fn warn_if_pin_missing(
-    g: &Globals,
-    cfg: &crate::foundation::config::Config,
-    recipes: &[recipe::Recipe],
-) {
-    if let Some(pin) = &cfg.toolchain.nvrtc
-        && !g.quiet
-        && std::env::var_os("REPRO_NVRTC").is_none()
-        && recipes
-            .iter()
-            .any(|r| matches!(r.build, recipe::Build::Nvrtc(_)))
-        && crate::engines::toolchain::managed_nvrtc_dir(&pin.version).is_none_or(|d| !d.exists())
-    {
-        say!(
-            "warning: repro.toml pins NVRTC {} but it is not installed; run `repro toolchain install` (building with the NVRTC found instead)",
-            pin.version
-        );
-    }
 }
 
 /// Builds every recipe it can: one that cannot be built (its toolchain is missing) does
@@ -370,7 +351,6 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     };
     let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
         let root = g.project_root();
-        let cfg = g.config()?;
         let (recipes, mut unbuilt) = load_recipes(&root, a)?;
         let opts = Options {
             force: a.force,
@@ -379,7 +359,9 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             nix_fallback: None,
             commit: a.at_commit.clone(),
             toolchain: a.toolchain.clone(),
-            pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+            pins: Some(g.pins()?),
+            offline: g.offline,
+            quiet: g.quiet || g.json,
         };
         let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
         unbuilt.extend(failures);

@@ -17,6 +17,9 @@ pub struct Globals {
     pub verbose: u8,
     /// `--store` / `REPRO_STORE`.
     pub store: Option<PathBuf>,
+    /// `--offline` / `REPRO_OFFLINE`: no network (no toolchain installs on first use, no
+    /// promisor fetches).
+    pub offline: bool,
     /// The project root, found on first use (git discovery opens the repository).
     root: std::sync::OnceLock<PathBuf>,
 }
@@ -30,6 +33,7 @@ impl Globals {
             quiet,
             verbose,
             store,
+            offline: crate::engines::toolchain::resolve::offline(false),
             root: Default::default(),
         }
     }
@@ -69,6 +73,17 @@ impl Globals {
         &self,
     ) -> Result<crate::foundation::config::Config, crate::foundation::config::ConfigError> {
         crate::foundation::config::load(&self.project_root())
+    }
+
+    /// The project's toolchain pins, with the project they belong to.
+    pub fn pins(
+        &self,
+    ) -> Result<crate::engines::toolchain::Pins, crate::foundation::config::ConfigError> {
+        let root = self.project_root();
+        Ok(crate::engines::toolchain::Pins::of_project(
+            &crate::foundation::config::load(&root)?.toolchain,
+            &root,
+        ))
     }
 }
 

@@ -312,8 +312,12 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     } else {
         Vec::new()
     };
-    let missing: Vec<&(String, Option<String>)> =
-        pins.iter().filter(|(_, p)| p.is_none()).collect();
+    // A missing toolchain that installs itself on first use is a warning, a failure only
+    // with --strict; one that cannot (nothing pinned to verify it by) is a failure.
+    let missing: Vec<&PinnedToolchain> = pins
+        .iter()
+        .filter(|t| t.path.is_none() && (a.strict || !t.installs_itself))
+        .collect();
     let elapsed = start.elapsed();
     let code = match (passed, missing.is_empty()) {
         (true, true) => exit::OK,
@@ -337,10 +341,11 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         if a.fingerprint.is_none() {
             v["toolchains"] = pins
                 .iter()
-                .map(|(spec, path)| {
+                .map(|t| {
                     json!({
-                        "toolchain": spec, "installed": path.is_some(), "path": path,
-                        "install-command": crate::engines::toolchain::install::InstallError::install_command(spec),
+                        "toolchain": t.spec, "installed": t.path.is_some(), "path": t.path,
+                        "installs-on-first-use": t.path.is_none() && t.installs_itself,
+                        "install-command": crate::engines::toolchain::install::InstallError::install_command(&t.spec),
                     })
                 })
                 .collect();
@@ -362,9 +367,13 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         let at = text.find('\n').map_or(text.len(), |i| i + 1);
         text.insert_str(at, &notes);
         emit(&text)?;
-        for (spec, path) in &pins {
-            match path {
+        for t in &pins {
+            let spec = &t.spec;
+            match &t.path {
                 Some(p) => emit(&format!("toolchain {spec}: installed at {p}\n"))?,
+                None if t.installs_itself => emit(&format!(
+                    "toolchain {spec}: WARN not installed; installs on first use\n"
+                ))?,
                 None => emit(&format!("toolchain {spec}: pinned but NOT installed\n"))?,
             }
         }
@@ -382,15 +391,15 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         }
     }
     if code == exit::MISMATCH && !missing.is_empty() && !g.quiet {
-        for (spec, _) in &missing {
+        for t in &missing {
             say!(
                 "hint: run `{}`",
-                crate::engines::toolchain::install::InstallError::install_command(spec)
+                crate::engines::toolchain::install::InstallError::install_command(&t.spec)
             );
         }
     }
     if code == exit::ENVIRONMENT {
-        let specs: Vec<&str> = missing.iter().map(|(s, _)| s.as_str()).collect();
+        let specs: Vec<&str> = missing.iter().map(|t| t.spec.as_str()).collect();
         return Err(UserError::with_code(
             exit::ENVIRONMENT,
             format!("the pinned toolchain {} is not installed", specs.join(", ")),
@@ -408,42 +417,63 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// The toolchains the project pins for its builds (repro.toml's nvcc default and every
-/// recipe's `toolchain`), each with its installed tree if there is a complete one.
-fn pinned_toolchains(g: &Globals) -> Vec<(String, Option<String>)> {
+/// One toolchain the project's builds use, as the resolver plans it.
+struct PinnedToolchain {
+    /// `nvcc@13.0`.
+    spec: String,
+    /// Its installed tree, if a complete one holds exactly its wheels.
+    path: Option<String>,
+    /// Whether every wheel is pinned by sha256, so that a build installs it on first use.
+    installs_itself: bool,
+}
+
+/// The toolchains the project's builds use (repro.toml's defaults and every recipe's
+/// choice, through the same resolver builds call), each with its installed tree if any.
+fn pinned_toolchains(g: &Globals) -> Vec<PinnedToolchain> {
     use crate::engines::toolchain::install::{self, Family, Spec};
+    use crate::engines::toolchain::resolve;
     let root = g.project_root();
-    let mut specs = std::collections::BTreeSet::new();
-    if let Ok(cfg) = crate::foundation::config::load(&root)
-        && let Some(r) = cfg.toolchain.nvcc_default
-    {
-        specs.insert(
-            Spec::Release {
-                family: Family::Nvcc,
-                release: r,
-            }
-            .to_string(),
-        );
+    let Ok(pins) = g.pins() else {
+        return Vec::new();
+    };
+    let mut specs: std::collections::BTreeMap<String, Option<install::Plan>> = Default::default();
+    if let Some(r) = &pins.table.nvcc_default {
+        let spec = Spec::Release {
+            family: Family::Nvcc,
+            release: r.clone(),
+        };
+        specs.insert(spec.to_string(), resolve::plan_for(&pins, &spec).ok());
     }
     for name in crate::foundation::recipe::list(&root) {
         // A recipe that does not parse is `repro build`'s to report, not this check's.
-        if let Ok(r) = crate::foundation::recipe::load(&root, &name)
-            && let crate::foundation::recipe::Build::Nvrtc(c)
-            | crate::foundation::recipe::Build::Nvcc(c) = &r.build
-            && let Some(t) = &c.toolchain
-            && t != "system"
-        {
-            specs.insert(t.clone());
+        let Ok(r) = crate::foundation::recipe::load(&root, &name) else {
+            continue;
+        };
+        match resolve::resolve(&pins, &r, None) {
+            Ok(resolved) => {
+                if let resolve::Choice::Managed(plan) = resolved.choice {
+                    specs.insert(plan.spec().to_string(), Some(plan));
+                }
+            }
+            Err(_) => {
+                if let crate::foundation::recipe::Build::Nvrtc(c)
+                | crate::foundation::recipe::Build::Nvcc(c) = &r.build
+                    && let Some(t) = &c.toolchain
+                {
+                    specs.insert(t.clone(), None);
+                }
+            }
         }
     }
     specs
         .into_iter()
-        .map(|s| {
-            let path = Spec::parse(&s)
-                .ok()
-                .and_then(|spec| install::find(&spec).ok())
-                .map(|t| t.dir.display().to_string());
-            (s, path)
+        .map(|(spec, plan)| PinnedToolchain {
+            path: plan
+                .as_ref()
+                .and_then(|p| install::find(p).ok())
+                .map(|t| t.dir.display().to_string()),
+            installs_itself: plan.as_ref().is_some_and(install::Plan::verifiable),
+            spec,
         })
         .collect()
 }

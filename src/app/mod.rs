@@ -15,6 +15,7 @@ pub mod bundle;
 pub mod context;
 pub mod demo;
 pub mod env;
+pub mod init;
 pub mod plot;
 pub mod probe;
 pub mod profile;
@@ -70,6 +71,11 @@ pub struct GlobalArgs {
     /// Print more (repeat for even more).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+    /// Use no network: a pinned toolchain that is not installed is an error instead of
+    /// installing itself, and a partial clone's missing blobs are not fetched (also
+    /// REPRO_OFFLINE=1).
+    #[arg(long, global = true)]
+    pub offline: bool,
     /// The store directory [default: .repro at the project root].
     #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
     pub store: Option<PathBuf>,
@@ -103,6 +109,9 @@ pub enum InternalCommand {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start in any git repository: pin toolchains in repro.toml and write a recipe per
+    /// kernel file.
+    Init(init::Args),
     /// Fingerprint this machine and check it against a lockfile.
     Env(env::Args),
     /// Build kernels from recipes, cached by the hash of every input.
@@ -212,13 +221,16 @@ fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
         }
         None => std::env::current_dir()?,
     };
-    Ok(Globals::new(cwd, g.json, g.quiet, g.verbose, g.store))
+    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store);
+    globals.offline |= g.offline;
+    Ok(globals)
 }
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let globals = globals(cli.globals)?;
     match cli.command {
+        Command::Init(args) => init::run(&globals, args),
         Command::Env(args) => env::run(&globals, args),
         Command::Build(args) => build::run(&globals, args),
         Command::Toolchain(args) => toolchain::run(&globals, args),

@@ -3,11 +3,13 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use serde_json::json;
 
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::toolchain;
 use crate::engines::toolchain::install::{self, Family, InstallError, Source, Spec};
+use crate::engines::toolchain::progress::InstallProgress;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
@@ -24,10 +26,45 @@ enum ToolchainCommand {
     /// Fetch (through pip), verify by sha256 and install a pinned toolchain: nvcc@RELEASE or
     /// nvrtc@VERSION [default: the NVRTC pinned in repro.toml].
     Install(InstallArgs),
-    /// List the toolchains repro has installed, with size and origin.
+    /// List the toolchains repro has installed: size, origin, wheels, and the projects
+    /// whose pins each tree serves.
     List,
+    /// Remove installed toolchains that no project's pins use any more.
+    Gc(GcArgs),
+    /// Pin a release in repro.toml, every wheel with its sha256, from the table of releases
+    /// built into repro or through pip: nvcc@13.0 [--with cublas,cudnn,cutlass] or
+    /// nvrtc@12.8.
+    Pin(PinArgs),
     /// Say which NVRTC and nvcc builds would use, and why.
     Which,
+}
+
+#[derive(Debug, clap::Args)]
+struct PinArgs {
+    /// The release: nvcc@MAJOR.MINOR or nvrtc@MAJOR.MINOR (or nvrtc@FULL.VERSION).
+    #[arg(value_name = "SPEC", required_unless_present = "list")]
+    spec: Option<String>,
+    /// Component libraries installed into the same tree, part of its identity: cublas,
+    /// cudnn, cutlass (headers).
+    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
+    with: Vec<String>,
+    /// Make this nvcc release the one nvcc recipes use (`nvcc-default`); the first nvcc
+    /// pinned becomes the default anyway.
+    #[arg(long)]
+    default: bool,
+    /// Replace a pin of the same release that names other wheels.
+    #[arg(long)]
+    force: bool,
+    /// List the releases built into repro and exit.
+    #[arg(long, conflicts_with = "spec")]
+    list: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct GcArgs {
+    /// Only say what would be removed.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +98,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         ToolchainCommand::Install(i) => install_cmd(g, &cfg, i),
         ToolchainCommand::List => list(g, &toolchain::Pins::of(&cfg.toolchain)),
         ToolchainCommand::Which => which(g, &cfg),
+        ToolchainCommand::Gc(a) => gc(g, &a),
+        ToolchainCommand::Pin(a) => pin(g, &a),
     }
 }
 
@@ -84,7 +123,7 @@ fn install_cmd(
                 .into());
         }
     };
-    let plan = install::plan(cfg, &spec, a.sha256.as_deref(), false)?;
+    let plan = install::plan(&cfg.toolchain, &spec, a.sha256.as_deref(), false)?;
     if a.wheel.is_some() && plan.family == Family::Nvcc {
         return Err(UserError::usage("--wheel installs one NVRTC wheel")
             .hint("an nvcc release is several wheels: pass --wheels DIR")
@@ -99,6 +138,9 @@ fn install_cmd(
     progress.finish();
     let done = done?;
     let t = &done.installed;
+    if let Some(name) = t.dir.file_name() {
+        install::note_project(&name.to_string_lossy(), &g.project_root());
+    }
     let label = match plan.family {
         Family::Nvrtc => format!("NVRTC {}", plan.release),
         Family::Nvcc => format!("nvcc {}", plan.release),
@@ -150,7 +192,9 @@ fn list(g: &Globals, pins: &toolchain::Pins) -> anyhow::Result<u8> {
                     "name": e.dir.file_name().map(|n| n.to_string_lossy().into_owned()),
                     "family": s.family, "release": s.release, "reports": s.reports,
                     "path": e.dir.display().to_string(), "bytes": s.bytes, "origin": s.origin,
-                    "wheels": s.wheels, "complete": true,
+                    "wheels": s.wheels, "complete": true, "pins-digest": s.pins_digest,
+                    "serves": install::serves(&e.dir.file_name().unwrap_or_default().to_string_lossy())
+                        .iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
                     "used-by-builds": used.as_ref().is_some_and(|u| u.path.starts_with(&e.dir)),
                 }),
                 Err(why) => json!({
@@ -189,6 +233,19 @@ fn list(g: &Globals, pins: &toolchain::Pins) -> anyhow::Result<u8> {
                     },
                     e.dir.display()
                 ));
+                let serves = install::serves(&name);
+                out.push_str(&format!(
+                    "  serves: {}\n",
+                    if serves.is_empty() {
+                        "no project's pins (`repro toolchain gc` removes it)".to_string()
+                    } else {
+                        serves
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ));
                 let mut t = crate::foundation::output::Table::new();
                 for w in &s.wheels {
                     t.row([
@@ -213,6 +270,167 @@ fn list(g: &Globals, pins: &toolchain::Pins) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+fn pin(g: &Globals, a: &PinArgs) -> anyhow::Result<u8> {
+    use crate::engines::toolchain::releases;
+    if a.list {
+        let rows = [Family::Nvcc, Family::Nvrtc].map(|f| (f, releases::known(f)));
+        if g.json {
+            emit_json(&json!({
+                "schema": 1,
+                "nvcc": rows[0].1, "nvrtc": rows[1].1, "components": releases::COMPONENTS,
+            }))?;
+        } else {
+            let mut out = String::new();
+            for (f, v) in &rows {
+                out.push_str(&format!("{:<6} {}\n", f.name(), v.join(", ")));
+            }
+            out.push_str(&format!("with   {}\n", releases::COMPONENTS.join(", ")));
+            emit(&out)?;
+        }
+        return Ok(exit::OK);
+    }
+    let text = a.spec.as_deref().unwrap_or_default();
+    let Spec::Release { family, release } =
+        Spec::parse(text).map_err(|e| InstallError::BadSpec(e.to_string()))?
+    else {
+        return Err(UserError::usage("`system` is not pinned")
+            .hint("name a release: `repro toolchain pin nvcc@13.0`")
+            .into());
+    };
+    let resolved = releases::resolve_pin(family, &release, &a.with, g.offline)?;
+    let root = g.project_root();
+    let written = write_pin(&root, &resolved, a.default, a.force)?;
+    report_pin(g, &resolved, &written)?;
+    Ok(exit::OK)
+}
+
+/// What a pin did to repro.toml.
+pub struct Written {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Whether it changed.
+    pub changed: bool,
+}
+
+/// Writes `resolved` into the project's repro.toml, atomically (a failure leaves the old
+/// file as it was).
+pub fn write_pin(
+    root: &std::path::Path,
+    resolved: &crate::engines::toolchain::releases::Resolved,
+    make_default: bool,
+    force: bool,
+) -> anyhow::Result<Written> {
+    use crate::foundation::config::{self, NvrtcPin, PinEdit};
+    let path = root.join(config::FILE);
+    let old = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
+        }
+    };
+    let edit = match resolved.family {
+        Family::Nvcc => PinEdit::Nvcc {
+            release: resolved.release.clone(),
+            wheels: resolved.wheels.clone(),
+            make_default,
+        },
+        Family::Nvrtc => PinEdit::Nvrtc(NvrtcPin {
+            version: resolved.wheels[0].version.clone(),
+            sha256: resolved.wheels[0].sha256.clone(),
+        }),
+    };
+    let new = config::with_pin(&old, &edit, force)?;
+    let changed = new != old;
+    if changed {
+        crate::foundation::fsutil::write_atomic(&path, new.as_bytes(), true)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    Ok(Written { path, changed })
+}
+
+fn report_pin(
+    g: &Globals,
+    r: &crate::engines::toolchain::releases::Resolved,
+    w: &Written,
+) -> anyhow::Result<()> {
+    use crate::engines::toolchain::releases::Origin;
+    let spec = Spec::Release {
+        family: r.family,
+        release: r.release.clone(),
+    };
+    let origin = match r.origin {
+        Origin::Table => "the table built into repro",
+        Origin::Pip => "pip's index",
+    };
+    if g.json {
+        emit_json(&json!({
+            "schema": 1, "toolchain": spec.to_string(), "file": w.path.display().to_string(),
+            "changed": w.changed, "origin": origin,
+            "wheels": r.wheels.iter().map(|p| json!({"package": p.package, "version": p.version, "sha256": p.sha256})).collect::<Vec<_>>(),
+        }))?;
+        return Ok(());
+    }
+    if g.quiet {
+        return Ok(());
+    }
+    let mut out = format!(
+        "{} {spec} in {} ({} wheel{}, sha256 for {} from {origin})\n",
+        if w.changed {
+            "pinned"
+        } else {
+            "already pinned:"
+        },
+        g.shown(&w.path),
+        r.wheels.len(),
+        if r.wheels.len() == 1 { "" } else { "s" },
+        r.wheels
+            .first()
+            .map(|p| p.sha256.keys().cloned().collect::<Vec<_>>().join(" and "))
+            .unwrap_or_default(),
+    );
+    for p in &r.wheels {
+        out.push_str(&format!("  {} {}\n", p.package, p.version));
+    }
+    out.push_str(&format!(
+        "next: `repro build RECIPE` installs it on first use (or `repro toolchain install {spec}` now)\n"
+    ));
+    emit(&out)?;
+    Ok(())
+}
+
+fn gc(g: &Globals, a: &GcArgs) -> anyhow::Result<u8> {
+    let gone = install::gc(a.dry_run)?;
+    let bytes: u64 = gone.iter().map(|c| c.bytes).sum();
+    if g.json {
+        emit_json(&json!({
+            "schema": 1, "dry-run": a.dry_run, "removed": gone, "bytes": bytes,
+        }))?;
+        return Ok(exit::OK);
+    }
+    if g.quiet {
+        return Ok(exit::OK);
+    }
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    let mut out = String::new();
+    for c in &gone {
+        out.push_str(&format!(
+            "{verb} {} ({}): {}\n",
+            c.dir.display(),
+            mib(c.bytes),
+            c.reason
+        ));
+    }
+    out.push_str(&format!(
+        "{verb} {} toolchain tree{}, {}\n",
+        gone.len(),
+        if gone.len() == 1 { "" } else { "s" },
+        mib(bytes)
+    ));
+    emit(&out)?;
+    Ok(exit::OK)
+}
+
 fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result<u8> {
     let nvrtc = toolchain::nvrtc(&toolchain::Pins::of(&cfg.toolchain));
     // The project's nvcc pin, when there is one and it is installed, is what nvcc builds use.
@@ -221,7 +439,9 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
             family: Family::Nvcc,
             release: r.clone(),
         };
-        (spec.clone(), install::find(&spec))
+        let pins = toolchain::Pins::of(&cfg.toolchain);
+        let found = toolchain::resolve::plan_for(&pins, &spec).and_then(|p| install::find(&p));
+        (spec.clone(), found)
     });
     let nvcc = match &pinned_nvcc {
         Some((_, Ok(t))) => Some(t.compiler()),
@@ -266,6 +486,18 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
                 "nvrtc  not found: {e}\n       hint: run `repro toolchain install`, or set REPRO_NVRTC\n"
             ))?,
         }
+        // Builds use the pinned NVRTC (the resolver's choice), installing it on first use.
+        if let Some(p) = &cfg.toolchain.nvrtc
+            && std::env::var_os("REPRO_NVRTC").is_none_or(|v| v.is_empty())
+            && toolchain::Pins::of(&cfg.toolchain)
+                .nvrtc_dir()
+                .is_some_and(|d| !d.join(install::STAMP).is_file())
+        {
+            emit(&format!(
+                "       note: nvrtc@{} is pinned in repro.toml but not installed; NVRTC builds install it on first use\n",
+                p.version
+            ))?;
+        }
         match &nvcc {
             Some(p) => emit(&format!(
                 "nvcc   {}  {}  ({nvcc_source})\n",
@@ -282,69 +514,4 @@ fn which(g: &Globals, cfg: &crate::foundation::config::Config) -> anyhow::Result
     } else {
         exit::ENVIRONMENT
     })
-}
-
-/// `repro toolchain install`'s progress: status lines on stderr, and for downloading,
-/// verifying and unpacking a bar of bytes with an ETA (a byte count and rate while pip
-/// downloads, whose total is not known ahead). Bars show on a terminal only; `-q` and
-/// `--json` show nothing.
-struct InstallProgress {
-    quiet: bool,
-    bar: Option<(&'static str, indicatif::ProgressBar)>,
-}
-
-impl InstallProgress {
-    fn new(quiet: bool) -> Self {
-        InstallProgress { quiet, bar: None }
-    }
-
-    fn finish(&mut self) {
-        if let Some((_, b)) = self.bar.take() {
-            b.finish_and_clear();
-        }
-    }
-}
-
-impl install::Progress for InstallProgress {
-    fn message(&mut self, m: &str) {
-        if self.quiet {
-            return;
-        }
-        match &self.bar {
-            Some((_, b)) if !b.is_hidden() => b.println(crate::foundation::output::sanitize(m)),
-            _ => say!("{m}"),
-        }
-    }
-
-    fn bytes(&mut self, phase: &'static str, done: u64, total: Option<u64>) {
-        if self.bar.as_ref().is_none_or(|(p, _)| *p != phase) {
-            self.finish();
-            let bar = match total {
-                Some(t) => crate::foundation::output::progress_bytes(self.quiet, t, phase),
-                None if self.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-                    indicatif::ProgressBar::hidden()
-                }
-                None => {
-                    let b = indicatif::ProgressBar::new_spinner();
-                    b.set_style(
-                        indicatif::ProgressStyle::with_template(
-                            "{spinner} downloading {bytes} ({bytes_per_sec}, {elapsed})",
-                        )
-                        .expect("a valid template"),
-                    );
-                    b.enable_steady_tick(std::time::Duration::from_millis(120));
-                    b
-                }
-            };
-            self.bar = Some((phase, bar));
-        }
-        if let Some((_, b)) = &self.bar {
-            if let Some(t) = total
-                && b.length() != Some(t)
-            {
-                b.set_length(t);
-            }
-            b.set_position(done);
-        }
-    }
 }

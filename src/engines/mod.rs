@@ -12,6 +12,7 @@ pub mod demo;
 pub mod export;
 pub mod fingerprint;
 pub mod gpurun;
+pub mod init;
 pub mod lockfile;
 pub mod nvbench;
 pub mod profile;

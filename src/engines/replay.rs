@@ -856,29 +856,9 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         ));
     }
 
-    // The recorded toolchain: provision it if this machine lacks one and the tree pins it.
+    // The toolchain: the rebuild below resolves it from the recorded tree's pins as every
+    // command does, and installs a pinned one that is missing (unless REPRO_OFFLINE).
     let cfg = crate::foundation::config::load(&root)?;
-    if let Some(pin) = &cfg.toolchain.nvrtc {
-        let pins = crate::engines::toolchain::Pins::of(&cfg.toolchain);
-        if crate::engines::toolchain::find_nvrtc(&pins).is_err() {
-            say(&format!(
-                "provisioning the pinned NVRTC {} (repro toolchain install)",
-                pin.version
-            ));
-            let exe = std::env::current_exe().map_err(|source| ReplayError::Io {
-                what: "cannot find the repro executable".into(),
-                source,
-            })?;
-            // A failed install shows as a failed rebuild below, with the compiler's error.
-            let _ = crate::foundation::process::Cmd::new(exe)
-                .arg("-C")
-                .arg(&root)
-                .args(["toolchain", "install"])
-                .timeout(std::time::Duration::from_secs(1800))
-                .run();
-        }
-    }
-
     // The environment: by the policy of the recorded tree's lockfile for the recorded GPU
     // when there is one, else against the recorded fingerprint's must-match fields.
     let live = fingerprint::capture(
@@ -919,12 +899,16 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     // Rebuild from scratch (a fresh store: the compiler really runs) and compare bytes.
     let scratch = tempdir()?;
     let fresh = Store::at(scratch.path().join("store"));
-    let rebuilt = build::build(&root, &fresh, &r, &Options::default()).map_err(|source| {
-        ReplayError::Rebuild {
+    let opts = Options {
+        // The recreated tree is scratch: no project is noted as using the toolchain.
+        pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+        ..Options::default()
+    };
+    let rebuilt =
+        build::build(&root, &fresh, &r, &opts).map_err(|source| ReplayError::Rebuild {
             name: recipe_name.clone(),
             source,
-        }
-    })?;
+        })?;
     let recorded_outputs: Vec<(String, String)> = match &build_rec {
         Some(b) => b
             .outputs

@@ -15,6 +15,9 @@ use crate::foundation::fields::{Field, Fields};
 use crate::foundation::process::{Cmd, ProcessError};
 
 pub mod install;
+pub mod progress;
+pub mod releases;
+pub mod resolve;
 
 /// Where an NVRTC library was found, and why that one was chosen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,24 +37,44 @@ pub fn managed_dir() -> Option<PathBuf> {
     Some(crate::foundation::fsutil::cache_dir()?.join("toolchains"))
 }
 
-/// The toolchains a project pins in `repro.toml` (`[toolchain] nvrtc` and `nvcc-default`).
-/// The searches below take them as an argument: the NVRTC search prefers the pinned
-/// release when it is installed, and the nvcc probe reports the pinned nvcc.
+/// The toolchains a project pins in `repro.toml` (its whole `[toolchain]` table) and the
+/// project they belong to. The resolver ([`resolve::resolve`]) and the searches below take
+/// them as an argument: the NVRTC search prefers the pinned release when it is installed,
+/// and the nvcc probe reports the pinned nvcc.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pins {
-    /// The pinned `nvidia-cuda-nvrtc` version.
-    pub nvrtc: Option<String>,
-    /// The pinned nvcc release (a key of `[toolchain.nvcc]`).
-    pub nvcc: Option<String>,
+    /// The `[toolchain]` table.
+    pub table: crate::foundation::config::Toolchains,
+    /// The project root, noted in the trees it uses (`toolchain list`, `toolchain gc`).
+    pub project: Option<PathBuf>,
 }
 
 impl Pins {
     /// The pins of a project's `[toolchain]` table.
     pub fn of(toolchains: &crate::foundation::config::Toolchains) -> Pins {
         Pins {
-            nvrtc: toolchains.nvrtc.as_ref().map(|p| p.version.clone()),
-            nvcc: toolchains.nvcc_default.clone(),
+            table: toolchains.clone(),
+            project: None,
         }
+    }
+
+    /// The pins of the project at `root` (its `repro.toml`).
+    pub fn of_project(toolchains: &crate::foundation::config::Toolchains, root: &Path) -> Pins {
+        Pins {
+            table: toolchains.clone(),
+            project: Some(root.to_path_buf()),
+        }
+    }
+
+    /// The tree directory of the pinned NVRTC, when one is pinned for this architecture.
+    pub fn nvrtc_dir(&self) -> Option<PathBuf> {
+        let p = self.table.nvrtc.as_ref()?;
+        let spec = install::Spec::Release {
+            family: install::Family::Nvrtc,
+            release: p.version.clone(),
+        };
+        let plan = install::plan(&self.table, &spec, None, false).ok()?;
+        Some(managed_dir()?.join(plan.dir_name()))
     }
 }
 
@@ -141,11 +164,6 @@ pub fn choose_nvrtc(dir: PathBuf) -> bool {
     CHOSEN.get_or_init(|| dir.clone()) == &dir
 }
 
-/// The directory a managed NVRTC of `version` lives in.
-pub fn managed_nvrtc_dir(version: &str) -> Option<PathBuf> {
-    Some(managed_dir()?.join(format!("nvrtc-{version}")))
-}
-
 /// The candidate directories in search order, each with its reason.
 fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
     let mut c = Vec::new();
@@ -154,8 +172,7 @@ fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(v) = &pins.nvrtc
-        && let Some(d) = managed_nvrtc_dir(v)
+    if let Some(d) = pins.nvrtc_dir()
         && d.join(install::STAMP).is_file()
     {
         c.push((
@@ -448,12 +465,12 @@ pub fn parse_nvcc_version(text: &str) -> Option<String> {
 /// machine's.
 pub fn probe_nvcc(pins: &Pins) -> Fields {
     let mut f = Fields::new();
-    if let Some(r) = &pins.nvcc {
+    if let Some(r) = &pins.table.nvcc_default {
         let spec = install::Spec::Release {
             family: install::Family::Nvcc,
             release: r.clone(),
         };
-        if let Ok(t) = install::find(&spec) {
+        if let Ok(t) = resolve::plan_for(pins, &spec).and_then(|p| install::find(&p)) {
             f.insert(
                 "toolchain.nvcc.path".into(),
                 Field::Value(t.compiler().display().to_string()),

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
@@ -160,7 +160,7 @@ impl Default for NixSettings {
 }
 
 /// Pinned toolchains.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Toolchains {
     /// The NVRTC wheel that `repro toolchain install` provisions.
@@ -173,7 +173,7 @@ pub struct Toolchains {
 }
 
 /// One pinned nvcc release: every wheel its tree is unpacked from.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NvccRelease {
     /// The wheels, each pinned by version and sha256 per CPU architecture.
@@ -181,7 +181,7 @@ pub struct NvccRelease {
 }
 
 /// One wheel of a toolchain, pinned.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct WheelPin {
     /// The Python package (`nvidia-cuda-nvcc`).
@@ -193,7 +193,7 @@ pub struct WheelPin {
 }
 
 /// A pinned NVRTC wheel.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NvrtcPin {
     /// The `nvidia-cuda-nvrtc` version.
@@ -342,6 +342,183 @@ fn validate(text: &str, cfg: &Config) -> Option<(Option<std::ops::Range<usize>>,
     None
 }
 
+/// A pin to write into repro.toml.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinEdit {
+    /// `[toolchain.nvcc."RELEASE"]`, and `nvcc-default` when `make_default`.
+    Nvcc {
+        /// The release (major.minor).
+        release: String,
+        /// Its wheels, compiler first.
+        wheels: Vec<WheelPin>,
+        /// Make it the release nvcc recipes use.
+        make_default: bool,
+    },
+    /// `[toolchain.nvrtc]`.
+    Nvrtc(NvrtcPin),
+}
+
+/// Why a pin cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PinWriteError {
+    /// The existing file is not TOML repro can edit.
+    #[error("{FILE} cannot be edited: {message}")]
+    Unparsable {
+        /// The parser's words.
+        message: String,
+    },
+    /// The release is pinned already, to other wheels.
+    #[error("{FILE} already pins {what} with other wheels")]
+    Pinned {
+        /// `nvcc@13.0`.
+        what: String,
+    },
+    /// The edit would make a file that does not load (a bug, or a hostile file).
+    #[error("the edited {FILE} does not load: {0}")]
+    Invalid(#[source] ConfigError),
+}
+
+impl Diagnose for PinWriteError {
+    fn exit_code(&self) -> u8 {
+        exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            PinWriteError::Unparsable { .. } => Some(format!("fix {FILE} first")),
+            PinWriteError::Pinned { .. } => {
+                Some("pass --force to replace its wheels (builds keyed on the old ones keep their records)".into())
+            }
+            PinWriteError::Invalid(e) => e.hint(),
+        }
+    }
+}
+
+fn wheel_array(wheels: &[WheelPin]) -> toml_edit::Array {
+    let mut arr = toml_edit::Array::new();
+    for w in wheels {
+        let mut sha = toml_edit::InlineTable::new();
+        for (arch, d) in &w.sha256 {
+            sha.insert(arch, d.as_str().into());
+        }
+        let mut t = toml_edit::InlineTable::new();
+        t.insert("package", w.package.as_str().into());
+        t.insert("version", w.version.as_str().into());
+        t.insert("sha256", toml_edit::Value::InlineTable(sha));
+        let mut v = toml_edit::Value::InlineTable(t);
+        v.decor_mut().set_prefix("\n  ");
+        arr.push_formatted(v);
+    }
+    arr.set_trailing("\n");
+    arr.set_trailing_comma(true);
+    arr
+}
+
+/// `text` (the current repro.toml, empty for none) with `edit` applied, comments and
+/// everything else kept. Unchanged text when the same pin is there already; an error when
+/// the release is pinned to other wheels and not `force`.
+pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWriteError> {
+    let mut doc: toml_edit::DocumentMut = if text.trim().is_empty() {
+        "schema = 1\n".parse().expect("a constant parses")
+    } else {
+        text.parse()
+            .map_err(|e: toml_edit::TomlError| PinWriteError::Unparsable {
+                message: e.to_string(),
+            })?
+    };
+    let current: Config = if text.trim().is_empty() {
+        Config::default()
+    } else {
+        toml::from_str(text).map_err(|e| PinWriteError::Unparsable {
+            message: crate::foundation::spans::user_message(&e),
+        })?
+    };
+    let tc = doc
+        .entry("toolchain")
+        .or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(false);
+            toml_edit::Item::Table(t)
+        })
+        .as_table_mut()
+        .ok_or_else(|| PinWriteError::Unparsable {
+            message: "`toolchain` is not a table".into(),
+        })?;
+    match edit {
+        PinEdit::Nvcc {
+            release,
+            wheels,
+            make_default,
+        } => {
+            match current.toolchain.nvcc.get(release) {
+                Some(r) if r.wheels == *wheels => {}
+                Some(_) if !force => {
+                    return Err(PinWriteError::Pinned {
+                        what: format!("nvcc@{release}"),
+                    });
+                }
+                _ => {
+                    let nvcc = tc
+                        .entry("nvcc")
+                        .or_insert_with(|| {
+                            let mut t = toml_edit::Table::new();
+                            t.set_implicit(true);
+                            toml_edit::Item::Table(t)
+                        })
+                        .as_table_mut()
+                        .ok_or_else(|| PinWriteError::Unparsable {
+                            message: "`toolchain.nvcc` is not a table".into(),
+                        })?;
+                    let mut r = toml_edit::Table::new();
+                    r.insert("wheels", toml_edit::value(wheel_array(wheels)));
+                    nvcc.insert(release, toml_edit::Item::Table(r));
+                }
+            }
+            if *make_default || current.toolchain.nvcc_default.is_none() {
+                tc.insert("nvcc-default", toml_edit::value(release.as_str()));
+            }
+        }
+        PinEdit::Nvrtc(pin) => match &current.toolchain.nvrtc {
+            Some(p) if p == pin => {}
+            Some(_) if !force => {
+                return Err(PinWriteError::Pinned {
+                    what: "nvrtc".into(),
+                });
+            }
+            _ => {
+                let mut sha = toml_edit::InlineTable::new();
+                for (arch, d) in &pin.sha256 {
+                    sha.insert(arch, d.as_str().into());
+                }
+                let mut t = toml_edit::Table::new();
+                t.insert("version", toml_edit::value(pin.version.as_str()));
+                t.insert(
+                    "sha256",
+                    toml_edit::value(toml_edit::Value::InlineTable(sha)),
+                );
+                tc.insert("nvrtc", toml_edit::Item::Table(t));
+            }
+        },
+    }
+    let out = doc.to_string();
+    let cfg: Config = toml::from_str(&out).map_err(|e| {
+        PinWriteError::Invalid(ConfigError {
+            path: FILE.into(),
+            line: 1,
+            column: 1,
+            message: crate::foundation::spans::user_message(&e),
+        })
+    })?;
+    if let Some((_, message)) = validate(&out, &cfg) {
+        return Err(PinWriteError::Invalid(ConfigError {
+            path: FILE.into(),
+            line: 1,
+            column: 1,
+            message,
+        }));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +576,59 @@ mod tests {
             let e = load(d.path()).unwrap_err().to_string();
             assert!(e.contains(says), "{e}");
         }
+    }
+
+    #[test]
+    fn pins_are_written_keeping_the_rest_and_refusing_to_replace_silently() {
+        let sha = |c: &str| c.repeat(64);
+        let w = |p: &str, c: &str| WheelPin {
+            package: p.into(),
+            version: "13.0.88".into(),
+            sha256: [
+                ("x86_64".to_string(), sha(c)),
+                ("aarch64".to_string(), sha("f")),
+            ]
+            .into(),
+        };
+        let edit = PinEdit::Nvcc {
+            release: "13.0".into(),
+            wheels: vec![w("nvidia-cuda-nvcc", "a"), w("nvidia-cublas", "b")],
+            make_default: false,
+        };
+        let text = with_pin("", &edit, false).unwrap();
+        let cfg: Config = toml::from_str(&text).unwrap();
+        assert_eq!(cfg.schema, 1);
+        assert_eq!(cfg.toolchain.nvcc_default.as_deref(), Some("13.0"));
+        assert_eq!(
+            cfg.toolchain.nvcc["13.0"].wheels[1].package,
+            "nvidia-cublas"
+        );
+        // Idempotent, and comments elsewhere survive an edit.
+        assert_eq!(with_pin(&text, &edit, false).unwrap(), text);
+        let commented = format!("# mine\n{text}[nix]\nbuild = false # keep\n");
+        let nvrtc = PinEdit::Nvrtc(NvrtcPin {
+            version: "12.8.93".into(),
+            sha256: [("x86_64".to_string(), sha("c"))].into(),
+        });
+        let out = with_pin(&commented, &nvrtc, false).unwrap();
+        assert!(out.contains("# mine") && out.contains("# keep"), "{out}");
+        let cfg: Config = toml::from_str(&out).unwrap();
+        assert_eq!(cfg.toolchain.nvrtc.unwrap().version, "12.8.93");
+        // Other wheels under the same release: only with force.
+        let other = PinEdit::Nvcc {
+            release: "13.0".into(),
+            wheels: vec![w("nvidia-cuda-nvcc", "d")],
+            make_default: false,
+        };
+        assert!(matches!(
+            with_pin(&out, &other, false),
+            Err(PinWriteError::Pinned { .. })
+        ));
+        let replaced: Config = toml::from_str(&with_pin(&out, &other, true).unwrap()).unwrap();
+        assert_eq!(replaced.toolchain.nvcc["13.0"].wheels.len(), 1);
+        assert!(matches!(
+            with_pin("schema = [", &other, false),
+            Err(PinWriteError::Unparsable { .. })
+        ));
     }
 }

@@ -96,6 +96,20 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
         )],
     ),
     (
+        "init",
+        &[
+            (OK, "repro.toml and the recipes were written"),
+            (
+                USAGE,
+                "not in a git repository, a file that exists already (without --force), a kernel file outside the repository or without kernels, or a release repro cannot pin",
+            ),
+            (
+                ENVIRONMENT,
+                "pip could not be asked, or --offline kept it from being asked for a release the table lacks",
+            ),
+        ],
+    ),
+    (
         "env check",
         &[
             (OK, "every must-match field matches (warnings are shown)"),
@@ -103,7 +117,10 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
                 MISMATCH,
                 "a must-match field differs or is missing; with --strict, also a warning",
             ),
-            (ENVIRONMENT, "a toolchain the project pins is not installed"),
+            (
+                ENVIRONMENT,
+                "a toolchain the project uses is not installed and cannot install itself (no sha256 pinned), or, with --strict, any that is not installed",
+            ),
         ],
     ),
     ("env lock", &[(OK, "the lockfile was written")]),
@@ -112,8 +129,12 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
         &[
             (OK, "every recipe built, or was found in the store"),
             (
+                MISMATCH,
+                "a pinned toolchain installing itself on first use met a wheel whose sha256 differs from its pin",
+            ),
+            (
                 ENVIRONMENT,
-                "no NVRTC or nvcc, or a pinned toolchain that is not installed (the other recipes are built first)",
+                "no NVRTC or nvcc, or a pinned toolchain that is not installed and may not install itself (--offline, or no sha256 pinned) or cannot be fetched (the other recipes are built first)",
             ),
             (
                 BUILD_FAILED,
@@ -139,6 +160,30 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
     (
         "toolchain list",
         &[(OK, "the installed toolchains were listed")],
+    ),
+    (
+        "toolchain gc",
+        &[(
+            OK,
+            "the toolchain trees no project's pins use were removed (or, with --dry-run, listed)",
+        )],
+    ),
+    (
+        "toolchain pin",
+        &[
+            (
+                OK,
+                "the pin was written into repro.toml, or was there already",
+            ),
+            (
+                USAGE,
+                "a release repro cannot pin (CUDA 12's nvcc, one neither the table nor pip has), an unknown component, or a release pinned already with other wheels (without --force)",
+            ),
+            (
+                ENVIRONMENT,
+                "pip could not be asked, or --offline kept it from being asked for a release the table lacks",
+            ),
+        ],
     ),
     (
         "toolchain which",

@@ -228,11 +228,26 @@ pub fn nvrtc_wheel() -> Result<PathBuf, String> {
 fn provision_nvrtc() -> Result<PathBuf, String> {
     let version = pinned_nvrtc_version();
     let cache = deps_dir().join("cache");
-    let lib = cache.join(format!("repro/toolchains/nvrtc-{version}/lib"));
+    let toolchains = cache.join("repro/toolchains");
+    // Trees are named by the digest of their wheels: `nvrtc-VERSION-DIGEST`.
+    let lib = || {
+        std::fs::read_dir(&toolchains)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name().is_some_and(|n| {
+                    n.to_string_lossy()
+                        .starts_with(&format!("nvrtc-{version}-"))
+                }) && p.join("toolchain.json").is_file()
+            })
+            .map(|p| p.join("lib"))
+    };
     let wheel = nvrtc_wheel()?;
     locked("nvrtc", || {
-        if lib.is_dir() {
-            return Ok(lib.clone());
+        if let Some(lib) = lib() {
+            return Ok(lib);
         }
         let out = assert_cmd::Command::cargo_bin("repro")
             .unwrap()
@@ -251,7 +266,7 @@ fn provision_nvrtc() -> Result<PathBuf, String> {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        Ok(lib.clone())
+        lib().ok_or_else(|| "the NVRTC install left no tree".to_string())
     })
 }
 

@@ -463,6 +463,10 @@ impl<'a> Ctx<'a> {
         let opts = Options {
             commit: Some(oid.to_string()),
             pins: Some(self.plan.pins.clone()),
+            offline: self.plan.offline,
+            // The bisection installed the toolchain before its first step; a step that
+            // still has to (a Slurm node's own cache) does it without a progress bar.
+            quiet: true,
             ..Options::default()
         };
         let built = match build::build(root, &self.store, &r, &opts) {

@@ -596,7 +596,7 @@ fn evaluate(
         spec: spec.to_string(),
         source: Box::new(source),
     };
-    let p = install::plan_any(plan.cfg, &spec, &plan.source).map_err(install_err)?;
+    let p = install::plan_any(&plan.cfg.toolchain, &spec, &plan.source).map_err(install_err)?;
     let done = install::install(&p, &plan.source, false, &mut |m: &str| progress(m))
         .map_err(install_err)?;
     progress(&format!("evaluating {spec}"));
@@ -806,7 +806,7 @@ impl<'a> ReleaseExecutor<'a> {
             return Ok(b.clone());
         }
         let spec = self.spec(index);
-        let p = install::plan_any(self.plan.cfg, &spec, &self.plan.source)
+        let p = install::plan_any(&self.plan.cfg.toolchain, &spec, &self.plan.source)
             .map_err(|e| self.fatal(index, e.into()))?;
         let done = install::install(&p, &self.plan.source, false, &mut |m: &str| {
             events(Event::Status(m))

@@ -43,9 +43,14 @@ pub struct Options {
     /// `--toolchain`: overrides the recipe's and the project's toolchain.
     pub toolchain: Option<crate::engines::toolchain::install::Spec>,
     /// The project's pinned toolchains (`[toolchain]` in its repro.toml), which decide the
-    /// NVRTC a build without a toolchain of its own uses. `None`: those of the repro.toml at
-    /// the root being built.
+    /// compiler a build without a toolchain of its own uses. `None`: those of the repro.toml
+    /// at the root being built.
     pub pins: Option<crate::engines::toolchain::Pins>,
+    /// No network: a pinned toolchain that is not installed is an error instead of
+    /// installing itself (`--offline`; `REPRO_OFFLINE` is read as well).
+    pub offline: bool,
+    /// No progress lines while a toolchain installs itself.
+    pub quiet: bool,
 }
 
 /// One stored output.
@@ -163,6 +168,15 @@ pub enum BuildError {
         #[source]
         source: InputError,
     },
+    /// The recipe's toolchain cannot be planned or installed.
+    #[error("cannot provide the toolchain of recipe `{recipe}`")]
+    Toolchain {
+        /// The recipe.
+        recipe: String,
+        /// Why.
+        #[source]
+        source: Box<crate::engines::toolchain::install::InstallError>,
+    },
     /// The pinned toolchain is not installed, or repro.toml cannot be read.
     #[error("recipe `{recipe}` pins {spec}, which is not installed{}", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
     NotInstalled {
@@ -201,6 +215,7 @@ impl Diagnose for BuildError {
             BuildError::Inputs { .. } => exit::BUILD_FAILED,
             BuildError::NoCompiler { .. } | BuildError::NotInstalled { .. } => exit::ENVIRONMENT,
             BuildError::Config(c) => c.exit_code(),
+            BuildError::Toolchain { source, .. } => source.exit_code(),
             BuildError::Store(s) => s.exit_code(),
             BuildError::Recipe { source } => source.exit_code(),
         }
@@ -217,6 +232,7 @@ impl Diagnose for BuildError {
             BuildError::NoCompiler { .. } => Some("enter the pinned shell (`nix develop`), install the CUDA toolkit, or set REPRO_NVCC".into()),
             BuildError::NotInstalled { spec, .. } => Some(format!("install it: `{}` (or build with --toolchain system)", crate::engines::toolchain::install::InstallError::install_command(spec))),
             BuildError::Config(c) => c.hint(),
+            BuildError::Toolchain { source, .. } => source.hint(),
             BuildError::Store(s) => s.hint(),
             BuildError::Recipe { source } => source.hint(),
         }
@@ -382,98 +398,133 @@ fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
     }
 }
 
-/// The toolchain a recipe builds with: `--toolchain`, else the recipe's `toolchain`, else
-/// (for nvcc) the project's `nvcc-default`. `None`: the machine's own compiler (the search
-/// order of `repro toolchain which`). NVRTC pins act through the process-wide NVRTC choice.
-pub fn toolchain_for(
-    root: &Path,
-    recipe: &Recipe,
-    over: Option<&crate::engines::toolchain::install::Spec>,
-) -> Result<Option<crate::engines::toolchain::install::Spec>, BuildError> {
-    use crate::engines::toolchain::install::Spec;
-    let (Build::Nvcc(c) | Build::Nvrtc(c)) = &recipe.build else {
-        return Ok(None);
-    };
-    let chosen = match (over, &c.toolchain) {
-        (Some(s), _) => Some(s.clone()),
-        (None, Some(t)) => Some(Spec::parse(t).map_err(|e| BuildError::Recipe {
-            source: crate::foundation::recipe::RecipeError::Invalid {
-                path: recipe.path.clone(),
-                line: 1,
-                column: 1,
-                message: e.to_string(),
-                hint: None,
-            },
-        })?),
-        (None, None) if matches!(recipe.build, Build::Nvcc(_)) => {
-            crate::foundation::config::load(root)?
-                .toolchain
-                .nvcc_default
-                .map(|r| Spec::Release {
-                    family: crate::engines::toolchain::install::Family::Nvcc,
-                    release: r,
-                })
-        }
-        (None, None) => None,
-    };
-    Ok(chosen.filter(|s| *s != Spec::System))
+/// The compiler a recipe builds with: its identity for the build key, nvcc's path, and the
+/// include directories of the toolchain's component libraries. The choice is the
+/// resolver's ([`crate::engines::toolchain::resolve`]), the same for every command; a
+/// pinned toolchain that is not installed installs itself first unless `opts.offline`.
+struct Compiler {
+    identity: Value,
+    nvcc: Option<std::path::PathBuf>,
+    include_dirs: Vec<String>,
 }
 
-/// The compiler identity for a recipe (and nvcc's path, which is not part of it).
 fn compiler(
-    root: &Path,
     recipe: &Recipe,
-    over: Option<&crate::engines::toolchain::install::Spec>,
+    opts: &Options,
     pins: &crate::engines::toolchain::Pins,
-) -> Result<(Value, Option<std::path::PathBuf>), BuildError> {
-    use crate::engines::toolchain::install::{self, Family, Spec};
-    if let Some(spec) = toolchain_for(root, recipe, over)? {
-        let not_installed = |detail| BuildError::NotInstalled {
-            recipe: recipe.name.clone(),
-            spec: spec.to_string(),
-            detail,
-        };
-        let t = match install::find(&spec) {
-            Ok(t) => t,
-            Err(install::InstallError::NotInstalled { detail, .. }) => {
-                return Err(not_installed(detail));
-            }
-            Err(e) => return Err(not_installed(Some(e.to_string()))),
-        };
-        return match &spec {
-            Spec::Release {
-                family: Family::Nvcc,
-                ..
-            } => Ok((t.stamp.identity(), Some(t.compiler()))),
-            // NVRTC is one library per process: make it this one, unless another is in use.
-            _ => {
-                if !crate::engines::toolchain::choose_nvrtc(t.compiler()) {
-                    return Err(BuildError::NoCompiler {
-                        compiler: "nvrtc",
-                        reason: format!(
-                            "{spec} cannot be used in a process that already uses another NVRTC; build this recipe on its own"
-                        ),
-                    });
+) -> Result<Compiler, BuildError> {
+    use crate::engines::toolchain::install::{Family, InstallError};
+    use crate::engines::toolchain::resolve::{self, Choice, ResolveError};
+    let resolved =
+        resolve::resolve(pins, recipe, opts.toolchain.as_ref()).map_err(|e| match e {
+            ResolveError::BadSpec { message, .. } => BuildError::Recipe {
+                source: crate::foundation::recipe::RecipeError::Invalid {
+                    path: recipe.path.clone(),
+                    line: 1,
+                    column: 1,
+                    message,
+                    hint: None,
+                },
+            },
+            // A release nobody pins and nothing installed: not installed, as before pins.
+            ResolveError::Plan(InstallError::UnknownRelease { spec, .. }) => {
+                BuildError::NotInstalled {
+                    recipe: recipe.name.clone(),
+                    detail: Some(format!(
+                        "repro.toml does not pin it; `repro toolchain pin {spec}` writes its wheels"
+                    )),
+                    spec,
                 }
-                Ok((t.stamp.identity(), None))
             }
-        };
+            ResolveError::Plan(e) => BuildError::Toolchain {
+                recipe: recipe.name.clone(),
+                source: Box::new(e),
+            },
+        })?;
+    let plan = match resolved.choice {
+        Choice::Managed(plan) => plan,
+        Choice::System | Choice::None => return system_compiler(recipe, pins),
+    };
+    let mut progress = crate::engines::toolchain::progress::InstallProgress::new(opts.quiet);
+    let t = resolve::ensure(&plan, pins.project.as_deref(), opts.offline, &mut progress);
+    progress.finish();
+    let t = t.map_err(|e| match e {
+        InstallError::NotInstalled { spec, detail } => BuildError::NotInstalled {
+            recipe: recipe.name.clone(),
+            spec,
+            detail,
+        },
+        e => BuildError::Toolchain {
+            recipe: recipe.name.clone(),
+            source: Box::new(e),
+        },
+    })?;
+    if plan.family == Family::Nvcc {
+        let include_dirs = t
+            .stamp
+            .include_dirs
+            .iter()
+            .map(|d| t.dir.join(d).display().to_string())
+            .collect();
+        return Ok(Compiler {
+            identity: t.stamp.identity(),
+            nvcc: Some(t.compiler()),
+            include_dirs,
+        });
     }
-    match &recipe.build {
+    // NVRTC is one library per process: make it this one, unless another is in use.
+    if !crate::engines::toolchain::choose_nvrtc(t.compiler()) {
+        return Err(BuildError::NoCompiler {
+            compiler: "nvrtc",
+            reason: format!(
+                "{} cannot be used in a process that already uses another NVRTC; build this recipe on its own",
+                plan.spec()
+            ),
+        });
+    }
+    Ok(Compiler {
+        identity: t.stamp.identity(),
+        nvcc: None,
+        include_dirs: Vec::new(),
+    })
+}
+
+/// The machine's own compiler (nothing pinned, `system`, or `REPRO_NVRTC`).
+fn system_compiler(
+    recipe: &Recipe,
+    pins: &crate::engines::toolchain::Pins,
+) -> Result<Compiler, BuildError> {
+    let (identity, nvcc) = match &recipe.build {
         Build::Nvrtc(_) => crate::engines::toolchain::nvrtc_identity(pins)
             .map(|id| (id, None))
             .map_err(|e| BuildError::NoCompiler {
                 compiler: "nvrtc",
                 reason: e.to_string(),
-            }),
+            })?,
         Build::Nvcc(_) => crate::engines::toolchain::nvcc_identity()
             .map(|(p, id)| (id, Some(p)))
             .map_err(|e| BuildError::NoCompiler {
                 compiler: "nvcc",
                 reason: e.to_string(),
-            }),
-        Build::Command(_) => Ok((json!({"name": "command"}), None)),
-    }
+            })?,
+        Build::Command(_) => (json!({"name": "command"}), None),
+    };
+    Ok(Compiler {
+        identity,
+        nvcc,
+        include_dirs: Vec::new(),
+    })
+}
+
+/// The recipe's compile settings with the toolchain's component include directories after
+/// its own (they are not part of the recipe's key: the toolchain's identity covers them).
+fn with_includes(
+    c: &crate::foundation::recipe::Compile,
+    extra: &[String],
+) -> crate::foundation::recipe::Compile {
+    let mut c = c.clone();
+    c.include_dirs.extend(extra.iter().cloned());
+    c
 }
 
 /// The part of a build key that comes from the tree and the recipe alone (its `build` and
@@ -558,11 +609,16 @@ pub fn build(
     let inputs = collect(root, recipe)?;
     let pins = match &opts.pins {
         Some(p) => p.clone(),
-        None => {
-            crate::engines::toolchain::Pins::of(&crate::foundation::config::load(root)?.toolchain)
-        }
+        None => crate::engines::toolchain::Pins::of_project(
+            &crate::foundation::config::load(root)?.toolchain,
+            root,
+        ),
     };
-    let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref(), &pins)?;
+    let Compiler {
+        identity: compiler_id,
+        nvcc: nvcc_path,
+        include_dirs: toolchain_includes,
+    } = compiler(recipe, opts, &pins)?;
     let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
     let key = keys::key_of(&records::to_json(&key_in));
 
@@ -678,7 +734,7 @@ pub fn build(
         Build::Nvcc(c) => nvcc::compile(
             nvcc_path.as_deref().expect("nvcc builds know nvcc"),
             root,
-            c,
+            &with_includes(c, &toolchain_includes),
         )
         .map(|a| {
             (

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::foundation::config::Config;
+use crate::foundation::config::Toolchains;
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 use crate::foundation::process::{Cmd, ProcessError};
@@ -65,9 +65,35 @@ impl Plan {
             release: self.release.clone(),
         }
     }
-    /// The tree's directory name.
+    /// The digest of the pin set: every wheel's package, version and sha256 (absent for an
+    /// unpinned release), sorted by package. Two projects that call different wheel sets by
+    /// the same release name get different digests, hence different trees.
+    pub fn digest(&self) -> String {
+        let mut wheels: Vec<serde_json::Value> = self
+            .wheels
+            .iter()
+            .map(|w| serde_json::json!({"package": w.package, "version": w.version, "sha256": w.sha256}))
+            .collect();
+        wheels.sort_by_key(|w| w.to_string());
+        crate::foundation::keys::key_of(&serde_json::json!({
+            "family": self.family.name(),
+            "wheels": wheels,
+        }))
+    }
+    /// The tree's directory name: family, release and the first 16 hex digits of
+    /// [`Plan::digest`] (`nvcc-13.0-3f9a0c1d2e4b5a69`).
     pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.family.name(), self.release)
+        format!(
+            "{}-{}-{}",
+            self.family.name(),
+            self.release,
+            &self.digest()[..16]
+        )
+    }
+    /// Whether every wheel has a pinned digest (an install can be verified, so it may
+    /// happen on first use).
+    pub fn verifiable(&self) -> bool {
+        self.wheels.iter().all(|w| w.sha256.is_some())
     }
 }
 
@@ -196,6 +222,23 @@ pub enum InstallError {
     /// Neither XDG_CACHE_HOME nor HOME is set.
     #[error("cannot find a cache directory: neither XDG_CACHE_HOME nor HOME is set")]
     NoCache,
+    /// A toolchain is needed, not installed, and `--offline` forbids installing it.
+    #[error("{spec} is pinned but not installed{}, and --offline (or REPRO_OFFLINE) forbids installing it", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Offline {
+        /// The release.
+        spec: String,
+        /// Why a tree there does not count.
+        detail: Option<String>,
+    },
+    /// A release nobody pins by sha256 is not installed: repro installs only what it can
+    /// verify on first use.
+    #[error("{spec} is not installed, and no sha256 is pinned for it, so repro does not install it on first use{}", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Unverifiable {
+        /// The release.
+        spec: String,
+        /// Why a tree there does not count.
+        detail: Option<String>,
+    },
     /// A pinned toolchain is not installed (builds and env check say so).
     #[error("{spec} is pinned but not installed")]
     NotInstalled {
@@ -225,7 +268,7 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
 /// does not pin through (toolchain bisection over published NVRTC releases); their digests
 /// are recorded, not checked. `sha256` is an explicit digest for a single-wheel NVRTC.
 pub fn plan(
-    cfg: &Config,
+    cfg: &Toolchains,
     spec: &Spec,
     sha256: Option<&str>,
     unpinned_ok: bool,
@@ -238,7 +281,7 @@ pub fn plan(
     let known = || known_specs(cfg);
     match family {
         Family::Nvcc => {
-            let Some(r) = cfg.toolchain.nvcc.get(release) else {
+            let Some(r) = cfg.nvcc.get(release) else {
                 return Err(InstallError::UnknownRelease {
                     spec: spec.to_string(),
                     known: known(),
@@ -268,11 +311,7 @@ pub fn plan(
             })
         }
         Family::Nvrtc => {
-            let pin = cfg
-                .toolchain
-                .nvrtc
-                .as_ref()
-                .filter(|p| &p.version == release);
+            let pin = cfg.nvrtc.as_ref().filter(|p| &p.version == release);
             let sha = match (sha256, pin) {
                 (Some(s), _) => Some(s.to_lowercase()),
                 (None, Some(p)) => match p.sha256.get(arch()) {
@@ -309,14 +348,9 @@ pub fn plan(
 }
 
 /// Every release the project pins, as specs.
-pub fn known_specs(cfg: &Config) -> Vec<String> {
-    let mut v: Vec<String> = cfg
-        .toolchain
-        .nvcc
-        .keys()
-        .map(|r| format!("nvcc@{r}"))
-        .collect();
-    if let Some(p) = &cfg.toolchain.nvrtc {
+pub fn known_specs(cfg: &Toolchains) -> Vec<String> {
+    let mut v: Vec<String> = cfg.nvcc.keys().map(|r| format!("nvcc@{r}")).collect();
+    if let Some(p) = &cfg.nvrtc {
         v.push(format!("nvrtc@{}", p.version));
     }
     v
@@ -449,7 +483,7 @@ pub fn plan_unpinned_nvcc(release: &str, source: &Source) -> Result<Plan, Instal
 
 /// A plan for `spec` from the pins, or, for a toolchain bisection (`unpinned_ok`), from what
 /// the source offers: NVRTC releases by their version, nvcc releases by major.minor.
-pub fn plan_any(cfg: &Config, spec: &Spec, source: &Source) -> Result<Plan, InstallError> {
+pub fn plan_any(cfg: &Toolchains, spec: &Spec, source: &Source) -> Result<Plan, InstallError> {
     match plan(cfg, spec, None, true) {
         Err(InstallError::UnknownRelease { .. })
             if matches!(
@@ -493,6 +527,13 @@ pub struct Stamp {
     pub bytes: u64,
     /// When it was installed (RFC 3339).
     pub installed_at: String,
+    /// The digest of the pin set the tree was made from ([`Plan::digest`]).
+    #[serde(default)]
+    pub pins_digest: Option<String>,
+    /// Include directories of component libraries (CUTLASS, cuDNN) inside the tree,
+    /// relative to it, that nvcc builds add with `-I`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include_dirs: Vec<String>,
 }
 
 impl Stamp {
@@ -602,23 +643,45 @@ impl Installed {
     }
 }
 
-/// The installed tree of `spec`, if one is complete.
-pub fn find(spec: &Spec) -> Result<Installed, InstallError> {
-    let name = spec
-        .dir_name()
-        .ok_or_else(|| InstallError::BadSpec("`system` is not installed by repro".into()))?;
-    let dir = root()?.join(name);
+/// The installed tree of `plan`, if one is complete and made of exactly its wheels. Trees
+/// are named by the digest of their pin set, so this never finds another project's wheels.
+pub fn find(plan: &Plan) -> Result<Installed, InstallError> {
+    let dir = root()?.join(plan.dir_name());
+    let spec = plan.spec().to_string();
     if !dir.exists() {
-        return Err(InstallError::NotInstalled {
-            spec: spec.to_string(),
-            detail: None,
-        });
+        return Err(InstallError::NotInstalled { spec, detail: None });
     }
     let stamp = read_stamp(&dir).map_err(|why| InstallError::NotInstalled {
-        spec: spec.to_string(),
+        spec: spec.clone(),
         detail: Some(format!("{} does not count: {why}", dir.display())),
     })?;
+    if !stamp.satisfies(plan) {
+        return Err(InstallError::NotInstalled {
+            spec,
+            detail: Some(format!(
+                "{} was made from other wheels than the pins",
+                dir.display()
+            )),
+        });
+    }
     Ok(Installed { dir, stamp })
+}
+
+/// The newest complete tree of `family` and `release`, for a build that names a release
+/// its project does not pin (a toolchain bisection's unpinned trees, or another project's):
+/// with no pin to hold it to, any tree of that release will do, and the build key records
+/// exactly which wheels it was.
+pub fn find_any(family: Family, release: &str) -> Option<Installed> {
+    list()
+        .into_iter()
+        .filter_map(|e| {
+            Some(Installed {
+                stamp: e.stamp.ok()?,
+                dir: e.dir,
+            })
+        })
+        .filter(|t| t.stamp.family == family && t.stamp.release == release)
+        .max_by(|a, b| a.stamp.installed_at.cmp(&b.stamp.installed_at))
 }
 
 /// What [`install`] did.
@@ -837,6 +900,7 @@ pub fn install(
             ("lib".to_string(), loaded.version)
         }
     };
+    let compiler_rel = compiler.clone();
     let stamp = Stamp {
         schema: STAMP_SCHEMA,
         family: plan.family,
@@ -847,6 +911,11 @@ pub fn install(
         origin: source.origin(),
         bytes: tree_size(&tree),
         installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        pins_digest: Some(plan.digest()),
+        include_dirs: match plan.family {
+            Family::Nvcc => component_include_dirs(&tree, &compiler_rel),
+            Family::Nvrtc => Vec::new(),
+        },
     };
     let text = serde_json::to_string_pretty(&stamp).expect("a stamp serialises") + "\n";
     // The stamp is the last thing written into the tree; the rename then publishes it whole.
@@ -870,6 +939,34 @@ pub fn install(
         fresh: true,
         replaced,
     })
+}
+
+/// The include directories of component libraries unpacked into an nvcc tree, relative to
+/// it: every `nvidia/*/include` other than the compiler's own (which nvcc searches by
+/// itself), and CUTLASS's headers (`cutlass_library/source/include` and its utilities).
+pub fn component_include_dirs(tree: &Path, compiler: &str) -> Vec<String> {
+    let own = Path::new(compiler)
+        .parent()
+        .and_then(Path::parent)
+        .map(|p| p.join("include"));
+    let mut dirs: Vec<String> = std::fs::read_dir(tree.join("nvidia"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| Path::new("nvidia").join(e.file_name()).join("include"))
+        .filter(|rel| Some(rel) != own.as_ref() && tree.join(rel).is_dir())
+        .map(|rel| rel.to_string_lossy().into_owned())
+        .collect();
+    for rel in [
+        "cutlass_library/source/include",
+        "cutlass_library/source/tools/util/include",
+    ] {
+        if tree.join(rel).is_dir() {
+            dirs.push(rel.to_string());
+        }
+    }
+    dirs.sort();
+    dirs
 }
 
 fn disk_full_or(
@@ -1135,6 +1232,139 @@ pub fn list() -> Vec<Entry> {
         .collect()
 }
 
+/// The directory where each tree notes the projects that use it, one file per project.
+const PROJECTS: &str = ".projects";
+
+/// Notes that the project at `project` uses the tree `tree` (a directory name), so that
+/// `toolchain list` can say whom a tree serves and `toolchain gc` keeps it. Best effort: a
+/// cache that cannot be written does not stop a build.
+pub fn note_project(tree: &str, project: &Path) {
+    let Ok(root) = root() else { return };
+    let text = project.display().to_string();
+    let name = &crate::foundation::keys::sha256_hex(text.as_bytes())[..16];
+    let file = root.join(PROJECTS).join(tree).join(name);
+    if std::fs::read_to_string(&file).is_ok_and(|t| t == text) {
+        return;
+    }
+    let _ = std::fs::create_dir_all(file.parent().unwrap_or(&root));
+    let _ = crate::foundation::fsutil::write_atomic(&file, text.as_bytes(), true);
+}
+
+/// The projects noted for the tree `tree`, as they were noted (they may be gone since).
+pub fn noted_projects(tree: &str) -> Vec<PathBuf> {
+    let Ok(root) = root() else { return Vec::new() };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root.join(PROJECTS).join(tree))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() < 4096))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(PathBuf::from)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Every plan a project's pins make on this machine (each nvcc release, the NVRTC pin),
+/// leaving out those not offered for this CPU architecture.
+pub fn pinned_plans(pins: &Toolchains) -> Vec<Plan> {
+    let mut specs: Vec<Spec> = pins
+        .nvcc
+        .keys()
+        .map(|r| Spec::Release {
+            family: Family::Nvcc,
+            release: r.clone(),
+        })
+        .collect();
+    if let Some(p) = &pins.nvrtc {
+        specs.push(Spec::Release {
+            family: Family::Nvrtc,
+            release: p.version.clone(),
+        });
+    }
+    specs
+        .iter()
+        .filter_map(|s| plan(pins, s, None, false).ok())
+        .collect()
+}
+
+/// The projects among those noted for `tree` whose repro.toml still pins exactly its
+/// wheels.
+pub fn serves(tree: &str) -> Vec<PathBuf> {
+    noted_projects(tree)
+        .into_iter()
+        .filter(|p| {
+            p.join(crate::foundation::config::FILE).is_file()
+                && crate::foundation::config::load(p).is_ok_and(|c| {
+                    pinned_plans(&c.toolchain)
+                        .iter()
+                        .any(|pl| pl.dir_name() == tree)
+                })
+        })
+        .collect()
+}
+
+/// One tree `gc` removed (or would remove).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Collected {
+    /// The tree's directory.
+    pub dir: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// Why it goes.
+    pub reason: String,
+}
+
+/// Removes the trees no project's pins use any more: incomplete ones, trees whose noted
+/// projects are gone or pin other wheels now, and trees nobody noted (toolchain bisections'
+/// unpinned releases). A tree being installed or used under its lock is left alone.
+/// `dry_run` only says what would go.
+pub fn gc(dry_run: bool) -> Result<Vec<Collected>, InstallError> {
+    use fs4::fs_std::FileExt as _;
+    let root = root()?;
+    let mut out = Vec::new();
+    for e in list() {
+        let name = e
+            .dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let reason = match &e.stamp {
+            Err(why) => format!("incomplete: {why}"),
+            Ok(_) if !serves(&name).is_empty() => continue,
+            Ok(_) if noted_projects(&name).is_empty() => {
+                "no project's pins name it (installed for a toolchain bisection or by hand)".into()
+            }
+            Ok(_) => "the projects that used it are gone or pin other wheels now".into(),
+        };
+        let bytes = tree_size(&e.dir);
+        if !dry_run {
+            let lock_path = root.join(".locks").join(format!("{name}.lock"));
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path);
+            let Ok(lock) = lock else { continue };
+            if !lock.try_lock_exclusive().unwrap_or(false) {
+                continue;
+            }
+            std::fs::remove_dir_all(&e.dir).map_err(io("remove", &e.dir))?;
+            let _ = std::fs::remove_dir_all(root.join(PROJECTS).join(&name));
+            drop(lock);
+        }
+        out.push(Collected {
+            dir: e.dir,
+            bytes,
+            reason,
+        });
+    }
+    Ok(out)
+}
+
 impl Diagnose for InstallError {
     fn exit_code(&self) -> u8 {
         match self {
@@ -1145,7 +1375,9 @@ impl Diagnose for InstallError {
             InstallError::NotForPlatform { .. }
             | InstallError::Download { .. }
             | InstallError::NoCache
-            | InstallError::NotInstalled { .. } => exit::ENVIRONMENT,
+            | InstallError::NotInstalled { .. }
+            | InstallError::Offline { .. }
+            | InstallError::Unverifiable { .. } => exit::ENVIRONMENT,
             InstallError::DiskFull { .. } | InstallError::Io { .. } => exit::IO,
         }
     }
@@ -1153,12 +1385,12 @@ impl Diagnose for InstallError {
         match self {
             InstallError::BadSpec(_) => Some("for example `repro toolchain install nvcc@13.0`".into()),
             InstallError::UnknownRelease { known, spec } if spec.starts_with("nvrtc@") => Some(format!(
-                "pin it in repro.toml ([toolchain.nvrtc] version and sha256 = {{ {} = \"...\" }}) or pass --sha256; pinned here: {}",
+                "pin it: `repro toolchain pin {spec}` (or pass --sha256 for this architecture, {}); pinned here: {}",
                 arch(),
                 if known.is_empty() { "none".into() } else { known.join(", ") }
             )),
-            InstallError::UnknownRelease { known, .. } => Some(format!(
-                "pinned here: {}; add a [toolchain.nvcc.\"RELEASE\"] table to repro.toml listing each wheel's package, version and sha256",
+            InstallError::UnknownRelease { known, spec } => Some(format!(
+                "pin it: `repro toolchain pin {spec}` writes its wheels and their sha256 into repro.toml; pinned here: {}",
                 if known.is_empty() { "none".into() } else { known.join(", ") }
             )),
             InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
@@ -1177,6 +1409,8 @@ impl Diagnose for InstallError {
                 dir.display()
             )),
             InstallError::NotInstalled { spec, .. } => Some(format!("run `{}`", InstallError::install_command(spec))),
+            InstallError::Offline { spec, .. } => Some(format!("run `{}` where the package index can be reached, or drop --offline", InstallError::install_command(spec))),
+            InstallError::Unverifiable { spec, .. } => Some(format!("pin it first: `repro toolchain pin {spec}` writes its wheels and their sha256 into repro.toml")),
             InstallError::NoCache => Some("set XDG_CACHE_HOME".into()),
             InstallError::Layout { .. } => Some(
                 "the wheels are not the NVIDIA packages the release names: fetch them again (`python3 -m pip download --no-deps --only-binary=:all: -d DIR PKG==VERSION`) and check the pins in repro.toml or the --sha256 given; nothing was installed".into(),
@@ -1220,7 +1454,8 @@ mod tests {
             a = arch(),
             s = "ab".repeat(32)
         );
-        let cfg: Config = toml::from_str(&text).unwrap();
+        let cfg: crate::foundation::config::Config = toml::from_str(&text).unwrap();
+        let cfg = cfg.toolchain;
         let p = plan(&cfg, &Spec::parse("nvcc@13.0").unwrap(), None, false).unwrap();
         assert_eq!(
             p.wheels[0].sha256.as_deref(),

@@ -78,6 +78,13 @@ pub struct PlanSpec {
     question: QuestionSpec,
     nix: bool,
     timeout_ms: u64,
+    /// The project's `[toolchain]` table: a job's builds resolve their compiler from the
+    /// same pins as the bisection's (the node reads no repro.toml).
+    #[serde(default)]
+    toolchains: crate::foundation::config::Toolchains,
+    /// The project the pins belong to.
+    #[serde(default)]
+    project: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -142,6 +149,8 @@ impl PlanSpec {
             },
             nix: plan.nix,
             timeout_ms: u64::try_from(plan.timeout.as_millis()).unwrap_or(u64::MAX),
+            toolchains: plan.pins.table.clone(),
+            project: plan.pins.project.clone(),
         }
     }
 
@@ -193,8 +202,10 @@ impl PlanSpec {
             jobs: 1,
             keep_going: false,
             devices: vec![0],
-            // A job reads no repro.toml: its builds use the node's NVRTC search order.
-            pins: Default::default(),
+            pins: crate::engines::toolchain::Pins {
+                table: self.toolchains.clone(),
+                project: self.project.clone(),
+            },
         })
     }
 }
@@ -1133,5 +1144,44 @@ impl Diagnose for SlurmError {
                 "leave --time-limit out (repro derives {derived} from --timeout), or lower --timeout"
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod plan_spec_tests {
+    use super::*;
+
+    /// A job's plan carries the project's toolchain pins through its JSON, so a step on a
+    /// node resolves the same compiler as a local step (earlier, the pins were dropped and
+    /// the node searched for whatever nvcc it had).
+    #[test]
+    fn a_job_plan_carries_the_pins() {
+        let toolchains: crate::foundation::config::Toolchains = toml::from_str(&format!(
+            "nvcc-default = \"13.0\"\n[nvcc.\"13.0\"]\nwheels = [{{ package = \"nvidia-cuda-nvcc\", version = \"13.0.88\", sha256 = {{ x86_64 = \"{}\" }} }}]\n",
+            "a".repeat(64)
+        ))
+        .unwrap();
+        let plan = Plan {
+            recipe: None,
+            paths: Vec::new(),
+            offline: true,
+            question: Question::Build,
+            nix: false,
+            timeout: Duration::from_secs(1),
+            find_fixed: false,
+            jobs: 1,
+            keep_going: false,
+            devices: vec![0],
+            pins: crate::engines::toolchain::Pins {
+                table: toolchains.clone(),
+                project: Some(PathBuf::from("/shared/project")),
+            },
+        };
+        let text = serde_json::to_string(&PlanSpec::of(&plan)).unwrap();
+        let back: PlanSpec = serde_json::from_str(&text).unwrap();
+        let job = back.plan().unwrap();
+        assert_eq!(job.pins, plan.pins);
+        assert!(job.offline);
+        assert_eq!(job.pins.table.nvcc_default.as_deref(), Some("13.0"));
     }
 }

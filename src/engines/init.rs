@@ -1,0 +1,492 @@
+//! `repro init`'s reading of a kernel file: the `__global__` kernels it defines, what it
+//! includes, whether NVRTC can compile it or it needs nvcc (host headers, host code), the
+//! include directories its quoted includes need, and the component libraries (cuBLAS,
+//! cuDNN, CUTLASS) its angle includes name. Reading only: nothing here runs a compiler.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::foundation::error::Diagnose;
+use crate::foundation::exit;
+
+/// The largest kernel file read.
+const MAX_SOURCE: u64 = 4 << 20;
+
+/// Headers NVRTC provides itself: a file that includes only these (and its own files)
+/// needs no host headers.
+const NVRTC_HEADERS: [&str; 6] = [
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_fp8.h",
+    "cuda_fp4.h",
+    "cuda_fp6.h",
+    "mma.h",
+];
+
+/// What a kernel file holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelFile {
+    /// The file, relative to the repository root.
+    pub source: String,
+    /// Kernels with a symbol of their own (not templates), in source order.
+    pub kernels: Vec<String>,
+    /// Template kernels: no symbol until something instantiates them.
+    pub templates: Vec<String>,
+    /// `nvrtc` or `nvcc`.
+    pub kind: &'static str,
+    /// Why that kind.
+    pub why: String,
+    /// Include directories, relative to the root, that quoted includes need.
+    pub include_dirs: Vec<String>,
+    /// Components its includes name (`cublas`, `cudnn`, `cutlass`).
+    pub components: Vec<String>,
+}
+
+/// Why a kernel file cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The file is not there, or not inside the repository.
+    #[error("{} is not a file inside the repository {}", .path.display(), .root.display())]
+    NotInRepo {
+        /// The path given.
+        path: PathBuf,
+        /// The repository.
+        root: PathBuf,
+    },
+    /// It cannot be read.
+    #[error("cannot read {}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It defines no kernel.
+    #[error("{source_file} defines no __global__ kernel")]
+    NoKernel {
+        /// The file.
+        source_file: String,
+    },
+}
+
+impl Diagnose for InitError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            InitError::Read { .. } => exit::IO,
+            _ => exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            InitError::NotInRepo { .. } => Some(
+                "name a .cu file of this repository, e.g. `repro init --recipe kernels/k.cu`"
+                    .into(),
+            ),
+            InitError::Read { .. } => Some("check the file's permissions".into()),
+            InitError::NoKernel { .. } => {
+                Some("name a file that defines a kernel (`__global__ void name(...)`)".into())
+            }
+        }
+    }
+}
+
+/// Removes comments and string literals' contents (keeping line structure), so that a
+/// `__global__` in a comment or a string is not a kernel.
+pub fn strip_comments(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let b: Vec<char> = src.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            '/' if b.get(i + 1) == Some(&'/') => {
+                while i < b.len() && b[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if b.get(i + 1) == Some(&'*') => {
+                i += 2;
+                while i < b.len() && !(b[i] == '*' && b.get(i + 1) == Some(&'/')) {
+                    if b[i] == '\n' {
+                        out.push('\n');
+                    }
+                    i += 1;
+                }
+                i += 2;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The kernels a source defines: (name, is a template), in order. A kernel is the name
+/// before the first `(` after `__global__` that is not an attribute's (`__launch_bounds__`,
+/// `__attribute__`, `__declspec`, `alignas`).
+pub fn kernels(src: &str) -> Vec<(String, bool)> {
+    let text = strip_comments(src);
+    let mut out: Vec<(String, bool)> = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("__global__") {
+        let start = from + at;
+        from = start + "__global__".len();
+        // A word that merely contains it (`my__global__x`) is not the keyword.
+        let before = text[..start].chars().next_back();
+        let after = text[from..].chars().next();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            || after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        // A template header ends right before: `template <...> __global__` (or with
+        // `static`/`inline` between), looking back over the previous statement only.
+        let prev = &text[..start];
+        let stmt_start = prev.rfind([';', '}', '{']).map_or(0, |i| i + 1);
+        let is_template = prev[stmt_start..].contains("template");
+        if let Some(name) = name_after(&text[from..])
+            && !out.iter().any(|(n, _)| *n == name)
+        {
+            out.push((name, is_template));
+        }
+    }
+    out
+}
+
+/// The function name in `rest` (what follows `__global__`): the identifier before the
+/// first `(` that does not open an attribute.
+fn name_after(rest: &str) -> Option<String> {
+    let mut s = rest;
+    loop {
+        let paren = s.find('(')?;
+        let head = &s[..paren];
+        let ident: String = head
+            .trim_end()
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        if head.contains(';') || head.contains('{') {
+            return None;
+        }
+        if matches!(
+            ident.as_str(),
+            "__launch_bounds__"
+                | "__attribute__"
+                | "__declspec"
+                | "alignas"
+                | "__maxnreg__"
+                | "__cluster_dims__"
+        ) {
+            // Skip the attribute's balanced parentheses.
+            let mut depth = 0;
+            let mut end = None;
+            for (i, c) in s[paren..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(paren + i + 1);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            s = &s[end?..];
+            continue;
+        }
+        let ok = ident.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        return ok.then_some(ident);
+    }
+}
+
+/// The `#include`s of a source: (path, is an angle include).
+pub fn includes(src: &str) -> Vec<(String, bool)> {
+    strip_comments(src)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().strip_prefix('#')?.trim_start();
+            let rest = l.strip_prefix("include")?.trim();
+            if let Some(r) = rest.strip_prefix('<') {
+                return Some((r.split('>').next()?.trim().to_string(), true));
+            }
+            let r = rest.strip_prefix('"')?;
+            Some((r.split('"').next()?.to_string(), false))
+        })
+        .collect()
+}
+
+/// The component an angle include names.
+fn component_of(header: &str) -> Option<&'static str> {
+    let h = header.to_ascii_lowercase();
+    if h.starts_with("cublas") {
+        Some("cublas")
+    } else if h.starts_with("cudnn") {
+        Some("cudnn")
+    } else if h.starts_with("cutlass/") || h.starts_with("cute/") {
+        Some("cutlass")
+    } else {
+        None
+    }
+}
+
+/// Whether the source has host code: a `main`, a kernel launch, or a runtime API call.
+fn has_host_code(src: &str) -> bool {
+    let t = strip_comments(src);
+    t.contains("<<<")
+        || t.contains("int main")
+        || [
+            "cudaMalloc",
+            "cudaMemcpy",
+            "cudaFree",
+            "cudaStream",
+            "cudaDeviceSynchronize",
+        ]
+        .iter()
+        .any(|f| t.contains(f))
+}
+
+/// Reads `file` (relative to `cwd`) inside the repository at `root`.
+pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFile, InitError> {
+    let abs = cwd.join(file);
+    let not_in = || InitError::NotInRepo {
+        path: file.to_path_buf(),
+        root: root.to_path_buf(),
+    };
+    let canon = abs.canonicalize().map_err(|_| not_in())?;
+    let root_canon = root.canonicalize().map_err(|_| not_in())?;
+    let rel = canon
+        .strip_prefix(&root_canon)
+        .map_err(|_| not_in())?
+        .to_path_buf();
+    if !canon.is_file() {
+        return Err(not_in());
+    }
+    let bytes = crate::foundation::fsutil::read_bounded(&canon, MAX_SOURCE).map_err(|source| {
+        InitError::Read {
+            path: canon.clone(),
+            source,
+        }
+    })?;
+    let src = String::from_utf8_lossy(&bytes).into_owned();
+    let source = rel.to_string_lossy().replace('\\', "/");
+    let found = kernels(&src);
+    if found.is_empty() {
+        return Err(InitError::NoKernel {
+            source_file: source,
+        });
+    }
+    let incs = includes(&src);
+    let mut components = BTreeSet::new();
+    let mut host: Vec<String> = Vec::new();
+    for (h, angle) in &incs {
+        if let Some(c) = component_of(h) {
+            components.insert(c.to_string());
+        }
+        if *angle && !NVRTC_HEADERS.contains(&h.as_str()) {
+            host.push(h.clone());
+        }
+    }
+    let dir = rel.parent().unwrap_or(Path::new(""));
+    let include_dirs = quoted_include_dirs(&root_canon, dir, &incs);
+    let (kind, why) = if !host.is_empty() {
+        (
+            "nvcc",
+            format!("it includes host headers (<{}>)", host.join(">, <")),
+        )
+    } else if has_host_code(&src) {
+        (
+            "nvcc",
+            "it has host code (a launch, main or runtime calls)".to_string(),
+        )
+    } else {
+        (
+            "nvrtc",
+            "it needs no host headers: NVRTC compiles it in-process".to_string(),
+        )
+    };
+    Ok(KernelFile {
+        source,
+        kernels: found
+            .iter()
+            .filter(|(_, t)| !t)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        templates: found
+            .iter()
+            .filter(|(_, t)| *t)
+            .map(|(n, _)| n.clone())
+            .collect(),
+        kind,
+        why,
+        include_dirs,
+        components: components.into_iter().collect(),
+    })
+}
+
+/// For each quoted include not found beside the including file, the repository directory
+/// that holds it (the shallowest match), as an include directory.
+fn quoted_include_dirs(root: &Path, dir: &Path, incs: &[(String, bool)]) -> Vec<String> {
+    let mut dirs = BTreeSet::new();
+    for (h, angle) in incs {
+        if *angle || h.contains("..") || root.join(dir).join(h).is_file() {
+            continue;
+        }
+        let hit = walkdir::WalkDir::new(root)
+            .max_depth(8)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| {
+                let n = e.file_name().to_string_lossy();
+                !(n.starts_with('.') && e.depth() > 0) && n != "target" && n != "node_modules"
+            })
+            .flatten()
+            .filter(|e| e.file_type().is_file() && e.path().ends_with(h))
+            .min_by_key(|e| e.depth());
+        if let Some(e) = hit {
+            let base = e.path().to_string_lossy();
+            let base = &base[..base.len() - h.len()];
+            if let Ok(rel) = Path::new(base.trim_end_matches('/')).strip_prefix(root) {
+                let rel = rel.to_string_lossy().into_owned();
+                dirs.insert(if rel.is_empty() { ".".into() } else { rel });
+            }
+        }
+    }
+    dirs.into_iter().collect()
+}
+
+/// The text of a recipe for `k`, building for `target`.
+pub fn recipe_text(k: &KernelFile, target: &str) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut t = String::from("schema = 1\n");
+    t.push_str(&format!(
+        "description = \"{}, written by repro init\"\n\n[build]\n",
+        k.source.replace('"', "\\\"")
+    ));
+    t.push_str(&format!("# {} because {}\n", k.kind, k.why));
+    t.push_str(&format!("kind = \"{}\"\n", k.kind));
+    t.push_str(&format!("source = \"{}\"\n", k.source.replace('"', "\\\"")));
+    if !k.kernels.is_empty() {
+        t.push_str(&format!("entries = [{}]\n", list(&k.kernels)));
+    }
+    if !k.templates.is_empty() {
+        t.push_str(&format!(
+            "# template kernels (no symbol until instantiated): {}\n",
+            k.templates.join(", ")
+        ));
+    }
+    t.push_str(&format!("target = \"{target}\"\n"));
+    let outputs = if k.kind == "nvrtc" {
+        "[\"ptx\", \"cubin\"]"
+    } else {
+        "[\"cubin\"]"
+    };
+    t.push_str(&format!("outputs = {outputs}\n"));
+    if !k.include_dirs.is_empty() {
+        t.push_str(&format!("include-dirs = [{}]\n", list(&k.include_dirs)));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_found_with_attributes_templates_and_comments() {
+        let src = r#"
+// __global__ void in_comment() {}
+/* __global__ void in_block() {} */
+#include <cuda_runtime.h>
+#include "common/util.h"
+extern "C" __global__ void __launch_bounds__(256, 2) plain(float* x) {}
+template <int N>
+__global__ void templ(float* x) {}
+__global__
+void
+split_lines(int n) {}
+static __device__ int helper(int);
+int main() { plain<<<1, 1>>>(nullptr); }
+"#;
+        assert_eq!(
+            kernels(src),
+            vec![
+                ("plain".to_string(), false),
+                ("templ".to_string(), true),
+                ("split_lines".to_string(), false)
+            ]
+        );
+        assert_eq!(
+            includes(src),
+            vec![
+                ("cuda_runtime.h".to_string(), true),
+                ("common/util.h".to_string(), false)
+            ]
+        );
+        assert!(has_host_code(src));
+        assert_eq!(component_of("cublas_v2.h"), Some("cublas"));
+        assert_eq!(component_of("cute/tensor.hpp"), Some("cutlass"));
+        assert_eq!(component_of("cuda_runtime.h"), None);
+    }
+
+    #[test]
+    fn files_are_classified_and_their_include_dirs_found() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join("include/lib")).unwrap();
+        std::fs::write(root.join("include/lib/util.h"), "").unwrap();
+        std::fs::write(
+            root.join("src/a.cu"),
+            "#include <cuda_fp16.h>\n#include \"lib/util.h\"\n__global__ void a(__half* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("src/a.cu")).unwrap();
+        assert_eq!(k.kind, "nvrtc", "{k:?}");
+        assert_eq!(k.include_dirs, ["include"]);
+        assert_eq!(k.kernels, ["a"]);
+        std::fs::write(
+            root.join("src/b.cu"),
+            "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n__global__ void b() {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, &root.join("src"), Path::new("b.cu")).unwrap();
+        assert_eq!(
+            (k.kind, k.components.as_slice()),
+            ("nvcc", &["cublas".to_string()][..])
+        );
+        assert!(
+            k.why.contains("<cuda_runtime.h>, <cublas_v2.h>"),
+            "{}",
+            k.why
+        );
+        let text = recipe_text(&k, "sm_90");
+        let r = crate::foundation::recipe::parse_detached("recipes/b.toml", &text).unwrap();
+        assert_eq!(r.entries(), ["b"]);
+        std::fs::write(
+            root.join("src/none.cu"),
+            "__device__ int f() { return 1; }\n",
+        )
+        .unwrap();
+        assert!(matches!(
+            read_kernel_file(root, root, Path::new("src/none.cu")),
+            Err(InitError::NoKernel { .. })
+        ));
+        assert!(matches!(
+            read_kernel_file(root, root, Path::new("../etc/passwd")),
+            Err(InitError::NotInRepo { .. })
+        ));
+    }
+}
