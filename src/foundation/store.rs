@@ -236,7 +236,17 @@ pub struct StoreLock {
 impl Store {
     /// A store at `root` (nothing is created until something is written).
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Store { root: root.into() }
+        let root: PathBuf = root.into();
+        // `link/` (a trailing slash, as tab completion writes it) or `link/.` would make
+        // every no-follow check on the root follow the link: keep the path's components only.
+        let normal: PathBuf = root.components().collect();
+        Store {
+            root: if normal.as_os_str().is_empty() {
+                root
+            } else {
+                normal
+            },
+        }
     }
 
     /// Where the store is.
@@ -448,7 +458,7 @@ impl Store {
             })
         };
         if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent).map_err(io)?;
+            self.real_dir(parent)?;
         }
         match std::fs::rename(path, &dest) {
             Ok(()) => Ok(dest),
@@ -456,6 +466,111 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(dest),
             Err(e) => Err(io(e)),
         }
+    }
+
+    /// Writes one file under the store atomically, once every directory between the
+    /// store's root and it is a real directory (see [`Store::real_dir`]).
+    fn write_file(&self, path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), StoreError> {
+        if let Some(parent) = path.parent() {
+            self.real_dir(parent)?;
+        }
+        fsutil::write_atomic(path, bytes, overwrite)?;
+        Ok(())
+    }
+
+    /// Makes `dir` (the root or a directory under it) exist as real directories, one
+    /// component at a time from the root, never through a symbolic link or a file: a link
+    /// committed at `quarantine/builds` or `objects/0c` would otherwise send a write, a
+    /// rename or a file of a stranger's choosing anywhere on the file system.
+    pub fn real_dir(&self, dir: &Path) -> Result<PathBuf, StoreError> {
+        let rel = dir
+            .strip_prefix(&self.root)
+            .map_err(|_| StoreError::BadKey {
+                what: "a directory of the store".into(),
+                value: dir.display().to_string(),
+            })?;
+        let mut cur = self.root.clone();
+        let check = |cur: &Path| -> Result<(), StoreError> {
+            match std::fs::symlink_metadata(cur) {
+                Ok(m) if m.file_type().is_symlink() => Err(StoreError::Symlink {
+                    path: cur.to_path_buf(),
+                    target: std::fs::read_link(cur).unwrap_or_default(),
+                }),
+                Ok(m) if m.is_dir() => Ok(()),
+                Ok(_) => Err(StoreError::NotAStore {
+                    path: self.root.clone(),
+                    found: format!("{} is a file where a directory belongs", cur.display()),
+                }),
+                Err(source) => Err(StoreError::Read {
+                    path: cur.to_path_buf(),
+                    source,
+                }),
+            }
+        };
+        let mkdir = |cur: &Path| match std::fs::create_dir(cur) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(source) => Err(StoreError::Write(WriteError::Io {
+                path: cur.to_path_buf(),
+                source,
+            })),
+        };
+        // The root itself was made (with its parents) and identified when the lock was taken.
+        check(&cur)?;
+        for c in rel.components() {
+            match c {
+                std::path::Component::Normal(name) => cur.push(name),
+                _ => {
+                    return Err(StoreError::BadKey {
+                        what: "a directory of the store".into(),
+                        value: dir.display().to_string(),
+                    });
+                }
+            }
+            mkdir(&cur)?;
+            check(&cur)?;
+        }
+        Ok(cur)
+    }
+
+    /// Checks that a directory the store lists before deleting (`objects/`, a record
+    /// directory, a shard) is absent or a real directory that can be listed to its end: a
+    /// listing that silently came back short would make gc delete every object the
+    /// unlisted records reference, and verify pass what it never read.
+    fn listable(&self, dir: &Path) -> Result<(), StoreError> {
+        let read_err = |source| StoreError::Read {
+            path: dir.to_path_buf(),
+            source,
+        };
+        match std::fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(read_err(e)),
+            Ok(m) if m.is_dir() && !m.file_type().is_symlink() => {
+                for entry in std::fs::read_dir(dir).map_err(read_err)? {
+                    entry.and_then(|e| e.file_type()).map_err(read_err)?;
+                }
+                Ok(())
+            }
+            Ok(_) => Err(read_err(std::io::Error::other(
+                "it is not a directory (a store's record and object directories are directories)",
+            ))),
+        }
+    }
+
+    /// Every directory [`Store::gc`] and [`Store::verify`] list: `objects/`, its shards and
+    /// every record directory, each checked with [`Store::listable`].
+    fn check_listings(&self) -> Result<(), StoreError> {
+        let objects = self.root.join("objects");
+        self.listable(&objects)?;
+        for (shard, t) in dir_entries(&objects) {
+            if t.is_dir() {
+                self.listable(&shard)?;
+            }
+        }
+        for kind in RECORD_KINDS {
+            self.listable(&self.root.join(kind))?;
+        }
+        Ok(())
     }
 
     /// The path of the blob with this digest, once the digest is checked to be a key.
@@ -476,7 +591,7 @@ impl Store {
         if self.get_blob(&digest).is_ok() {
             return Ok(digest);
         }
-        fsutil::write_atomic(&path, bytes, true)?;
+        self.write_file(&path, bytes, true)?;
         Ok(digest)
     }
 
@@ -514,7 +629,7 @@ impl Store {
         let path = self.record_path(kind, key)?;
         let _lock = self.lock_shared()?;
         let text = seal(record);
-        fsutil::write_atomic(&path, text.as_bytes(), true)?;
+        self.write_file(&path, text.as_bytes(), true)?;
         Ok(())
     }
 
@@ -549,7 +664,7 @@ impl Store {
             recipe: recipe.to_string(),
             key: key.to_string(),
         };
-        fsutil::write_atomic(
+        self.write_file(
             &self.root.join("recipes").join(format!("{recipe}.json")),
             serde_json::to_string(&v).expect("serialises").as_bytes(),
             true,
@@ -682,12 +797,20 @@ impl Store {
     /// build it references exists.
     pub fn verify(&self) -> VerifyReport {
         let mut report = VerifyReport::default();
+        if let Err(e) = self.check_listings() {
+            report.problems.push(Problem {
+                path: match &e {
+                    StoreError::Read { path, .. } => self.rel(path),
+                    _ => ".".into(),
+                },
+                what: format!("cannot be checked: {e}"),
+            });
+        }
         let mut present = BTreeSet::new();
         for (name, path) in self.objects() {
             report.objects += 1;
-            match fsutil::read_regular(&path, MAX_OBJECT_BYTES) {
-                Ok(bytes) => {
-                    let actual = keys::sha256_hex(&bytes);
+            match fsutil::hash_regular(&path, MAX_OBJECT_BYTES) {
+                Ok(actual) => {
                     if actual == name {
                         present.insert(name);
                     } else {
@@ -875,7 +998,7 @@ impl Store {
     pub fn import_record(&self, kind: &str, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let path = self.record_path(kind, key)?;
         let _lock = self.lock_shared()?;
-        fsutil::write_atomic(&path, bytes, false)?;
+        self.write_file(&path, bytes, false)?;
         Ok(())
     }
 
@@ -893,6 +1016,7 @@ impl Store {
             return Ok(GcReport::default());
         }
         let _lock = self.lock_exclusive()?;
+        self.check_listings()?;
         let mut report = GcReport::default();
         for kind in self.record_kinds() {
             if kind == "recipes" {
@@ -917,8 +1041,7 @@ impl Store {
             }
         }
         for (name, path) in self.objects() {
-            let intact = fsutil::read_regular(&path, MAX_OBJECT_BYTES)
-                .is_ok_and(|b| keys::sha256_hex(&b) == name);
+            let intact = fsutil::hash_regular(&path, MAX_OBJECT_BYTES).is_ok_and(|h| h == name);
             if !intact || !live.contains(&name) {
                 remove(&path, &mut report)?;
                 report.objects_removed += 1;
@@ -1169,6 +1292,86 @@ mod tests {
         // Putting it again repairs it.
         s.put_blob(b"hello").unwrap();
         assert_eq!(s.get_blob(&digest).unwrap(), b"hello");
+    }
+
+    /// A store whose `quarantine/builds` and `objects/<shard>` are links a repository
+    /// committed: neither gc's quarantine nor a build's write goes through them.
+    #[test]
+    fn links_below_the_store_root_are_never_written_through() {
+        let (d, s) = store();
+        let victim = d.path().join("victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        s.put_blob(b"seed").unwrap();
+        // gc quarantines a damaged record: through a linked quarantine/builds it would
+        // drop a file of the attacker's choosing into `victim`.
+        std::fs::create_dir_all(s.root().join("quarantine")).unwrap();
+        std::os::unix::fs::symlink(&victim, s.root().join("quarantine/builds")).unwrap();
+        std::fs::create_dir_all(s.root().join("builds")).unwrap();
+        std::fs::write(
+            s.root()
+                .join("builds")
+                .join(format!("{}.json", "a".repeat(64))),
+            b"echo PWNED\n",
+        )
+        .unwrap();
+        let err = s.gc(None).unwrap_err();
+        assert!(matches!(err, StoreError::Symlink { .. }), "{err}");
+        // A linked object shard: the blob would be written into `victim`.
+        let digest = keys::sha256_hex(b"payload");
+        std::os::unix::fs::symlink(&victim, s.root().join("objects").join(&digest[..2])).unwrap();
+        let err = s.put_blob(b"payload").unwrap_err();
+        assert!(matches!(err, StoreError::Symlink { .. }), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&victim).unwrap().count(),
+            0,
+            "written through a link"
+        );
+        // A file where a directory belongs is refused, not followed or replaced.
+        let (_d2, s2) = store();
+        s2.put_blob(b"x").unwrap();
+        std::fs::write(s2.root().join("results"), b"").unwrap();
+        assert!(
+            s2.put_record("results", &"b".repeat(64), &json!({}))
+                .is_err()
+        );
+    }
+
+    /// `--store link/` names the link itself: a trailing slash must not get a link past
+    /// the no-follow checks.
+    #[test]
+    fn a_trailing_slash_does_not_make_a_linked_store_real() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        Store::at(&real).put_blob(b"x").unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+        for spelling in ["link/", "link/.", "link//"] {
+            let s = Store::at(format!("{}/{spelling}", d.path().display()));
+            assert!(
+                matches!(s.check_schema(), Err(StoreError::Symlink { .. })),
+                "{spelling}"
+            );
+            assert!(s.gc(None).is_err(), "{spelling}");
+        }
+    }
+
+    /// A record directory gc cannot list (no permission, or a file in its place) stops gc
+    /// before it deletes an object, and verify reports it: a short listing would make every
+    /// object the unlisted records reference look unreferenced.
+    #[test]
+    fn a_record_directory_that_cannot_be_listed_stops_gc_and_fails_verify() {
+        let (_d, s) = store();
+        let blob = s.put_blob(b"artifact").unwrap();
+        std::fs::write(s.root().join("builds"), b"not a directory").unwrap();
+        assert!(matches!(s.gc(None), Err(StoreError::Read { .. })));
+        assert!(s.blob_path(&blob).unwrap().exists(), "gc deleted an object");
+        let r = s.verify();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.path == "builds" && p.what.contains("cannot be checked")),
+            "{:?}",
+            r.problems
+        );
     }
 
     #[test]

@@ -34,15 +34,31 @@ pub enum InputError {
         /// The include as written.
         name: String,
     },
-    /// Files that include each other.
+    /// An absolute include: a file of this machine that no key covers.
     #[error(
         "{from}:{line}: include <{name}> is an absolute path, outside the repository and the toolchain"
     )]
     Absolute {
+        /// The including file.
         from: String,
+        /// Its line.
         line: usize,
+        /// The include as written.
         name: String,
     },
+    /// An include whose file a macro names (`#include HEADER`).
+    #[error(
+        "{from}:{line}: `#include {spec}` is a computed include: the file it names is not known before preprocessing"
+    )]
+    Computed {
+        /// The including file.
+        from: String,
+        /// Its line.
+        line: usize,
+        /// What follows `#include`, as written.
+        spec: String,
+    },
+    /// Files that include each other.
     #[error("include cycle: {}", .chain.join(" -> "))]
     Cycle {
         /// The files in the cycle, first repeated at the end.
@@ -85,6 +101,26 @@ pub struct Closure {
 
 /// The `#include` directives of a source: (line, name, quoted).
 pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
+    directives(text)
+        .into_iter()
+        .filter_map(|(line, d)| match d {
+            Directive::Literal { name, quoted } => Some((line, name, quoted)),
+            Directive::Computed(_) => None,
+        })
+        .collect()
+}
+
+/// One `#include` (or `#include_next`) directive.
+#[derive(Debug, PartialEq)]
+enum Directive {
+    /// `"name"` (quoted) or `<name>`.
+    Literal { name: String, quoted: bool },
+    /// Anything else: a macro the preprocessor expands (`#include HEADER`), as written.
+    Computed(String),
+}
+
+/// Every include directive of a source, with its line, outside comments.
+fn directives(text: &str) -> Vec<(usize, Directive)> {
     let mut out = Vec::new();
     let mut in_block = false;
     for (i, raw) in text.lines().enumerate() {
@@ -124,9 +160,17 @@ pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
         let Some(after_hash) = t.strip_prefix('#') else {
             continue;
         };
-        let Some(spec) = after_hash.trim_start().strip_prefix("include") else {
+        let directive = after_hash.trim_start();
+        let Some(spec) = directive
+            .strip_prefix("include_next")
+            .or_else(|| directive.strip_prefix("include"))
+        else {
             continue;
         };
+        // `#includes` or `#include_foo` is another directive (or none), not an include.
+        if spec.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
         let spec = spec.trim();
         let parsed = if let Some(s) = spec.strip_prefix('"') {
             s.find('"').map(|e| (s[..e].to_string(), true))
@@ -135,9 +179,13 @@ pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
         } else {
             None
         };
-        if let Some((name, quoted)) = parsed {
-            out.push((i + 1, name, quoted));
-        }
+        out.push((
+            i + 1,
+            match parsed {
+                Some((name, quoted)) => Directive::Literal { name, quoted },
+                None => Directive::Computed(spec.to_string()),
+            },
+        ));
     }
     out
 }
@@ -241,7 +289,19 @@ fn visit(
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    for (line, name, quoted) in includes(&text) {
+    for (line, directive) in directives(&text) {
+        let (name, quoted) = match directive {
+            Directive::Literal { name, quoted } => (name, quoted),
+            // The file a macro names is known only after preprocessing, with the recipe's
+            // defines: no key could cover it, so it is refused like an absolute include.
+            Directive::Computed(spec) => {
+                return Err(InputError::Computed {
+                    from: file.to_string(),
+                    line,
+                    spec,
+                });
+            }
+        };
         // An absolute include names a file of this machine that no key covers and another
         // checkout lacks (or has different): refused, whatever it points to. The toolchain's
         // own headers are included by name and covered by the compiler's identity.
@@ -448,6 +508,38 @@ mod tests {
             "#include <cuda_fp16.h>\n#include <cuda/std/cmath>\n",
         )]);
         assert!(include_closure(d.path(), "k/a.cu", &[]).is_ok());
+    }
+
+    #[test]
+    fn computed_includes_are_refused_with_their_line() {
+        // A macro (from the source or from the recipe's defines) could name any file of
+        // this machine; nothing before preprocessing knows which, so no key could cover it.
+        for text in [
+            "#include HEADER\n",
+            "#define H \"/etc/hostname\"\n\n  #  include   H\n",
+            "#include_next MACRO(x)\n",
+        ] {
+            let d = tree(&[("k/a.cu", text)]);
+            let err = include_closure(d.path(), "k/a.cu", &[]).unwrap_err();
+            assert!(
+                matches!(err, InputError::Computed { ref from, .. } if from == "k/a.cu"),
+                "{text:?}: {err}"
+            );
+            assert!(err.to_string().contains("computed include"), "{err}");
+        }
+        let d = tree(&[("k/a.cu", "\n\n#include HDR\n")]);
+        let err = include_closure(d.path(), "k/a.cu", &[]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("k/a.cu:3: `#include HDR`"),
+            "{err}"
+        );
+        // `#include_next` with a literal name is an include like any other; a directive
+        // that only starts with the word is not one.
+        let names: Vec<String> = includes("#include_next <b.h>\n#includes x\n#include_x y\n")
+            .into_iter()
+            .map(|(_, n, _)| n)
+            .collect();
+        assert_eq!(names, ["b.h"]);
     }
 
     #[test]

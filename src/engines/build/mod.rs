@@ -225,6 +225,7 @@ impl Diagnose for BuildError {
             BuildError::Inputs { source: InputError::Cycle { .. }, .. } => Some("break the cycle; include guards do not make a cycle an input set".into()),
             BuildError::Inputs { source: InputError::Escapes { .. }, .. } => Some("builds read only files inside the repository".into()),
             BuildError::Inputs { source: InputError::Absolute { .. }, .. } => Some("include toolkit headers by name (<cuda_fp16.h>) and copy other files into the repository, so that the key covers them".into()),
+            BuildError::Inputs { source: InputError::Computed { .. }, .. } => Some("write the header's name in the #include (\"name.h\" or <name.h>), so that the key covers the file it reads".into()),
             BuildError::Inputs { .. } => Some("paths are relative to the including file or to the recipe's include-dirs".into()),
             BuildError::NoCompiler { compiler: "nvrtc", .. } => {
                 Some("run `repro toolchain install`, or set REPRO_NVRTC to a libnvrtc.so".into())
