@@ -101,6 +101,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         toolchain: a.toolchain.clone(),
         commit: a.at_commit.clone(),
         pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+        python: g.python.clone(),
         ..Options::default()
     };
     if use_nix {
@@ -303,6 +304,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             commit: a.at_commit.clone(),
             toolchain: a.toolchain.clone(),
             pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+            python: g.python.clone(),
         };
         let outcomes = build_all(g, &root, &recipes, &opts)?;
         let failed = outcomes.iter().any(|o| o.status == "failed");

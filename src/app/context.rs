@@ -17,6 +17,8 @@ pub struct Globals {
     pub verbose: u8,
     /// `--store` / `REPRO_STORE`.
     pub store: Option<PathBuf>,
+    /// `--python` / `REPRO_PYTHON`, absolute.
+    pub python: Option<PathBuf>,
     /// The project root, found on first use (git discovery opens the repository).
     root: std::sync::OnceLock<PathBuf>,
 }
@@ -30,7 +32,23 @@ impl Globals {
             quiet,
             verbose,
             store,
+            python: None,
             root: Default::default(),
+        }
+    }
+
+    /// The same options with `--python` set.
+    pub fn with_python(mut self, python: Option<PathBuf>) -> Self {
+        self.python = python;
+        self
+    }
+
+    /// The fingerprint's view of where this command runs.
+    pub fn fingerprint_context(&self, fresh: bool) -> crate::engines::fingerprint::Context {
+        crate::engines::fingerprint::Context {
+            cwd: self.cwd.clone(),
+            fresh,
+            python: self.python.clone(),
         }
     }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::check::{self, Policy, Report, Status};
-use crate::engines::fingerprint::{self, Context, Demand, Field, Fingerprint};
+use crate::engines::fingerprint::{self, Demand, Field, Fingerprint};
 use crate::engines::lockfile::{self, Lock, LockfileError};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -89,13 +89,7 @@ fn resolve(g: &Globals, p: &Path) -> PathBuf {
 
 fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: true,
-        },
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(true), &Demand::all());
     let elapsed = start.elapsed();
     let json = fp.to_json();
     if let Some(out) = &a.output {
@@ -188,15 +182,9 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         .map(|p| Fingerprint::load(&resolve(g, p)))
         .transpose()?;
     let get_fp = |demand: Demand| -> Fingerprint {
-        saved.clone().unwrap_or_else(|| {
-            fingerprint::capture(
-                &Context {
-                    cwd: g.cwd.clone(),
-                    fresh: a.fresh,
-                },
-                &demand,
-            )
-        })
+        saved
+            .clone()
+            .unwrap_or_else(|| fingerprint::capture(&g.fingerprint_context(a.fresh), &demand))
     };
     if let Some(p) = &a.lock {
         let path = resolve(g, p);
@@ -527,13 +515,7 @@ pub fn render_report(
 }
 
 fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
-    let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: true,
-        },
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(true), &Demand::all());
     let name = match a.name {
         Some(n) if n.is_empty() || n.contains(['/', '\\']) || n.starts_with('.') => {
             return Err(

@@ -51,6 +51,11 @@ pub struct Cli {
     /// The store directory [default: .repro at the project root].
     #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
     pub store: Option<PathBuf>,
+    /// The Python interpreter (or environment directory) to describe and build torch
+    /// extensions for [default: repro.toml's [python] interpreter, the active venv or conda
+    /// environment, python3 on PATH].
+    #[arg(long, global = true, value_name = "PATH", env = "REPRO_PYTHON")]
+    pub python: Option<PathBuf>,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
@@ -121,7 +126,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         None => std::env::current_dir()?,
     };
-    let globals = Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store);
+    let python = cli.python.map(|p| cwd.join(p));
+    let globals =
+        Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store).with_python(python);
     match cli.command {
         Command::Env(args) => env::run(&globals, args),
         Command::Build(args) => build::run(&globals, args),

@@ -44,6 +44,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::bisect::toolchains::ToolchainBisectError,
             crate::engines::nvbench::NvbenchError,
             crate::engines::replay::ReplayError,
+            crate::foundation::pyenv::PyEnvError,
         );
     }
     None

@@ -9,6 +9,9 @@
 //! [toolchain]
 //! nvcc-default = "13.0"                     # the nvcc release nvcc recipes use
 //!
+//! [python]
+//! interpreter = ".venv/bin/python"          # the environment torch extensions build for
+//!
 //! [toolchain.nvcc."13.0"]                   # one nvcc release: the wheels of one tree
 //! wheels = [
 //!   { package = "nvidia-cuda-nvcc", version = "13.0.88", sha256 = { x86_64 = "...", aarch64 = "..." } },
@@ -43,6 +46,25 @@ pub struct Config {
     /// Building inside the project's Nix dev shell.
     #[serde(default)]
     pub nix: NixSettings,
+    /// The Python environment the project uses.
+    #[serde(default)]
+    pub python: PythonSettings,
+}
+
+/// `[python]`: which interpreter the fingerprint describes and torch extensions build for.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PythonSettings {
+    /// The interpreter (or an environment's directory), relative to the project root;
+    /// `--python` overrides it.
+    pub interpreter: Option<String>,
+}
+
+impl PythonSettings {
+    /// The interpreter as an absolute path, if one is set.
+    pub fn interpreter_at(&self, root: &Path) -> Option<std::path::PathBuf> {
+        self.interpreter.as_ref().map(|p| root.join(p))
+    }
 }
 
 /// `[nix]`: whether builds run inside the flake's dev shell, and which shell.

@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod config;
 pub mod driverlib;
+pub mod elf;
 pub mod error;
 pub mod exit;
 pub mod expr;
@@ -17,6 +18,7 @@ pub mod nix;
 pub mod output;
 pub mod plot;
 pub mod process;
+pub mod pyenv;
 pub mod recipe;
 pub mod records;
 pub mod runspec;

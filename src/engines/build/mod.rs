@@ -9,6 +9,7 @@ pub mod command;
 pub mod inputs;
 pub mod nvcc;
 pub mod nvrtc;
+pub mod torch;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -44,6 +45,9 @@ pub struct Options {
     /// NVRTC a build without a toolchain of its own uses. `None`: those of the repro.toml at
     /// the root being built.
     pub pins: Option<crate::engines::toolchain::Pins>,
+    /// `--python`: the interpreter whose PyTorch torch extensions build against (absolute);
+    /// `None` chooses as the fingerprint does (repro.toml, the active environment, PATH).
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// One stored output.
@@ -119,6 +123,26 @@ pub enum BuildError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// No Python environment for a torch extension.
+    #[error("recipe `{recipe}` is a torch extension and needs a Python environment with PyTorch")]
+    Python {
+        /// The recipe.
+        recipe: String,
+        /// Why there is no environment.
+        source: crate::foundation::pyenv::PyEnvError,
+    },
+    /// The Python environment cannot build a torch extension.
+    #[error(
+        "recipe `{recipe}` is a torch extension, and in the environment of {interpreter} {problem}"
+    )]
+    Torch {
+        /// The recipe.
+        recipe: String,
+        /// The interpreter.
+        interpreter: String,
+        /// What is wrong.
+        problem: torch::TorchProblem,
+    },
     /// The recipe cannot be resolved where the build runs.
     #[error(transparent)]
     Recipe {
@@ -135,6 +159,8 @@ impl Diagnose for BuildError {
             BuildError::Config(c) => c.exit_code(),
             BuildError::Store(s) => s.exit_code(),
             BuildError::Recipe { source } => source.exit_code(),
+            BuildError::Python { source, .. } => source.exit_code(),
+            BuildError::Torch { .. } => exit::ENVIRONMENT,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -150,6 +176,12 @@ impl Diagnose for BuildError {
             BuildError::Config(c) => c.hint(),
             BuildError::Store(s) => s.hint(),
             BuildError::Recipe { source } => source.hint(),
+            BuildError::Python { source, .. } => source.hint(),
+            BuildError::Torch { interpreter, problem, .. } => Some(match problem {
+                torch::TorchProblem::NotInstalled { .. } => format!("install it there (`{interpreter} -m pip install torch`), or point --python at an environment that has it"),
+                torch::TorchProblem::NoHeaders { .. } => "install Python's development headers (Debian and Ubuntu: python3-dev), or use an interpreter that has them".into(),
+                torch::TorchProblem::NoCuda { .. } => "install a CUDA build of PyTorch, or build only the C++ sources".into(),
+            }),
         }
     }
 }
@@ -230,6 +262,18 @@ pub enum CompileError {
     /// The compiler or the command could not be run.
     #[error(transparent)]
     Process(crate::foundation::process::ProcessError),
+    /// A torch extension built but does not import.
+    #[error(
+        "the extension built but `import {module}` fails in {interpreter} (PyTorch imported first): {message}"
+    )]
+    Import {
+        /// The module.
+        module: String,
+        /// The interpreter.
+        interpreter: String,
+        /// The loader's message.
+        message: String,
+    },
 }
 
 /// A message after a log, the log left out when empty.
@@ -263,6 +307,32 @@ fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
             files: inputs::glob_inputs(root, &c.inputs).map_err(err)?,
             closure: None,
         }),
+        Build::TorchExtension(t) => {
+            let mut files = BTreeMap::new();
+            for src in &t.sources {
+                let closure = inputs::include_closure(root, src, &t.include_dirs).map_err(err)?;
+                files.extend(closure.files);
+            }
+            if let Some(setup) = &t.setup {
+                // setup.py names its sources: every C++, CUDA and Python file beside it.
+                let dir = Path::new(setup)
+                    .parent()
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .filter(|d| !d.is_empty());
+                let globs: Vec<String> = ["cpp", "cc", "cxx", "cu", "h", "hpp", "cuh", "py"]
+                    .iter()
+                    .map(|x| match &dir {
+                        Some(d) => format!("{d}/**/*.{x}"),
+                        None => format!("**/*.{x}"),
+                    })
+                    .collect();
+                files.extend(inputs::glob_inputs(root, &globs).map_err(err)?);
+            }
+            Ok(Inputs {
+                files,
+                closure: None,
+            })
+        }
     }
 }
 
@@ -357,7 +427,50 @@ fn compiler(
                 reason: e.to_string(),
             }),
         Build::Command(_) => Ok((json!({"name": "command"}), None)),
+        Build::TorchExtension(t) => {
+            let mut id = torch::cxx_identity(&torch::host_cxx())?;
+            if !t.has_cuda() {
+                return Ok((id, None));
+            }
+            let nvcc = if let Some(spec) = nvcc_spec(root, t, over)? {
+                let t = install::find(&spec).map_err(|e| BuildError::NotInstalled {
+                    recipe: recipe.name.clone(),
+                    spec: spec.to_string(),
+                    detail: Some(e.to_string()),
+                })?;
+                (t.compiler(), t.stamp.identity())
+            } else {
+                crate::engines::toolchain::nvcc_identity().map_err(|e| BuildError::NoCompiler {
+                    compiler: "nvcc",
+                    reason: e.to_string(),
+                })?
+            };
+            id["nvcc"] = nvcc.1;
+            Ok((id, Some(nvcc.0)))
+        }
     }
+}
+
+/// The nvcc toolchain of a torch extension's CUDA sources: `--toolchain`, the recipe's, or
+/// the project's `nvcc-default`; `None` for the machine's nvcc.
+fn nvcc_spec(
+    root: &Path,
+    t: &crate::foundation::recipe::TorchExtension,
+    over: Option<&crate::engines::toolchain::install::Spec>,
+) -> Result<Option<crate::engines::toolchain::install::Spec>, BuildError> {
+    use crate::engines::toolchain::install::{Family, Spec};
+    let chosen = match (over, &t.toolchain) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(s)) => Spec::parse(s).ok(),
+        (None, None) => crate::foundation::config::load(root)?
+            .toolchain
+            .nvcc_default
+            .map(|r| Spec::Release {
+                family: Family::Nvcc,
+                release: r,
+            }),
+    };
+    Ok(chosen.filter(|s| *s != Spec::System))
 }
 
 /// The part of a build key that comes from the tree and the recipe alone (its `build` and
@@ -389,6 +502,8 @@ pub fn key_inputs(
         compiler: compiler.clone(),
         // Host builds have no "nix" member at all, so their keys do not depend on Nix.
         nix: nix.map(crate::foundation::nix::ShellInfo::key_json),
+        // Set by the build for torch extensions, which are built for one PyTorch.
+        torch: None,
     }
 }
 
@@ -468,7 +583,16 @@ pub fn build(
         }
     };
     let (compiler_id, nvcc_path) = compiler(root, recipe, opts.toolchain.as_ref(), &pins)?;
-    let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
+    let mut key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
+    // A torch extension is built for one PyTorch ABI: its identity is part of the key.
+    let python = match &recipe.build {
+        Build::TorchExtension(t) => {
+            let env = torch::environment(&recipe.name, opts.python.as_deref(), root, t)?;
+            key_in.torch = Some(torch::identity(&env));
+            Some(env)
+        }
+        _ => None,
+    };
     let key = keys::key_of(&records::to_json(&key_in));
 
     let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
@@ -579,9 +703,23 @@ pub fn build(
             )
         }),
         Build::Command(c) => command::run(root, c).map(|a| (a.outputs, a.log)),
+        Build::TorchExtension(t) => torch::build(
+            root,
+            t,
+            python
+                .as_ref()
+                .expect("torch extensions have an environment"),
+            &torch::host_cxx(),
+            nvcc_path.as_deref(),
+        ),
     };
     let compiled = compiled.and_then(|(outputs, log)| {
-        let missing = missing_entries(recipe.entries(), &outputs);
+        // A torch extension's entries are Python functions, checked by importing it.
+        let missing = if matches!(recipe.build, Build::TorchExtension(_)) {
+            Vec::new()
+        } else {
+            missing_entries(recipe.entries(), &outputs)
+        };
         if missing.is_empty() {
             Ok((outputs, log))
         } else {
