@@ -160,3 +160,300 @@ fn an_environment_without_pytorch_or_without_python_says_so() {
         "{why}"
     );
 }
+
+/// An extension that calls PyTorch's composite attention kernel: a symbol of libtorch_cpu
+/// whose signature changed between PyTorch 2.4 and 2.5 (`enable_gqa` was added), so a
+/// module built against one does not load under the other.
+const ATTN_CPP: &str = r#"#include <torch/extension.h>
+#include <ATen/ops/scaled_dot_product_attention_compositeimplicitautograd_dispatch.h>
+#include "attn.h"
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return at::compositeimplicitautograd::scaled_dot_product_attention(q, k, v) * SCALE;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("attention", &attention, "softmax(q k^T / sqrt(d)) v"); }
+"#;
+
+const ATTN_RECIPE: &str = r#"schema = 1
+[build]
+kind = "torch-extension"
+module = "attn_ext"
+sources = ["ext/attn.cpp"]
+entries = ["attention"]
+"#;
+
+fn attn_repo() -> (tempfile::TempDir, std::path::PathBuf) {
+    repo_with(&[
+        ("ext/attn.cpp", ATTN_CPP),
+        ("ext/attn.h", "#pragma once\n#define SCALE 1.0\n"),
+        ("recipes/attn.toml", ATTN_RECIPE),
+    ])
+}
+
+fn build_json(cache: &Path, root: &Path, python: &Path, extra: &[&str]) -> (i32, Value) {
+    let out = repro(cache)
+        .arg("-C")
+        .arg(root)
+        .arg("--python")
+        .arg(python)
+        .args(["--json", "build", "attn"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "no JSON: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap(), v)
+}
+
+fn first_build(v: &Value) -> &Value {
+    let list = v["builds"].as_array().or_else(|| v.as_array());
+    list.and_then(|l| l.first()).unwrap_or(v)
+}
+
+#[test]
+fn a_cpu_extension_builds_imports_is_cached_and_is_explained_across_pytorch_versions() {
+    let Some((old, new)) = torch_venvs() else {
+        return;
+    };
+    let (tmp, root) = attn_repo();
+    let (code, v) = build_json(tmp.path(), &root, &old, &[]);
+    let b = first_build(&v);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(b["status"], "ok", "{v}");
+    assert_eq!(b["cached"], false);
+    assert!(
+        b["log"].as_str().unwrap().contains("imported attn_ext in"),
+        "{v}"
+    );
+    let so = b["outputs"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with("attn_ext.cpython-"))
+        .cloned()
+        .expect("the module is an output");
+    let key = b["key"].clone();
+
+    // The same environment: a cache hit, nothing compiled.
+    let (code, v) = build_json(tmp.path(), &root, &old, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(first_build(&v)["cached"], true, "{v}");
+    assert_eq!(first_build(&v)["key"], key);
+
+    // Under the other PyTorch the module built for the first does not import, and the
+    // diagnosis names the symbol, its other signature and both versions.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .arg("--python")
+        .arg(&new)
+        .args(["env", "why-import", "attn"])
+        .assert()
+        .code(1);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("attn_ext does NOT import"), "{text}");
+    assert!(
+        text.contains(
+            "undefined symbol: _ZN2at25compositeimplicitautograd28scaled_dot_product_attention"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("the extension needs:  at::compositeimplicitautograd::scaled_dot_product_attention(at::Tensor const&, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, double, bool, std::optional<double>)"), "{text}");
+    assert!(text.contains("this PyTorch has:     at::compositeimplicitautograd::scaled_dot_product_attention(at::Tensor const&, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, double, bool, std::optional<double>, bool)  (libtorch_cpu.so)"), "{text}");
+    let short = &key.as_str().unwrap()[..12];
+    assert!(
+        text.contains(&format!(
+            "differs: PyTorch: built against {}+cu121 (record {short}), this environment has {}+cu124",
+            TORCH_OLD.0, TORCH_NEW.0
+        )),
+        "{text}"
+    );
+    assert!(text.contains("hint: `repro build attn --python"), "{text}");
+    // The same file in the environment it was built for imports.
+    let stored = root.join(".repro/objects");
+    assert!(stored.is_dir());
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .arg("--python")
+        .arg(&old)
+        .args(["env", "why-import", "attn"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("attn_ext imports in"));
+
+    // The other PyTorch is another key, and --explain says that torch changed.
+    let (code, v) = build_json(tmp.path(), &root, &new, &["--explain"]);
+    let b = first_build(&v);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(b["cached"], false);
+    assert_ne!(b["key"], key);
+    let explain = b["explain"].to_string();
+    assert!(
+        explain.contains(&format!(
+            "PyTorch (the Python environment's torch): `version` changed from \\\"{}+cu121\\\" to \\\"{}+cu124\\\"",
+            TORCH_OLD.0, TORCH_NEW.0
+        )),
+        "{explain}"
+    );
+    assert!(b["outputs"].as_object().unwrap().contains_key(&so));
+}
+
+/// A module with pybind11 alone (PyTorch's copy of it): quick to compile.
+const TINY_CPP: &str = r#"#include <pybind11/pybind11.h>
+int add(int a, int b) { return a + b; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &add); }
+"#;
+
+fn tiny_recipe(extra: &str) -> String {
+    format!(
+        "schema = 1\n[build]\nkind = \"torch-extension\"\nmodule = \"tiny\"\nsources = [\"ext/tiny.cpp\"]\n{extra}"
+    )
+}
+
+#[test]
+fn a_function_the_module_lacks_fails_the_build_with_what_it_has() {
+    let Some((old, _)) = torch_venvs() else {
+        return;
+    };
+    let (tmp, root) = repo_with(&[
+        ("ext/tiny.cpp", TINY_CPP),
+        (
+            "recipes/tiny.toml",
+            &tiny_recipe("entries = [\"add\", \"nope\"]\n"),
+        ),
+    ]);
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .arg("--python")
+        .arg(&old)
+        .args(["build", "tiny"])
+        .assert()
+        .code(5);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned()
+        + &String::from_utf8_lossy(&out.get_output().stderr);
+    assert!(
+        text.contains("`import tiny` fails in")
+            && text.contains("module tiny has no function nope (it has: add)"),
+        "{text}"
+    );
+    // Nothing is recorded as a success.
+    let log = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--json", "build", "tiny"])
+        .arg("--python")
+        .arg(&old)
+        .output()
+        .unwrap();
+    let v = json_of(&log.stdout);
+    assert_eq!(v["builds"][0]["status"], "failed", "{v}");
+}
+
+#[test]
+fn bad_environments_and_setup_scripts_are_named_with_their_exit_codes() {
+    let (tmp, root) = repo_with(&[
+        ("ext/tiny.cpp", TINY_CPP),
+        ("recipes/tiny.toml", &tiny_recipe("")),
+        (
+            "recipes/bad.toml",
+            &tiny_recipe("").replace("ext/tiny.cpp", "README"),
+        ),
+        (
+            "recipes/fails.toml",
+            "schema = 1\n[build]\nkind = \"torch-extension\"\nmodule = \"tiny\"\nsetup = \"ext/setup.py\"\n",
+        ),
+        (
+            "ext/setup.py",
+            "raise SystemExit('setup.py: no compiler for you')\n",
+        ),
+        (
+            "recipes/nothing.toml",
+            "schema = 1\n[build]\nkind = \"torch-extension\"\nmodule = \"tiny\"\nsetup = \"other/setup.py\"\n",
+        ),
+        ("other/setup.py", "print('did nothing')\n"),
+        ("README", "x\n"),
+    ]);
+    // No interpreter where --python points.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["--python", "nope/bin/python3", "build", "tiny"])
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains("nope/bin/python3 (chosen by --python)"),
+        "{err}"
+    );
+    // A recipe source that is neither C++ nor CUDA.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "bad"])
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains("recipes/bad.toml:") && err.contains("`README` is neither C++ nor CUDA"),
+        "{err}"
+    );
+    // An interpreter without PyTorch.
+    let venv = tmp.path().join("bare");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        common::skip("needs python3 with venv");
+        return;
+    }
+    let bare = venv.join("bin/python3");
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .arg("--python")
+        .arg(&bare)
+        .args(["build", "tiny"])
+        .assert()
+        .code(3);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.contains(&format!(
+            "in the environment of {} PyTorch is not installed in {}",
+            bare.display(),
+            venv.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("-m pip install torch"), "{err}");
+    // setup.py builds need PyTorch too; with it, a failing setup.py and one that makes no
+    // module are failed builds with their logs.
+    let Some((old, _)) = torch_venvs() else {
+        return;
+    };
+    for (recipe, words) in [
+        ("fails", "setup.py: no compiler for you"),
+        (
+            "nothing",
+            "did not produce the declared output tiny.cpython-",
+        ),
+    ] {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .arg("--python")
+            .arg(&old)
+            .args(["build", recipe])
+            .assert()
+            .code(5);
+        let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned()
+            + &String::from_utf8_lossy(&out.get_output().stderr);
+        assert!(text.contains(words), "{recipe}: {text}");
+    }
+}

@@ -1216,6 +1216,49 @@ mod tests {
     }
 
     #[test]
+    fn torch_extensions_parse_and_refuse_what_does_not_fit() {
+        let d = repo();
+        std::fs::write(d.path().join("kernels/b.cpp"), "").unwrap();
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\n[build]\nkind = \"torch-extension\"\nmodule = \"ext\"\nsources = [\"kernels/b.cpp\", \"kernels/a.cu\"]\nentries = [\"forward\"]\ntargets = [\"sm_90\"]\nnvcc-options = [\"-lineinfo\"]\ninclude-dirs = [\"kernels/inc\"]\n").unwrap();
+        let Build::TorchExtension(t) = &r.build else {
+            panic!()
+        };
+        assert_eq!(t.module, "ext");
+        assert!(t.has_cuda());
+        assert_eq!(t.targets, ["sm_90"]);
+        assert!(r.targets().is_empty(), "one module carries every target");
+        assert_eq!(r.canonical_build()["kind"], "torch-extension");
+        let te = "kind = \"torch-extension\"\n";
+        for (body, words) in [
+            ("sources = [\"kernels/a.cu\"]\n", "needs `module`"),
+            (
+                "module = \"my-ext\"\nsources = [\"kernels/a.cu\"]\n",
+                "is not a Python module name",
+            ),
+            ("module = \"e\"\n", "needs `sources` (or a `setup` script)"),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\nsetup = \"kernels/a.cu\"\n",
+                "give `sources` or `setup`, not both",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\noptions = [\"-Ifoo\"]\n",
+                "`-Ifoo` is set by the recipe",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\ntoolchain = \"nvrtc@13.0\"\n",
+                "build with nvcc",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\ntarget = \"sm_90\"\n",
+                "`target` does not apply to kind `torch-extension`",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{te}{body}"));
+            assert!(e.contains(words), "{body}: {e}");
+        }
+    }
+
+    #[test]
     fn several_targets_split_into_one_recipe_each() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("kernels")).unwrap();
@@ -1274,7 +1317,7 @@ mod tests {
             "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
         assert_eq!(
             err(&format!("{HEAD}{nv}colour = 1\n")),
-            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`"
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`, `module`, `sources`, `nvcc-options`, `setup`"
         );
         assert_eq!(
             err(&format!("{HEAD}kind = \"clang\"\n")),

@@ -319,13 +319,12 @@ fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
                     .parent()
                     .map(|d| d.to_string_lossy().into_owned())
                     .filter(|d| !d.is_empty());
-                let globs: Vec<String> = ["cpp", "cc", "cxx", "cu", "h", "hpp", "cuh", "py"]
-                    .iter()
-                    .map(|x| match &dir {
-                        Some(d) => format!("{d}/**/*.{x}"),
-                        None => format!("**/*.{x}"),
-                    })
-                    .collect();
+                // One glob, which matches at least setup.py itself.
+                let exts = "{cpp,cc,cxx,cu,h,hpp,cuh,py}";
+                let globs = vec![match &dir {
+                    Some(d) => format!("{d}/**/*.{exts}"),
+                    None => format!("**/*.{exts}"),
+                }];
                 files.extend(inputs::glob_inputs(root, &globs).map_err(err)?);
             }
             Ok(Inputs {
