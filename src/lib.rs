@@ -15,9 +15,11 @@ mod foundation;
 
 pub use app::main;
 
-/// The command line as clap parses it (`tests/readme.rs` parses every example).
+/// The command line as clap parses it (`tests/readme.rs` parses every example), and as
+/// users see it: [`cli::command`] adds each command's exit codes to its help. [`cli::Internal`]
+/// holds the commands repro runs as its own children.
 pub mod cli {
-    pub use crate::app::Cli;
+    pub use crate::app::{Cli, Internal, command};
 }
 
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};

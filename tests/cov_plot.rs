@@ -1,7 +1,7 @@
 //! `repro plot` refusals: a name with no results, a sweep over a parameter no result has,
 //! results from another history, an ID that is not a bisection's, files that are not
 //! bisection reports, and an output that cannot be written. Each names the thing, with a
-//! hint, exits with README's code, and writes no SVG.
+//! hint, exits with the documented code, and writes no SVG.
 
 mod common;
 use common::run_in as run;

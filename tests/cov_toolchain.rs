@@ -1,5 +1,5 @@
 //! `repro toolchain install`, `list` and `which` given damaged, partial or made-up wheels:
-//! each refusal names the file or release with a hint and exits with README's code, and no
+//! each refusal names the file or release with a hint and exits with the documented code, and no
 //! tree, staging directory or stamp is left behind by a refused install.
 //!
 //! The nvcc "releases" here are made up: small wheels built by the test (a valid wheel's

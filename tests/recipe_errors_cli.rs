@@ -220,7 +220,7 @@ fn every_repro_toml_mistake_is_named_where_it_is() {
                 "{args:?}"
             );
             assert!(
-                err.contains("hint: the README documents repro.toml"),
+                err.contains("hint: repro's book documents repro.toml"),
                 "{err}"
             );
         }

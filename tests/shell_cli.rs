@@ -42,6 +42,21 @@ fn completions_for_each_shell_name_every_command() {
             assert!(offered, "{shell} completion does not offer `repro {cmd}`");
         }
     }
+    // The internal commands (the child of `repro bench`, a Slurm job's step) are offered by
+    // no shell, nor by `repro help`.
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = repro(tmp.path())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        for internal in ["gpu-job", "bisect-step", "gpu_job", "bisect_step"] {
+            assert!(
+                !text.contains(internal),
+                "{shell} completion offers the internal `{internal}`"
+            );
+        }
+    }
     let out = repro(tmp.path())
         .args(["completions", "tcsh"])
         .output()
@@ -128,8 +143,25 @@ fn completions_complete_recipe_names_and_record_ids() {
     }
 }
 
+/// Every command and subcommand a user sees (`env check`), by its path of names.
+fn command_paths() -> Vec<String> {
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            let name = format!("{path}{}", sub.get_name());
+            out.push(name.clone());
+            walk(sub, &format!("{name} "), out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repro::cli::command(), "", &mut out);
+    out
+}
+
 #[test]
-fn every_subcommand_has_its_own_man_page() {
+fn every_command_and_subcommand_has_its_own_man_page() {
     let tmp = tempfile::tempdir().unwrap();
     let out = repro(tmp.path()).args(["man", "bisect"]).output().unwrap();
     assert!(out.status.success());
@@ -141,6 +173,11 @@ fn every_subcommand_has_its_own_man_page() {
     );
     assert!(roff.contains("\\-\\-good"));
     repro(tmp.path()).args(["man", "nope"]).assert().code(2);
+    repro(tmp.path())
+        .args(["man", "env", "nope"])
+        .assert()
+        .code(2);
+    repro(tmp.path()).args(["man", "gpu-job"]).assert().code(2);
     let dir = tmp.path().join("man");
     repro(tmp.path())
         .arg("man")
@@ -148,17 +185,120 @@ fn every_subcommand_has_its_own_man_page() {
         .arg(&dir)
         .assert()
         .success();
-    for page in [
-        "repro.1",
-        "repro-bisect.1",
-        "repro-log.1",
-        "repro-compare.1",
-        "repro-env.1",
-    ] {
-        assert!(dir.join(page).is_file(), "{page}");
+    let paths = command_paths();
+    assert!(paths.contains(&"env check".to_string()), "{paths:?}");
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    let mut expected: Vec<String> = paths
+        .iter()
+        .map(|p| format!("repro-{}.1", p.replace(' ', "-")))
+        .chain(["repro.1".to_string()])
+        .collect();
+    expected.sort();
+    assert_eq!(written, expected, "one page per command, no hidden one");
+    for (i, file) in written.iter().enumerate() {
+        let page = std::fs::read_to_string(dir.join(file)).unwrap();
+        let name = file.trim_end_matches(".1");
+        // Each page has an EXIT STATUS section with the codes `--help` lists.
+        let path = name
+            .trim_start_matches("repro")
+            .trim_start_matches('-')
+            .replace('-', " ");
+        let codes = if path.is_empty() {
+            repro::exit::ALL
+                .iter()
+                .map(|(c, _)| *c)
+                .collect::<Vec<u8>>()
+        } else {
+            repro::exit::for_command(&path)
+                .unwrap_or_else(|| panic!("{path} has no exit codes"))
+                .iter()
+                .map(|(c, _)| *c)
+                .collect()
+        };
+        let status = page
+            .split(".SH \"EXIT STATUS\"\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{file} has no EXIT STATUS"));
+        let status = status.split("\n.SH").next().unwrap();
+        for code in codes {
+            assert!(
+                status.contains(&format!(".TP\n\\fB{code}\\fR\n")),
+                "{file}: EXIT STATUS lacks {code}:\n{status}"
+            );
+        }
+        // Every page it refers to (`repro\\-env\\-check(1)`, bold or not) is one that was
+        // written.
+        for (at, _) in page.match_indices("(1)") {
+            let before = page[..at].trim_end_matches("\\fR");
+            let start = before
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '\\' || c == '-'))
+                .map_or(0, |i| i + 1);
+            let referred = before[start..]
+                .trim_start_matches("\\fB")
+                .replace("\\-", "-");
+            assert!(
+                written.contains(&format!("{referred}.1")),
+                "{file} refers to {referred}(1), which is not written"
+            );
+        }
+        // `repro man` prints the same page, whichever way the command is named.
+        if i % 3 == 0 && !path.is_empty() {
+            let words: Vec<&str> = path.split(' ').collect();
+            for args in [
+                words.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+                vec![path.clone()],
+                vec![name.to_string()],
+            ] {
+                let out = repro(tmp.path()).arg("man").args(&args).output().unwrap();
+                assert!(out.status.success(), "repro man {args:?}");
+                assert_eq!(
+                    String::from_utf8(out.stdout).unwrap(),
+                    page,
+                    "repro man {args:?}"
+                );
+            }
+        }
     }
-    assert!(
-        !dir.join("repro-gpu-job.1").exists(),
-        "hidden commands have no page"
-    );
+}
+
+/// `repro COMMAND --help` ends with the command's exit codes, for every command.
+#[test]
+fn every_help_ends_with_its_exit_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    for path in command_paths() {
+        let out = repro(tmp.path())
+            .args(path.split(' '))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{path} --help");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let tail = text
+            .split("\nExit status:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("`repro {path} --help` names no exit codes:\n{text}"));
+        let listed: Vec<u8> = tail
+            .lines()
+            .filter_map(|l| l.strip_prefix("  ")?.split(' ').next()?.parse().ok())
+            .collect();
+        let want: Vec<u8> = repro::exit::for_command(&path)
+            .unwrap()
+            .iter()
+            .map(|(c, _)| *c)
+            .collect();
+        assert_eq!(listed, want, "`repro {path} --help`");
+    }
+}
+
+/// The top-level help: every command a user sees (no internal one) and every exit code.
+#[test]
+fn top_level_help_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = repro(tmp.path()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    insta::assert_snapshot!("repro_help", String::from_utf8(out.stdout).unwrap());
 }

@@ -248,7 +248,7 @@ fn recipe_bench(
             "recipe `{}` has no [run] section, so there is nothing to launch",
             r.name
         ))
-        .hint("add [run] (the README's run-section reference), or use --command")
+        .hint("add [run] (the run section in repro's book, docs/src/reference/recipes.md), or use --command")
         .into());
     }
     crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)

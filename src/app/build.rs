@@ -129,7 +129,7 @@ fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
         let available = recipe::list(root);
         let hint = if available.is_empty() {
             format!(
-                "no recipes in {}/ yet; the README shows how to write one",
+                "no recipes in {}/ yet; repro's book shows how to write one (docs/src/reference/recipes.md)",
                 recipe::DIR
             )
         } else {

@@ -20,7 +20,8 @@ pub mod toolchain;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, CommandFactory, Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -36,6 +37,17 @@ use context::Globals;
     max_term_width = 100
 )]
 pub struct Cli {
+    /// The options every command takes.
+    #[command(flatten)]
+    pub globals: GlobalArgs,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every command takes, before or after the subcommand.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
     /// Act as if started in DIR (like `git -C`).
     #[arg(short = 'C', value_name = "DIR", global = true)]
     pub dir: Option<PathBuf>,
@@ -56,9 +68,29 @@ pub struct Cli {
     /// environment, python3 on PATH].
     #[arg(long, global = true, value_name = "PATH", env = "REPRO_PYTHON")]
     pub python: Option<PathBuf>,
-    /// The command to run.
+}
+
+/// The commands repro runs itself, as its own child processes: not for users, so not in
+/// [`Cli`], its help, completions or man pages. `main` parses them only when `Cli` does
+/// not know the subcommand.
+#[derive(Debug, Parser)]
+#[command(name = "repro", version)]
+pub struct Internal {
+    /// The options every command takes.
+    #[command(flatten)]
+    pub globals: GlobalArgs,
+    /// The internal command.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: InternalCommand,
+}
+
+/// The internal commands.
+#[derive(Debug, Subcommand)]
+pub enum InternalCommand {
+    /// Run one GPU job from stdin (the child process of `repro bench`).
+    GpuJob(bench::GpuJobArgs),
+    /// Evaluate one bisection step from a request file (a Slurm job's command).
+    BisectStep(bisect::StepArgs),
 }
 
 /// The subcommands.
@@ -96,19 +128,64 @@ pub enum Command {
     Demo(demo::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(shell::CompletionsArgs),
-    /// Print the man page (roff).
+    /// Print the man page of repro or of a command (roff), or write them all.
     Man(shell::ManArgs),
-    /// Internal: run one GPU job from stdin (the child process of `repro bench`).
-    #[command(hide = true)]
-    GpuJob(bench::GpuJobArgs),
-    /// Internal: evaluate one bisection step from a request file (a Slurm job's command).
-    #[command(hide = true)]
-    BisectStep(bisect::StepArgs),
 }
 
-/// Runs the parsed command line and returns the exit code.
-pub fn run(cli: Cli) -> anyhow::Result<u8> {
-    let cwd = match &cli.dir {
+/// The command line as users see it: [`Cli`]'s definitions, with each command's exit codes
+/// (from `foundation/exit.rs`) at the end of its `--help` and in its man page.
+pub fn command() -> clap::Command {
+    let mut all = exit::ALL.to_vec();
+    all.sort_by_key(|(code, _)| *code);
+    with_exit_status(Cli::command().after_help(exit_status(&all)), "")
+}
+
+/// Adds the exit codes of every subcommand below `cmd` (whose path is `path`) to its help.
+fn with_exit_status(mut cmd: clap::Command, path: &str) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        let sub_path = format!("{path}{name}");
+        cmd = cmd.mut_subcommand(&name, |sub| {
+            let sub = match exit::for_command(&sub_path) {
+                Some(codes) => sub.after_help(exit_status(&codes)),
+                None => sub,
+            };
+            with_exit_status(sub, &format!("{sub_path} "))
+        });
+    }
+    cmd
+}
+
+/// The `Exit status:` block of a command's help: a code a line, long meanings wrapped under
+/// themselves within the help's 100 columns.
+pub fn exit_status(codes: &[(u8, &str)]) -> String {
+    const INDENT: usize = 7;
+    const WIDTH: usize = 100;
+    let mut text = String::from("Exit status:");
+    for (code, meaning) in codes {
+        let mut line = format!("  {code:<4} ");
+        for word in meaning.split_whitespace() {
+            if line.len() + 1 + word.len() > WIDTH && line.len() > INDENT {
+                text.push('\n');
+                text.push_str(line.trim_end());
+                line = " ".repeat(INDENT);
+            } else if line.len() > INDENT {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        text.push('\n');
+        text.push_str(&line);
+    }
+    text
+}
+
+/// The global options, checked: `-C DIR` must be a directory.
+fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
+    let cwd = match &g.dir {
         Some(dir) => {
             let meta = std::fs::metadata(dir);
             if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
@@ -126,9 +203,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         None => std::env::current_dir()?,
     };
-    let python = cli.python.map(|p| cwd.join(p));
-    let globals =
-        Globals::new(cwd, cli.json, cli.quiet, cli.verbose, cli.store).with_python(python);
+    let python = g.python.map(|p| cwd.join(p));
+    Ok(Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python))
+}
+
+/// Runs the parsed command line and returns the exit code.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    let globals = globals(cli.globals)?;
     match cli.command {
         Command::Env(args) => env::run(&globals, args),
         Command::Build(args) => build::run(&globals, args),
@@ -138,34 +219,61 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Log(args) => results::log(&globals, args),
         Command::Show(args) => results::show(&globals, args),
         Command::Compare(args) => results::compare(&globals, args),
-        Command::GpuJob(args) => bench::gpu_job(&globals, args),
-        Command::BisectStep(args) => bisect::run_step(&globals, args),
         Command::Bisect(args) => bisect::run(&globals, args),
         Command::Push(args) => push::run(&globals, args),
         Command::Pull(args) => pull::run(&globals, args),
         Command::Replay(args) => replay::run(&globals, args),
-        Command::Completions(args) => shell::completions(&globals, args, Cli::command()),
+        Command::Completions(args) => shell::completions(&globals, args, command()),
         Command::Demo(args) => demo::run(&globals, args),
         Command::Plot(args) => plot::run(&globals, args),
-        Command::Man(args) => shell::man(&globals, args, Cli::command()),
+        Command::Man(args) => shell::man(&globals, args, command()),
         Command::Bundle(args) => bundle::run(&globals, args),
+    }
+}
+
+/// Runs an internal command and returns the exit code.
+fn run_internal(internal: Internal) -> anyhow::Result<u8> {
+    let globals = globals(internal.globals)?;
+    match internal.command {
+        InternalCommand::GpuJob(args) => bench::gpu_job(&globals, args),
+        InternalCommand::BisectStep(args) => bisect::run_step(&globals, args),
     }
 }
 
 /// The whole program: parse, run, report, exit.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
-        }
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let parsed = command()
+        .try_get_matches_from(&argv)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let result = match parsed {
+        Ok(cli) => run(cli),
+        Err(e) => match Internal::try_parse_from(&argv) {
+            // Only a subcommand `Cli` does not know can be an internal one.
+            Ok(internal) if e.kind() == ErrorKind::InvalidSubcommand => run_internal(internal),
+            // An internal command with arguments it cannot use: say what is wrong with them.
+            Err(ie)
+                if e.kind() == ErrorKind::InvalidSubcommand
+                    && ie.kind() != ErrorKind::InvalidSubcommand =>
+            {
+                let _ = ie.print();
+                return ExitCode::from(if ie.use_stderr() {
+                    exit::USAGE
+                } else {
+                    exit::OK
+                });
+            }
+            _ => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() {
+                    exit::USAGE
+                } else {
+                    exit::OK
+                });
+            }
+        },
     };
-    match run(cli) {
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => ExitCode::from(report::report(&e)),
     }
@@ -179,5 +287,39 @@ mod tests {
     #[test]
     fn command_line_is_well_formed() {
         Cli::command().debug_assert();
+        Internal::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// Every command a user sees ends its help with its exit codes, which
+    /// `foundation/exit.rs` documents for each; the internal commands are not among them.
+    #[test]
+    fn every_command_has_its_exit_codes() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let name = format!("{path}{}", sub.get_name());
+                match exit::for_command(&name) {
+                    Some(codes) => assert_eq!(
+                        sub.get_after_help().map(|h| h.to_string()),
+                        Some(exit_status(&codes)),
+                        "{name}"
+                    ),
+                    None => missing.push(name.clone()),
+                }
+                walk(sub, &format!("{name} "), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&command(), "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "commands without a row in exit::BY_COMMAND: {missing:?}"
+        );
+        let names: Vec<String> = command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        assert!(!names.contains(&"gpu-job".to_string()), "{names:?}");
+        assert!(!names.contains(&"bisect-step".to_string()), "{names:?}");
     }
 }

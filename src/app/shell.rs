@@ -86,10 +86,11 @@ complete -c repro -l recipe -f -a "(repro completions --candidates recipes 2>/de
 /// Arguments of `repro man`.
 #[derive(Debug, clap::Args)]
 pub struct ManArgs {
-    /// Print the page of this subcommand (`repro man bisect`: repro-bisect(1)).
-    #[arg(value_name = "SUBCOMMAND")]
-    command: Option<String>,
-    /// Write every page, repro.1 and one repro-SUBCOMMAND.1 per subcommand, into DIR.
+    /// Print the page of this command (`repro man bisect`: repro-bisect(1); `repro man env
+    /// check` or `repro man repro-env-check`: repro-env-check(1)).
+    #[arg(value_name = "COMMAND")]
+    command: Vec<String>,
+    /// Write every page, repro.1 and one repro-COMMAND.1 per command and subcommand, into DIR.
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     out_dir: Option<std::path::PathBuf>,
 }
@@ -140,60 +141,168 @@ pub fn recipe_names(root: &std::path::Path) -> Vec<String> {
     v
 }
 
-/// Prints the man page in roff (`repro man > repro.1; man ./repro.1`).
+/// Prints a man page in roff (`repro man > repro.1; man ./repro.1`), or writes them all.
 pub fn man(g: &Globals, a: ManArgs, cli: clap::Command) -> anyhow::Result<u8> {
-    let root = cli;
-    let page = |cmd: clap::Command| -> anyhow::Result<Vec<u8>> {
-        let mut out = Vec::new();
-        clap_mangen::Man::new(cmd).render(&mut out)?;
-        Ok(out)
-    };
-    // A subcommand's page is named `repro-NAME`, as git's are.
-    let sub_page = |sub: &clap::Command| {
-        // clap takes a command's name as a static string; this process prints and exits.
-        let name: &'static str = Box::leak(format!("repro-{}", sub.get_name()).into_boxed_str());
-        sub.clone().name(name).bin_name(name)
-    };
-    let visible: Vec<&clap::Command> = root
-        .get_subcommands()
-        .filter(|c| !c.is_hide_set())
-        .collect();
+    let pages = man_pages(cli);
     if let Some(dir) = &a.out_dir {
         let dir = g.cwd.join(dir);
-        let mut n = 0;
-        let mut pages = vec![("repro.1".to_string(), page(root.clone())?)];
-        for sub in &visible {
-            pages.push((format!("repro-{}.1", sub.get_name()), page(sub_page(sub))?));
-        }
-        for (file, bytes) in pages {
-            crate::foundation::fsutil::write_atomic(&dir.join(&file), &bytes, true)?;
-            n += 1;
+        for page in &pages {
+            let file = dir.join(format!("{}.1", page.name));
+            crate::foundation::fsutil::write_atomic(&file, &render_page(page, &pages)?, true)?;
         }
         if !g.quiet {
-            emit(&format!("wrote {n} man pages to {}\n", g.shown(&dir)))?;
+            emit(&format!(
+                "wrote {} man pages to {}\n",
+                pages.len(),
+                g.shown(&dir)
+            ))?;
         }
         return Ok(exit::OK);
     }
-    let bytes = match &a.command {
-        None => page(root.clone())?,
-        Some(name) => match visible.iter().find(|c| c.get_name() == name) {
-            Some(sub) => page(sub_page(sub))?,
-            None => {
-                return Err(crate::foundation::error::UserError::usage(format!(
-                    "no subcommand `{name}`"
-                ))
-                .hint(format!(
-                    "subcommands: {}",
-                    visible
-                        .iter()
-                        .map(|c| c.get_name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-                .into());
-            }
-        },
+    // `env check`, `"env check"`, `repro env check` and `repro-env-check` name one page.
+    let words: Vec<&str> = a
+        .command
+        .iter()
+        .flat_map(|w| w.split_whitespace())
+        .collect();
+    let wanted = match words.as_slice() {
+        [] => "repro".to_string(),
+        [one] if one.starts_with("repro") => one.to_string(),
+        ["repro", rest @ ..] => format!("repro-{}", rest.join("-")),
+        rest => format!("repro-{}", rest.join("-")),
     };
-    emit(&String::from_utf8_lossy(&bytes))?;
+    let Some(page) = pages.iter().find(|p| p.name == wanted) else {
+        return Err(crate::foundation::error::UserError::usage(format!(
+            "no command `{}`",
+            words.join(" ")
+        ))
+        .hint(format!(
+            "commands with a page: {}",
+            pages
+                .iter()
+                .filter_map(|p| p.name.strip_prefix("repro-"))
+                .map(|n| n.replace('-', " "))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    };
+    emit(&String::from_utf8_lossy(&render_page(page, &pages)?))?;
     Ok(exit::OK)
+}
+
+/// One man page: a command a user sees, with its path of names.
+struct Page {
+    /// `repro-env-check`, the page's name (git's convention).
+    name: String,
+    /// `env check`; empty for `repro` itself.
+    path: String,
+    /// The command, built, so that its bin name (`repro env check`) and display name are set.
+    cmd: clap::Command,
+}
+
+/// Every page: `repro` and each visible command and subcommand, depth first.
+fn man_pages(cli: clap::Command) -> Vec<Page> {
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<Page>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let sub_path = format!("{path} {}", sub.get_name()).trim().to_string();
+            out.push(Page {
+                name: format!("repro-{}", sub_path.replace(' ', "-")),
+                path: sub_path.clone(),
+                cmd: sub.clone(),
+            });
+            walk(sub, &sub_path, out);
+        }
+    }
+    let mut root = cli.disable_help_subcommand(true);
+    root.build();
+    let mut out = vec![Page {
+        name: "repro".into(),
+        path: String::new(),
+        cmd: root.clone(),
+    }];
+    walk(&root, "", &mut out);
+    out
+}
+
+/// A page in roff: clap_mangen's sections (name, synopsis, description, options,
+/// subcommands, version), then EXIT STATUS from `foundation/exit.rs` and SEE ALSO.
+fn render_page(page: &Page, pages: &[Page]) -> anyhow::Result<Vec<u8>> {
+    use roff::{Roff, bold, roman};
+    let cmd = page.cmd.clone().display_name(page.name.clone());
+    let man = clap_mangen::Man::new(cmd.clone())
+        .title(page.name.to_uppercase())
+        .source(format!("repro {}", env!("CARGO_PKG_VERSION")));
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    let codes = if page.path.is_empty() {
+        let mut all = exit::ALL.to_vec();
+        all.sort_by_key(|(c, _)| *c);
+        all
+    } else {
+        exit::for_command(&page.path).unwrap_or_else(|| exit::ALL.to_vec())
+    };
+    let mut roff = Roff::new();
+    roff.control("SH", ["EXIT STATUS"]);
+    for (code, meaning) in codes {
+        roff.control("TP", []).text([bold(code.to_string())]);
+        roff.text([roman(meaning)]);
+    }
+    // The page above this one and the pages below it.
+    let parent = match page.path.rsplit_once(' ') {
+        Some((up, _)) => format!("repro-{}", up.replace(' ', "-")),
+        None => "repro".into(),
+    };
+    let mut see: Vec<String> = Vec::new();
+    if !page.path.is_empty() {
+        see.push(parent.clone());
+    }
+    see.extend(
+        pages
+            .iter()
+            .filter(|p| {
+                !p.path.is_empty() && p.path.rsplit_once(' ').map_or("", |(up, _)| up) == page.path
+            })
+            .map(|p| p.name.clone()),
+    );
+    roff.control("SH", ["SEE ALSO"]);
+    let mut refs = Vec::new();
+    for (i, name) in see.iter().enumerate() {
+        if i > 0 {
+            refs.push(roman(", "));
+        }
+        refs.push(bold(name.clone()));
+        refs.push(roman("(1)"));
+    }
+    if !see.is_empty() {
+        refs.push(roman(". "));
+    }
+    refs.push(roman(
+        "The guide and the reference are the book in repro's source, docs/src/SUMMARY.md.",
+    ));
+    roff.text(refs);
+    roff.to_writer(&mut out)?;
+    man.render_version_section(&mut out)?;
+    Ok(one_preamble(&out))
+}
+
+/// Each section clap_mangen renders on its own starts with the same two lines that define
+/// the apostrophe string; a page needs them once, at the top.
+fn one_preamble(roff: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(roff);
+    let preamble = ".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n";
+    let mut rest = text.replacen(preamble, "", usize::MAX);
+    if text.starts_with(preamble) {
+        rest.insert_str(0, preamble);
+    }
+    rest.into_bytes()
 }

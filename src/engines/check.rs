@@ -690,7 +690,7 @@ mod tests {
         assert!(!Policy::Exact("700".into()).accepts(Kind::Text, "700.0"));
     }
 
-    // The oracle: the rules of the README, written as plainly as possible.
+    // The oracle: the rules of the book (docs/src/reference/lockfile.md), written as plainly as possible.
     fn oracle(policy: &Policy, kind: Kind, values: &[Field]) -> Status {
         if let Policy::Ignore(_) = policy {
             return Status::Ignored;

@@ -177,7 +177,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
         let key = key.into_inner();
         if !fields::is_valid_key(&key) {
             let hint = fields::suggest(&key).map(|s| format!("did you mean `{s}`?")).or_else(|| {
-                Some("known fields are listed in the README; environment variables are `env.NAME`".into())
+                Some("known fields are listed in repro's book (docs/src/reference/fields.md); environment variables are `env.NAME`".into())
             });
             return Err(invalid(
                 Some(key_span),

@@ -25,7 +25,7 @@ pub struct Found {
     pub source: String,
 }
 
-/// The search order, as documented in the README.
+/// The search order, as documented in the book (docs/src/guide/toolchain.md).
 pub const NVRTC_SEARCH_ORDER: &str = "REPRO_NVRTC, toolchains installed by repro, CUDA_HOME/CUDA_PATH, \
 /usr/local/cuda*, Python site-packages (nvidia/cu13/lib), LD_LIBRARY_PATH";
 

@@ -155,7 +155,7 @@ impl Diagnose for ConfigError {
         exit::USAGE
     }
     fn hint(&self) -> Option<String> {
-        Some("the README documents repro.toml".into())
+        Some("repro's book documents repro.toml (docs/src/reference/repro-toml.md)".into())
     }
 }
 

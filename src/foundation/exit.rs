@@ -2,7 +2,7 @@
 //!
 //! They follow `git bisect run` where that applies (0 good, 1 bad, 125 skip), so that
 //! `repro` can itself serve as a `git bisect run` script, and clap's convention of 2 for
-//! usage errors. The README lists every one of them.
+//! usage errors. docs/src/reference/exit-codes.md lists every one of them.
 
 /// Everything asked for succeeded (for `env check`: every must-match field matches).
 pub const OK: u8 = 0;
@@ -28,7 +28,7 @@ pub const SKIP: u8 = 125;
 /// A bug in repro itself. Please report it with the whole error chain.
 pub const INTERNAL: u8 = 70;
 
-/// Every documented code with its meaning, for the README test and `--help` text.
+/// Every documented code with its meaning, for the documentation test and `--help` text.
 pub const ALL: &[(u8, &str)] = &[
     (
         OK,
@@ -69,11 +69,241 @@ pub const ALL: &[(u8, &str)] = &[
     (INTERNAL, "a bug in repro; the whole error chain is printed"),
 ];
 
+/// What a command's own exit codes mean there, for its `--help` and its man page (EXIT
+/// STATUS). Every command can also end with [`COMMON`]'s codes, which [`for_command`] adds.
+/// A parent command (`env`, `toolchain`, ...) lists the union of its subcommands'.
+pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
+    (
+        "env capture",
+        &[(
+            OK,
+            "the fingerprint was printed; a probe that could not answer says why",
+        )],
+    ),
+    (
+        "env check",
+        &[
+            (OK, "every must-match field matches (warnings are shown)"),
+            (
+                MISMATCH,
+                "a must-match field differs or is missing; with --strict, also a warning",
+            ),
+            (ENVIRONMENT, "a toolchain the project pins is not installed"),
+        ],
+    ),
+    ("env lock", &[(OK, "the lockfile was written")]),
+    (
+        "build",
+        &[
+            (OK, "every recipe built, or was found in the store"),
+            (
+                ENVIRONMENT,
+                "no NVRTC or nvcc, or a pinned toolchain that is not installed",
+            ),
+            (
+                BUILD_FAILED,
+                "a build failed: compile error, missing include, missing entry point",
+            ),
+            (
+                SKIP,
+                "--nix: the dev shell could not be set up (nix missing, broken flake)",
+            ),
+        ],
+    ),
+    (
+        "toolchain install",
+        &[
+            (OK, "installed, or already installed"),
+            (MISMATCH, "a wheel's sha256 differs from its pin"),
+            (
+                ENVIRONMENT,
+                "the release is not offered for this CPU architecture, or pip cannot fetch the wheels",
+            ),
+        ],
+    ),
+    (
+        "toolchain list",
+        &[(OK, "the installed toolchains were listed")],
+    ),
+    (
+        "toolchain which",
+        &[
+            (OK, "builds would find an NVRTC"),
+            (ENVIRONMENT, "no NVRTC was found"),
+        ],
+    ),
+    ("store path", &[(OK, "the store's path was printed")]),
+    (
+        "store verify",
+        &[
+            (OK, "every object and record is intact"),
+            (MISMATCH, "a problem was found (each is listed)"),
+        ],
+    ),
+    ("store gc", &[(OK, "the store was cleaned")]),
+    (
+        "bench",
+        &[
+            (OK, "every point's verdict is `ok`"),
+            (MISMATCH, "a verdict is `wrong`, `crash` or `timeout`"),
+            (
+                ENVIRONMENT,
+                "no GPU or driver, no NVRTC, or no build for this GPU's compute capability",
+            ),
+            (BUILD_FAILED, "the recipe's build failed"),
+        ],
+    ),
+    ("log", &[(OK, "the records were listed")]),
+    ("show", &[(OK, "the record was printed")]),
+    (
+        "compare",
+        &[
+            (
+                OK,
+                "compared; with --fail-on, no significant change in that direction beyond --threshold",
+            ),
+            (
+                MISMATCH,
+                "--fail-on found a significant change in that direction beyond --threshold",
+            ),
+        ],
+    ),
+    (
+        "bisect",
+        &[
+            (OK, "the first bad (or fixed) commit or release was found"),
+            (
+                MISMATCH,
+                "an end does not behave as its role says, or only untestable commits separate them",
+            ),
+            (
+                ENVIRONMENT,
+                "a step cannot run here: no GPU, no srun, a promisor remote that cannot be reached, wheels that cannot be fetched",
+            ),
+        ],
+    ),
+    (
+        "push",
+        &[
+            (OK, "the records were sent"),
+            (ENVIRONMENT, "the remote cannot be reached"),
+        ],
+    ),
+    (
+        "pull",
+        &[
+            (OK, "the remote's records were filed"),
+            (
+                MISMATCH,
+                "a record conflicts with a local one, or was rejected (each is listed)",
+            ),
+            (ENVIRONMENT, "the remote cannot be reached"),
+        ],
+    ),
+    (
+        "replay",
+        &[
+            (
+                OK,
+                "reproduced: identical artifacts, same environment, same timing",
+            ),
+            (
+                MISMATCH,
+                "an artifact differs, nothing could be compared, or the bundle or record fails a check",
+            ),
+            (
+                ENVIRONMENT,
+                "cannot run here: no GPU (the build part is still replayed and reported)",
+            ),
+            (
+                REPLAY_ENVIRONMENT,
+                "the environment differs from the recorded one in a must-match field",
+            ),
+            (
+                REPLAY_TIMING,
+                "the timing differs from the recorded samples, or is inconclusive",
+            ),
+        ],
+    ),
+    ("bundle create", &[(OK, "the bundle was written")]),
+    (
+        "bundle verify",
+        &[
+            (OK, "every file matches the MANIFEST"),
+            (
+                MISMATCH,
+                "a file differs, is missing or is extra, or a member is refused",
+            ),
+        ],
+    ),
+    (
+        "bundle show",
+        &[
+            (OK, "the bundle's files and README were printed"),
+            (MISMATCH, "the bundle does not match its MANIFEST"),
+        ],
+    ),
+    ("plot", &[(OK, "the plot was written")]),
+    (
+        "demo",
+        &[
+            (OK, "every step of the demo found what it should"),
+            (MISMATCH, "a step did not find what it should"),
+            (ENVIRONMENT, "no NVRTC could be found or installed"),
+        ],
+    ),
+    ("completions", &[(OK, "the script was printed")]),
+    (
+        "man",
+        &[(OK, "the page was printed, or the pages were written")],
+    ),
+];
+
+/// The codes every command can end with.
+pub const COMMON: &[u8] = &[USAGE, IO, INTERNAL];
+
+/// The exit codes of one command (`"env check"`, or a parent such as `"env"`) with what each
+/// means there, in numeric order: its own rows of [`BY_COMMAND`] (a parent's are its
+/// subcommands', the first meaning of each code), then [`COMMON`]'s with their meaning in
+/// [`ALL`]. `None` for a command [`BY_COMMAND`] does not know.
+pub fn for_command(path: &str) -> Option<Vec<(u8, &'static str)>> {
+    let prefix = format!("{path} ");
+    let own: Vec<(u8, &'static str)> = BY_COMMAND
+        .iter()
+        .filter(|(name, _)| *name == path || name.starts_with(&prefix))
+        .flat_map(|(_, codes)| codes.iter().copied())
+        .collect();
+    if own.is_empty() {
+        return None;
+    }
+    let mut out: Vec<(u8, &'static str)> = Vec::new();
+    for (code, meaning) in own {
+        if !out.iter().any(|(c, _)| *c == code) {
+            out.push((code, meaning));
+        }
+    }
+    for code in COMMON {
+        if !out.iter().any(|(c, _)| c == code) {
+            out.push((*code, meaning(*code)));
+        }
+    }
+    out.sort_by_key(|(c, _)| *c);
+    Some(out)
+}
+
+/// The meaning of a code in [`ALL`].
+pub fn meaning(code: u8) -> &'static str {
+    ALL.iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, m)| *m)
+        .unwrap_or("an undocumented code")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every code constant of this file is in [`ALL`] once: the README test and `--help`
+    /// Every code constant of this file is in [`ALL`] once: the documentation test and `--help`
     /// see them all.
     #[test]
     fn all_lists_every_code_once() {
@@ -92,5 +322,41 @@ mod tests {
             codes, consts,
             "ALL must list every code constant exactly once"
         );
+    }
+
+    /// Every code a command documents is a code repro has.
+    #[test]
+    fn commands_document_only_known_codes() {
+        for (name, codes) in BY_COMMAND {
+            for (code, meaning) in *codes {
+                assert!(
+                    ALL.iter().any(|(c, _)| c == code),
+                    "{name}: code {code} is not in ALL"
+                );
+                assert!(!meaning.is_empty(), "{name}: code {code} has no meaning");
+            }
+        }
+    }
+
+    #[test]
+    fn a_parent_lists_its_subcommands_codes_once_in_order() {
+        let env: Vec<u8> = for_command("env")
+            .unwrap()
+            .iter()
+            .map(|(c, _)| *c)
+            .collect();
+        assert_eq!(env, [OK, MISMATCH, USAGE, ENVIRONMENT, IO, INTERNAL]);
+        let check = for_command("env check").unwrap();
+        assert_eq!(
+            check[0],
+            (OK, "every must-match field matches (warnings are shown)")
+        );
+        assert!(check.contains(&(USAGE, meaning(USAGE))));
+        assert_eq!(
+            for_command("en"),
+            None,
+            "a prefix of a name is not a command"
+        );
+        assert_eq!(for_command("nothing"), None);
     }
 }

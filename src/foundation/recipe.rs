@@ -356,7 +356,7 @@ impl Diagnose for RecipeError {
     fn hint(&self) -> Option<String> {
         match self {
             RecipeError::NotFound { available, .. } if available.is_empty() => Some(format!(
-                "write one in {DIR}/NAME.toml (the README has the reference)"
+                "write one in {DIR}/NAME.toml (repro's book has the reference: docs/src/reference/recipes.md)"
             )),
             RecipeError::NotFound { available, .. } => {
                 Some(format!("recipes here: {}", available.join(", ")))
