@@ -457,3 +457,80 @@ fn bad_environments_and_setup_scripts_are_named_with_their_exit_codes() {
         assert!(text.contains(words), "{recipe}: {text}");
     }
 }
+
+/// The files (a code block whose first line is `// PATH` or `# PATH`) and the `$ repro ...`
+/// commands (with `# exits N` where one fails) of a guide page, in order.
+fn page_script(text: &str) -> (Vec<(String, String)>, Vec<(String, i32)>) {
+    let (mut files, mut commands) = (Vec::new(), Vec::new());
+    let mut block: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            match block.take() {
+                Some(lines) => {
+                    let first = lines.first().copied().unwrap_or_default();
+                    let path = first
+                        .strip_prefix("// ")
+                        .or_else(|| first.strip_prefix("# "))
+                        .filter(|p| p.contains('/') && p.contains('.') && !p.contains(' '));
+                    if let Some(path) = path {
+                        files.push((path.to_string(), lines[1..].join("\n") + "\n"));
+                    }
+                }
+                None => block = Some(Vec::new()),
+            }
+            continue;
+        }
+        if let Some(b) = block.as_mut() {
+            b.push(line);
+            if let Some(cmd) = line.strip_prefix("$ repro ") {
+                let (cmd, note) = cmd.split_once("  #").unwrap_or((cmd, ""));
+                let code = note
+                    .trim()
+                    .strip_prefix("exits ")
+                    .map_or(0, |n| n.parse().unwrap());
+                commands.push((cmd.trim().to_string(), code));
+            }
+        }
+    }
+    (files, commands)
+}
+
+#[test]
+fn the_pytorch_guide_runs_as_written() {
+    let text =
+        std::fs::read_to_string(common::crate_dir().join("docs/src/guide/pytorch.md")).unwrap();
+    let (files, commands) = page_script(&text);
+    assert!(
+        files.len() >= 2 && commands.len() >= 7,
+        "{files:?} {commands:?}"
+    );
+    let Some((old, new)) = torch_venvs() else {
+        return;
+    };
+    let file_refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let (tmp, root) = repo_with(&file_refs);
+    // The page's environments, beside the repository's files and out of git's sight.
+    for (link, venv) in [(".venv-2.4", &old), (".venv-2.5", &new)] {
+        std::os::unix::fs::symlink(venv.parent().unwrap().parent().unwrap(), root.join(link))
+            .unwrap();
+    }
+    std::fs::write(root.join(".git/info/exclude"), ".venv-*\n").unwrap();
+    for (cmd, code) in &commands {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        let out = repro(tmp.path())
+            .current_dir(&root)
+            .args(&words)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "repro {cmd}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
