@@ -460,7 +460,10 @@ fn bad_environments_and_setup_scripts_are_named_with_their_exit_codes() {
 
 /// The files (a code block whose first line is `// PATH` or `# PATH`) and the `$ repro ...`
 /// commands (with `# exits N` where one fails) of a guide page, in order.
-fn page_script(text: &str) -> (Vec<(String, String)>, Vec<(String, i32)>) {
+/// A page's files (path, text) and commands (argv after `repro`, expected exit code).
+type Script = (Vec<(String, String)>, Vec<(String, i32)>);
+
+fn page_script(text: &str) -> Script {
     let (mut files, mut commands) = (Vec::new(), Vec::new());
     let mut block: Option<Vec<&str>> = None;
     for line in text.lines() {

@@ -179,7 +179,7 @@ pub fn build(
     env: &PyEnv,
     cxx: &Path,
     nvcc: Option<&Path>,
-) -> Result<(Vec<(String, Vec<u8>)>, String), CompileError> {
+) -> super::Compiled {
     let (bytes, mut log) = match &t.setup {
         Some(setup) => run_setup(root, t, env, setup)?,
         None => compile(root, t, env, cxx, nvcc)?,
@@ -236,6 +236,14 @@ fn compile(
     ];
     if let Some(py) = &env.include_dir {
         common.push(format!("-I{}", py.display()));
+    }
+    // C++ sources of a CUDA extension include PyTorch's CUDA headers, which include the
+    // CUDA runtime's: the host compiler gets the toolkit's include directory beside nvcc.
+    if t.has_cuda()
+        && let Some(dir) = nvcc.and_then(|n| Some(n.parent()?.parent()?.join("include")))
+        && dir.is_dir()
+    {
+        common.push(format!("-I{}", dir.display()));
     }
     common.extend(t.include_dirs.iter().map(|d| format!("-I{d}")));
     common.push(format!("-DTORCH_EXTENSION_NAME={}", t.module));
