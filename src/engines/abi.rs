@@ -330,6 +330,99 @@ mod tests {
         assert_eq!(symbol("PyInit_x@@V1").demangled, "PyInit_x");
     }
 
+    fn env_with_torch(cxx11: bool) -> PyEnv {
+        use crate::foundation::pyenv::{Located, Source, Torch};
+        PyEnv {
+            located: Located {
+                interpreter: "/v/bin/python3".into(),
+                source: Source::Flag,
+            },
+            version: "3.11.7".into(),
+            minor: (3, 11),
+            abi_tag: "cp311".into(),
+            ext_suffix: ".cpython-311-x86_64-linux-gnu.so".into(),
+            prefix: "/v".into(),
+            base_prefix: "/usr".into(),
+            site_packages: vec![],
+            include_dir: None,
+            dists: Default::default(),
+            torch: Some(Torch {
+                dir: "/v/torch".into(),
+                version: "2.5.1+cu124".into(),
+                cuda: Some("12.4".into()),
+                git_version: None,
+                cxx11_abi: Some(cxx11),
+                cudnn: None,
+                cuda_archs: None,
+            }),
+        }
+    }
+
+    fn diagnosis(undefined: &str, candidate: &str, built: Option<Value>) -> Diagnosis {
+        Diagnosis {
+            module: "ext".into(),
+            file: "ext.so".into(),
+            interpreter: "/v/bin/python3".into(),
+            imports: false,
+            message: None,
+            undefined: Some(symbol(undefined)),
+            candidates: vec![Candidate {
+                library: "libc10.so".into(),
+                symbol: symbol(candidate),
+            }],
+            built_with: built.map(|torch| BuiltWith {
+                key: "ab".repeat(32),
+                recipe: "ext".into(),
+                torch,
+            }),
+            environment: serde_json::json!({"version": "2.5.1+cu124", "cuda": "12.4", "cxx11-abi": false, "python-abi": "cp311"}),
+            differences: vec![],
+            remedy: None,
+        }
+    }
+
+    #[test]
+    fn differences_name_the_abi_flag_the_python_tag_and_the_versions() {
+        // Built with the new C++ ABI (std::__cxx11::basic_string), PyTorch has the old one.
+        let d = diagnosis(
+            "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+            "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs",
+            None,
+        );
+        let env = env_with_torch(false);
+        let diffs = differences(&d, &env, "ext.cpython-310-x86_64-linux-gnu.so");
+        assert!(
+            diffs.iter().any(|x| x == "the C++ ABI: the extension was built with _GLIBCXX_USE_CXX11_ABI=1, this PyTorch uses 0"),
+            "{diffs:?}"
+        );
+        assert!(
+            diffs.iter().any(|x| x == "the Python version: the module is for cp310, this interpreter (3.11.7) is cp311"),
+            "{diffs:?}"
+        );
+        assert!(
+            diffs
+                .iter()
+                .any(|x| x.contains("another PyTorch than this environment's 2.5.1+cu124"))
+        );
+        // With the build record, the versions themselves.
+        let d = diagnosis(
+            "_ZN3c104cuda14ExchangeDeviceEa",
+            "_ZN3c104cuda14ExchangeDeviceEi",
+            Some(
+                serde_json::json!({"version": "2.2.1+cu121", "cuda": "12.1", "cxx11-abi": false, "python-abi": "cp311"}),
+            ),
+        );
+        let diffs = differences(&d, &env, "ext.cpython-311-x86_64-linux-gnu.so");
+        assert_eq!(
+            diffs[0],
+            format!(
+                "PyTorch: built against 2.2.1+cu121 (record {}), this environment has 2.5.1+cu124",
+                "ab".repeat(6)
+            )
+        );
+        assert_eq!(diffs.len(), 2, "{diffs:?}");
+    }
+
     #[test]
     fn the_undefined_symbol_is_read_from_the_loader_message() {
         assert_eq!(
