@@ -4,8 +4,11 @@
 //! The reference documents every exit code and every fingerprint field; every command line
 //! the pages show parses with the real command line, and every flag they name exists on the
 //! command they name it for; every subcommand and flag clap knows is in the command-line
-//! reference, which is regenerated from clap and compared; every file and link they name
-//! exists; the README stays a front door.
+//! reference, which is regenerated from clap and compared; the transcripts they show (`$ repro
+//! ...` and its output) that can run here are run and their output compared, and the others
+//! say why not; every file and link they name exists; the README stays a front door.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -772,6 +775,241 @@ fn the_readme_is_short_and_links_the_book() {
         );
     }
     assert!(text.contains("docs/src/SUMMARY.md"));
+}
+
+/// The README states the minimum Rust version Cargo.toml declares, and CI builds with it.
+#[test]
+fn the_readme_states_the_rust_version_ci_checks() {
+    let manifest = read("Cargo.toml");
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml states a rust-version");
+    assert!(
+        readme().contains(&format!("Rust {msrv} or newer")),
+        "the README does not say `Rust {msrv} or newer`"
+    );
+    let ci = read(".ci/run");
+    assert!(
+        ci.contains("cargo \"+$msrv\" check --all-targets --locked"),
+        "CI does not build with the stated rust-version"
+    );
+}
+
+/// A command a page shows with its output: a `$ repro ...` line in a code block and the lines
+/// after it, up to the next `$` line or the end of the block.
+#[derive(Debug)]
+struct Transcript {
+    file: String,
+    command: String,
+    output: Vec<String>,
+}
+
+fn transcripts(file: &str, text: &str) -> Vec<Transcript> {
+    let mut out: Vec<Transcript> = Vec::new();
+    let mut in_block = false;
+    let mut open = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            open = false;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        if let Some(cmd) = line.strip_prefix("$ ") {
+            open = cmd.starts_with("repro ");
+            if open {
+                out.push(Transcript {
+                    file: file.to_string(),
+                    command: cmd.to_string(),
+                    output: Vec::new(),
+                });
+            }
+        } else if open && let Some(t) = out.last_mut() {
+            t.output.push(line.to_string());
+        }
+    }
+    out
+}
+
+/// How a transcript is run here.
+enum Run {
+    /// In the repository as it is (the command reads only committed fixtures).
+    InRepo,
+    /// In a copy of the example kernels and recipes, with the pinned NVRTC, after one build
+    /// of the recipe (so that the build shown is the cached one).
+    Kernels(&'static str),
+    /// Not here, and why.
+    Not(&'static str),
+}
+
+/// Every transcript the documentation shows, by its command, with how it runs here. A new
+/// transcript must be added: run, or say why it cannot be.
+const TRANSCRIPTS: &[(&str, Run)] = &[
+    (
+        "repro env check --lock tests/fixtures/lockfile-v1.toml --fingerprint tests/fixtures/fingerprint-v1.json",
+        Run::InRepo,
+    ),
+    ("repro build vector_add", Run::Kernels("vector_add")),
+    (
+        "repro build --all",
+        Run::Not(
+            "needs nvcc installed (`toolchain install nvcc@13.0`, 266 MiB) for two of the recipes; tests/toolchain_cli.rs builds them",
+        ),
+    ),
+    (
+        "repro build softmax --explain",
+        Run::Not("needs a changed kernels/common.cuh; tests/build_cli.rs tests --explain"),
+    ),
+    ("repro bench vector_add", Run::Not("needs a GPU")),
+    (
+        "repro log",
+        Run::Not("needs a store with records made at those times"),
+    ),
+    ("repro env capture", Run::Not("shows the H200 machine")),
+    (
+        "repro toolchain install nvcc@13.0",
+        Run::Not("downloads 266 MiB of wheels; CI runs it (.ci/run)"),
+    ),
+    (
+        "repro build wmma_gemm_nvcc",
+        Run::Not("needs nvcc installed; CI runs it (.ci/run)"),
+    ),
+    ("repro toolchain list", Run::Not("needs nvcc installed")),
+    (
+        "repro bisect --good v1.2 --bad main --recipe flash_attention",
+        Run::Not("needs a history tagged v1.2; tests/bisect_cli.rs runs bisections"),
+    ),
+    (
+        "repro bisect --toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe va",
+        Run::Not("downloads three NVRTC releases; tests/toolchain_cli.rs runs it"),
+    ),
+    (
+        "repro bisect --toolchains nvcc@13.0..nvcc@13.1 --recipe popcount_cccl",
+        Run::Not("downloads nvcc 13.1 (110 MB); opt-in test in tests/toolchain_cli.rs"),
+    ),
+];
+
+/// A line as compared: words, with every word that holds a digit (times, sizes, keys,
+/// versions, abridged hashes such as `94ee72a0c5...`) reduced to `#`.
+fn shape(line: &str) -> String {
+    line.split_whitespace()
+        .map(|w| {
+            if w.chars().any(|c| c.is_ascii_digit()) {
+                "#"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether every line a transcript shows is in the actual output, in order; a line `...`
+/// stands for lines left out.
+fn shows(expected: &[String], actual: &str) -> Result<(), String> {
+    let actual: Vec<String> = actual.lines().map(shape).collect();
+    let mut at = 0;
+    for line in expected.iter().map(|l| shape(l)) {
+        if line.is_empty() || line == "..." {
+            continue;
+        }
+        match actual[at..].iter().position(|a| *a == line) {
+            Some(i) => at += i + 1,
+            None => return Err(format!("`{line}` is not in the output, in this order")),
+        }
+    }
+    Ok(())
+}
+
+/// The transcripts of the documentation that can run here are run, and print what the page
+/// shows (numbers and hashes aside); the others are listed with the reason.
+#[test]
+fn the_transcripts_in_the_docs_run() {
+    let mut failures = Vec::new();
+    let (mut ran, mut built) = (0, 0);
+    for file in doc_files() {
+        for t in transcripts(&file, &read(&file)) {
+            let Some((_, how)) = TRANSCRIPTS.iter().find(|(c, _)| *c == t.command) else {
+                failures.push(format!(
+                    "{}: `{}` is not in TRANSCRIPTS: run it or say why not",
+                    t.file, t.command
+                ));
+                continue;
+            };
+            let args: Vec<String> = words(&t.command).into_iter().skip(1).collect();
+            let cache = tempfile::tempdir().unwrap();
+            let (_keep, dir) = match how {
+                Run::Not(why) => {
+                    assert!(!why.is_empty(), "{}: say why", t.command);
+                    continue;
+                }
+                Run::InRepo => (None, root().to_path_buf()),
+                Run::Kernels(recipe) => {
+                    if !common::nvrtc_available() {
+                        continue;
+                    }
+                    let (tmp, kernels) = common::kernel_repo();
+                    common::repro(cache.path())
+                        .arg("-C")
+                        .arg(&kernels)
+                        .args(["build", recipe])
+                        .assert()
+                        .success();
+                    built += 1;
+                    (Some(tmp), kernels)
+                }
+            };
+            let out = common::repro(cache.path())
+                .arg("-C")
+                .arg(&dir)
+                .args(&args)
+                .output()
+                .unwrap();
+            ran += 1;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if let Err(why) = shows(&t.output, &text) {
+                failures.push(format!(
+                    "{}: `{}`: {why}\n--- it printed:\n{text}{}",
+                    t.file,
+                    t.command,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+    }
+    assert!(ran >= 2, "ran only {ran} transcripts");
+    // The build transcripts ran, unless NVRTC could not be provisioned (which says so).
+    assert!(
+        built >= 2 || !common::nvrtc_available(),
+        "ran {built} builds"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn shapes_compare_words_not_numbers() {
+    let shown = [
+        "a  key 49a4d06a2f9a  1.3 ms".to_string(),
+        "...".into(),
+        "end".into(),
+    ];
+    assert!(shows(&shown, "x\na key 661bb896691c 0.2 ms\nmore\nend\n").is_ok());
+    assert!(
+        shows(&shown, "a key 661bb896691c 0.2 ms\n").is_err(),
+        "a line is missing"
+    );
+    assert!(
+        shows(&shown, "end\na key 1 2 ms\n").is_err(),
+        "out of order"
+    );
+    assert!(
+        shows(&shown, "a built 1 2 ms\nend\n").is_err(),
+        "another word"
+    );
 }
 
 /// A bench script that takes `--repro PATH` runs that binary everywhere: the default path

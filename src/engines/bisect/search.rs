@@ -505,7 +505,7 @@ mod tests {
         // `next` only asks inside the bracket, where either answer is consistent, so even a
         // flaky oracle cannot make `run` fail or loop: it ends on some Good/Bad boundary.
         let answer = |i: usize| {
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 Answer::Bad
             } else {
                 Answer::Good

@@ -239,10 +239,11 @@ impl Fingerprint {
         {
             return vec![Field::Unavailable(format!("{name} is not installed"))];
         }
-        if let Some(name) = lock_key.strip_prefix("env.") {
-            if !self.fields.contains_key(lock_key) && self.probed("env") {
-                return vec![Field::Unavailable(format!("{name} is not set"))];
-            }
+        if let Some(name) = lock_key.strip_prefix("env.")
+            && !self.fields.contains_key(lock_key)
+            && self.probed("env")
+        {
+            return vec![Field::Unavailable(format!("{name} is not set"))];
         }
         vec![self.get(lock_key)]
     }
