@@ -23,4 +23,6 @@ pub mod cli {
 }
 
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
-pub use foundation::{archive, exit, expr, fields, fsutil, keys, recipe, records, store};
+pub use foundation::{
+    archive, elf, exit, expr, fatbin, fields, fsutil, keys, recipe, records, store,
+};

@@ -385,3 +385,41 @@ fn hostile_inputs_never_panic() {
     eprintln!("fuzz: {total} hostile inputs in {secs} s, none panicked: {tried:?}");
     assert!(tried.values().all(|&n| n > 0));
 }
+
+/// Device code is hostile input too: a compiler's (or a command build's) cubin, fat binary
+/// or object, mutated, is read by the ELF and fat binary readers without a panic. Seeds are
+/// nvcc 13.0's own output (tests/fixtures/device).
+#[test]
+fn hostile_device_code_never_panics() {
+    let secs: u64 = std::env::var("REPRO_FUZZ_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let dir = common::crate_dir().join("tests/fixtures/device");
+    let seeds: Vec<Vec<u8>> = ["k.sm_90.cubin", "k.fatbin", "k.zstd.fatbin"]
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    let check = |b: &Vec<u8>| {
+        if let Ok(e) = repro::elf::Elf::parse(b) {
+            let _ = e.symbols();
+            for s in e.sections() {
+                let _ = e.data(s);
+            }
+        }
+        if let Ok(members) = repro::fatbin::members(b) {
+            for m in members {
+                let _ = repro::elf::Elf::parse(&m.payload).and_then(|e| e.symbols());
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(secs).div_f64(5.0);
+    let n = fuzz(
+        "device code",
+        deadline,
+        (prop::sample::select(seeds), edits()).prop_map(|(s, e)| apply(&s, &e)),
+        check,
+    );
+    eprintln!("device code: {n} inputs");
+    assert!(n > 0);
+}

@@ -864,6 +864,12 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         "repro build softmax --explain",
         Run::Not("needs a changed kernels/common.cuh; tests/build_cli.rs tests --explain"),
     ),
+    (
+        "repro build attention",
+        Run::Not(
+            "needs nvcc installed and a kernel that warns before its error; tests/honest_build_cli.rs builds one and checks the reason line",
+        ),
+    ),
     ("repro bench vector_add", Run::Not("needs a GPU")),
     (
         "repro log",
@@ -1052,6 +1058,134 @@ fn shapes_compare_words_not_numbers() {
         shows(&shown, "a built 1 2 ms\nend\n").is_err(),
         "another word"
     );
+}
+
+/// The rows of the JSON reference: each command a row names, and the top-level keys the row
+/// lists (backquoted words outside parentheses).
+fn json_rows() -> Vec<(String, BTreeSet<String>)> {
+    let page = read("docs/src/reference/json.md");
+    let mut out = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| `repro ")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let mut depth = 0;
+        let mut outside = String::new();
+        for c in cells[1].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                c if depth == 0 => outside.push(c),
+                _ => {}
+            }
+        }
+        let keys: BTreeSet<String> = outside
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        for cmd in cells[0].trim_start_matches("| ").split(", ") {
+            out.push((cmd.trim_matches('`').to_string(), keys.clone()));
+        }
+    }
+    out
+}
+
+/// What `--json` prints for the commands that run without a GPU or a compiler: every
+/// top-level key is in the JSON reference's row for the command, and every key the row
+/// lists is printed (where it is printed only sometimes, the row says when).
+#[test]
+fn the_json_reference_names_every_key_the_commands_print() {
+    let (tmp, repo) = common::repo_with(&[("README", "a project\n")]);
+    let cache = tmp.path().join("cache");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = common::run_in(&cache, &repo, &[&["--json"], args].concat());
+        // A report that says no (1) or that this machine lacks something (3) is JSON too.
+        assert!([0, 1, 3].contains(&code), "repro {args:?}: {code}\n{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("repro {args:?}: {e}\n{out}"))
+    };
+    let bench = json(&["bench", "--command", "true", "--name", "t", "--runs", "3"]);
+    let a = bench["results"][0]["id"].as_str().unwrap().to_string();
+    let b = json(&["bench", "--command", "true", "--name", "t", "--runs", "3"])["results"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bundle = tmp.path().join("b.tar.zst");
+    let bundle = bundle.to_str().unwrap();
+    let lock = tmp.path().join("l.toml");
+    let fixtures = root().join("tests/fixtures");
+    let (fl, ff) = (
+        fixtures.join("lockfile-v1.toml"),
+        fixtures.join("fingerprint-v1.json"),
+    );
+    let svg = tmp.path().join("p.svg");
+    let printed: Vec<(&str, serde_json::Value)> = vec![
+        ("repro bench", bench),
+        (
+            "repro env check",
+            json(&[
+                "env",
+                "check",
+                "--lock",
+                fl.to_str().unwrap(),
+                "--fingerprint",
+                ff.to_str().unwrap(),
+            ]),
+        ),
+        (
+            "repro env lock",
+            json(&["env", "lock", "-o", lock.to_str().unwrap()]),
+        ),
+        ("repro toolchain list", json(&["toolchain", "list"])),
+        ("repro toolchain which", json(&["toolchain", "which"])),
+        ("repro store path", json(&["store", "path"])),
+        ("repro store verify", json(&["store", "verify"])),
+        ("repro store gc", json(&["store", "gc"])),
+        ("repro log", json(&["log"])),
+        ("repro show", json(&["show", &a])),
+        ("repro compare", json(&["compare", &a, &b])),
+        (
+            "repro bundle create",
+            json(&["bundle", "create", &a, "-o", bundle]),
+        ),
+        ("repro bundle verify", json(&["bundle", "verify", bundle])),
+        ("repro bundle show", json(&["bundle", "show", bundle])),
+        (
+            "repro plot",
+            json(&["plot", "t", "-o", svg.to_str().unwrap()]),
+        ),
+    ];
+    // Keys a row lists that these runs need not print, and why.
+    let sometimes = [
+        ("repro env check", "toolchains"), // only when the project pins toolchains
+    ];
+    let rows = json_rows();
+    let mut problems = Vec::new();
+    for (cmd, v) in &printed {
+        let Some((_, documented)) = rows.iter().find(|(c, _)| c == cmd) else {
+            problems.push(format!("{cmd}: no row in docs/src/reference/json.md"));
+            continue;
+        };
+        let keys: BTreeSet<String> = v.as_object().unwrap().keys().cloned().collect();
+        assert!(keys.contains("schema"), "{cmd} prints no schema: {v}");
+        if documented.is_empty() {
+            // The row says it prints a stored record, whose layout is the record's.
+            continue;
+        }
+        for k in keys.iter().filter(|k| *k != "schema") {
+            if !documented.contains(k) {
+                problems.push(format!("{cmd}: prints `{k}`, which its row does not list"));
+            }
+        }
+        for k in documented {
+            let is_key = k.chars().all(|c| c.is_ascii_lowercase() || c == '-');
+            if is_key && !keys.contains(k) && !sometimes.contains(&(*cmd, k.as_str())) {
+                problems.push(format!(
+                    "{cmd}: its row lists `{k}`, which it does not print"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// A bench script that takes `--repro PATH` runs that binary everywhere: the default path

@@ -905,7 +905,10 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let targets = if r.targets().len() > 1 {
+    // A fat binary over several targets is one build, so one search, named by them all.
+    let targets = if r.is_fat() {
+        vec![r.targets().join("+")]
+    } else if r.targets().len() > 1 {
         r.targets().to_vec()
     } else {
         vec![r.targets()[0].clone()]

@@ -42,7 +42,7 @@ pub struct Args {
     /// Recipes to build: names (`vector_add`) or paths (`recipes/vector_add.toml`).
     #[arg(value_name = "RECIPE")]
     recipes: Vec<String>,
-    /// Build every recipe in recipes/.
+    /// Build every recipe in recipes/; those that cannot be built are reported at the end.
     #[arg(long, conflicts_with = "recipes")]
     all: bool,
     /// Say which input changed since each recipe's last build.
@@ -114,12 +114,25 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         opts.nix_fallback = Some(why);
     }
+    let (recipes, mut unbuilt) = recipes;
     warn_if_pin_missing(g, &cfg, &recipes);
-    let outcomes = build_all(g, &root, &recipes, &opts)?;
-    finish(g, outcomes)
+    let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
+    unbuilt.extend(failures);
+    finish(g, outcomes, unbuilt)
 }
 
-fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
+/// A recipe that could not be built at all (its toolchain is missing, it does not parse
+/// under `--all`), as opposed to a build that ran and failed.
+struct Unbuilt {
+    recipe: String,
+    error: anyhow::Error,
+}
+
+/// The recipes to build, each several-target recipe as one build per target (a fat binary
+/// over its targets excepted). Named recipes are all parsed before any is built, so a typo
+/// fails fast and builds nothing; with `--all`, a recipe that does not parse is reported at
+/// the end with the others that could not be built, and the rest are built.
+fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<(Vec<recipe::Recipe>, Vec<Unbuilt>)> {
     let names = if a.all {
         recipe::list(root)
     } else {
@@ -137,13 +150,20 @@ fn load_recipes(root: &Path, a: &Args) -> anyhow::Result<Vec<recipe::Recipe>> {
         };
         return Err(UserError::usage("name a recipe to build").hint(hint).into());
     }
-    // Parse every recipe before building any, so a typo fails fast and builds nothing. A
-    // recipe with several targets is one build per target.
-    let loaded: Vec<recipe::Recipe> = names
-        .iter()
-        .map(|n| recipe::load(root, n))
-        .collect::<Result<_, _>>()?;
-    Ok(loaded.iter().flat_map(recipe::Recipe::per_target).collect())
+    let mut loaded = Vec::new();
+    let mut unbuilt = Vec::new();
+    for n in &names {
+        match recipe::load(root, n) {
+            Ok(r) => loaded.push(r),
+            Err(e) if a.all => unbuilt.push(Unbuilt {
+                recipe: n.clone(),
+                error: anyhow::Error::new(e).context(format!("failed to load recipe `{n}`")),
+            }),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let per_target = loaded.iter().flat_map(recipe::Recipe::per_target).collect();
+    Ok((per_target, unbuilt))
 }
 
 fn warn_if_pin_missing(
@@ -166,38 +186,97 @@ fn warn_if_pin_missing(
     }
 }
 
+/// Builds every recipe it can: one that cannot be built (its toolchain is missing) does
+/// not stop the others; it is returned, to be reported at the end.
 fn build_all(
     g: &Globals,
     root: &Path,
     recipes: &[recipe::Recipe],
     opts: &Options,
-) -> anyhow::Result<Vec<Outcome>> {
+) -> (Vec<Outcome>, Vec<Unbuilt>) {
     let store = g.store();
     let mut outcomes = Vec::new();
+    let mut unbuilt = Vec::new();
     for r in recipes {
-        let o = build::build(root, &store, r, opts)
-            .with_context(|| format!("failed to build recipe `{}`", r.name))?;
-        // -q prints only problems: a failed build.
+        let o = match build::build(root, &store, r, opts) {
+            Ok(o) => o,
+            Err(e) => {
+                unbuilt.push(Unbuilt {
+                    recipe: r.name.clone(),
+                    error: anyhow::Error::new(e)
+                        .context(format!("failed to build recipe `{}`", r.name)),
+                });
+                continue;
+            }
+        };
+        // -q prints only problems: a failed build. A closed stdout ends the printing, not
+        // the building.
         if !g.json && opts.nix.is_none() && (!g.quiet || o.status != "ok") {
-            emit_outcome(&o, g)?;
+            let _ = emit_outcome(&o, g);
         }
         outcomes.push(o);
     }
-    Ok(outcomes)
+    (outcomes, unbuilt)
 }
 
-fn finish(g: &Globals, outcomes: Vec<Outcome>) -> anyhow::Result<u8> {
-    let failed = outcomes.iter().filter(|o| o.status == "failed").count();
+/// Reports what could not be built, each with its message and hint, and returns the exit
+/// code: that of the worst failure (see [`exit::worst`]), 0 when every recipe built.
+fn report_unbuilt(unbuilt: &[Unbuilt], outcomes: &[Outcome]) -> u8 {
+    let failed = outcomes.iter().any(|o| o.status != "ok");
+    let codes: Vec<u8> = unbuilt
+        .iter()
+        .map(|u| crate::app::report::report(&u.error))
+        .collect();
+    exit::worst(
+        codes
+            .into_iter()
+            .chain(failed.then_some(exit::BUILD_FAILED)),
+    )
+}
+
+fn finish(g: &Globals, outcomes: Vec<Outcome>, unbuilt: Vec<Unbuilt>) -> anyhow::Result<u8> {
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.status != "ok")
+        .map(|o| o.recipe.as_str())
+        .collect();
+    let code = report_unbuilt(&unbuilt, &outcomes);
     if g.json {
-        emit_json(&json!({ "schema": 1, "builds": outcomes }))?;
-    } else if failed > 0 && !g.quiet {
-        eprintln!("{failed} of {} builds failed", outcomes.len());
+        let errors: Vec<_> = unbuilt
+            .iter()
+            .map(|u| {
+                json!({
+                    "recipe": u.recipe,
+                    "error": u.error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "),
+                })
+            })
+            .collect();
+        let mut doc = json!({ "schema": 1, "builds": outcomes });
+        if !errors.is_empty() {
+            doc["not-built"] = errors.into();
+        }
+        emit_json(&doc)?;
+    } else if (!failed.is_empty() || !unbuilt.is_empty()) && !g.quiet {
+        let total = outcomes.len() + unbuilt.len();
+        let mut parts = Vec::new();
+        if !failed.is_empty() {
+            parts.push(format!(
+                "{} of {total} builds failed ({})",
+                failed.len(),
+                failed.join(", ")
+            ));
+        }
+        if !unbuilt.is_empty() {
+            let names: Vec<&str> = unbuilt.iter().map(|u| u.recipe.as_str()).collect();
+            parts.push(format!(
+                "{} of {total} recipes could not be built ({})",
+                unbuilt.len(),
+                names.join(", ")
+            ));
+        }
+        eprintln!("{}", parts.join("; "));
     }
-    Ok(if failed > 0 {
-        exit::BUILD_FAILED
-    } else {
-        exit::OK
-    })
+    Ok(code)
 }
 
 /// The parent side of a Nix build: evaluate the shell, run the child in it, relay.
@@ -295,7 +374,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
     let run = || -> anyhow::Result<(u8, Vec<Outcome>)> {
         let root = g.project_root();
         let cfg = g.config()?;
-        let recipes = load_recipes(&root, a)?;
+        let (recipes, mut unbuilt) = load_recipes(&root, a)?;
         let opts = Options {
             force: a.force,
             explain: a.explain,
@@ -306,9 +385,11 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
             python: g.python.clone(),
         };
-        let outcomes = build_all(g, &root, &recipes, &opts)?;
-        let failed = outcomes.iter().any(|o| o.status == "failed");
-        Ok((if failed { exit::BUILD_FAILED } else { exit::OK }, outcomes))
+        let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
+        unbuilt.extend(failures);
+        // The child reports what it could not build on its stderr (the parent relays
+        // error and hint lines) and answers with the worst failure's code.
+        Ok((report_unbuilt(&unbuilt, &outcomes), outcomes))
     };
     let reply = match run() {
         Ok((code, outcomes)) => ShellReply {
@@ -344,8 +425,13 @@ fn render(o: &Outcome, g: &Globals) -> String {
         .iter()
         .map(|(k, v)| format!("{k} {} {}", size(v.bytes), keys::short(&v.sha256)))
         .collect();
+    let compile_only = if o.checked == Some(crate::foundation::records::Checked::CompileOnly) {
+        "  (compile-only)"
+    } else {
+        ""
+    };
     let mut s = format!(
-        "{:<16} {state}  key {}  {}  {:.1} ms\n",
+        "{:<16} {state}  key {}  {}  {:.1} ms{compile_only}\n",
         o.recipe,
         keys::short(&o.key),
         outputs.join("  "),
@@ -371,6 +457,9 @@ fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
     emit(&render(o, g))?;
     if o.status != "ok" || (g.verbose > 0 && !o.log.is_empty()) {
         let mut err = std::io::stderr().lock();
+        if let Some(reason) = o.failure_reason() {
+            let _ = writeln!(err, "  reason: {reason}");
+        }
         for line in o.log.lines() {
             let _ = writeln!(err, "  | {line}");
         }

@@ -398,6 +398,16 @@ fn show_build(id: &str, r: &BuildRecord) -> anyhow::Result<u8> {
         ]);
     }
     t.row(["input files".to_string(), r.inputs.files.len().to_string()]);
+    if let Some(c) = r.checked {
+        t.row(["checked".to_string(), c.word().to_string()]);
+    }
+    // A record from elsewhere (a bundle, a pull) is hostile: its reason is shown as text.
+    if let Some(reason) = r.failure_reason() {
+        t.row([
+            "reason".to_string(),
+            crate::foundation::output::printable(&reason),
+        ]);
+    }
     for (name, o) in &r.outputs {
         t.row([
             format!("output {name}"),

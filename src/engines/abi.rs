@@ -219,7 +219,7 @@ pub fn same_name(lib: &Path, missing: &str) -> Vec<Candidate> {
     libs.sort();
     let mut out = Vec::new();
     for path in libs {
-        let Ok(syms) = crate::foundation::elf::dynamic_symbols(&path) else {
+        let Ok(syms) = crate::foundation::solib::dynamic_symbols(&path) else {
             continue;
         };
         let library = path

@@ -1,317 +1,390 @@
-//! Just enough of ELF64 (little-endian, as on x86-64 and aarch64 Linux) to answer two
-//! questions without running a tool: which symbols a shared library defines and which it
-//! needs (its dynamic symbol table), and which GPU architectures its device code was built
-//! for (the headers of its `.nv_fatbin` section). Files are read by seeking to what is
-//! needed, with every offset and size checked against the file: a library from elsewhere
-//! cannot make this read past its end or allocate more than it holds.
+//! A small, bounded reader of 64-bit little-endian ELF files: the header, the sections and
+//! the symbol table. CUDA cubins are such files (machine `EM_CUDA`); nothing here is
+//! specific to them, so any ELF64 object can be listed.
+//!
+//! The bytes come from elsewhere (a compiler's output, an artifact in a bundle): every
+//! offset and size is checked against the buffer before it is used, and a malformed file is
+//! an [`ElfError`], never a panic or an out-of-bounds read.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+/// `e_machine` of a CUDA cubin.
+pub const EM_CUDA: u16 = 190;
+/// `sh_type` of a section that takes no space in the file (`.bss`, `.nv.shared.*`).
+pub const SHT_NOBITS: u32 = 8;
+/// `sh_type` of a symbol table.
+pub const SHT_SYMTAB: u32 = 2;
+/// `st_info` type of a function symbol.
+pub const STT_FUNC: u8 = 2;
 
-/// Why a file cannot be read as a shared library.
-#[derive(Debug, thiserror::Error)]
+/// The most sections a file may declare: far above any real object, low enough that a
+/// hostile header cannot make the reader allocate without bound.
+const MAX_SECTIONS: usize = 1 << 16;
+
+/// Why bytes are not a readable ELF64 file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ElfError {
-    /// It cannot be opened or read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The system's words.
-        #[source]
-        source: std::io::Error,
+    /// It does not start with `\x7fELF`.
+    #[error("not an ELF file (no \\x7fELF magic)")]
+    NotElf,
+    /// A 32-bit or big-endian file.
+    #[error("unsupported ELF flavour: {what} (only 64-bit little-endian files are read)")]
+    Unsupported {
+        /// What it is.
+        what: &'static str,
     },
-    /// It is not a 64-bit little-endian ELF file, or its tables point outside it.
-    #[error("{path} is not a readable ELF64 shared library: {reason}")]
+    /// A header, table or name lies (partly) outside the file.
+    #[error("truncated or malformed ELF: {what}")]
     Malformed {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        reason: String,
+        /// Which structure.
+        what: String,
     },
 }
 
-/// One section header.
-#[derive(Clone, Debug)]
-struct Section {
-    name: String,
-    offset: u64,
-    size: u64,
-    link: u32,
+/// One section header, with its name resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    /// Its index in the section header table.
+    pub index: usize,
+    /// Its name (`.text.kernel`, `.nv.info`).
+    pub name: String,
+    /// `sh_type`.
+    pub kind: u32,
+    /// `sh_flags`.
+    pub flags: u64,
+    /// `sh_offset`.
+    pub offset: u64,
+    /// `sh_size`: bytes in the file, or (for [`SHT_NOBITS`]) bytes it occupies at run time.
+    pub size: u64,
+    /// `sh_link`.
+    pub link: u32,
+    /// `sh_info`.
+    pub info: u32,
+    /// `sh_entsize`.
+    pub entsize: u64,
 }
 
-struct Elf {
-    file: File,
-    len: u64,
-    path: String,
+/// One symbol of the symbol table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Its index in the symbol table.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// `st_value`.
+    pub value: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// The type: the low four bits of `st_info` ([`STT_FUNC`], ...).
+    pub kind: u8,
+    /// The binding: the high four bits of `st_info` (0 local, 1 global, 2 weak).
+    pub bind: u8,
+    /// `st_other`.
+    pub other: u8,
+    /// `st_shndx`: the index of the section it is defined in.
+    pub section: u16,
+}
+
+/// A parsed ELF64 file borrowing its bytes.
+#[derive(Clone, Debug)]
+pub struct Elf<'a> {
+    data: &'a [u8],
+    /// `e_ident[EI_ABIVERSION]`.
+    pub abi_version: u8,
+    /// `e_machine`.
+    pub machine: u16,
+    /// `e_flags`.
+    pub flags: u32,
     sections: Vec<Section>,
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+fn malformed(what: impl Into<String>) -> ElfError {
+    ElfError::Malformed { what: what.into() }
 }
 
-impl Elf {
-    fn open(path: &Path) -> Result<Elf, ElfError> {
-        let shown = path.display().to_string();
-        let io = |source| ElfError::Io {
-            path: shown.clone(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let mut elf = Elf {
-            file,
-            len,
-            path: shown,
-            sections: Vec::new(),
-        };
-        let head = elf.read(0, 64)?;
-        if &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
-            return Err(elf.bad("not a 64-bit little-endian ELF file"));
+/// `len` bytes at `off`, or an error naming `what`.
+fn slice<'a>(data: &'a [u8], off: u64, len: u64, what: &str) -> Result<&'a [u8], ElfError> {
+    let start = usize::try_from(off).map_err(|_| malformed(what))?;
+    let len = usize::try_from(len).map_err(|_| malformed(what))?;
+    let end = start.checked_add(len).ok_or_else(|| malformed(what))?;
+    data.get(start..end)
+        .ok_or_else(|| malformed(format!("{what} (bytes {start}..{end} of {})", data.len())))
+}
+
+/// Little-endian integers at an offset of a slice already known to be long enough.
+pub(crate) fn u16_at(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+/// The NUL-terminated string at `off` of a string table.
+fn name_at(table: &[u8], off: u32, what: &str) -> Result<String, ElfError> {
+    let rest = table.get(off as usize..).ok_or_else(|| {
+        malformed(format!(
+            "{what}: name offset {off} outside its string table"
+        ))
+    })?;
+    let end = rest
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or_else(|| malformed(format!("{what}: unterminated name")))?;
+    Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
+}
+
+impl<'a> Elf<'a> {
+    /// Parses the header and the section headers.
+    pub fn parse(data: &'a [u8]) -> Result<Self, ElfError> {
+        if data.len() < 4 || &data[..4] != b"\x7fELF" {
+            return Err(ElfError::NotElf);
         }
-        let shoff = u64_at(&head, 0x28);
-        let shentsize = u64::from(u16_at(&head, 0x3a));
-        let shnum = u64::from(u16_at(&head, 0x3c));
-        let shstrndx = u16_at(&head, 0x3e) as usize;
-        if shentsize < 64 || shnum == 0 {
-            return Err(elf.bad("no section headers"));
+        let ident = slice(data, 0, 64, "ELF header")?;
+        if ident[4] != 2 {
+            return Err(ElfError::Unsupported { what: "32-bit" });
         }
-        let table = elf.read(shoff, shentsize * shnum)?;
-        let mut raw = Vec::new();
-        for i in 0..shnum as usize {
-            let h = &table[i * shentsize as usize..];
+        if ident[5] != 1 {
+            return Err(ElfError::Unsupported { what: "big-endian" });
+        }
+        let shoff = u64_at(ident, 0x28);
+        let shentsize = u16_at(ident, 0x3a);
+        let shnum = u16_at(ident, 0x3c) as usize;
+        let shstrndx = u16_at(ident, 0x3e) as usize;
+        if shnum > 0 && shentsize < 64 {
+            return Err(malformed(format!("section header size {shentsize}")));
+        }
+        if shnum > MAX_SECTIONS {
+            return Err(malformed(format!("{shnum} sections")));
+        }
+        let mut raw = Vec::with_capacity(shnum);
+        for i in 0..shnum {
+            let at = shoff
+                .checked_add(i as u64 * u64::from(shentsize))
+                .ok_or_else(|| malformed("section header table offset"))?;
+            let h = slice(data, at, 64, &format!("section header {i}"))?;
             raw.push((
                 u32_at(h, 0),
                 Section {
+                    index: i,
                     name: String::new(),
+                    kind: u32_at(h, 4),
+                    flags: u64_at(h, 8),
                     offset: u64_at(h, 0x18),
                     size: u64_at(h, 0x20),
                     link: u32_at(h, 0x28),
+                    info: u32_at(h, 0x2c),
+                    entsize: u64_at(h, 0x38),
                 },
             ));
         }
-        let names = match raw.get(shstrndx) {
-            Some((_, s)) if s.size <= 1 << 20 => elf.read(s.offset, s.size)?,
-            _ => return Err(elf.bad("no section name table")),
+        let mut sections = Vec::with_capacity(shnum);
+        if shnum > 0 {
+            let strtab = raw
+                .get(shstrndx)
+                .ok_or_else(|| malformed(format!("section name table index {shstrndx}")))?;
+            let names = slice(data, strtab.1.offset, strtab.1.size, "section name table")?;
+            for (name_off, mut s) in raw {
+                s.name = name_at(names, name_off, &format!("section {}", s.index))?;
+                sections.push(s);
+            }
+        }
+        Ok(Elf {
+            data,
+            abi_version: ident[8],
+            machine: u16_at(ident, 0x12),
+            flags: u32_at(ident, 0x30),
+            sections,
+        })
+    }
+
+    /// Every section, in header order.
+    pub fn sections(&self) -> &[Section] {
+        &self.sections
+    }
+
+    /// The first section called `name`.
+    pub fn section(&self, name: &str) -> Option<&Section> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// A section's bytes in the file (none for [`SHT_NOBITS`]).
+    pub fn data(&self, s: &Section) -> Result<&'a [u8], ElfError> {
+        if s.kind == SHT_NOBITS {
+            return Ok(&[]);
+        }
+        slice(self.data, s.offset, s.size, &format!("section {}", s.name))
+    }
+
+    /// The symbols of the (first) symbol table, in table order; none if it has no table.
+    pub fn symbols(&self) -> Result<Vec<Symbol>, ElfError> {
+        let Some(tab) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
+            return Ok(Vec::new());
         };
-        elf.sections = raw
-            .into_iter()
-            .map(|(n, mut s)| {
-                s.name = c_str(&names, n as usize);
-                s
+        let bytes = self.data(tab)?;
+        let names = self
+            .sections
+            .get(tab.link as usize)
+            .ok_or_else(|| malformed(format!("{}: string table {}", tab.name, tab.link)))?;
+        let names = self.data(names)?;
+        bytes
+            .chunks_exact(24)
+            .enumerate()
+            .map(|(index, e)| {
+                Ok(Symbol {
+                    index,
+                    name: name_at(names, u32_at(e, 0), &format!("symbol {index}"))?,
+                    kind: e[4] & 0xf,
+                    bind: e[4] >> 4,
+                    other: e[5],
+                    section: u16_at(e, 6),
+                    value: u64_at(e, 8),
+                    size: u64_at(e, 16),
+                })
             })
-            .collect();
-        Ok(elf)
+            .collect()
     }
-
-    fn bad(&self, reason: &str) -> ElfError {
-        ElfError::Malformed {
-            path: self.path.clone(),
-            reason: reason.to_string(),
-        }
-    }
-
-    /// `size` bytes at `offset`, refused where they would pass the end of the file.
-    fn read(&mut self, offset: u64, size: u64) -> Result<Vec<u8>, ElfError> {
-        if offset.checked_add(size).is_none_or(|end| end > self.len) {
-            return Err(self.bad("a table points past the end of the file"));
-        }
-        let mut buf = vec![0; size as usize];
-        let path = self.path.clone();
-        self.file
-            .seek(SeekFrom::Start(offset))
-            .and_then(|_| self.file.read_exact(&mut buf))
-            .map_err(|source| ElfError::Io { path, source })?;
-        Ok(buf)
-    }
-
-    fn section(&self, name: &str) -> Option<Section> {
-        self.sections.iter().find(|s| s.name == name).cloned()
-    }
-}
-
-fn c_str(b: &[u8], at: usize) -> String {
-    let tail = b.get(at..).unwrap_or_default();
-    let end = tail.iter().position(|&c| c == 0).unwrap_or(tail.len());
-    String::from_utf8_lossy(&tail[..end]).into_owned()
-}
-
-/// A library's dynamic symbols: what it exports and what it expects from others.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DynamicSymbols {
-    /// Defined (exported) functions and objects, mangled.
-    pub defined: Vec<String>,
-    /// Undefined symbols it needs, mangled.
-    pub undefined: Vec<String>,
-    /// The libraries it names as needed (`DT_NEEDED`).
-    pub needed: Vec<String>,
-}
-
-/// Reads the dynamic symbol table (`.dynsym` with its `.dynstr`) and `DT_NEEDED` entries.
-pub fn dynamic_symbols(path: &Path) -> Result<DynamicSymbols, ElfError> {
-    let mut elf = Elf::open(path)?;
-    let Some(dynsym) = elf.section(".dynsym") else {
-        return Ok(DynamicSymbols::default());
-    };
-    let strtab = elf
-        .sections
-        .get(dynsym.link as usize)
-        .cloned()
-        .ok_or_else(|| elf.bad(".dynsym has no string table"))?;
-    let strings = elf.read(strtab.offset, strtab.size)?;
-    let table = elf.read(dynsym.offset, dynsym.size)?;
-    let mut out = DynamicSymbols::default();
-    for sym in table.chunks_exact(24).skip(1) {
-        let name = c_str(&strings, u32_at(sym, 0) as usize);
-        if name.is_empty() {
-            continue;
-        }
-        let info = sym[4];
-        let shndx = u16_at(sym, 6);
-        // Local symbols are not part of the interface.
-        if info >> 4 == 0 {
-            continue;
-        }
-        if shndx == 0 {
-            out.undefined.push(name);
-        } else {
-            out.defined.push(name);
-        }
-    }
-    if let Some(dynamic) = elf.section(".dynamic") {
-        let entries = elf.read(dynamic.offset, dynamic.size)?;
-        let names = match elf.sections.get(dynamic.link as usize).cloned() {
-            _ if dynamic.link == dynsym.link => strings.clone(),
-            Some(s) => elf.read(s.offset, s.size)?,
-            None => Vec::new(),
-        };
-        for e in entries.chunks_exact(16) {
-            let (tag, val) = (u64_at(e, 0), u64_at(e, 8));
-            if tag == 0 {
-                break;
-            }
-            if tag == 1 {
-                out.needed.push(c_str(&names, val as usize));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The text that follows the first `needle` in a section (`.rodata`), up to its NUL:
-/// a string a library was compiled with. Sections over 256 MiB are not read.
-pub fn find_in_section(path: &Path, section: &str, needle: &[u8]) -> Option<String> {
-    let mut elf = Elf::open(path).ok()?;
-    let sec = elf.section(section)?;
-    if sec.size > 256 << 20 || needle.is_empty() {
-        return None;
-    }
-    let data = elf.read(sec.offset, sec.size).ok()?;
-    let first = needle[0];
-    let mut from = 0;
-    while let Some(i) = data[from..].iter().position(|&b| b == first) {
-        let at = from + i;
-        if data[at..].starts_with(needle) {
-            let rest = &data[at + needle.len()..];
-            let end = rest
-                .iter()
-                .position(|&b| b == 0)
-                .unwrap_or(rest.len())
-                .min(256);
-            return Some(String::from_utf8_lossy(&rest[..end]).into_owned());
-        }
-        from = at + 1;
-    }
-    None
-}
-
-/// The magic number of a fat binary's container header.
-const FATBIN_MAGIC: u32 = 0xBA55_ED50;
-
-/// The architectures of the first fat binary in a library's `.nv_fatbin` section:
-/// `sm_NN` for each CUBIN, `compute_NN` for each PTX, sorted. A library is compiled with one
-/// set of `-gencode` flags, so its first translation unit speaks for all of them; reading
-/// only that one keeps this to a few small reads of a library of hundreds of megabytes.
-/// `None` for a missing file or one without device code.
-pub fn fatbin_archs(path: &Path) -> Option<Vec<String>> {
-    let mut elf = Elf::open(path).ok()?;
-    let sec = elf.section(".nv_fatbin")?;
-    let head = elf.read(sec.offset, 16).ok()?;
-    if u32_at(&head, 0) != FATBIN_MAGIC {
-        return None;
-    }
-    let header_size = u64::from(u16_at(&head, 6));
-    let fat_size = u64_at(&head, 8);
-    let end = sec
-        .offset
-        .checked_add(header_size)?
-        .checked_add(fat_size)?
-        .min(sec.offset + sec.size);
-    let mut at = sec.offset + header_size;
-    let mut archs = std::collections::BTreeSet::new();
-    // A container holds one entry per architecture and kind; 256 is far beyond any build.
-    for _ in 0..256 {
-        if at + 64 > end {
-            break;
-        }
-        let e = elf.read(at, 64).ok()?;
-        let kind = u16_at(&e, 0);
-        let entry_header = u64::from(u32_at(&e, 4));
-        let size = u64_at(&e, 8);
-        let arch = u32_at(&e, 28);
-        match kind {
-            1 => archs.insert(format!("compute_{arch}")),
-            2 => archs.insert(format!("sm_{arch}")),
-            _ => false,
-        };
-        if entry_header == 0 {
-            break;
-        }
-        at = at.checked_add(entry_header)?.checked_add(size)?;
-    }
-    (!archs.is_empty()).then(|| archs.into_iter().collect())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn reads_its_own_test_binary() {
-        // The test binary is an ELF executable with a dynamic symbol table (it links libc).
-        let me = std::env::current_exe().unwrap();
-        let syms = dynamic_symbols(&me).unwrap();
-        assert!(
-            syms.undefined
-                .iter()
-                .any(|s| s == "malloc" || s.starts_with("malloc"))
-        );
-        assert!(syms.needed.iter().any(|n| n.starts_with("libc.so")));
-        assert_eq!(fatbin_archs(&me), None);
+    /// A minimal ELF64 file built from `(name, type, bytes)` sections (a `.shstrtab` is
+    /// added last) for tests of this reader and of the cubin decoder.
+    pub(crate) fn build(machine: u16, flags: u32, sections: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut names = vec![0u8];
+        let mut name_offs = Vec::new();
+        for (n, _, _) in sections.iter().chain([&(".shstrtab", 3, Vec::new())]) {
+            name_offs.push(names.len() as u32);
+            names.extend_from_slice(n.as_bytes());
+            names.push(0);
+        }
+        let mut out = vec![0u8; 64];
+        out[..4].copy_from_slice(b"\x7fELF");
+        out[4] = 2;
+        out[5] = 1;
+        out[6] = 1;
+        out[8] = 8;
+        out[0x12..0x14].copy_from_slice(&machine.to_le_bytes());
+        out[0x30..0x34].copy_from_slice(&flags.to_le_bytes());
+        let mut placed = Vec::new();
+        for (_, kind, bytes) in sections {
+            placed.push((out.len() as u64, bytes.len() as u64, *kind));
+            if *kind != SHT_NOBITS {
+                out.extend_from_slice(bytes);
+            }
+        }
+        placed.push((out.len() as u64, names.len() as u64, 3));
+        out.extend_from_slice(&names);
+        let shoff = out.len() as u64;
+        let shnum = placed.len() + 1;
+        out.extend_from_slice(&[0u8; 64]);
+        for (i, (off, size, kind)) in placed.iter().enumerate() {
+            let mut h = [0u8; 64];
+            h[..4].copy_from_slice(&name_offs[i].to_le_bytes());
+            h[4..8].copy_from_slice(&kind.to_le_bytes());
+            h[0x18..0x20].copy_from_slice(&off.to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+            // A symbol table links to the section before it (its string table).
+            if *kind == SHT_SYMTAB {
+                h[0x28..0x2c].copy_from_slice(&(i as u32).to_le_bytes());
+                h[0x38..0x40].copy_from_slice(&24u64.to_le_bytes());
+            }
+            out.extend_from_slice(&h);
+        }
+        out[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        out[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        out[0x3c..0x3e].copy_from_slice(&(shnum as u16).to_le_bytes());
+        out[0x3e..0x40].copy_from_slice(&((shnum - 1) as u16).to_le_bytes());
+        out
+    }
+
+    /// A symbol table entry.
+    pub(crate) fn sym(name: u32, info: u8, shndx: u16, size: u64) -> Vec<u8> {
+        let mut e = vec![0u8; 24];
+        e[..4].copy_from_slice(&name.to_le_bytes());
+        e[4] = info;
+        e[6..8].copy_from_slice(&shndx.to_le_bytes());
+        e[16..24].copy_from_slice(&size.to_le_bytes());
+        e
     }
 
     #[test]
-    fn hostile_files_are_refused_not_followed() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.so");
-        std::fs::write(&p, b"not an elf").unwrap();
-        assert!(dynamic_symbols(&p).is_err());
-        // A header whose section table lies past the end of the file.
-        let mut head = vec![0u8; 64];
-        head[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        head[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
-        head[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-        head[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-        std::fs::write(&p, &head).unwrap();
-        let e = dynamic_symbols(&p).unwrap_err().to_string();
-        assert!(e.contains("past the end"), "{e}");
-        assert_eq!(fatbin_archs(&p), None);
+    fn sections_and_symbols() {
+        let strtab = b"\0kern\0".to_vec();
+        let mut symtab = sym(0, 0, 0, 0);
+        symtab.extend(sym(1, (1 << 4) | STT_FUNC, 3, 32));
+        let elf = build(
+            EM_CUDA,
+            0x0600_5a04,
+            &[
+                (".strtab", 3, strtab),
+                (".symtab", SHT_SYMTAB, symtab),
+                (".text.kern", 1, vec![0xaa; 32]),
+                (".nv.shared.kern", SHT_NOBITS, vec![0; 4096]),
+            ],
+        );
+        let e = Elf::parse(&elf).unwrap();
+        assert_eq!(e.machine, EM_CUDA);
+        assert_eq!(e.flags, 0x0600_5a04);
+        let names: Vec<&str> = e.sections().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "",
+                ".strtab",
+                ".symtab",
+                ".text.kern",
+                ".nv.shared.kern",
+                ".shstrtab"
+            ]
+        );
+        let text = e.section(".text.kern").unwrap();
+        assert_eq!(e.data(text).unwrap(), &[0xaa; 32][..]);
+        let shared = e.section(".nv.shared.kern").unwrap();
+        assert_eq!((shared.size, e.data(shared).unwrap().len()), (4096, 0));
+        let syms = e.symbols().unwrap();
+        assert_eq!(syms.len(), 2);
+        assert_eq!(syms[1].name, "kern");
+        assert_eq!(
+            (syms[1].kind, syms[1].bind, syms[1].section),
+            (STT_FUNC, 1, 3)
+        );
+        assert_eq!(syms[1].size, 32);
+    }
+
+    /// Every prefix of a valid file and some hostile headers are errors, never panics.
+    #[test]
+    fn hostile_bytes_are_errors() {
+        let elf = build(EM_CUDA, 0, &[(".text.k", 1, vec![1; 40])]);
+        for n in 0..elf.len() {
+            let _ = Elf::parse(&elf[..n]).and_then(|e| {
+                for s in e.sections() {
+                    e.data(s)?;
+                }
+                e.symbols()
+            });
+        }
+        assert_eq!(Elf::parse(b"MZ\0\0").unwrap_err(), ElfError::NotElf);
+        let mut b32 = elf.clone();
+        b32[4] = 1;
+        assert!(matches!(
+            Elf::parse(&b32),
+            Err(ElfError::Unsupported { .. })
+        ));
+        // A section whose size runs past the end of the file.
+        let mut big = elf.clone();
+        let shoff = u64_at(&big, 0x28) as usize;
+        big[shoff + 64 + 0x20..shoff + 64 + 0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = Elf::parse(&big).unwrap();
+        assert!(matches!(
+            e.data(&e.sections()[1]),
+            Err(ElfError::Malformed { .. })
+        ));
+        // A section header table outside the file.
+        let mut far = elf;
+        far[0x28..0x30].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        assert!(matches!(Elf::parse(&far), Err(ElfError::Malformed { .. })));
     }
 }

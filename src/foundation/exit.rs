@@ -69,6 +69,21 @@ pub const ALL: &[(u8, &str)] = &[
     (INTERNAL, "a bug in repro; the whole error chain is printed"),
 ];
 
+/// Which code a command that ran many independent tasks (`build --all`) exits with when
+/// several failed: the worst, in this order: a bug in repro, an operating-system error, a
+/// missing environment (a toolchain not installed), an input error, then a failed build.
+/// A failed build is the least bad: the tool did its job and the code is what broke. Codes
+/// not in this order rank below a failed build; `OK` only when every task succeeded.
+pub fn worst(codes: impl IntoIterator<Item = u8>) -> u8 {
+    const ORDER: &[u8] = &[INTERNAL, IO, ENVIRONMENT, USAGE, BUILD_FAILED];
+    let rank = |c: u8| ORDER.iter().position(|o| *o == c).unwrap_or(ORDER.len());
+    codes
+        .into_iter()
+        .filter(|c| *c != OK)
+        .min_by_key(|c| rank(*c))
+        .unwrap_or(OK)
+}
+
 /// What a command's own exit codes mean there, for its `--help` and its man page (EXIT
 /// STATUS). Every command can also end with [`COMMON`]'s codes, which [`for_command`] adds.
 /// A parent command (`env`, `toolchain`, ...) lists the union of its subcommands'.
@@ -109,11 +124,11 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
             (OK, "every recipe built, or was found in the store"),
             (
                 ENVIRONMENT,
-                "no NVRTC or nvcc, or a pinned toolchain that is not installed",
+                "no NVRTC or nvcc, or a pinned toolchain that is not installed (the other recipes are built first)",
             ),
             (
                 BUILD_FAILED,
-                "a build failed: compile error, missing include, missing entry point",
+                "a build failed: compile error, missing include, missing entry point; with several recipes, the worst failure's code wins (70, 4, 3, 2, then 5)",
             ),
             (
                 SKIP,
@@ -313,6 +328,21 @@ pub fn meaning(code: u8) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_worst_failure_wins() {
+        assert_eq!(worst([]), OK);
+        assert_eq!(worst([OK, OK]), OK);
+        assert_eq!(worst([BUILD_FAILED, OK]), BUILD_FAILED);
+        assert_eq!(
+            worst([BUILD_FAILED, ENVIRONMENT, BUILD_FAILED]),
+            ENVIRONMENT
+        );
+        assert_eq!(worst([USAGE, ENVIRONMENT]), ENVIRONMENT);
+        assert_eq!(worst([ENVIRONMENT, IO]), IO);
+        assert_eq!(worst([IO, INTERNAL, USAGE]), INTERNAL);
+        assert_eq!(worst([MISMATCH, BUILD_FAILED]), BUILD_FAILED);
+    }
 
     /// Every code constant of this file is in [`ALL`] once: the documentation test and `--help`
     /// see them all.

@@ -1,15 +1,18 @@
 //! The plumbing every engine uses: exit codes and the error trait, output, fields, git,
 //! the store, child processes, file writes, archives, configuration, recipes, run specs,
+//! ELF and fat binary readers,
 //! expressions, statistics, plots, keys, spans and versions. Foundation modules import
 //! only each other, never an engine or the app.
 
 pub mod archive;
 pub mod config;
+pub mod diagnostics;
 pub mod driverlib;
 pub mod elf;
 pub mod error;
 pub mod exit;
 pub mod expr;
+pub mod fatbin;
 pub mod fields;
 pub mod fsutil;
 pub mod git;
@@ -22,6 +25,7 @@ pub mod pyenv;
 pub mod recipe;
 pub mod records;
 pub mod runspec;
+pub mod solib;
 pub mod spans;
 pub mod stats;
 pub mod store;

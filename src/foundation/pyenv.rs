@@ -534,7 +534,7 @@ fn torch_of(dir: PathBuf, dists: &BTreeMap<String, String>) -> Torch {
         .find(|(n, _)| n.starts_with("nvidia-cudnn-cu"))
         .map(|(_, v)| v.clone())
         .or_else(|| bundled_cudnn(&dir.join("lib")));
-    let cuda_archs = crate::foundation::elf::fatbin_archs(&dir.join("lib/libtorch_cuda.so"));
+    let cuda_archs = crate::foundation::solib::fatbin_archs(&dir.join("lib/libtorch_cuda.so"));
     Torch {
         version,
         cuda: var("cuda"),

@@ -97,7 +97,8 @@ impl TorchExtension {
 pub struct Compile {
     /// The main source file, relative to the project root.
     pub source: String,
-    /// Kernel entry points the artifact must contain.
+    /// Kernel entry points the artifact must contain. Empty: a compile-only recipe, whose
+    /// build checks only that the source compiles.
     pub entries: Vec<String>,
     /// `sm_90`, `sm_90a`, `compute_90`, ...
     pub target: String,
@@ -129,6 +130,8 @@ pub enum Output {
     Cubin,
     /// A fat binary (nvcc only).
     Fatbin,
+    /// A host object with the device code embedded, as `nvcc -c` writes it (nvcc only).
+    Object,
 }
 
 impl Output {
@@ -138,13 +141,21 @@ impl Output {
             Output::Ptx => "ptx",
             Output::Cubin => "cubin",
             Output::Fatbin => "fatbin",
+            Output::Object => "object",
         }
+    }
+
+    /// Whether one output holds every target of the recipe (a fat binary, an object), so
+    /// that several targets are one compiler run, as opposed to one output per target.
+    pub fn holds_every_target(self) -> bool {
+        matches!(self, Output::Fatbin | Output::Object)
     }
     fn parse(s: &str) -> Option<Self> {
         match s {
             "ptx" => Some(Output::Ptx),
             "cubin" => Some(Output::Cubin),
             "fatbin" => Some(Output::Fatbin),
+            "object" => Some(Output::Object),
             _ => None,
         }
     }
@@ -167,6 +178,14 @@ pub struct CommandBuild {
 
 /// The default time limit of a command build.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Compile {
+    /// Whether every output holds every target: the build is then one compiler run over
+    /// all the targets (`-gencode` per target), not one build per target.
+    pub fn is_fat(&self) -> bool {
+        !self.outputs.is_empty() && self.outputs.iter().all(|o| o.holds_every_target())
+    }
+}
 
 impl Recipe {
     /// The build section in canonical form: what the build key covers of the recipe.
@@ -232,7 +251,7 @@ impl Recipe {
     /// its own key. A single-target recipe gives itself back.
     pub fn per_target(&self) -> Vec<Recipe> {
         match &self.build {
-            Build::Nvrtc(c) | Build::Nvcc(c) if c.targets.len() > 1 => c
+            Build::Nvrtc(c) | Build::Nvcc(c) if c.targets.len() > 1 && !c.is_fat() => c
                 .targets
                 .iter()
                 .map(|t| {
@@ -280,6 +299,24 @@ impl Recipe {
             Build::Nvrtc(c) | Build::Nvcc(c) => &c.targets,
             // One module carries every target of its CUDA sources.
             Build::Command(_) | Build::TorchExtension(_) => &[],
+        }
+    }
+
+    /// Whether one build covers several targets (a fat binary or an object over
+    /// `targets`), so that it is not split per target.
+    pub fn is_fat(&self) -> bool {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => c.targets.len() > 1 && c.is_fat(),
+            Build::Command(_) | Build::TorchExtension(_) => false,
+        }
+    }
+
+    /// Whether the build only checks that the source compiles (a compiler build that names
+    /// no `entries`).
+    pub fn compile_only(&self) -> bool {
+        match &self.build {
+            Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.is_empty(),
+            Build::Command(_) | Build::TorchExtension(_) => false,
         }
     }
 
@@ -612,16 +649,19 @@ fn parse_in(
             None,
         )
     };
+    // Without `entries` a compiler build is compile-only: it checks that the source
+    // compiles. An empty list is more likely a slip than that, so it is refused.
     let optional_entries = kind == "command" || kind == "torch-extension";
     let entries = match &b.entries {
-        None if !optional_entries => return Err(require("entries")),
         None => Vec::new(),
         Some(list) => {
             if list.get_ref().is_empty() && !optional_entries {
                 return Err(invalid(
                     Some(list.span()),
                     "[build] `entries` is empty".into(),
-                    Some("name the kernels, e.g. entries = [\"vector_add\"]"),
+                    Some(
+                        "name the kernels, e.g. entries = [\"vector_add\"], or leave `entries` out for a recipe that only checks that the source compiles",
+                    ),
                 ));
             }
             let mut out = Vec::new();
@@ -805,7 +845,7 @@ fn parse_in(
         let allowed_outputs: &[Output] = if kind == "nvrtc" {
             &[Output::Ptx, Output::Cubin]
         } else {
-            &[Output::Ptx, Output::Cubin, Output::Fatbin]
+            &[Output::Ptx, Output::Cubin, Output::Fatbin, Output::Object]
         };
         let outputs = match b.outputs {
             None if real => vec![Output::Ptx, Output::Cubin],
@@ -827,7 +867,8 @@ fn parse_in(
                                 Some(&format!("choose from {}", names.join(", "))),
                             )
                         })?;
-                    if out != Output::Ptx && !real {
+                    // An object may carry PTX alone; the other binaries need machine code.
+                    if !matches!(out, Output::Ptx | Output::Object) && !real {
                         return Err(invalid(
                             Some(o.span()),
                             format!(
@@ -851,6 +892,30 @@ fn parse_in(
                 }
                 v.sort();
                 v.dedup();
+                if targets.len() > 1
+                    && v.iter().any(|o| o.holds_every_target())
+                    && !v.iter().all(|o| o.holds_every_target())
+                {
+                    return Err(invalid(
+                        Some(list.span()),
+                        format!(
+                            "[build] `outputs`: {} holds every target in one file, but {} is one file per target; with several `targets` a recipe builds one or the other",
+                            v.iter()
+                                .filter(|o| o.holds_every_target())
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(" and "),
+                            v.iter()
+                                .filter(|o| !o.holds_every_target())
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(" and "),
+                        ),
+                        Some(
+                            "split it into two recipes: one with outputs = [\"fatbin\"] (one nvcc run with a -gencode per target), one with the per-target outputs",
+                        ),
+                    ));
+                }
                 v
             }
         };
@@ -1333,11 +1398,30 @@ mod tests {
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"compute_90\"\noutputs = [\"cubin\"]\n")).contains("needs a real architecture"));
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\noutputs = [\"fatbin\"]\n")).contains("not an output of kind `nvrtc`"));
         assert!(err(&format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"1k\"]\ntarget = \"sm_90\"\n")).contains("is not a kernel name"));
+        let empty = parse(
+            repo().path(),
+            "recipes/r.toml",
+            &format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = []\ntarget = \"sm_90\"\n"),
+        )
+        .unwrap_err();
+        assert!(empty.to_string().contains("`entries` is empty"), "{empty}");
+        assert!(
+            empty
+                .hint()
+                .unwrap_or_default()
+                .contains("leave `entries` out")
+        );
         assert!(
             err(&format!(
-                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\n"
+                "{HEAD}kind = \"nvcc\"\nsource = \"kernels/a.cu\"\ntargets = [\"sm_89\", \"sm_90\"]\noutputs = [\"fatbin\", \"cubin\"]\n"
             ))
-            .contains("needs `entries`")
+            .contains("recipes/r.toml:6:11: [build] `outputs`: fatbin holds every target in one file, but cubin is one file per target")
+        );
+        assert!(
+            err(&format!(
+                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\noutputs = [\"object\"]\n"
+            ))
+            .contains("not an output of kind `nvrtc`")
         );
         assert!(
             err(&format!("{HEAD}{nv}options = [\"-arch=sm_80\"]\n"))
@@ -1346,6 +1430,42 @@ mod tests {
         assert!(err(&format!("{HEAD}{nv}options = [\"-Ifoo\"]\n")).contains("`include-dirs`"));
         assert!(err("schema = 2\n").contains("schema 2"));
         assert!(err("[build]\n").contains("missing `schema`"));
+    }
+
+    #[test]
+    fn compile_only_and_fat_recipes() {
+        let d = repo();
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\n").unwrap();
+        assert!(r.compile_only() && r.entries().is_empty());
+        let r = parse(d.path(), "recipes/o.toml", "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\ntarget = \"compute_90\"\noutputs = [\"object\"]\n").unwrap();
+        let Build::Nvcc(c) = &r.build else { panic!() };
+        assert_eq!(c.outputs, [Output::Object]);
+        assert!(!r.is_fat(), "one target is not a fat build");
+        let text = "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntargets = [\"sm_89\", \"sm_90\"]\noutputs = [\"fatbin\", \"object\"]\n";
+        let r = parse(d.path(), "recipes/f.toml", text).unwrap();
+        assert!(r.is_fat() && !r.compile_only());
+        // A fat build is one build over every target, never split.
+        assert_eq!(r.per_target(), std::slice::from_ref(&r));
+        assert_eq!(r.targets(), ["sm_89", "sm_90"]);
+        // The same targets with per-target outputs are one build each.
+        let r = parse(
+            d.path(),
+            "recipes/f.toml",
+            &text.replace("\"fatbin\", \"object\"", "\"cubin\""),
+        )
+        .unwrap();
+        assert_eq!(r.per_target().len(), 2);
+        // [run] needs a kernel, which a compile-only recipe does not name.
+        let e = parse(d.path(), "recipes/r.toml", &format!("{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\ntarget = \"sm_90\"\n[run]\nkernel = \"k\"\ngrid = 1\nblock = 1\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`k` is not one of the build's entries"),
+            "{e}"
+        );
+        assert!(
+            e.hint().unwrap_or_default().contains("compile-only"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -159,6 +159,26 @@ impl BuildStatus {
     }
 }
 
+/// What a build checked of its artifact besides that the compiler succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Checked {
+    /// Every entry point the recipe names is in the artifact.
+    Entries,
+    /// The recipe names no entry points: the build checked only that the source compiles.
+    CompileOnly,
+}
+
+impl Checked {
+    /// The words listings use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Checked::Entries => "entries",
+            Checked::CompileOnly => "compile-only",
+        }
+    }
+}
+
 /// One output of a build: a blob in the store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -368,6 +388,15 @@ pub struct BuildRecord {
     pub dirty: Option<String>,
     /// Host or Nix.
     pub environment: Environment,
+    /// What the build checked of its artifact (absent in records written before repro
+    /// said so, and for command builds that name no entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<Checked>,
+    /// A failed build's reason in one line: the compiler's first error line (the whole
+    /// output is `log`). Absent for builds that succeeded and in older records, whose
+    /// reason [`crate::foundation::diagnostics::reason`] reads from the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl BuildRecord {
@@ -381,6 +410,15 @@ impl BuildRecord {
     /// Whether it built.
     pub fn ok(&self) -> bool {
         self.status == BuildStatus::Ok
+    }
+
+    /// Why it failed, in one line (`None` when it built).
+    pub fn failure_reason(&self) -> Option<String> {
+        (!self.ok()).then(|| {
+            self.reason
+                .clone()
+                .unwrap_or_else(|| crate::foundation::diagnostics::reason(&self.log))
+        })
     }
 }
 

@@ -485,7 +485,11 @@ pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Pro
                     "[{section}] `kernel`: `{}` is not one of the build's entries",
                     k.get_ref()
                 ),
-                Some(format!("entries: {}", entries.join(", "))),
+                Some(if entries.is_empty() {
+                    "a compile-only recipe (no `entries`) runs nothing: name the kernel in [build] `entries`".to_string()
+                } else {
+                    format!("entries: {}", entries.join(", "))
+                }),
             ))
         }
     };

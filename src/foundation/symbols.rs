@@ -121,14 +121,43 @@ pub fn binary_symbols(bytes: &[u8]) -> Vec<String> {
     out
 }
 
-/// The symbols of a module: PTX entries when it is PTX text, else the binary's names.
+/// The kernels of a module: PTX entries when it is PTX text, a cubin's entry points (its
+/// device functions are not kernels), else the names in the binary.
 pub fn module_symbols(bytes: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(bytes);
     if text.contains(".entry ") && text.contains(".version") {
-        ptx_entries(&text)
-    } else {
-        binary_symbols(bytes)
+        return ptx_entries(&text);
     }
+    if let Ok(elf) = crate::foundation::elf::Elf::parse(bytes)
+        && elf.machine == crate::foundation::elf::EM_CUDA
+        && let Ok(kernels) = cubin_kernels(&elf)
+    {
+        return kernels;
+    }
+    binary_symbols(bytes)
+}
+
+/// The `st_other` bit that marks a kernel (an entry point) among a cubin's functions.
+pub const STO_CUDA_ENTRY: u8 = 0x10;
+
+/// The kernels of a cubin: its function symbols marked as entry points (a `__device__`
+/// function is not one), sorted, as their symbols are spelled. Empty for an ELF file that
+/// is not a cubin (a host object's functions are host code).
+pub fn cubin_kernels(
+    elf: &crate::foundation::elf::Elf<'_>,
+) -> Result<Vec<String>, crate::foundation::elf::ElfError> {
+    if elf.machine != crate::foundation::elf::EM_CUDA {
+        return Ok(Vec::new());
+    }
+    let mut k: Vec<String> = elf
+        .symbols()?
+        .into_iter()
+        .filter(|s| s.kind == crate::foundation::elf::STT_FUNC && s.other & STO_CUDA_ENTRY != 0)
+        .map(|s| s.name)
+        .collect();
+    k.sort();
+    k.dedup();
+    Ok(k)
 }
 
 #[cfg(test)]
@@ -181,6 +210,18 @@ mod tests {
             resolve("on", &syms),
             Err(ResolveError::Missing { .. })
         ));
+    }
+
+    /// nvcc 13.0's cubin (tests/fixtures/device/README.md): the kernels readelf marks as
+    /// entry points, not the device function.
+    #[test]
+    fn kernels_of_a_real_cubin() {
+        let bytes = include_bytes!("../../tests/fixtures/device/k.sm_90.cubin");
+        let elf = crate::foundation::elf::Elf::parse(bytes).unwrap();
+        let want = ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"];
+        assert_eq!(cubin_kernels(&elf).unwrap(), want);
+        assert_eq!(module_symbols(bytes), want);
+        assert!(binary_symbols(bytes).contains(&"$plain$_Z6helperf".to_string()));
     }
 
     #[test]

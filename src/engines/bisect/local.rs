@@ -531,13 +531,7 @@ impl<'a> Ctx<'a> {
                     let why = serde_json::from_slice::<Reply>(&o.stdout)
                         .ok()
                         .and_then(|r| r.builds.into_iter().find(|b| b.status != "ok"))
-                        .and_then(|b| {
-                            let log = b.log;
-                            log.lines()
-                                .find(|l| l.contains("error"))
-                                .or(log.lines().next())
-                                .map(str::to_string)
-                        })
+                        .and_then(|b| b.failure_reason())
                         .unwrap_or_else(|| {
                             o.stderr_str()
                                 .lines()
@@ -637,13 +631,8 @@ pub(crate) fn answer_built(
     check_device: usize,
 ) -> Result<(Answer, Option<String>), StepFail> {
     let build_failed = built.status != "ok";
-    let first_error = built
-        .log
-        .lines()
-        .find(|l| l.contains("error"))
-        .or(built.log.lines().next())
-        .unwrap_or("")
-        .to_string();
+    // The compiler's first error line (never a warning before it), or repro's conclusion.
+    let first_error = built.failure_reason().unwrap_or_default();
     // What check and bench steps load: the CUBIN, else the PTX.
     let module = built
         .outputs

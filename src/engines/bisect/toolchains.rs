@@ -655,7 +655,7 @@ fn evaluate(
                     verdict: if ok { Answer::Good } else { Answer::Bad },
                     key: Some(b.key.clone()),
                     cached: b.cached,
-                    detail: (!ok).then(|| first_error(&b.log)),
+                    detail: b.failure_reason(),
                 },
             ),
         );
@@ -702,16 +702,6 @@ fn first_line(s: &str) -> Option<String> {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .map(str::to_string)
-}
-
-/// The compiler's first error line, else its first line.
-fn first_error(log: &str) -> String {
-    log.lines()
-        .map(str::trim)
-        .find(|l| l.contains("error"))
-        .or_else(|| log.lines().map(str::trim).find(|l| !l.is_empty()))
-        .unwrap_or("the build failed")
-        .to_string()
 }
 
 /// Check and bench questions over releases. Each release is a step of the driver commit

@@ -6,6 +6,7 @@
 //! compiler's identity. Nothing volatile and no absolute path goes into it.
 
 pub mod command;
+pub mod entries;
 pub mod inputs;
 pub mod nvcc;
 pub mod nvrtc;
@@ -85,6 +86,25 @@ pub struct Outcome {
     /// Corrupt store objects found and rebuilt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repaired: Vec<String>,
+    /// What the build checked of its artifact: its entries, or only that the source
+    /// compiles (`compile-only`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<records::Checked>,
+    /// A failed build's reason in one line: the compiler's first error line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Outcome {
+    /// Why it failed, in one line (`None` when it built): its reason, or for an outcome
+    /// from an older repro, the first error line of its log.
+    pub fn failure_reason(&self) -> Option<String> {
+        (self.status != "ok").then(|| {
+            self.reason
+                .clone()
+                .unwrap_or_else(|| crate::foundation::diagnostics::reason(&self.log))
+        })
+    }
 }
 
 /// Why a recipe could not be built at all (as opposed to a build that failed).
@@ -232,18 +252,16 @@ pub enum CompileError {
         path: String,
     },
     /// The artifact lacks an entry point the recipe names.
-    #[error("{}", with_log(.log, &format!(
-        "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
-        .missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "),
-        if .found.is_empty() { "none found".to_string() } else { .found.join(", ") }
-    )))]
+    #[error("{}", with_log(.log, &missing_entries_message(.missing, .found, .unreadable)))]
     MissingEntries {
         /// The compiler's log.
         log: String,
         /// The entries not found.
         missing: Vec<String>,
-        /// The entries the PTX has.
+        /// The kernels the artifact has, as symbols.
         found: Vec<String>,
+        /// Device code that could not be read (a compressed fat binary member).
+        unreadable: Vec<String>,
     },
     /// No scratch directory for the compiler's outputs.
     #[error("cannot create a temporary directory: {cause}")]
@@ -274,6 +292,55 @@ pub enum CompileError {
         /// The loader's message.
         message: String,
     },
+}
+
+/// What a build that lacks entry points says, after the compiler's log.
+fn missing_entries_message(missing: &[String], found: &[String], unreadable: &[String]) -> String {
+    let mut m = format!(
+        "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
+        missing
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if found.is_empty() {
+            "none found".to_string()
+        } else {
+            found
+                .iter()
+                .map(|f| entries::shown(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    for u in unreadable {
+        m.push_str(&format!("\n{u}"));
+    }
+    m
+}
+
+impl CompileError {
+    /// The failure in one line: the compiler's first error line, or repro's own conclusion
+    /// (a missing entry point, a missing output, a time-out), never a warning.
+    pub fn reason(&self) -> String {
+        match self {
+            CompileError::Rejected { log } => crate::foundation::diagnostics::reason(log),
+            CompileError::MissingEntries {
+                missing,
+                found,
+                unreadable,
+                ..
+            } => missing_entries_message(missing, found, unreadable)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            CompileError::MissingOutput { path, .. } => {
+                format!("the command succeeded but did not produce the declared output {path}")
+            }
+            other => crate::foundation::diagnostics::reason(&other.to_string()),
+        }
+    }
 }
 
 /// A message after a log, the log left out when empty.
@@ -506,30 +573,6 @@ pub fn key_inputs(
     }
 }
 
-/// Which of `entries` the artifacts do not contain. Entries are names as written in the
-/// source; a C++ kernel matches its mangled symbol (see [`crate::foundation::symbols`]). PTX is parsed;
-/// binaries are searched for names in their string tables.
-pub fn missing_entries(entries: &[String], outputs: &[(String, Vec<u8>)]) -> Vec<String> {
-    let ptx: Vec<String> = outputs
-        .iter()
-        .filter(|(k, _)| k == "ptx" || k.ends_with(".ptx"))
-        .flat_map(|(_, b)| crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b)))
-        .collect();
-    let symbols = if ptx.is_empty() {
-        outputs
-            .iter()
-            .flat_map(|(_, b)| crate::foundation::symbols::binary_symbols(b))
-            .collect()
-    } else {
-        ptx
-    };
-    entries
-        .iter()
-        .filter(|e| crate::foundation::symbols::resolve(e, &symbols).is_err())
-        .cloned()
-        .collect()
-}
-
 fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String, OutputInfo) {
     (
         name.to_string(),
@@ -550,8 +593,8 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
-    if recipe.targets().len() > 1 {
-        // One build is one target; callers split a several-target recipe with
+    if recipe.targets().len() > 1 && !recipe.is_fat() {
+        // One build is one target (a fat binary or object over `targets` excepted); callers split a several-target recipe with
         // `Recipe::per_target`. Building only the first target would be a silent lie.
         return Err(BuildError::Recipe {
             source: crate::foundation::recipe::RecipeError::Invalid {
@@ -665,6 +708,8 @@ pub fn build(
                 duration_ms: start.elapsed().as_secs_f64() * 1e3,
                 explain: explanation,
                 repaired,
+                checked: rec.checked,
+                reason: rec.failure_reason(),
             });
         }
     }
@@ -714,32 +759,26 @@ pub fn build(
     };
     let compiled = compiled.and_then(|(outputs, log)| {
         // A torch extension's entries are Python functions, checked by importing it.
-        let missing = if matches!(recipe.build, Build::TorchExtension(_)) {
-            Vec::new()
-        } else {
-            missing_entries(recipe.entries(), &outputs)
-        };
+        if recipe.entries().is_empty() || matches!(recipe.build, Build::TorchExtension(_)) {
+            return Ok((outputs, log));
+        }
+        let listing = entries::list(&outputs);
+        let missing = listing.missing(recipe.entries());
         if missing.is_empty() {
             Ok((outputs, log))
         } else {
-            let found: Vec<String> = outputs
-                .iter()
-                .filter(|(k, _)| k == "ptx")
-                .flat_map(|(_, b)| {
-                    crate::foundation::symbols::ptx_entries(&String::from_utf8_lossy(b))
-                })
-                .collect();
             Err(CompileError::MissingEntries {
                 log,
                 missing,
-                found,
+                found: listing.kernels(),
+                unreadable: listing.unreadable,
             })
         }
     });
 
     let mut outputs = BTreeMap::new();
     let mut out_refs = BTreeMap::new();
-    let (status, log) = match compiled {
+    let (status, log, reason) = match compiled {
         Ok((arts, log)) => {
             for (name, bytes) in arts {
                 let digest = store.put_blob(&bytes)?;
@@ -753,9 +792,16 @@ pub fn build(
                 let (n, info) = output_info(store, &name, &digest, bytes.len());
                 outputs.insert(n, info);
             }
-            (BuildStatus::Ok, log)
+            (BuildStatus::Ok, log, None)
         }
-        Err(e) => (BuildStatus::Failed, e.to_string()),
+        Err(e) => (BuildStatus::Failed, e.to_string(), Some(e.reason())),
+    };
+    let checked = if recipe.compile_only() {
+        Some(records::Checked::CompileOnly)
+    } else if recipe.entries().is_empty() {
+        None
+    } else {
+        Some(records::Checked::Entries)
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1e3;
     let record = BuildRecord {
@@ -794,6 +840,8 @@ pub fn build(
             },
             (None, why) => records::Environment::host(why.clone()),
         },
+        checked,
+        reason: reason.clone(),
     };
     store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
     store.set_last(&recipe.name, &key)?;
@@ -807,6 +855,8 @@ pub fn build(
         duration_ms,
         explain: explanation,
         repaired,
+        checked,
+        reason,
     })
 }
 
@@ -819,9 +869,22 @@ mod tests {
     #[test]
     fn compile_errors_read_as_logs() {
         let e = CompileError::MissingEntries {
+            log: "k.cu(3): warning #177-D: variable \"error\" was declared but never referenced"
+                .into(),
+            missing: vec!["k".into()],
+            found: vec![],
+            unreadable: vec![],
+        };
+        // The reason is repro's conclusion, not the warning before it.
+        assert_eq!(
+            e.reason(),
+            "the artifact has no entry point `k` (it has: none found); name each kernel as written in the source, or fix `entries`"
+        );
+        let e = CompileError::MissingEntries {
             log: String::new(),
             missing: vec!["k".into()],
             found: vec![],
+            unreadable: vec![],
         };
         assert_eq!(
             e.to_string(),
@@ -851,14 +914,22 @@ mod tests {
         );
         let outs = vec![("ptx".to_string(), ptx.as_bytes().to_vec())];
         assert_eq!(
-            missing_entries(&["vector_add".into(), "nope".into()], &outs),
+            entries::list(&outs).missing(&["vector_add".into(), "nope".into()]),
             ["nope"]
         );
         let bin = vec![(
             "k.cubin".to_string(),
             b"\x7fELF\0\0my_kernel\0.text".to_vec(),
         )];
-        assert!(missing_entries(&["my_kernel".into()], &bin).is_empty());
-        assert_eq!(missing_entries(&["my_kern".into()], &bin), ["my_kern"]);
+        // Not a readable ELF file: its string table's names are searched, as before.
+        assert!(
+            entries::list(&bin)
+                .missing(&["my_kernel".into()])
+                .is_empty()
+        );
+        assert_eq!(
+            entries::list(&bin).missing(&["my_kern".into()]),
+            ["my_kern"]
+        );
     }
 }

@@ -164,7 +164,16 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
                 let (size_fn, get_fn) = match out {
                     Output::Ptx => (api.ptx_size, api.ptx),
                     Output::Cubin => (api.cubin_size, api.cubin),
-                    Output::Fatbin => unreachable!("recipes never ask NVRTC for a fatbin"),
+                    // Recipe validation refuses these for NVRTC; a recipe built some
+                    // other way still gets an answer, not a panic.
+                    Output::Fatbin | Output::Object => {
+                        failure = Some(CompileError::NoOutput {
+                            compiler: "NVRTC",
+                            output: out.name(),
+                            cause: "NVRTC writes only PTX and cubins".into(),
+                        });
+                        break;
+                    }
                 };
                 let mut n = 0usize;
                 let r = size_fn(prog, &mut n);

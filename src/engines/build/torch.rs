@@ -114,7 +114,7 @@ pub fn identity(env: &PyEnv) -> Value {
 /// the string pybind11 compiles into `libtorch_python.so`. An extension must be built with
 /// the same, or objects cannot cross between it and PyTorch.
 pub fn pybind11_abi(t: &Torch) -> String {
-    crate::foundation::elf::find_in_section(
+    crate::foundation::solib::find_in_section(
         &t.dir.join("lib/libtorch_python.so"),
         ".rodata",
         b"__pybind11_internals_",
