@@ -24,5 +24,5 @@ pub mod cli {
 
 pub use engines::{bench, bundle, gpurun, lockfile, toolchain};
 pub use foundation::{
-    archive, elf, exit, expr, fatbin, fields, fsutil, keys, recipe, records, store,
+    archive, elf, exit, expr, fatbin, fields, fsutil, keys, recipe, records, scratch, store,
 };

@@ -94,7 +94,12 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
             format!("bisect/{}", key(6)),
             blob(
                 &remote,
-                &sealed(t, "bisect", &key(6), &serde_json::json!({"key": key(7)})),
+                &sealed(t, "bisect", &key(6), &{
+                    let mut step: serde_json::Value =
+                        serde_json::from_str(include_str!("fixtures/records/step.json")).unwrap();
+                    step["key"] = serde_json::json!(key(7));
+                    step
+                }),
             ),
         ),
         (
@@ -131,7 +136,7 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
     ));
     says(&format!("rejected: results/{}: not valid JSON", key(5)));
     says(&format!(
-        "rejected: bisect/{}: says key {}, but is filed as {}\n",
+        "rejected: bisect/{}: its `key` is {}, but it is filed as {}\n",
         key(6),
         &key(7)[..12],
         &key(6)[..12]

@@ -51,8 +51,9 @@ fn a_store_this_repro_cannot_read_is_named_with_a_remedy() {
     std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
     for (text, code, words) in [
         (r#"{"schema": 99}"#, 2, "upgrade repro"),
-        ("not json", 4, "repro store verify"),
-        (r#"{"version": 1}"#, 4, "no schema"),
+        // A marker that is not repro's: the directory is not taken for a store.
+        ("not json", 2, "its store.json is not JSON"),
+        (r#"{"version": 1}"#, 2, "no schema"),
     ] {
         std::fs::write(&marker, text).unwrap();
         for args in [&["store", "verify"][..], &["log"], &["store", "gc"]] {
@@ -82,27 +83,17 @@ fn verify_names_every_kind_of_inconsistent_record() {
     store
         .put_record("results", &"34".repeat(32), &json!({"schema": 1}))
         .unwrap();
-    store
-        .put_record(
-            "recipes",
-            "gone",
-            &json!({"schema": 1, "recipe": "gone", "key": "56".repeat(32)}),
+    // Recipe pointers are written as `build` writes them (unsealed: they are hints).
+    for (name, key) in [("gone", "56".repeat(32)), ("keyless", "HEAD".to_string())] {
+        std::fs::write(
+            root.join(format!(".repro/recipes/{name}.json")),
+            json!({"schema": 1, "recipe": name, "key": key}).to_string(),
         )
         .unwrap();
-    store
-        .put_record(
-            "recipes",
-            "keyless",
-            &json!({"schema": 1, "recipe": "keyless", "key": "HEAD"}),
-        )
-        .unwrap();
-    store
-        .put_record(
-            "bisect",
-            &"78".repeat(32),
-            &json!({"schema": 1, "key": "9a".repeat(32)}),
-        )
-        .unwrap();
+    }
+    let mut step: Value = serde_json::from_str(include_str!("fixtures/records/step.json")).unwrap();
+    step["key"] = json!("9a".repeat(32));
+    store.put_record("bisect", &"78".repeat(32), &step).unwrap();
     let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
     assert_eq!(code, 1, "{out}");
     for want in [
@@ -111,7 +102,7 @@ fn verify_names_every_kind_of_inconsistent_record() {
         "does not read as a result record",
         "names build 565656565656 that is not in the store",
         "has no valid `key`",
-        "says key 9a9a9a9a9a9a, but is filed as 787878787878",
+        "its `key` is 9a9a9a9a9a9a, but it is filed as 787878787878",
     ] {
         assert!(out.contains(want), "{want}: {out}");
     }

@@ -279,7 +279,7 @@ fn recipe_bench(
         match (picked, cc) {
             (Some(p), Some(cc)) => {
                 if !g.quiet {
-                    eprintln!(
+                    say!(
                         "note: recipe `{}` builds for {}; GPU {} has compute capability {cc}, so this runs the {} build",
                         r.name,
                         r.targets().join(", "),
@@ -315,7 +315,7 @@ fn recipe_bench(
         .with_context(|| format!("failed to build recipe `{}`", r.name))?;
     if built.status != "ok" {
         let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();
-        eprintln!("{}", log.join("\n"));
+        say!("{}", log.join("\n"));
         return Err(UserError::with_code(
             exit::BUILD_FAILED,
             format!(
@@ -629,7 +629,7 @@ pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
         );
     }
     let report = crate::engines::gpurun::run(&job);
-    emit(&serde_json::to_string(&report)?)?;
+    crate::app::context::emit_json_text(&serde_json::to_string(&report)?)?;
     Ok(if report.error.is_some() {
         exit::MISMATCH
     } else {

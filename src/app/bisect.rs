@@ -240,7 +240,7 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
         .with_salt(bench.then(|| place.clone()));
     let events = |e: run::Event<'_>| {
         if let run::Event::Status(m) = e {
-            eprintln!("bisect-step: {m}");
+            say!("bisect-step: {m}");
         }
     };
     let out = executor.run(
@@ -353,7 +353,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let commits = history::commits_between(&repo, older, newer, a.first_parent)?;
     // Checking a large working tree costs a status scan: only when the note would be shown.
     if !g.quiet && !g.json && git::is_dirty(&g.cwd) {
-        eprintln!(
+        say!(
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
     }
@@ -541,8 +541,8 @@ impl Progress {
     pub(crate) fn event(&self, e: run::Event<'_>) {
         match e {
             run::Event::Status(msg) => match &self.bar {
-                Some(b) => b.set_message(msg.to_string()),
-                None if !self.quiet => eprintln!("{} {msg}", self.style.dim("bisect:")),
+                Some(b) => b.set_message(crate::foundation::output::sanitize(msg)),
+                None if !self.quiet => say!("{} {msg}", self.style.dim("bisect:")),
                 None => {}
             },
             run::Event::Step(s) if !self.steps_hidden => {
@@ -554,9 +554,12 @@ impl Progress {
                             b.set_length(b.position() + 1);
                         }
                         b.inc(1);
-                        b.println(line);
+                        b.println(crate::foundation::output::terminal_safe(
+                            &line,
+                            self.style.colour(),
+                        ));
                     }
-                    None => eprintln!("{line}"),
+                    None => say!("{line}"),
                 }
             }
             run::Event::Step(_) => {}
@@ -940,7 +943,7 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     let quiet = g.quiet || g.json;
     let mut progress = |m: &str| {
         if !quiet {
-            eprintln!("bisect: {m}");
+            say!("bisect: {m}");
         }
     };
     let mut report = tb::bisect(&plan, &mut progress)?;
@@ -992,7 +995,7 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
         out.push_str(&t.render(2));
         emit(&out)?;
         if let Some(n) = trust_note(&report.wheels) {
-            eprintln!("{n}");
+            say!("{n}");
         }
     }
     let decided = report.answers.iter().all(|a| a.undecided.is_empty());
@@ -1096,7 +1099,7 @@ fn bisect_driven(
         out.push_str(&t.render(2));
         emit(&out)?;
         if let Some(n) = trust_note(&report.wheels) {
-            eprintln!("{n}");
+            say!("{n}");
         }
     }
     Ok(match report.outcome {

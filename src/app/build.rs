@@ -7,8 +7,6 @@
 
 use std::path::Path;
 
-use std::io::Write as _;
-
 use anyhow::Context as _;
 use serde_json::json;
 
@@ -110,7 +108,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         }
         let why = format!("no flake.nix in {}; built on the host", root.display());
         if !g.quiet {
-            eprintln!("warning: {why}");
+            say!("warning: {why}");
         }
         opts.nix_fallback = Some(why);
     }
@@ -179,7 +177,7 @@ fn warn_if_pin_missing(
             .any(|r| matches!(r.build, recipe::Build::Nvrtc(_)))
         && crate::engines::toolchain::managed_nvrtc_dir(&pin.version).is_none_or(|d| !d.exists())
     {
-        eprintln!(
+        say!(
             "warning: repro.toml pins NVRTC {} but it is not installed; run `repro toolchain install` (building with the NVRTC found instead)",
             pin.version
         );
@@ -274,7 +272,7 @@ fn finish(g: &Globals, outcomes: Vec<Outcome>, unbuilt: Vec<Unbuilt>) -> anyhow:
                 names.join(", ")
             ));
         }
-        eprintln!("{}", parts.join("; "));
+        say!("{}", parts.join("; "));
     }
     Ok(code)
 }
@@ -335,7 +333,7 @@ fn run_through_shell(g: &Globals, root: &Path, shell: &str, a: &Args) -> anyhow:
             || l.starts_with("hint:")
             || l.starts_with("warning: no flake")
     }) {
-        eprintln!("{line}");
+        say!("{line}");
     }
     let code = reply.code;
     if let Some(builds) = reply.builds {
@@ -456,12 +454,11 @@ fn render(o: &Outcome, g: &Globals) -> String {
 fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
     emit(&render(o, g))?;
     if o.status != "ok" || (g.verbose > 0 && !o.log.is_empty()) {
-        let mut err = std::io::stderr().lock();
         if let Some(reason) = o.failure_reason() {
-            let _ = writeln!(err, "  reason: {reason}");
+            say!("  reason: {reason}");
         }
         for line in o.log.lines() {
-            let _ = writeln!(err, "  | {line}");
+            say!("  | {line}");
         }
     }
     Ok(())

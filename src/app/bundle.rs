@@ -180,23 +180,32 @@ fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
 }
 
 fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
-    let entries =
-        archive::read(file).with_context(|| format!("failed to read {}", g.shown(file)))?;
-    let v = archive::verify(file).with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    // One streaming pass: the list, the check against MANIFEST and the README's first MiB.
+    let scan = archive::scan(file, &|_, _| {}, Some("README.md"))
+        .with_context(|| format!("failed to read {}", g.shown(file)))?;
+    let v = &scan.verification;
     // The README is someone else's text: no terminal escape sequences reach the screen.
-    let readme = entries
-        .iter()
-        .find(|e| e.path == "README.md")
-        .map(|e| crate::foundation::output::sanitize(&String::from_utf8_lossy(&e.bytes)));
-    if g.json {
-        let list: Vec<Value> = entries
+    let readme = scan.kept.as_ref().map(|bytes| {
+        let mut text = crate::foundation::output::sanitize(&String::from_utf8_lossy(bytes));
+        if scan
+            .members
             .iter()
-            .map(|e| json!({"path": e.path, "bytes": e.bytes.len()}))
+            .any(|(p, n)| p == "README.md" && *n > archive::SCAN_KEEP_BYTES)
+        {
+            text.push_str("\n[... README.md continues past its first MiB]\n");
+        }
+        text
+    });
+    if g.json {
+        let list: Vec<Value> = scan
+            .members
+            .iter()
+            .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
             .collect();
         emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "files": list}))?;
     } else {
         if !v.ok() {
-            eprintln!(
+            say!(
                 "warning: {} does not match its MANIFEST ({} differ, {} missing, {} extra): what it claims below is not to be trusted; `repro bundle verify` lists them",
                 g.shown(file),
                 v.differs.len(),
@@ -204,11 +213,11 @@ fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
                 v.extra.len()
             );
         }
-        let total: usize = entries.iter().map(|e| e.bytes.len()).sum();
+        let total: u64 = scan.members.iter().map(|(_, n)| n).sum();
         emit(&format!(
             "{}: {} files, {:.1} KiB unpacked\n\n",
             g.shown(file),
-            entries.len(),
+            scan.members.len(),
             total as f64 / 1024.0
         ))?;
         if let Some(r) = readme {

@@ -92,6 +92,13 @@ impl Globals {
 
 /// Writes to stdout; a closed stdout (`repro ... | head`) is not an error.
 pub fn emit(text: &str) -> anyhow::Result<()> {
+    // Every byte of human output passes the one escaping function: records, commit subjects
+    // and logs from elsewhere cannot reach the terminal as escape sequences.
+    let colour = crate::foundation::output::Style::for_stdout().colour();
+    write_stdout(&crate::foundation::output::terminal_safe(text, colour))
+}
+
+fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
@@ -99,7 +106,21 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Writes one line to stderr through the one escaping function (colour kept only where
+/// stderr shows it): what `eprintln!` would print, made safe. Use through `say!`.
+pub fn say(text: &str) {
+    use std::io::Write as _;
+    let colour = crate::foundation::output::Style::for_stderr().colour();
+    let text = crate::foundation::output::terminal_safe(text, colour);
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 /// Writes a JSON value to stdout, pretty-printed.
 pub fn emit_json(value: &serde_json::Value) -> anyhow::Result<()> {
-    emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
+    emit_json_text(&format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+/// Writes serialised JSON to stdout, made terminal-safe without changing its meaning.
+pub fn emit_json_text(text: &str) -> anyhow::Result<()> {
+    write_stdout(&crate::foundation::output::json_safe(text))
 }

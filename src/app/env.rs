@@ -108,7 +108,7 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
         fsutil::write_atomic(&path, text.as_bytes(), true)
             .with_context(|| format!("failed to write fingerprint {}", g.shown(&path)))?;
         if !g.quiet && !g.json {
-            eprintln!("wrote {}", g.shown(&path));
+            say!("wrote {}", g.shown(&path));
         }
     }
     if g.json {
@@ -381,7 +381,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     }
     if code == exit::MISMATCH && !missing.is_empty() && !g.quiet {
         for (spec, _) in &missing {
-            eprintln!(
+            say!(
                 "hint: run `{}`",
                 crate::engines::toolchain::install::InstallError::install_command(spec)
             );

@@ -1,5 +1,13 @@
 //! The command line: global options, the subcommand dispatch, and the process's exit.
 
+/// `eprintln!` through the one escaping function ([`context::say`]): every line the app
+/// writes to stderr.
+macro_rules! say {
+    ($($t:tt)*) => {
+        $crate::app::context::say(&format!($($t)*))
+    };
+}
+
 pub mod bench;
 pub mod bisect;
 pub mod build;

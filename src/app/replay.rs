@@ -44,7 +44,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let say = |m: &str| {
         if !g.quiet && !g.json {
-            eprintln!("{m}");
+            say!("{m}");
         }
     };
     let rep = replay::replay(&req, &say)?;

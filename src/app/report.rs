@@ -63,7 +63,11 @@ fn report_to(
     style: &crate::foundation::output::Style,
     err: &anyhow::Error,
 ) -> u8 {
-    let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
+    // Messages carry names from elsewhere (paths, commit subjects, record fields).
+    let chain: Vec<String> = err
+        .chain()
+        .map(|c| crate::foundation::output::sanitize(&c.to_string()))
+        .collect();
     let (code, hint) = match diagnosis(err) {
         Some(d) => d,
         None => {
@@ -78,6 +82,7 @@ fn report_to(
     };
     let _ = writeln!(out, "{} {}", style.error("error:"), chain.join(": "));
     if let Some(hint) = hint {
+        let hint = crate::foundation::output::sanitize(&hint);
         let _ = writeln!(out, "{} {hint}", style.hint("hint:"));
     }
     code

@@ -582,6 +582,16 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
                 .into(),
         );
     }
+    for (id, samples) in [(&ida, &sa), (&idb, &sb)] {
+        if let Some(x) = samples.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            return Err(UserError::usage(format!(
+                "result {} has a sample of {x}: compare judges ratios of positive measurements",
+                keys::short(id)
+            ))
+            .hint("`repro store verify` reports such a result; record a metric that is greater than 0 (a time, a throughput)")
+            .into());
+        }
+    }
     if ra.unit != rb.unit {
         return Err(UserError::usage(format!(
             "the results measure different things ({} vs {})",

@@ -311,8 +311,8 @@ impl install::Progress for InstallProgress {
             return;
         }
         match &self.bar {
-            Some((_, b)) if !b.is_hidden() => b.println(m),
-            _ => eprintln!("{m}"),
+            Some((_, b)) if !b.is_hidden() => b.println(crate::foundation::output::sanitize(m)),
+            _ => say!("{m}"),
         }
     }
 

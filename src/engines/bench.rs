@@ -656,6 +656,7 @@ impl Executor for ProcessExecutor {
             .arg("-c")
             .arg(command)
             .current_dir(root)
+            .keep_tail(crate::foundation::process::STEP_KEEP)
             .timeout(timeout);
         if let Some(d) = device {
             cmd = cmd.env("REPRO_DEVICE", d.to_string());
@@ -934,13 +935,18 @@ pub fn run_command_timed(
         Ok(m) if m.output.status.success() => {
             let out = &m.output;
             match metric.extract(&out.stdout_str(), out.elapsed.as_secs_f64() * 1e3) {
-                Ok(v) if v.is_finite() => Ok(TimedRun {
+                // Every comparison repro makes is a ratio of positive measurements (times,
+                // throughputs): a zero or negative metric is refused where it is read.
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(TimedRun {
                     value: v,
                     wall_s: out.elapsed.as_secs_f64(),
                     user_s: m.user_s,
                     system_s: m.system_s,
                 }),
-                Ok(v) => Err(CommandRun::Failed(format!("the metric is {v}"))),
+                Ok(v) if !v.is_finite() => Err(CommandRun::Failed(format!("the metric is {v}"))),
+                Ok(v) => Err(CommandRun::Failed(format!(
+                    "the metric is {v}; repro compares ratios of positive measurements, so a metric must be greater than 0"
+                ))),
                 Err(e) => Err(CommandRun::Failed(e.to_string())),
             }
         }
@@ -1252,6 +1258,8 @@ mod tests {
                     stdout: stdout.as_bytes().to_vec(),
                     stderr: stderr.as_bytes().to_vec(),
                     elapsed: Duration::from_millis(ms),
+                    stdout_dropped: 0,
+                    stderr_dropped: 0,
                 },
                 user_s: ms as f64 * 1e-3 / 2.0,
                 system_s: ms as f64 * 1e-3 / 4.0,

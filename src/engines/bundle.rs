@@ -489,12 +489,7 @@ pub fn entries(
         .collect())
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
+use crate::foundation::plot::xml_text as esc;
 
 /// A horizontal chart of each result's median with its 95% interval (one row per result,
 /// each scaled to its own maximum, since results may be of different kernels).

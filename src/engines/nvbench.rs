@@ -272,21 +272,44 @@ enum SamplesError {
     /// More samples than anyone takes.
     #[error("more than {MAX_SAMPLES} samples")]
     TooMany,
+    /// A device, FIFO or directory where a file of samples belongs.
+    #[error("it is not a regular file (a device, FIFO or directory is never read)")]
+    NotRegular,
     /// A time that is not a positive number.
     #[error("a sample time is not a positive number")]
     NotPositive,
 }
 
-/// Little-endian float32 seconds → µs.
+/// Little-endian float32 seconds → µs, from a regular file of at most [`MAX_SAMPLES`]
+/// samples (a device such as `/dev/zero` or a FIFO is refused before it is read).
 fn read_samples(path: &Path) -> Result<Vec<f64>, SamplesError> {
-    let len = std::fs::metadata(path)?.len();
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(SamplesError::NotRegular);
+    }
+    let len = meta.len();
     if len % 4 != 0 {
         return Err(SamplesError::Partial { len });
     }
     if len / 4 > MAX_SAMPLES {
         return Err(SamplesError::TooMany);
     }
-    let bytes = std::fs::read(path)?;
+    // Opened without blocking and checked again: the name may have been swapped since.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(SamplesError::NotRegular);
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, len), &mut bytes)?;
+    if bytes.len() % 4 != 0 {
+        return Err(SamplesError::Partial {
+            len: bytes.len() as u64,
+        });
+    }
     let samples: Vec<f64> = bytes
         .chunks_exact(4)
         .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])) * 1e6)
@@ -331,6 +354,30 @@ mod tests {
         let path = dir.join("out.json");
         std::fs::write(&path, doc.to_string()).unwrap();
         path
+    }
+
+    #[test]
+    fn a_sample_file_that_is_a_device_or_fifo_is_refused_unread() {
+        // On /dev/zero a read without a bound never ends (issue 26, item 9).
+        assert!(matches!(
+            read_samples(Path::new("/dev/zero")),
+            Err(SamplesError::NotRegular)
+        ));
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("samples.bin");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(matches!(read_samples(&fifo), Err(SamplesError::NotRegular)));
+        // Through the JSON: the state's sample file names the device.
+        let json = write_fixture(d.path(), 1.0);
+        let text = std::fs::read_to_string(&json).unwrap();
+        assert!(text.contains("out.json-bin/0.bin"));
+        std::fs::write(&json, text.replace("out.json-bin/0.bin", "/dev/zero")).unwrap();
+        let e = load(&json, Some("2^10")).unwrap_err().to_string();
+        assert!(
+            e.contains("/dev/zero") || e.contains("not a regular file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -522,14 +522,24 @@ fn tempdir() -> Result<tempfile::TempDir, ReplayError> {
 
 fn from_bundle(path: &Path, quiet: bool) -> Result<Origin, ReplayError> {
     // Nothing from a bundle is trusted before every file matches its manifest.
+    // One streaming pass: every member hashed as it is unpacked into a private directory,
+    // which nothing reads before every file matches the manifest.
     let bar = crate::foundation::output::progress_bytes(quiet, 0, "verifying the bundle");
-    let v = crate::foundation::archive::verify_with(path, &|done, total| {
+    let dir = tempdir()?;
+    let (v, _) = crate::foundation::archive::extract_verified(path, dir.path(), &|done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })
-    .map_err(|source| ReplayError::Verify {
-        path: path.to_path_buf(),
-        source,
+    .map_err(|source| match source {
+        // A write that failed is this machine's trouble; anything else is the bundle's.
+        crate::foundation::archive::ArchiveError::Write { .. } => ReplayError::Unpack {
+            path: path.to_path_buf(),
+            source,
+        },
+        source => ReplayError::Verify {
+            path: path.to_path_buf(),
+            source,
+        },
     })?;
     bar.finish_and_clear();
     if !v.ok() {
@@ -546,13 +556,6 @@ fn from_bundle(path: &Path, quiet: bool) -> Result<Origin, ReplayError> {
             named: named.join(", "),
         });
     }
-    let dir = tempdir()?;
-    crate::foundation::archive::extract(path, dir.path()).map_err(|source| {
-        ReplayError::Unpack {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
     let mut records = Vec::new();
     for (sub, kind) in [
         ("results", RecordKind::Result),
@@ -796,8 +799,13 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let checkout = tempdir()?;
     let root: PathBuf = match &origin.sources {
         Some(src) => {
+            // The commit comes from a record: only a commit ID ever becomes a path.
+            let is_id = matches!(commit.len(), 40 | 64)
+                && commit
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
             let dir = src.join(&commit);
-            if !dir.is_dir() {
+            if !is_id || !dir.is_dir() {
                 return Err(ReplayError::NoSourcesInBundle { commit });
             }
             dir

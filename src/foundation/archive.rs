@@ -121,6 +121,15 @@ pub enum ArchiveError {
         /// The repeated path.
         entry: String,
     },
+    /// One member's path lies under another's: a path cannot be both a file and a
+    /// directory (`a` and `a/b`, or `MANIFEST` and `MANIFEST/x`).
+    #[error("bundle entry `{entry}` lies under entry `{file}`, which is a file")]
+    Clash {
+        /// The member under the other.
+        entry: String,
+        /// The member that is a file where a directory would be.
+        file: String,
+    },
     /// The bundle unpacks to more than the reader accepts.
     #[error("{} is larger than allowed: {what}", .path.display())]
     TooLarge {
@@ -285,11 +294,86 @@ impl<R: Read> Read for Counting<'_, R> {
 }
 
 /// [`read_with`], calling `progress(done, total)` with the compressed bytes read so far.
+/// Every member is held in memory: for tests and small bundles. [`verify_with`],
+/// [`scan`] and [`extract`] stream instead.
 pub fn read_progress(
     path: &Path,
     limits: Limits,
     progress: &dyn Fn(u64, u64),
 ) -> Result<Vec<Entry>, ArchiveError> {
+    let mut out = Vec::new();
+    stream(path, limits, progress, &mut |name, executable, member| {
+        let mut bytes = Vec::new();
+        member
+            .read_to_end(&mut bytes)
+            .map_err(|e| Failure::Read(name.to_string(), e))?;
+        out.push(Entry {
+            path: name.to_string(),
+            bytes,
+            executable,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Refuses to give more than `left` bytes of the decompressed stream, and says so through
+/// `over` (the tar reader wraps the error it sees in its own).
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    over: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // At the limit: one byte more means the stream is larger than allowed.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    self.over.set(true);
+                    Err(std::io::Error::other("the bundle unpacks past the limit"))
+                }
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Why a visitor of [`stream`] stopped.
+enum Failure {
+    /// Reading a member's bytes failed (the stream is damaged, or over the limit).
+    Read(String, std::io::Error),
+    /// The visitor's own error.
+    Archive(ArchiveError),
+}
+
+impl From<ArchiveError> for Failure {
+    fn from(e: ArchiveError) -> Self {
+        Failure::Archive(e)
+    }
+}
+
+type Visit<'v> = dyn FnMut(&str, bool, &mut dyn Read) -> Result<(), Failure> + 'v;
+
+/// Reads the bundle once, front to back, in bounded memory: every member's header is
+/// checked (a regular file, a safe path, given once, within the member limit) before
+/// `visit(name, executable, bytes)` is called on it, and after the tar's end the rest of
+/// the zstd stream is read to its end, so that a damaged tail or checksum is still found.
+/// At most [`Limits::max_bytes`] of decompressed stream are read, whatever it claims.
+fn stream(
+    path: &Path,
+    limits: Limits,
+    progress: &dyn Fn(u64, u64),
+    visit: &mut Visit<'_>,
+) -> Result<(), ArchiveError> {
     let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
         path: path.to_owned(),
         source,
@@ -301,76 +385,134 @@ pub fn read_progress(
         total,
         progress,
     };
-    // Decompress the whole stream before parsing the tar: the tar reader stops at the
-    // end-of-archive marker, so streaming would let a truncated or damaged tail (and the
-    // zstd checksum after it) go unchecked. At most one byte past the limit is read.
-    let mut tar_bytes = Vec::new();
-    zstd::Decoder::new(file)
-        .and_then(|d| {
-            d.take(limits.max_bytes.saturating_add(1))
-                .read_to_end(&mut tar_bytes)
-        })
-        .map_err(|e| corrupt(path, format!("bad zstd stream: {e}")))?;
-    if tar_bytes.len() as u64 > limits.max_bytes {
-        return Err(ArchiveError::TooLarge {
-            path: path.to_owned(),
-            what: format!(
-                "it unpacks to more than {} bytes (REPRO_BUNDLE_MAX_BYTES)",
-                limits.max_bytes
-            ),
-        });
-    }
-
-    let mut archive = tar::Archive::new(tar_bytes.as_slice());
-    let members = archive
-        .entries()
-        .map_err(|e| corrupt(path, format!("bad tar stream: {e}")))?;
-    let mut out = Vec::new();
+    let over = std::rc::Rc::new(std::cell::Cell::new(false));
+    let too_large = || ArchiveError::TooLarge {
+        path: path.to_owned(),
+        what: format!(
+            "it unpacks to more than {} bytes (REPRO_BUNDLE_MAX_BYTES)",
+            limits.max_bytes
+        ),
+    };
+    // An error met anywhere is the limit's if the limit was passed, else damage.
+    let damaged = |what: String| {
+        if over.get() {
+            too_large()
+        } else {
+            corrupt(path, what)
+        }
+    };
+    let decoder = zstd::Decoder::new(file).map_err(|e| damaged(format!("bad zstd stream: {e}")))?;
+    let mut archive = tar::Archive::new(Bounded {
+        inner: decoder,
+        left: limits.max_bytes,
+        over: over.clone(),
+    });
     let mut seen = BTreeSet::new();
-    for member in members {
-        if out.len() >= limits.max_entries {
-            return Err(ArchiveError::TooLarge {
+    let mut declared = 0u64;
+    {
+        let members = archive
+            .entries()
+            .map_err(|e| damaged(format!("bad tar stream: {e}")))?;
+        for member in members {
+            if seen.len() >= limits.max_entries {
+                return Err(ArchiveError::TooLarge {
+                    path: path.to_owned(),
+                    what: format!(
+                        "it has more than {} members (REPRO_BUNDLE_MAX_ENTRIES)",
+                        limits.max_entries
+                    ),
+                });
+            }
+            let mut member = member.map_err(|e| damaged(format!("bad tar header: {e}")))?;
+            // `path_bytes` already folds in GNU long names and PAX path records.
+            let raw = member.path_bytes().into_owned();
+            let name = String::from_utf8(raw).map_err(|e| ArchiveError::UnsafePath {
                 path: path.to_owned(),
-                what: format!(
-                    "it has more than {} members (REPRO_BUNDLE_MAX_ENTRIES)",
-                    limits.max_entries
-                ),
-            });
+                entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            })?;
+            if !is_safe(&name) || !member.header().entry_type().is_file() {
+                return Err(ArchiveError::UnsafePath {
+                    path: path.to_owned(),
+                    entry: name,
+                });
+            }
+            if !seen.insert(name.clone()) {
+                return Err(ArchiveError::Duplicate { entry: name });
+            }
+            if let Some(e) = clash(&seen, &name) {
+                return Err(e);
+            }
+            let mode = member
+                .header()
+                .mode()
+                .map_err(|e| corrupt(path, format!("bad mode for `{name}`: {e}")))?;
+            // A member that says it is larger than what is left of the limit is refused
+            // before its bytes are read (and hashed): a bomb is found at its header.
+            declared = declared.saturating_add(member.header().size().unwrap_or(u64::MAX));
+            if declared > limits.max_bytes {
+                return Err(too_large());
+            }
+            match visit(&name, mode & 0o111 != 0, &mut member) {
+                Ok(()) => {}
+                Err(Failure::Archive(e)) => return Err(e),
+                Err(Failure::Read(name, e)) => {
+                    return Err(damaged(format!("cannot read `{name}`: {e}")));
+                }
+            }
         }
-        let mut member = member.map_err(|e| corrupt(path, format!("bad tar header: {e}")))?;
-        // `path_bytes` already folds in GNU long names and PAX path records.
-        let raw = member.path_bytes().into_owned();
-        let name = String::from_utf8(raw).map_err(|e| ArchiveError::UnsafePath {
-            path: path.to_owned(),
-            entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        })?;
-        if !is_safe(&name) || !member.header().entry_type().is_file() {
-            return Err(ArchiveError::UnsafePath {
-                path: path.to_owned(),
-                entry: name,
-            });
-        }
-        if !seen.insert(name.clone()) {
-            return Err(ArchiveError::Duplicate { entry: name });
-        }
-        let mode = member
-            .header()
-            .mode()
-            .map_err(|e| corrupt(path, format!("bad mode for `{name}`: {e}")))?;
-        let mut bytes = Vec::new();
-        member
-            .read_to_end(&mut bytes)
-            .map_err(|e| corrupt(path, format!("cannot read `{name}`: {e}")))?;
-        out.push(Entry {
-            path: name,
-            bytes,
-            executable: mode & 0o111 != 0,
-        });
     }
+    // The tar ends before the zstd frame does: read to the frame's end (and its checksum).
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
+        .map_err(|e| damaged(format!("bad zstd stream after the archive: {e}")))?;
     if !seen.contains(MANIFEST) {
         return Err(corrupt(path, format!("no {MANIFEST}")));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The most MANIFEST may hold: 100,000 members' lines are about 15 MB.
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// Reads a member to its end through sha256, copying its bytes to `to`; returns the digest
+/// and the size.
+fn hash_member(
+    name: &str,
+    member: &mut dyn Read,
+    to: &mut dyn Write,
+) -> Result<(String, u64), Failure> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = match member.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Failure::Read(name.to_string(), e)),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+        to.write_all(&buf[..n])
+            .map_err(|e| Failure::Read(name.to_string(), e))?;
+    }
+    Ok((hex::encode(hasher.finalize()), size))
+}
+
+/// Reads MANIFEST's bytes, bounded.
+fn read_manifest(path: &Path, member: &mut dyn Read) -> Result<Vec<u8>, Failure> {
+    let mut bytes = Vec::new();
+    member
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::Read(MANIFEST.to_string(), e))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(corrupt(
+            path,
+            format!("{MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes"),
+        )
+        .into());
+    }
+    Ok(bytes)
 }
 
 /// What [`verify`] found.
@@ -433,36 +575,127 @@ pub fn verify(path: &Path) -> Result<Verification, ArchiveError> {
 
 /// [`verify`], calling `progress(done, total)` with the compressed bytes read so far.
 pub fn verify_with(path: &Path, progress: &dyn Fn(u64, u64)) -> Result<Verification, ArchiveError> {
-    let entries = read_progress(path, Limits::from_env(), progress)?;
-    let manifest = entries
-        .iter()
-        .find(|e| e.path == MANIFEST)
-        .ok_or_else(|| corrupt(path, format!("no {MANIFEST}")))?;
-    let listed = parse_manifest(path, &manifest.bytes)?;
-    let present: BTreeMap<&str, &[u8]> = entries
-        .iter()
-        .filter(|e| e.path != MANIFEST)
-        .map(|e| (e.path.as_str(), e.bytes.as_slice()))
-        .collect();
+    Ok(scan(path, progress, None)?.verification)
+}
 
+/// What one streaming pass over a bundle found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scan {
+    /// Every member against MANIFEST.
+    pub verification: Verification,
+    /// Every member (MANIFEST included) with its size, in bundle order.
+    pub members: Vec<(String, u64)>,
+    /// The first [`SCAN_KEEP_BYTES`] of the member asked for, if there is one.
+    pub kept: Option<Vec<u8>>,
+}
+
+/// How much of one member [`scan`] keeps.
+pub const SCAN_KEEP_BYTES: u64 = 1 << 20;
+
+/// Reads the bundle once in bounded memory: hashes every member while reading it, checks
+/// them against MANIFEST, lists them, and keeps the first [`SCAN_KEEP_BYTES`] of the
+/// member named `keep` (a README to show).
+pub fn scan(
+    path: &Path,
+    progress: &dyn Fn(u64, u64),
+    keep: Option<&str>,
+) -> Result<Scan, ArchiveError> {
+    let mut digests = BTreeMap::new();
+    let mut manifest = None;
+    let mut out = Scan::default();
+    stream(
+        path,
+        Limits::from_env(),
+        progress,
+        &mut |name, _, member| {
+            if name == MANIFEST {
+                let bytes = read_manifest(path, member)?;
+                out.members.push((name.to_string(), bytes.len() as u64));
+                manifest = Some(bytes);
+                return Ok(());
+            }
+            let (digest, size) = if keep == Some(name) {
+                let mut head = Vec::new();
+                let mut limited = LimitedVec(&mut head, SCAN_KEEP_BYTES as usize);
+                let r = hash_member(name, member, &mut limited)?;
+                out.kept = Some(head);
+                r
+            } else {
+                hash_member(name, member, &mut std::io::sink())?
+            };
+            out.members.push((name.to_string(), size));
+            digests.insert(name.to_string(), digest);
+            Ok(())
+        },
+    )?;
+    let manifest = manifest.ok_or_else(|| corrupt(path, format!("no {MANIFEST}")))?;
+    out.verification = compare(path, &manifest, &digests)?;
+    Ok(out)
+}
+
+/// A writer into a vector that keeps only the first `.1` bytes.
+struct LimitedVec<'a>(&'a mut Vec<u8>, usize);
+
+impl Write for LimitedVec<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.1.saturating_sub(self.0.len());
+        self.0.extend_from_slice(&buf[..buf.len().min(room)]);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The members' digests (path → sha256 hex, MANIFEST excluded) against MANIFEST's text.
+fn compare(
+    path: &Path,
+    manifest: &[u8],
+    present: &BTreeMap<String, String>,
+) -> Result<Verification, ArchiveError> {
+    let listed = parse_manifest(path, manifest)?;
     let mut v = Verification {
         files: listed.len(),
         ..Verification::default()
     };
     // BTreeMap iteration keeps every list sorted.
     for (file, digest) in &listed {
-        match present.get(file.as_str()) {
+        match present.get(file) {
             None => v.missing.push(file.clone()),
-            Some(bytes) if sha256_hex(bytes) != *digest => v.differs.push(file.clone()),
+            Some(d) if d != digest => v.differs.push(file.clone()),
             Some(_) => {}
         }
     }
     v.extra = present
         .keys()
-        .filter(|f| !listed.contains_key(**f))
-        .map(|f| f.to_string())
+        .filter(|f| !listed.contains_key(*f))
+        .cloned()
         .collect();
     Ok(v)
+}
+
+/// The error for a member that lies under another member (a file), or that another
+/// already-seen member lies under, if either is so.
+fn clash(seen: &BTreeSet<String>, name: &str) -> Option<ArchiveError> {
+    let mut at = 0;
+    while let Some(i) = name[at..].find('/') {
+        let parent = &name[..at + i];
+        if seen.contains(parent) {
+            return Some(ArchiveError::Clash {
+                entry: name.to_string(),
+                file: parent.to_string(),
+            });
+        }
+        at += i + 1;
+    }
+    let under = format!("{name}/");
+    seen.range(under.clone()..)
+        .next()
+        .filter(|s| s.starts_with(&under))
+        .map(|s| ArchiveError::Clash {
+            entry: s.clone(),
+            file: name.to_string(),
+        })
 }
 
 /// Creates the directories above `entry` under `dest`, refusing to pass through anything
@@ -495,37 +728,105 @@ fn make_parents(bundle: &Path, dest: &Path, entry: &str) -> Result<PathBuf, Arch
 }
 
 /// Extracts every member (MANIFEST included) into `dest`, created if needed, refusing
-/// unsafe paths; returns the paths written, in bundle order. The whole bundle is read and
-/// checked first, so a bad member anywhere means nothing is written.
+/// unsafe paths, with mode 0o644 whatever the member's mode; returns the paths written, in
+/// bundle order. See [`extract_verified`].
 pub fn extract(path: &Path, dest: &Path) -> Result<Vec<String>, ArchiveError> {
-    let entries = read(path)?;
+    extract_verified(path, dest, &|_, _| {}).map(|(_, written)| written)
+}
+
+/// Extracts the bundle into `dest` in one streaming pass, hashing every member as it is
+/// written, and returns the members against MANIFEST with the paths written. Memory stays
+/// bounded whatever the bundle's size. A bad member anywhere (an unsafe path, a damaged
+/// stream, a limit passed) stops it and removes everything it wrote, so nothing is left;
+/// a member that differs from MANIFEST is reported in the [`Verification`], and the caller
+/// must not use `dest` unless it is [`Verification::ok`].
+pub fn extract_verified(
+    path: &Path,
+    dest: &Path,
+    progress: &dyn Fn(u64, u64),
+) -> Result<(Verification, Vec<String>), ArchiveError> {
+    let existed = dest.exists();
     std::fs::create_dir_all(dest).map_err(|source| ArchiveError::Write {
         path: dest.to_owned(),
         source,
     })?;
-    let mut written = Vec::with_capacity(entries.len());
-    for e in entries {
-        let dir = make_parents(path, dest, &e.path)?;
-        let target = dest.join(&e.path);
-        let write_err = |source| ArchiveError::Write {
-            path: target.clone(),
-            source,
-        };
-        // Written beside the target then renamed over it: the rename replaces whatever is
-        // at the target (a symlink included) instead of writing through it.
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".repro-tmp-")
-            .tempfile_in(&dir)
-            .map_err(write_err)?;
-        tmp.write_all(&e.bytes).map_err(write_err)?;
-        let mode = if e.executable { 0o755 } else { 0o644 };
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(write_err)?;
-        tmp.persist(&target).map_err(|err| write_err(err.error))?;
-        written.push(e.path);
+    let mut written: Vec<String> = Vec::new();
+    // Every member begun, so that a failure half-way removes its directories too.
+    let mut touched: Vec<String> = Vec::new();
+    let mut digests = BTreeMap::new();
+    let mut manifest = None;
+    let result = stream(
+        path,
+        Limits::from_env(),
+        progress,
+        &mut |name, _, member| {
+            touched.push(name.to_string());
+            let dir = make_parents(path, dest, name)?;
+            let target = dest.join(name);
+            let write_err = |source| ArchiveError::Write {
+                path: target.clone(),
+                source,
+            };
+            // Written beside the target then renamed over it: the rename replaces whatever is
+            // at the target (a symlink included) instead of writing through it.
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".repro-tmp-")
+                .tempfile_in(&dir)
+                .map_err(write_err)?;
+            if name == MANIFEST {
+                let bytes = read_manifest(path, member)?;
+                tmp.write_all(&bytes).map_err(write_err)?;
+                manifest = Some(bytes);
+            } else {
+                let mut file = std::io::BufWriter::new(tmp.as_file_mut());
+                let (digest, _) = hash_member(name, member, &mut file)?;
+                file.flush().map_err(write_err)?;
+                drop(file);
+                digests.insert(name.to_string(), digest);
+            }
+            // Never executable, whatever the member's mode says: MANIFEST hashes content only,
+            // so a mode is an unchecked claim, and an executable file from a stranger is one
+            // step from running (`-ccbin ./x`, a `./script` in a command).
+            tmp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644))
+                .map_err(write_err)?;
+            tmp.persist(&target).map_err(|err| write_err(err.error))?;
+            written.push(name.to_string());
+            Ok(())
+        },
+    );
+    let verified = result.and_then(|()| {
+        let manifest = manifest.ok_or_else(|| corrupt(path, format!("no {MANIFEST}")))?;
+        compare(path, &manifest, &digests)
+    });
+    match verified {
+        Ok(v) => Ok((v, written)),
+        Err(e) => {
+            remove_written(dest, &touched, existed);
+            Err(e)
+        }
     }
-    Ok(written)
+}
+
+/// Removes the files an extraction wrote, then the directories that are left empty (and
+/// `dest` itself when the extraction created it).
+fn remove_written(dest: &Path, written: &[String], dest_existed: bool) {
+    let mut dirs = BTreeSet::new();
+    for w in written {
+        let _ = std::fs::remove_file(dest.join(w));
+        let mut p = Path::new(w.as_str());
+        while let Some(parent) = p.parent().filter(|p| !p.as_os_str().is_empty()) {
+            dirs.insert(parent.to_path_buf());
+            p = parent;
+        }
+    }
+    // Deepest first: a longer path sorts after its parent.
+    for d in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(dest.join(d));
+    }
+    if !dest_existed {
+        let _ = std::fs::remove_dir(dest);
+    }
 }
 
 impl crate::foundation::error::Diagnose for ArchiveError {
@@ -538,7 +839,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             }
             E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
-            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } => {
+            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } | E::Clash { .. } => {
                 crate::foundation::exit::MISMATCH
             }
             E::TooLarge { .. } => crate::foundation::exit::USAGE,
@@ -551,6 +852,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
             E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
             E::Write { .. } => Some("check free space and permissions of the output directory".into()),
+            E::Clash { .. } => Some("repro never writes a path both as a file and as a directory: the bundle was made or edited by hand; nothing was extracted".into()),
             E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
             E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
             E::Output(w) => crate::foundation::error::Diagnose::hint(w),
@@ -682,7 +984,8 @@ mod tests {
             let p = out.join(&e.path);
             assert_eq!(std::fs::read(&p).unwrap(), e.bytes, "{}", e.path);
             let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, if e.executable { 0o755 } else { 0o644 }, "{}", e.path);
+            // A bundle never gives executable bits, whatever its members' modes say.
+            assert_eq!(mode, 0o644, "{}", e.path);
         }
         assert!(out.join(long_path()).is_file());
         assert!(out.join(MANIFEST).is_file());
@@ -737,6 +1040,64 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_is_checked_past_the_tar_end_while_streaming() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        write(&bundle, sample()).unwrap();
+        let good = std::fs::read(&bundle).unwrap();
+        // The frame's checksum (its last 4 bytes) damaged: the tar inside reads whole, so
+        // only reading the zstd frame to its end finds it.
+        let mut bad = good.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 0xff;
+        std::fs::write(&bundle, &bad).unwrap();
+        let out = dir.path().join("out");
+        for err in [
+            verify(&bundle).unwrap_err(),
+            extract(&bundle, &out).unwrap_err(),
+            scan(&bundle, &|_, _| {}, None).unwrap_err(),
+        ] {
+            assert!(matches!(err, ArchiveError::Corrupt { .. }), "{err}");
+        }
+        // Nothing was left of the extraction that failed at the end.
+        assert!(!out.exists());
+        // Bytes after the frame are refused too.
+        let mut trailing = good.clone();
+        trailing.extend_from_slice(b"junk after the frame");
+        std::fs::write(&bundle, &trailing).unwrap();
+        assert!(matches!(verify(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn extract_verified_hashes_while_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let mut entries = sample();
+        write(&bundle, entries.clone()).unwrap();
+        let (v, written) = extract_verified(&bundle, &dir.path().join("ok"), &|_, _| {}).unwrap();
+        assert!(v.ok(), "{v:?}");
+        assert_eq!(written.len(), entries.len() + 1);
+        // A member edited after MANIFEST was written is found in the same pass.
+        let good = read(&bundle).unwrap();
+        let manifest = good.iter().find(|e| e.path == MANIFEST).unwrap().clone();
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        entries[0].bytes.push(b'!');
+        let mut tar = tar::Builder::new(Vec::new());
+        for e in entries.iter().chain(std::iter::once(&manifest)) {
+            let mut h = header(e.bytes.len() as u64, false);
+            tar.append_data(&mut h, &e.path, e.bytes.as_slice())
+                .unwrap();
+        }
+        let z = zstd::encode_all(tar.into_inner().unwrap().as_slice(), 3).unwrap();
+        std::fs::write(&bundle, z).unwrap();
+        let (v, _) = extract_verified(&bundle, &dir.path().join("edited"), &|_, _| {}).unwrap();
+        assert_eq!(v.differs, vec![entries[0].path.clone()]);
+        let s = scan(&bundle, &|_, _| {}, Some(&entries[0].path)).unwrap();
+        assert_eq!(s.verification, v);
+        assert_eq!(s.kept.as_deref(), Some(entries[0].bytes.as_slice()));
+    }
+
+    #[test]
     fn truncated_or_random_is_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let bundle = dir.path().join("b.tar.zst");
@@ -767,6 +1128,30 @@ mod tests {
 
         std::fs::write(&bundle, b"").unwrap();
         assert!(matches!(read(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_member_under_another_member_is_refused_by_verify() {
+        // `a` then `a/b` (and the reverse order), and a member under MANIFEST: each passed
+        // verify before and failed only at replay, with a hint about free space.
+        let cases: [&[&str]; 3] = [&["a", "a/b"], &["a/b/c", "a/b"], &["MANIFEST/x"]];
+        for names in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let bundle = dir.path().join("b.tar.zst");
+            let mut members: Vec<Entry> = names.iter().map(|n| entry(n, b"x", false)).collect();
+            let manifest: String = members
+                .iter()
+                .map(|m| format!("{}  {}\n", sha256_hex(&m.bytes), m.path))
+                .collect();
+            members.push(entry(MANIFEST, manifest.as_bytes(), false));
+            rebuild(&bundle, &members);
+            let e = verify(&bundle).map(|_| ()).unwrap_err();
+            assert!(matches!(e, ArchiveError::Clash { .. }), "{names:?}: {e}");
+            let hint = crate::foundation::error::Diagnose::hint(&e).unwrap();
+            assert!(!hint.contains("free space"), "{hint}");
+            assert!(e.to_string().contains("lies under"), "{e}");
+            assert!(extract(&bundle, &dir.path().join("out")).is_err());
+        }
     }
 
     #[test]

@@ -167,6 +167,59 @@ pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>
     Ok(out)
 }
 
+/// Reads a regular file of at most `max` bytes without following a symbolic link at its
+/// last component and without blocking on a FIFO or a device: anything but a regular file
+/// is refused (`InvalidInput`), a larger one too (`InvalidData`). Every file under a store
+/// is read through this, so a planted FIFO, `/dev/zero` or a link out of the store is
+/// refused rather than hung on, read forever, or followed.
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                not_regular(path, "a symbolic link")
+            } else {
+                e
+            }
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "a FIFO, socket or device"
+        };
+        return Err(not_regular(path, what));
+    }
+    if meta.len() > max {
+        return Err(too_large(path, max));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(too_large(path, max));
+    }
+    Ok(out)
+}
+
+fn not_regular(path: &Path, what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{} is {what}, not a regular file", path.display()),
+    )
+}
+
+fn too_large(path: &Path, max: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{} is larger than {max} bytes", path.display()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +267,30 @@ mod tests {
         // No temporary files are left behind.
         let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+    #[test]
+    fn read_regular_refuses_links_fifos_devices_and_big_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"12345").unwrap();
+        assert_eq!(read_regular(&f, 5).unwrap(), b"12345");
+        assert_eq!(
+            read_regular(&f, 4).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let e = read_regular(&link, 100).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Would block forever with a plain open.
+        let e = read_regular(&fifo, 100).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = read_regular(Path::new("/dev/zero"), 100).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = read_regular(dir.path(), 100).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
     }
 }

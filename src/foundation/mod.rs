@@ -6,6 +6,7 @@
 
 pub mod archive;
 pub mod config;
+pub mod cuda_options;
 pub mod diagnostics;
 pub mod driverlib;
 pub mod elf;
@@ -25,6 +26,7 @@ pub mod pyenv;
 pub mod recipe;
 pub mod records;
 pub mod runspec;
+pub mod scratch;
 pub mod solib;
 pub mod spans;
 pub mod stats;

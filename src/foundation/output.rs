@@ -26,6 +26,10 @@ impl Style {
     pub fn for_stderr() -> Self {
         Self::for_stream(std::io::stderr().is_terminal())
     }
+    /// Whether colour is on.
+    pub fn colour(&self) -> bool {
+        self.colour
+    }
     fn paint(&self, code: &str, s: &str) -> String {
         if self.colour {
             format!("\x1b[{code}m{s}\x1b[0m")
@@ -59,19 +63,76 @@ impl Style {
     }
 }
 
-/// Text from elsewhere (commit subjects, compiler logs, records) made safe for a terminal:
-/// control characters other than tab are shown escaped, so they cannot move the cursor or
-/// change colours.
+/// Text from elsewhere (commit subjects, compiler logs, records) made safe for one line of
+/// a terminal: [`terminal_safe`], with newlines escaped too.
 pub fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    terminal_safe(s, false).replace('\n', "\\n")
+}
+
+/// Whether `c` may reach a terminal or an SVG as it is: not a control character (C0, DEL
+/// and C1, which holds the one-byte CSI), not a bidirectional override or isolate that
+/// reorders what is shown, and not a non-character. Newline and tab are text.
+fn is_plain(c: char) -> bool {
+    if c == '\n' || c == '\t' {
+        return true;
+    }
+    !(c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{fffe}' | '\u{ffff}'))
+}
+
+/// Serialised JSON made safe for a terminal without changing what it means: characters that
+/// are not [`is_plain`] can only stand inside its strings (serde_json escapes C0 controls
+/// already, but not C1 or bidi controls), where a `\uXXXX` escape is the same character.
+pub fn json_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if is_plain(c) || u32::from(c) > 0xffff {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        }
+    }
+    out
+}
+
+/// The colour sequences [`Style`] writes, the only escape sequences let through to a
+/// terminal, and only when colour is on.
+const OWN_SGR: &[&str] = &[
+    "\x1b[0m",
+    "\x1b[1m",
+    "\x1b[2m",
+    "\x1b[32m",
+    "\x1b[33m",
+    "\x1b[36m",
+    "\x1b[1;31m",
+];
+
+/// The one escaping function for text on its way to a terminal: every character that is
+/// not [`is_plain`] (OSC and CSI sequences, carriage returns, backspaces, bidi overrides)
+/// is shown as a `\u{..}` escape. With `colour`, repro's own colour sequences pass.
+/// [`sanitize`], [`printable`], the app's stdout and stderr writers and the SVG plots all
+/// go through it.
+pub fn terminal_safe(text: &str, colour: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if colour
+            && c == '\x1b'
+            && let Some(sgr) = OWN_SGR.iter().find(|s| rest.starts_with(**s))
+        {
+            out.push_str(sgr);
+            rest = &rest[sgr.len()..];
+            continue;
+        }
+        if is_plain(c) {
+            out.push(c);
+        } else {
+            out.push_str(&c.escape_unicode().to_string());
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// A left-aligned text table. Cells may carry colour codes; widths are measured on the
@@ -156,19 +217,10 @@ impl Table {
     }
 }
 
-/// Text from a file someone else wrote, made safe for a terminal: control characters other
-/// than newline and tab (escape sequences that could rewrite the screen or the title) are
-/// shown as `\u{..}` escapes.
+/// Text from a file someone else wrote, made safe for a terminal: [`terminal_safe`]
+/// without colour (newlines and tabs kept).
 pub fn sanitize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    terminal_safe(text, false)
 }
 
 /// A progress bar with a count and an ETA on stderr, for a step that can take more than a

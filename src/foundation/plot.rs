@@ -39,10 +39,17 @@ fn colour(verdict: &str) -> &'static str {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+use xml_text as esc;
+
+/// Text for an SVG element or attribute: control characters (invalid in XML 1.0) escaped
+/// visibly by the one terminal-escaping function, then the XML specials.
+pub fn xml_text(s: &str) -> String {
+    crate::foundation::output::sanitize(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }
 
 /// Renders a plot: title, axis labels, points with interval bars, vertical markers.

@@ -18,6 +18,7 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wait_timeout::ChildExt;
@@ -28,6 +29,22 @@ use crate::foundation::exit;
 /// How many bytes of each stream an error message shows.
 const TAIL_BYTES: usize = 2000;
 
+/// How many bytes of each stream a command keeps unless told otherwise: the last 16 MiB.
+/// A step that writes gigabytes (`head -c 1500000000 /dev/zero`) must not grow repro.
+pub const DEFAULT_KEEP: usize = 16 << 20;
+
+/// How many bytes of each stream a user's step keeps (a bisection script, a command bench,
+/// a command build): its messages show a 2,000-byte tail, a metric is read from the end.
+pub const STEP_KEEP: usize = 1 << 20;
+
+/// How long the readers wait for more output once the child has ended or been killed: what
+/// it wrote is already in the pipe, so only a process that escaped its group (`setsid
+/// sleep 888 &`) and holds the pipe could make them wait longer.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// How long the readers go on reading past [`DRAIN_GRACE`] while output keeps coming.
+const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+
 /// A command to run: program, arguments, working directory, environment and timeout.
 #[derive(Clone, Debug)]
 pub struct Cmd {
@@ -37,6 +54,7 @@ pub struct Cmd {
     env: Vec<(OsString, Option<OsString>)>,
     timeout: Option<Duration>,
     stdin: Option<Vec<u8>>,
+    keep: usize,
 }
 
 /// What a finished command left behind.
@@ -44,12 +62,16 @@ pub struct Cmd {
 pub struct Output {
     /// The exit status.
     pub status: ExitStatus,
-    /// Everything written to stdout.
+    /// What was written to stdout: all of it, or its last [`Cmd::keep_tail`] bytes.
     pub stdout: Vec<u8>,
-    /// Everything written to stderr.
+    /// What was written to stderr, likewise.
     pub stderr: Vec<u8>,
     /// Wall time from spawn to exit.
     pub elapsed: Duration,
+    /// How many bytes of stdout were dropped from the front to keep within the limit.
+    pub stdout_dropped: u64,
+    /// How many bytes of stderr were dropped likewise.
+    pub stderr_dropped: u64,
 }
 
 impl Output {
@@ -159,7 +181,15 @@ impl Cmd {
             env: Vec::new(),
             timeout: None,
             stdin: None,
+            keep: DEFAULT_KEEP,
         }
+    }
+
+    /// Keeps only the last `bytes` of each stream (default [`DEFAULT_KEEP`]): the memory a
+    /// command's output can take, whatever it writes.
+    pub fn keep_tail(mut self, bytes: usize) -> Self {
+        self.keep = bytes.max(1);
+        self
     }
 
     /// Appends one argument.
@@ -277,63 +307,56 @@ impl Cmd {
             })),
             _ => None,
         };
-        let mut out_pipe = child.stdout.take().expect("stdout is piped");
-        let mut err_pipe = child.stderr.take().expect("stderr is piped");
-        let out_thread = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            out_pipe.read_to_end(&mut buf).map(|_| buf)
-        });
-        let err_thread = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            err_pipe.read_to_end(&mut buf).map(|_| buf)
-        });
+        let stop = Arc::new(Mutex::new(None::<Instant>));
+        let out_pipe = child.stdout.take().expect("stdout is piped");
+        let err_pipe = child.stderr.take().expect("stderr is piped");
+        let pipes = [pipe_inode(&out_pipe), pipe_inode(&err_pipe)];
+        let out_thread = spawn_reader(out_pipe, self.keep, stop.clone());
+        let err_thread = spawn_reader(err_pipe, self.keep, stop.clone());
 
         let io_err = |source| ProcessError::Io {
             argv: argv.clone(),
             source,
         };
-        let status = match self.timeout {
-            Some(limit) => match child.wait_timeout(limit).map_err(io_err)? {
-                Some(status) => status,
-                None => {
-                    kill_group(&mut child);
-                    let stdout = out_thread
-                        .join()
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default();
-                    let stderr = err_thread
-                        .join()
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default();
-                    return Err(ProcessError::Timeout {
-                        argv,
-                        timeout: limit,
-                        stdout: tail(&stdout),
-                        stderr: tail(&stderr),
-                    });
-                }
-            },
-            None => child.wait().map_err(io_err)?,
+        let waited = match self.timeout {
+            Some(limit) => child.wait_timeout(limit),
+            None => child.wait().map(Some),
+        };
+        let waited = match waited {
+            Ok(w) => w,
+            Err(e) => {
+                kill_tree(&mut child);
+                let _ = finish_reading(&stop, out_thread, err_thread, pipes);
+                return Err(io_err(e));
+            }
         };
         let elapsed = start.elapsed();
+        let Some(status) = waited else {
+            kill_tree(&mut child);
+            drop(group);
+            let (stdout, stderr) = finish_reading(&stop, out_thread, err_thread, pipes);
+            return Err(ProcessError::Timeout {
+                argv,
+                timeout: self.timeout.unwrap_or_default(),
+                stdout: tail(&stdout.map(|c| c.bytes).unwrap_or_default()),
+                stderr: tail(&stderr.map(|c| c.bytes).unwrap_or_default()),
+            });
+        };
         // The child is done; whatever it left running in its group (`sleep 9 &`) would hold
         // the pipes open and keep us waiting for output that no one asked for.
         drop(group);
         if let Some(t) = stdin_thread {
             let _ = t.join();
         }
-        let join = |t: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
-            t.join().unwrap_or_else(|_| Ok(Vec::new()))
-        };
-        let stdout = join(out_thread).map_err(io_err)?;
-        let stderr = join(err_thread).map_err(io_err)?;
+        let (stdout, stderr) = finish_reading(&stop, out_thread, err_thread, pipes);
+        let (stdout, stderr) = (stdout.map_err(io_err)?, stderr.map_err(io_err)?);
         Ok(Output {
             status,
-            stdout,
-            stderr,
+            stdout: stdout.bytes,
+            stderr: stderr.bytes,
             elapsed,
+            stdout_dropped: stdout.dropped,
+            stderr_dropped: stderr.dropped,
         })
     }
 
@@ -432,16 +455,211 @@ fn guardian_send(line: &str) {
     }
 }
 
-/// Kills the child's whole process group, then reaps the child.
-fn kill_group(child: &mut std::process::Child) {
+/// Kills the child, its whole process group and every process descended from it (found
+/// through `/proc` while the tree is still whole, so that a descendant that left the group
+/// with `setsid` dies too), then reaps the child.
+fn kill_tree(child: &mut std::process::Child) {
     let pid = child.id() as libc::pid_t;
-    // SAFETY: killpg only sends a signal; the group id is the child's pid because the child
-    // was started with process_group(0).
+    let tree = descendants(pid);
+    // SAFETY: kill and killpg only send signals; the group id is the child's pid because
+    // the child was started with process_group(0). A process already gone gives ESRCH.
     unsafe {
         libc::killpg(pid, libc::SIGKILL);
+        for &p in &tree {
+            libc::kill(p, libc::SIGKILL);
+            libc::killpg(p, libc::SIGKILL);
+        }
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Every live process descended from `root`, read from `/proc/*/stat` (empty where there
+/// is no `/proc`).
+fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut parent_of = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// What one reader kept of a stream.
+struct Capture {
+    /// The last bytes of the stream, at most the command's limit.
+    bytes: Vec<u8>,
+    /// How many bytes were dropped from the front.
+    dropped: u64,
+    /// Whether the stream ended (every writer closed it), rather than being abandoned.
+    ended: bool,
+}
+
+impl Capture {
+    fn push(&mut self, chunk: &[u8], keep: usize) {
+        self.bytes.extend_from_slice(chunk);
+        // Trimmed in batches, so that keeping a tail costs no more than copying it twice.
+        if self.bytes.len() > keep.saturating_mul(2) {
+            self.trim(keep);
+        }
+    }
+    fn trim(&mut self, keep: usize) {
+        if self.bytes.len() > keep {
+            let cut = self.bytes.len() - keep;
+            self.bytes.drain(..cut);
+            self.dropped += cut as u64;
+        }
+    }
+}
+
+type Stop = Arc<Mutex<Option<Instant>>>;
+
+/// The inode of a pipe's read end: the write end, held by whoever writes, shares it.
+fn pipe_inode(pipe: &impl std::os::fd::AsRawFd) -> Option<u64> {
+    // SAFETY: fstat writes only into the zeroed struct it is given.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(pipe.as_raw_fd(), &mut st) == 0).then_some(st.st_ino)
+    }
+}
+
+/// Reads `pipe` on a thread, keeping the last `keep` bytes, until the stream ends or, once
+/// `stop` holds a time, until nothing more comes by then (or [`DRAIN_LIMIT`] later while
+/// output keeps coming): a process that escaped the child's group may hold the pipe open
+/// for ever, and must not hold repro with it.
+fn spawn_reader(
+    mut pipe: impl Read + std::os::fd::AsRawFd + Send + 'static,
+    keep: usize,
+    stop: Stop,
+) -> std::thread::JoinHandle<std::io::Result<Capture>> {
+    std::thread::spawn(move || {
+        let mut cap = Capture {
+            bytes: Vec::new(),
+            dropped: 0,
+            ended: false,
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        let fd = pipe.as_raw_fd();
+        loop {
+            let deadline = *stop.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d + DRAIN_LIMIT) {
+                break;
+            }
+            let wait = match deadline {
+                None => Duration::from_millis(100),
+                Some(d) => d
+                    .saturating_duration_since(now)
+                    .min(Duration::from_millis(100)),
+            };
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for a descriptor this thread owns.
+            let ready = unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as libc::c_int) };
+            if ready < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if ready == 0 {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                continue;
+            }
+            match pipe.read(&mut buf) {
+                Ok(0) => {
+                    cap.ended = true;
+                    break;
+                }
+                Ok(n) => cap.push(&buf[..n], keep),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        cap.trim(keep);
+        Ok(cap)
+    })
+}
+
+/// Tells the readers the child is gone, collects what they kept, and kills whatever still
+/// holds a pipe they gave up on.
+fn finish_reading(
+    stop: &Stop,
+    out: std::thread::JoinHandle<std::io::Result<Capture>>,
+    err: std::thread::JoinHandle<std::io::Result<Capture>>,
+    inodes: [Option<u64>; 2],
+) -> (std::io::Result<Capture>, std::io::Result<Capture>) {
+    *stop.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + DRAIN_GRACE);
+    let join = |t: std::thread::JoinHandle<std::io::Result<Capture>>| {
+        t.join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the output reader panicked")))
+    };
+    let (out, err) = (join(out), join(err));
+    let abandoned: Vec<u64> = [&out, &err]
+        .iter()
+        .zip(inodes)
+        .filter(|(c, _)| !c.as_ref().is_ok_and(|c| c.ended))
+        .filter_map(|(_, ino)| ino)
+        .collect();
+    if !abandoned.is_empty() {
+        kill_pipe_holders(&abandoned);
+    }
+    (out, err)
+}
+
+/// Kills every other process that holds one of the pipes `inodes`: what escaped the
+/// child's process group and session but still writes where the child wrote.
+fn kill_pipe_holders(inodes: &[u64]) {
+    let me = std::process::id() as libc::pid_t;
+    let names: Vec<String> = inodes.iter().map(|i| format!("pipe:[{i}]")).collect();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let holds = std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| names.iter().any(|n| l.as_os_str() == n.as_str()))
+            });
+        if holds {
+            // SAFETY: kill only sends a signal.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// "exited with code 3" or "was killed by SIGSEGV (signal 11)".
@@ -568,6 +786,83 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// Whether process `pid` is still running (a zombie counts as gone).
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+    }
+
+    fn wait_gone(pid: &str) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if !alive(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn a_timeout_is_kept_when_a_descendant_escapes_with_setsid() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let script = format!(
+            "setsid sh -c 'echo $$ > {}; exec sleep 888' & sleep 30",
+            pidfile.display()
+        );
+        let start = Instant::now();
+        let err = Cmd::new("sh")
+            .args(["-c", &script])
+            .timeout(Duration::from_secs(2))
+            .output()
+            .unwrap_err();
+        assert!(matches!(err, ProcessError::Timeout { .. }), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(7),
+            "{:?}",
+            start.elapsed()
+        );
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(wait_gone(&pid), "the escaped sleep {pid} still runs");
+    }
+
+    #[test]
+    fn an_escaped_descendant_holding_the_pipe_does_not_hold_us_and_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let script = format!(
+            "setsid sh -c 'echo $$ > {}; exec sleep 888' & sleep 1; echo hi",
+            pidfile.display()
+        );
+        let start = Instant::now();
+        let out = Cmd::new("sh").args(["-c", &script]).output().unwrap();
+        assert_eq!(out.stdout_str(), "hi\n");
+        assert!(
+            start.elapsed() < Duration::from_secs(7),
+            "{:?}",
+            start.elapsed()
+        );
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(wait_gone(&pid), "the escaped sleep {pid} still runs");
+    }
+
+    #[test]
+    fn only_a_bounded_tail_of_output_is_kept() {
+        let out = Cmd::new("sh")
+            .args(["-c", "head -c 50000000 /dev/zero; printf END; echo err >&2"])
+            .keep_tail(1000)
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout.len(), 1000);
+        assert!(out.stdout.ends_with(b"END"));
+        assert_eq!(out.stdout_dropped, 50_000_003 - 1000);
+        assert_eq!(out.stderr_str(), "err\n");
+        assert_eq!(out.stderr_dropped, 0);
     }
 
     #[test]

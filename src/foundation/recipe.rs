@@ -436,7 +436,7 @@ struct RawBuild {
     entries: Option<Spanned<Vec<Spanned<String>>>>,
     target: Option<Spanned<String>>,
     outputs: Option<Spanned<Vec<Spanned<String>>>>,
-    options: Option<Spanned<Vec<String>>>,
+    options: Option<Spanned<Vec<Spanned<String>>>>,
     defines: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
     include_dirs: Option<Spanned<Vec<Spanned<String>>>>,
     toolchain: Option<Spanned<String>>,
@@ -919,31 +919,21 @@ fn parse_in(
                 v
             }
         };
-        let options = b.options.map(Spanned::into_inner).unwrap_or_default();
-        for opt in &options {
-            let banned = [
-                ("-arch", "target"),
-                ("--gpu-architecture", "target"),
-                ("-o", "outputs"),
-                ("--output-file", "outputs"),
-                ("-I", "include-dirs"),
-                ("--include-path", "include-dirs"),
-                ("-D", "[build.defines]"),
-                ("--define-macro", "[build.defines]"),
-            ];
-            if let Some((_, instead)) = banned.iter().find(|(p, _)| {
-                opt == p
-                    || opt.starts_with(&format!("{p}="))
-                    || (p.len() == 2 && opt.starts_with(p))
-            }) {
-                return Err(invalid(
-                    None,
-                    format!("[build] `options`: `{opt}` is set by the recipe's `{instead}`"),
-                    Some(&format!(
-                        "use `{instead}` instead, so repro can hash it and keep paths relative"
-                    )),
-                ));
-            }
+        let spanned = b.options.map(Spanned::into_inner).unwrap_or_default();
+        let options: Vec<String> = spanned.iter().map(|o| o.get_ref().clone()).collect();
+        let compiler = if kind == "nvrtc" {
+            crate::foundation::cuda_options::Compiler::Nvrtc
+        } else {
+            crate::foundation::cuda_options::Compiler::Nvcc
+        };
+        // An allow-list, not a deny-list: a recipe from elsewhere must not choose the
+        // programs nvcc runs or the files either compiler reads and writes.
+        if let Err(r) = crate::foundation::cuda_options::check(compiler, &options) {
+            return Err(invalid(
+                Some(spanned[r.index].span()),
+                format!("[build] `options`: {}", r.message),
+                Some(&r.hint),
+            ));
         }
         let mut defines = BTreeMap::new();
         let mut env_defines = BTreeMap::new();
@@ -1140,7 +1130,15 @@ fn torch_extension(
         }
         targets.push(t.into_inner());
     }
-    let options = b.options.map(Spanned::into_inner).unwrap_or_default();
+    let options: Vec<String> = b
+        .options
+        .map(|o| {
+            o.into_inner()
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect()
+        })
+        .unwrap_or_default();
     let nvcc_options = b.nvcc_options.map(Spanned::into_inner).unwrap_or_default();
     for opt in options.iter().chain(&nvcc_options) {
         if opt == "-o" || opt.starts_with("-I") || opt.starts_with("-arch") {

@@ -30,6 +30,7 @@ use crate::foundation::exit;
 use crate::foundation::fsutil::{self, WriteError};
 use crate::foundation::keys;
 use crate::foundation::records::{self, BuildRecord, ResultRecord};
+use crate::foundation::scratch::{self, Scratch};
 
 /// `recipes/NAME.json`: the key of the recipe's last build (for `build --explain`).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -45,8 +46,51 @@ pub const SCHEMA: u64 = 1;
 /// The field of every record that holds the hash of its other fields.
 pub const SEAL: &str = "record-sha256";
 
-/// Directories of the store that hold no records.
-const NOT_RECORDS: &[&str] = &["objects", "tmp", "quarantine"];
+/// The file that makes a directory a store: `{"schema": N, "kind": "repro-store"}`. A
+/// store written before the marker named its kind holds `{"schema": 1}` alone, which is
+/// still recognised (and completed on the next write).
+pub const MARKER: &str = "store.json";
+
+/// What [`MARKER`] says a store is.
+const MARKER_KIND: &str = "repro-store";
+
+/// The directories of records a store holds: builds, results, bisection reports, bisection
+/// steps, bisection samples and the recipes' last builds. Nothing else is read or removed
+/// as a record.
+pub const RECORD_KINDS: &[&str] = &[
+    "builds",
+    "results",
+    "bisections",
+    "bisect",
+    "bisect-samples",
+    "recipes",
+];
+
+/// Every name a store's root may hold: a directory holding only these (and no marker) is a
+/// store written before the marker existed.
+const OWN_NAMES: &[&str] = &[
+    MARKER,
+    ".gitignore",
+    "lock",
+    "objects",
+    "tmp",
+    "quarantine",
+    "builds",
+    "results",
+    "bisections",
+    "bisect",
+    "bisect-samples",
+    "recipes",
+];
+
+/// The largest record read from a store (a bench step's samples are the largest, far less).
+pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+
+/// The largest object read from a store (artifacts and logs).
+pub const MAX_OBJECT_BYTES: u64 = 4 << 30;
+
+/// The prefix of every temporary file [`fsutil::write_atomic`] leaves if it is killed.
+const TMP_PREFIX: &str = ".repro-tmp-";
 
 /// Why the store could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +115,32 @@ pub enum StoreError {
         /// What is wrong with it.
         what: String,
     },
+    /// The store's directory is a symbolic link: every write and `gc` would go wherever
+    /// it points (a repository can commit `.repro` as one).
+    #[error("the store {} is a symbolic link (to {}); a store is never a link", .path.display(), .target.display())]
+    Symlink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+    },
+    /// The directory exists, holds other things and has no store marker.
+    #[error("{} is not a repro store: {found}", .path.display())]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+        /// The first name in it that is not the store's own, or why the marker is not one.
+        found: String,
+    },
+    /// A name taken from a record (a digest, a key) is not of the store's shape, so it
+    /// never becomes a path.
+    #[error("`{value}` ({what}) is not a store key: 64 lowercase hexadecimal digits")]
+    BadKey {
+        /// What the name is (an object's digest, a build key).
+        what: String,
+        /// The name, as found (shortened when long).
+        value: String,
+    },
     /// The store was written by a newer repro.
     #[error("the store at {} has schema {found}; this repro understands {SCHEMA}", .path.display())]
     NewerSchema {
@@ -88,6 +158,8 @@ impl Diagnose for StoreError {
             StoreError::Read { .. } => exit::IO,
             StoreError::Corrupt { .. } => exit::IO,
             StoreError::NewerSchema { .. } => exit::USAGE,
+            StoreError::Symlink { .. } | StoreError::NotAStore { .. } => exit::USAGE,
+            StoreError::BadKey { .. } => exit::IO,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -103,6 +175,9 @@ impl Diagnose for StoreError {
             }
             StoreError::NewerSchema { .. } => Some("upgrade repro, or use another store with --store".into()),
             StoreError::Read { .. } => Some("check the store's location and permissions (--store, REPRO_STORE)".into()),
+            StoreError::Symlink { .. } => Some("remove the link (a repository must not commit `.repro`), or point --store or REPRO_STORE at a real directory".into()),
+            StoreError::NotAStore { .. } => Some("point --store or REPRO_STORE at a repro store, or at an empty or new directory; repro never writes into or cleans a directory it did not create".into()),
+            StoreError::BadKey { .. } => Some("the record was edited or comes from elsewhere: run `repro store verify`, and `repro store gc` to move damaged records to quarantine/".into()),
         }
     }
 }
@@ -167,40 +242,132 @@ impl Store {
         &self.root
     }
 
-    /// Checks that the store (if it exists) is one this repro understands.
+    /// Checks that the store (if it exists) is one this repro understands: a real
+    /// directory (never a symbolic link) holding repro's [`MARKER`] of a schema this repro
+    /// reads, or a store from before the marker (repro's names only, with its `lock`), or
+    /// an empty directory. Anything else is [`StoreError::NotAStore`]: nothing is read,
+    /// written or removed there.
     pub fn check_schema(&self) -> Result<(), StoreError> {
-        let path = self.root.join("store.json");
-        let Ok(bytes) = std::fs::read(&path) else {
-            return Ok(());
-        };
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-            path: path.clone(),
-            what: e.to_string(),
-        })?;
-        match v["schema"].as_u64() {
-            Some(n) if n > SCHEMA => Err(StoreError::NewerSchema {
-                path: self.root.clone(),
-                found: n,
-            }),
-            Some(_) => Ok(()),
-            None => Err(StoreError::Corrupt {
-                path,
-                what: "no schema".into(),
-            }),
-        }
+        self.identify().map(|_| ())
     }
 
+    /// What the store's directory is (see [`Store::check_schema`]).
+    fn identify(&self) -> Result<Identity, StoreError> {
+        match std::fs::symlink_metadata(&self.root) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(StoreError::Symlink {
+                    path: self.root.clone(),
+                    target: std::fs::read_link(&self.root).unwrap_or_default(),
+                });
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(StoreError::NotAStore {
+                    path: self.root.clone(),
+                    found: "it is a file, not a directory".into(),
+                });
+            }
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return Ok(Identity::Absent);
+            }
+            Err(source) => {
+                return Err(StoreError::Read {
+                    path: self.root.clone(),
+                    source,
+                });
+            }
+        }
+        let entries = dir_entries(&self.root);
+        // A link among the store's own names would send reads, writes and gc elsewhere.
+        if let Some((p, _)) = entries.iter().find(|(_, t)| t.is_symlink()) {
+            return Err(StoreError::Symlink {
+                path: p.clone(),
+                target: std::fs::read_link(p).unwrap_or_default(),
+            });
+        }
+        let marker = self.root.join(MARKER);
+        match fsutil::read_regular(&marker, 4096) {
+            Ok(bytes) => return self.read_marker(&marker, &bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::NotAStore {
+                    path: self.root.clone(),
+                    found: format!("its {MARKER} cannot be read ({e})"),
+                });
+            }
+        }
+        // A marker being written right now by another process shows as its temporary file.
+        let names: Vec<String> = entries
+            .iter()
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| !n.starts_with(TMP_PREFIX))
+            .collect();
+        if names.is_empty() {
+            return Ok(Identity::Empty);
+        }
+        if let Some(foreign) = names.iter().find(|n| !OWN_NAMES.contains(&n.as_str())) {
+            return Err(StoreError::NotAStore {
+                path: self.root.clone(),
+                found: format!(
+                    "it has no {MARKER} and holds `{foreign}`, which is not the store's"
+                ),
+            });
+        }
+        // Every command that wrote into a store took its lock first, which left `lock`.
+        if !names.iter().any(|n| n == "lock") {
+            return Err(StoreError::NotAStore {
+                path: self.root.clone(),
+                found: format!("it has neither {MARKER} nor the store's `lock`"),
+            });
+        }
+        Ok(Identity::Unmarked)
+    }
+
+    fn read_marker(&self, path: &Path, bytes: &[u8]) -> Result<Identity, StoreError> {
+        let not = |why: &str| StoreError::NotAStore {
+            path: self.root.clone(),
+            found: format!("its {MARKER} {why}"),
+        };
+        let v: Value = serde_json::from_slice(bytes).map_err(|_| not("is not JSON"))?;
+        let o = v.as_object().ok_or_else(|| not("is not a JSON object"))?;
+        let schema = o
+            .get("schema")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| not("has no schema"))?;
+        let identity = match o.get("kind").and_then(Value::as_str) {
+            Some(MARKER_KIND) => Identity::Marked,
+            // The marker of stores written before it named its kind: exactly `{"schema": N}`.
+            None if o.len() == 1 => Identity::Unmarked,
+            _ => return Err(not("is not repro's (no \"kind\": \"repro-store\")")),
+        };
+        if schema > SCHEMA {
+            return Err(StoreError::NewerSchema {
+                path: path.parent().unwrap_or(path).to_path_buf(),
+                found: schema,
+            });
+        }
+        Ok(identity)
+    }
+
+    /// Makes the directory a store before anything is written: creates it with its marker
+    /// and `.gitignore`, adopts an empty directory, completes the marker of a store from
+    /// before the marker, and refuses anything else.
     fn ensure(&self) -> Result<(), StoreError> {
-        let marker = self.root.join("store.json");
-        if !marker.exists() {
+        let identity = self.identify()?;
+        if identity != Identity::Marked {
             fsutil::write_atomic(
-                &marker,
-                json!({"schema": SCHEMA}).to_string().as_bytes(),
+                &self.root.join(MARKER),
+                json!({"schema": SCHEMA, "kind": MARKER_KIND})
+                    .to_string()
+                    .as_bytes(),
                 true,
             )?;
         }
         let ignore = self.root.join(".gitignore");
-        if !ignore.exists() {
+        if std::fs::symlink_metadata(&ignore).is_err() {
             // Everything in the store is repro's own: keep it out of `git status` wherever
             // the store is (at a repository's root by default).
             fsutil::write_atomic(
@@ -212,7 +379,8 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the store lock shared (builds, benchmarks, verify): many holders at once.
+    /// Takes the store lock shared (builds, benchmarks, verify, and every single write):
+    /// many holders at once.
     pub fn lock_shared(&self) -> Result<StoreLock, StoreError> {
         self.lock(false)
     }
@@ -223,12 +391,6 @@ impl Store {
     }
 
     fn lock(&self, exclusive: bool) -> Result<StoreLock, StoreError> {
-        let read_only = |e: &std::io::Error| {
-            matches!(
-                e.raw_os_error(),
-                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
-            )
-        };
         let path = self.root.join("lock");
         let write_err = |source| {
             StoreError::Write(WriteError::Io {
@@ -236,22 +398,19 @@ impl Store {
                 source,
             })
         };
+        // What the directory is, before anything is written there.
+        self.identify()?;
         match std::fs::create_dir_all(&self.root) {
             Ok(()) => {}
+            // A store that cannot be written (a read-only mount) is read unlocked.
             Err(e) if read_only(&e) => return Ok(StoreLock { _file: None }),
             Err(e) => return Err(write_err(e)),
         }
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+        let file = match open_nofollow(&path, true) {
             Ok(f) => f,
             // flock works on a descriptor opened for reading, so a store whose lock file
             // exists but is not writable by us is still locked properly.
-            Err(e) if read_only(&e) => match std::fs::File::open(&path) {
+            Err(e) if read_only(&e) => match open_nofollow(&path, false) {
                 Ok(f) => f,
                 Err(_) => return Ok(StoreLock { _file: None }),
             },
@@ -263,6 +422,13 @@ impl Store {
             fs4::fs_std::FileExt::lock_shared(&file)
         };
         locked.map_err(write_err)?;
+        // The marker and `.gitignore` are written under the lock, so that gc (which holds
+        // it exclusively) never removes their temporary files while they are written.
+        match self.ensure() {
+            Ok(()) => {}
+            Err(StoreError::Write(WriteError::Io { source, .. })) if read_only(&source) => {}
+            Err(e) => return Err(e),
+        }
         Ok(StoreLock { _file: Some(file) })
     }
 
@@ -294,19 +460,21 @@ impl Store {
         }
     }
 
-    /// The path of the blob with this digest.
-    pub fn blob_path(&self, digest: &str) -> PathBuf {
-        self.root
+    /// The path of the blob with this digest, once the digest is checked to be a key.
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, StoreError> {
+        check_key("an object's digest", digest)?;
+        Ok(self
+            .root
             .join("objects")
             .join(&digest[..2])
-            .join(&digest[2..])
+            .join(&digest[2..]))
     }
 
     /// Stores bytes and returns their sha256. An existing, intact copy is kept.
     pub fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        self.ensure()?;
+        let _lock = self.lock_shared()?;
         let digest = keys::sha256_hex(bytes);
-        let path = self.blob_path(&digest);
+        let path = self.blob_path(&digest)?;
         if self.get_blob(&digest).is_ok() {
             return Ok(digest);
         }
@@ -314,13 +482,11 @@ impl Store {
         Ok(digest)
     }
 
-    /// Reads a blob, checking that it still hashes to its name.
+    /// Reads a blob (a regular file of bounded size, never a link, FIFO or device),
+    /// checking that it still hashes to its name.
     pub fn get_blob(&self, digest: &str) -> Result<Vec<u8>, StoreError> {
-        let path = self.blob_path(digest);
-        let bytes = std::fs::read(&path).map_err(|source| StoreError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let path = self.blob_path(digest)?;
+        let bytes = read_store_file(&path, MAX_OBJECT_BYTES)?;
         let actual = keys::sha256_hex(&bytes);
         if actual != digest {
             return Err(StoreError::Corrupt {
@@ -331,54 +497,55 @@ impl Store {
         Ok(bytes)
     }
 
-    fn record_path(&self, kind: &str, key: &str) -> PathBuf {
-        self.root.join(kind).join(format!("{key}.json"))
+    /// The path of the record `kind/key`: `kind` is one of [`RECORD_KINDS`] and `key` a key
+    /// (checked here, as it often comes from another record).
+    fn record_path(&self, kind: &str, key: &str) -> Result<PathBuf, StoreError> {
+        if !RECORD_KINDS.contains(&kind) || kind == "recipes" {
+            return Err(StoreError::BadKey {
+                what: "a kind of record".into(),
+                value: kind.escape_debug().to_string(),
+            });
+        }
+        check_key(&format!("the key of a record in {kind}/"), key)?;
+        Ok(self.root.join(kind).join(format!("{key}.json")))
     }
 
     /// Writes a record (`kind` is its directory: `builds`, `results`, `bisect`...), sealed
-    /// with [`SEAL`].
+    /// with [`SEAL`], holding the store lock shared while it writes.
     pub fn put_record(&self, kind: &str, key: &str, record: &Value) -> Result<(), StoreError> {
-        self.ensure()?;
-        let mut record = record.clone();
-        if let Some(o) = record.as_object_mut() {
-            o.remove(SEAL);
-            let seal = keys::key_of(&Value::Object(o.clone()));
-            o.insert(SEAL.into(), Value::String(seal));
-        }
-        let text = serde_json::to_string_pretty(&record).expect("JSON serialises") + "\n";
-        fsutil::write_atomic(&self.record_path(kind, key), text.as_bytes(), true)?;
+        let path = self.record_path(kind, key)?;
+        let _lock = self.lock_shared()?;
+        let text = seal(record);
+        fsutil::write_atomic(&path, text.as_bytes(), true)?;
         Ok(())
     }
 
     /// Reads a record, or `None` if there is none under that key. A record that does not
-    /// parse or whose seal does not match is [`StoreError::Corrupt`].
+    /// parse, has no seal or whose seal does not match is [`StoreError::Corrupt`]; so is
+    /// anything under its name that is not a regular file of bounded size.
     pub fn get_record(&self, kind: &str, key: &str) -> Result<Option<Value>, StoreError> {
-        let path = self.record_path(kind, key);
-        match std::fs::read(&path) {
-            Ok(bytes) => parse_record(&bytes)
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt {
-                    path,
-                    what: e.to_string(),
-                }),
-            // Under a path that is not a directory no record can exist; the first write will
-            // then fail with a message about the store's location.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
-            {
-                Ok(None)
+        match self.record_bytes(kind, key)? {
+            Some(bytes) => {
+                let path = self.record_path(kind, key)?;
+                parse_record(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        path,
+                        what: e.to_string(),
+                    })
             }
-            Err(source) => Err(StoreError::Read { path, source }),
+            None => Ok(None),
         }
     }
 
     /// Remembers `key` as the last build of `recipe`.
     pub fn set_last(&self, recipe: &str, key: &str) -> Result<(), StoreError> {
+        check_key("a build key", key)?;
         // A cache hit of the same recipe finds it so already: no write, no fsync.
         if self.get_last(recipe).as_deref() == Some(key) {
             return Ok(());
         }
+        let _lock = self.lock_shared()?;
         let v = LastBuild {
             schema: SCHEMA,
             recipe: recipe.to_string(),
@@ -392,33 +559,27 @@ impl Store {
         Ok(())
     }
 
-    /// Every directory of records (`builds`, `results`, `bisect`, `recipes`...).
+    /// Every directory of records there is (of [`RECORD_KINDS`], real directories only).
     pub fn record_kinds(&self) -> Vec<String> {
-        Self::files_in(&self.root)
+        dir_entries(&self.root)
             .into_iter()
-            .filter(|p| p.is_dir())
-            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .filter(|n| !NOT_RECORDS.contains(&n.as_str()))
+            .filter(|(_, t)| t.is_dir())
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| RECORD_KINDS.contains(&n.as_str()))
             .collect()
     }
 
     /// The key of the last build of `recipe`, if any.
     pub fn get_last(&self, recipe: &str) -> Option<String> {
-        let bytes = std::fs::read(self.root.join("recipes").join(format!("{recipe}.json"))).ok()?;
+        let bytes = read_store_file(
+            &self.root.join("recipes").join(format!("{recipe}.json")),
+            MAX_RECORD_BYTES,
+        )
+        .ok()?;
         serde_json::from_slice::<LastBuild>(&bytes)
             .ok()
             .map(|l| l.key)
-    }
-
-    fn files_in(dir: &Path) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        v.sort();
-        v
+            .filter(|k| keys::is_key(k))
     }
 
     /// Scratch space for checkouts: `tmp/` in the store.
@@ -426,76 +587,85 @@ impl Store {
         self.root.join("tmp")
     }
 
-    /// A fresh scratch directory `tmp/<purpose>-<pid>-*` (`purpose` has no `-`), removed when dropped. One left by a
+    /// A fresh scratch tree `tmp/<purpose>-<pid>-*` (`purpose` is lowercase letters), held
+    /// by a lease until it is dropped (see [`crate::foundation::scratch`]). One left by a
     /// killed process is removed by [`Store::clean_stale_scratch`] and by `gc`.
-    pub fn scratch_dir(&self, purpose: &str) -> std::io::Result<tempfile::TempDir> {
-        std::fs::create_dir_all(self.scratch())?;
-        tempfile::Builder::new()
-            .prefix(&format!("{purpose}-{}-", std::process::id()))
-            .tempdir_in(self.scratch())
+    pub fn scratch_dir(&self, purpose: &str) -> std::io::Result<Scratch> {
+        // The store is made one (with its `.gitignore`) before anything is put in it, so a
+        // bisection killed early leaves nothing for `git status` to show; the lock keeps gc
+        // out while the tree and its lease are made.
+        let _lock = self.lock_shared().map_err(|e| match e {
+            StoreError::Write(WriteError::Io { source, .. }) => source,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        scratch::create(&self.scratch(), purpose)
     }
 
-    /// Scratch directories whose process is gone.
-    fn stale_scratch(&self) -> Vec<PathBuf> {
-        Self::files_in(&self.scratch())
-            .into_iter()
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.split('-').nth(1))
-                    .and_then(|pid| pid.parse::<u32>().ok())
-                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-            })
-            .collect()
-    }
-
-    /// Removes scratch directories left by processes that were killed.
+    /// Removes scratch trees whose owners are gone (their lease lock can be taken).
     pub fn clean_stale_scratch(&self) {
-        for d in self.stale_scratch() {
-            let _ = std::fs::remove_dir_all(d);
+        if self.identify().is_err() {
+            return;
+        }
+        for s in scratch::stale(&self.scratch()) {
+            let _ = s.remove();
         }
     }
 
+    /// Every object of the store's shape, `objects/<2 hex>/<62 hex>` (real directories,
+    /// regular files): (digest, path). Nothing else under `objects/` is the store's.
     fn objects(&self) -> Vec<(String, PathBuf)> {
         let mut out = Vec::new();
-        for sub in Self::files_in(&self.root.join("objects")) {
+        for (sub, t) in dir_entries(&self.root.join("objects")) {
             let prefix = sub
                 .file_name()
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned();
-            for f in Self::files_in(&sub) {
-                // A write in flight (or a killed one's leftover, which gc removes).
-                if f.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
-                {
-                    continue;
-                }
+            if !t.is_dir() || !is_hex(&prefix, 2) {
+                continue;
+            }
+            for (f, t) in dir_entries(&sub) {
                 let rest = f
                     .file_name()
                     .unwrap_or_default()
                     .to_string_lossy()
                     .into_owned();
-                out.push((format!("{prefix}{rest}"), f));
+                if t.is_file() && is_hex(&rest, 62) {
+                    out.push((format!("{prefix}{rest}"), f));
+                }
             }
         }
         out
     }
 
-    /// Every record of a kind: (key, path, parsed record or parse error).
+    /// Every record of a kind (of [`RECORD_KINDS`]) whose file name is of the store's shape
+    /// (`<key>.json`; for `recipes`, `<name>.json`): (key, path, parsed record or why not).
+    /// A record is read only if it is a regular file of bounded size.
     pub fn records(&self, kind: &str) -> Vec<(String, PathBuf, Result<Value, RecordError>)> {
-        Self::files_in(&self.root.join(kind))
+        if !RECORD_KINDS.contains(&kind) {
+            return Vec::new();
+        }
+        dir_entries(&self.root.join(kind))
             .into_iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .map(|p| {
-                let key = p
-                    .file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned();
-                let parsed = std::fs::read(&p)
-                    .map_err(RecordError::Read)
-                    .and_then(|b| parse_record(&b));
+            .filter_map(|(p, t)| {
+                let key = p.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
+                let own = if kind == "recipes" {
+                    !key.is_empty() && !key.starts_with('.')
+                } else {
+                    keys::is_key(&key)
+                };
+                // A directory or a link under a record's name is damage, reported as such.
+                (own && !t.is_dir()).then_some((key, p))
+            })
+            .map(|(key, p)| {
+                let bytes = fsutil::read_regular(&p, MAX_RECORD_BYTES).map_err(RecordError::Read);
+                let parsed = if kind == "recipes" {
+                    bytes.and_then(|b| {
+                        serde_json::from_slice::<Value>(&b).map_err(RecordError::NotJson)
+                    })
+                } else {
+                    bytes.and_then(|b| parse_record(&b))
+                };
                 (key, p, parsed)
             })
             .collect()
@@ -508,15 +678,16 @@ impl Store {
             .to_string()
     }
 
-    /// Re-hashes every object and checks every record of every kind: it parses, its seal
-    /// matches, a build's key recomputes from its inputs, a result's ID from its content,
-    /// and every object or build it references exists.
+    /// Re-hashes every object and checks every record of every kind: it parses, it has its
+    /// seal and the seal matches every other field, it reads as its kind's type, a build's
+    /// key recomputes from its inputs, a result's ID from its content, and every object or
+    /// build it references exists.
     pub fn verify(&self) -> VerifyReport {
         let mut report = VerifyReport::default();
         let mut present = BTreeSet::new();
         for (name, path) in self.objects() {
             report.objects += 1;
-            match std::fs::read(&path) {
+            match fsutil::read_regular(&path, MAX_OBJECT_BYTES) {
                 Ok(bytes) => {
                     let actual = keys::sha256_hex(&bytes);
                     if actual == name {
@@ -565,9 +736,11 @@ impl Store {
         report
     }
 
-    /// What is wrong with one parsed record filed as `kind/key`: a build's inputs must hash
-    /// to its key and its objects exist (`has_object`), a result's content to its ID, a
-    /// recipe pointer must name a stored build, and any record's own `key` its file name.
+    /// What is wrong with one parsed (and sealed) record filed as `kind/key`: it must read
+    /// as its kind's type; a build's inputs must hash to its key and its objects exist
+    /// (`has_object`), a result's content to its ID, a step's and a report's own `key` and
+    /// a sample set's `experiment` must be its file name, and a recipe pointer must name a
+    /// stored build.
     pub fn check_record(
         &self,
         kind: &str,
@@ -576,24 +749,17 @@ impl Store {
         has_object: &dyn Fn(&str) -> bool,
     ) -> Vec<String> {
         let mut problems = Vec::new();
-        match kind {
-            "builds" => {
-                match BuildRecord::from_json(rec, key) {
-                    Ok(b) if keys::key_of(&records::to_json(&b.inputs)) != key => {
-                        problems.push("its inputs do not hash to its key".into());
-                    }
-                    Ok(_) => {}
-                    Err(e) => problems.push(format!("does not read as a build record: {e}")),
-                }
-                for digest in records::referenced_blobs(rec) {
-                    if !has_object(&digest) {
-                        problems.push(format!(
-                            "references object {} that is missing or corrupt",
-                            keys::short(&digest)
-                        ));
-                    }
-                }
+        let mut named = |field: &str, found: Option<&str>| {
+            if found != Some(key) {
+                problems.push(format!(
+                    "its `{field}` is {}, but it is filed as {}",
+                    found.map_or_else(|| "missing".into(), |k| keys::short(k).to_string()),
+                    keys::short(key)
+                ));
             }
+        };
+        match kind {
+            "builds" => return self.check_build(key, rec, has_object),
             "results" => {
                 let mut content = rec.clone();
                 if let Some(o) = content.as_object_mut() {
@@ -602,43 +768,106 @@ impl Store {
                 if keys::key_of(&content) != key {
                     problems.push("its content does not hash to its ID (edited?)".into());
                 }
-                if let Err(e) = ResultRecord::from_json(&content, key) {
-                    problems.push(format!("does not read as a result record: {e}"));
+                match ResultRecord::from_json(&content, key) {
+                    Ok(r) => {
+                        if let Some(x) = r.samples.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+                            problems.push(format!(
+                                "has a sample of {x}: samples are positive measurements (compare refuses it)"
+                            ));
+                        }
+                    }
+                    Err(e) => problems.push(format!("does not read as a result record: {e}")),
+                }
+            }
+            "bisect" => match records::StepRecord::from_json(rec, key) {
+                Ok(r) => named("key", Some(&r.key)),
+                Err(e) => problems.push(format!("does not read as a bisection step: {e}")),
+            },
+            "bisect-samples" => match records::SamplesRecord::from_json(rec, key) {
+                Ok(r) => named("experiment", Some(&r.experiment)),
+                Err(e) => problems.push(format!("does not read as a sample set: {e}")),
+            },
+            "bisections" => {
+                let read = if records::ToolchainBuildBisectRecord::is_build(rec) {
+                    records::ToolchainBuildBisectRecord::from_json(rec, key).map(|_| ())
+                } else if rec.get("kind").and_then(Value::as_str) == Some("toolchain-bisection") {
+                    records::ToolchainBisectRecord::from_json(rec, key).map(|_| ())
+                } else {
+                    records::BisectRecord::from_json(rec, key).map(|_| ())
+                };
+                match read {
+                    Ok(()) => named("key", rec.get("key").and_then(Value::as_str)),
+                    Err(e) => problems.push(format!("does not read as a bisection report: {e}")),
                 }
             }
             "recipes" => match serde_json::from_value::<LastBuild>(rec.clone()) {
                 Ok(LastBuild { key: k, .. }) if keys::is_key(&k) => {
-                    let k = k.as_str();
-                    if !self.record_path("builds", k).exists() {
+                    if !self.root.join("builds").join(format!("{k}.json")).is_file() {
                         problems.push(format!(
                             "names build {} that is not in the store",
-                            keys::short(k)
+                            keys::short(&k)
                         ));
                     }
                 }
                 _ => problems.push("has no valid `key`".into()),
             },
-            _ => {
-                if let Some(k) = rec.get("key").and_then(Value::as_str)
-                    && k != key
-                {
-                    problems.push(format!(
-                        "says key {}, but is filed as {}",
-                        keys::short(k),
-                        keys::short(key)
-                    ));
-                }
+            other => problems.push(format!("`{other}` is not a kind of record")),
+        }
+        problems
+    }
+
+    fn check_build(
+        &self,
+        key: &str,
+        rec: &Value,
+        has_object: &dyn Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        match BuildRecord::from_json(rec, key) {
+            Ok(b) if keys::key_of(&records::to_json(&b.inputs)) != key => {
+                problems.push("its inputs do not hash to its key".into());
+            }
+            Ok(_) => {}
+            Err(e) => problems.push(format!("does not read as a build record: {e}")),
+        }
+        for digest in records::referenced_blobs(rec) {
+            if let Err(e) = check_key("an output's sha256", &digest) {
+                problems.push(format!("references {e}"));
+            } else if !has_object(&digest) {
+                problems.push(format!(
+                    "references object {} that is missing or corrupt",
+                    keys::short(&digest)
+                ));
             }
         }
         problems
     }
 
-    /// The bytes of the record `kind/key`, if there is one.
+    /// The bytes of the record `kind/key`, if there is one (a regular file of bounded
+    /// size: anything else under its name is [`StoreError::Corrupt`]).
     pub fn record_bytes(&self, kind: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let path = self.record_path(kind, key);
-        match std::fs::read(&path) {
+        let path = self.record_path(kind, key)?;
+        match fsutil::read_regular(&path, MAX_RECORD_BYTES) {
             Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            // Under a path that is not a directory no record can exist; the first write will
+            // then fail with a message about the store's location.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Ok(None)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+                ) =>
+            {
+                Err(StoreError::Corrupt {
+                    path,
+                    what: e.to_string(),
+                })
+            }
             Err(source) => Err(StoreError::Read { path, source }),
         }
     }
@@ -646,18 +875,25 @@ impl Store {
     /// Files a record from elsewhere exactly as it is (its seal kept), never replacing one
     /// already filed under that key. The caller has checked it.
     pub fn import_record(&self, kind: &str, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        self.ensure()?;
-        fsutil::write_atomic(&self.record_path(kind, key), bytes, false)?;
+        let path = self.record_path(kind, key)?;
+        let _lock = self.lock_shared()?;
+        fsutil::write_atomic(&path, bytes, false)?;
         Ok(())
     }
 
     /// Removes leftover temporary files, corrupt objects, objects no record references,
-    /// and with `keep_last`, all but the newest `keep_last` build records of each recipe
-    /// (the last build of each recipe is always kept).
+    /// scratch trees whose owners are gone, and with `keep_last`, all but the newest
+    /// `keep_last` build records of each recipe (the last build of each recipe is always
+    /// kept).
     ///
-    /// Takes the store lock exclusively: it waits for builds in flight to finish, and
-    /// builds wait for it. Damaged records are moved to `quarantine/`, not deleted.
+    /// Only a store is cleaned ([`Store::check_schema`]: a directory that is not one is
+    /// refused and nothing in it is touched), and in it only names of the store's own shape.
+    /// Takes the store lock exclusively: it waits for every write in flight to finish, and
+    /// writes wait for it. Damaged records are moved to `quarantine/`, not deleted.
     pub fn gc(&self, keep_last: Option<usize>) -> Result<GcReport, StoreError> {
+        if self.identify()? == Identity::Absent {
+            return Ok(GcReport::default());
+        }
         let _lock = self.lock_exclusive()?;
         let mut report = GcReport::default();
         for kind in self.record_kinds() {
@@ -671,54 +907,8 @@ impl Store {
                 }
             }
         }
-        let remove = |p: &Path, report: &mut GcReport| -> Result<(), StoreError> {
-            let len = tree_len(p);
-            let removed = if p.is_dir() {
-                std::fs::remove_dir_all(p)
-            } else {
-                std::fs::remove_file(p)
-            };
-            removed.map_err(|source| {
-                StoreError::Write(WriteError::Io {
-                    path: p.to_owned(),
-                    source,
-                })
-            })?;
-            report.bytes_freed += len;
-            Ok(())
-        };
-        let records = self.records("builds");
         if let Some(keep) = keep_last {
-            let lasts: BTreeSet<String> = Self::files_in(&self.root.join("recipes"))
-                .iter()
-                .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-                .filter_map(|r| self.get_last(&r))
-                .collect();
-            let mut by_recipe: std::collections::BTreeMap<String, Vec<(String, String, PathBuf)>> =
-                Default::default();
-            // A record that does not read is kept: it is not known to be an old build.
-            for (key, path, parsed) in &records {
-                if let Some(rec) = parsed
-                    .as_ref()
-                    .ok()
-                    .and_then(|v| BuildRecord::from_json(v, key).ok())
-                {
-                    by_recipe.entry(rec.recipe).or_default().push((
-                        rec.created_at,
-                        key.clone(),
-                        path.clone(),
-                    ));
-                }
-            }
-            for (_, mut builds) in by_recipe {
-                builds.sort_by(|a, b| b.0.cmp(&a.0));
-                for (_, key, path) in builds.into_iter().skip(keep) {
-                    if !lasts.contains(&key) {
-                        remove(&path, &mut report)?;
-                        report.records_removed += 1;
-                    }
-                }
-            }
+            self.gc_old_builds(keep, &mut report)?;
         }
         let mut live = BTreeSet::new();
         for (_, _, parsed) in self.records("builds") {
@@ -727,29 +917,39 @@ impl Store {
             }
         }
         for (name, path) in self.objects() {
-            let intact = std::fs::read(&path).is_ok_and(|b| keys::sha256_hex(&b) == name);
+            let intact = fsutil::read_regular(&path, MAX_OBJECT_BYTES)
+                .is_ok_and(|b| keys::sha256_hex(&b) == name);
             if !intact || !live.contains(&name) {
                 remove(&path, &mut report)?;
                 report.objects_removed += 1;
             }
         }
-        // Temporary files and scratch checkouts left by a process that was killed: in the
-        // store's root, every record directory and every object shard.
-        for d in self.stale_scratch() {
-            remove(&d, &mut report)?;
+        // Scratch trees whose owners are gone: their lease is taken before anything goes.
+        for s in scratch::stale(&self.scratch()) {
+            let tree = s.tree.clone();
+            report.bytes_freed += s
+                .remove()
+                .map_err(|source| StoreError::Write(WriteError::Io { path: tree, source }))?;
             report.temporaries_removed += 1;
         }
+        // Temporary files left by a write that was killed: in the store's root, every record
+        // directory and every object shard (regular files named by `write_atomic` only).
         let mut dirs = vec![self.root.clone()];
-        for d in Self::files_in(&self.root) {
-            if d.is_dir() && d != self.scratch() {
-                dirs.extend(Self::files_in(&d).into_iter().filter(|p| p.is_dir()));
-                dirs.push(d);
+        dirs.extend(self.record_kinds().iter().map(|k| self.root.join(k)));
+        for (shard, t) in dir_entries(&self.root.join("objects")) {
+            if t.is_dir()
+                && shard
+                    .file_name()
+                    .is_some_and(|n| is_hex(&n.to_string_lossy(), 2))
+            {
+                dirs.push(shard);
             }
         }
         for dir in dirs {
-            for f in Self::files_in(&dir) {
-                if f.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(".repro-tmp-"))
+            for (f, t) in dir_entries(&dir) {
+                if t.is_file()
+                    && f.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(TMP_PREFIX))
                 {
                     remove(&f, &mut report)?;
                     report.temporaries_removed += 1;
@@ -758,20 +958,103 @@ impl Store {
         }
         Ok(report)
     }
+
+    /// `gc --keep-last`: all but the newest `keep` build records of each recipe go, except
+    /// each recipe's last build. A record that does not read is kept: it is not known to be
+    /// an old build.
+    fn gc_old_builds(&self, keep: usize, report: &mut GcReport) -> Result<(), StoreError> {
+        let lasts: BTreeSet<String> = self
+            .records("recipes")
+            .iter()
+            .filter_map(|(r, _, _)| self.get_last(r))
+            .collect();
+        let mut by_recipe: std::collections::BTreeMap<String, Vec<(String, String, PathBuf)>> =
+            Default::default();
+        for (key, path, parsed) in &self.records("builds") {
+            if let Some(rec) = parsed
+                .as_ref()
+                .ok()
+                .and_then(|v| BuildRecord::from_json(v, key).ok())
+            {
+                by_recipe.entry(rec.recipe).or_default().push((
+                    rec.created_at,
+                    key.clone(),
+                    path.clone(),
+                ));
+            }
+        }
+        for (_, mut builds) in by_recipe {
+            builds.sort_by(|a, b| b.0.cmp(&a.0));
+            for (_, key, path) in builds.into_iter().skip(keep) {
+                if !lasts.contains(&key) {
+                    remove(&path, report)?;
+                    report.records_removed += 1;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Parses a record's bytes and checks its seal (when it has one, as every record this
-/// repro writes does); returns the record without the seal, or what is wrong with it.
+/// Removes one file of the store (never a directory: gc removes trees only through their
+/// leases) and counts its bytes.
+fn remove(p: &Path, report: &mut GcReport) -> Result<(), StoreError> {
+    let len = std::fs::symlink_metadata(p).map_or(0, |m| m.len());
+    match std::fs::remove_file(p) {
+        Ok(()) => {}
+        // Another gc removed it first.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(StoreError::Write(WriteError::Io {
+                path: p.to_owned(),
+                source,
+            }));
+        }
+    }
+    report.bytes_freed += len;
+    Ok(())
+}
+
+/// A record's text as the store files it: its fields and [`SEAL`], the hash of the others.
+pub fn seal(record: &Value) -> String {
+    let mut record = record.clone();
+    if let Some(o) = record.as_object_mut() {
+        o.remove(SEAL);
+        let seal = keys::key_of(&Value::Object(o.clone()));
+        o.insert(SEAL.into(), Value::String(seal));
+    }
+    serde_json::to_string_pretty(&record).expect("JSON serialises") + "\n"
+}
+
+/// Reads a file under the store: a regular file of at most `max` bytes (a link, FIFO or
+/// device there is damage, reported as [`StoreError::Corrupt`]).
+fn read_store_file(path: &Path, max: u64) -> Result<Vec<u8>, StoreError> {
+    fsutil::read_regular(path, max).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => StoreError::Corrupt {
+            path: path.to_owned(),
+            what: e.to_string(),
+        },
+        _ => StoreError::Read {
+            path: path.to_owned(),
+            source: e,
+        },
+    })
+}
+
+/// Parses a record's bytes and checks its seal (every record this repro writes has one: a
+/// record without it is damaged, never trusted); returns the record without the seal, or
+/// what is wrong with it.
 pub fn parse_record(bytes: &[u8]) -> Result<Value, RecordError> {
     let mut v: Value = serde_json::from_slice(bytes).map_err(RecordError::NotJson)?;
     let Some(o) = v.as_object_mut() else {
         return Err(RecordError::NotAnObject);
     };
-    if let Some(seal) = o.remove(SEAL) {
-        let actual = keys::key_of(&Value::Object(o.clone()));
-        if seal.as_str() != Some(actual.as_str()) {
-            return Err(RecordError::Seal);
-        }
+    let Some(seal) = o.remove(SEAL) else {
+        return Err(RecordError::Unsealed);
+    };
+    let actual = keys::key_of(&Value::Object(o.clone()));
+    if seal.as_str() != Some(actual.as_str()) {
+        return Err(RecordError::Seal);
     }
     Ok(v)
 }
@@ -791,15 +1074,75 @@ pub enum RecordError {
     /// The seal does not match the fields.
     #[error("its fields do not hash to its {SEAL} (edited or damaged)")]
     Seal,
+    /// There is no seal: every record repro writes has one.
+    #[error("has no {SEAL} (edited or damaged: every record repro writes is sealed)")]
+    Unsealed,
 }
 
-/// The bytes under a path (a file's length, or a directory's files summed; links not followed).
-fn tree_len(p: &Path) -> u64 {
-    match p.symlink_metadata() {
-        Ok(m) if m.is_dir() => Store::files_in(p).iter().map(|c| tree_len(c)).sum(),
-        Ok(m) => m.len(),
-        Err(_) => 0,
+/// What a store's directory is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Identity {
+    /// Nothing there yet.
+    Absent,
+    /// An empty directory (adopted on the first write).
+    Empty,
+    /// A store from before the marker named its kind (completed on the next write).
+    Unmarked,
+    /// A store with repro's marker.
+    Marked,
+}
+
+fn read_only(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+    )
+}
+
+/// Opens (creating, when writable) a file of the store without following a link.
+fn open_nofollow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .create(write)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// A directory's entries with their types (links not followed), sorted by name.
+fn dir_entries(dir: &Path) -> Vec<(PathBuf, std::fs::FileType)> {
+    let mut v: Vec<(PathBuf, std::fs::FileType)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.path(), e.file_type().ok()?)))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Whether `s` is `n` lowercase hexadecimal digits.
+fn is_hex(s: &str, n: usize) -> bool {
+    s.len() == n
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Checks that a name taken from a record is a key before it becomes a path.
+pub fn check_key(what: &str, value: &str) -> Result<(), StoreError> {
+    if keys::is_key(value) {
+        return Ok(());
     }
+    let mut shown: String = value.chars().take(80).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    Err(StoreError::BadKey {
+        what: what.to_string(),
+        value: shown.escape_debug().to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -818,7 +1161,7 @@ mod tests {
         let digest = s.put_blob(b"hello").unwrap();
         assert_eq!(digest, keys::sha256_hex(b"hello"));
         assert_eq!(s.get_blob(&digest).unwrap(), b"hello");
-        std::fs::write(s.blob_path(&digest), b"hellO").unwrap();
+        std::fs::write(s.blob_path(&digest).unwrap(), b"hellO").unwrap();
         assert!(matches!(
             s.get_blob(&digest),
             Err(StoreError::Corrupt { .. })
@@ -846,7 +1189,7 @@ mod tests {
 
         // A flipped byte in a referenced object is reported twice: as corrupt, and as a
         // record whose artifact is not intact.
-        let p = s.blob_path(&used);
+        let p = s.blob_path(&used).unwrap();
         let mut bytes = std::fs::read(&p).unwrap();
         bytes[0] ^= 1;
         std::fs::write(&p, bytes).unwrap();
@@ -856,7 +1199,7 @@ mod tests {
 
         let g = s.gc(None).unwrap();
         assert_eq!(g.objects_removed, 2);
-        assert!(!s.blob_path(&orphan).exists());
+        assert!(!s.blob_path(&orphan).unwrap().exists());
 
         // A build record that does not read as one is reported, and keeps its objects.
         let kept = s.put_blob(b"kept").unwrap();
@@ -872,13 +1215,14 @@ mod tests {
             r.problems
         );
         s.gc(None).unwrap();
-        assert!(s.blob_path(&kept).exists());
+        assert!(s.blob_path(&kept).unwrap().exists());
     }
 
     #[test]
     fn gc_removes_leftovers_everywhere_but_live_scratch() {
         let (_d, s) = store();
-        s.put_record("results", "r1", &json!({})).unwrap();
+        let key = "1".repeat(64);
+        s.put_record("results", &key, &json!({})).unwrap();
         let leftovers = [
             s.root().join(".repro-tmp-a"),
             s.root().join("results/.repro-tmp-b"),
@@ -888,19 +1232,187 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, b"half").unwrap();
         }
-        // A checkout of a process that is gone (pid beyond pid_max), and one of ours.
+        // A checkout whose owner is gone (its lease is not held), and one of ours.
         let dead = s.scratch().join("bisect-4194305-x");
         std::fs::create_dir_all(dead.join("src")).unwrap();
         std::fs::write(dead.join("src/a.cu"), b"kernel").unwrap();
+        std::fs::write(
+            s.scratch().join("bisect-4194305-x.lease"),
+            b"host h\npid 4194305\n",
+        )
+        .unwrap();
         let live = s.scratch_dir("bisect").unwrap();
 
         let g = s.gc(None).unwrap();
         assert_eq!(g.temporaries_removed, 4);
-        assert_eq!(g.bytes_freed, 3 * 4 + 6);
+        assert_eq!(g.bytes_freed, 3 * 4 + 6 + 19);
         assert!(leftovers.iter().all(|p| !p.exists()));
         assert!(!dead.exists());
         assert!(live.path().exists());
-        assert!(s.get_record("results", "r1").unwrap().is_some());
+        assert!(s.get_record("results", &key).unwrap().is_some());
+    }
+
+    #[test]
+    fn gc_refuses_a_directory_that_is_not_a_store_and_touches_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("D");
+        let files = [
+            "objects/ab/cdef.txt",
+            "photos/index.json",
+            "builds/notes.json",
+        ];
+        for f in files {
+            std::fs::create_dir_all(dir.join(f).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(f), b"mine").unwrap();
+        }
+        let s = Store::at(&dir);
+        let e = s.gc(None).unwrap_err();
+        assert!(matches!(e, StoreError::NotAStore { .. }), "{e}");
+        assert!(e.to_string().contains("photos"), "{e}");
+        assert_eq!(e.exit_code(), exit::USAGE);
+        for f in files {
+            assert_eq!(std::fs::read(dir.join(f)).unwrap(), b"mine");
+        }
+        assert!(!dir.join("quarantine").exists() && !dir.join(MARKER).exists());
+        assert!(s.put_blob(b"x").is_err());
+        assert!(!dir.join(MARKER).exists());
+    }
+
+    #[test]
+    fn a_symlinked_store_or_store_member_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("precious"), b"x").unwrap();
+        let link = d.path().join(".repro");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let s = Store::at(&link);
+        for e in [
+            s.check_schema().unwrap_err(),
+            s.gc(None).unwrap_err(),
+            s.put_blob(b"x").unwrap_err(),
+            s.lock_shared().unwrap_err(),
+        ] {
+            assert!(matches!(e, StoreError::Symlink { .. }), "{e}");
+        }
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 1);
+        // A real store whose `objects` is a link.
+        let (_d2, s) = store();
+        s.put_blob(b"x").unwrap();
+        std::fs::remove_dir_all(s.root().join("objects")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, s.root().join("objects")).unwrap();
+        assert!(matches!(s.gc(None), Err(StoreError::Symlink { .. })));
+        assert!(elsewhere.join("precious").exists());
+    }
+
+    #[test]
+    fn stores_from_before_the_marker_are_recognised_and_completed() {
+        // Only the old marker `{"schema": 1}`.
+        let (_d, s) = store();
+        s.put_blob(b"x").unwrap();
+        std::fs::write(s.root().join(MARKER), r#"{"schema": 1}"#).unwrap();
+        s.check_schema().unwrap();
+        s.gc(None).unwrap();
+        let m: Value =
+            serde_json::from_slice(&std::fs::read(s.root().join(MARKER)).unwrap()).unwrap();
+        assert_eq!(m["kind"], MARKER_KIND);
+        // No marker at all, repro's names and its lock only: adopted.
+        let (_d, s) = store();
+        let key = "2".repeat(64);
+        s.put_record("results", &key, &json!({"a": 1})).unwrap();
+        std::fs::remove_file(s.root().join(MARKER)).unwrap();
+        s.check_schema().unwrap();
+        assert!(s.get_record("results", &key).unwrap().is_some());
+        s.gc(None).unwrap();
+        assert!(s.root().join(MARKER).exists());
+        // A foreign marker is not repro's.
+        std::fs::write(s.root().join(MARKER), r#"{"schema": 1, "kind": "photos"}"#).unwrap();
+        assert!(matches!(s.gc(None), Err(StoreError::NotAStore { .. })));
+        // An empty directory becomes a store.
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::at(d.path());
+        s.put_blob(b"y").unwrap();
+        assert!(d.path().join(MARKER).exists() && d.path().join(".gitignore").exists());
+    }
+
+    #[test]
+    fn record_fields_never_become_paths_unless_they_are_keys() {
+        let (_d, s) = store();
+        s.put_blob(b"x").unwrap();
+        for bad in [
+            "a",
+            "",
+            "../../../../../../etc/hostname",
+            "ab/../../x",
+            &"A".repeat(64),
+        ] {
+            assert!(
+                matches!(s.get_blob(bad), Err(StoreError::BadKey { .. })),
+                "{bad}"
+            );
+            assert!(matches!(s.blob_path(bad), Err(StoreError::BadKey { .. })));
+            assert!(matches!(
+                s.get_record("builds", bad),
+                Err(StoreError::BadKey { .. })
+            ));
+            assert!(s.put_record("results", bad, &json!({})).is_err());
+        }
+        assert!(s.get_record("../x", &"1".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn only_regular_files_are_read_from_the_store() {
+        let (_d, s) = store();
+        let key = "3".repeat(64);
+        s.put_record("builds", &key, &json!({"a": 1})).unwrap();
+        let path = s.root().join(format!("builds/{key}.json"));
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A FIFO would block a plain read forever.
+        assert!(matches!(
+            s.get_record("builds", &key),
+            Err(StoreError::Corrupt { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        assert!(matches!(
+            s.get_record("builds", &key),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let digest = keys::sha256_hex(b"zeros");
+        let blob = s.blob_path(&digest).unwrap();
+        std::fs::create_dir_all(blob.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &blob).unwrap();
+        assert!(matches!(
+            s.get_blob(&digest),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let r = s.verify();
+        assert!(!r.problems.is_empty());
+    }
+
+    #[test]
+    fn an_unsealed_record_is_damaged() {
+        let (_d, s) = store();
+        let key = "4".repeat(64);
+        s.put_record("bisect", &key, &json!({"a": 1})).unwrap();
+        let path = s.root().join(format!("bisect/{key}.json"));
+        std::fs::write(&path, r#"{"a": 2}"#).unwrap();
+        assert!(matches!(
+            s.get_record("bisect", &key),
+            Err(StoreError::Corrupt { .. })
+        ));
+        let r = s.verify();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.what.contains("no record-sha256")),
+            "{:?}",
+            r.problems
+        );
+        assert_eq!(s.gc(None).unwrap().records_quarantined, 1);
+        assert!(!path.exists());
     }
 
     #[test]

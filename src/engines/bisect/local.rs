@@ -62,7 +62,7 @@ struct Ctx<'a> {
 
 /// A step's files, written out: a fresh sparse directory, or a worker's worktree.
 enum StepDir<'a> {
-    Fresh(tempfile::TempDir),
+    Fresh(crate::foundation::scratch::Scratch),
     Kept(std::sync::MutexGuard<'a, Option<Worktree>>),
 }
 
@@ -379,10 +379,11 @@ impl<'a> Ctx<'a> {
         if let Question::Script(script) = &self.plan.question {
             let dir = self.checkout(files, None)?;
             let root = dir.path();
-            return match Cmd::new("sh")
+            let answer = match Cmd::new("sh")
                 .arg("-c")
                 .arg(script)
                 .current_dir(root)
+                .keep_tail(crate::foundation::process::STEP_KEEP)
                 .timeout(self.plan.timeout)
                 .output()
             {
@@ -406,6 +407,7 @@ impl<'a> Ctx<'a> {
                 )),
                 Err(e) => Err(StepFail::Fatal(e.into())),
             };
+            return still_there(&dir, answer);
         }
         if let Question::Bench(b) = &self.plan.question
             && let Some((cmd, metric)) = &b.command
@@ -416,7 +418,7 @@ impl<'a> Ctx<'a> {
             let device = b.settings.device;
             let dir = self.checkout(files, None)?;
             let root = dir.path().to_path_buf();
-            return self.judge(
+            let answer = self.judge(
                 step,
                 |n| {
                     let mut v = Vec::new();
@@ -435,6 +437,7 @@ impl<'a> Ctx<'a> {
                 },
                 &b,
             );
+            return still_there(&dir, answer);
         }
         // Recipe questions: the recipe as it applies here, then its files, then the build.
         let (mut r, note) = self
@@ -451,7 +454,8 @@ impl<'a> Ctx<'a> {
                 }
                 std::fs::write(&at, &r.text).map_err(|e| StepFail::Fatal(e.into()))?;
             }
-            return Ok(self.build_in_nix(dir.path(), &r.path, oid));
+            let answer = self.build_in_nix(dir.path(), &r.path, oid);
+            return still_there(&dir, Ok(answer));
         }
         let needed = self.recipe_files(files, &r)?;
         let dir = self.checkout(files, Some(&needed))?;
@@ -474,7 +478,7 @@ impl<'a> Ctx<'a> {
         let timeout = self.plan.timeout;
         let question = self.plan.question.clone();
         let store = self.store.clone();
-        answer_built(
+        let answer = answer_built(
             &question,
             &mut r,
             &built,
@@ -484,7 +488,8 @@ impl<'a> Ctx<'a> {
             step,
             // A check runs on this worker's GPU (`--devices`), as bench steps do.
             self.plan.devices.first().copied().unwrap_or(0),
-        )
+        );
+        still_there(&dir, answer)
     }
 
     /// Measures a commit (see [`judge`]) against this context's baseline.
@@ -557,6 +562,23 @@ impl<'a> Ctx<'a> {
             },
             Err(e) => (Answer::Skip, Some(e.to_string())),
         }
+    }
+}
+
+/// A step's answer stands only if its tree outlived the step: a tree removed while the step
+/// ran (by hand, or by a cleanup that misjudged it) may have made the build or the script
+/// fail for a reason that is not the commit's, so the answer is never stored.
+fn still_there(
+    dir: &StepDir<'_>,
+    answer: Result<(Answer, Option<String>), StepFail>,
+) -> Result<(Answer, Option<String>), StepFail> {
+    if dir.path().is_dir() {
+        answer
+    } else {
+        Err(StepFail::Unavailable(format!(
+            "the step's scratch tree {} vanished while it ran; its answer is not stored",
+            dir.path().display()
+        )))
     }
 }
 

@@ -415,7 +415,7 @@ pub struct SlurmExecutor {
     /// The job name every job of this bisection carries: what Ctrl-C cancels.
     name: String,
     /// Requests, results and job logs.
-    dir: tempfile::TempDir,
+    dir: crate::foundation::scratch::Scratch,
 }
 
 impl SlurmExecutor {
@@ -543,7 +543,9 @@ impl SlurmExecutor {
             path: path.to_path_buf(),
             cause,
         };
-        match crate::foundation::fsutil::read_bounded(path, MAX_BYTES) {
+        // The result lies in the store's scratch space, which other hosts write: only a
+        // regular file of bounded size is read (a FIFO there would block the driver).
+        match crate::foundation::fsutil::read_regular(path, MAX_BYTES) {
             Ok(bytes) => serde_json::from_slice::<JobResult>(&bytes)
                 .map(Some)
                 .map_err(|e| bad(e.to_string())),
@@ -701,7 +703,8 @@ impl Executor for SlurmExecutor {
             }
         }
         let log = last_log
-            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|p| crate::foundation::fsutil::read_regular(&p, 64 << 20).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let mut tail: Vec<String> = log.lines().rev().take(5).map(str::to_string).collect();
         tail.reverse();

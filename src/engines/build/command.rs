@@ -19,6 +19,7 @@ pub fn run(root: &Path, c: &CommandBuild) -> Result<CommandArtifacts, CompileErr
     let cmd = Cmd::new(&c.argv[0])
         .args(&c.argv[1..])
         .current_dir(root)
+        .keep_tail(crate::foundation::process::STEP_KEEP)
         .timeout(c.timeout);
     let out = match cmd.output() {
         Ok(o) => o,

@@ -35,6 +35,14 @@ pub enum InputError {
         name: String,
     },
     /// Files that include each other.
+    #[error(
+        "{from}:{line}: include <{name}> is an absolute path, outside the repository and the toolchain"
+    )]
+    Absolute {
+        from: String,
+        line: usize,
+        name: String,
+    },
     #[error("include cycle: {}", .chain.join(" -> "))]
     Cycle {
         /// The files in the cycle, first repeated at the end.
@@ -234,6 +242,19 @@ fn visit(
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
     for (line, name, quoted) in includes(&text) {
+        // An absolute include names a file of this machine that no key covers and another
+        // checkout lacks (or has different): refused, whatever it points to. The toolchain's
+        // own headers are included by name and covered by the compiler's identity.
+        if name.starts_with('/') {
+            return Err(InputError::Absolute {
+                from: file.to_string(),
+                line,
+                name,
+            });
+        }
+        let climbs = Path::new(&name)
+            .components()
+            .any(|c| c == std::path::Component::ParentDir);
         let mut candidates: Vec<String> = Vec::new();
         if quoted {
             candidates.push(if dir.is_empty() {
@@ -263,6 +284,15 @@ fn visit(
         let Some(rel) = found else {
             if quoted {
                 return Err(InputError::Missing {
+                    from: file.to_string(),
+                    line,
+                    name,
+                });
+            }
+            // Left to the compiler, `<../../x.h>` would climb out of its own include
+            // directories to a file no key covers.
+            if climbs {
+                return Err(InputError::Escapes {
                     from: file.to_string(),
                     line,
                     name,
@@ -386,6 +416,38 @@ mod tests {
             ["inc/lib.cuh", "k/common.cuh", "k/main.cu", "k/sub/x.cuh"]
         );
         assert_eq!(c.headers["sub/x.cuh"], "k/sub/x.cuh");
+    }
+
+    #[test]
+    fn absolute_and_climbing_includes_are_refused_with_their_line() {
+        for (text, want) in [
+            (
+                "#include </etc/hostname>\n",
+                "k/a.cu:1: include </etc/hostname> is an absolute path",
+            ),
+            (
+                "\n#include \"/tmp/x.h\"\n",
+                "k/a.cu:2: include </tmp/x.h> is an absolute path",
+            ),
+            (
+                "#include <../../../x.h>\n",
+                "k/a.cu:1: include \"../../../x.h\" is outside the repository",
+            ),
+            (
+                "#include <cuda/../../x.h>\n",
+                "k/a.cu:1: include \"cuda/../../x.h\" is outside",
+            ),
+        ] {
+            let d = tree(&[("k/a.cu", text)]);
+            let err = include_closure(d.path(), "k/a.cu", &[]).unwrap_err();
+            assert!(err.to_string().contains(want), "{text}: {err}");
+        }
+        // A toolkit header by name is still the compiler's.
+        let d = tree(&[(
+            "k/a.cu",
+            "#include <cuda_fp16.h>\n#include <cuda/std/cmath>\n",
+        )]);
+        assert!(include_closure(d.path(), "k/a.cu", &[]).is_ok());
     }
 
     #[test]

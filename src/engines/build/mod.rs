@@ -187,6 +187,7 @@ impl Diagnose for BuildError {
         match self {
             BuildError::Inputs { source: InputError::Cycle { .. }, .. } => Some("break the cycle; include guards do not make a cycle an input set".into()),
             BuildError::Inputs { source: InputError::Escapes { .. }, .. } => Some("builds read only files inside the repository".into()),
+            BuildError::Inputs { source: InputError::Absolute { .. }, .. } => Some("include toolkit headers by name (<cuda_fp16.h>) and copy other files into the repository, so that the key covers them".into()),
             BuildError::Inputs { .. } => Some("paths are relative to the including file or to the recipe's include-dirs".into()),
             BuildError::NoCompiler { compiler: "nvrtc", .. } => {
                 Some("run `repro toolchain install`, or set REPRO_NVRTC to a libnvrtc.so".into())
@@ -579,7 +580,10 @@ fn output_info(store: &Store, name: &str, digest: &str, bytes: usize) -> (String
         OutputInfo {
             sha256: digest.to_string(),
             bytes,
-            path: store.blob_path(digest).display().to_string(),
+            path: store
+                .blob_path(digest)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
         },
     )
 }

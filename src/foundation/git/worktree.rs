@@ -152,7 +152,7 @@ impl Stamp {
 /// A whole-tree scratch checkout kept from use to use (a bisection worker keeps one
 /// across its steps).
 pub struct Worktree {
-    dir: tempfile::TempDir,
+    dir: crate::foundation::scratch::Scratch,
     /// Every file written, with its blob, mode and stamp.
     files: HashMap<String, (Oid, i32, Stamp)>,
     /// The tree it holds in full, when the last update wrote a whole tree.
@@ -170,7 +170,7 @@ pub struct Update {
 
 impl Worktree {
     /// An empty worktree in `dir`.
-    pub fn new(dir: tempfile::TempDir) -> Self {
+    pub fn new(dir: crate::foundation::scratch::Scratch) -> Self {
         Worktree {
             dir,
             files: HashMap::new(),
@@ -507,7 +507,9 @@ mod tests {
     #[test]
     fn a_worktree_is_brought_up_to_date_like_a_checkout() {
         let (_d, repo, a, b) = two_commits();
-        let mut wt = Worktree::new(tempfile::tempdir().unwrap());
+        let mut wt = Worktree::new(crate::foundation::scratch::Scratch::unleased(
+            tempfile::tempdir().unwrap(),
+        ));
         let fa = CommitFiles::new(&repo, a).unwrap();
         let up = wt.update(&fa, &fa.all_entries()).unwrap();
         assert_eq!(
@@ -542,7 +544,9 @@ mod tests {
     #[test]
     fn whole_tree_updates_read_only_the_differences() {
         let (_d, repo, a, b) = two_commits();
-        let mut wt = Worktree::new(tempfile::tempdir().unwrap());
+        let mut wt = Worktree::new(crate::foundation::scratch::Scratch::unleased(
+            tempfile::tempdir().unwrap(),
+        ));
         let asked: std::cell::RefCell<Vec<Vec<String>>> = Default::default();
         let mut fetch = |e: &[Entry]| -> Result<(), CheckoutError> {
             asked
