@@ -922,6 +922,48 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         "repro bisect --toolchains nvcc@13.0..nvcc@13.1 --recipe popcount_cccl",
         Run::Not("downloads nvcc 13.1 (110 MB); opt-in test in tests/toolchain_cli.rs"),
     ),
+    (
+        "repro --python .venv-2.4/bin/python3 env capture",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.4/bin/python3 env lock --name box",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.5/bin/python3 env check   # exits 1",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.4/bin/python3 build attn",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.4/bin/python3 build attn   # cached: nothing compiles",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.5/bin/python3 env why-import attn   # exits 1",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
+        "repro --python .venv-2.5/bin/python3 build attn --explain",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
 ];
 
 /// A line as compared: words, with every word that holds a digit (times, sizes, keys,

@@ -203,10 +203,14 @@ fn every_command_and_subcommand_has_its_own_man_page() {
         let page = std::fs::read_to_string(dir.join(file)).unwrap();
         let name = file.trim_end_matches(".1");
         // Each page has an EXIT STATUS section with the codes `--help` lists.
-        let path = name
-            .trim_start_matches("repro")
-            .trim_start_matches('-')
-            .replace('-', " ");
+        // A page's name joins the words of its command with `-`, and a subcommand's own name
+        // may hold one (`env why-import`): the command is the one whose page name this is.
+        let dashed = name.trim_start_matches("repro").trim_start_matches('-');
+        let path = repro::exit::BY_COMMAND
+            .iter()
+            .map(|(c, _)| *c)
+            .find(|c| c.replace(' ', "-") == dashed)
+            .map_or_else(|| dashed.replace('-', " "), str::to_string);
         let codes = if path.is_empty() {
             repro::exit::ALL
                 .iter()

@@ -11,7 +11,7 @@ use crate::engines::bench::{self, Metric};
 use crate::engines::build::{self, Options};
 use crate::engines::catalog;
 use crate::engines::export;
-use crate::engines::fingerprint::{self, Context, Demand};
+use crate::engines::fingerprint::{self, Demand};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
@@ -165,13 +165,7 @@ pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let root = g.project_root();
     g.config()?;
-    let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: false,
-        },
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
     let store = g.store();
     store.check_schema()?;
     let results = match &a.command {
@@ -316,6 +310,7 @@ fn recipe_bench(
         pins: Some(g.pins()?),
         offline: g.offline,
         quiet: g.quiet || g.json,
+        python: g.python.clone(),
         ..Options::default()
     };
     let built = build::build(root, store, &r, &opts)

@@ -1089,6 +1089,14 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     let family = match &r.build {
         crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
         crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::foundation::recipe::Build::TorchExtension(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a torch extension; bisecting its compiler releases is not supported",
+                r.name
+            ))
+            .hint("to search commits instead, give --good and --bad")
+            .into());
+        }
         crate::foundation::recipe::Build::Command(_) => {
             return Err(UserError::usage(format!(
                 "recipe `{}` is a command build; it has no compiler release to search",

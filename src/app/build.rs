@@ -101,6 +101,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         pins: Some(g.pins()?),
         offline: g.offline,
         quiet: g.quiet || g.json,
+        python: g.python.clone(),
         ..Options::default()
     };
     if use_nix {
@@ -362,6 +363,7 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
             pins: Some(g.pins()?),
             offline: g.offline,
             quiet: g.quiet || g.json,
+            python: g.python.clone(),
         };
         let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
         unbuilt.extend(failures);

@@ -20,6 +20,8 @@ pub struct Globals {
     /// `--offline` / `REPRO_OFFLINE`: no network (no toolchain installs on first use, no
     /// promisor fetches).
     pub offline: bool,
+    /// `--python` / `REPRO_PYTHON`, absolute.
+    pub python: Option<PathBuf>,
     /// The project root, found on first use (git discovery opens the repository).
     root: std::sync::OnceLock<PathBuf>,
 }
@@ -34,7 +36,23 @@ impl Globals {
             verbose,
             store,
             offline: crate::engines::toolchain::resolve::offline(false),
+            python: None,
             root: Default::default(),
+        }
+    }
+
+    /// The same options with `--python` set.
+    pub fn with_python(mut self, python: Option<PathBuf>) -> Self {
+        self.python = python;
+        self
+    }
+
+    /// The fingerprint's view of where this command runs.
+    pub fn fingerprint_context(&self, fresh: bool) -> crate::engines::fingerprint::Context {
+        crate::engines::fingerprint::Context {
+            cwd: self.cwd.clone(),
+            fresh,
+            python: self.python.clone(),
         }
     }
 

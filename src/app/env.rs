@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::check::{self, Policy, Report, Status};
-use crate::engines::fingerprint::{self, Context, Demand, Field, Fingerprint};
+use crate::engines::fingerprint::{self, Demand, Field, Fingerprint};
 use crate::engines::lockfile::{self, Lock, LockfileError};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -30,6 +30,15 @@ enum EnvCommand {
     Check(CheckArgs),
     /// Write a lockfile from this machine's fingerprint.
     Lock(LockArgs),
+    /// Import an extension module in the Python environment and, if it fails, explain why.
+    WhyImport(WhyImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct WhyImportArgs {
+    /// The extension: a module file (`ext.cpython-311-x86_64-linux-gnu.so`), a recipe whose
+    /// last build made one, or a module installed in the environment.
+    target: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +85,7 @@ pub fn run(g: &Globals, args: Args) -> anyhow::Result<u8> {
         EnvCommand::Capture(a) => capture(g, a),
         EnvCommand::Check(a) => check(g, a),
         EnvCommand::Lock(a) => lock(g, a),
+        EnvCommand::WhyImport(a) => why_import(g, a),
     }
 }
 
@@ -89,13 +99,7 @@ fn resolve(g: &Globals, p: &Path) -> PathBuf {
 
 fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: true,
-        },
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(true), &Demand::all());
     let elapsed = start.elapsed();
     let json = fp.to_json();
     if let Some(out) = &a.output {
@@ -188,15 +192,9 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         .map(|p| Fingerprint::load(&resolve(g, p)))
         .transpose()?;
     let get_fp = |demand: Demand| -> Fingerprint {
-        saved.clone().unwrap_or_else(|| {
-            fingerprint::capture(
-                &Context {
-                    cwd: g.cwd.clone(),
-                    fresh: a.fresh,
-                },
-                &demand,
-            )
-        })
+        saved
+            .clone()
+            .unwrap_or_else(|| fingerprint::capture(&g.fingerprint_context(a.fresh), &demand))
     };
     if let Some(p) = &a.lock {
         let path = resolve(g, p);
@@ -557,13 +555,7 @@ pub fn render_report(
 }
 
 fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
-    let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: true,
-        },
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(true), &Demand::all());
     let name = match a.name {
         Some(n) if n.is_empty() || n.contains(['/', '\\']) || n.starts_with('.') => {
             return Err(
@@ -608,4 +600,130 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
         ))?;
     }
     Ok(exit::OK)
+}
+
+/// The Python environment the global options and repro.toml choose.
+fn python_env(g: &Globals) -> anyhow::Result<crate::foundation::pyenv::PyEnv> {
+    use crate::foundation::pyenv;
+    let config = g.config()?.python.interpreter_at(&g.project_root());
+    let var = |k: &str| std::env::var_os(k);
+    Ok(pyenv::describe(pyenv::locate(
+        g.python.as_deref(),
+        config.as_deref(),
+        &var,
+    )?)?)
+}
+
+/// The module file `repro env why-import TARGET` means, and the scratch directory that
+/// holds it when it comes from the store.
+fn extension_file(
+    g: &Globals,
+    target: &str,
+    env: &crate::foundation::pyenv::PyEnv,
+) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    let as_path = resolve(g, Path::new(target));
+    if as_path.is_file() {
+        return Ok((as_path, None));
+    }
+    let root = g.project_root();
+    if let Ok(recipe) = crate::foundation::recipe::load(&root, target) {
+        let store = g.store();
+        let record = store.get_last(&recipe.name).and_then(|key| {
+            let v = store
+                .get_record(crate::foundation::records::BUILDS, &key)
+                .ok()??;
+            crate::foundation::records::BuildRecord::from_json(&v, &key).ok()
+        });
+        if let Some(rec) = record
+            && let Some((name, out)) = rec.outputs.iter().find(|(n, _)| n.ends_with(".so"))
+        {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join(name);
+            std::fs::write(&path, store.get_blob(&out.sha256)?)?;
+            return Ok((path, Some(dir)));
+        }
+        return Err(UserError::usage(format!(
+            "recipe `{}` has no built extension module in the store",
+            recipe.name
+        ))
+        .hint(format!("build it first: `repro build {}`", recipe.name))
+        .into());
+    }
+    for site in &env.site_packages {
+        let found = std::fs::read_dir(site)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.ends_with(".so") && n.split('.').next() == Some(target)
+            });
+        if let Some(e) = found {
+            return Ok((e.path(), None));
+        }
+    }
+    Err(UserError::usage(format!(
+        "no extension `{target}`: not a file, not a recipe, and no module of that name in {}",
+        env.site_packages
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .hint("give the module's file (`path/ext.cpython-311-x86_64-linux-gnu.so`), a recipe name, or an installed module's name")
+    .into())
+}
+
+fn why_import(g: &Globals, a: WhyImportArgs) -> anyhow::Result<u8> {
+    let env = python_env(g)?;
+    let (file, _scratch) = extension_file(g, &a.target, &env)?;
+    let store = g.store();
+    let d = crate::engines::abi::diagnose(&env, &file, Some(&store))
+        .with_context(|| format!("failed to read {}", g.shown(&file)))?;
+    let code = if d.imports { exit::OK } else { exit::MISMATCH };
+    if g.json {
+        let mut v = serde_json::to_value(&d)?;
+        v["schema"] = json!(1);
+        emit_json(&v)?;
+        return Ok(code);
+    }
+    emit(&render_diagnosis(&d))?;
+    Ok(code)
+}
+
+/// The human form of a diagnosis.
+fn render_diagnosis(d: &crate::engines::abi::Diagnosis) -> String {
+    let style = Style::for_stdout();
+    if d.imports {
+        return format!(
+            "{} imports in {} (PyTorch imported first)\n",
+            d.module, d.interpreter
+        );
+    }
+    let mut out = format!(
+        "{} does {} in {} (PyTorch imported first)\n  {}\n",
+        d.module,
+        style.error("NOT import"),
+        d.interpreter,
+        d.message.as_deref().unwrap_or("")
+    );
+    if let Some(u) = &d.undefined {
+        out.push_str(&format!("  the extension needs:  {}\n", u.demangled));
+        for c in &d.candidates {
+            out.push_str(&format!(
+                "  this PyTorch has:     {}  ({})\n",
+                c.symbol.demangled, c.library
+            ));
+        }
+        if d.candidates.is_empty() {
+            out.push_str("  this PyTorch has no symbol of that name\n");
+        }
+    }
+    for diff in &d.differences {
+        out.push_str(&format!("  differs: {diff}\n"));
+    }
+    if let Some(r) = &d.remedy {
+        out.push_str(&format!("  {}\n", style.hint(&format!("hint: {r}"))));
+    }
+    out
 }

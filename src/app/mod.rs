@@ -79,6 +79,11 @@ pub struct GlobalArgs {
     /// The store directory [default: .repro at the project root].
     #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
     pub store: Option<PathBuf>,
+    /// The Python interpreter (or environment directory) to describe and build torch
+    /// extensions for [default: repro.toml's [python] interpreter, the active venv or conda
+    /// environment, python3 on PATH].
+    #[arg(long, global = true, value_name = "PATH", env = "REPRO_PYTHON")]
+    pub python: Option<PathBuf>,
 }
 
 /// The commands repro runs itself, as its own child processes: not for users, so not in
@@ -221,7 +226,8 @@ fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
         }
         None => std::env::current_dir()?,
     };
-    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store);
+    let python = g.python.map(|p| cwd.join(p));
+    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python);
     globals.offline |= g.offline;
     Ok(globals)
 }

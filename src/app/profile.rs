@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bench;
 use crate::engines::build::{self, Options};
-use crate::engines::fingerprint::{self, Context, Demand};
+use crate::engines::fingerprint::{self, Demand};
 use crate::engines::profile::{self, ProfileError};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -141,10 +141,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let measured = profile::profile(&req)?;
     let bytes = std::fs::read(&report).context("failed to read ncu's report")?;
     let fp = fingerprint::capture(
-        &Context {
-            cwd: g.cwd.clone(),
-            fresh: false,
-        },
+        &g.fingerprint_context(false),
         &Demand::all(),
     );
     let must = bench::must_match(&fp);

@@ -48,6 +48,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::toolchain::releases::PinError,
             crate::foundation::config::PinWriteError,
             crate::engines::init::InitError,
+            crate::foundation::pyenv::PyEnvError,
         );
     }
     None

@@ -144,7 +144,10 @@ pub fn check(rules: &[Rule], actual: impl Fn(&str) -> Vec<Field>) -> Report {
             let status = evaluate(&rule.policy, fields::kind_of(&rule.key), &values);
             let hint = match status {
                 Status::Ok | Status::Ignored => None,
-                _ => Some(hint(&rule.key, &rule.policy, &values)),
+                _ => Some(
+                    python_hint(&rule.key, &rule.policy, &values, &actual)
+                        .unwrap_or_else(|| hint(&rule.key, &rule.policy, &values)),
+                ),
             };
             Row {
                 field: rule.key.clone(),
@@ -289,6 +292,35 @@ pub fn hint(key: &str, policy: &Policy, values: &[Field]) -> String {
         _ if actual.is_none() => format!("this machine cannot report it; {relax}"),
         _ => format!("this machine differs from the lockfile; {relax}"),
     }
+}
+
+/// The hint for a Python field: the pip command that installs the locked version of a
+/// distribution into this environment (with its interpreter, from `python.interpreter`).
+fn python_hint(
+    key: &str,
+    policy: &Policy,
+    values: &[Field],
+    actual: &dyn Fn(&str) -> Vec<Field>,
+) -> Option<String> {
+    let dist = match key {
+        "python.torch.version" => "torch",
+        "python.numpy.version" => "numpy",
+        "python.triton.version" => "triton",
+        k => fields::dist_name(k)?,
+    };
+    let want = locked_value(policy)?;
+    let py = actual("python.interpreter")
+        .first()
+        .and_then(|f| f.value().map(str::to_string))
+        .unwrap_or_else(|| "python3".into());
+    let now = match first_value(values) {
+        Some(v) => format!("{dist} {v} is installed"),
+        None => format!("{dist} is not installed"),
+    };
+    Some(format!(
+        "{now}, the lockfile has {want}: run `{}`",
+        crate::foundation::pyenv::pip_install_command(&py, dist, &want)
+    ))
 }
 
 fn locked_value(policy: &Policy) -> Option<String> {

@@ -353,6 +353,19 @@ pub fn from_fingerprint(name: &str, fp: &Fingerprint) -> Lock {
             policy,
         });
     }
+    // Every installed distribution is locked with `warn`: a difference is named, with the
+    // pip command that installs the locked version, without failing the check. Those with
+    // fields of their own (torch, numpy, triton) are locked there, by their tier.
+    for (k, f) in &fp.fields {
+        if let (Some(name), Some(v)) = (fields::dist_name(k), f.value())
+            && !["torch", "numpy", "triton"].contains(&name)
+        {
+            rules.push(Rule {
+                key: k.clone(),
+                policy: Policy::Warn(v.to_string()),
+            });
+        }
+    }
     for (k, f) in &fp.fields {
         if k.starts_with("env.") {
             rules.push(Rule {
@@ -401,7 +414,11 @@ pub fn to_toml(lock: &Lock, fp: &Fingerprint) -> String {
             section = sect;
             let _ = writeln!(out, "\n# {sect}");
         }
-        let about = fields::lookup(&rule.key).map_or("environment variable", |s| s.about);
+        let about = match fields::lookup(&rule.key) {
+            Some(s) => s.about,
+            None if fields::dist_name(&rule.key).is_some() => "an installed Python distribution",
+            None => "environment variable",
+        };
         let unavailable = fp.lookup(&rule.key).into_iter().find_map(|f| match f {
             Field::Unavailable(r) => Some(r),
             Field::Value(_) => None,

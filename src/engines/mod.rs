@@ -2,6 +2,7 @@
 //! replay, bundle, share, toolchains) over the foundation's plumbing. Engines never import
 //! the app layer.
 
+pub mod abi;
 pub mod bench;
 pub mod bisect;
 pub mod build;

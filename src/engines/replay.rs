@@ -865,6 +865,7 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         &Context {
             cwd: root.clone(),
             fresh: false,
+            python: None,
         },
         &Demand::all(),
     );

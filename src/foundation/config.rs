@@ -9,6 +9,9 @@
 //! [toolchain]
 //! nvcc-default = "13.0"                     # the nvcc release nvcc recipes use
 //!
+//! [python]
+//! interpreter = ".venv/bin/python"          # the environment torch extensions build for
+//!
 //! [toolchain.nvcc."13.0"]                   # one nvcc release: the wheels of one tree
 //! wheels = [
 //!   { package = "nvidia-cuda-nvcc", version = "13.0.88", sha256 = { x86_64 = "...", aarch64 = "..." } },
@@ -46,6 +49,9 @@ pub struct Config {
     /// The site's Slurm options, for `--executor slurm`.
     #[serde(default)]
     pub slurm: SlurmSettings,
+    /// The Python environment the project uses.
+    #[serde(default)]
+    pub python: PythonSettings,
 }
 
 /// `[slurm]`: what every job of `--executor slurm` is submitted with.
@@ -132,6 +138,22 @@ pub fn slurm_option_problem(opt: &str) -> Option<String> {
 pub fn env_name_ok(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `[python]`: which interpreter the fingerprint describes and torch extensions build for.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PythonSettings {
+    /// The interpreter (or an environment's directory), relative to the project root;
+    /// `--python` overrides it.
+    pub interpreter: Option<String>,
+}
+
+impl PythonSettings {
+    /// The interpreter as an absolute path, if one is set.
+    pub fn interpreter_at(&self, root: &Path) -> Option<std::path::PathBuf> {
+        self.interpreter.as_ref().map(|p| root.join(p))
+    }
 }
 
 /// `[nix]`: whether builds run inside the flake's dev shell, and which shell.

@@ -125,6 +125,17 @@ pub const BY_COMMAND: &[(&str, &[(u8, &str)])] = &[
     ),
     ("env lock", &[(OK, "the lockfile was written")]),
     (
+        "env why-import",
+        &[
+            (OK, "the module imports in the Python environment"),
+            (
+                MISMATCH,
+                "it does not import; the loader's message and what differs are printed",
+            ),
+            (ENVIRONMENT, "no Python environment to import it in"),
+        ],
+    ),
+    (
         "build",
         &[
             (OK, "every recipe built, or was found in the store"),

@@ -30,6 +30,9 @@ pub enum Probe {
     NixVersion,
     /// Allowlisted environment variables.
     Env,
+    /// The Python environment (interpreter, PyTorch, installed distributions): read from
+    /// its files, never by starting it.
+    Python,
 }
 
 /// How values of a field compare.
@@ -326,6 +329,105 @@ pub static SPECS: &[Spec] = &[
         Record,
         "python3 version",
     ),
+    spec(
+        "python.interpreter",
+        Python,
+        Text,
+        Record,
+        "the Python interpreter repro describes and builds extensions for",
+    ),
+    spec(
+        "python.found-by",
+        Python,
+        Text,
+        Record,
+        "how it was chosen: --python, repro.toml, VIRTUAL_ENV, CONDA_PREFIX or PATH",
+    ),
+    spec("python.version", Python, Version, Warn, "Python version"),
+    spec(
+        "python.abi-tag",
+        Python,
+        Text,
+        Must,
+        "Python ABI tag of extension modules (cp311)",
+    ),
+    spec(
+        "python.prefix",
+        Python,
+        Text,
+        Record,
+        "the environment's prefix (a venv's directory)",
+    ),
+    spec(
+        "python.distributions",
+        Python,
+        Number,
+        Record,
+        "number of installed distributions",
+    ),
+    spec(
+        "python.distributions-digest",
+        Python,
+        Text,
+        Record,
+        "sha256 of every installed distribution's name==version (each is also python.dist.NAME)",
+    ),
+    spec(
+        "python.torch.version",
+        Python,
+        Version,
+        Must,
+        "PyTorch version with its build tag (torch/version.py)",
+    ),
+    spec(
+        "python.torch.cuda",
+        Python,
+        Version,
+        Must,
+        "CUDA version PyTorch was built with",
+    ),
+    spec(
+        "python.torch.cudnn",
+        Python,
+        Version,
+        Warn,
+        "cuDNN version PyTorch uses",
+    ),
+    spec(
+        "python.torch.cxx11-abi",
+        Python,
+        Bool,
+        Must,
+        "PyTorch's C++ ABI (_GLIBCXX_USE_CXX11_ABI in its CMake config)",
+    ),
+    spec(
+        "python.torch.cuda-archs",
+        Python,
+        Text,
+        Warn,
+        "GPU architectures PyTorch's device code was built for",
+    ),
+    spec(
+        "python.torch.git-version",
+        Python,
+        Text,
+        Record,
+        "PyTorch's source commit",
+    ),
+    spec(
+        "python.numpy.version",
+        Python,
+        Version,
+        Must,
+        "NumPy version",
+    ),
+    spec(
+        "python.triton.version",
+        Python,
+        Version,
+        Warn,
+        "Triton version",
+    ),
     spec("repo.root", Git, Text, Record, "repository root"),
     spec("repo.head", Git, Text, Record, "HEAD commit"),
     spec("repo.branch", Git, Text, Record, "current branch"),
@@ -407,6 +509,21 @@ pub fn env_allowed(name: &str) -> bool {
     ENV_ALLOWLIST.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// The prefix of the per-distribution fields: `python.dist.NAME` (PEP 503 normal names).
+pub const DIST_PREFIX: &str = "python.dist.";
+
+/// The distribution a `python.dist.NAME` key names, if it is one.
+pub fn dist_name(key: &str) -> Option<&str> {
+    key.strip_prefix(DIST_PREFIX).filter(|n| {
+        !n.is_empty()
+            && n.len() <= 100
+            && n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !n.starts_with('-')
+            && !n.ends_with('-')
+    })
+}
+
 /// The spec for a lockfile key, or `None` for `env.NAME` keys and unknown keys.
 pub fn lookup(key: &str) -> Option<&'static Spec> {
     SPECS.iter().find(|s| s.key == key)
@@ -415,6 +532,7 @@ pub fn lookup(key: &str) -> Option<&'static Spec> {
 /// What a lockfile key names: a registered field, an environment variable, or nothing known.
 pub fn is_valid_key(key: &str) -> bool {
     lookup(key).is_some()
+        || dist_name(key).is_some()
         || key.strip_prefix("env.").is_some_and(|n| {
             !n.is_empty()
                 && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -424,11 +542,17 @@ pub fn is_valid_key(key: &str) -> bool {
 
 /// The kind of values a lockfile key holds.
 pub fn kind_of(key: &str) -> Kind {
+    if dist_name(key).is_some() {
+        return Version;
+    }
     lookup(key).map_or(Text, |s| s.kind)
 }
 
 /// The probe that answers a lockfile key.
 pub fn probe_of(key: &str) -> Probe {
+    if dist_name(key).is_some() {
+        return Python;
+    }
     lookup(key).map_or(Env, |s| s.probe)
 }
 
@@ -492,6 +616,11 @@ mod tests {
         assert!(is_valid_key("env.CUDA_VISIBLE_DEVICES"));
         assert!(!is_valid_key("env."));
         assert!(!is_valid_key("gpu.nmae"));
+        assert!(is_valid_key("python.dist.nvidia-cudnn-cu12"));
+        assert!(!is_valid_key("python.dist.Bad_Name"));
+        assert!(!is_valid_key("python.dist."));
+        assert_eq!(probe_of("python.dist.numpy"), Python);
+        assert_eq!(kind_of("python.dist.numpy"), Version);
     }
 
     #[test]

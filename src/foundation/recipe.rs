@@ -86,6 +86,43 @@ pub enum Build {
     Nvcc(Compile),
     /// Any command, with declared inputs and outputs.
     Command(CommandBuild),
+    /// A PyTorch C++/CUDA extension module, built against the environment's PyTorch.
+    TorchExtension(TorchExtension),
+}
+
+/// A PyTorch extension: a Python module compiled from C++ (and CUDA) sources against the
+/// headers and libraries of the PyTorch that the Python environment has, or built by the
+/// project's own `setup.py`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TorchExtension {
+    /// The Python module's name (`TORCH_EXTENSION_NAME`).
+    pub module: String,
+    /// The C++ (`.cpp`, `.cc`, `.cxx`) and CUDA (`.cu`) sources, relative to the root.
+    pub sources: Vec<String>,
+    /// Functions the module must have once imported.
+    pub entries: Vec<String>,
+    /// Include directories, relative to the project root.
+    pub include_dirs: Vec<String>,
+    /// Extra host C++ compiler options, in order.
+    pub options: Vec<String>,
+    /// Extra nvcc options for `.cu` sources, in order.
+    pub nvcc_options: Vec<String>,
+    /// GPU targets of `.cu` sources (`sm_90`); each goes into the one module.
+    pub targets: Vec<String>,
+    /// The nvcc toolchain for `.cu` sources (as for nvcc recipes).
+    pub toolchain: Option<String>,
+    /// Instead of `sources`: the project's `setup.py`, run as `python setup.py build_ext
+    /// --inplace` (a command: a bundle's needs consent to run).
+    pub setup: Option<String>,
+    /// How long compiling (or setup.py) may take.
+    pub timeout: Duration,
+}
+
+impl TorchExtension {
+    /// Whether any source is CUDA.
+    pub fn has_cuda(&self) -> bool {
+        self.sources.iter().any(|s| s.ends_with(".cu"))
+    }
 }
 
 /// A compiler build from one CUDA source.
@@ -208,6 +245,17 @@ impl Recipe {
                 "entries": c.entries,
                 "timeout-s": c.timeout.as_secs_f64(),
             }),
+            Build::TorchExtension(t) => json!({
+                "kind": "torch-extension",
+                "module": t.module,
+                "sources": t.sources,
+                "entries": t.entries,
+                "include-dirs": t.include_dirs,
+                "options": t.options,
+                "nvcc-options": t.nvcc_options,
+                "targets": t.targets,
+                "setup": t.setup,
+            }),
         }
     }
 
@@ -282,7 +330,8 @@ impl Recipe {
     pub fn targets(&self) -> &[String] {
         match &self.build {
             Build::Nvrtc(c) | Build::Nvcc(c) => &c.targets,
-            Build::Command(_) => &[],
+            // One module carries every target of its CUDA sources.
+            Build::Command(_) | Build::TorchExtension(_) => &[],
         }
     }
 
@@ -291,7 +340,7 @@ impl Recipe {
     pub fn is_fat(&self) -> bool {
         match &self.build {
             Build::Nvrtc(c) | Build::Nvcc(c) => c.targets.len() > 1 && c.is_fat(),
-            Build::Command(_) => false,
+            Build::Command(_) | Build::TorchExtension(_) => false,
         }
     }
 
@@ -300,7 +349,7 @@ impl Recipe {
     pub fn compile_only(&self) -> bool {
         match &self.build {
             Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.is_empty(),
-            Build::Command(_) => false,
+            Build::Command(_) | Build::TorchExtension(_) => false,
         }
     }
 
@@ -309,6 +358,7 @@ impl Recipe {
         match &self.build {
             Build::Nvrtc(c) | Build::Nvcc(c) => &c.entries,
             Build::Command(c) => &c.entries,
+            Build::TorchExtension(t) => &t.entries,
         }
     }
 }
@@ -428,6 +478,10 @@ struct RawBuild {
     inputs: Option<Spanned<Vec<Spanned<String>>>>,
     timeout: Option<Spanned<String>>,
     limits: Option<Spanned<RawLimits>>,
+    module: Option<Spanned<String>>,
+    sources: Option<Spanned<Vec<Spanned<String>>>>,
+    nvcc_options: Option<Spanned<Vec<String>>>,
+    setup: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -667,6 +721,10 @@ fn parse_in(
         ("argv", b.argv.as_ref().map(Spanned::span)),
         ("inputs", b.inputs.as_ref().map(Spanned::span)),
         ("timeout", b.timeout.as_ref().map(Spanned::span)),
+        ("module", b.module.as_ref().map(Spanned::span)),
+        ("sources", b.sources.as_ref().map(Spanned::span)),
+        ("nvcc-options", b.nvcc_options.as_ref().map(Spanned::span)),
+        ("setup", b.setup.as_ref().map(Spanned::span)),
     ];
     let allowed: &[&str] = match kind.as_str() {
         "nvrtc" | "nvcc" => &[
@@ -680,11 +738,22 @@ fn parse_in(
             "targets",
         ],
         "command" => &["argv", "inputs", "outputs", "timeout"],
+        "torch-extension" => &[
+            "module",
+            "sources",
+            "include-dirs",
+            "options",
+            "nvcc-options",
+            "targets",
+            "toolchain",
+            "setup",
+            "timeout",
+        ],
         other => {
             return Err(invalid(
                 Some(kind_span),
                 format!("[build] `kind`: unknown build kind `{other}`"),
-                Some("kinds are nvrtc, nvcc and command"),
+                Some("kinds are nvrtc, nvcc, command and torch-extension"),
             ));
         }
     };
@@ -709,10 +778,11 @@ fn parse_in(
     };
     // Without `entries` a compiler build is compile-only: it checks that the source
     // compiles. An empty list is more likely a slip than that, so it is refused.
+    let optional_entries = kind == "command" || kind == "torch-extension";
     let entries = match &b.entries {
         None => Vec::new(),
         Some(list) => {
-            if list.get_ref().is_empty() && kind != "command" {
+            if list.get_ref().is_empty() && !optional_entries {
                 return Err(invalid(
                     Some(list.span()),
                     "[build] `entries` is empty".into(),
@@ -760,7 +830,9 @@ fn parse_in(
             Ok(norm)
         };
 
-    let build = if kind == "command" {
+    let build = if kind == "torch-extension" {
+        torch_extension(b, entries, &invalid, &relpath)?
+    } else if kind == "command" {
         let argv = b.argv.ok_or_else(|| require("argv"))?.into_inner();
         if argv.is_empty() {
             return Err(require("a non-empty `argv`"));
@@ -1056,6 +1128,7 @@ fn parse_in(
     let entries: Vec<String> = match &build {
         Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
         Build::Command(c) => c.entries.clone(),
+        Build::TorchExtension(t) => t.entries.clone(),
     };
     let sections = crate::foundation::runspec::validate(
         crate::foundation::runspec::Raw {
@@ -1095,6 +1168,160 @@ fn parse_in(
         build,
         sections,
     })
+}
+
+type InvalidFn<'a> = dyn Fn(Option<Range<usize>>, String, Option<&str>) -> RecipeError + 'a;
+type RelPath<'a> = dyn Fn(&Spanned<String>, &str, bool) -> Result<String, RecipeError> + 'a;
+
+/// The `[build]` section of a `kind = "torch-extension"` recipe.
+fn torch_extension(
+    b: RawBuild,
+    entries: Vec<String>,
+    invalid: &InvalidFn,
+    relpath: &RelPath,
+) -> Result<Build, RecipeError> {
+    let kind_span = b.kind.span();
+    let module = b.module.ok_or_else(|| {
+        invalid(
+            Some(kind_span.clone()),
+            "[build] kind `torch-extension` needs `module`".into(),
+            Some("the Python module's name, e.g. module = \"my_ext\""),
+        )
+    })?;
+    if !is_identifier(module.get_ref()) {
+        return Err(invalid(
+            Some(module.span()),
+            format!(
+                "[build] `module`: `{}` is not a Python module name",
+                module.get_ref()
+            ),
+            Some("letters, digits and underscores, not starting with a digit"),
+        ));
+    }
+    for e in &entries {
+        if !is_identifier(e) {
+            return Err(invalid(
+                Some(kind_span.clone()),
+                format!("[build] `entries`: `{e}` is not a Python function name"),
+                Some("name the module's functions, e.g. entries = [\"forward\"]"),
+            ));
+        }
+    }
+    let setup = b
+        .setup
+        .as_ref()
+        .map(|s| relpath(s, "setup", true))
+        .transpose()?;
+    let mut sources = Vec::new();
+    for s in b.sources.map(Spanned::into_inner).unwrap_or_default() {
+        let rel = relpath(&s, "sources", true)?;
+        let known = [".cpp", ".cc", ".cxx", ".cu"];
+        if !known.iter().any(|x| rel.ends_with(x)) {
+            return Err(invalid(
+                Some(s.span()),
+                format!("[build] `sources`: `{rel}` is neither C++ nor CUDA"),
+                Some(
+                    "sources end in .cpp, .cc, .cxx (the host compiler) or .cu (nvcc); headers are found through their includes",
+                ),
+            ));
+        }
+        sources.push(rel);
+    }
+    match (&setup, sources.is_empty()) {
+        (None, true) => {
+            return Err(invalid(
+                Some(kind_span),
+                "[build] kind `torch-extension` needs `sources` (or a `setup` script)".into(),
+                Some("sources = [\"ext/my_ext.cpp\"]"),
+            ));
+        }
+        (Some(_), false) => {
+            return Err(invalid(
+                Some(kind_span),
+                "[build] give `sources` or `setup`, not both".into(),
+                Some("with `setup`, setup.py names the sources"),
+            ));
+        }
+        _ => {}
+    }
+    let mut targets = Vec::new();
+    for t in b.targets.map(Spanned::into_inner).unwrap_or_default() {
+        if parse_target(t.get_ref()).is_none() || targets.contains(t.get_ref()) {
+            return Err(invalid(
+                Some(t.span()),
+                format!(
+                    "[build] `targets`: `{}` is unknown or listed twice",
+                    t.get_ref()
+                ),
+                Some("for example sm_90 or compute_90"),
+            ));
+        }
+        targets.push(t.into_inner());
+    }
+    let options: Vec<String> = b
+        .options
+        .map(|o| {
+            o.into_inner()
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect()
+        })
+        .unwrap_or_default();
+    let nvcc_options = b.nvcc_options.map(Spanned::into_inner).unwrap_or_default();
+    for opt in options.iter().chain(&nvcc_options) {
+        if opt == "-o" || opt.starts_with("-I") || opt.starts_with("-arch") {
+            return Err(invalid(
+                None,
+                format!("[build] `{opt}` is set by the recipe's module, include-dirs or targets"),
+                Some("use those keys, so repro can hash them and keep paths relative"),
+            ));
+        }
+    }
+    let mut include_dirs = Vec::new();
+    for d in b.include_dirs.map(Spanned::into_inner).unwrap_or_default() {
+        include_dirs.push(relpath(&d, "include-dirs", false)?);
+    }
+    let timeout = match b.timeout {
+        None => DEFAULT_COMMAND_TIMEOUT,
+        Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
+            invalid(
+                Some(t.span()),
+                format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
+                Some("for example \"90s\" or \"10m\""),
+            )
+        })?,
+    };
+    Ok(Build::TorchExtension(TorchExtension {
+        module: module.into_inner(),
+        sources,
+        entries,
+        include_dirs,
+        options,
+        nvcc_options,
+        targets,
+        toolchain: match b.toolchain {
+            None => None,
+            Some(t) => {
+                let spec =
+                    crate::foundation::toolchain_spec::Spec::parse(t.get_ref()).map_err(|m| {
+                        invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
+                    })?;
+                if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
+                    && family.name() != "nvcc"
+                {
+                    return Err(invalid(
+                        Some(t.span()),
+                        "[build] `toolchain`: a torch extension's CUDA sources build with nvcc"
+                            .into(),
+                        Some("write toolchain = \"nvcc@RELEASE\" or \"system\""),
+                    ));
+                }
+                Some(spec.to_string())
+            }
+        },
+        setup,
+        timeout,
+    }))
 }
 
 /// `sm_90` → Some(true) (real), `compute_90` → Some(false) (virtual), anything else → None.
@@ -1180,6 +1407,49 @@ mod tests {
     }
 
     #[test]
+    fn torch_extensions_parse_and_refuse_what_does_not_fit() {
+        let d = repo();
+        std::fs::write(d.path().join("kernels/b.cpp"), "").unwrap();
+        let r = parse(d.path(), "recipes/r.toml", "schema = 1\n[build]\nkind = \"torch-extension\"\nmodule = \"ext\"\nsources = [\"kernels/b.cpp\", \"kernels/a.cu\"]\nentries = [\"forward\"]\ntargets = [\"sm_90\"]\nnvcc-options = [\"-lineinfo\"]\ninclude-dirs = [\"kernels/inc\"]\n").unwrap();
+        let Build::TorchExtension(t) = &r.build else {
+            panic!()
+        };
+        assert_eq!(t.module, "ext");
+        assert!(t.has_cuda());
+        assert_eq!(t.targets, ["sm_90"]);
+        assert!(r.targets().is_empty(), "one module carries every target");
+        assert_eq!(r.canonical_build()["kind"], "torch-extension");
+        let te = "kind = \"torch-extension\"\n";
+        for (body, words) in [
+            ("sources = [\"kernels/a.cu\"]\n", "needs `module`"),
+            (
+                "module = \"my-ext\"\nsources = [\"kernels/a.cu\"]\n",
+                "is not a Python module name",
+            ),
+            ("module = \"e\"\n", "needs `sources` (or a `setup` script)"),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\nsetup = \"kernels/a.cu\"\n",
+                "give `sources` or `setup`, not both",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\noptions = [\"-Ifoo\"]\n",
+                "`-Ifoo` is set by the recipe",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\ntoolchain = \"nvrtc@13.0\"\n",
+                "build with nvcc",
+            ),
+            (
+                "module = \"e\"\nsources = [\"kernels/a.cu\"]\ntarget = \"sm_90\"\n",
+                "`target` does not apply to kind `torch-extension`",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{te}{body}"));
+            assert!(e.contains(words), "{body}: {e}");
+        }
+    }
+
+    #[test]
     fn several_targets_split_into_one_recipe_each() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("kernels")).unwrap();
@@ -1238,7 +1508,7 @@ mod tests {
             "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n";
         assert_eq!(
             err(&format!("{HEAD}{nv}colour = 1\n")),
-            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`, `limits`"
+            "recipes/r.toml:7:1: unknown field `colour`, expected one of `kind`, `source`, `entries`, `target`, `outputs`, `options`, `defines`, `include-dirs`, `toolchain`, `targets`, `argv`, `inputs`, `timeout`, `limits`, `module`, `sources`, `nvcc-options`, `setup`"
         );
         assert_eq!(
             err(&format!("{HEAD}kind = \"clang\"\n")),

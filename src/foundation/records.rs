@@ -247,6 +247,10 @@ pub struct BuildInputs {
     /// The Nix shell, for builds inside one (host builds have no member at all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nix: Option<Value>,
+    /// A torch extension's PyTorch ABI identity: PyTorch's version, CUDA, C++ ABI, pybind11
+    /// ABI and the Python ABI tag (other builds have no member at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<Value>,
 }
 
 impl BuildInputs {
@@ -299,6 +303,23 @@ impl BuildInputs {
                 describe(oc),
                 describe(nc)
             ));
+        }
+        let (ot, nt) = (&old["torch"], &new["torch"]);
+        if ot != nt {
+            let keys: std::collections::BTreeSet<&String> = ot
+                .as_object()
+                .into_iter()
+                .chain(nt.as_object())
+                .flat_map(|m| m.keys())
+                .collect();
+            for k in keys {
+                if ot[k] != nt[k] {
+                    out.push(format!(
+                        "PyTorch (the Python environment's torch): `{k}` changed from {} to {}",
+                        ot[k], nt[k]
+                    ));
+                }
+            }
         }
         if old["nix"] != new["nix"] {
             let describe = |n: &Value| match n {

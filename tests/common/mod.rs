@@ -10,7 +10,10 @@ pub fn repro(cache: &Path) -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("repro").unwrap();
     c.env("XDG_CACHE_HOME", cache)
         .env("NO_COLOR", "1")
-        .env_remove("CUDA_VISIBLE_DEVICES");
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("REPRO_PYTHON")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX");
     // The NVRTC this test binary provisioned, if it had to (see `nvrtc_available`).
     if let Some(Ok(dir)) = PROVISIONED.get() {
         c.env("REPRO_NVRTC", dir);
@@ -388,6 +391,90 @@ pub fn outcome(cmd: &mut assert_cmd::Command) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The PyTorch and NumPy pairs the torch tests use: two PyTorch releases (so that an
+/// extension built against one can be loaded under the other) and both NumPy majors.
+pub const TORCH_OLD: (&str, &str) = ("2.4.1", "1.26.4");
+/// The newer pair (see [`TORCH_OLD`]).
+pub const TORCH_NEW: (&str, &str) = ("2.5.1", "2.1.3");
+
+/// The interpreter of a virtual environment with `torch==TORCH` and `numpy==NUMPY` from
+/// their wheels, with their dependencies (PyPI's Linux torch wheels import only with their
+/// `nvidia-*` libraries installed, even without a GPU), made once per target directory
+/// through pip's ordinary client: its download cache (`PIP_CACHE_DIR`, kept between CI
+/// runs) means a wheel crosses the network once. `REPRO_TEST_TORCH_WHEELS` may name a
+/// directory of wheels to install from first. `Err` says why there is none; with
+/// `REPRO_TEST_REQUIRE_TORCH` set (CI) that fails the test instead.
+pub fn torch_venv((torch, numpy): (&str, &str)) -> Result<PathBuf, String> {
+    let dir = deps_dir().join(format!("venv-torch-{torch}-numpy-{numpy}"));
+    let python = dir.join("bin/python3");
+    let made = locked(&format!("venv-torch-{torch}"), || {
+        if dir.join(".complete").is_file() {
+            return Ok(());
+        }
+        let part = deps_dir().join(format!("venv-torch-{torch}-numpy-{numpy}.part"));
+        let _ = std::fs::remove_dir_all(&part);
+        let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
+            let out = cmd
+                .output()
+                .map_err(|e| format!("cannot run {what}: {e}"))?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            Err(format!(
+                "{what} failed: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ))
+        };
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&part),
+            "python3 -m venv",
+        )?;
+        let mut pip = Command::new(part.join("bin/python3"));
+        pip.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+        ]);
+        if let Some(w) = std::env::var_os("REPRO_TEST_TORCH_WHEELS").filter(|w| !w.is_empty()) {
+            pip.arg("--find-links").arg(w);
+        }
+        pip.arg(format!("torch=={torch}"))
+            .arg(format!("numpy=={numpy}"));
+        run(
+            &mut pip,
+            &format!("pip install torch=={torch} numpy=={numpy}"),
+        )?;
+        std::fs::write(part.join(".complete"), "").map_err(|e| e.to_string())?;
+        std::fs::rename(&part, &dir).map_err(|e| e.to_string())
+    });
+    match made {
+        Ok(()) => Ok(python),
+        Err(why) => {
+            assert!(
+                std::env::var_os("REPRO_TEST_REQUIRE_TORCH").is_none(),
+                "PyTorch {torch} is required here but could not be installed: {why}"
+            );
+            Err(why)
+        }
+    }
+}
+
+/// Both torch environments, or `None` after printing why the test is skipped.
+pub fn torch_venvs() -> Option<(PathBuf, PathBuf)> {
+    match (torch_venv(TORCH_OLD), torch_venv(TORCH_NEW)) {
+        (Ok(a), Ok(b)) => Some((a, b)),
+        (Err(why), _) | (_, Err(why)) => {
+            skip(&format!("needs PyTorch in a venv: {why}"));
+            None
+        }
+    }
 }
 
 /// The `nvidia-cuda-cuobjdump` wheel's release the resource tests compare against (NVIDIA

@@ -936,30 +936,30 @@ pub fn recipe_paths(
     if files.is_file_in_tree(crate::foundation::config::FILE) {
         need.push(crate::foundation::config::FILE.to_string());
     }
+    let (sources, include_dirs): (Vec<String>, &[String]) = match &r.build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => (vec![c.source.clone()], &c.include_dirs),
+        Build::TorchExtension(t) => (t.sources.clone(), &t.include_dirs),
+        Build::Command(_) => (Vec::new(), &[]),
+    };
     match &r.build {
-        Build::Nvrtc(c) | Build::Nvcc(c) => {
-            if !files.is_file_in_tree(&c.source) {
-                return Err((
-                    Answer::Skip,
-                    format!("the recipe's source {} is not in this commit", c.source),
-                ));
+        Build::Nvrtc(_) | Build::Nvcc(_) | Build::TorchExtension(_) => {
+            for source in &sources {
+                source_closure(files, source, include_dirs, fetch, &mut need)?;
             }
-            loop {
-                match inputs::include_closure_in(files, &c.source, &c.include_dirs) {
-                    Ok(closure) => {
-                        need.extend(closure.files.into_keys());
-                        break;
-                    }
-                    Err(InputError::Read { path, .. })
-                        if files.is_file_in_tree(&path) && fetch(&path) => {}
-                    // A blob that cannot be read makes the commit untestable.
-                    Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
-                    // A missing or cyclic include is a broken build.
-                    Err(e) => return Err((Answer::Bad, e.to_string())),
-                }
+            if let Build::TorchExtension(t) = &r.build
+                && let Some(setup) = &t.setup
+            {
+                // setup.py names its sources: everything in its directory.
+                let dir = Path::new(setup).parent().unwrap_or(Path::new(""));
+                need.extend(
+                    files
+                        .paths()
+                        .into_iter()
+                        .filter(|p| Path::new(p).starts_with(dir)),
+                );
             }
             // Include directories must exist for the build to use them.
-            for d in &c.include_dirs {
+            for d in include_dirs {
                 match files.paths_under(d).into_iter().next() {
                     Some(p) => need.push(p),
                     None => {
@@ -998,6 +998,36 @@ pub fn recipe_paths(
     need.sort();
     need.dedup();
     Ok(need)
+}
+
+/// Adds a source and every file it includes to `need`, fetching blobs a partial clone
+/// lacks.
+fn source_closure(
+    files: &CommitFiles,
+    source: &str,
+    include_dirs: &[String],
+    fetch: &mut dyn FnMut(&str) -> bool,
+    need: &mut Vec<String>,
+) -> Result<(), (Answer, String)> {
+    if !files.is_file_in_tree(source) {
+        return Err((
+            Answer::Skip,
+            format!("the recipe's source {source} is not in this commit"),
+        ));
+    }
+    loop {
+        match inputs::include_closure_in(files, source, include_dirs) {
+            Ok(closure) => {
+                need.extend(closure.files.into_keys());
+                return Ok(());
+            }
+            Err(InputError::Read { path, .. }) if files.is_file_in_tree(&path) && fetch(&path) => {}
+            // A blob that cannot be read makes the commit untestable.
+            Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
+            // A missing or cyclic include is a broken build.
+            Err(e) => return Err((Answer::Bad, e.to_string())),
+        }
+    }
 }
 
 impl CommitFiles<'_> {

@@ -100,7 +100,8 @@ pub struct Closure {
 }
 
 /// The `#include` directives of a source: (line, name, quoted).
-pub fn includes(text: &str) -> Vec<(usize, String, bool)> {
+#[cfg(test)]
+fn includes(text: &str) -> Vec<(usize, String, bool)> {
     directives(text)
         .into_iter()
         .filter_map(|(line, d)| match d {

@@ -11,6 +11,7 @@ pub mod entries;
 pub mod inputs;
 pub mod nvcc;
 pub mod nvrtc;
+pub mod torch;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -51,6 +52,9 @@ pub struct Options {
     pub offline: bool,
     /// No progress lines while a toolchain installs itself.
     pub quiet: bool,
+    /// `--python`: the interpreter whose PyTorch torch extensions build against (absolute);
+    /// `None` chooses as the fingerprint does (repro.toml, the active environment, PATH).
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// One stored output.
@@ -201,6 +205,26 @@ pub enum BuildError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// No Python environment for a torch extension.
+    #[error("recipe `{recipe}` is a torch extension and needs a Python environment with PyTorch")]
+    Python {
+        /// The recipe.
+        recipe: String,
+        /// Why there is no environment.
+        source: crate::foundation::pyenv::PyEnvError,
+    },
+    /// The Python environment cannot build a torch extension.
+    #[error(
+        "recipe `{recipe}` is a torch extension, and in the environment of {interpreter} {problem}"
+    )]
+    Torch {
+        /// The recipe.
+        recipe: String,
+        /// The interpreter.
+        interpreter: String,
+        /// What is wrong.
+        problem: torch::TorchProblem,
+    },
     /// The recipe cannot be resolved where the build runs.
     #[error(transparent)]
     Recipe {
@@ -218,6 +242,8 @@ impl Diagnose for BuildError {
             BuildError::Toolchain { source, .. } => source.exit_code(),
             BuildError::Store(s) => s.exit_code(),
             BuildError::Recipe { source } => source.exit_code(),
+            BuildError::Python { source, .. } => source.exit_code(),
+            BuildError::Torch { .. } => exit::ENVIRONMENT,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -236,6 +262,12 @@ impl Diagnose for BuildError {
             BuildError::Toolchain { source, .. } => source.hint(),
             BuildError::Store(s) => s.hint(),
             BuildError::Recipe { source } => source.hint(),
+            BuildError::Python { source, .. } => source.hint(),
+            BuildError::Torch { interpreter, problem, .. } => Some(match problem {
+                torch::TorchProblem::NotInstalled { .. } => format!("install it there (`{interpreter} -m pip install torch`), or point --python at an environment that has it"),
+                torch::TorchProblem::NoHeaders { .. } => "install Python's development headers (Debian and Ubuntu: python3-dev), or use an interpreter that has them".into(),
+                torch::TorchProblem::NoCuda { .. } => "install a CUDA build of PyTorch, or build only the C++ sources".into(),
+            }),
         }
     }
 }
@@ -314,6 +346,18 @@ pub enum CompileError {
     /// The compiler or the command could not be run.
     #[error(transparent)]
     Process(crate::foundation::process::ProcessError),
+    /// A torch extension built but does not import.
+    #[error(
+        "the extension built but `import {module}` fails in {interpreter} (PyTorch imported first): {message}"
+    )]
+    Import {
+        /// The module.
+        module: String,
+        /// The interpreter.
+        interpreter: String,
+        /// The loader's message.
+        message: String,
+    },
 }
 
 /// What a build that lacks entry points says, after the compiler's log.
@@ -396,6 +440,31 @@ fn collect(root: &Path, recipe: &Recipe) -> Result<Inputs, BuildError> {
             files: inputs::glob_inputs(root, &c.inputs).map_err(err)?,
             closure: None,
         }),
+        Build::TorchExtension(t) => {
+            let mut files = BTreeMap::new();
+            for src in &t.sources {
+                let closure = inputs::include_closure(root, src, &t.include_dirs).map_err(err)?;
+                files.extend(closure.files);
+            }
+            if let Some(setup) = &t.setup {
+                // setup.py names its sources: every C++, CUDA and Python file beside it.
+                let dir = Path::new(setup)
+                    .parent()
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .filter(|d| !d.is_empty());
+                // One glob, which matches at least setup.py itself.
+                let exts = "{cpp,cc,cxx,cu,h,hpp,cuh,py}";
+                let globs = vec![match &dir {
+                    Some(d) => format!("{d}/**/*.{exts}"),
+                    None => format!("**/*.{exts}"),
+                }];
+                files.extend(inputs::glob_inputs(root, &globs).map_err(err)?);
+            }
+            Ok(Inputs {
+                files,
+                closure: None,
+            })
+        }
     }
 }
 
@@ -410,6 +479,30 @@ struct Compiler {
 }
 
 fn compiler(
+    recipe: &Recipe,
+    opts: &Options,
+    pins: &crate::engines::toolchain::Pins,
+) -> Result<Compiler, BuildError> {
+    let Build::TorchExtension(t) = &recipe.build else {
+        return source_compiler(recipe, opts, pins);
+    };
+    // A torch extension builds with the host C++ compiler, and its CUDA sources with the
+    // nvcc the resolver chooses, as for an nvcc recipe: both are in its identity.
+    let mut identity = torch::cxx_identity(&torch::host_cxx())?;
+    if !t.has_cuda() {
+        return Ok(Compiler {
+            identity,
+            nvcc: None,
+            include_dirs: Vec::new(),
+        });
+    }
+    let c = source_compiler(recipe, opts, pins)?;
+    identity["nvcc"] = c.identity;
+    Ok(Compiler { identity, ..c })
+}
+
+/// The compiler of a recipe's CUDA sources (see [`compiler`]).
+fn source_compiler(
     recipe: &Recipe,
     opts: &Options,
     pins: &crate::engines::toolchain::Pins,
@@ -508,7 +601,15 @@ fn system_compiler(
                 compiler: "nvcc",
                 reason: e.to_string(),
             })?,
-        Build::Command(_) => (json!({"name": "command"}), None),
+        // A torch extension's CUDA sources: the machine's nvcc (its C++ compiler is added
+        // by `compiler`).
+        Build::TorchExtension(t) if t.has_cuda() => crate::engines::toolchain::nvcc_identity()
+            .map(|(p, id)| (id, Some(p)))
+            .map_err(|e| BuildError::NoCompiler {
+                compiler: "nvcc",
+                reason: e.to_string(),
+            })?,
+        Build::Command(_) | Build::TorchExtension(_) => (json!({"name": "command"}), None),
     };
     Ok(Compiler {
         identity,
@@ -557,6 +658,8 @@ pub fn key_inputs(
         compiler: compiler.clone(),
         // Host builds have no "nix" member at all, so their keys do not depend on Nix.
         nix: nix.map(crate::foundation::nix::ShellInfo::key_json),
+        // Set by the build for torch extensions, which are built for one PyTorch.
+        torch: None,
     }
 }
 
@@ -620,7 +723,16 @@ pub fn build(
         nvcc: nvcc_path,
         include_dirs: toolchain_includes,
     } = compiler(recipe, opts, &pins)?;
-    let key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
+    let mut key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
+    // A torch extension is built for one PyTorch ABI: its identity is part of the key.
+    let python = match &recipe.build {
+        Build::TorchExtension(t) => {
+            let env = torch::environment(&recipe.name, opts.python.as_deref(), root, t)?;
+            key_in.torch = Some(torch::identity(&env));
+            Some(env)
+        }
+        _ => None,
+    };
     let key = keys::key_of(&records::to_json(&key_in));
 
     let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
@@ -747,9 +859,19 @@ pub fn build(
             )
         }),
         Build::Command(c) => command::run(root, c).map(|a| (a.outputs, a.log)),
+        Build::TorchExtension(t) => torch::build(
+            root,
+            t,
+            python
+                .as_ref()
+                .expect("torch extensions have an environment"),
+            &torch::host_cxx(),
+            nvcc_path.as_deref(),
+        ),
     };
     let compiled = compiled.and_then(|(outputs, log)| {
-        if recipe.entries().is_empty() {
+        // A torch extension's entries are Python functions, checked by importing it.
+        if recipe.entries().is_empty() || matches!(recipe.build, Build::TorchExtension(_)) {
             return Ok((outputs, log));
         }
         let listing = entries::list(&outputs);

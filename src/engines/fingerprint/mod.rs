@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod host;
 pub mod nix;
 pub mod nvml;
+pub mod python;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -48,6 +49,9 @@ pub struct Context {
     pub cwd: PathBuf,
     /// Probe GPU devices afresh (`cuInit`) instead of using the per-boot cache.
     pub fresh: bool,
+    /// `--python`: the interpreter to describe (absolute); `None` chooses as
+    /// [`crate::foundation::pyenv::locate`] does.
+    pub python: Option<PathBuf>,
 }
 
 /// Which probes to run.
@@ -87,9 +91,9 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     // The toolchain fields report what this project's builds would use, which its pins
     // decide. A repro.toml that cannot be read pins nothing here; the commands that use
     // the pins report it.
-    let pins = crate::foundation::config::load(&project_root)
-        .map(|c| crate::engines::toolchain::Pins::of(&c.toolchain))
-        .unwrap_or_default();
+    let config = crate::foundation::config::load(&project_root).unwrap_or_default();
+    let pins = crate::engines::toolchain::Pins::of(&config.toolchain);
+    let python_config = config.python.interpreter_at(&project_root);
     let mut jobs: Vec<(String, Box<dyn FnOnce() -> Fields + Send + '_>)> = Vec::new();
     let d = |p| demand.has(p);
 
@@ -149,6 +153,13 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     }
     if d(Probe::Env) {
         jobs.push(("env".into(), Box::new(probe_env)));
+    }
+    if d(Probe::Python) {
+        let flag = ctx.python.clone();
+        jobs.push((
+            "python".into(),
+            Box::new(move || python::probe(flag.as_deref(), python_config.as_deref())),
+        ));
     }
 
     let mut fields = Fields::new();
@@ -221,6 +232,12 @@ impl Fingerprint {
                 Some(_) => vec![Field::Unavailable("no GPU is visible to CUDA".into())],
                 None => vec![self.get(lock_key)],
             };
+        }
+        if let Some(name) = fields::dist_name(lock_key)
+            && !self.fields.contains_key(lock_key)
+            && self.fields.contains_key("python.prefix")
+        {
+            return vec![Field::Unavailable(format!("{name} is not installed"))];
         }
         if let Some(name) = lock_key.strip_prefix("env.")
             && !self.fields.contains_key(lock_key)

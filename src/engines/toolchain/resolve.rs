@@ -104,25 +104,26 @@ pub fn resolve(
     recipe: &Recipe,
     over: Option<&Spec>,
 ) -> Result<Resolved, ResolveError> {
-    let (Build::Nvcc(c) | Build::Nvrtc(c)) = &recipe.build else {
-        return Ok(Resolved {
-            choice: Choice::None,
-            rule: Rule::Search,
-        });
+    let (toolchain, family) = match &recipe.build {
+        Build::Nvcc(c) => (c.toolchain.as_deref(), Family::Nvcc),
+        Build::Nvrtc(c) => (c.toolchain.as_deref(), Family::Nvrtc),
+        // A torch extension's CUDA sources compile with nvcc, chosen as an nvcc recipe's is.
+        Build::TorchExtension(t) if t.has_cuda() => (t.toolchain.as_deref(), Family::Nvcc),
+        _ => {
+            return Ok(Resolved {
+                choice: Choice::None,
+                rule: Rule::Search,
+            });
+        }
     };
-    let family = match recipe.build {
-        Build::Nvcc(_) => Family::Nvcc,
-        _ => Family::Nvrtc,
-    };
-    let from_recipe = c
-        .toolchain
-        .as_deref()
-        .map(Spec::parse)
-        .transpose()
-        .map_err(|e| ResolveError::BadSpec {
-            path: recipe.path.clone(),
-            message: e.to_string(),
-        })?;
+    let from_recipe =
+        toolchain
+            .map(Spec::parse)
+            .transpose()
+            .map_err(|e| ResolveError::BadSpec {
+                path: recipe.path.clone(),
+                message: e.to_string(),
+            })?;
     let (spec, rule) = match (over, from_recipe) {
         (Some(s), _) => (Some(s.clone()), Rule::Flag),
         (None, Some(s)) => (Some(s), Rule::Recipe),
