@@ -140,10 +140,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let measured = profile::profile(&req)?;
     let bytes = std::fs::read(&report).context("failed to read ncu's report")?;
-    let fp = fingerprint::capture(
-        &g.fingerprint_context(false),
-        &Demand::all(),
-    );
+    let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
     let must = bench::must_match(&fp);
     let params = bench::params_json(&point.params);
     let experiment = json!({

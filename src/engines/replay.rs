@@ -840,10 +840,27 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         }
     })?;
     check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
-    if let recipe::Build::Command(c) = &r.build {
-        let argv = crate::foundation::process::Cmd::new(&c.argv[0])
-            .args(&c.argv[1..])
-            .display();
+    // What a rebuild would run of the recipe's own choosing: a command, or a torch
+    // extension (its free-form compiler options, its `setup.py`, and the import of the
+    // module it builds all run a stranger's code). From a bundle, only with consent.
+    let runs = match &r.build {
+        recipe::Build::Command(c) => Some(
+            crate::foundation::process::Cmd::new(&c.argv[0])
+                .args(&c.argv[1..])
+                .display(),
+        ),
+        recipe::Build::TorchExtension(t) => Some(match &t.setup {
+            Some(setup) => format!("python3 {setup} build_ext, then import {}", t.module),
+            None => format!(
+                "c++ {} {}, then import {}",
+                t.options.join(" "),
+                t.sources.join(" "),
+                t.module
+            ),
+        }),
+        _ => None,
+    };
+    if let Some(argv) = runs {
         if origin.sources.is_some() && !req.allow_commands {
             return Err(ReplayError::CommandNeedsConsent {
                 recipe: recipe_name,
