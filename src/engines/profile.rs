@@ -307,7 +307,16 @@ pub fn profile(req: &Request) -> Result<BTreeMap<String, ProfileMetric>, Profile
     let import = Cmd::new(&req.ncu)
         .arg("--import")
         .arg(&req.report)
-        .args(["--csv", "--page", "raw", "--metrics"])
+        // Base units (bytes per second, not "Tbyte/second"), so that records compare
+        // metric by metric whatever prefix ncu would choose for each value.
+        .args([
+            "--csv",
+            "--print-units",
+            "base",
+            "--page",
+            "raw",
+            "--metrics",
+        ])
         .arg(req.metrics.join(","))
         .timeout(Duration::from_secs(120));
     let out = import.output().map_err(failed)?;
