@@ -134,6 +134,15 @@ pub enum StoreError {
         /// The first name in it that is not the store's own, or why the marker is not one.
         found: String,
     },
+    /// The store is committed to the repository: its records (sealed by a checksum anyone
+    /// can recompute) come from whoever made the commit.
+    #[error("the store {} is committed to the repository ({} is tracked by git): its records come from whoever made the commit, and repro does not build on them", .path.display(), .file.display())]
+    Committed {
+        /// The store.
+        path: PathBuf,
+        /// A tracked file in it.
+        file: PathBuf,
+    },
     /// A name taken from a record (a digest, a key) is not of the store's shape, so it
     /// never becomes a path.
     #[error("`{value}` ({what}) is not a store key: 64 lowercase hexadecimal digits")]
@@ -160,7 +169,9 @@ impl Diagnose for StoreError {
             StoreError::Read { .. } => exit::IO,
             StoreError::Corrupt { .. } => exit::IO,
             StoreError::NewerSchema { .. } => exit::USAGE,
-            StoreError::Symlink { .. } | StoreError::NotAStore { .. } => exit::USAGE,
+            StoreError::Symlink { .. }
+            | StoreError::NotAStore { .. }
+            | StoreError::Committed { .. } => exit::USAGE,
             StoreError::BadKey { .. } => exit::IO,
         }
     }
@@ -178,6 +189,7 @@ impl Diagnose for StoreError {
             StoreError::NewerSchema { .. } => Some("upgrade repro, or use another store with --store".into()),
             StoreError::Read { .. } => Some("check the store's location and permissions (--store, REPRO_STORE)".into()),
             StoreError::Symlink { .. } => Some("remove the link (a repository must not commit `.repro`), or point --store or REPRO_STORE at a real directory".into()),
+            StoreError::Committed { .. } => Some("take it out of the repository (`git rm -r --cached .repro`; repro rebuilds what it needs), or point --store or REPRO_STORE elsewhere".into()),
             StoreError::NotAStore { .. } => Some("point --store or REPRO_STORE at a repro store, or at an empty or new directory; repro never writes into or cleans a directory it did not create".into()),
             StoreError::BadKey { .. } => Some("the record was edited or comes from elsewhere: run `repro store verify`, and `repro store gc` to move damaged records to quarantine/".into()),
         }
@@ -188,6 +200,8 @@ impl Diagnose for StoreError {
 #[derive(Clone, Debug)]
 pub struct Store {
     root: PathBuf,
+    /// A file of the store that git tracks, looked up once (see [`Store::check_schema`]).
+    committed: std::sync::OnceLock<Option<PathBuf>>,
 }
 
 /// One problem `verify` found.
@@ -246,6 +260,7 @@ impl Store {
             } else {
                 normal
             },
+            committed: Default::default(),
         }
     }
 
@@ -298,6 +313,15 @@ impl Store {
             return Err(StoreError::Symlink {
                 path: p.clone(),
                 target: std::fs::read_link(p).unwrap_or_default(),
+            });
+        }
+        if let Some(file) = self
+            .committed
+            .get_or_init(|| crate::foundation::git::tracked_under(&self.root))
+        {
+            return Err(StoreError::Committed {
+                path: self.root.clone(),
+                file: file.clone(),
             });
         }
         let marker = self.root.join(MARKER);
@@ -1334,6 +1358,29 @@ mod tests {
             s2.put_record("results", &"b".repeat(64), &json!({}))
                 .is_err()
         );
+    }
+
+    /// A store a repository commits (forced past its `.gitignore`) holds records sealed by
+    /// a checksum anyone can recompute: a forged build record would hand back a stranger's
+    /// cubin as a cache hit. Such a store is refused before anything in it is read.
+    #[test]
+    fn a_store_committed_to_the_repository_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(d.path()).unwrap();
+        let s = Store::at(d.path().join(".repro"));
+        s.put_blob(b"x").unwrap();
+        assert!(
+            s.check_schema().is_ok(),
+            "an ignored store is the user's own"
+        );
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new(".repro/store.json")).unwrap();
+        index.write().unwrap();
+        let s = Store::at(d.path().join(".repro"));
+        let err = s.check_schema().unwrap_err();
+        assert!(matches!(err, StoreError::Committed { .. }), "{err}");
+        assert_eq!(err.exit_code(), exit::USAGE);
+        assert!(s.gc(None).is_err() && s.put_blob(b"y").is_err());
     }
 
     /// `--store link/` names the link itself: a trailing slash must not get a link past

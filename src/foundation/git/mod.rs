@@ -46,6 +46,23 @@ pub fn discover_root(dir: &Path) -> Option<PathBuf> {
     repo.workdir().map(|p| p.components().collect())
 }
 
+/// The first file that the index of the repository containing `dir` tracks under `dir`,
+/// if any. A store committed to a repository holds records made by whoever made the
+/// commit, sealed by a checksum anyone can recompute.
+pub fn tracked_under(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let parent = dir.parent()?.canonicalize().ok()?;
+    let repo = Repository::discover(&parent).ok()?;
+    let workdir = repo.workdir()?.canonicalize().ok()?;
+    let abs = parent.join(dir.file_name()?);
+    let rel = abs.strip_prefix(&workdir).ok()?.to_path_buf();
+    let index = repo.index().ok()?;
+    index.iter().find_map(|e| {
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(&e.path));
+        p.starts_with(&rel).then(|| workdir.join(p))
+    })
+}
+
 /// Whether the working tree has changes (ignored files and repro's store excluded).
 pub fn is_dirty(dir: &Path) -> bool {
     let Ok(repo) = Repository::discover(dir) else {
