@@ -167,7 +167,13 @@ fn records_from_elsewhere_cannot_write_to_the_terminal() {
     });
     let dir = root.join(".repro/bisections");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(format!("{key}.json")), rec.to_string()).unwrap();
+    // Sealed and marked as repro writes them: a store from elsewhere, hostile in content.
+    std::fs::write(
+        root.join(".repro/store.json"),
+        r#"{"kind":"repro-store","schema":1}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{key}.json")), repro::store::seal(&rec)).unwrap();
     for args in [&["log"][..], &["show", "cccccccc"][..]] {
         let (code, text, err) = run_in(tmp.path(), &root, args);
         assert_eq!(code, 0, "{args:?}: {err}");

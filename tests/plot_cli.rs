@@ -86,6 +86,11 @@ fn a_sweep_renders_over_the_parameter() {
     let (tmp, root) = repo_with(&[]);
     let dir = root.join(".repro/results");
     std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        root.join(".repro/store.json"),
+        r#"{"kind":"repro-store","schema":1}"#,
+    )
+    .unwrap();
     for (i, n) in [128, 1024, 4096].iter().enumerate() {
         let m = 10.0 * f64::from(i as u32 + 1);
         // A recipe result as `repro bench` writes it on a GPU (tests/fixtures/records), at
@@ -98,7 +103,7 @@ fn a_sweep_renders_over_the_parameter() {
         rec["summary"]["median"] = json!(m);
         rec["summary"]["ci-low"] = json!(m * 0.98);
         rec["summary"]["ci-high"] = json!(m * 1.02);
-        std::fs::write(dir.join(format!("{i:064}.json")), rec.to_string()).unwrap();
+        std::fs::write(dir.join(format!("{i:064}.json")), repro::store::seal(&rec)).unwrap();
     }
     repro(tmp.path())
         .arg("-C")

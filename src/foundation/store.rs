@@ -64,6 +64,7 @@ pub const RECORD_KINDS: &[&str] = &[
     "bisect",
     "bisect-samples",
     "profiles",
+    "detached",
     "recipes",
 ];
 
@@ -82,6 +83,7 @@ const OWN_NAMES: &[&str] = &[
     "bisect",
     "bisect-samples",
     "profiles",
+    "detached",
     "recipes",
 ];
 
@@ -945,6 +947,12 @@ impl Store {
                     Err(e) => problems.push(format!("does not read as a bisection report: {e}")),
                 }
             }
+            "profiles" => match records::ProfileRecord::from_json(rec, key) {
+                Ok(_) => {}
+                Err(e) => problems.push(format!("does not read as a profile: {e}")),
+            },
+            // A bisection submitted with --detach: what `show ID` follows until it ends.
+            "detached" => named("id", rec.get("id").and_then(Value::as_str)),
             "recipes" => match serde_json::from_value::<LastBuild>(rec.clone()) {
                 Ok(LastBuild { key: k, .. }) if keys::is_key(&k) => {
                     if !self.root.join("builds").join(format!("{k}.json")).is_file() {
