@@ -42,12 +42,21 @@ pub fn submit(
         .as_bytes(),
     );
     let log = store.root().join(DIR).join(format!("{id}.log"));
-    std::fs::create_dir_all(store.root().join(DIR)).map_err(|e| SlurmError::Unreachable {
+    // The store is made one (marker, lock, .gitignore) before its `detached/` directory
+    // exists: a bare directory holding only `detached/` would not be recognised as a store.
+    let mkdir_failed = |e: String| SlurmError::Unreachable {
         source: ProcessError::Io {
             argv: format!("mkdir {}", store.root().join(DIR).display()),
-            source: e,
+            source: std::io::Error::other(e),
         },
-    })?;
+    };
+    let lock = store
+        .lock_shared()
+        .map_err(|e| mkdir_failed(e.to_string()))?;
+    store
+        .real_dir(&store.root().join(DIR))
+        .map_err(|e| mkdir_failed(e.to_string()))?;
+    drop(lock);
     let mut command: Vec<String> = argv
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
