@@ -280,33 +280,26 @@ fn profile_dram_throughput_matches_bench() {
     let (tmp, root) = kernel_repo();
     let cache = tmp.path().join("cache");
     let n = "n=67108864";
-    let out = repro(&cache)
-        .arg("-C")
-        .arg(&root)
-        .args(["--json", "profile", "vector_add", "--param", n])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // One command's --json document, the command having succeeded.
+    let json_ok = |args: &[&str]| -> Value {
+        let out = repro(&cache)
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let p = json_ok(&["--json", "profile", "vector_add", "--param", n]);
     let dram = p["metrics"]["dram__bytes.sum.per_second"]["value"]
         .as_f64()
         .unwrap();
-    let out = repro(&cache)
-        .arg("-C")
-        .arg(&root)
-        .args(["--json", "bench", "vector_add", "--param", n])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let b: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let b = json_ok(&["--json", "bench", "vector_add", "--param", n]);
     let gbps = b["results"][0]["throughput"]["gb-per-s"].as_f64().unwrap();
     let ratio = dram / 1e9 / gbps;
     println!(
