@@ -9,6 +9,15 @@
 //! (`.nv.constantN.KERNEL`). These are the figures `cuobjdump --dump-resource-usage`
 //! prints; the `-Xptxas -v` text is not a stable interface, the ELF is.
 //!
+//! One figure differs from the driver's. ptxas (12.8 and 13.0 checked), for sm_90 and later, maps the
+//! 1 KB of shared memory the system reserves in every block into the kernel's window at
+//! offset 0 and places the kernel's own shared data after it (its SASS addresses shared
+//! memory from `0x400`): the cubin then refers to the undefined symbol
+//! `.nv.reservedSmem.offset0`, and each `.nv.shared.KERNEL` section counts the reserve in
+//! its size. cuobjdump prints that size; `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES` and the
+//! occupancy calculator take the kernel's own bytes and add the reserve once, per block.
+//! [`KernelResources::reserved_shared_bytes`] says how much of the section is the reserve.
+//!
 //! A fat binary holds several cubins (and PTX): [`fatbin_resources`] reads each cubin member
 //! ([`crate::foundation::fatbin`] walks the container and unpacks compressed members), so
 //! every target of an nvcc `-fatbin` build is reported.
@@ -172,8 +181,14 @@ pub struct KernelResources {
     pub max_stack_bytes: Option<u64>,
     /// Static local memory outside the stack (`.nv.local.KERNEL`; cuobjdump's LOCAL).
     pub local_bytes: u64,
-    /// Static shared memory per block (`.nv.shared.KERNEL`; cuobjdump's SHARED).
+    /// Static shared memory per block (`.nv.shared.KERNEL`; cuobjdump's SHARED), the
+    /// system's reserve included when the cubin maps it into the section.
     pub shared_bytes: u64,
+    /// How much of `shared_bytes` is the system's per-block reserve that ptxas mapped into
+    /// the section (1024 for CUDA 13's sm_90 and later, 0 before): the driver's static
+    /// figure is `shared_bytes - reserved_shared_bytes`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_shared_bytes: u64,
     /// Constant memory by bank (`.nv.constantN.KERNEL`; cuobjdump's CONSTANT[N]).
     pub constant_bytes: BTreeMap<u8, u64>,
     /// Bytes stored by register spills, counted from the spill instructions ptxas marks
@@ -195,7 +210,24 @@ pub struct KernelResources {
     pub register_cap: Option<u32>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The size of the system's shared-memory window that ptxas maps in front of a kernel's
+/// own shared data when the cubin refers to [`RESERVED_SMEM_SYMBOL`] (the SASS of every such
+/// kernel addresses its first shared byte at `0x400`, whatever the data's alignment).
+pub const RESERVED_SMEM_WINDOW: u64 = 1024;
+
+/// The undefined symbol through which a cubin asks the driver for the reserved window.
+pub const RESERVED_SMEM_SYMBOL: &str = ".nv.reservedSmem.offset0";
+
 impl KernelResources {
+    /// Static shared memory the kernel itself declares: the driver's
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`, which occupancy adds the reserve to once.
+    pub fn own_shared_bytes(&self) -> u64 {
+        self.shared_bytes.saturating_sub(self.reserved_shared_bytes)
+    }
     /// The kernel's name as written in the source (demangled), for display.
     pub fn source_name(&self) -> String {
         crate::foundation::symbols::source_name(&self.name).unwrap_or_else(|| self.name.clone())
@@ -352,6 +384,17 @@ impl ResourceReport {
             }
         }
         let mut out = t.render(indent);
+        if let Some(k) = self
+            .targets
+            .iter()
+            .flat_map(|t| &t.kernels)
+            .find(|k| k.reserved_shared_bytes > 0)
+        {
+            out.push_str(&format!(
+                "{pad}SHARED counts the {}-byte system reserve ptxas maps in front of a kernel's own shared data (sm_90 on); the driver and occupancy take the rest\n",
+                k.reserved_shared_bytes
+            ));
+        }
         if !self.occupancy.is_empty() {
             out.push_str(&format!("{pad}occupancy of the [run] launch:\n"));
             let mut o = Table::new();
@@ -428,6 +471,7 @@ pub fn cubin_resources(output: &str, bytes: &[u8]) -> Result<TargetResources, Cu
         return Err(CubinError::NotCubin { machine: e.machine });
     }
     let symbols = e.symbols()?;
+    let reserve_mapped = symbols.iter().any(|s| s.name == RESERVED_SMEM_SYMBOL);
     let by_index: BTreeMap<u32, &str> = symbols
         .iter()
         .map(|s| (s.index as u32, s.name.as_str()))
@@ -471,7 +515,10 @@ pub fn cubin_resources(output: &str, bytes: &[u8]) -> Result<TargetResources, Cu
                 .map(|a| a.number() as u32);
         }
         let global = per_symbol.get(s.name.as_str());
-        let k = kernel(&e, &s.name, global, &attrs, t.cuda_api)?;
+        let mut k = kernel(&e, &s.name, global, &attrs, t.cuda_api)?;
+        if reserve_mapped {
+            k.reserved_shared_bytes = k.shared_bytes.min(RESERVED_SMEM_WINDOW);
+        }
         t.kernels.push(k);
     }
     Ok(t)
@@ -523,6 +570,7 @@ fn kernel(
         max_stack_bytes: g(attr::MAX_STACK_SIZE).map(u64::from),
         local_bytes: size_of(format!(".nv.local.{name}")),
         shared_bytes: size_of(format!(".nv.shared.{name}")),
+        reserved_shared_bytes: 0,
         constant_bytes,
         spill_store_bytes,
         spill_load_bytes,
@@ -676,6 +724,7 @@ mod tests {
                 max_stack_bytes: None,
                 local_bytes: 0,
                 shared_bytes: 4096,
+                reserved_shared_bytes: 0,
                 constant_bytes: BTreeMap::from([(0, 364)]),
                 spill_store_bytes: Some(8),
                 spill_load_bytes: Some(4),
@@ -686,6 +735,70 @@ mod tests {
             }
         );
         assert_eq!(k.thread_limit(), Some(256));
+    }
+
+    /// Real cubins (tests/fixtures/cubin/README.md): where the cubin refers to the reserved
+    /// window, its first 1024 bytes of each kernel's shared section are the system's, and
+    /// the kernel's own figure (the driver's) is the rest; elsewhere the section is all its own.
+    #[test]
+    fn the_reserved_window_is_counted_once() {
+        let own = |bytes: &[u8]| {
+            let t = cubin_resources("cubin", bytes).unwrap();
+            let k = &t.kernels[0];
+            (
+                t.arch.clone(),
+                k.shared_bytes,
+                k.reserved_shared_bytes,
+                k.own_shared_bytes(),
+            )
+        };
+        let sm89 = include_bytes!("../../tests/fixtures/cubin/small_sm_89.cubin");
+        let sm90 = include_bytes!("../../tests/fixtures/cubin/small_sm_90.cubin");
+        let dyn120 = include_bytes!("../../tests/fixtures/cubin/dyn_sm_120.cubin");
+        assert_eq!(own(sm89), ("sm_89".into(), 128, 0, 128));
+        assert_eq!(own(sm90), ("sm_90".into(), 1152, 1024, 128));
+        assert_eq!(own(dyn120), ("sm_120".into(), 1024, 1024, 0));
+        // The synthetic cubin has no such symbol: all 4096 bytes are the kernel's.
+        let k = &cubin_resources("cubin", &sample_cubin()).unwrap().kernels[0];
+        assert_eq!((k.reserved_shared_bytes, k.own_shared_bytes()), (0, 4096));
+        // The same cubin with the symbol: the window is taken out of the section once.
+        let k = &cubin_resources("cubin", &with_reserve_symbol())
+            .unwrap()
+            .kernels[0];
+        assert_eq!(
+            (k.reserved_shared_bytes, k.own_shared_bytes()),
+            (1024, 3072)
+        );
+        // A kernel without shared memory has no section, so nothing to take out.
+        let mut r = k.clone();
+        (r.shared_bytes, r.reserved_shared_bytes) = (0, 0);
+        assert_eq!(r.own_shared_bytes(), 0);
+    }
+
+    /// `sample_cubin` with the undefined `.nv.reservedSmem.offset0` symbol ptxas adds.
+    fn with_reserve_symbol() -> Vec<u8> {
+        let src = sample_cubin();
+        let e = Elf::parse(&src).unwrap();
+        let data = |n: &str| e.data(e.section(n).unwrap()).unwrap().to_vec();
+        let mut strtab = b"\0k\0".to_vec();
+        strtab.extend_from_slice(RESERVED_SMEM_SYMBOL.as_bytes());
+        strtab.push(0);
+        let mut symtab = sym(0, 0, 0, 0);
+        symtab.extend(sym(1, (1 << 4) | elf::STT_FUNC, 5, 48));
+        // Weak, undefined, 4 bytes: as ptxas writes it.
+        symtab.extend(sym(3, (2 << 4) | 1, 0, 4));
+        build(
+            elf::EM_CUDA,
+            90 << 8,
+            &[
+                (".strtab", 3, strtab),
+                (".symtab", elf::SHT_SYMTAB, symtab),
+                (".nv.info", 0x7000_0000, data(".nv.info")),
+                (".nv.info.k", 0x7000_0000, data(".nv.info.k")),
+                (".text.k", 1, data(".text.k")),
+                (".nv.shared.k", elf::SHT_NOBITS, vec![0; 4096]),
+            ],
+        )
     }
 
     #[test]

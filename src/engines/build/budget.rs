@@ -81,7 +81,9 @@ pub fn add_occupancy(recipe: &Recipe, report: &mut ResourceReport) {
         for s in &shapes {
             let demand = Demand {
                 registers: k.registers,
-                static_smem: k.shared_bytes,
+                // The driver's figure: the system reserve, when ptxas mapped it into the
+                // section, is added back once per block by the calculator.
+                static_smem: k.own_shared_bytes(),
                 dynamic_smem: s.dynamic,
                 threads: s.threads,
                 barriers: k.barriers,
@@ -186,10 +188,13 @@ fn kernel_violations(
         ));
     }
     if let Some(max) = l.max_shared_bytes {
-        let total = k.shared_bytes + dynamic;
+        // The kernel's own bytes: the system reserve some targets map into the section is
+        // not the kernel's, and counting it would judge sm_90 stricter than sm_89.
+        let own = k.own_shared_bytes();
+        let total = own + dynamic;
         if total > max {
             let how = if dynamic > 0 {
-                format!("{} static + {dynamic} dynamic", k.shared_bytes)
+                format!("{own} static + {dynamic} dynamic")
             } else {
                 "static".to_string()
             };
@@ -281,6 +286,30 @@ mod tests {
         // Unknown spills cannot pass spills = 0.
         let rep = report("sm_89", 72, 0, None);
         assert!(violations(&r, &rep)[0].contains("cannot be checked"));
+    }
+
+    /// A section that holds the system's reserve (sm_90 on) is judged and occupied by the
+    /// kernel's own bytes: the same kernel gives the same shared-memory figures on sm_89
+    /// (no reserve in the section) and sm_90 (1024 bytes of it).
+    #[test]
+    fn the_reserve_in_a_section_is_not_the_kernels() {
+        let r = recipe("[build.limits]\nmax-shared-bytes = 8192", "256", "0");
+        let mut with = report("sm_90", 22, 9216, Some(0));
+        with.targets[0].kernels[0].reserved_shared_bytes = 1024;
+        let mut without = report("sm_90", 22, 8192, Some(0));
+        add_occupancy(&r, &mut with);
+        add_occupancy(&r, &mut without);
+        assert_eq!(with.occupancy, without.occupancy);
+        // 8192 + 1024 reserve = 9216 per block: 233472 / 9216 = 25 blocks, 8 by warps.
+        assert_eq!(with.occupancy[0].occupancy.smem_per_block, 9216);
+        assert!(violations(&r, &with).is_empty());
+        let tight = recipe("[build.limits]\nmax-shared-bytes = 8191", "256", "0");
+        assert_eq!(
+            violations(&tight, &with),
+            [
+                "kernel `k` on sm_90: 8192 bytes of shared memory per block (static), over max-shared-bytes = 8191"
+            ]
+        );
     }
 
     #[test]
