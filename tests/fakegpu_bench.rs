@@ -586,3 +586,76 @@ fn every_buffer_and_scalar_type_is_filled_passed_and_compared() {
         assert_eq!(c["unwritten"], 0, "{c}");
     }
 }
+
+/// Roofline figures on the fake: the first bench of a recipe with `[work]` calibrates the
+/// device once (repro's copy and FMA kernels, compiled by NVRTC and run through the GPU
+/// child; the fake times each launch of a module without a token at 10 µs), records the
+/// fraction of the measured peak in the result and prints it in one line; the peaks are
+/// cached for the boot (a second bench does not calibrate again) and `repro env capture`
+/// shows them. A recipe without `[work]` never calibrates.
+#[test]
+fn bench_shows_the_fraction_of_the_measured_peak() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(100, "")) else {
+        return;
+    };
+    let work = recipe(true).replace("n = 4096", "n = 40960")
+        + "[work]\nbytes = \"8 * n\"\nflops = \"n\"\n";
+    std::fs::write(root.join("recipes/work.toml"), work).unwrap();
+    // 4 SMs and 16 MiB of L2: the copy moves 2 x 64 MiB in 10 µs (13422 GB/s), the FMA
+    // kernel does 2 x 128 x 1024 FLOPs in each of 64 x 256 threads in 10 µs (429 TFLOP/s).
+    let vars = [("FAKEGPU_SMS", "4"), ("FAKEGPU_L2_KIB", "16384")];
+    let run = |args: &[&str]| {
+        let out = gpu
+            .cmd(&vars)
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        (stdout(&out), err)
+    };
+    let bench_args = ["bench", "work", "--min-time", "30ms", "--warmup", "10ms"];
+    let (out, err) = run(&bench_args);
+    assert!(err.contains("calibrating device 0"), "{err}");
+    // 8 x 40960 bytes in 100 ns: 3277 GB/s, 24% of 13422.
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("memory-bound:"))
+        .unwrap_or_else(|| panic!("no roofline line: {out}\n{err}"));
+    assert_eq!(
+        line.trim(),
+        "memory-bound: 24% of measured peak DRAM bandwidth (3.3 of 13.4 TB/s)"
+    );
+    let mut json_args = bench_args.to_vec();
+    json_args.insert(1, "--json");
+    let (out, err) = run(&json_args);
+    assert!(!err.contains("calibrating"), "calibrated twice: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = &v["results"][0]["throughput"]["roofline"];
+    assert_eq!(r["bound"], "memory", "{v}");
+    let fraction = r["fraction"].as_f64().unwrap();
+    assert!((fraction - 3276.8 / 13421.77).abs() < 0.01, "{r}");
+    let peak = r["peaks"]["dram-gb-per-s"].as_f64().unwrap();
+    assert!((peak / 13421.77 - 1.0).abs() < 0.01, "{r}");
+    let flops = r["peaks"]["fp32-tflops"].as_f64().unwrap();
+    assert!((flops / 429.5 - 1.0).abs() < 0.01, "{r}");
+    // The record keeps it: `show --json` of the result.
+    let id = v["results"][0]["id"].as_str().unwrap().to_string();
+    let (shown, _) = run(&["--json", "show", &id]);
+    assert!(shown.contains("\"roofline\""), "{shown}");
+    let (env, _) = run(&["env", "capture"]);
+    assert!(env.contains("measured peaks [0]: DRAM 13"), "{env}");
+    // No [work]: nothing to judge, no calibration asked for.
+    gpu.forget_devices();
+    let (_, err) = run(&[
+        "bench",
+        "scale_cubin",
+        "--min-time",
+        "30ms",
+        "--warmup",
+        "10ms",
+    ]);
+    assert!(!err.contains("calibrating"), "{err}");
+}

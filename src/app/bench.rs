@@ -381,6 +381,7 @@ fn recipe_bench(
         .into());
     }
     let must = bench::must_match(fp);
+    let peaks = roofline_peaks(g, fp, a.device, &points);
     let mut out = Vec::new();
     // A sweep's points each take seconds on the GPU: a bar with an ETA on a terminal.
     let bar = crate::foundation::output::progress(g.quiet || g.json, points.len() as u64, "points");
@@ -427,6 +428,9 @@ fn recipe_bench(
         rec.throughput = Some(records::Throughput {
             gb_per_s: gbps,
             tflops,
+            roofline: peaks
+                .as_ref()
+                .and_then(|p| crate::foundation::roofline::Roofline::judge(gbps, tflops, p)),
         });
         rec.launches_per_sample = Some(report.launches_per_sample);
         rec.warmup_launches = Some(report.warmup_launches);
@@ -580,7 +584,14 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
             line.push_str(&format!("  {t:.2} TFLOP/s"));
         }
     }
+    let roofline = rec
+        .throughput
+        .as_ref()
+        .and_then(|t| t.roofline.as_ref().map(|r| r.line(t.gb_per_s, t.tflops)));
     line.push_str(&format!("  id {}\n", keys::short(id)));
+    if let Some(r) = roofline {
+        line.push_str(&format!("  {r}\n"));
+    }
     if let Some(d) = &rec.detail {
         line.push_str(&format!("  {} {d}\n", style.warn("detail:")));
     }
@@ -645,5 +656,40 @@ fn located(path: &str, message: &str) -> String {
         format!("{path}:{message}")
     } else {
         format!("{path}: {message}")
+    }
+}
+
+/// The measured peaks of the device, for roofline figures: cached per boot, or measured
+/// once now (two short kernels) when a point has `[work]` bytes or FLOPs. A calibration that
+/// fails costs the figures, never the bench: it is said on stderr.
+fn roofline_peaks(
+    g: &Globals,
+    fp: &crate::engines::fingerprint::Fingerprint,
+    device: usize,
+    points: &[bench::Point],
+) -> Option<crate::foundation::roofline::Peaks> {
+    if points
+        .iter()
+        .all(|p| p.bytes.is_none() && p.flops.is_none())
+    {
+        return None;
+    }
+    let pins = g.pins().ok()?;
+    let uuid = fp
+        .get(&format!("gpu.devices.{device}.uuid"))
+        .value()?
+        .to_string();
+    if let Some(c) = crate::engines::roofline::cached(&uuid) {
+        return Some(c.peaks);
+    }
+    if !g.quiet {
+        say!("calibrating device {device} for roofline figures (once per boot)");
+    }
+    match crate::engines::roofline::peaks_for(&fp.fields, device, &pins) {
+        Ok(c) => Some(c.peaks),
+        Err(e) => {
+            say!("warning: no roofline figures: {e}");
+            None
+        }
     }
 }

@@ -115,6 +115,7 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
         emit_json(&json)?;
     } else if a.output.is_none() || g.verbose > 0 {
         emit(&render_fingerprint(&fp, g.verbose > 0))?;
+        emit(&render_peaks(&fp))?;
         if !g.quiet {
             emit(&format!(
                 "captured in {:.1} ms\n",
@@ -123,6 +124,30 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(exit::OK)
+}
+
+/// The measured peaks of each device that `repro bench` calibrated this boot (roofline
+/// figures), one line each; nothing for a device not yet calibrated.
+fn render_peaks(fp: &Fingerprint) -> String {
+    let count: usize = fp
+        .get("gpu.count")
+        .value()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut out = String::new();
+    for i in 0..count {
+        let field = fp.get(&format!("gpu.devices.{i}.uuid"));
+        let Some(uuid) = field.value() else {
+            continue;
+        };
+        if let Some(c) = crate::engines::roofline::cached(uuid) {
+            out.push_str(&format!(
+                "measured peaks [{i}]: DRAM {:.0} GB/s, FP32 {:.1} TFLOP/s (calibrated {})\n",
+                c.peaks.dram_gb_per_s, c.peaks.fp32_tflops, c.measured_at
+            ));
+        }
+    }
+    out
 }
 
 /// Cuts a value for a human table; `--json` always has the whole value.

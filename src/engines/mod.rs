@@ -18,5 +18,6 @@ pub mod lockfile;
 pub mod nvbench;
 pub mod profile;
 pub mod replay;
+pub mod roofline;
 pub mod share;
 pub mod toolchain;

@@ -27,6 +27,7 @@ pub mod process;
 pub mod pyenv;
 pub mod recipe;
 pub mod records;
+pub mod roofline;
 pub mod runspec;
 pub mod scratch;
 pub mod solib;

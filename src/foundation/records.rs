@@ -573,6 +573,9 @@ pub struct Throughput {
     pub gb_per_s: Option<f64>,
     /// TFLOP/s, where it gives FLOPs.
     pub tflops: Option<f64>,
+    /// Against the device's measured peaks (`repro env calibrate`), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<crate::foundation::roofline::Roofline>,
 }
 
 /// A result record: `results/ID.json`, from a recipe bench (a kernel on a GPU) or a

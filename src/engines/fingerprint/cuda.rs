@@ -154,6 +154,12 @@ fn cache_key() -> Option<String> {
     ))
 }
 
+/// The device cache's key, for other facts that hold for as long as the device attributes
+/// do (the measured peaks of `engines::roofline`).
+pub fn device_cache_key() -> Option<String> {
+    cache_key()
+}
+
 fn cache_path() -> Option<std::path::PathBuf> {
     Some(fsutil::cache_dir()?.join("gpu-devices.json"))
 }
