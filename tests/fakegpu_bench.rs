@@ -601,9 +601,9 @@ fn bench_shows_the_fraction_of_the_measured_peak() {
     let work = recipe(true).replace("n = 4096", "n = 40960")
         + "[work]\nbytes = \"8 * n\"\nflops = \"n\"\n";
     std::fs::write(root.join("recipes/work.toml"), work).unwrap();
-    // 4 SMs and 16 MiB of L2: the copy moves 2 x 64 MiB in 10 µs (13422 GB/s), the FMA
+    // 4 SMs and 4 MiB of L2: the copy moves 2 x 64 MiB in 10 µs (13422 GB/s), the FMA
     // kernel does 2 x 128 x 1024 FLOPs in each of 64 x 256 threads in 10 µs (429 TFLOP/s).
-    let vars = [("FAKEGPU_SMS", "4"), ("FAKEGPU_L2_KIB", "16384")];
+    let vars = [("FAKEGPU_SMS", "4"), ("FAKEGPU_L2_KIB", "4096")];
     let run = |args: &[&str]| {
         let out = gpu
             .cmd(&vars)

@@ -4,6 +4,7 @@
 //! profile on a GPU is `profile_dram_throughput_matches_bench`, ignored here.
 
 mod common;
+mod fakegpu;
 
 use std::path::{Path, PathBuf};
 
@@ -270,6 +271,147 @@ fn refusals_say_why_and_record_nothing() {
     assert_eq!(profiles_in(&root), 0);
 }
 
+/// Profiles travel through `repro push` and `repro pull` with their `.ncu-rep` report, and
+/// arrive whole (the clone shows the profile and holds the report); a profile on the remote
+/// whose content does not hash to its ID (a metric edited and the seal recomputed, as anyone
+/// can) is rejected, named, and not filed.
+#[test]
+fn profiles_are_pushed_and_pulled_with_their_reports() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (tmp, root) = kernel_repo();
+    let cache = tmp.path().join("cache");
+    let ncu = fake_ncu(tmp.path());
+    let (code, out, err) = profile(&cache, &root, &ncu, &[], &["--json", "vector_add"]);
+    assert_eq!(code, 0, "{err}");
+    let a: Value = serde_json::from_str(&out).unwrap();
+    let id = a["id"].as_str().unwrap().to_string();
+    let digest = a["outputs"]["ncu-rep"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let remote = tmp.path().join("remote.git");
+    let remote_s = remote.to_str().unwrap();
+    common::git(tmp.path(), &["init", "-q", "--bare", remote_s]);
+    common::git(&root, &["remote", "add", "origin", remote_s]);
+    common::git(&root, &["push", "-q", "origin", "HEAD"]);
+    let (code, out, err) = common::run_in(&cache, &root, &["push"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let b = tmp.path().join("b");
+    common::git(tmp.path(), &["clone", "-q", remote_s, b.to_str().unwrap()]);
+    let (code, out, err) = common::run_in(&cache, &b, &["pull"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, shown, err) = common::run_in(&cache, &b, &["--json", "show", &id[..12]]);
+    assert_eq!(code, 0, "{err}");
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["kind"], "profile");
+    let report = std::fs::read(b.join(format!(".repro/objects/{}/{}", &digest[..2], &digest[2..])));
+    assert_eq!(report.ok().as_deref(), Some(&b"NCU-REPORT"[..]));
+    let (code, out, _) = common::run_in(&cache, &b, &["store", "verify"]);
+    assert_eq!(code, 0, "{out}");
+
+    // A forged profile: a metric raised, the seal recomputed, filed under another ID.
+    let text = std::fs::read(root.join(format!(".repro/profiles/{id}.json"))).unwrap();
+    let mut v: Value = serde_json::from_slice(&text).unwrap();
+    v.as_object_mut().unwrap().remove("record-sha256");
+    v["metrics"]["dram__bytes.sum.per_second"]["value"] = serde_json::json!(9999.5);
+    let forged = repro::store::seal(&v);
+    let path = tmp.path().join("forged.json");
+    std::fs::write(&path, forged).unwrap();
+    let blob = common::git(&remote, &["hash-object", "-w", path.to_str().unwrap()]);
+    let other = format!("{:064x}", 9);
+    common::git(
+        &remote,
+        &[
+            "update-ref",
+            &format!("refs/repro/profiles/{other}"),
+            blob.trim(),
+        ],
+    );
+    let (code, out, _) = common::run_in(&cache, &b, &["pull"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "rejected: profiles/{other}: its content does not hash to its ID"
+        )),
+        "{out}"
+    );
+    assert!(!b.join(format!(".repro/profiles/{other}.json")).exists());
+}
+
+/// A bench result and a profile of the same experiment (build, parameters, GPU model) point
+/// to each other: `repro show RESULT` lists the profile, `repro show PROFILE` the result. On
+/// the fake GPU (tests/fakegpu) with the fake ncu.
+#[test]
+fn a_bench_result_and_its_profile_point_to_each_other() {
+    if !nvrtc_available() {
+        return;
+    }
+    let Some(gpu) = fakegpu::FakeGpu::new("580.159.04") else {
+        return;
+    };
+    let (tmp, root) = kernel_repo();
+    let ncu = fake_ncu(tmp.path());
+    // A small L2 keeps the roofline calibration's buffers (16x L2) small on the fake.
+    let vars = [
+        ("FAKEGPU_L2_KIB", "4096"),
+        ("REPRO_NCU", ncu.to_str().unwrap()),
+    ];
+    let run = |args: &[&str]| {
+        let out = gpu
+            .cmd(&vars)
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let n = "n=1048576";
+    let b: Value = serde_json::from_str(&run(&[
+        "--json",
+        "bench",
+        "vector_add",
+        "--param",
+        n,
+        "--min-time",
+        "30ms",
+        "--warmup",
+        "10ms",
+    ]))
+    .unwrap();
+    let result = b["results"][0]["id"].as_str().unwrap().to_string();
+    let p: Value =
+        serde_json::from_str(&run(&["--json", "profile", "vector_add", "--param", n])).unwrap();
+    let profile = p["id"].as_str().unwrap().to_string();
+    let shown = run(&["show", &result[..12]]);
+    let row = shown
+        .lines()
+        .find(|l| l.starts_with("profiles"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(row.contains(&profile[..12]), "{row}");
+    let shown = run(&["show", &profile[..12]]);
+    let row = shown
+        .lines()
+        .find(|l| l.starts_with("results"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(row.contains(&result[..12]), "{row}");
+    // Another point is another experiment: no link.
+    let p2: Value = serde_json::from_str(&run(&[
+        "--json",
+        "profile",
+        "vector_add",
+        "--param",
+        "n=4096",
+    ]))
+    .unwrap();
+    let shown = run(&["show", &p2["id"].as_str().unwrap()[..12]]);
+    assert!(!shown.lines().any(|l| l.starts_with("results")), "{shown}");
+}
+
 /// On the GPU machine (driver 580, CUDA 13.0 with ncu): `repro profile vector_add` records
 /// a DRAM throughput within 5% of what `repro bench` computes for the same point.
 #[test]
@@ -311,4 +453,52 @@ fn profile_dram_throughput_matches_bench() {
         "ncu {:.1} GB/s vs bench {gbps:.1} GB/s",
         dram / 1e9
     );
+}
+
+/// On the GPU machine: the first `repro bench` of a recipe with `[work]` calibrates the
+/// device through repro's GPU runner, and a large vector add (64 Mi elements, 768 MiB moved
+/// per launch) is judged memory-bound at a fraction of the measured peak DRAM bandwidth
+/// between 50% and 110%; the peaks are plausible for a data-centre GPU and `repro env
+/// capture` shows them. Prints the figures (`--nocapture`).
+#[test]
+#[ignore = "needs a GPU: calibrates the device's peaks and judges vector_add against them"]
+fn roofline_of_vector_add_on_the_gpu() {
+    common::require_gpu();
+    assert!(nvrtc_available());
+    let (tmp, root) = kernel_repo();
+    let cache = tmp.path().join("cache");
+    let run = |args: &[&str]| {
+        let out = repro(&cache)
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    let (out, err) = run(&["bench", "vector_add", "--param", "n=67108864"]);
+    println!("{err}{out}");
+    assert!(err.contains("calibrating device 0"), "{err}");
+    assert!(out.contains("memory-bound: "), "{out}");
+    let (out, _) = run(&["--json", "bench", "vector_add", "--param", "n=67108864"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let t = &v["results"][0]["throughput"];
+    let r = &t["roofline"];
+    let (dram, fp32) = (
+        r["peaks"]["dram-gb-per-s"].as_f64().unwrap(),
+        r["peaks"]["fp32-tflops"].as_f64().unwrap(),
+    );
+    let fraction = r["fraction"].as_f64().unwrap();
+    println!(
+        "peaks: DRAM {dram:.0} GB/s, FP32 {fp32:.1} TFLOP/s; vector_add {:.0} GB/s = {:.1}% of peak",
+        t["gb-per-s"].as_f64().unwrap(),
+        fraction * 100.0
+    );
+    assert_eq!(r["bound"], "memory", "{t}");
+    assert!((0.5..=1.1).contains(&fraction), "{t}");
+    assert!(dram > 500.0 && fp32 > 5.0, "{r}");
+    let (env, _) = run(&["env", "capture"]);
+    assert!(env.contains("measured peaks [0]: DRAM"), "{env}");
 }

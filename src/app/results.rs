@@ -261,7 +261,7 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         catalog::Record::ToolchainBuildBisection(b) => {
             return show_toolchain_build_bisection(&id, &entry, &b);
         }
-        catalog::Record::Profile(p) => return show_profile(&id, &p),
+        catalog::Record::Profile(p) => return show_profile(&store, &id, &p),
     };
     let unit = r.unit.as_str();
     let mut t = Table::new();
@@ -286,6 +286,11 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         }
     }
     t.row(["params".to_string(), r.params_text()]);
+    let profiles = crate::engines::profile::profiles_of_result(&store, &r);
+    if !profiles.is_empty() {
+        let ids: Vec<&str> = profiles.iter().map(|p| keys::short(p)).collect();
+        t.row(["profiles".to_string(), ids.join(" ")]);
+    }
     if let Some(l) = &r.launch {
         t.row([
             "launch".to_string(),
@@ -1016,7 +1021,11 @@ fn compare_profiles(
 }
 
 /// `repro show` of a profile.
-fn show_profile(id: &str, p: &records::ProfileRecord) -> anyhow::Result<u8> {
+fn show_profile(
+    store: &crate::foundation::store::Store,
+    id: &str,
+    p: &records::ProfileRecord,
+) -> anyhow::Result<u8> {
     let mut t = Table::new();
     t.row(["kind".to_string(), "profile".to_string()]);
     t.row(["id".to_string(), id.to_string()]);
@@ -1035,6 +1044,11 @@ fn show_profile(id: &str, p: &records::ProfileRecord) -> anyhow::Result<u8> {
         if let Some(v) = v {
             t.row([k.to_string(), plain(&v)]);
         }
+    }
+    let results = crate::engines::profile::results_of_profile(store, p);
+    if !results.is_empty() {
+        let ids: Vec<&str> = results.iter().map(|r| keys::short(r)).collect();
+        t.row(["results".to_string(), ids.join(" ")]);
     }
     for (name, o) in &p.outputs {
         t.row([

@@ -456,6 +456,55 @@ pub fn parse_raw_csv(text: &str) -> Result<Vec<BTreeMap<String, ProfileMetric>>,
     Ok(rows)
 }
 
+/// The experiment a bench result and a profile share: the same build, the same parameters,
+/// the same GPU model. A result links to every profile of its experiment and back.
+fn same_experiment(
+    build_key: Option<&str>,
+    params: &BTreeMap<String, serde_json::Value>,
+    machine: &str,
+    p: &crate::foundation::records::ProfileRecord,
+) -> bool {
+    build_key == Some(p.build_key.as_str()) && *params == p.params && machine == p.machine
+}
+
+/// The IDs of the profiles of a bench result's experiment, sorted.
+pub fn profiles_of_result(
+    store: &crate::foundation::store::Store,
+    r: &crate::foundation::records::ResultRecord,
+) -> Vec<String> {
+    let mut out: Vec<String> = store
+        .records(crate::foundation::records::PROFILES)
+        .into_iter()
+        .filter_map(|(id, _, v)| {
+            let p = crate::foundation::records::ProfileRecord::from_json(&v.ok()?, &id).ok()?;
+            same_experiment(r.build_key.as_deref(), &r.params, &r.machine, &p).then_some(id)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The IDs of the bench results of a profile's experiment, sorted.
+pub fn results_of_profile(
+    store: &crate::foundation::store::Store,
+    p: &crate::foundation::records::ProfileRecord,
+) -> Vec<String> {
+    let mut out: Vec<String> = store
+        .records(crate::foundation::records::RESULTS)
+        .into_iter()
+        .filter_map(|(id, _, v)| {
+            let mut v = v.ok()?;
+            if let Some(o) = v.as_object_mut() {
+                o.remove("id");
+            }
+            let r = crate::foundation::records::ResultRecord::from_json(&v, &id).ok()?;
+            same_experiment(r.build_key.as_deref(), &r.params, &r.machine, p).then_some(id)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,8 @@
 //! Records shared through a git remote: `repro push` and `repro pull`.
 //!
 //! Each record of the store (`builds/KEY.json`, `results/ID.json`, `bisect/KEY.json`,
-//! `bisections/ID.json`) is a git blob under its own ref, `refs/repro/KIND/KEY`, and each
-//! object a build references
+//! `bisections/ID.json`, `profiles/ID.json`) is a git blob under its own ref,
+//! `refs/repro/KIND/KEY`, and each object a build or a profile references
 //! under `refs/repro/objects/SHA256`. Names are keys of content, so two people pushing at
 //! once touch different refs, or the same ref with the same blob: pushes never need a merge.
 //! The same key with different bytes is a conflict; it is reported and both sides are
@@ -36,7 +36,7 @@ pub const NAMESPACE: &str = "refs/repro";
 const INCOMING: &str = "refs/repro-incoming";
 
 /// The kinds of records shared.
-pub const KINDS: &[&str] = &["builds", "results", "bisect", "bisections"];
+pub const KINDS: &[&str] = &["builds", "results", "bisect", "bisections", "profiles"];
 
 /// The largest record taken from a remote.
 const MAX_RECORD: usize = 4 << 20;
@@ -198,7 +198,8 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
             let Some(bytes) = store.record_bytes(kind, &key)? else {
                 continue;
             };
-            if *kind == "builds" {
+            // A build's artifacts and log, a profile's `.ncu-rep` report.
+            if *kind == "builds" || *kind == "profiles" {
                 for digest in crate::foundation::records::referenced_blobs(&rec) {
                     if let Ok(b) = store.get_blob(&digest) {
                         let oid = repo.blob(&b).map_err(git_err)?;

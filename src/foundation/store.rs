@@ -947,10 +947,7 @@ impl Store {
                     Err(e) => problems.push(format!("does not read as a bisection report: {e}")),
                 }
             }
-            "profiles" => match records::ProfileRecord::from_json(rec, key) {
-                Ok(_) => {}
-                Err(e) => problems.push(format!("does not read as a profile: {e}")),
-            },
+            "profiles" => problems.extend(check_profile(key, rec, has_object)),
             // A bisection submitted with --detach: what `show ID` follows until it ends.
             "detached" => named("id", rec.get("id").and_then(Value::as_str)),
             "recipes" => match serde_json::from_value::<LastBuild>(rec.clone()) {
@@ -1298,6 +1295,55 @@ pub fn check_key(what: &str, value: &str) -> Result<(), StoreError> {
         what: what.to_string(),
         value: shown.escape_debug().to_string(),
     })
+}
+
+/// A profile's problems: its ID is the hash of its content (as a result's is), the fields
+/// repro uses as names are what they claim, every metric value is finite, and its report
+/// (`.ncu-rep`) is an object of the store.
+fn check_profile(key: &str, rec: &Value, has_object: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut content = rec.clone();
+    if let Some(o) = content.as_object_mut() {
+        o.remove("id");
+    }
+    if keys::key_of(&content) != key {
+        problems.push("its content does not hash to its ID (edited?)".into());
+    }
+    match records::ProfileRecord::from_json(&content, key) {
+        Ok(p) => {
+            if !keys::is_key(&p.build_key) {
+                problems.push("its `build-key` is not a key".into());
+            }
+            if !keys::is_name(&p.recipe) || !keys::is_relative_path(&p.recipe_path) {
+                problems.push("its recipe is not a recipe name and relative path".into());
+            }
+            if p.commit.as_deref().is_some_and(|c| !keys::is_commit(c)) {
+                problems.push("its `commit` is not a commit".into());
+            }
+            if let Some((m, _)) = p
+                .metrics
+                .iter()
+                .find(|(_, v)| v.value.is_some_and(|x| !x.is_finite()))
+            {
+                problems.push(format!(
+                    "its metric `{}` is not a finite number",
+                    crate::foundation::output::sanitize(m)
+                ));
+            }
+        }
+        Err(e) => problems.push(format!("does not read as a profile: {e}")),
+    }
+    for digest in records::referenced_blobs(rec) {
+        if let Err(e) = check_key("a report's sha256", &digest) {
+            problems.push(format!("references {e}"));
+        } else if !has_object(&digest) {
+            problems.push(format!(
+                "references report {} that is not in the store",
+                keys::short(&digest)
+            ));
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
