@@ -358,6 +358,8 @@ fn a_bench_result_and_its_profile_point_to_each_other() {
         ("FAKEGPU_L2_KIB", "4096"),
         ("REPRO_NCU", ncu.to_str().unwrap()),
     ];
+    // The fake runs no code: a cubin's launches write nothing, so vector_add's check reads
+    // `wrong` (exit 1). The verdict is not what this test is about; the record is kept.
     let run = |args: &[&str]| {
         let out = gpu
             .cmd(&vars)
@@ -367,7 +369,11 @@ fn a_bench_result_and_its_profile_point_to_each_other() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        let code = out.status.code();
+        assert!(
+            code == Some(0) || (args.contains(&"bench") && code == Some(1)),
+            "{args:?}: {err}"
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let n = "n=1048576";
