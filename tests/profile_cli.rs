@@ -210,6 +210,76 @@ fn a_profile_is_recorded_shown_listed_and_compared() {
     let v: Value = serde_json::from_str(&cmp_json).unwrap();
     assert_eq!(v["kind"], "profile-comparison");
     assert_eq!(profiles_in(&root), 2);
+
+    // Plot a metric of the profiles: over the parameter (two points), across commits (one:
+    // both are at HEAD, the newest wins); a metric no profile has is named, with those they have.
+    let svg = tmp.path().join("p.svg");
+    let svg_s = svg.to_str().unwrap();
+    let metric = "dram__bytes.sum.per_second";
+    let (code, out, err) = common::run_in(
+        &cache,
+        &root,
+        &[
+            "--json",
+            "plot",
+            "vector_add",
+            "--metric",
+            metric,
+            "--sweep",
+            "n",
+            "-o",
+            svg_s,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["points"].as_u64(), v["kind"].as_str()),
+        (Some(2), Some("sweep"))
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg") || text.starts_with("<?xml"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dram__bytes.sum.per_second (byte/second)"),
+        "{text}"
+    );
+    let (code, out, err) = common::run_in(
+        &cache,
+        &root,
+        &[
+            "--json",
+            "plot",
+            "vector_add",
+            "--metric",
+            metric,
+            "-o",
+            svg_s,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["points"], 1);
+    let (code, _, err) = common::run_in(
+        &cache,
+        &root,
+        &[
+            "plot",
+            "vector_add",
+            "--metric",
+            "no__such.metric",
+            "-o",
+            svg_s,
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no profile of `vector_add` has a numeric `no__such.metric`"),
+        "{err}"
+    );
+    assert!(err.contains("gpu__time_duration.sum"), "{err}");
 }
 
 #[test]

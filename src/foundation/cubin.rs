@@ -397,44 +397,7 @@ impl ResourceReport {
         }
         if !self.occupancy.is_empty() {
             out.push_str(&format!("{pad}occupancy of the [run] launch:\n"));
-            let mut o = Table::new();
-            o.row([
-                "TARGET",
-                "KERNEL",
-                "PARAMS",
-                "THREADS",
-                "DYN SHARED",
-                "BLOCKS/SM",
-                "WARPS/SM",
-                "OCCUPANCY",
-                "LIMITED BY",
-            ]);
-            for l in &self.occupancy {
-                let x = &l.occupancy;
-                o.row([
-                    x.arch.clone(),
-                    printable(
-                        &crate::foundation::symbols::source_name(&l.kernel)
-                            .unwrap_or_else(|| l.kernel.clone()),
-                    ),
-                    if l.params.is_empty() {
-                        "-".into()
-                    } else {
-                        l.params.clone()
-                    },
-                    x.threads.to_string(),
-                    x.dynamic_smem.to_string(),
-                    x.blocks_per_sm.to_string(),
-                    format!("{}/{}", x.warps_per_sm, x.max_warps_per_sm),
-                    format!("{:.1}%", x.occupancy * 100.0),
-                    x.limited_by
-                        .iter()
-                        .map(|w| w.word())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ]);
-            }
-            out.push_str(&o.render(indent));
+            out.push_str(&self.render_occupancy(indent));
         }
         for t in &self.targets {
             if crate::foundation::occupancy::limits(&t.arch).is_none() {
@@ -445,6 +408,49 @@ impl ResourceReport {
             out.push_str(&format!("{pad}unreadable: {}\n", printable(p)));
         }
         out
+    }
+
+    /// The occupancy table of the recipe's launch, one row per target, kernel and shape.
+    fn render_occupancy(&self, indent: usize) -> String {
+        use crate::foundation::output::{Table, printable};
+        let mut o = Table::new();
+        o.row([
+            "TARGET",
+            "KERNEL",
+            "PARAMS",
+            "THREADS",
+            "DYN SHARED",
+            "BLOCKS/SM",
+            "WARPS/SM",
+            "OCCUPANCY",
+            "LIMITED BY",
+        ]);
+        for l in &self.occupancy {
+            let x = &l.occupancy;
+            o.row([
+                x.arch.clone(),
+                printable(
+                    &crate::foundation::symbols::source_name(&l.kernel)
+                        .unwrap_or_else(|| l.kernel.clone()),
+                ),
+                if l.params.is_empty() {
+                    "-".into()
+                } else {
+                    l.params.clone()
+                },
+                x.threads.to_string(),
+                x.dynamic_smem.to_string(),
+                x.blocks_per_sm.to_string(),
+                format!("{}/{}", x.warps_per_sm, x.max_warps_per_sm),
+                format!("{:.1}%", x.occupancy * 100.0),
+                x.limited_by
+                    .iter()
+                    .map(|w| w.word())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]);
+        }
+        o.render(indent)
     }
 
     /// Whether it says nothing at all (no device code among the outputs).
