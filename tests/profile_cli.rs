@@ -475,6 +475,37 @@ fn a_bench_result_and_its_profile_point_to_each_other() {
         .find(|l| l.starts_with("results"))
         .unwrap_or_else(|| panic!("{shown}"));
     assert!(row.contains(&result[..12]), "{row}");
+    // A bundle of the result carries its profile and the profile's report.
+    let bundle = tmp.path().join("b.tar.zst");
+    let bundle_s = bundle.to_str().unwrap();
+    let made: Value = serde_json::from_str(&run(&[
+        "--json",
+        "bundle",
+        "create",
+        &result[..12],
+        "-o",
+        bundle_s,
+    ]))
+    .unwrap();
+    assert_eq!(made["profiles"], serde_json::json!([profile]), "{made}");
+    let listed: Value =
+        serde_json::from_str(&run(&["--json", "bundle", "show", bundle_s])).unwrap();
+    let files: Vec<&str> = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    let rep = p["outputs"]["ncu-rep"]["sha256"].as_str().unwrap();
+    assert!(
+        files.contains(&format!("profiles/{profile}.json").as_str()),
+        "{files:?}"
+    );
+    assert!(
+        files.contains(&format!("artifacts/{rep}").as_str()),
+        "{files:?}"
+    );
+    run(&["bundle", "verify", bundle_s]);
     // Another point is another experiment: no link.
     let p2: Value = serde_json::from_str(&run(&[
         "--json",

@@ -80,22 +80,35 @@ fn create(
     store.check_schema()?;
     let results = crate::engines::catalog::results(&store);
     let builds = crate::engines::catalog::builds(&store);
+    let profiles = bundle_profiles(&store);
     let mut contents = Contents::default();
     for id in ids {
         let p = id.to_lowercase();
         let r: Vec<_> = results.iter().filter(|(k, _)| k.starts_with(&p)).collect();
         let b: Vec<_> = builds.iter().filter(|(k, _)| k.starts_with(&p)).collect();
-        match (r.as_slice(), b.as_slice()) {
-            ([one], []) if p.len() >= 4 => {
+        let pr: Vec<_> = profiles.iter().filter(|(k, _)| k.starts_with(&p)).collect();
+        match (r.as_slice(), b.as_slice(), pr.as_slice()) {
+            ([one], [], []) if p.len() >= 4 => {
+                // A result brings the profiles of its experiment along.
+                for linked in crate::engines::profile::profiles_of_result(&store, &one.1) {
+                    if let Some((_, rec)) = profiles.iter().find(|(k, _)| *k == linked) {
+                        contents.profiles.insert(linked, rec.clone());
+                    }
+                }
                 contents.results.insert(one.0.clone(), one.1.clone());
             }
-            ([], [one]) if p.len() >= 4 => {
+            ([], [one], []) if p.len() >= 4 => {
                 contents.builds.insert(one.0.clone(), one.1.clone());
             }
-            ([], []) => {
-                return Err(UserError::usage(format!("no result or build with ID {id}"))
-                    .hint("`repro log` lists results")
-                    .into());
+            ([], [], [one]) if p.len() >= 4 => {
+                contents.profiles.insert(one.0.clone(), one.1.clone());
+            }
+            ([], [], []) => {
+                return Err(
+                    UserError::usage(format!("no result, build or profile with ID {id}"))
+                        .hint("`repro log` lists results")
+                        .into(),
+                );
             }
             _ => {
                 return Err(UserError::usage(format!("{id} is ambiguous or too short"))
@@ -125,14 +138,16 @@ fn create(
     if g.json {
         emit_json(
             &json!({"schema": 1, "bundle": g.shown(output), "sha256": digest, "files": count + 1, "bytes-in": bytes, "bytes": size,
-            "results": contents.results.keys().collect::<Vec<_>>(), "builds": contents.builds.keys().collect::<Vec<_>>()}),
+            "results": contents.results.keys().collect::<Vec<_>>(), "builds": contents.builds.keys().collect::<Vec<_>>(),
+            "profiles": contents.profiles.keys().collect::<Vec<_>>()}),
         )?;
     } else if !g.quiet {
         emit(&format!(
-            "wrote {} ({} results, {} builds, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
+            "wrote {} ({} results, {} builds, {} profiles, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
             g.shown(output),
             contents.results.len(),
             contents.builds.len(),
+            contents.profiles.len(),
             count + 1,
             size as f64 / 1024.0,
             bytes as f64 / 1024.0,
@@ -140,6 +155,20 @@ fn create(
         ))?;
     }
     Ok(exit::OK)
+}
+
+/// Every profile of the store, by ID (damaged ones are left out: `repro store verify` names them).
+fn bundle_profiles(
+    store: &crate::foundation::store::Store,
+) -> Vec<(String, crate::foundation::records::ProfileRecord)> {
+    store
+        .records(crate::foundation::records::PROFILES)
+        .into_iter()
+        .filter_map(|(id, _, v)| {
+            let p = crate::foundation::records::ProfileRecord::from_json(&v.ok()?, &id).ok()?;
+            Some((id, p))
+        })
+        .collect()
 }
 
 fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {

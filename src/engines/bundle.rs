@@ -9,7 +9,8 @@
 //! results.svg                  medians with their 95% intervals
 //! results/ID.json              result records, with every raw sample and the fingerprint
 //! builds/KEY.json              build records (inputs, compiler identity, outputs)
-//! artifacts/SHA256             the built PTX and CUBIN
+//! profiles/ID.json             profile records (`repro profile`), with their metrics
+//! artifacts/SHA256             the built PTX and CUBIN, and the profiles' `.ncu-rep` reports
 //! source/COMMIT/...            the tree at each recorded commit (or only the recipe's inputs)
 //! ```
 //! Nothing in it depends on when or where it was made: the same records give the same bytes.
@@ -37,6 +38,8 @@ pub struct Contents {
     pub results: BTreeMap<String, ResultRecord>,
     /// Build key → record.
     pub builds: BTreeMap<String, BuildRecord>,
+    /// Profile ID → record (`profiles/ID.json`, its `.ncu-rep` under `artifacts/`).
+    pub profiles: BTreeMap<String, records::ProfileRecord>,
 }
 
 /// Why a bundle cannot be made.
@@ -246,12 +249,72 @@ pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<Checked, Bun
     }
 }
 
+/// A profile from a bundle or a store, checked as [`validate_record`] checks results: its ID
+/// recomputes from its content, and every field repro uses as a name, key or path is what it
+/// claims; its metrics are finite numbers.
+pub fn validate_profile(id: &str, rec: &Value) -> Result<records::ProfileRecord, BundleError> {
+    check_profile(id, rec).map_err(|(field, problem)| BundleError::InvalidRecord {
+        record: format!(
+            "profile {}",
+            crate::foundation::output::sanitize(keys::short(id))
+        ),
+        field: field.to_string(),
+        problem: crate::foundation::output::sanitize(
+            &problem.chars().take(120).collect::<String>(),
+        ),
+    })
+}
+
+fn check_profile(id: &str, rec: &Value) -> Result<records::ProfileRecord, (&'static str, String)> {
+    if !keys::is_key(id) {
+        return Err(("(file name)", "is not a 64-digit hex key".into()));
+    }
+    let mut content = rec.clone();
+    if let Some(o) = content.as_object_mut() {
+        o.remove("id");
+    }
+    if keys::key_of(&content) != id {
+        return Err(("(content)", "does not hash to the profile's ID".into()));
+    }
+    let p = records::ProfileRecord::from_json(&content, &format!("profile {}", keys::short(id)))
+        .map_err(|e| ("(record)", e.to_string()))?;
+    if p.commit.as_deref().is_some_and(|c| !keys::is_commit(c)) {
+        return Err(("commit", "is not a 40-digit hex commit".into()));
+    }
+    if !keys::is_name(&p.recipe) {
+        return Err(("recipe", "is not a recipe name".into()));
+    }
+    if !keys::is_relative_path(&p.recipe_path) {
+        return Err(("recipe-path", "is not a relative path".into()));
+    }
+    if !keys::is_key(&p.build_key) {
+        return Err(("build-key", "is not a 64-digit hex key".into()));
+    }
+    for (name, out) in &p.outputs {
+        if !keys::is_name(name) || !keys::is_key(&out.sha256) {
+            return Err((
+                "outputs",
+                format!("gives {} for {name}, not a sha256", out.sha256),
+            ));
+        }
+    }
+    if let Some((m, _)) = p
+        .metrics
+        .iter()
+        .find(|(_, v)| v.value.is_some_and(|x| !x.is_finite()))
+    {
+        return Err(("metrics", format!("`{m}` is not a finite number")));
+    }
+    Ok(p)
+}
+
 /// Collects the build records that the results (and given builds) refer to.
 pub fn complete(store: &Store, contents: &mut Contents) -> Result<(), BundleError> {
     let keys: Vec<String> = contents
         .results
         .values()
         .filter_map(|r| r.build_key.clone())
+        .chain(contents.profiles.values().map(|p| p.build_key.clone()))
         .collect();
     for key in keys {
         if let Some(rec) = store.get_record(records::BUILDS, &key)? {
@@ -405,6 +468,20 @@ pub fn entries(
             (serde_json::to_string_pretty(&records::to_json(r)).expect("JSON") + "\n").into_bytes(),
             false,
         );
+    }
+    for (id, p) in &contents.profiles {
+        put(
+            format!("profiles/{id}.json"),
+            (serde_json::to_string_pretty(&records::to_json(p)).expect("JSON") + "\n").into_bytes(),
+            false,
+        );
+        for digest in p.outputs.values().map(|o| o.sha256.clone()) {
+            put(
+                format!("artifacts/{digest}"),
+                store.get_blob(&digest)?,
+                false,
+            );
+        }
     }
     for (key, b) in &contents.builds {
         put(
@@ -710,5 +787,54 @@ impl crate::foundation::error::Diagnose for BundleError {
                 Some("a partial clone lacks the blob: fetch it (`git fetch --refetch`)".into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture profile, and its ID (the hash of its content).
+    fn profile() -> (String, Value) {
+        let v: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/records/profile.json"))
+                .unwrap();
+        (keys::key_of(&v), v)
+    }
+
+    /// A profile read from a bundle is hostile: an edited metric (whatever seal it carries)
+    /// no longer hashes to its ID; a forged build key, recipe path or report digest is named
+    /// even when the ID was recomputed to match.
+    #[test]
+    fn profiles_from_bundles_are_checked() {
+        let (id, v) = profile();
+        assert!(validate_profile(&id, &v).is_ok());
+        let mut edited = v.clone();
+        let m = edited["metrics"].as_object_mut().unwrap();
+        let first = m.keys().next().unwrap().clone();
+        m[&first]["value"] = serde_json::json!(1e300);
+        let e = validate_profile(&id, &edited).unwrap_err().to_string();
+        assert!(e.contains("does not hash to the profile's ID"), "{e}");
+        for (field, value, says) in [
+            ("build-key", serde_json::json!("../../etc"), "build-key"),
+            (
+                "recipe-path",
+                serde_json::json!("/etc/passwd"),
+                "recipe-path",
+            ),
+            ("commit", serde_json::json!("HEAD"), "commit"),
+        ] {
+            let mut forged = v.clone();
+            forged[field] = value;
+            let id = keys::key_of(&forged);
+            let e = validate_profile(&id, &forged).unwrap_err().to_string();
+            assert!(e.contains(says), "{field}: {e}");
+        }
+        let mut forged = v.clone();
+        forged["outputs"]["ncu-rep"]["sha256"] = serde_json::json!("../x");
+        let id = keys::key_of(&forged);
+        let e = validate_profile(&id, &forged).unwrap_err().to_string();
+        assert!(e.contains("outputs"), "{e}");
+        assert!(validate_profile("not-a-key", &v).is_err());
     }
 }

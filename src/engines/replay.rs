@@ -583,6 +583,23 @@ fn from_bundle(path: &Path, quiet: bool) -> Result<Origin, ReplayError> {
             records.push((name, kind, v));
         }
     }
+    // Profiles are not replayed, but a bundle is checked whole: a forged one stops it too.
+    for e in std::fs::read_dir(dir.path().join("profiles"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let name = file.strip_suffix(".json").unwrap_or(&file).to_string();
+        let v: Value = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| ReplayError::RecordNotJson {
+                file: format!("profiles/{}", sanitize(&file)),
+                reason: "unreadable".into(),
+            })?;
+        bundle::validate_record("profile", &name, &v)?;
+    }
     Ok(Origin {
         records,
         sources: Some(dir.path().join("source")),
