@@ -718,14 +718,21 @@ fn every_test_file_is_compiled() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if path.is_dir() && path.join("mod.rs").is_file() {
             if !top.contains(&name) {
-                missing.push(format!("tests/{name}/ (no `mod {name};` in tests/tests.rs)"));
+                missing.push(format!(
+                    "tests/{name}/ (no `mod {name};` in tests/tests.rs)"
+                ));
             }
             let inner = declared(&path, "mod.rs");
             for file in std::fs::read_dir(&path).unwrap() {
                 let file = file.unwrap().path();
                 let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
-                if file.extension().is_some_and(|e| e == "rs") && stem != "mod" && !inner.contains(&stem) {
-                    missing.push(format!("tests/{name}/{stem}.rs (no `mod {stem};` in tests/{name}/mod.rs)"));
+                if file.extension().is_some_and(|e| e == "rs")
+                    && stem != "mod"
+                    && !inner.contains(&stem)
+                {
+                    missing.push(format!(
+                        "tests/{name}/{stem}.rs (no `mod {stem};` in tests/{name}/mod.rs)"
+                    ));
                 }
             }
         } else if let Some(stem) = name.strip_suffix(".rs") {
@@ -734,5 +741,9 @@ fn every_test_file_is_compiled() {
             }
         }
     }
-    assert!(missing.is_empty(), "test files that no test binary compiles:\n  {}", missing.join("\n  "));
+    assert!(
+        missing.is_empty(),
+        "test files that no test binary compiles:\n  {}",
+        missing.join("\n  ")
+    );
 }

@@ -2,6 +2,6 @@
 //! bench engine on the fake GPU driver.
 
 mod cli;
-mod recipe;
 mod coverage;
 mod fakegpu;
+mod recipe;

@@ -2,7 +2,7 @@
 //! real one-node Slurm cluster (`--executor slurm`, `--detach`).
 
 mod cli;
+mod cluster;
 mod real;
 mod report;
 mod steps;
-mod cluster;

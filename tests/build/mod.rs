@@ -4,6 +4,6 @@
 mod cli;
 mod coverage;
 mod honest;
-mod resources;
 mod identity;
 mod recipe_errors;
+mod resources;

@@ -4,5 +4,5 @@
 mod cli;
 mod coverage;
 mod fakegpu;
-mod shell;
 mod nix;
+mod shell;

@@ -96,7 +96,8 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
                 &remote,
                 &sealed(t, "bisect", &key(6), &{
                     let mut step: serde_json::Value =
-                        serde_json::from_str(include_str!("../fixtures/records/step.json")).unwrap();
+                        serde_json::from_str(include_str!("../fixtures/records/step.json"))
+                            .unwrap();
                     step["key"] = serde_json::json!(key(7));
                     step
                 }),

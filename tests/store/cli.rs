@@ -91,7 +91,8 @@ fn verify_names_every_kind_of_inconsistent_record() {
         )
         .unwrap();
     }
-    let mut step: Value = serde_json::from_str(include_str!("../fixtures/records/step.json")).unwrap();
+    let mut step: Value =
+        serde_json::from_str(include_str!("../fixtures/records/step.json")).unwrap();
     step["key"] = json!("9a".repeat(32));
     store.put_record("bisect", &"78".repeat(32), &step).unwrap();
     let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
