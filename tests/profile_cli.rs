@@ -3,8 +3,8 @@
 //! metric, no ncu at all), each with its message, exit code and nothing recorded. The real
 //! profile on a GPU is `profile_dram_throughput_matches_bench`, ignored here.
 
-mod common;
-mod fakegpu;
+use crate::common;
+use crate::fakegpu;
 
 use std::path::{Path, PathBuf};
 
