@@ -880,6 +880,22 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         Run::Not("needs two profiles; tests/profile_cli.rs compares two"),
     ),
     (
+        "repro push",
+        Run::Not("needs a remote; tests/profile_cli.rs pushes and pulls profiles"),
+    ),
+    (
+        "repro show 3f9a1c2e",
+        Run::Not("needs a profile; tests/profile_cli.rs shows a result and its profile"),
+    ),
+    (
+        "repro plot vector_add --metric dram__bytes.sum.per_second --sweep n -o dram.svg",
+        Run::Not("needs profiles; tests/profile_cli.rs plots a metric of two"),
+    ),
+    (
+        "repro bench vector_add --param n=67108864",
+        Run::Not("needs a GPU; tests/bench/fakegpu.rs runs the roofline on the fake driver"),
+    ),
+    (
         "repro build --all",
         Run::Not(
             "needs nvcc installed (`toolchain install nvcc@13.0`, 266 MiB) for two of the recipes; tests/toolchain/cli.rs builds them",

@@ -142,12 +142,15 @@ fn create(
             "profiles": contents.profiles.keys().collect::<Vec<_>>()}),
         )?;
     } else if !g.quiet {
+        let profiles = match contents.profiles.len() {
+            0 => String::new(),
+            n => format!(", {n} profiles"),
+        };
         emit(&format!(
-            "wrote {} ({} results, {} builds, {} profiles, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
+            "wrote {} ({} results, {} builds{profiles}, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
             g.shown(output),
             contents.results.len(),
             contents.builds.len(),
-            contents.profiles.len(),
             count + 1,
             size as f64 / 1024.0,
             bytes as f64 / 1024.0,

@@ -45,6 +45,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::nvbench::NvbenchError,
             crate::engines::replay::ReplayError,
             crate::engines::profile::ProfileError,
+            crate::engines::roofline::CalibrationError,
             crate::engines::toolchain::releases::PinError,
             crate::foundation::config::PinWriteError,
             crate::engines::init::InitError,

@@ -668,3 +668,73 @@ fn occupancy_equals_the_drivers_answer() {
         mismatches.join("\n")
     );
 }
+
+/// Bad cubins through `repro build`: a command build that declares a cubin (a real NVRTC
+/// sm_90 cubin, patched) whose `.nv.info` is gone (an old or stripped toolchain's output) has
+/// no resource report, says why under `build -v`, and fails any `[build.limits]` budget (exit
+/// 5) naming the attribute; one whose architecture the occupancy table does not know (sm_61)
+/// fails `min-occupancy` (exit 5) listing the architectures it knows.
+#[test]
+fn cubins_without_attributes_or_with_unknown_architectures_are_named() {
+    let real =
+        std::fs::read(common::crate_dir().join("tests/fixtures/cubin/small_sm_90.cubin")).unwrap();
+    let patch = |from: &[u8], to: &[u8]| {
+        let mut c = real.clone();
+        let at = c.windows(from.len()).position(|w| w == from).unwrap();
+        c[at..at + to.len()].copy_from_slice(to);
+        c
+    };
+    let no_info = patch(b"\0.nv.info\0", b"\0.nv.infx\0");
+    // e_flags (offset 48): the SM number is its second byte in ELF ABI 8 and later.
+    let mut sm61 = real.clone();
+    assert_eq!(sm61[49], 90);
+    sm61[49] = 61;
+    let recipe = |file: &str, limits: &str| {
+        format!(
+            "schema = 1\n[build]\nkind = \"command\"\nargv = [\"cp\", \"{file}\", \"out.cubin\"]\ninputs = [\"{file}\"]\noutputs = [\"out.cubin\"]\n{limits}\n"
+        )
+    };
+    let (tmp, root) = repo_with(&[
+        ("recipes/plain.toml", &recipe("bad.cubin", "")),
+        (
+            "recipes/capped.toml",
+            &recipe("bad.cubin", "[build.limits]\nmax-registers = 64"),
+        ),
+        (
+            "recipes/old.toml",
+            &recipe("sm61.cubin", "[build.limits]\nmin-occupancy = 0.5"),
+        ),
+    ]);
+    std::fs::write(root.join("bad.cubin"), &no_info).unwrap();
+    std::fs::write(root.join("sm61.cubin"), &sm61).unwrap();
+    common::git(&root, &["add", "-A"]);
+    common::git(&root, &["commit", "-qm", "cubins"]);
+    let cache = tmp.path().join("cache");
+    let build = |args: &[&str]| {
+        let out = repro(&cache)
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap(), text)
+    };
+    let why = "out.cubin: the cubin has no resource attributes (no EIATTR_REGCOUNT for `k`)";
+    let (code, text) = build(&["build", "-v", "plain"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&format!("unreadable: {why}")), "{text}");
+    let (code, text) = build(&["build", "capped"]);
+    assert_eq!(code, 5, "{text}");
+    assert!(
+        text.contains(&format!("over budget: cannot check [build.limits]: {why}")),
+        "{text}"
+    );
+    let (code, text) = build(&["build", "old"]);
+    assert_eq!(code, 5, "{text}");
+    assert!(
+        text.contains("out.cubin: no occupancy table for sm_61 (known: sm_70, sm_72, sm_75"),
+        "{text}"
+    );
+}
