@@ -498,10 +498,8 @@ fn question(a: &Args) -> anyhow::Result<Question> {
             a,
             Some((
                 cmd.clone(),
-                Metric::parse(&a.metric).map_err(|e| {
-                    UserError::usage(e.to_string())
-                        .hint("for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'")
-                })?,
+                // The error's own hint gives examples.
+                Metric::parse(&a.metric)?,
             )),
         )),
         (None, None, _) if a.recipe.is_none() => {

@@ -8,7 +8,7 @@ use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bisect::slurm::detach;
 use crate::engines::catalog;
 use crate::engines::export;
-use crate::foundation::error::UserError;
+use crate::foundation::error::{Hinted, UserError};
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
@@ -116,11 +116,8 @@ fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
-    catalog::find_result(&g.store(), id).map_err(|e| {
-        UserError::usage(e.to_string())
-            .hint("`repro log` lists results with their IDs")
-            .into()
-    })
+    // The error's own hint points at `repro log`.
+    Ok(catalog::find_result(&g.store(), id)?)
 }
 
 /// Runs `repro log`.
@@ -268,9 +265,8 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     {
         return show_detached(g, &store, &d);
     }
-    let (entry, r) = found.map_err(|e| {
-        UserError::usage(e.to_string()).hint("`repro log` lists every record with its ID")
-    })?;
+    let (entry, r) =
+        found.map_err(|e| Hinted::new(e, "`repro log` lists every record with its ID"))?;
     let id = entry.id.clone();
     if g.json {
         let mut v = r.to_json();

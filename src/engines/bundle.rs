@@ -448,7 +448,7 @@ fn input_paths(
             .map_err(|e| source(e.to_string()))?;
         p.extend(
             crate::engines::bisect::local::recipe_paths(tree, &r, own, &mut |_| false)
-                .map_err(|(_, why)| source(why))?,
+                .map_err(|e| source(e.why))?,
         );
     }
     p.extend(tree.paths().into_iter().filter(|f| {

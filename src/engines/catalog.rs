@@ -105,6 +105,23 @@ pub enum FindError {
     },
 }
 
+impl crate::foundation::error::Diagnose for FindError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        let noun = match self {
+            FindError::NotAnId { noun, .. } | FindError::None { noun, .. } => *noun,
+            FindError::Ambiguous { nouns, .. } => nouns.trim_end_matches('s'),
+        };
+        Some(if noun == "result" {
+            "`repro log` lists results with their IDs".into()
+        } else {
+            "`repro log` lists every record with its ID".into()
+        })
+    }
+}
+
 fn kib(bytes: u64) -> String {
     format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
