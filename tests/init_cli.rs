@@ -6,7 +6,7 @@
 //! The toolchain cache (XDG_CACHE_HOME) of every test starts empty: what a command needs, it
 //! installs itself from the wheels, verified by the sha256 `repro init` wrote.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
