@@ -735,10 +735,11 @@ fn every_test_file_is_compiled() {
                     ));
                 }
             }
-        } else if let Some(stem) = name.strip_suffix(".rs") {
-            if stem != "tests" && !top.contains(stem) {
-                missing.push(format!("tests/{name} (no `mod {stem};` in tests/tests.rs)"));
-            }
+        } else if let Some(stem) = name.strip_suffix(".rs")
+            && stem != "tests"
+            && !top.contains(stem)
+        {
+            missing.push(format!("tests/{name} (no `mod {stem};` in tests/tests.rs)"));
         }
     }
     assert!(

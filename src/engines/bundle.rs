@@ -382,12 +382,12 @@ fn commit_recipes(contents: &Contents) -> Result<BTreeMap<String, Vec<RecipeRef>
 fn put_sources(
     files: &mut Files,
     repo: &Repository,
-    commit: &String,
+    commit: &str,
     recipes: &[RecipeRef],
     inputs_only: bool,
 ) -> Result<(), BundleError> {
     let missing = || BundleError::MissingCommit {
-        commit: commit.clone(),
+        commit: commit.to_string(),
         what: "a record".into(),
     };
     let oid = Oid::from_str(commit).map_err(|_| missing())?;
@@ -413,7 +413,7 @@ fn put_sources(
     for p in paths {
         let bytes = crate::engines::build::inputs::FileSource::read(&tree, &p).map_err(|e| {
             BundleError::Source {
-                commit: commit.clone(),
+                commit: commit.to_string(),
                 reason: e.to_string(),
             }
         })?;
@@ -426,13 +426,13 @@ fn put_sources(
 /// a reader needs besides them (the pinned environment).
 fn input_paths(
     tree: &CommitFiles,
-    commit: &String,
+    commit: &str,
     recipes: &[RecipeRef],
 ) -> Result<Vec<String>, BundleError> {
     let mut p = Vec::new();
     for (name, text) in recipes {
         let source = |reason: String| BundleError::Source {
-            commit: commit.clone(),
+            commit: commit.to_string(),
             reason,
         };
         let (rel, own) = match text {

@@ -475,7 +475,7 @@ fn member_name<R: std::io::Read>(
     if !seen.insert(name.clone()) {
         return Err(ArchiveError::Duplicate { entry: name });
     }
-    if let Some(e) = clash(&seen, &name) {
+    if let Some(e) = clash(seen, &name) {
         return Err(e);
     }
     Ok(name)

@@ -934,7 +934,7 @@ fn verify(
 /// version.
 fn place_nvcc(tree: &Path, spec: &str) -> Result<(String, String), InstallError> {
     let spec = spec.to_string();
-    set_run_bits(&tree)?;
+    set_run_bits(tree)?;
     let rel = ["nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"]
         .into_iter()
         .find(|r| tree.join(r).is_file())
