@@ -4,6 +4,7 @@
 //! does; REPRO_TEST_WHEELHOUSE names a directory to use instead).
 
 use crate::common;
+use common::wheelhouse;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -14,25 +15,6 @@ use serde_json::Value;
 /// The pinned nvcc 13.0 wheels.
 fn nvcc_set() -> Vec<(String, String)> {
     common::pinned_nvcc_wheels()
-}
-
-/// A wheel directory holding `need`, or `None` (with the reason printed) when the wheels
-/// cannot be had here.
-fn wheelhouse(need: &[(String, String)]) -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(d));
-    }
-    match common::wheels(need) {
-        Ok(d) => Some(d),
-        Err(why) => {
-            assert!(
-                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
-                "the wheels are required here but could not be had: {why}"
-            );
-            common::skip(&format!("needs NVIDIA's wheels through pip: {why}"));
-            None
-        }
-    }
 }
 
 /// A cache (XDG_CACHE_HOME) with nvcc 13.0 installed from its wheels by `repro toolchain

@@ -7,6 +7,7 @@
 //! with REPRO_TEST_REQUIRE_WHEELHOUSE set (CI) that is a failure.
 
 use crate::common;
+use common::wheelhouse;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -31,25 +32,6 @@ fn nvrtc_set() -> Vec<(String, String)> {
     .iter()
     .map(|(p, v)| (p.to_string(), v.to_string()))
     .collect()
-}
-
-/// A wheel directory holding `need`, or `None` (with the reason printed) when the wheels
-/// cannot be had here.
-fn wheelhouse(need: &[(String, String)]) -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(d));
-    }
-    match common::wheels(need) {
-        Ok(d) => Some(d),
-        Err(why) => {
-            assert!(
-                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
-                "the wheels are required here but could not be had: {why}"
-            );
-            common::skip(&format!("needs NVIDIA's wheels through pip: {why}"));
-            None
-        }
-    }
 }
 
 /// A repository with the project's repro.toml and the WMMA nvcc recipe.
