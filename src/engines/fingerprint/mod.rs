@@ -54,33 +54,51 @@ pub struct Context {
     pub python: Option<PathBuf>,
 }
 
-/// Which probes to run.
+/// Which probes to run, and which NVML fields to ask for (each NVML query costs about a
+/// millisecond on Hopper, so a check asks only for the fields its lockfile checks).
 #[derive(Clone, Debug, Default)]
-pub struct Demand(BTreeSet<Probe>);
+pub struct Demand {
+    probes: BTreeSet<Probe>,
+    nvml: BTreeSet<&'static str>,
+}
 
 impl Demand {
     /// Every probe: what `env capture` and `env lock` run.
     pub fn all() -> Self {
-        Demand(
-            fields::SPECS
+        Demand {
+            probes: fields::SPECS
                 .iter()
                 .map(|s| s.probe)
                 .chain([Probe::Env])
                 .collect(),
-        )
+            nvml: nvml::all_names().into_iter().collect(),
+        }
     }
     /// Only the probes needed to answer these lockfile keys.
     pub fn for_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut set: BTreeSet<Probe> = keys.into_iter().map(fields::probe_of).collect();
-        // NVML results are matched to CUDA devices by UUID, so NVML needs the CUDA probe.
-        if set.contains(&Probe::Nvml) {
-            set.insert(Probe::CudaDevices);
+        let mut d = Demand::default();
+        for key in keys {
+            let probe = fields::probe_of(key);
+            if probe == Probe::Nvml
+                && let Some(spec) = fields::lookup(key)
+            {
+                d.nvml.insert(&spec.key["gpu.".len()..]);
+            }
+            d.probes.insert(probe);
         }
-        Demand(set)
+        // NVML results are matched to CUDA devices by UUID, so NVML needs the CUDA probe.
+        if d.probes.contains(&Probe::Nvml) {
+            d.probes.insert(Probe::CudaDevices);
+        }
+        d
     }
     /// Whether a probe is demanded.
     pub fn has(&self, p: Probe) -> bool {
-        self.0.contains(&p)
+        self.probes.contains(&p)
+    }
+    /// The NVML fields demanded (names under `gpu.`).
+    pub fn nvml_fields(&self) -> Vec<&'static str> {
+        self.nvml.iter().copied().collect()
     }
 }
 
@@ -107,17 +125,24 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         }
     }
     if d(Probe::Driver) {
-        jobs.push(("driver".into(), Box::new(cuda::probe_driver)));
+        let fresh = ctx.fresh;
+        jobs.push((
+            "driver".into(),
+            Box::new(move || cuda::probe_driver_cached(fresh)),
+        ));
     }
+    let nvml_wanted = demand.nvml_fields();
     if d(Probe::Nvml) {
-        jobs.push(("nvml".into(), Box::new(nvml::probe)));
+        let wanted = nvml_wanted.clone();
+        let fresh = ctx.fresh;
+        jobs.push((
+            "nvml".into(),
+            Box::new(move || nvml::probe(&wanted, fresh)),
+        ));
     }
     if d(Probe::Nvrtc) {
         let pins = pins.clone();
-        jobs.push((
-            "nvrtc".into(),
-            Box::new(move || crate::engines::toolchain::probe_nvrtc(&pins)),
-        ));
+        jobs.push(("nvrtc".into(), Box::new(move || probe_nvrtc_cached(&pins))));
     }
     if d(Probe::Nvcc) {
         let pins = pins.clone();
@@ -195,7 +220,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         }
     });
     if let Some(nvml) = nvml_fields {
-        nvml::merge(&mut fields, nvml);
+        nvml::merge(&mut fields, nvml, &nvml_wanted);
     }
     Fingerprint {
         repro_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -203,6 +228,37 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         probe_ms,
         fields,
     }
+}
+
+/// The NVRTC fields, without loading NVRTC when the same library answered before: loading
+/// it (about 100 MB with its builtins) costs more than the rest of `env check`. The answer
+/// is cached under the library's path, size, modification time and inode (the stamp build
+/// keys use for its identity), so another or a replaced library is loaded and asked again.
+fn probe_nvrtc_cached(pins: &crate::engines::toolchain::Pins) -> Fields {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = crate::engines::toolchain::find_nvrtc(pins)
+        .ok()
+        .and_then(|found| {
+            let meta = std::fs::metadata(&found.path).ok()?;
+            Some(format!(
+                "{}|{}|{}|{}|{}",
+                found.path.display(),
+                found.source,
+                meta.len(),
+                meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+                meta.ino()
+            ))
+        });
+    let path = crate::foundation::fsutil::cache_dir().map(|d| d.join("nvrtc-version.json"));
+    let (Some(stamp), Some(path)) = (stamp, path) else {
+        return crate::engines::toolchain::probe_nvrtc(pins);
+    };
+    if let Some(hit) = cuda::read_cache(&path, &stamp) {
+        return hit;
+    }
+    let fields = crate::engines::toolchain::probe_nvrtc(pins);
+    cuda::write_cache(&path, &stamp, &fields);
+    fields
 }
 
 fn probe_env() -> Fields {
