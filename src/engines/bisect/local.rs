@@ -272,7 +272,12 @@ impl<'a> Ctx<'a> {
         if guard.is_none() {
             // A whole-tree bisection starts from the store's kept worktree when one is free:
             // what the last bisection wrote is checked and kept, not written again.
+            // The store lock (shared) makes the store first, and keeps gc out meanwhile.
             let kept = if self.plan.paths.is_empty() {
+                let _lock = self
+                    .store
+                    .lock_shared()
+                    .map_err(|e| io(std::io::Error::other(e.to_string())))?;
                 Worktree::adopt(&self.store.scratch()).unwrap_or(None)
             } else {
                 None
