@@ -788,7 +788,14 @@ fn a_second_bisection_starts_from_the_kept_worktree_and_trusts_none_of_it() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(culprit(&v), "commit 9", "{v}");
     // Every step ran its script (nothing reused from the first bisection's answers).
-    assert!(v["steps"].as_array().unwrap().iter().all(|s| s["cached"] != true), "{v}");
+    assert!(
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["cached"] != true),
+        "{v}"
+    );
     // The user's files are untouched.
     assert_eq!(
         std::fs::read_to_string(root.join("k.txt")).unwrap(),
@@ -820,7 +827,11 @@ fn a_second_bisection_starts_from_the_kept_worktree_and_trusts_none_of_it() {
         .args(["store", "gc"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!kept.exists());
 }
 

@@ -31,6 +31,67 @@ pub struct Lock {
     pub rules: Vec<Rule>,
 }
 
+/// How many rules of a lockfile have each policy (`env lock --json`'s `policies`). Fields
+/// are in the order of their JSON keys, so the JSON is the same as before it was a type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PolicyCounts {
+    /// Rules that must match exactly.
+    pub exact: usize,
+    /// Rules recorded only.
+    pub ignore: usize,
+    /// Rules that accept one of several values.
+    pub one_of: usize,
+    /// Rules whose difference is a warning.
+    pub warn: usize,
+}
+
+/// What `repro env lock --json` prints: the lockfile written and its policies.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Written {
+    /// The file written (as the user would name it).
+    pub lockfile: String,
+    /// The machine's name in it.
+    pub name: String,
+    /// How many rules have each policy.
+    pub policies: PolicyCounts,
+    /// Always 1.
+    pub schema: u32,
+}
+
+impl Lock {
+    /// How many rules have each policy.
+    pub fn policy_counts(&self) -> PolicyCounts {
+        let count = |n: &str| self.rules.iter().filter(|r| r.policy.name() == n).count();
+        PolicyCounts {
+            exact: count("exact"),
+            ignore: count("ignore"),
+            one_of: count("one-of"),
+            warn: count("warn"),
+        }
+    }
+}
+
+/// Writes the lockfile `repro env lock` makes for `fp` (each field's default policy) to
+/// `path`, atomically; an existing file is replaced only with `force`.
+pub fn write(
+    path: &Path,
+    name: &str,
+    fp: &Fingerprint,
+    force: bool,
+) -> Result<Lock, LockfileError> {
+    let lock = from_fingerprint(name, fp);
+    let text = to_toml(&lock, fp);
+    crate::foundation::fsutil::write_atomic(path, text.as_bytes(), force).map_err(|source| {
+        LockfileError::Write {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    Ok(lock)
+}
+
 /// Why a lockfile cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LockfileError {
@@ -65,6 +126,15 @@ pub enum LockfileError {
         /// The schema it declares.
         found: i64,
     },
+    /// The lockfile could not be written.
+    #[error("failed to write lockfile {}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::foundation::fsutil::WriteError,
+    },
     /// No lockfile was given and none was found.
     #[error("no lockfile found in {}", .dir.display())]
     NoneFound {
@@ -85,7 +155,10 @@ pub enum LockfileError {
 
 impl Diagnose for LockfileError {
     fn exit_code(&self) -> u8 {
-        exit::USAGE
+        match self {
+            LockfileError::Write { source, .. } => source.exit_code(),
+            _ => exit::USAGE,
+        }
     }
     fn hint(&self) -> Option<String> {
         match self {
@@ -93,6 +166,7 @@ impl Diagnose for LockfileError {
                 Some("create one with `repro env lock`, or pass another with --lock".into())
             }
             LockfileError::Read { .. } => None,
+            LockfileError::Write { source, .. } => source.hint(),
             LockfileError::Invalid { hint, .. } => hint.clone(),
             LockfileError::NewerSchema { .. } => Some("upgrade repro to read this lockfile".into()),
             LockfileError::NoneFound { .. } => {

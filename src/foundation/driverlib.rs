@@ -199,9 +199,7 @@ pub fn ensure_one(soname: &str) -> &'static Located {
 
 /// How `soname` was found, looking for it first if that was not done yet.
 pub fn located(soname: &str) -> Option<&'static Located> {
-    LIBRARIES
-        .contains(&soname)
-        .then(|| ensure_one(soname))
+    LIBRARIES.contains(&soname).then(|| ensure_one(soname))
 }
 
 #[cfg(test)]

@@ -228,29 +228,46 @@ fn cache_path_named(name: &str) -> Option<std::path::PathBuf> {
     Some(fsutil::cache_dir()?.join(name))
 }
 
-/// Reads cached device fields if they were written under `key`.
-pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    if v["key"].as_str()? != key {
-        return None;
-    }
-    v["fields"]
-        .as_object()?
-        .iter()
-        .map(|(k, v)| Some((k.clone(), Field::Value(v.as_str()?.to_string()))))
-        .collect()
+/// A per-boot cache file: the fields a probe answered, under the key they are valid for.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheFile {
+    fields: std::collections::BTreeMap<String, String>,
+    key: String,
+    schema: u32,
 }
 
-/// Writes device fields under `key`. Only complete answers (every field a value) are cached.
+/// The largest cache file read back.
+const MAX_CACHE_BYTES: u64 = 1 << 20;
+
+/// Reads cached fields if they were written under `key`.
+pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
+    let bytes = fsutil::read_regular(path, MAX_CACHE_BYTES).ok()?;
+    let file: CacheFile = serde_json::from_slice(&bytes).ok()?;
+    (file.schema == 1 && file.key == key).then(|| {
+        file.fields
+            .into_iter()
+            .map(|(k, v)| (k, Field::Value(v)))
+            .collect()
+    })
+}
+
+/// Writes fields under `key`. Only complete answers (every field a value) are cached.
 pub fn write_cache(path: &std::path::Path, key: &str, fields: &Fields) {
-    let values: Option<serde_json::Map<String, serde_json::Value>> = fields
+    let values: Option<std::collections::BTreeMap<String, String>> = fields
         .iter()
-        .map(|(k, f)| Some((k.clone(), serde_json::Value::from(f.value()?))))
+        .map(|(k, f)| Some((k.clone(), f.value()?.to_string())))
         .collect();
-    if let Some(values) = values {
-        let doc = serde_json::json!({ "schema": 1, "key": key, "fields": values });
-        // A cache that cannot be written only costs the next run a cuInit.
-        let _ = fsutil::write_atomic(path, doc.to_string().as_bytes(), true);
+    if let Some(fields) = values {
+        let file = CacheFile {
+            fields,
+            key: key.to_string(),
+            schema: 1,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&file) {
+            // A cache that cannot be written only costs the next run the probe.
+            let _ = fsutil::write_atomic(path, &bytes, true);
+        }
     }
 }
 

@@ -135,10 +135,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     if d(Probe::Nvml) {
         let wanted = nvml_wanted.clone();
         let fresh = ctx.fresh;
-        jobs.push((
-            "nvml".into(),
-            Box::new(move || nvml::probe(&wanted, fresh)),
-        ));
+        jobs.push(("nvml".into(), Box::new(move || nvml::probe(&wanted, fresh))));
     }
     if d(Probe::Nvrtc) {
         let pins = pins.clone();
@@ -409,6 +406,22 @@ impl Fingerprint {
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| err(format!("line {}, column {}: {e}", e.line(), e.column())))?;
         Self::from_json(&value).map_err(|e| err(e.to_string()))
+    }
+}
+
+impl serde::Serialize for Fingerprint {
+    /// The JSON form ([`Fingerprint::to_json`]): a fingerprint is a type wherever it is
+    /// written, with one serialisation.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Fingerprint {
+    /// Reads the JSON form back with its checks ([`Fingerprint::from_json`]).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Fingerprint::from_json(&v).map_err(serde::de::Error::custom)
     }
 }
 

@@ -265,9 +265,7 @@ impl Worktree {
             .ok()
             .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
             .and_then(Manifest::into_state)
-            .filter(|_| {
-                std::fs::symlink_metadata(&tree_dir).is_ok_and(|m| m.is_dir())
-            });
+            .filter(|_| std::fs::symlink_metadata(&tree_dir).is_ok_and(|m| m.is_dir()));
         match std::fs::remove_file(&manifest_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -570,10 +568,12 @@ impl Worktree {
         for e in entries {
             write_entry(repo, &root, e, &mut made)?;
             let at = root.join(&e.path);
-            let meta = at.symlink_metadata().map_err(|source| CheckoutError::Write {
-                path: e.path.clone(),
-                source,
-            })?;
+            let meta = at
+                .symlink_metadata()
+                .map_err(|source| CheckoutError::Write {
+                    path: e.path.clone(),
+                    source,
+                })?;
             self.files
                 .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
         }
