@@ -559,6 +559,80 @@ mod tests {
         parse(&p(), text).unwrap_err().to_string()
     }
 
+    fn sample_fp() -> Fingerprint {
+        let mut fields = crate::foundation::fields::Fields::new();
+        fields.insert("gpu.count".into(), Field::Value("1".into()));
+        fields.insert(
+            "gpu.devices.0.name".into(),
+            Field::Value("NVIDIA H200".into()),
+        );
+        fields.insert("driver.version".into(), Field::Value("580.159.04".into()));
+        fields.insert("host.kernel".into(), Field::Value("6.1".into()));
+        Fingerprint {
+            repro_version: "0.1.0".into(),
+            captured_at: "2026-01-01T00:00:00Z".into(),
+            probe_ms: Default::default(),
+            fields,
+        }
+    }
+
+    #[test]
+    fn written_lockfiles_and_their_counts_are_types_with_the_old_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lockfiles/m.toml");
+        let lock = write(&path, "m", &sample_fp(), false).unwrap();
+        assert_eq!(load(&path).unwrap(), lock);
+        let counts = lock.policy_counts();
+        assert_eq!(
+            counts.exact + counts.one_of + counts.warn + counts.ignore,
+            lock.rules.len()
+        );
+        let written = Written {
+            lockfile: "lockfiles/m.toml".into(),
+            name: "m".into(),
+            policies: counts,
+            schema: 1,
+        };
+        // The JSON `env lock --json` printed before it was a type, key for key.
+        let old = serde_json::json!({
+            "schema": 1,
+            "lockfile": "lockfiles/m.toml",
+            "name": "m",
+            "policies": {
+                "exact": counts.exact, "one-of": counts.one_of,
+                "warn": counts.warn, "ignore": counts.ignore,
+            },
+        });
+        assert_eq!(serde_json::to_value(&written).unwrap(), old);
+        assert_eq!(
+            serde_json::to_string(&written).unwrap(),
+            serde_json::to_string(&old).unwrap()
+        );
+        let back: Written = serde_json::from_value(old).unwrap();
+        assert_eq!(back, written);
+    }
+
+    #[test]
+    fn a_lockfile_that_cannot_be_written_is_a_typed_error_with_its_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        write(&path, "m", &sample_fp(), false).unwrap();
+        // Exists, no --force: a usage error that says how to overwrite.
+        let e = write(&path, "m", &sample_fp(), false).unwrap_err();
+        assert!(matches!(e, LockfileError::Write { .. }), "{e:?}");
+        assert_eq!(e.exit_code(), exit::USAGE);
+        assert!(e.hint().unwrap().contains("--force"), "{:?}", e.hint());
+        assert!(e.to_string().contains("m.toml"), "{e}");
+        // With --force it is replaced.
+        write(&path, "m", &sample_fp(), true).unwrap();
+        // A parent that is a file: an I/O failure, exit code IO, nothing half-written.
+        let blocked = dir.path().join("file");
+        std::fs::write(&blocked, "x").unwrap();
+        let e = write(&blocked.join("m.toml"), "m", &sample_fp(), false).unwrap_err();
+        assert_eq!(e.exit_code(), exit::IO, "{e:?}");
+        assert_eq!(std::fs::read_to_string(&blocked).unwrap(), "x");
+    }
+
     #[test]
     fn parses_every_policy() {
         let text = r#"
