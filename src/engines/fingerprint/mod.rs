@@ -158,7 +158,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
             let key = spec.key;
             jobs.push((
                 format!("tool:{tool}"),
-                Box::new(move || host::probe_tool(key, tool)),
+                Box::new(move || host::probe_tool_cached(key, tool)),
             ));
         }
     }
