@@ -220,8 +220,8 @@ fn make_repository(a: &Args, tmp: &Path) -> anyhow::Result<Demo> {
     Ok(Demo { base, root, hashes })
 }
 
-/// 1. The machine, and a lockfile for it: `env capture`, `env lock` and `env check` as
-/// engine calls, not child commands.
+/// Part 1: the machine, and a lockfile for it (`env capture`, `env lock` and `env check`
+/// as engine calls, not child commands).
 fn machine_part(g: &Globals, n: &Narrator, demo: &Demo) -> anyhow::Result<Machine> {
     let m = crate::engines::demo::machine(&demo.root, g.python.clone())?;
     let lockfile = m.lockfile.strip_prefix(&demo.root).unwrap_or(&m.lockfile);
@@ -242,7 +242,7 @@ fn machine_part(g: &Globals, n: &Narrator, demo: &Demo) -> anyhow::Result<Machin
     Ok(m)
 }
 
-/// 2. A compiler, provisioned if there is none; returns the summary's `toolchain`.
+/// Part 2: a compiler, provisioned if there is none; returns the summary's `toolchain`.
 fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Result<Value> {
     if nvrtc.is_some() {
         return Ok(json!({ "nvrtc": nvrtc }));
@@ -286,7 +286,7 @@ fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Res
     Ok(json!({"installed": true, "detail": detail}))
 }
 
-/// 3. Which commit broke the build, and which fixed it.
+/// Part 3: which commit broke the build, and which fixed it.
 fn build_bisections(n: &Narrator, demo: &Demo) -> anyhow::Result<(Report, Report)> {
     let (broke, err) = bisect(
         &demo.root,
@@ -333,7 +333,7 @@ fn build_bisections(n: &Narrator, demo: &Demo) -> anyhow::Result<(Report, Report
     Ok((broke, fixed))
 }
 
-/// 4. Wrong results and slowdowns, which need a GPU; returns the summary's culprits.
+/// Part 4: wrong results and slowdowns, which need a GPU; returns the summary's culprits.
 fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(Value, Value)> {
     let (first, last) = (demo.short(1), demo.short(COMMITS));
     if !has_gpu {
@@ -382,7 +382,7 @@ struct Bundle {
     verdict: Option<String>,
 }
 
-/// 5. Records, a bundle, its verification, and a replay in an empty directory.
+/// Part 5: records, a bundle, its verification, and a replay in an empty directory.
 fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
     let (_, builds, _) = repro::<BuiltAll>(&demo.root, &["build", "--all"])?;
     let keys: Vec<String> = builds

@@ -149,12 +149,15 @@ impl Stamp {
     }
 }
 
+/// Every file a worktree wrote: its blob, mode and stamp, by path.
+type Written = HashMap<String, (Oid, i32, Stamp)>;
+
 /// A whole-tree scratch checkout kept from use to use (a bisection worker keeps one
 /// across its steps, and a kept one across bisections: [`Worktree::adopt`]).
 pub struct Worktree {
     dir: Home,
     /// Every file written, with its blob, mode and stamp.
-    files: HashMap<String, (Oid, i32, Stamp)>,
+    files: Written,
     /// The tree it holds in full, when the last update wrote a whole tree.
     tree: Option<Oid>,
     /// An update began and did not finish: what is on disk is not what `files` says, so
@@ -196,7 +199,7 @@ struct Manifest {
 const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
 impl Manifest {
-    fn of(tree: Oid, files: &HashMap<String, (Oid, i32, Stamp)>) -> Self {
+    fn of(tree: Oid, files: &Written) -> Self {
         let mut files: Vec<_> = files
             .iter()
             .map(|(p, (id, mode, st))| {
@@ -220,7 +223,7 @@ impl Manifest {
     }
 
     /// The tree and files, if every path stays inside the tree and every id reads.
-    fn into_state(self) -> Option<(Oid, HashMap<String, (Oid, i32, Stamp)>)> {
+    fn into_state(self) -> Option<(Oid, Written)> {
         if self.schema != 1 {
             return None;
         }
