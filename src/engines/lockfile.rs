@@ -259,98 +259,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
                 hint,
             ));
         }
-        let rule = rule.into_inner();
-        let value = |v: Option<Spanned<toml::Value>>| -> Result<Option<String>, LockfileError> {
-            v.map(|v| {
-                let span = v.span();
-                scalar(v.get_ref()).ok_or_else(|| {
-                    invalid(
-                        Some(span),
-                        format!("`{key}`: `value` must be a string, number or boolean"),
-                        None,
-                    )
-                })
-            })
-            .transpose()
-        };
-        let policy_span = rule.policy.span();
-        let need = |what: &str| {
-            invalid(
-                Some(policy_span.clone()),
-                format!("`{key}`: policy `{}` needs `{what}`", rule.policy.get_ref()),
-                None,
-            )
-        };
-        let forbid = |what: &str, span: Range<usize>| {
-            invalid(
-                Some(span),
-                format!(
-                    "`{key}`: policy `{}` takes no `{what}`",
-                    rule.policy.get_ref()
-                ),
-                None,
-            )
-        };
-        let values_span = rule.values.as_ref().map(Spanned::span);
-        let v = value(rule.value)?;
-        let policy = match rule.policy.get_ref().as_str() {
-            "exact" | "warn" | "min" => {
-                if let Some(s) = values_span {
-                    return Err(forbid("values", s));
-                }
-                let v = v.ok_or_else(|| need("value"))?;
-                match rule.policy.get_ref().as_str() {
-                    "exact" => Policy::Exact(v),
-                    "warn" => Policy::Warn(v),
-                    _ => {
-                        let kind = fields::kind_of(&key);
-                        if !matches!(kind, Kind::Version | Kind::Number)
-                            || !crate::foundation::version::is_version(&v)
-                        {
-                            return Err(invalid(
-                                Some(policy_span),
-                                format!(
-                                    "`{key}`: policy `min` needs a version or number, and this field holds {}",
-                                    describe_kind(kind, &v)
-                                ),
-                                Some("use `exact`, `one-of` or `warn` for text fields".into()),
-                            ));
-                        }
-                        Policy::Min(v)
-                    }
-                }
-            }
-            "one-of" => {
-                let list = rule.values.ok_or_else(|| need("values"))?;
-                let span = list.span();
-                let list: Option<Vec<String>> = list.into_inner().iter().map(scalar).collect();
-                match list {
-                    Some(l) if !l.is_empty() => Policy::OneOf(l),
-                    _ => {
-                        return Err(invalid(
-                            Some(span),
-                            format!(
-                                "`{key}`: `values` must be a non-empty list of strings, numbers or booleans"
-                            ),
-                            None,
-                        ));
-                    }
-                }
-            }
-            "ignore" => {
-                if let Some(s) = values_span {
-                    return Err(forbid("values", s));
-                }
-                Policy::Ignore(v)
-            }
-            other => {
-                return Err(invalid(
-                    Some(policy_span),
-                    format!("`{key}`: unknown policy `{other}`"),
-                    Some("policies are exact, min, one-of, warn and ignore".into()),
-                ));
-            }
-        };
+        let policy = policy_of(&key, rule.into_inner(), &invalid)?;
         rules.push(Rule { key, policy });
     }
     // BTreeMap iteration is by key; present rules in registry order for readable reports.
@@ -364,6 +273,106 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
         )
     });
     Ok(Lock { name, rules })
+}
+
+/// Validates one rule of a lockfile: its policy and the value(s) that policy needs.
+fn policy_of(
+    key: &str,
+    rule: RawRule,
+    invalid: &dyn Fn(Option<Range<usize>>, String, Option<String>) -> LockfileError,
+) -> Result<Policy, LockfileError> {
+    let value = |v: Option<Spanned<toml::Value>>| -> Result<Option<String>, LockfileError> {
+        v.map(|v| {
+            let span = v.span();
+            scalar(v.get_ref()).ok_or_else(|| {
+                invalid(
+                    Some(span),
+                    format!("`{key}`: `value` must be a string, number or boolean"),
+                    None,
+                )
+            })
+        })
+        .transpose()
+    };
+    let policy_span = rule.policy.span();
+    let need = |what: &str| {
+        invalid(
+            Some(policy_span.clone()),
+            format!("`{key}`: policy `{}` needs `{what}`", rule.policy.get_ref()),
+            None,
+        )
+    };
+    let forbid = |what: &str, span: Range<usize>| {
+        invalid(
+            Some(span),
+            format!(
+                "`{key}`: policy `{}` takes no `{what}`",
+                rule.policy.get_ref()
+            ),
+            None,
+        )
+    };
+    let values_span = rule.values.as_ref().map(Spanned::span);
+    let v = value(rule.value)?;
+    let policy = match rule.policy.get_ref().as_str() {
+        "exact" | "warn" | "min" => {
+            if let Some(s) = values_span {
+                return Err(forbid("values", s));
+            }
+            let v = v.ok_or_else(|| need("value"))?;
+            match rule.policy.get_ref().as_str() {
+                "exact" => Policy::Exact(v),
+                "warn" => Policy::Warn(v),
+                _ => {
+                    let kind = fields::kind_of(&key);
+                    if !matches!(kind, Kind::Version | Kind::Number)
+                        || !crate::foundation::version::is_version(&v)
+                    {
+                        return Err(invalid(
+                            Some(policy_span),
+                            format!(
+                                "`{key}`: policy `min` needs a version or number, and this field holds {}",
+                                describe_kind(kind, &v)
+                            ),
+                            Some("use `exact`, `one-of` or `warn` for text fields".into()),
+                        ));
+                    }
+                    Policy::Min(v)
+                }
+            }
+        }
+        "one-of" => {
+            let list = rule.values.ok_or_else(|| need("values"))?;
+            let span = list.span();
+            let list: Option<Vec<String>> = list.into_inner().iter().map(scalar).collect();
+            match list {
+                Some(l) if !l.is_empty() => Policy::OneOf(l),
+                _ => {
+                    return Err(invalid(
+                        Some(span),
+                        format!(
+                            "`{key}`: `values` must be a non-empty list of strings, numbers or booleans"
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+        "ignore" => {
+            if let Some(s) = values_span {
+                return Err(forbid("values", s));
+            }
+            Policy::Ignore(v)
+        }
+        other => {
+            return Err(invalid(
+                Some(policy_span),
+                format!("`{key}`: unknown policy `{other}`"),
+                Some("policies are exact, min, one-of, warn and ignore".into()),
+            ));
+        }
+    };
+    Ok(policy)
 }
 
 fn describe_kind(kind: Kind, v: &str) -> String {

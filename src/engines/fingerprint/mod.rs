@@ -102,8 +102,26 @@ impl Demand {
     }
 }
 
+/// A probe to run: its name (`probe-ms`'s key) and the work.
+type Job<'a> = (String, Box<dyn FnOnce() -> Fields + Send + 'a>);
+
 /// Runs the demanded probes in parallel and assembles the fingerprint.
 pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
+    let nvml_wanted = demand.nvml_fields();
+    let (mut fields, probe_ms, nvml_fields) = run_jobs(probe_jobs(ctx, demand));
+    if let Some(nvml) = nvml_fields {
+        nvml::merge(&mut fields, nvml, &nvml_wanted);
+    }
+    Fingerprint {
+        repro_version: env!("CARGO_PKG_VERSION").to_string(),
+        captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        probe_ms,
+        fields,
+    }
+}
+
+/// The demanded probes, each as a job.
+fn probe_jobs<'a>(ctx: &'a Context, demand: &'a Demand) -> Vec<Job<'a>> {
     let repo_root = git::discover_root(&ctx.cwd);
     let project_root = repo_root.clone().unwrap_or_else(|| ctx.cwd.clone());
     // The toolchain fields report what this project's builds would use, which its pins
@@ -112,7 +130,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     let config = crate::foundation::config::load(&project_root).unwrap_or_default();
     let pins = crate::engines::toolchain::Pins::of(&config.toolchain);
     let python_config = config.python.interpreter_at(&project_root);
-    let mut jobs: Vec<(String, Box<dyn FnOnce() -> Fields + Send + '_>)> = Vec::new();
+    let mut jobs: Vec<Job<'a>> = Vec::new();
     let d = |p| demand.has(p);
 
     // The CUDA device probe and NVML both take tens of milliseconds on a real GPU machine;
@@ -131,9 +149,8 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
             Box::new(move || cuda::probe_driver_cached(fresh)),
         ));
     }
-    let nvml_wanted = demand.nvml_fields();
     if d(Probe::Nvml) {
-        let wanted = nvml_wanted.clone();
+        let wanted = demand.nvml_fields();
         let fresh = ctx.fresh;
         jobs.push(("nvml".into(), Box::new(move || nvml::probe(&wanted, fresh))));
     }
@@ -184,6 +201,12 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         ));
     }
 
+    jobs
+}
+
+/// Runs the jobs side by side: the fields of all but NVML, each probe's milliseconds, and
+/// NVML's answers (merged onto the CUDA devices by UUID afterwards).
+fn run_jobs(jobs: Vec<Job<'_>>) -> (Fields, BTreeMap<String, f64>, Option<Fields>) {
     let mut fields = Fields::new();
     let mut probe_ms = BTreeMap::new();
     let mut nvml_fields = None;
@@ -216,15 +239,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
             }
         }
     });
-    if let Some(nvml) = nvml_fields {
-        nvml::merge(&mut fields, nvml, &nvml_wanted);
-    }
-    Fingerprint {
-        repro_version: env!("CARGO_PKG_VERSION").to_string(),
-        captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        probe_ms,
-        fields,
-    }
+    (fields, probe_ms, nvml_fields)
 }
 
 /// The NVRTC fields, without loading NVRTC when the same library answered before: loading
