@@ -324,7 +324,7 @@ fn policy_of(
                 "exact" => Policy::Exact(v),
                 "warn" => Policy::Warn(v),
                 _ => {
-                    let kind = fields::kind_of(&key);
+                    let kind = fields::kind_of(key);
                     if !matches!(kind, Kind::Version | Kind::Number)
                         || !crate::foundation::version::is_version(&v)
                     {
