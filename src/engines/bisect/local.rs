@@ -273,9 +273,22 @@ impl<'a> Ctx<'a> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
-            *guard = Some(Worktree::new(
-                self.store.scratch_dir("bisecttree").map_err(io)?,
-            ));
+            // A whole-tree bisection starts from the store's kept worktree when one is free:
+            // what the last bisection wrote is checked and kept, not written again.
+            // The store lock (shared) makes the store first, and keeps gc out meanwhile.
+            let kept = if self.plan.paths.is_empty() {
+                let _lock = self
+                    .store
+                    .lock_shared()
+                    .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+                Worktree::adopt(&self.store.scratch()).unwrap_or(None)
+            } else {
+                None
+            };
+            *guard = Some(match kept {
+                Some(wt) => wt,
+                None => Worktree::new(self.store.scratch_dir("bisecttree").map_err(io)?),
+            });
         }
         let wt = guard.as_mut().expect("just made");
         if self.plan.paths.is_empty() {
