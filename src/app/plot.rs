@@ -66,9 +66,11 @@ fn load_bisection(g: &Globals, path: &std::path::Path) -> anyhow::Result<BisectR
                     .into());
                 }
                 Err(e) => {
-                    return Err(UserError::usage(e.to_string())
-                        .hint("`repro log --kind bisection` lists recorded bisections")
-                        .into());
+                    return Err(crate::foundation::error::Hinted::new(
+                        e,
+                        "`repro log --kind bisection` lists recorded bisections",
+                    )
+                    .into());
                 }
             }
         } else {
