@@ -711,23 +711,8 @@ pub(crate) fn answer_built(
                 Ok(p) => p,
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
-            for p in points {
-                let report =
-                    bench::run_child(&p.job, timeout).map_err(|e| StepFail::Fatal(e.into()))?;
-                let (v, d) = bench::verdict(&report);
-                if v != crate::foundation::records::ResultVerdict::Ok {
-                    return Ok((
-                        Answer::Bad,
-                        Some(format!(
-                            "{} at {}: {}",
-                            v.word(),
-                            crate::foundation::records::params_text(&bench::params_json(&p.params)),
-                            d.unwrap_or_default()
-                        )),
-                    ));
-                }
-            }
-            Ok((Answer::Good, None))
+            let exec = bench::ProcessExecutor::current().map_err(|e| StepFail::Fatal(e.into()))?;
+            check_points(&exec, &points, timeout).map_err(|e| StepFail::Fatal(e.into()))
         }
         Question::Bench(b) => {
             if build_failed {
@@ -773,16 +758,16 @@ pub(crate) fn answer_built(
                         .map(|r| r.samples)
                         .unwrap_or_default();
                     while cached.len() < taken + n {
-                        let report = bench::run_child(&job, timeout)?;
-                        let (verdict, detail) = bench::verdict(&report);
-                        if verdict != crate::foundation::records::ResultVerdict::Ok {
+                        let ran = bench::bench_job(&bench::ProcessExecutor::current()?, &job, timeout)?;
+                        // A run whose check failed, crashed or timed out gives no sample.
+                        if ran.verdict != crate::foundation::records::ResultVerdict::Ok {
                             return Err(MeasureError::Verdict {
-                                verdict,
-                                detail: detail.unwrap_or_default(),
+                                verdict: ran.verdict,
+                                detail: ran.detail.unwrap_or_default(),
                             });
                         }
                         cached.push(
-                            crate::foundation::stats::median(&report.samples_us)
+                            crate::foundation::stats::median(&ran.report.samples_us)
                                 .ok_or(MeasureError::NoSamples)?,
                         );
                         let _ = store.put_record(
@@ -804,6 +789,31 @@ pub(crate) fn answer_built(
         }
         Question::Script(_) => unreachable!("handled above"),
     }
+}
+
+/// A check step's answer: every point run through `exec` (the one engine function that
+/// `repro bench` uses too) and judged by its verdict, which names a timeout as a timeout
+/// and a crash as a crash. The first point that is not ok makes the commit bad.
+pub(crate) fn check_points(
+    exec: &dyn bench::Executor,
+    points: &[bench::Point],
+    timeout: std::time::Duration,
+) -> Result<(Answer, Option<String>), bench::ChildError> {
+    for p in points {
+        let ran = bench::bench_job(exec, &p.job, timeout)?;
+        if ran.verdict != crate::foundation::records::ResultVerdict::Ok {
+            return Ok((
+                Answer::Bad,
+                Some(format!(
+                    "{} at {}: {}",
+                    ran.verdict.word(),
+                    crate::foundation::records::params_text(&bench::params_json(&p.params)),
+                    ran.detail.unwrap_or_default()
+                )),
+            ));
+        }
+    }
+    Ok((Answer::Good, None))
 }
 
 /// Measures a commit in `first_attempts` processes, doubling while the decision against
