@@ -482,10 +482,7 @@ fn a_hanging_kernel_in_a_check_bisection_is_a_timeout_verdict() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
     let steps = v["steps"].as_array().unwrap();
-    let hung: Vec<&Value> = steps
-        .iter()
-        .filter(|s| s["verdict"] == "bad")
-        .collect();
+    let hung: Vec<&Value> = steps.iter().filter(|s| s["verdict"] == "bad").collect();
     assert!(!hung.is_empty(), "{v}");
     for s in hung {
         let d = s["detail"].as_str().unwrap_or_default();

@@ -9,8 +9,8 @@
 //! measurements of one experiment accumulate under one key.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -929,7 +929,13 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
         "settings": b.settings, "check-only": b.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
     });
     let (name, path) = b.recipe;
-    let mut rec = base_record(b.fp, b.root, crate::foundation::keys::key_of(&experiment), name.to_string(), "us");
+    let mut rec = base_record(
+        b.fp,
+        b.root,
+        crate::foundation::keys::key_of(&experiment),
+        name.to_string(),
+        "us",
+    );
     let report = &run.report;
     rec.recipe = Some(name.to_string());
     rec.recipe_path = Some(path.to_string());

@@ -275,7 +275,9 @@ fn threads_for(n: usize) -> usize {
 pub fn fill(dtype: DType, count: u64, init: &Init, seed: u64) -> Vec<u8> {
     let size = dtype.size();
     let mut out = vec![0u8; count as usize * size];
-    let per = (count as usize).div_ceil(threads_for(count as usize)).max(1);
+    let per = (count as usize)
+        .div_ceil(threads_for(count as usize))
+        .max(1);
     std::thread::scope(|s| {
         for (c, chunk) in out.chunks_mut(per * size).enumerate() {
             s.spawn(move || fill_range(dtype, init, seed, (c * per) as u64, chunk));
@@ -668,10 +670,9 @@ impl<'j> Loaded<'j> {
             let bytes = count as usize * dtype.size();
             match &self.host_init[i] {
                 // SAFETY: the buffer holds `bytes` bytes, the length of its initial data.
-                Some(d) if !d.is_empty() => ck(
-                    unsafe { cu::memcpy_htod_sync(p, d) },
-                    "resetting an output",
-                )?,
+                Some(d) if !d.is_empty() => {
+                    ck(unsafe { cu::memcpy_htod_sync(p, d) }, "resetting an output")?
+                }
                 _ => ck(
                     // SAFETY: as above, on this job's stream.
                     unsafe {
@@ -782,14 +783,20 @@ impl Loaded<'_> {
     ) -> Result<f64, CudaFailure> {
         // SAFETY: the events and the stream are live.
         unsafe {
-            ck(cu::event::record(ev.start, self.stream), "recording an event")?;
+            ck(
+                cu::event::record(ev.start, self.stream),
+                "recording an event",
+            )?;
             what()?;
             ck(cu::event::record(ev.end, self.stream), "recording an event")?;
             ck(
                 cu::event::synchronize(ev.end),
                 &format!("running {}", self.job.kernel.kernel),
             )?;
-            Ok(f64::from(ck(cu::event::elapsed(ev.start, ev.end), "reading an event")?) * 1e3)
+            Ok(f64::from(ck(
+                cu::event::elapsed(ev.start, ev.end),
+                "reading an event",
+            )?) * 1e3)
         }
     }
 
@@ -816,7 +823,12 @@ impl Loaded<'_> {
     }
 
     /// Warms up, then samples until the noise target (or a limit) is met.
-    fn time(&mut self, t: &Timing, report: &mut Report, laps: &mut Laps) -> Result<(), CudaFailure> {
+    fn time(
+        &mut self,
+        t: &Timing,
+        report: &mut Report,
+        laps: &mut Laps,
+    ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
         // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
         self.reset_outputs(false)?;
@@ -877,7 +889,10 @@ impl Loaded<'_> {
                     (v.max(1 << 20) as usize) * 2
                 };
                 // SAFETY: freed by `bufs`.
-                let p = ck(unsafe { cu::malloc_sync(l2) }, "allocating the L2 flush buffer")?;
+                let p = ck(
+                    unsafe { cu::malloc_sync(l2) },
+                    "allocating the L2 flush buffer",
+                )?;
                 self.bufs.ptrs.push(p);
                 report.launches_per_sample = 1;
                 Ok(Sampling::Single {
@@ -894,7 +909,10 @@ impl Loaded<'_> {
                 for _ in 0..GRAPH_OVERHEAD_RUNS {
                     // SAFETY: a live graph on a live stream.
                     costs.push(self.timed(ev, || {
-                        ck(unsafe { cu::graph::launch(empty, self.stream) }, "launching a graph")
+                        ck(
+                            unsafe { cu::graph::launch(empty, self.stream) },
+                            "launching a graph",
+                        )
                     })?);
                 }
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
@@ -938,7 +956,10 @@ impl Loaded<'_> {
                 } => {
                     let us = self.timed(ev, || {
                         // SAFETY: a live graph on a live stream.
-                        ck(unsafe { cu::graph::launch(graph, self.stream) }, "launching the graph")
+                        ck(
+                            unsafe { cu::graph::launch(graph, self.stream) },
+                            "launching the graph",
+                        )
                     })?;
                     (us - overhead).max(0.0) / f64::from(batch)
                 }
@@ -1061,7 +1082,11 @@ mod tests {
             Init::Iota,
         ] {
             for dtype in [DType::F32, DType::F16, DType::F64, DType::I32] {
-                assert_eq!(fill(dtype, n, &init, 5), serial(dtype, n, &init, 5), "{init:?}");
+                assert_eq!(
+                    fill(dtype, n, &init, 5),
+                    serial(dtype, n, &init, 5),
+                    "{init:?}"
+                );
             }
         }
         // The first draws of a split fill are the old sequential generator's.
@@ -1070,7 +1095,15 @@ mod tests {
             .flat_map(|_| (rng.uniform() as f32).to_le_bytes())
             .collect();
         assert_eq!(
-            &fill(DType::F32, n, &Init::Uniform { low: 0.0, high: 1.0 }, 9)[..16],
+            &fill(
+                DType::F32,
+                n,
+                &Init::Uniform {
+                    low: 0.0,
+                    high: 1.0
+                },
+                9
+            )[..16],
             &first[..]
         );
         // A split comparison finds the same first mismatch, counts and maxima.
@@ -1110,8 +1143,7 @@ mod tests {
             ),
         ] {
             assert_eq!(f.to_string(), text);
-            let back: Failure =
-                serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+            let back: Failure = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
             assert_eq!(back, f);
         }
     }
