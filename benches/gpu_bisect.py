@@ -14,7 +14,8 @@
    (a few us, `--timing graph`), N random histories of 40 to 160 commits with a random culprit
    that makes the kernel 1.5 times the threshold slower and two broken builds near it (skips),
    and N A/A histories (the culprit only edits a comment): right culprits, A/A runs with no
-   culprit, evaluations and wall time.
+   culprit, evaluations and wall time. Every commit is a distinct build (`--shared-builds`:
+   only the culprit changes the build, so identical builds share their measurements).
 
 Usage: python3 benches/gpu_bisect.py [--repro PATH] [--runs N] [--acceptance] [--seed S]
 """
@@ -130,6 +131,7 @@ def main():
     ap.add_argument("--devices", default="0,1")
     ap.add_argument("--acceptance", action="store_true", help="#29's random histories, big and small kernel")
     ap.add_argument("--seed", type=int, default=29)
+    ap.add_argument("--shared-builds", action="store_true", help="acceptance: only the culprit changes the build")
     a = ap.parse_args()
     if a.speedup:
         return speedup(a)
@@ -197,7 +199,9 @@ def acceptance(a):
 
                     def files(i, kind=kind, culprit=culprit, broken=broken):
                         after = i >= culprit
-                        text = SPIN.format(i=0, iters=slow_iters if (after and kind == "slow") else iters,
+                        # Every commit a distinct build (its version line), so that every
+                        # step is measured, none answered by an identical build's samples.
+                        text = SPIN.format(i=0 if a.shared_builds else i, iters=slow_iters if (after and kind == "slow") else iters,
                                            comment=" // tidied" if (after and kind == "aa") else "")
                         if i in broken:
                             text += BROKEN

@@ -2,7 +2,8 @@
 # #29 goals 1-3 on the GPU machine, before and after in one run: the phase/overhead and
 # small-kernel tables (benches/gpu_bench_phases.py) for both binaries, then the acceptance
 # bisections (benches/gpu_bisect.py --acceptance) for each binary given in BISECT (default:
-# the after binary only; RUNS bisections and RUNS A/A bisections per kernel).
+# the after binary only; RUNS bisections and RUNS A/A bisections per kernel; BISECT_ARGS
+# passes more options, e.g. --shared-builds).
 #
 #   benches/gpu_perf29.sh BEFORE_BINARY AFTER_BINARY
 #
@@ -16,5 +17,5 @@ python3 benches/gpu_bench_phases.py --binary before="$before" --binary after="$a
   --runs "${PHASE_RUNS:-3}" --small-runs "${SMALL_RUNS:-5}"
 for b in ${BISECT:-$after}; do
   echo "== acceptance bisections with $b"
-  python3 benches/gpu_bisect.py --repro "$b" --acceptance --runs "${RUNS:-20}"
+  python3 benches/gpu_bisect.py --repro "$b" --acceptance --runs "${RUNS:-20}" ${BISECT_ARGS:-}
 done
