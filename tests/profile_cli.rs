@@ -55,7 +55,7 @@ case "$FAKE_NCU_MODE" in
     echo "==ERROR== Failed to find metric regex:^bogus__metric$"
     exit 1 ;;
   crash)
-    echo '{"check":null,"samples-us":[],"launches-per-sample":1,"warmup-launches":0,"converged":false,"sm-clock-mhz":null,"throttled":false,"error":"CUDA_ERROR_ILLEGAL_ADDRESS during launching vector_add"}'
+    echo '{"check":null,"samples-us":[],"launches-per-sample":1,"warmup-launches":0,"converged":false,"sm-clock-mhz":null,"throttled":false,"error":{"kind":"driver","name":"CUDA_ERROR_ILLEGAL_ADDRESS","during":"launching vector_add"}}'
     exit 1 ;;
 esac
 while [ $# -gt 0 ]; do

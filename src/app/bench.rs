@@ -1,7 +1,7 @@
 //! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
 //! (time any command, or read a metric from its output, over separate processes).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use crate::engines::build::{self, Options};
 use crate::engines::catalog;
 use crate::engines::export;
 use crate::engines::fingerprint::{self, Demand};
+use crate::engines::gpurun::Phase;
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
@@ -163,14 +164,22 @@ pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
 
 /// Runs `repro bench`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
+    let started = Instant::now();
     let root = g.project_root();
     g.config()?;
     let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
     let store = g.store();
     store.check_schema()?;
+    let mut timed = Timed {
+        run: vec![Phase {
+            name: "fingerprint".into(),
+            ms: started.elapsed().as_secs_f64() * 1e3,
+        }],
+        points: Vec::new(),
+    };
     let results = match &a.command {
         Some(cmd) => command_bench(g, &a, cmd, &fp, &store)?,
-        None => recipe_bench(g, &a, &root, &fp, &store)?,
+        None => recipe_bench(g, &a, &root, &fp, &store, &mut timed)?,
     };
     let rows: Vec<export::Row> = results
         .iter()
@@ -182,16 +191,45 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     if g.json {
         let list: Vec<Value> = results
             .iter()
-            .map(|(id, rec)| {
+            .enumerate()
+            .map(|(i, (id, rec))| {
                 let mut r = records::to_json(rec);
                 r["id"] = json!(id);
+                if let Some(p) = timed.points.get(i) {
+                    r["phases"] = json!(p);
+                }
                 r
             })
             .collect();
-        emit_json(&json!({ "schema": 1, "results": list }))?;
+        emit_json(&json!({ "schema": 1, "results": list, "phases": timed.run }))?;
     }
     let bad = results.iter().any(|(_, r)| r.verdict != ResultVerdict::Ok);
     Ok(if bad { exit::MISMATCH } else { exit::OK })
+}
+
+/// Where a bench's wall time went: the run's own phases (fingerprint, build, resolving),
+/// and each point's (the child's phases and the process around them).
+struct Timed {
+    run: Vec<Phase>,
+    points: Vec<Vec<Phase>>,
+}
+
+/// The phase table `-v` prints for one point: the run's phases, the point's, their total
+/// and how much of it was not the kernel's own timed runs.
+fn phase_table(name: &str, run: &[Phase], point: &[Phase], rec: &ResultRecord) -> String {
+    let mut out = format!("phases of {name} {} (ms):\n", rec.params_text());
+    for p in run.iter().chain(point) {
+        out.push_str(&format!("  {:<12} {:>9.1}\n", p.name, p.ms));
+    }
+    let total: f64 = run.iter().chain(point).map(|p| p.ms).sum();
+    let launches = f64::from(rec.launches_per_sample.unwrap_or(1));
+    let kernel: f64 = rec.samples.iter().sum::<f64>() * launches / 1e3;
+    out.push_str(&format!(
+        "  {:<12} {total:>9.1}  (kernel's timed runs {kernel:.1}, the rest {:.1})\n",
+        "total",
+        total - kernel
+    ));
+    out
 }
 
 fn settings(a: &Args) -> Settings {
@@ -210,34 +248,9 @@ fn settings(a: &Args) -> Settings {
     }
 }
 
-fn base_record(
-    fp: &fingerprint::Fingerprint,
-    root: &std::path::Path,
-    key: String,
-    name: String,
-    unit: &str,
-) -> ResultRecord {
-    ResultRecord::new(
-        fp.to_json(),
-        fp.lookup("gpu.name")
-            .first()
-            .and_then(|f| f.value().map(str::to_string))
-            .unwrap_or_else(|| "no GPU".into()),
-        crate::foundation::git::head_commit(root),
-        fp.get("repo.dirty").value() == Some("true"),
-        key,
-        name,
-        unit,
-    )
-}
-
-fn recipe_bench(
-    g: &Globals,
-    a: &Args,
-    root: &std::path::Path,
-    fp: &fingerprint::Fingerprint,
-    store: &crate::foundation::store::Store,
-) -> anyhow::Result<Vec<(String, ResultRecord)>> {
+/// The recipe `repro bench RECIPE` names, with `--param` applied, checked for what a
+/// bench needs before anything is built.
+fn bench_recipe(a: &Args, root: &std::path::Path) -> anyhow::Result<recipe::Recipe> {
     let name = a
         .recipe
         .as_deref()
@@ -259,51 +272,68 @@ fn recipe_bench(
         .hint("give a duration (`--warmup 200ms`); a count of runs is for --command")
         .into());
     }
-    let s = settings(a);
     // Resolve every point once before building, with no module to read symbols from, so that
     // a recipe's own mistakes are reported even on a machine without a compiler.
     bench::resolve(
         &r.sections,
         std::path::Path::new(""),
-        &s,
+        &settings(a),
         a.check_only,
         a.time_anyway,
     )
     .map_err(|e| UserError::usage(located(&r.path, &e.to_string())))?;
-    if r.targets().len() > 1 {
-        // One artifact per target: run the one this GPU can load, and say which.
-        let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
-        let cc = fp.get(&cc_key).value().map(str::to_string);
-        let picked = cc.as_deref().and_then(|cc| r.for_capability(cc));
-        match (picked, cc) {
-            (Some(p), Some(cc)) => {
-                if !g.quiet {
-                    say!(
-                        "note: recipe `{}` builds for {}; GPU {} has compute capability {cc}, so this runs the {} build",
-                        r.name,
-                        r.targets().join(", "),
-                        a.device,
-                        p.targets()[0]
-                    );
-                }
-                r = p;
-            }
-            (_, cc) => {
-                return Err(UserError::with_code(
-                    exit::ENVIRONMENT,
-                    format!(
-                        "recipe `{}` builds for {}, and none of them runs on GPU {} (compute capability {})",
-                        r.name,
-                        r.targets().join(", "),
-                        a.device,
-                        cc.as_deref().unwrap_or("unknown")
-                    ),
-                )
-                .hint("add this GPU's target to `targets`")
-                .into());
-            }
-        }
+    Ok(r)
+}
+
+/// The one build of a multi-target recipe that this GPU can load, and a note saying which.
+fn pick_target(
+    g: &Globals,
+    a: &Args,
+    fp: &fingerprint::Fingerprint,
+    r: recipe::Recipe,
+) -> anyhow::Result<recipe::Recipe> {
+    if r.targets().len() <= 1 {
+        return Ok(r);
     }
+    let cc_key = format!("gpu.devices.{}.compute-capability", a.device);
+    let cc = fp.get(&cc_key).value().map(str::to_string);
+    let picked = cc.as_deref().and_then(|cc| r.for_capability(cc));
+    match (picked, cc) {
+        (Some(p), Some(cc)) => {
+            if !g.quiet {
+                say!(
+                    "note: recipe `{}` builds for {}; GPU {} has compute capability {cc}, so this runs the {} build",
+                    r.name,
+                    r.targets().join(", "),
+                    a.device,
+                    p.targets()[0]
+                );
+            }
+            Ok(p)
+        }
+        (_, cc) => Err(UserError::with_code(
+            exit::ENVIRONMENT,
+            format!(
+                "recipe `{}` builds for {}, and none of them runs on GPU {} (compute capability {})",
+                r.name,
+                r.targets().join(", "),
+                a.device,
+                cc.as_deref().unwrap_or("unknown")
+            ),
+        )
+        .hint("add this GPU's target to `targets`")
+        .into()),
+    }
+}
+
+/// Builds the recipe; the build and the module to load (a CUBIN, else PTX).
+fn build_module(
+    g: &Globals,
+    a: &Args,
+    root: &std::path::Path,
+    store: &crate::foundation::store::Store,
+    r: &recipe::Recipe,
+) -> anyhow::Result<(build::Outcome, build::OutputInfo)> {
     let opts = Options {
         toolchain: a.toolchain.clone(),
         pins: Some(g.pins()?),
@@ -312,7 +342,7 @@ fn recipe_bench(
         python: g.python.clone(),
         ..Options::default()
     };
-    let built = build::build(root, store, &r, &opts)
+    let built = build::build(root, store, r, &opts)
         .with_context(|| format!("failed to build recipe `{}`", r.name))?;
     if built.status != "ok" {
         let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();
@@ -331,7 +361,19 @@ fn recipe_bench(
         .outputs
         .get("cubin")
         .or_else(|| built.outputs.get("ptx"))
+        .cloned()
         .ok_or_else(|| UserError::usage("the build produced neither a cubin nor PTX to load"))?;
+    Ok((built, module))
+}
+
+/// The sweep's points against the built module, each checked against the kernel's PTX
+/// parameters when there is PTX.
+fn points(
+    a: &Args,
+    r: &recipe::Recipe,
+    built: &build::Outcome,
+    module: &build::OutputInfo,
+) -> anyhow::Result<Vec<bench::Point>> {
     let ptx = built
         .outputs
         .get("ptx")
@@ -339,7 +381,7 @@ fn recipe_bench(
     let points = bench::resolve(
         &r.sections,
         std::path::Path::new(&module.path),
-        &s,
+        &settings(a),
         a.check_only,
         a.time_anyway,
     )
@@ -358,29 +400,46 @@ fn recipe_bench(
             }
         }
     }
+    Ok(points)
+}
+
+fn recipe_bench(
+    g: &Globals,
+    a: &Args,
+    root: &std::path::Path,
+    fp: &fingerprint::Fingerprint,
+    store: &crate::foundation::store::Store,
+    timed: &mut Timed,
+) -> anyhow::Result<Vec<(String, ResultRecord)>> {
+    let mut laps = Instant::now();
+    let mut lap = |name: &str, timed: &mut Timed| {
+        let now = Instant::now();
+        timed.run.push(Phase {
+            name: name.into(),
+            ms: (now - laps).as_secs_f64() * 1e3,
+        });
+        laps = now;
+    };
+    let r = pick_target(g, a, fp, bench_recipe(a, root)?)?;
+    let (built, module) = build_module(g, a, root, store, &r)?;
+    lap("build", timed);
+    let points = points(a, &r, &built, &module)?;
     // Everything above works without a GPU: recipe, build and argument errors come first.
-    crate::foundation::driverlib::ensure();
-    // SAFETY: only probes for the library by name.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU")
-            .hint("run it on a GPU machine, use `--command` to benchmark a command, or `repro build` to only build")
-            .into());
-    }
-    let count: usize = fp
-        .get("gpu.count")
-        .value()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    if a.device >= count {
-        return Err(UserError::usage(format!(
-            "--device {} is out of range: {count} GPU(s) visible",
-            a.device
-        ))
-        .hint("devices are numbered from 0; check CUDA_VISIBLE_DEVICES")
-        .into());
-    }
-    let must = bench::must_match(fp);
+    bench::gpu_ready(fp, a.device)?;
+    lap("resolve", timed);
+    let s = settings(a);
     let peaks = roofline_peaks(g, fp, a.device, &points);
+    let ctx = bench::RecipeBench {
+        fp,
+        root,
+        recipe: (&r.name, &r.path),
+        build: (&built.key, &module.sha256),
+        settings: &s,
+        check_only: a.check_only,
+        peaks: peaks.as_ref(),
+    };
+    let exec = bench::ProcessExecutor::current()
+        .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
     let mut out = Vec::new();
     // A sweep's points each take seconds on the GPU: a bar with an ETA on a terminal.
     let bar = crate::foundation::output::progress(g.quiet || g.json, points.len() as u64, "points");
@@ -390,57 +449,25 @@ fn recipe_bench(
             r.name,
             crate::foundation::records::params_text(&bench::params_json(&p.params))
         ));
-        let report = bench::run_child(&p.job, a.timeout)
+        let ran = bench::bench_job(&exec, &p.job, a.timeout)
             .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
-        let (verdict, detail) = if report
-            .error
-            .as_deref()
-            .is_some_and(|e| e.starts_with("TIMEOUT"))
-        {
-            (ResultVerdict::Timeout, report.error.clone())
-        } else {
-            bench::verdict(&report)
-        };
-        let summary = bench::summarize(&report.samples_us);
-        let (gbps, tflops) = summary.as_ref().map_or((None, None), |s| {
-            bench::throughput(s.median, p.bytes, p.flops)
-        });
-        let experiment = json!({
-            "build-key": built.key, "must-match": must, "params": bench::params_json(&p.params),
-            "settings": s, "check-only": a.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
-        });
-        let mut rec = base_record(fp, root, keys::key_of(&experiment), r.name.clone(), "us");
-        rec.recipe = Some(r.name.clone());
-        rec.recipe_path = Some(r.path.clone());
-        rec.params = bench::params_json(&p.params);
-        rec.build_key = Some(built.key.clone());
-        rec.artifact = Some(module.sha256.clone());
-        rec.settings = Some(s.clone());
-        rec.launch = Some(p.job.kernel.clone());
-        rec.reference = Some(p.job.reference.clone());
-        rec.args = Some(p.job.args.clone());
-        rec.verdict = verdict;
-        rec.detail = detail;
-        rec.check = Some(report.check.clone());
-        rec.samples = report.samples_us.clone();
-        rec.summary = summary;
-        rec.throughput = Some(records::Throughput {
-            gb_per_s: gbps,
-            tflops,
-            roofline: peaks
-                .as_ref()
-                .and_then(|p| crate::foundation::roofline::Roofline::judge(gbps, tflops, p)),
-        });
-        rec.launches_per_sample = Some(report.launches_per_sample);
-        rec.warmup_launches = Some(report.warmup_launches);
-        rec.converged = report.converged;
-        rec.sm_clock_mhz = Some(report.sm_clock_mhz);
-        rec.throttled = Some(report.throttled);
+        let rec = bench::recipe_record(&ctx, &p, &ran);
+        let t = Instant::now();
         let id = catalog::put_result(store, &rec)?;
+        let mut phases = ran.phases();
+        phases.push(Phase {
+            name: "record".into(),
+            ms: t.elapsed().as_secs_f64() * 1e3,
+        });
         // -q prints only problems: a result that is not ok.
         if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
             bar.suspend(|| emit(&render(&id, &rec, g)))?;
         }
+        if g.verbose > 0 {
+            let run = if out.is_empty() { &timed.run[..] } else { &[] };
+            bar.suspend(|| eprint!("{}", phase_table(&r.name, run, &phases, &rec)));
+        }
+        timed.points.push(phases);
         bar.inc(1);
         out.push((id, rec));
     }
@@ -524,7 +551,7 @@ fn command_bench(
         (_, None) => "",
     };
     let experiment = json!({ "command": cmd, "metric": metric.text(), "must-match": bench::must_match(fp), "commit": crate::foundation::git::head_commit(&root) });
-    let mut rec = base_record(fp, &root, keys::key_of(&experiment), name, unit);
+    let mut rec = bench::base_record(fp, &root, keys::key_of(&experiment), name, unit);
     rec.command = Some(cmd.to_string());
     rec.metric = Some(metric.text().to_string());
     rec.verdict = verdict;

@@ -125,6 +125,10 @@ pub struct Args {
     /// Bench mode: each process samples for at least this long.
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
     min_time: Duration,
+    /// Bench mode: how each process samples, as `repro bench --mode` (graph: CUDA-graph
+    /// batches, for kernels of a few microseconds).
+    #[arg(long, value_enum, default_value = "cold")]
+    timing: crate::foundation::records::Mode,
     /// Follow only the first parent of merges.
     #[arg(long)]
     first_parent: bool,
@@ -953,7 +957,7 @@ fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion 
         command,
         params: a.param.clone(),
         settings: Settings {
-            mode: crate::foundation::records::Mode::Cold,
+            mode: a.timing,
             max_noise: 0.005,
             min_samples: 10,
             max_samples: 100_000,

@@ -43,6 +43,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::toolchain::install::InstallError,
             crate::engines::bisect::toolchains::ToolchainBisectError,
             crate::engines::nvbench::NvbenchError,
+            crate::engines::bench::GpuError,
             crate::engines::replay::ReplayError,
             crate::engines::profile::ProfileError,
             crate::engines::roofline::CalibrationError,

@@ -9,17 +9,18 @@
 //! measurements of one experiment accumulate under one key.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::engines::fingerprint::Fingerprint;
-use crate::engines::gpurun::{Job, Report, Timing};
+use crate::engines::gpurun::{Failure, Job, Phase, Report, Timing};
 use crate::foundation::expr::Value as ExprValue;
 use crate::foundation::fields::{SPECS, Tier};
 use crate::foundation::process::{Cmd, Output, ProcessError};
-use crate::foundation::records::{ArgSpec, LaunchSpec, ResultVerdict, Settings};
+use crate::foundation::records::{ArgSpec, LaunchSpec, ResultRecord, ResultVerdict, Settings};
 use crate::foundation::runspec::{Arg, DType, Launch, Sections};
 use crate::foundation::stats;
 
@@ -563,7 +564,13 @@ pub fn check_arity(ptx: &str, launch: &LaunchSpec, args: &[ArgSpec]) -> Result<(
 /// The verdict of one result.
 pub fn verdict(report: &Report) -> (ResultVerdict, Option<String>) {
     if let Some(e) = &report.error {
-        return (ResultVerdict::Crash, Some(e.clone()));
+        let v = match e {
+            Failure::Timeout { .. } => ResultVerdict::Timeout,
+            Failure::Driver { .. } | Failure::Exit { .. } | Failure::Signal { .. } => {
+                ResultVerdict::Crash
+            }
+        };
+        return (v, Some(e.to_string()));
     }
     if let Some(checks) = &report.check
         && let Some(bad) = checks.iter().find(|c| c.mismatches > 0)
@@ -768,36 +775,219 @@ fn run_child_seeing(
             if let Ok(report) = parsed {
                 return Ok(report);
             }
-            let why = match out.status.code() {
-                Some(c) if !out.stdout.is_empty() => format!(
-                    "the benchmark process exited with code {c} but its report could not be read ({})",
-                    parsed.err().map(|e| e.to_string()).unwrap_or_default()
-                ),
-                Some(c) => format!("the benchmark process exited with code {c} without a report"),
-                None => format!(
-                    "the benchmark process {}",
-                    crate::foundation::process::describe_status(out.status)
-                ),
-            };
             let stderr = out.stderr_str();
             let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
+            let failure = match (out.status.code(), out.status.signal()) {
+                (Some(code), _) => Failure::Exit {
+                    code,
+                    unreadable: (!out.stdout.is_empty())
+                        .then(|| parsed.err().map(|e| e.to_string()).unwrap_or_default()),
+                    tail,
+                },
+                (None, Some(signal)) => Failure::Signal { signal, tail },
+                (None, None) => Failure::Exit {
+                    code: -1,
+                    unreadable: None,
+                    tail,
+                },
+            };
             Ok(Report {
-                error: Some(format!(
-                    "{why}: {}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                )),
+                error: Some(failure),
                 ..Report::default()
             })
         }
         Err(ProcessError::Timeout { .. }) => Ok(Report {
-            error: Some(format!(
-                "TIMEOUT: no answer within {}",
-                humantime::format_duration(timeout)
-            )),
+            error: Some(Failure::Timeout {
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
             ..Report::default()
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// One GPU job, run and judged: the report of its child and what it means.
+#[derive(Debug)]
+pub struct JobRun {
+    /// The child's report.
+    pub report: Report,
+    /// Its verdict (a timeout and a crash are told apart by the failure's variant).
+    pub verdict: ResultVerdict,
+    /// Why it is not ok.
+    pub detail: Option<String>,
+    /// The samples' statistics.
+    pub summary: Option<stats::Summary>,
+    /// The wall time of the child process, from its start to its report (ms).
+    pub process_ms: f64,
+}
+
+impl JobRun {
+    /// The phases of the job: the child's own, then `process` (starting the child and
+    /// reading its report: the rest of the child's wall time).
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut v = self.report.phases.clone();
+        let inside: f64 = v.iter().map(|p| p.ms).sum();
+        v.push(Phase {
+            name: "process".into(),
+            ms: (self.process_ms - inside).max(0.0),
+        });
+        v
+    }
+}
+
+/// Benches one resolved job: runs the GPU child through `exec` with a timeout and judges
+/// its report. `repro bench`, replay and the bisection's check and bench steps all run
+/// their jobs through this one function.
+pub fn bench_job(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<JobRun, ChildError> {
+    let t = Instant::now();
+    let report = run_child_with(exec, job, timeout)?;
+    let process_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (verdict, detail) = verdict(&report);
+    let summary = summarize(&report.samples_us);
+    Ok(JobRun {
+        report,
+        verdict,
+        detail,
+        summary,
+        process_ms,
+    })
+}
+
+/// Why no recipe can be run on a GPU here.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No driver library.
+    #[error("no NVIDIA driver on this machine: `repro bench RECIPE` runs kernels on a GPU")]
+    NoDriver,
+    /// The device asked for is not there.
+    #[error("--device {device} is out of range: {count} GPU(s) visible")]
+    NoDevice {
+        /// The ordinal asked for.
+        device: usize,
+        /// How many the fingerprint saw.
+        count: usize,
+    },
+}
+
+impl crate::foundation::error::Diagnose for GpuError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            GpuError::NoDriver => crate::foundation::exit::ENVIRONMENT,
+            GpuError::NoDevice { .. } => crate::foundation::exit::USAGE,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            GpuError::NoDriver => "run it on a GPU machine, use `--command` to benchmark a command, or `repro build` to only build".into(),
+            GpuError::NoDevice { .. } => "devices are numbered from 0; check CUDA_VISIBLE_DEVICES".into(),
+        })
+    }
+}
+
+/// Whether recipes can run on `device` here: a driver, and that device in the fingerprint.
+pub fn gpu_ready(fp: &Fingerprint, device: usize) -> Result<(), GpuError> {
+    if !crate::engines::fingerprint::cuda::driver_present() {
+        return Err(GpuError::NoDriver);
+    }
+    let count: usize = fp
+        .get("gpu.count")
+        .value()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    if device >= count {
+        return Err(GpuError::NoDevice { device, count });
+    }
+    Ok(())
+}
+
+/// A result record's common part: the fingerprint, the GPU, the commit, the experiment.
+pub fn base_record(
+    fp: &Fingerprint,
+    root: &Path,
+    key: String,
+    name: String,
+    unit: &str,
+) -> ResultRecord {
+    ResultRecord::new(
+        fp.to_json(),
+        fp.lookup("gpu.name")
+            .first()
+            .and_then(|f| f.value().map(str::to_string))
+            .unwrap_or_else(|| "no GPU".into()),
+        crate::foundation::git::head_commit(root),
+        fp.get("repo.dirty").value() == Some("true"),
+        key,
+        name,
+        unit,
+    )
+}
+
+/// What every result of one recipe bench shares.
+pub struct RecipeBench<'a> {
+    /// The machine.
+    pub fp: &'a Fingerprint,
+    /// The project root (for the commit).
+    pub root: &'a Path,
+    /// The recipe's name and path.
+    pub recipe: (&'a str, &'a str),
+    /// The build's key and the loaded artifact's digest.
+    pub build: (&'a str, &'a str),
+    /// How it was measured.
+    pub settings: &'a Settings,
+    /// `--check-only`.
+    pub check_only: bool,
+    /// The device's measured peaks, when the recipe states its work (roofline figures).
+    pub peaks: Option<&'a crate::foundation::roofline::Peaks>,
+}
+
+/// The result record of one point of a recipe bench.
+pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultRecord {
+    let (gbps, tflops) = run
+        .summary
+        .as_ref()
+        .map_or((None, None), |s| throughput(s.median, p.bytes, p.flops));
+    let experiment = json!({
+        "build-key": b.build.0, "must-match": must_match(b.fp), "params": params_json(&p.params),
+        "settings": b.settings, "check-only": b.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
+    });
+    let (name, path) = b.recipe;
+    let mut rec = base_record(
+        b.fp,
+        b.root,
+        crate::foundation::keys::key_of(&experiment),
+        name.to_string(),
+        "us",
+    );
+    let report = &run.report;
+    rec.recipe = Some(name.to_string());
+    rec.recipe_path = Some(path.to_string());
+    rec.params = params_json(&p.params);
+    rec.build_key = Some(b.build.0.to_string());
+    rec.artifact = Some(b.build.1.to_string());
+    rec.settings = Some(b.settings.clone());
+    rec.launch = Some(p.job.kernel.clone());
+    rec.reference = Some(p.job.reference.clone());
+    rec.args = Some(p.job.args.clone());
+    rec.verdict = run.verdict;
+    rec.detail = run.detail.clone();
+    rec.check = Some(report.check.clone());
+    rec.samples = report.samples_us.clone();
+    rec.summary = run.summary.clone();
+    rec.throughput = Some(crate::foundation::records::Throughput {
+        gb_per_s: gbps,
+        tflops,
+        roofline: b
+            .peaks
+            .and_then(|pk| crate::foundation::roofline::Roofline::judge(gbps, tflops, pk)),
+    });
+    rec.launches_per_sample = Some(report.launches_per_sample);
+    rec.graph_overhead_us = report.graph_overhead_us;
+    rec.warmup_launches = Some(report.warmup_launches);
+    rec.converged = report.converged;
+    rec.sm_clock_mhz = Some(report.sm_clock_mhz);
+    rec.throttled = Some(report.throttled);
+    rec
 }
 
 /// The summary statistics of samples (seeded by the samples themselves: deterministic).
@@ -1615,24 +1805,33 @@ mod tests {
         ]);
         let run = || run_child_seeing(&exec, &job, None, t);
         assert_eq!(run().unwrap(), sent);
+        let text = |r: Report| r.error.map(|e| e.to_string());
         assert_eq!(
-            run().unwrap().error.as_deref(),
+            text(run().unwrap()).as_deref(),
             Some("the benchmark process exited with code 4 without a report: CUDA_ERROR_NO_DEVICE")
         );
-        let e = run().unwrap().error.unwrap();
+        let e = text(run().unwrap()).unwrap();
         assert!(
             e.starts_with(
                 "the benchmark process exited with code 0 but its report could not be read ("
             ),
             "{e}"
         );
+        let killed = run().unwrap();
         assert_eq!(
-            run().unwrap().error.as_deref(),
+            text(killed.clone()).as_deref(),
             Some("the benchmark process was killed by SIGABRT (signal 6): ")
         );
+        assert_eq!(verdict(&killed).0, ResultVerdict::Crash);
+        // A timeout is its own variant, and its own verdict, whoever reads it.
+        let late = run().unwrap();
+        assert_eq!(late.error, Some(Failure::Timeout { after_ms: 5000 }));
         assert_eq!(
-            run().unwrap().error.as_deref(),
-            Some("TIMEOUT: no answer within 5s")
+            verdict(&late),
+            (
+                ResultVerdict::Timeout,
+                Some("TIMEOUT: no answer within 5s".into())
+            )
         );
         assert_eq!(
             run().unwrap_err().to_string(),

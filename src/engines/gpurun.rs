@@ -83,9 +83,98 @@ pub struct Report {
     pub sm_clock_mhz: Option<(u32, u32, u32)>,
     /// The clock after sampling was below 75% of the maximum.
     pub throttled: bool,
-    /// A CUDA error that ended the job (its name), if any.
-    pub error: Option<String>,
+    /// Graph mode: the median time (µs) of launching an empty graph, subtracted from each
+    /// sample before it is divided by the launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_overhead_us: Option<f64>,
+    /// What ended the job early, if anything.
+    pub error: Option<Failure>,
+    /// The wall time of each phase of the job, in order.
+    #[serde(default)]
+    pub phases: Vec<Phase>,
 }
+
+/// The wall time of one phase of a job (creating the context, filling inputs, sampling).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Phase {
+    /// What ran.
+    pub name: String,
+    /// For how long, in milliseconds.
+    pub ms: f64,
+}
+
+/// Why a GPU job ended without a full report: a CUDA call that failed in the child (it
+/// reports that itself), or how the child process ended, as its parent saw it. Callers
+/// tell these apart by variant (a timeout is a verdict of its own), never by the text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Failure {
+    /// A CUDA call failed (a trapping kernel, a refused allocation).
+    Driver {
+        /// The CUDA error's name (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+        name: String,
+        /// What was being done.
+        during: String,
+    },
+    /// The child exited without a report that could be read.
+    Exit {
+        /// Its exit code.
+        code: i32,
+        /// Why the report it printed could not be read, if it printed one.
+        unreadable: Option<String>,
+        /// The last lines of its stderr.
+        tail: String,
+    },
+    /// The child was killed by a signal.
+    Signal {
+        /// The signal's number.
+        signal: i32,
+        /// The last lines of its stderr.
+        tail: String,
+    },
+    /// The child gave no answer in time and was killed.
+    Timeout {
+        /// The limit, in milliseconds.
+        after_ms: u64,
+    },
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Driver { name, during } => write!(f, "{name} during {during}"),
+            Failure::Exit {
+                code,
+                unreadable: Some(why),
+                tail,
+            } => write!(
+                f,
+                "the benchmark process exited with code {code} but its report could not be read ({why}): {tail}"
+            ),
+            Failure::Exit {
+                code,
+                unreadable: None,
+                tail,
+            } => write!(
+                f,
+                "the benchmark process exited with code {code} without a report: {tail}"
+            ),
+            Failure::Signal { signal, tail } => write!(
+                f,
+                "the benchmark process was killed by {} (signal {signal}): {tail}",
+                crate::foundation::process::signal_name(*signal)
+            ),
+            Failure::Timeout { after_ms } => write!(
+                f,
+                "TIMEOUT: no answer within {}",
+                humantime::format_duration(std::time::Duration::from_millis(*after_ms))
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
 
 /// A CUDA failure with the call that produced it.
 #[derive(Debug)]
@@ -110,6 +199,11 @@ impl Rng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Self {
         Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+    /// Skips `n` draws: the generator is a counter, so element `i` of a fill can be drawn
+    /// without drawing the ones before it (fills are split over threads).
+    pub fn skip(&mut self, n: u64) {
+        self.0 = self.0.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     }
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
@@ -163,11 +257,47 @@ pub fn decode(dtype: DType, bytes: &[u8], i: usize) -> f64 {
     }
 }
 
-/// The host bytes of a buffer filled as `init` says.
+/// Fills and comparisons of at least this many elements are split over threads.
+const PARALLEL_FROM: usize = 1 << 16;
+
+/// How many threads to split `n` elements over (one below [`PARALLEL_FROM`]).
+fn threads_for(n: usize) -> usize {
+    if n < PARALLEL_FROM {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    cores.clamp(1, 32).min(n / (PARALLEL_FROM / 4)).max(1)
+}
+
+/// The host bytes of a buffer filled as `init` says. Large fills are split over threads;
+/// the bytes are the same as one thread's (each element's draws are found by
+/// [`Rng::skip`]).
 pub fn fill(dtype: DType, count: u64, init: &Init, seed: u64) -> Vec<u8> {
+    let size = dtype.size();
+    let mut out = vec![0u8; count as usize * size];
+    let per = (count as usize)
+        .div_ceil(threads_for(count as usize))
+        .max(1);
+    std::thread::scope(|s| {
+        for (c, chunk) in out.chunks_mut(per * size).enumerate() {
+            s.spawn(move || fill_range(dtype, init, seed, (c * per) as u64, chunk));
+        }
+    });
+    out
+}
+
+/// Fills `out` with elements `first..` of a fill.
+fn fill_range(dtype: DType, init: &Init, seed: u64, first: u64, out: &mut [u8]) {
+    let draws = match init {
+        Init::Uniform { .. } => 1,
+        Init::Normal { .. } => 2,
+        Init::Zeros | Init::Constant { .. } | Init::Iota => 0,
+    };
     let mut rng = Rng::new(seed);
-    let mut out = Vec::with_capacity(count as usize * dtype.size());
-    for i in 0..count {
+    rng.skip(first * draws);
+    let mut one = Vec::with_capacity(8);
+    for (k, dst) in out.chunks_exact_mut(dtype.size()).enumerate() {
+        let i = first + k as u64;
         let v = match init {
             Init::Zeros => 0.0,
             Init::Constant { value } => *value,
@@ -175,16 +305,18 @@ pub fn fill(dtype: DType, count: u64, init: &Init, seed: u64) -> Vec<u8> {
             Init::Uniform { low, high } => low + (high - low) * rng.uniform(),
             Init::Normal { mean, std } => mean + std * rng.normal(),
         };
-        encode(dtype, v, &mut out);
+        one.clear();
+        encode(dtype, v, &mut one);
+        dst.copy_from_slice(&one);
     }
-    out
 }
 
 /// The poison byte for outputs: 0xFF makes every float type NaN and every integer type
 /// its all-ones value, so unwritten elements are found.
 pub const POISON: u8 = 0xFF;
 
-/// Compares kernel output with reference output.
+/// Compares kernel output with reference output (large outputs split over threads; the
+/// result is the same as one thread's).
 pub fn compare_output(
     name: &str,
     dtype: DType,
@@ -194,11 +326,19 @@ pub fn compare_output(
     rtol: f64,
 ) -> OutputCheck {
     let n = got.len() / dtype.size();
-    let poisoned = |bytes: &[u8], i: usize| {
-        bytes[i * dtype.size()..(i + 1) * dtype.size()]
-            .iter()
-            .all(|b| *b == POISON)
-    };
+    let per = n.div_ceil(threads_for(n)).max(1);
+    let parts: Vec<OutputCheck> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n.div_ceil(per))
+            .map(|c| {
+                let range = c * per..((c + 1) * per).min(n);
+                s.spawn(move || compare_range(name, dtype, got, want, (atol, rtol), range))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a comparison does not panic"))
+            .collect()
+    });
     let mut c = OutputCheck {
         name: name.into(),
         elements: n as u64,
@@ -210,7 +350,44 @@ pub fn compare_output(
         rtol,
         first_mismatch: None,
     };
-    for i in 0..n {
+    for p in parts {
+        c.mismatches += p.mismatches;
+        c.unwritten += p.unwritten;
+        c.max_abs_err = c.max_abs_err.max(p.max_abs_err);
+        c.max_rel_err = c.max_rel_err.max(p.max_rel_err);
+        if c.first_mismatch.is_none() {
+            c.first_mismatch = p.first_mismatch;
+        }
+    }
+    c
+}
+
+/// [`compare_output`] over the elements in `range`.
+fn compare_range(
+    name: &str,
+    dtype: DType,
+    got: &[u8],
+    want: &[u8],
+    (atol, rtol): (f64, f64),
+    range: std::ops::Range<usize>,
+) -> OutputCheck {
+    let poisoned = |bytes: &[u8], i: usize| {
+        bytes[i * dtype.size()..(i + 1) * dtype.size()]
+            .iter()
+            .all(|b| *b == POISON)
+    };
+    let mut c = OutputCheck {
+        name: name.into(),
+        elements: range.len() as u64,
+        mismatches: 0,
+        unwritten: 0,
+        max_abs_err: 0.0,
+        max_rel_err: 0.0,
+        atol,
+        rtol,
+        first_mismatch: None,
+    };
+    for i in range {
         let (g, w) = (decode(dtype, got, i), decode(dtype, want, i));
         let unwritten = poisoned(got, i) && !poisoned(want, i);
         if unwritten {
@@ -245,6 +422,7 @@ pub fn compare_output(
     c
 }
 
+/// Device buffers, freed when dropped.
 struct Buffers {
     ptrs: Vec<sys::CUdeviceptr>,
 }
@@ -272,19 +450,131 @@ fn nvml_clocks(nvml: Option<&nvml_wrapper::Nvml>, uuid: Option<&str>) -> Option<
     ))
 }
 
-/// Runs a job on the GPU. A CUDA error ends it and is reported in [`Report::error`].
+/// The wall time of a job's phases, in order: each lap closes the phase that ran since the
+/// previous one.
+struct Laps {
+    phases: Vec<Phase>,
+    at: Instant,
+}
+
+impl Laps {
+    fn new() -> Self {
+        Laps {
+            phases: Vec::new(),
+            at: Instant::now(),
+        }
+    }
+    fn lap(&mut self, name: &str) {
+        let now = Instant::now();
+        self.phases.push(Phase {
+            name: name.to_string(),
+            ms: (now - self.at).as_secs_f64() * 1e3,
+        });
+        self.at = now;
+    }
+}
+
+/// Runs a job on the GPU. A CUDA error ends it and is reported in [`Report::error`]; the
+/// phases run until then are reported either way.
 pub fn run(job: &Job) -> Report {
     let mut report = Report::default();
-    if let Err(f) = run_inner(job, &mut report) {
-        report.error = Some(format!("{} during {}", f.name, f.during));
+    let mut laps = Laps::new();
+    if let Err(f) = run_inner(job, &mut report, &mut laps) {
+        report.error = Some(Failure::Driver {
+            name: f.name,
+            during: f.during,
+        });
     }
+    report.phases = laps.phases;
     report
 }
 
-fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
-    // SAFETY: the driver is present (the parent checked); every raw call below gets
-    // pointers to live locals or device allocations owned by `bufs`.
-    unsafe {
+/// Inputs of at most this many bytes in all are generated while the context is created;
+/// larger ones only after the device's free memory was checked, so that a job the device
+/// cannot hold never fills the host's memory first.
+const EARLY_FILL_BYTES: u64 = 8 << 30;
+
+/// Each argument's initial host bytes (`None` for scalars and uninitialised buffers).
+fn host_inputs(job: &Job) -> Vec<Option<Vec<u8>>> {
+    job.args
+        .iter()
+        .map(|a| match a {
+            ArgSpec::Buffer {
+                dtype,
+                count,
+                init,
+                seed,
+                ..
+            } => init.as_ref().map(|i| fill(*dtype, *count, i, *seed)),
+            ArgSpec::Scalar { .. } => None,
+        })
+        .collect()
+}
+
+fn run_inner(job: &Job, report: &mut Report, laps: &mut Laps) -> Result<(), CudaFailure> {
+    let input_bytes: u64 = job
+        .args
+        .iter()
+        .map(|a| match a {
+            ArgSpec::Buffer {
+                dtype,
+                count,
+                init: Some(_),
+                ..
+            } => count * dtype.size() as u64,
+            _ => 0,
+        })
+        .sum();
+    std::thread::scope(|s| {
+        // The inputs are generated on the CPU while the driver creates the context and
+        // loads the module: the two took about the same time for 2 x 64M floats.
+        let early = (input_bytes <= EARLY_FILL_BYTES).then(|| s.spawn(|| host_inputs(job)));
+        let mut g = Loaded::load(job, laps)?;
+        g.check_memory()?;
+        let inputs = match early {
+            Some(h) => h.join().expect("filling inputs does not panic"),
+            None => host_inputs(job),
+        };
+        g.alloc(inputs)?;
+        laps.lap("inputs");
+        g.run(report, laps)
+    })
+}
+
+impl Loaded<'_> {
+    /// Checks, then times (as the job says).
+    fn run(&mut self, report: &mut Report, laps: &mut Laps) -> Result<(), CudaFailure> {
+        if !self.check(report, laps)? {
+            return Ok(());
+        }
+        let Some(t) = &self.job.timing else {
+            return Ok(());
+        };
+        self.time(t, report, laps)
+    }
+}
+
+/// A job on the GPU: its context, stream, kernels and buffers.
+struct Loaded<'j> {
+    job: &'j Job,
+    /// Dropped before the context (fields drop in order).
+    bufs: Buffers,
+    /// Per argument, its buffer's index in `bufs` (`None` for a scalar).
+    slot: Vec<Option<usize>>,
+    /// Per argument, its initial host bytes (`None` for scalars and uninitialised outputs).
+    host_init: Vec<Option<Vec<u8>>>,
+    /// The kernel parameters' bytes; `arg_ptrs` points into them, so they never change.
+    params: Vec<Vec<u8>>,
+    arg_ptrs: Vec<*mut c_void>,
+    stream: sys::CUstream,
+    kernel: sys::CUfunction,
+    reference: Option<sys::CUfunction>,
+    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+}
+
+impl<'j> Loaded<'j> {
+    /// Creates the context and stream and loads the module's kernels.
+    fn load(job: &'j Job, laps: &mut Laps) -> Result<Self, CudaFailure> {
         let ctx = ck(
             cudarc::driver::CudaContext::new(job.device),
             "creating the context",
@@ -294,22 +584,27 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
             cu::stream::create(cu::stream::StreamKind::NonBlocking),
             "creating a stream",
         )?;
+        laps.lap("context");
         let mut image = std::fs::read(&job.module).map_err(|e| CudaFailure {
             name: "MODULE_UNREADABLE".into(),
             during: format!("reading {}: {e}", job.module),
         })?;
         // PTX must be NUL-terminated for cuModuleLoadData; a CUBIN is ignored past its end.
         image.push(0);
+        // SAFETY: the image is a live, NUL-terminated buffer.
         let module = ck(
-            cu::module::load_data(image.as_ptr().cast()),
+            unsafe { cu::module::load_data(image.as_ptr().cast()) },
             "loading the module",
         )?;
         let func = |name: &str| {
             ck(
-                cu::module::get_function(
-                    module,
-                    CString::new(name).expect("entry names are identifiers"),
-                ),
+                // SAFETY: the module was loaded above and is never unloaded.
+                unsafe {
+                    cu::module::get_function(
+                        module,
+                        CString::new(name).expect("entry names are identifiers"),
+                    )
+                },
                 &format!("finding kernel {name}"),
             )
         };
@@ -319,30 +614,35 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
             .as_ref()
             .map(|r| func(&r.kernel))
             .transpose()?;
+        laps.lap("module");
+        Ok(Loaded {
+            job,
+            bufs: Buffers { ptrs: Vec::new() },
+            slot: Vec::new(),
+            host_init: Vec::new(),
+            params: Vec::new(),
+            arg_ptrs: Vec::new(),
+            stream,
+            kernel,
+            reference,
+            ctx,
+        })
+    }
 
-        // Inputs are filled once; outputs are (re)set before every run.
-        let total: u64 = job
-            .args
-            .iter()
-            .map(|a| match a {
-                ArgSpec::Buffer { dtype, count, .. } => count * dtype.size() as u64,
-                ArgSpec::Scalar { .. } => 0,
-            })
-            .sum();
+    /// Refuses buffers larger than the device's free memory before any allocation.
+    fn check_memory(&self) -> Result<(), CudaFailure> {
+        let size = |a: &ArgSpec, outputs_only: bool| match a {
+            ArgSpec::Buffer {
+                dtype,
+                count,
+                output,
+                ..
+            } if *output || !outputs_only => count * dtype.size() as u64,
+            _ => 0,
+        };
+        let total: u64 = self.job.args.iter().map(|a| size(a, false)).sum();
+        let outputs_twice: u64 = self.job.args.iter().map(|a| size(a, true)).sum();
         let (free, _) = ck(cu::mem_get_info(), "querying memory")?;
-        let outputs_twice: u64 = job
-            .args
-            .iter()
-            .map(|a| match a {
-                ArgSpec::Buffer {
-                    dtype,
-                    count,
-                    output: true,
-                    ..
-                } => count * dtype.size() as u64,
-                _ => 0,
-            })
-            .sum();
         if total + outputs_twice > free as u64 {
             return Err(CudaFailure {
                 name: "BUFFERS_TOO_LARGE".into(),
@@ -353,251 +653,370 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
                 ),
             });
         }
-        let mut bufs = Buffers { ptrs: Vec::new() };
-        let mut host_init: Vec<Option<Vec<u8>>> = Vec::new();
-        let mut params: Vec<Vec<u8>> = Vec::new();
-        for a in &job.args {
+        Ok(())
+    }
+
+    /// Allocates every buffer and copies the inputs' initial bytes (`inputs`, per argument).
+    fn alloc(&mut self, inputs: Vec<Option<Vec<u8>>>) -> Result<(), CudaFailure> {
+        for (a, data) in self.job.args.iter().zip(inputs) {
             match a {
-                ArgSpec::Buffer {
-                    dtype,
-                    count,
-                    init,
-                    seed,
-                    ..
-                } => {
+                ArgSpec::Buffer { dtype, count, .. } => {
                     let bytes = (*count as usize * dtype.size()).max(1);
-                    let p = ck(cu::malloc_sync(bytes), "allocating a buffer")?;
-                    bufs.ptrs.push(p);
-                    let data = init.as_ref().map(|i| fill(*dtype, *count, i, *seed));
+                    // SAFETY: the context is current; the pointer is freed by `bufs`.
+                    let p = ck(unsafe { cu::malloc_sync(bytes) }, "allocating a buffer")?;
+                    self.slot.push(Some(self.bufs.ptrs.len()));
+                    self.bufs.ptrs.push(p);
                     if let Some(d) = &data
                         && !d.is_empty()
                     {
-                        ck(cu::memcpy_htod_sync(p, d), "copying inputs")?;
+                        // SAFETY: `p` holds at least `d.len()` bytes.
+                        ck(unsafe { cu::memcpy_htod_sync(p, d) }, "copying inputs")?;
                     }
-                    host_init.push(data);
-                    params.push(p.to_le_bytes().to_vec());
+                    self.host_init.push(data);
+                    self.params.push(p.to_le_bytes().to_vec());
                 }
                 ArgSpec::Scalar { dtype, value, .. } => {
                     let mut v = Vec::new();
                     encode(*dtype, *value, &mut v);
-                    host_init.push(None);
-                    params.push(v);
+                    self.slot.push(None);
+                    self.host_init.push(None);
+                    self.params.push(v);
                 }
             }
         }
-        let mut arg_ptrs: Vec<*mut c_void> =
-            params.iter_mut().map(|p| p.as_mut_ptr().cast()).collect();
-        let buffer_of = |i: usize| -> Option<sys::CUdeviceptr> {
-            let mut b = 0;
-            for (j, a) in job.args.iter().enumerate() {
-                if matches!(a, ArgSpec::Buffer { .. }) {
-                    if j == i {
-                        return Some(bufs.ptrs[b]);
-                    }
-                    b += 1;
-                }
-            }
-            None
-        };
-        // Poison (or re-initialise) every output before a run.
-        let reset_outputs = |poison: bool| -> Result<(), CudaFailure> {
-            for (i, a) in job.args.iter().enumerate() {
-                if let ArgSpec::Buffer {
+        self.arg_ptrs = self
+            .params
+            .iter_mut()
+            .map(|p| p.as_mut_ptr().cast())
+            .collect();
+        Ok(())
+    }
+
+    /// The output arguments: (argument index, name, dtype, element count).
+    fn outputs(&self) -> impl Iterator<Item = (usize, &'j str, DType, u64)> + 'j {
+        self.job
+            .args
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match a {
+                ArgSpec::Buffer {
+                    name,
                     dtype,
                     count,
                     output: true,
                     ..
-                } = a
-                {
-                    let p = buffer_of(i).expect("a buffer");
-                    let bytes = *count as usize * dtype.size();
-                    match &host_init[i] {
-                        Some(d) if !d.is_empty() => {
-                            ck(cu::memcpy_htod_sync(p, d), "resetting an output")?
-                        }
-                        _ => ck(
-                            cu::memset_d8_async(p, if poison { POISON } else { 0 }, bytes, stream),
-                            "poisoning an output",
-                        )?,
-                    }
+                } => Some((i, name.as_str(), *dtype, *count)),
+                _ => None,
+            })
+    }
+
+    fn buffer(&self, arg: usize) -> sys::CUdeviceptr {
+        self.bufs.ptrs[self.slot[arg].expect("an output is a buffer")]
+    }
+
+    /// Poisons (or re-initialises) every output before a run.
+    fn reset_outputs(&self, poison: bool) -> Result<(), CudaFailure> {
+        for (i, _, dtype, count) in self.outputs() {
+            let p = self.buffer(i);
+            let bytes = count as usize * dtype.size();
+            match &self.host_init[i] {
+                // SAFETY: the buffer holds `bytes` bytes, the length of its initial data.
+                Some(d) if !d.is_empty() => {
+                    ck(unsafe { cu::memcpy_htod_sync(p, d) }, "resetting an output")?
                 }
+                _ => ck(
+                    // SAFETY: as above, on this job's stream.
+                    unsafe {
+                        cu::memset_d8_async(p, if poison { POISON } else { 0 }, bytes, self.stream)
+                    },
+                    "poisoning an output",
+                )?,
             }
-            Ok(())
-        };
-        let launch = |f: sys::CUfunction,
-                      l: &LaunchSpec,
-                      args: &mut [*mut c_void]|
-         -> Result<(), CudaFailure> {
-            ck(
+        }
+        Ok(())
+    }
+
+    fn launch(&self, f: sys::CUfunction, l: &LaunchSpec) -> Result<(), CudaFailure> {
+        let mut args = self.arg_ptrs.clone();
+        ck(
+            // SAFETY: the parameters match the kernel's (checked against its PTX by the
+            // parent) and point at live buffers and scalars.
+            unsafe {
                 cu::launch_kernel(
                     f,
                     (l.grid[0], l.grid[1], l.grid[2]),
                     (l.block[0], l.block[1], l.block[2]),
                     l.shared_mem,
-                    stream,
-                    args,
-                ),
-                &format!("launching {}", l.kernel),
-            )
-        };
-        let read_outputs = || -> Result<Vec<Vec<u8>>, CudaFailure> {
-            let mut out = Vec::new();
-            for (i, a) in job.args.iter().enumerate() {
-                if let ArgSpec::Buffer {
-                    dtype,
-                    count,
-                    output: true,
-                    ..
-                } = a
-                {
-                    let mut host = vec![0u8; *count as usize * dtype.size()];
-                    if !host.is_empty() {
-                        ck(
-                            cu::memcpy_dtoh_sync(&mut host, buffer_of(i).expect("a buffer")),
-                            "reading an output",
-                        )?;
-                    }
-                    out.push(host);
-                }
-            }
-            Ok(out)
-        };
+                    self.stream,
+                    &mut args,
+                )
+            },
+            &format!("launching {}", l.kernel),
+        )
+    }
 
-        if let (Some(rf), Some(rl)) = (reference, &job.reference) {
-            reset_outputs(true)?;
-            launch(rf, rl, &mut arg_ptrs)?;
-            ck(
-                cu::stream::synchronize(stream),
-                &format!("running the reference {}", rl.kernel),
-            )?;
-            let want = read_outputs()?;
-            reset_outputs(true)?;
-            launch(kernel, &job.kernel, &mut arg_ptrs)?;
-            ck(
-                cu::stream::synchronize(stream),
-                &format!("running {}", job.kernel.kernel),
-            )?;
-            let got = read_outputs()?;
-            let mut checks = Vec::new();
-            let outputs = job.args.iter().filter_map(|a| match a {
-                ArgSpec::Buffer {
-                    name,
-                    dtype,
-                    output: true,
-                    ..
-                } => Some((name, *dtype)),
-                _ => None,
-            });
-            for ((name, dtype), (g, w)) in outputs.zip(got.iter().zip(&want)) {
-                let (atol, rtol) = job.tolerances.get(name).copied().unwrap_or((
-                    crate::foundation::runspec::DEFAULT_ATOL,
-                    crate::foundation::runspec::DEFAULT_RTOL,
-                ));
-                checks.push(compare_output(name, dtype, g, w, atol, rtol));
+    fn sync(&self, during: &str) -> Result<(), CudaFailure> {
+        // SAFETY: the stream is live.
+        ck(unsafe { cu::stream::synchronize(self.stream) }, during)
+    }
+
+    fn read_outputs(&self) -> Result<Vec<Vec<u8>>, CudaFailure> {
+        let mut out = Vec::new();
+        for (i, _, dtype, count) in self.outputs() {
+            let mut host = vec![0u8; count as usize * dtype.size()];
+            if !host.is_empty() {
+                ck(
+                    // SAFETY: the buffer holds `host.len()` bytes.
+                    unsafe { cu::memcpy_dtoh_sync(&mut host, self.buffer(i)) },
+                    "reading an output",
+                )?;
             }
-            let passed = checks.iter().all(|c| c.mismatches == 0);
-            report.check = Some(checks);
-            if !passed && !job.time_on_failure {
-                return Ok(());
-            }
+            out.push(host);
         }
+        Ok(out)
+    }
 
-        let Some(t) = &job.timing else { return Ok(()) };
-        let ev = |during: &str| {
+    /// Runs the reference and the kernel and compares their outputs. `false` when the job
+    /// ends here (a failed check that is not to be timed).
+    fn check(&self, report: &mut Report, laps: &mut Laps) -> Result<bool, CudaFailure> {
+        let (Some(rf), Some(rl)) = (self.reference, &self.job.reference) else {
+            return Ok(true);
+        };
+        self.reset_outputs(true)?;
+        self.launch(rf, rl)?;
+        self.sync(&format!("running the reference {}", rl.kernel))?;
+        let want = self.read_outputs()?;
+        laps.lap("reference");
+        self.reset_outputs(true)?;
+        self.launch(self.kernel, &self.job.kernel)?;
+        self.sync(&format!("running {}", self.job.kernel.kernel))?;
+        let got = self.read_outputs()?;
+        let mut checks = Vec::new();
+        for ((_, name, dtype, _), (g, w)) in self.outputs().zip(got.iter().zip(&want)) {
+            let (atol, rtol) = self.job.tolerances.get(name).copied().unwrap_or((
+                crate::foundation::runspec::DEFAULT_ATOL,
+                crate::foundation::runspec::DEFAULT_RTOL,
+            ));
+            checks.push(compare_output(name, dtype, g, w, atol, rtol));
+        }
+        let passed = checks.iter().all(|c| c.mismatches == 0);
+        report.check = Some(checks);
+        laps.lap("check");
+        Ok(passed || self.job.time_on_failure)
+    }
+}
+
+/// A pair of events around what is timed.
+struct Events {
+    start: sys::CUevent,
+    end: sys::CUevent,
+}
+
+impl Loaded<'_> {
+    fn events(&self) -> Result<Events, CudaFailure> {
+        let ev = || {
             ck(
                 cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
-                during,
+                "creating an event",
             )
         };
-        let (start, end) = (ev("creating an event")?, ev("creating an event")?);
-        let elapsed_us = |start: sys::CUevent, end: sys::CUevent| -> Result<f64, CudaFailure> {
+        Ok(Events {
+            start: ev()?,
+            end: ev()?,
+        })
+    }
+
+    /// Times `what` (work put on the stream) between the events, in microseconds.
+    fn timed(
+        &self,
+        ev: &Events,
+        what: impl FnOnce() -> Result<(), CudaFailure>,
+    ) -> Result<f64, CudaFailure> {
+        // SAFETY: the events and the stream are live.
+        unsafe {
             ck(
-                cu::event::synchronize(end),
-                &format!("running {}", job.kernel.kernel),
+                cu::event::record(ev.start, self.stream),
+                "recording an event",
             )?;
-            Ok(f64::from(ck(cu::event::elapsed(start, end), "reading an event")?) * 1e3)
-        };
-
-        // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
-        reset_outputs(false)?;
-        let warm_start = Instant::now();
-        let mut single_us = 0.0;
-        while warm_start.elapsed().as_secs_f64() * 1e3 < t.warmup_ms || report.warmup_launches < 3 {
-            ck(cu::event::record(start, stream), "recording an event")?;
-            launch(kernel, &job.kernel, &mut arg_ptrs)?;
-            ck(cu::event::record(end, stream), "recording an event")?;
-            single_us = elapsed_us(start, end)?;
-            report.warmup_launches += 1;
+            what()?;
+            ck(cu::event::record(ev.end, self.stream), "recording an event")?;
+            ck(
+                cu::event::synchronize(ev.end),
+                &format!("running {}", self.job.kernel.kernel),
+            )?;
+            Ok(f64::from(ck(
+                cu::event::elapsed(ev.start, ev.end),
+                "reading an event",
+            )?) * 1e3)
         }
+    }
 
-        // Cold samples flush L2 with a memset over twice its size between samples.
-        let l2 = {
-            let v = ctx
-                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
-                .unwrap_or(1 << 20);
-            (v.max(1 << 20) as usize) * 2
-        };
-        let flush = if t.mode == Mode::Cold {
-            let p = ck(cu::malloc_sync(l2), "allocating the L2 flush buffer")?;
-            bufs.ptrs.push(p);
-            Some(p)
-        } else {
-            None
-        };
-        // Graph mode: enough launches per sample to make the sample about a millisecond.
-        let batch = if t.mode == Mode::Graph {
-            ((1000.0 / single_us.max(0.5)) as u32).clamp(10, 1000)
-        } else {
-            1
-        };
-        report.launches_per_sample = batch;
-        let graph = if t.mode == Mode::Graph {
+    /// Captures `launches` launches of the kernel (none: the empty graph) into a graph.
+    fn graph(&self, launches: u32) -> Result<sys::CUgraphExec, CudaFailure> {
+        // SAFETY: the stream is live; capture ends before anything else uses it.
+        unsafe {
             ck(
                 cu::stream::begin_capture(
-                    stream,
+                    self.stream,
                     sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 ),
                 "capturing a graph",
             )?;
-            for _ in 0..batch {
-                launch(kernel, &job.kernel, &mut arg_ptrs)?;
+            for _ in 0..launches {
+                self.launch(self.kernel, &self.job.kernel)?;
             }
-            let g = ck(cu::stream::end_capture(stream), "capturing a graph")?;
-            Some(ck(
+            let g = ck(cu::stream::end_capture(self.stream), "capturing a graph")?;
+            ck(
                 cu::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)),
                 "instantiating a graph",
-            )?)
-        } else {
-            None
-        };
+            )
+        }
+    }
 
+    /// Warms up, then samples until the noise target (or a limit) is met.
+    fn time(
+        &mut self,
+        t: &Timing,
+        report: &mut Report,
+        laps: &mut Laps,
+    ) -> Result<(), CudaFailure> {
+        let ev = self.events()?;
+        // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
+        self.reset_outputs(false)?;
+        let warm_start = Instant::now();
+        let mut single_us = 0.0;
+        while warm_start.elapsed().as_secs_f64() * 1e3 < t.warmup_ms || report.warmup_launches < 3 {
+            single_us = self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?;
+            report.warmup_launches += 1;
+        }
+        laps.lap("warm-up");
+        let method = self.method(t, single_us, &ev, report)?;
+        laps.lap("set-up");
         // One NVML session for both readings: its start opens every GPU of the machine.
         let nvml = crate::engines::fingerprint::nvml::open().ok();
         let uuid = {
-            let mut u: sys::CUuuid = std::mem::zeroed();
-            (sys::cuDeviceGetUuid_v2(&mut u, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS)
+            // SAFETY: a plain query into a local.
+            let mut u: sys::CUuuid = unsafe { std::mem::zeroed() };
+            (unsafe { sys::cuDeviceGetUuid_v2(&mut u, self.ctx.cu_device()) }
+                == sys::CUresult::CUDA_SUCCESS)
                 .then(|| crate::engines::fingerprint::cuda::format_uuid(&u.bytes.map(|b| b as u8)))
         };
         let before = nvml_clocks(nvml.as_ref(), uuid.as_deref());
+        laps.lap("clocks");
+        self.sample(t, &method, &ev, report)?;
+        laps.lap("sampling");
+        let after = nvml_clocks(nvml.as_ref(), uuid.as_deref());
+        if let (Some((b, max)), Some((a, _))) = (before, after) {
+            report.sm_clock_mhz = Some((b, a, max));
+            report.throttled = f64::from(a) < 0.75 * f64::from(max);
+        }
+        laps.lap("clocks");
+        Ok(())
+    }
+
+    /// How samples are taken in this mode: the L2 flush buffer (cold), or the graph of a
+    /// batch of launches and the cost of launching an empty graph, which each sample's
+    /// time has subtracted before it is divided by the batch (graph, as nvbench's batch
+    /// measurements are meant to exclude launch costs).
+    fn method(
+        &mut self,
+        t: &Timing,
+        single_us: f64,
+        ev: &Events,
+        report: &mut Report,
+    ) -> Result<Sampling, CudaFailure> {
+        match t.mode {
+            Mode::Hot => {
+                report.launches_per_sample = 1;
+                Ok(Sampling::Single { flush: None })
+            }
+            Mode::Cold => {
+                // Cold samples flush L2 with a memset over twice its size between samples.
+                let l2 = {
+                    let v = self
+                        .ctx
+                        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+                        .unwrap_or(1 << 20);
+                    (v.max(1 << 20) as usize) * 2
+                };
+                // SAFETY: freed by `bufs`.
+                let p = ck(
+                    unsafe { cu::malloc_sync(l2) },
+                    "allocating the L2 flush buffer",
+                )?;
+                self.bufs.ptrs.push(p);
+                report.launches_per_sample = 1;
+                Ok(Sampling::Single {
+                    flush: Some((p, l2)),
+                })
+            }
+            Mode::Graph => {
+                // Enough launches per sample to make the sample about GRAPH_SAMPLE_US long, so
+                // that an event tick (0.5 µs at worst) is under 0.01% of it.
+                let batch = ((GRAPH_SAMPLE_US / single_us.max(0.5)) as u32).clamp(10, 10_000);
+                report.launches_per_sample = batch;
+                let graph = self.graph(batch)?;
+                let empty = self.graph(0)?;
+                let mut costs = Vec::new();
+                for _ in 0..GRAPH_OVERHEAD_RUNS {
+                    // SAFETY: a live graph on a live stream.
+                    costs.push(self.timed(ev, || {
+                        ck(
+                            unsafe { cu::graph::launch(empty, self.stream) },
+                            "launching a graph",
+                        )
+                    })?);
+                }
+                let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
+                report.graph_overhead_us = Some(overhead);
+                Ok(Sampling::Graph {
+                    graph,
+                    batch,
+                    overhead,
+                })
+            }
+        }
+    }
+
+    /// Takes samples until the noise target is met with enough samples and time, or a limit.
+    fn sample(
+        &self,
+        t: &Timing,
+        method: &Sampling,
+        ev: &Events,
+        report: &mut Report,
+    ) -> Result<(), CudaFailure> {
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
         loop {
-            if let Some(p) = flush {
-                flush_byte = flush_byte.wrapping_add(1);
-                ck(
-                    cu::memset_d8_async(p, flush_byte, l2, stream),
-                    "flushing L2",
-                )?;
-            }
-            ck(cu::event::record(start, stream), "recording an event")?;
-            match graph {
-                Some(g) => ck(cu::graph::launch(g, stream), "launching the graph")?,
-                None => launch(kernel, &job.kernel, &mut arg_ptrs)?,
-            }
-            ck(cu::event::record(end, stream), "recording an event")?;
-            report
-                .samples_us
-                .push(elapsed_us(start, end)? / f64::from(batch));
+            let us = match *method {
+                Sampling::Single { flush } => {
+                    if let Some((p, l2)) = flush {
+                        flush_byte = flush_byte.wrapping_add(1);
+                        // SAFETY: the flush buffer holds `l2` bytes.
+                        ck(
+                            unsafe { cu::memset_d8_async(p, flush_byte, l2, self.stream) },
+                            "flushing L2",
+                        )?;
+                    }
+                    self.timed(ev, || self.launch(self.kernel, &self.job.kernel))?
+                }
+                Sampling::Graph {
+                    graph,
+                    batch,
+                    overhead,
+                } => {
+                    let us = self.timed(ev, || {
+                        // SAFETY: a live graph on a live stream.
+                        ck(
+                            unsafe { cu::graph::launch(graph, self.stream) },
+                            "launching the graph",
+                        )
+                    })?;
+                    (us - overhead).max(0.0) / f64::from(batch)
+                }
+            };
+            report.samples_us.push(us);
             let n = report.samples_us.len();
             let spent = sampling.elapsed().as_secs_f64() * 1e3;
             if n >= t.min_samples
@@ -605,19 +1024,33 @@ fn run_inner(job: &Job, report: &mut Report) -> Result<(), CudaFailure> {
                 && crate::foundation::stats::median_rel_noise(&report.samples_us) <= t.max_noise
             {
                 report.converged = true;
-                break;
+                return Ok(());
             }
             if n >= t.max_samples || spent >= t.budget_ms {
-                break;
+                return Ok(());
             }
         }
-        let after = nvml_clocks(nvml.as_ref(), uuid.as_deref());
-        if let (Some((b, max)), Some((a, _))) = (before, after) {
-            report.sm_clock_mhz = Some((b, a, max));
-            report.throttled = f64::from(a) < 0.75 * f64::from(max);
-        }
-        Ok(())
     }
+}
+
+/// The length of a graph-mode sample (µs): 5 ms, a 0.5 µs event tick being 0.01% of it.
+const GRAPH_SAMPLE_US: f64 = 5000.0;
+
+/// Launches of the empty graph whose median time is a graph sample's fixed cost.
+const GRAPH_OVERHEAD_RUNS: usize = 21;
+
+/// How one sample is taken.
+enum Sampling {
+    /// One launch, after an L2 flush (buffer, bytes) when cold.
+    Single {
+        flush: Option<(sys::CUdeviceptr, usize)>,
+    },
+    /// A graph of `batch` launches, less the empty graph's `overhead` (µs).
+    Graph {
+        graph: sys::CUgraphExec,
+        batch: u32,
+        overhead: f64,
+    },
 }
 
 #[cfg(test)]
@@ -678,6 +1111,96 @@ mod tests {
             1,
         );
         assert!((0..100).all(|i| (-1.0..=1.0).contains(&decode(DType::Bf16, &u, i))));
+    }
+
+    #[test]
+    fn threaded_fills_and_comparisons_equal_one_threads() {
+        // One thread's fill, element by element, against the split one, across chunk edges.
+        let serial = |dtype: DType, count: u64, init: &Init, seed: u64| {
+            let mut out = Vec::new();
+            fill_range(dtype, init, seed, 0, {
+                out.resize(count as usize * dtype.size(), 0);
+                &mut out
+            });
+            out
+        };
+        let n = (PARALLEL_FROM * 3 + 17) as u64;
+        for init in [
+            Init::Normal {
+                mean: 1.0,
+                std: 2.0,
+            },
+            Init::Uniform {
+                low: -1.0,
+                high: 3.0,
+            },
+            Init::Iota,
+        ] {
+            for dtype in [DType::F32, DType::F16, DType::F64, DType::I32] {
+                assert_eq!(
+                    fill(dtype, n, &init, 5),
+                    serial(dtype, n, &init, 5),
+                    "{init:?}"
+                );
+            }
+        }
+        // The first draws of a split fill are the old sequential generator's.
+        let mut rng = Rng::new(9);
+        let first: Vec<u8> = (0..4)
+            .flat_map(|_| (rng.uniform() as f32).to_le_bytes())
+            .collect();
+        assert_eq!(
+            &fill(
+                DType::F32,
+                n,
+                &Init::Uniform {
+                    low: 0.0,
+                    high: 1.0
+                },
+                9
+            )[..16],
+            &first[..]
+        );
+        // A split comparison finds the same first mismatch, counts and maxima.
+        let want = fill(DType::F32, n, &Init::Iota, 0);
+        let mut got = want.clone();
+        for i in [70_000usize, 150_000, 5] {
+            got[i * 4..i * 4 + 4].copy_from_slice(&(-1.0f32).to_le_bytes());
+        }
+        got[(n as usize - 1) * 4..].fill(POISON);
+        let c = compare_output("x", DType::F32, &got, &want, 1e-6, 0.0);
+        assert_eq!((c.mismatches, c.unwritten), (4, 1));
+        assert_eq!(c.first_mismatch, Some((5, "-1".into(), "5".into())));
+        assert_eq!(c.max_abs_err, 150_001.0);
+        assert_eq!(c.elements, n);
+    }
+
+    #[test]
+    fn failures_read_as_before_and_round_trip() {
+        for (f, text) in [
+            (
+                Failure::Timeout { after_ms: 5000 },
+                "TIMEOUT: no answer within 5s",
+            ),
+            (
+                Failure::Driver {
+                    name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+                    during: "running k".into(),
+                },
+                "CUDA_ERROR_LAUNCH_FAILED during running k",
+            ),
+            (
+                Failure::Signal {
+                    signal: 6,
+                    tail: "".into(),
+                },
+                "the benchmark process was killed by SIGABRT (signal 6): ",
+            ),
+        ] {
+            assert_eq!(f.to_string(), text);
+            let back: Failure = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+            assert_eq!(back, f);
+        }
     }
 
     #[test]

@@ -1079,7 +1079,7 @@ fn retime(
             }
             None => Retimed::NoSamples(format!(
                 "the re-run gave no usable samples: {}",
-                report.error.unwrap_or_default()
+                report.error.map(|e| e.to_string()).unwrap_or_default()
             )),
         },
     )

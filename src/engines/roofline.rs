@@ -242,7 +242,7 @@ fn median_us(job: &Job) -> Result<f64, CalibrationError> {
     let report =
         bench::run_child(job, Duration::from_secs(120)).map_err(|e| failed(e.to_string()))?;
     if let Some(e) = report.error {
-        return Err(failed(e));
+        return Err(failed(e.to_string()));
     }
     bench::summarize(&report.samples_us)
         .map(|s| s.median)

@@ -662,6 +662,10 @@ pub struct ResultRecord {
     /// Recipe benches: launches per sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launches_per_sample: Option<u32>,
+    /// Graph-mode recipe benches: the empty graph's launch time (µs), subtracted from
+    /// each sample before it was divided by its launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_overhead_us: Option<f64>,
     /// Recipe benches: warm-up launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_launches: Option<u64>,
@@ -765,6 +769,7 @@ impl ResultRecord {
             summary: None,
             throughput: None,
             launches_per_sample: None,
+            graph_overhead_us: None,
             warmup_launches: None,
             converged: false,
             sm_clock_mhz: None,

@@ -127,8 +127,10 @@ fn a_recipe_bench_checks_and_times_the_kernel_on_the_fake_gpu() {
         assert_eq!(r["settings"]["mode"], mode);
         let per_sample = r["launches-per-sample"].as_u64().unwrap();
         if mode == "graph" {
-            // A graph of enough launches to make about a millisecond, at least 10.
-            assert_eq!(per_sample, 10, "{r}");
+            // A graph of enough launches to make about 5 ms (5000 / 160 = 31), at least 10,
+            // less the fake's empty graph, which costs nothing.
+            assert_eq!(per_sample, 31, "{r}");
+            assert_eq!(r["graph-overhead-us"], 0.0, "{r}");
         } else {
             assert_eq!(per_sample, 1, "{r}");
         }
@@ -399,9 +401,9 @@ fn bisect_bench_finds_the_commit_that_made_the_kernel_slower() {
     let ratio = recheck["ratio"].as_f64().unwrap();
     assert!((1.24..1.26).contains(&ratio), "{recheck}");
 
-    // A slowdown counts when its interval lies beyond the midpoint between no change and
-    // the threshold: 25% is beyond 1 + 40% / 2 but short of 1 + 60% / 2, where the bad end
-    // is not bad (exit 1, and the hint).
+    // A slowdown counts when its interval lies beyond the threshold itself: 25% is short of
+    // 40% (0.6 times it, which the midpoint rule of old named), where the bad end is not bad
+    // (exit 1, and the hint).
     let out = gpu
         .cmd(&[])
         .arg("-C")
@@ -415,7 +417,7 @@ fn bisect_bench_finds_the_commit_that_made_the_kernel_slower() {
             "--min-time",
             "30ms",
             "--threshold",
-            "60%",
+            "40%",
         ])
         .output()
         .unwrap();
@@ -465,6 +467,30 @@ fn bisect_check_finds_the_commit_that_made_the_kernel_wrong() {
     let (code, v) = bisect(&gpu, &root, &["--mode", "check", "--devices", "0,1"], &two);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+}
+
+/// A kernel that hangs from commit 4 on, in a check bisection: the hung steps are killed at
+/// the timeout, say so ("timeout", not "crash": the child's fate is a typed failure, not a
+/// string the check step would have to recognise), and the culprit is still found.
+#[test]
+fn a_hanging_kernel_in_a_check_bisection_is_a_timeout_verdict() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        format!("__device__ int fakegpu_hang_scale;\n{t}")
+    });
+    let (code, v) = bisect(&gpu, &root, &["--mode", "check", "--timeout", "3s"], &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    let hung: Vec<&Value> = steps.iter().filter(|s| s["verdict"] == "bad").collect();
+    assert!(!hung.is_empty(), "{v}");
+    for s in hung {
+        let d = s["detail"].as_str().unwrap_or_default();
+        assert!(d.starts_with("timeout at "), "{s}");
+        assert!(d.contains("no answer within 3s"), "{s}");
+    }
 }
 
 /// With two GPUs, each commit's processes are spread over both and each GPU judges its

@@ -725,23 +725,8 @@ pub(crate) fn answer_built(
                 Ok(p) => p,
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
-            for p in points {
-                let report =
-                    bench::run_child(&p.job, timeout).map_err(|e| StepFail::Fatal(e.into()))?;
-                let (v, d) = bench::verdict(&report);
-                if v != crate::foundation::records::ResultVerdict::Ok {
-                    return Ok((
-                        Answer::Bad,
-                        Some(format!(
-                            "{} at {}: {}",
-                            v.word(),
-                            crate::foundation::records::params_text(&bench::params_json(&p.params)),
-                            d.unwrap_or_default()
-                        )),
-                    ));
-                }
-            }
-            Ok((Answer::Good, None))
+            let exec = bench::ProcessExecutor::current().map_err(|e| StepFail::Fatal(e.into()))?;
+            check_points(&exec, &points, timeout).map_err(|e| StepFail::Fatal(e.into()))
         }
         Question::Bench(b) => {
             if build_failed {
@@ -768,56 +753,95 @@ pub(crate) fn answer_built(
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
             let job = points.into_iter().next().expect("one point").job;
-            let b = b.clone();
-            // Commits whose builds are identical share measurements: the samples are
-            // kept per experiment (build key, launch, settings), not per commit.
-            let exp = keys::key_of(
-                &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
-            );
-            let mut taken = 0usize;
-            judge(
-                baseline,
-                step,
-                |n| {
-                    let mut cached: Vec<f64> = store
-                        .get_record(SAMPLES, &exp)
-                        .ok()
-                        .flatten()
-                        .and_then(|v| SamplesRecord::from_json(&v, &exp).ok())
-                        .map(|r| r.samples)
-                        .unwrap_or_default();
-                    while cached.len() < taken + n {
-                        let report = bench::run_child(&job, timeout)?;
-                        let (verdict, detail) = bench::verdict(&report);
-                        if verdict != crate::foundation::records::ResultVerdict::Ok {
-                            return Err(MeasureError::Verdict {
-                                verdict,
-                                detail: detail.unwrap_or_default(),
-                            });
-                        }
-                        cached.push(
-                            crate::foundation::stats::median(&report.samples_us)
-                                .ok_or(MeasureError::NoSamples)?,
-                        );
-                        let _ = store.put_record(
-                            SAMPLES,
-                            &exp,
-                            &crate::foundation::records::to_json(&SamplesRecord {
-                                schema: crate::foundation::records::SCHEMA,
-                                experiment: exp.clone(),
-                                samples: cached.clone(),
-                            }),
-                        );
-                    }
-                    let out = cached[taken..taken + n].to_vec();
-                    taken += n;
-                    Ok(out)
-                },
-                &b,
-            )
+            measure_job(&job, built, store, timeout, baseline, step, b)
         }
         Question::Script(_) => unreachable!("handled above"),
     }
+}
+
+/// A bench step's answer: the job measured in separate processes (each giving its median,
+/// kept in the store per experiment, so commits whose builds are identical share them) and
+/// judged against `baseline` (see [`judge`]).
+fn measure_job(
+    job: &crate::engines::gpurun::Job,
+    built: &build::Outcome,
+    store: &Store,
+    timeout: std::time::Duration,
+    baseline: &mut Option<Vec<f64>>,
+    step: &mut Step,
+    b: &BenchQuestion,
+) -> Result<(Answer, Option<String>), StepFail> {
+    // Commits whose builds are identical share measurements: the samples are
+    // kept per experiment (build key, launch, settings), not per commit.
+    let exp = keys::key_of(
+        &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
+    );
+    let mut taken = 0usize;
+    judge(
+        baseline,
+        step,
+        |n| {
+            let mut cached: Vec<f64> = store
+                .get_record(SAMPLES, &exp)
+                .ok()
+                .flatten()
+                .and_then(|v| SamplesRecord::from_json(&v, &exp).ok())
+                .map(|r| r.samples)
+                .unwrap_or_default();
+            while cached.len() < taken + n {
+                let ran = bench::bench_job(&bench::ProcessExecutor::current()?, job, timeout)?;
+                // A run whose check failed, crashed or timed out gives no sample.
+                if ran.verdict != crate::foundation::records::ResultVerdict::Ok {
+                    return Err(MeasureError::Verdict {
+                        verdict: ran.verdict,
+                        detail: ran.detail.unwrap_or_default(),
+                    });
+                }
+                cached.push(
+                    crate::foundation::stats::median(&ran.report.samples_us)
+                        .ok_or(MeasureError::NoSamples)?,
+                );
+                let _ = store.put_record(
+                    SAMPLES,
+                    &exp,
+                    &crate::foundation::records::to_json(&SamplesRecord {
+                        schema: crate::foundation::records::SCHEMA,
+                        experiment: exp.clone(),
+                        samples: cached.clone(),
+                    }),
+                );
+            }
+            let out = cached[taken..taken + n].to_vec();
+            taken += n;
+            Ok(out)
+        },
+        b,
+    )
+}
+
+/// A check step's answer: every point run through `exec` (the one engine function that
+/// `repro bench` uses too) and judged by its verdict, which names a timeout as a timeout
+/// and a crash as a crash. The first point that is not ok makes the commit bad.
+pub(crate) fn check_points(
+    exec: &dyn bench::Executor,
+    points: &[bench::Point],
+    timeout: std::time::Duration,
+) -> Result<(Answer, Option<String>), bench::ChildError> {
+    for p in points {
+        let ran = bench::bench_job(exec, &p.job, timeout)?;
+        if ran.verdict != crate::foundation::records::ResultVerdict::Ok {
+            return Ok((
+                Answer::Bad,
+                Some(format!(
+                    "{} at {}: {}",
+                    ran.verdict.word(),
+                    crate::foundation::records::params_text(&bench::params_json(&p.params)),
+                    ran.detail.unwrap_or_default()
+                )),
+            ));
+        }
+    }
+    Ok((Answer::Good, None))
 }
 
 /// Measures a commit in `first_attempts` processes, doubling while the decision against

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""#29 goals 1 and 3 on the GPU machine: before/after tables for `repro bench` (run there).
+
+1. Wall time of `repro bench vector_add` at one sweep point (n = 64M and n = 1M floats), in
+   separate invocations, against the kernel's own timed runs (the sum of its samples times
+   the launches per sample): goal 1 is at most 1 s beyond them. For a binary that reports
+   them (`--json` results carry `phases`), the phase table of its last invocation.
+2. A small kernel (vector_add over 1M floats, about 7.6 us on an H200): the median of N
+   separate invocations per mode (cold, graph), their coefficient of variation (goal 3:
+   at most 0.2%), the launches per sample, the empty-graph cost subtracted, and the
+   resolution (CUDA events tick in 0.5 us at best: tick / (launches x median)).
+
+Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
+Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
+from the machine's CUDA), with its own store.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TICK_US = 0.5  # cuEventElapsedTime's resolution, as NVIDIA documents it
+
+
+def project(base):
+    root = os.path.join(base, "proj")
+    os.makedirs(os.path.join(root, "recipes"))
+    os.makedirs(os.path.join(root, "kernels"))
+    shutil.copy(os.path.join(ROOT, "recipes/vector_add.toml"), os.path.join(root, "recipes"))
+    for k in ["vector_add.cu", "common.cuh"]:
+        shutil.copy(os.path.join(ROOT, "kernels", k), os.path.join(root, "kernels"))
+    env = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="b",
+               GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "vector_add"]):
+        subprocess.run(["git", *args], cwd=root, env=env, check=True)
+    return root
+
+
+def bench(repro, root, store, *args):
+    t = time.perf_counter()
+    r = subprocess.run([repro, "-C", root, "--store", store, "bench", "vector_add", "--json", *args],
+                       capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    try:
+        out = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise SystemExit(f"{repro} bench {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return wall, out
+
+
+def kernel_s(res):
+    return sum(res.get("samples") or []) * (res.get("launches-per-sample") or 1) / 1e6
+
+
+def table1(binaries, base, runs):
+    print("\n1. one sweep point of vector_add: wall time against the kernel's own timed runs")
+    print(f"{'binary':8} {'n':>9} {'run':>3} {'verdict':7} {'samples':>7} {'wall s':>7} {'kernel s':>8} {'beyond s':>8}")
+    summary = {}
+    for label, repro in binaries:
+        root = project(os.path.join(base, label))
+        store = os.path.join(base, label, "store")
+        bench(repro, root, store, "--param", "n=1024")  # builds once, outside the timings
+        for n in [67108864, 1048576]:
+            beyond = []
+            last = None
+            for run in range(runs):
+                wall, out = bench(repro, root, store, "--param", f"n={n}")
+                res = out["results"][0]
+                k = kernel_s(res)
+                beyond.append(wall - k)
+                last = (out, res)
+                print(f"{label:8} {n:9} {run:3} {res['verdict']:7} {len(res.get('samples') or []):7} {wall:7.2f} {k:8.3f} {wall - k:8.2f}", flush=True)
+            summary[(label, n)] = statistics.median(beyond)
+            out, res = last
+            if res.get("phases"):
+                print(f"   phases of the last run (ms): " + ", ".join(
+                    f"{p['name']} {p['ms']:.0f}" for p in out.get("phases", []) + res["phases"]))
+    print("\nmedian time beyond the kernel's timed runs (goal: <= 1 s)")
+    for (label, n), v in summary.items():
+        print(f"  {label:8} n={n:<9} {v:6.2f} s")
+
+
+def table2(binaries, base, runs):
+    print(f"\n2. a small kernel (vector_add, n = 1M): medians of {runs} separate invocations")
+    print(f"{'binary':8} {'mode':6} {'median us':>10} {'min':>8} {'max':>8} {'CV':>7} {'launches':>8} {'overhead us':>11} {'resolution':>10}")
+    for label, repro in binaries:
+        root = os.path.join(base, label, "proj")
+        store = os.path.join(base, label, "store")
+        for mode in ["cold", "graph"]:
+            meds, launches, over = [], 1, None
+            for _ in range(runs):
+                _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", mode)
+                res = out["results"][0]
+                meds.append(res["summary"]["median"])
+                launches = res.get("launches-per-sample") or 1
+                over = res.get("graph-overhead-us")
+            m = statistics.median(meds)
+            cv = statistics.stdev(meds) / statistics.mean(meds) if len(meds) > 1 else float("nan")
+            reso = TICK_US / (launches * m)
+            print(f"{label:8} {mode:6} {m:10.4f} {min(meds):8.4f} {max(meds):8.4f} {100 * cv:6.3f}% {launches:8} "
+                  f"{'-' if over is None else f'{over:.3f}':>11} {100 * reso:9.3f}%", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--small-runs", type=int, default=5)
+    a = ap.parse_args()
+    binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
+    base = tempfile.mkdtemp(prefix="repro-phases-")
+    try:
+        table1(binaries, base, a.runs)
+        table2(binaries, base, a.small_runs)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
