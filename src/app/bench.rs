@@ -243,7 +243,7 @@ fn recipe_bench(
         .as_deref()
         .expect("clap requires a recipe without --command");
     let mut r = recipe::load(root, name)?;
-    if r.sections.run.is_none() {
+    if r.sections.run.is_none() && r.sections.call.is_none() {
         return Err(UserError::usage(format!(
             "recipe `{}` has no [run] section, so there is nothing to launch",
             r.name
@@ -261,6 +261,18 @@ fn recipe_bench(
         .into());
     }
     let s = settings(a);
+    if r.sections.call.is_some() {
+        let base = |key: String, name: String| base_record(fp, root, key, name, "us");
+        let o = crate::app::pybench::CallOptions {
+            settings: s,
+            check_only: a.check_only,
+            time_anyway: a.time_anyway,
+            timeout: a.timeout,
+            toolchain: a.toolchain.clone(),
+            base: &base,
+        };
+        return crate::app::pybench::run(g, root, fp, store, &r, &o);
+    }
     // Resolve every point once before building, with no module to read symbols from, so that
     // a recipe's own mistakes are reported even on a machine without a compiler.
     bench::resolve(
@@ -581,6 +593,9 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
         }
     }
     line.push_str(&format!("  id {}\n", keys::short(id)));
+    if let Some(py) = &rec.python {
+        line.push_str(&crate::app::pybench::render(py));
+    }
     if let Some(d) = &rec.detail {
         line.push_str(&format!("  {} {d}\n", style.warn("detail:")));
     }

@@ -286,6 +286,11 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         }
     }
     t.row(["params".to_string(), r.params_text()]);
+    if let Some(py) = &r.python {
+        for row in crate::app::pybench::show_rows(py) {
+            t.row(row);
+        }
+    }
     if let Some(l) = &r.launch {
         t.row([
             "launch".to_string(),
