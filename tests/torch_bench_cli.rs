@@ -315,3 +315,247 @@ fn a_call_recipe_is_validated_with_file_line_and_key() {
         );
     }
 }
+
+/// A CPU extension of pybind11 alone (quick to compile) whose function works on a tensor
+/// through its Python methods: relu, right or wrong, slow or fast, compiling or not.
+fn relu_cpp(version: usize, wrong: bool, slow: bool, compiles: bool) -> String {
+    let sleep = if slow {
+        "std::this_thread::sleep_for(std::chrono::milliseconds(5));"
+    } else {
+        ""
+    };
+    let floor = if wrong { "0.5" } else { "0.0" };
+    let broken = if compiles {
+        ""
+    } else {
+        "#error this commit does not compile\n"
+    };
+    format!(
+        "// version {version}\n{broken}#include <pybind11/pybind11.h>\n#include <chrono>\n#include <thread>\nnamespace py = pybind11;\npy::object relu(py::object x) {{\n  {sleep}\n  return x.attr(\"clamp_min\")({floor});\n}}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"relu\", &relu); }}\n"
+    )
+}
+
+const RELU_RECIPE: &str = r#"schema = 1
+[build]
+kind = "torch-extension"
+module = "myrelu"
+sources = ["ext/relu.cpp"]
+entries = ["relu"]
+
+[run]
+function = "myrelu.relu"
+device = "cpu"
+args = [{ name = "x", tensor = "f32", shape = [64], init = "normal" }]
+
+[check]
+function = "torch.relu"
+atol = 0.0
+rtol = 0.0
+"#;
+
+fn bisect(cache: &Path, root: &Path, python: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = repro(cache)
+        .arg("-C")
+        .arg(root)
+        .arg("--python")
+        .arg(python)
+        .args(["--json", "bisect", "--recipe", "relu"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        text(&out),
+    )
+}
+
+#[test]
+fn bisection_finds_the_commit_that_breaks_the_build_the_check_or_the_speed() {
+    let Some((old, _)) = torch_venvs() else {
+        return;
+    };
+    // 0, 1 right; 2 slow; 3 slow and wrong; 4 slow, wrong and not compiling.
+    let versions = [
+        (false, false, true),
+        (false, false, true),
+        (false, true, true),
+        (true, true, true),
+        (true, true, false),
+    ];
+    let (tmp, root) = repo_with(&[("recipes/relu.toml", RELU_RECIPE)]);
+    for (i, (wrong, slow, compiles)) in versions.iter().enumerate() {
+        std::fs::create_dir_all(root.join("ext")).unwrap();
+        std::fs::write(
+            root.join("ext/relu.cpp"),
+            relu_cpp(i, *wrong, *slow, *compiles),
+        )
+        .unwrap();
+        common::git(&root, &["add", "-A"]);
+        common::git(&root, &["commit", "-q", "-m", &format!("version {i}")]);
+    }
+    let subject = |v: &Value| {
+        v["culprit"]["subject"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (code, v, said) = bisect(
+        tmp.path(),
+        &root,
+        &old,
+        &["--good", "HEAD~4", "--bad", "HEAD", "--mode", "build"],
+    );
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(subject(&v), "version 4", "{said}");
+    let (code, v, said) = bisect(
+        tmp.path(),
+        &root,
+        &old,
+        &["--good", "HEAD~4", "--bad", "HEAD~1", "--mode", "check"],
+    );
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(subject(&v), "version 3", "{said}");
+    let (code, v, said) = bisect(
+        tmp.path(),
+        &root,
+        &old,
+        &[
+            "--good",
+            "HEAD~4",
+            "--bad",
+            "HEAD~2",
+            "--mode",
+            "bench",
+            "--attempts",
+            "10",
+            "--max-attempts",
+            "20",
+            "--min-time",
+            "20ms",
+        ],
+    );
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(subject(&v), "version 2", "{said}");
+}
+
+/// A site-packages with a PyTorch of files only: `version.py`, its dist-info, no
+/// TorchConfig.cmake (as in newer wheels), and `lib/libc10.so` built here with the given
+/// `_GLIBCXX_USE_CXX11_ABI`; the fingerprint's `torch.cxx11-abi` then comes from the names
+/// libc10 exports.
+#[test]
+fn the_cxx11_abi_is_read_from_libc10_when_the_cmake_config_does_not_say_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_t, root) = repo_with(&[("README", "x\n")]);
+    for (abi, want) in [("1", Value::Bool(true)), ("0", Value::Bool(false))] {
+        let venv = tmp.path().join(format!("v{abi}"));
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            common::skip("needs python3 with venv");
+            return;
+        }
+        let lib = venv.join("lib");
+        let py = std::fs::read_dir(&lib)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .unwrap()
+            .path();
+        let site = py.join("site-packages");
+        let torch = site.join("torch");
+        std::fs::create_dir_all(torch.join("lib")).unwrap();
+        std::fs::write(
+            torch.join("version.py"),
+            "__version__ = '2.11.0+cu130'\ncuda = '13.0'\n",
+        )
+        .unwrap();
+        let info = site.join("torch-2.11.0+cu130.dist-info");
+        std::fs::create_dir_all(&info).unwrap();
+        std::fs::write(
+            info.join("METADATA"),
+            "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n",
+        )
+        .unwrap();
+        let src = tmp.path().join("c10.cpp");
+        std::fs::write(&src, "#include <string>\nnamespace c10 { std::string tag(const std::string& s) { return s + \"!\"; } }\n").unwrap();
+        let built = std::process::Command::new("c++")
+            .args([
+                "-shared",
+                "-fPIC",
+                &format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"),
+                "-o",
+            ])
+            .arg(torch.join("lib/libc10.so"))
+            .arg(&src)
+            .status();
+        if !built.is_ok_and(|s| s.success()) {
+            common::skip("needs a C++ compiler");
+            return;
+        }
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .arg("--python")
+            .arg(venv.join("bin/python3"))
+            .args(["env", "capture", "--json"])
+            .output()
+            .unwrap();
+        let fp: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(fp["python"]["torch"]["version"], "2.11.0+cu130", "{fp}");
+        assert_eq!(
+            fp["python"]["torch"]["cxx11-abi"], want,
+            "abi {abi}: {}",
+            fp["python"]["torch"]
+        );
+    }
+}
+
+/// On a GPU machine whose `python3` has PyTorch with CUDA: the relu extension called on
+/// CUDA tensors, checked against `torch.relu` and timed beside it with CUDA events and the
+/// L2 flushed, the speedup printed and recorded.
+#[test]
+#[ignore = "needs a GPU: python3 with a CUDA build of PyTorch and a C++ compiler"]
+fn a_python_call_on_cuda_is_timed_with_cuda_events_against_its_reference() {
+    let python = std::env::var_os("REPRO_TEST_GPU_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "python3".into());
+    let recipe = RELU_RECIPE
+        .replace("device = \"cpu\"", "device = \"cuda\"")
+        .replace("shape = [64]", "shape = [16777216]");
+    let (tmp, root) = repo_with(&[
+        ("recipes/relu.toml", &recipe),
+        ("ext/relu.cpp", &relu_cpp(0, false, false, true)),
+    ]);
+    let python = which(&python);
+    let out = bench(tmp.path(), &root, &python, &["relu"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("myrelu.relu on ") && said.contains("(cuda), timed by cuda-events"),
+        "{said}"
+    );
+    assert!(said.contains("x of the reference (interval "), "{said}");
+    println!("{said}");
+    let recs = results(tmp.path(), &root);
+    let py = &recs[0]["python"];
+    assert_eq!(py["timer"], "cuda-events");
+    assert!(py["flush-bytes"].as_u64().unwrap() >= 1 << 20, "{py}");
+    assert!(py["speedup"]["ratio"].as_f64().unwrap() > 0.0);
+}
+
+/// An interpreter named on the PATH, as an absolute path.
+fn which(name: &Path) -> std::path::PathBuf {
+    if name.components().count() > 1 {
+        return name.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|c| c.is_file())
+        })
+        .unwrap_or_else(|| name.to_path_buf())
+}

@@ -472,6 +472,7 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         keep_going: a.keep_going,
         devices: a.devices.clone(),
         pins: g.pins()?,
+        python: g.python.clone(),
     };
     provision_toolchain(g, &plan)?;
     if a.detach {

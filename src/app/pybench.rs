@@ -13,7 +13,7 @@ use crate::engines::bench;
 use crate::engines::build::{self, Options};
 use crate::engines::catalog;
 use crate::engines::fingerprint::Fingerprint;
-use crate::engines::pyrun::{self, Job, JobReference};
+use crate::engines::pyrun::{self, Job};
 use crate::foundation::callspec::{Call, CallDevice};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
@@ -118,33 +118,18 @@ pub fn run(
         )
         .into());
     }
-    // The module under its own file name, as Python imports it.
-    let dir = tempfile::tempdir().context("failed to make a directory for the module")?;
-    let mut artifact = None;
-    for (name, out) in &built.outputs {
-        std::fs::copy(&out.path, dir.path().join(name))
-            .with_context(|| format!("failed to copy the built module {name}"))?;
-        artifact = Some(out.sha256.clone());
-    }
+    let (dir, artifact) = module_dir(&built)?;
     let must = bench::must_match(fp);
     let mut results = Vec::new();
     for (params, args) in points {
-        let job = Job {
-            schema: pyrun::SCHEMA,
-            function: call.function.clone(),
-            reference: call.reference.as_ref().map(|c| JobReference {
-                function: c.function.clone(),
-                atol: c.atol,
-                rtol: c.rtol,
-            }),
-            device: call.device,
-            cuda_device: o.settings.device,
-            module_dir: Some(dir.path().display().to_string()),
+        let job = pyrun::job(
+            call,
             args,
-            timing: bench::timing(&o.settings),
-            check_only: o.check_only,
-            time_anyway: o.time_anyway,
-        };
+            dir.path(),
+            &o.settings,
+            o.check_only,
+            o.time_anyway,
+        );
         let report = pyrun::run(&env.located.interpreter, &job, o.timeout).map_err(|e| {
             let code = e.exit_code();
             let hint = e.hint();
@@ -180,6 +165,18 @@ pub fn run(
         results.push((id, rec));
     }
     Ok(results)
+}
+
+/// The built module copied under its own file name, as Python imports it, and its digest.
+fn module_dir(built: &build::Outcome) -> anyhow::Result<(tempfile::TempDir, Option<String>)> {
+    let dir = tempfile::tempdir().context("failed to make a directory for the module")?;
+    let mut artifact = None;
+    for (name, out) in &built.outputs {
+        std::fs::copy(&out.path, dir.path().join(name))
+            .with_context(|| format!("failed to copy the built module {name}"))?;
+        artifact = Some(out.sha256.clone());
+    }
+    Ok((dir, artifact))
 }
 
 /// Fills a result from the runner's validated report.

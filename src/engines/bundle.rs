@@ -405,6 +405,9 @@ pub fn entries(
             (serde_json::to_string_pretty(&records::to_json(r)).expect("JSON") + "\n").into_bytes(),
             false,
         );
+        if let Some(list) = python_requirements(&r.fingerprint) {
+            put(format!("python/{id}.txt"), list.into_bytes(), false);
+        }
     }
     for (key, b) in &contents.builds {
         put(
@@ -597,6 +600,16 @@ pub fn readme(contents: &Contents, bundle_name: &str) -> String {
         s,
         "  `repro env check --lock lockfiles/NAME.toml` in the source directory says whether yours matches.\n"
     );
+    if contents
+        .results
+        .iter()
+        .any(|(_, r)| python_requirements(&r.fingerprint).is_some())
+    {
+        let _ = writeln!(
+            s,
+            "- Python: `python/ID.txt` lists every distribution installed where result ID ran;\n  `python -m pip install -r python/ID.txt` in a fresh virtual environment recreates it.\n"
+        );
+    }
     if !contents.results.is_empty() {
         let _ = writeln!(s, "## Claims\n");
         let _ = writeln!(
@@ -680,6 +693,32 @@ pub fn readme(contents: &Contents, bundle_name: &str) -> String {
         "commit), `results.csv`, `results.md`, `results.svg`, and `MANIFEST` (sha256 of every file)."
     );
     s
+}
+
+/// The Python environment a result ran in, as pip's requirements (`NAME==VERSION`, one a
+/// line, sorted), from its fingerprint's `python.dist`: `pip install -r` recreates it.
+/// Entries whose name or version holds anything but the characters of Python package names
+/// and versions are left out (a fingerprint is another machine's file).
+pub fn python_requirements(fingerprint: &serde_json::Value) -> Option<String> {
+    let dists = fingerprint.get("python")?.get("dist")?.as_object()?;
+    let safe = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 100
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '!'))
+    };
+    let mut lines: Vec<String> = dists
+        .iter()
+        .filter_map(|(name, v)| {
+            let v = v.as_str()?;
+            (safe(name) && safe(v)).then(|| format!("{name}=={v}"))
+        })
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    lines.sort();
+    Some(lines.join("\n") + "\n")
 }
 
 impl crate::foundation::error::Diagnose for BundleError {

@@ -96,6 +96,33 @@ pub struct Job {
     pub time_anyway: bool,
 }
 
+/// The job of one call: `call` with its resolved `args`, the module in `dir`.
+pub fn job(
+    call: &Call,
+    args: Vec<JobArg>,
+    dir: &Path,
+    s: &crate::foundation::records::Settings,
+    check_only: bool,
+    time_anyway: bool,
+) -> Job {
+    Job {
+        schema: SCHEMA,
+        function: call.function.clone(),
+        reference: call.reference.as_ref().map(|c| JobReference {
+            function: c.function.clone(),
+            atol: c.atol,
+            rtol: c.rtol,
+        }),
+        device: call.device,
+        cuda_device: s.device,
+        module_dir: Some(dir.display().to_string()),
+        args,
+        timing: crate::engines::bench::timing(s),
+        check_only,
+        time_anyway,
+    }
+}
+
 /// Why a call's arguments do not resolve at a parameter point.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {

@@ -467,6 +467,7 @@ impl<'a> Ctx<'a> {
             // The bisection installed the toolchain before its first step; a step that
             // still has to (a Slurm node's own cache) does it without a progress bar.
             quiet: true,
+            python: self.plan.python.clone(),
             ..Options::default()
         };
         let built = match build::build(root, &self.store, &r, &opts) {
@@ -482,6 +483,17 @@ impl<'a> Ctx<'a> {
         let timeout = self.plan.timeout;
         let question = self.plan.question.clone();
         let store = self.store.clone();
+        if r.sections.call.is_some() && matches!(question, Question::Check | Question::Bench(_)) {
+            let cx = super::pycall::Context {
+                root,
+                python: self.plan.python.as_deref(),
+                timeout,
+                device: self.plan.devices.first().copied().unwrap_or(0),
+            };
+            let answer =
+                super::pycall::answer(&question, &mut r, &built, &cx, &mut self.baseline, step);
+            return still_there(&dir, answer);
+        }
         let answer = answer_built(
             &question,
             &mut r,

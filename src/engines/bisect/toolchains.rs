@@ -498,6 +498,7 @@ pub fn bisect_driven(
         keep_going,
         devices: vec![device],
         pins: Default::default(),
+        python: None,
     };
     let ex = ReleaseExecutor::new(plan, list.clone(), recipe, question, device);
     let ids = ex.ids().to_vec();
