@@ -192,6 +192,10 @@ fn a_python_call_is_checked_against_its_reference_and_timed_beside_it() {
         "{shown}"
     );
 
+    // `compare` takes the call's samples as any result's.
+    let out = repro(tmp.path()).arg("-C").arg(&root).args(["compare", "--json", &id, &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
     // A tighter tolerance than float32 attention meets is a wrong result, not a success.
     let strict = call_recipe("myattn.attention", "cpu", SDPA)
         .replace("atol = 1e-5\nrtol = 1e-4", "atol = 0.0\nrtol = 0.0");
