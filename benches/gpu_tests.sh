@@ -3,16 +3,17 @@
 #
 # GPU tests are `#[ignore = "needs a GPU: ..."]`, so that `cargo test` on a machine without
 # one reports them as ignored rather than passed; a few more tests take a GPU branch when
-# /proc/driver/nvidia/version exists (bench_cli, demo_cli, env_cli). The GPU machine has no
+# /proc/driver/nvidia/version exists (modules bench::cli, demo_cli, env::cli). The GPU machine has no
 # cargo, so this runs in two steps:
 #
 #   benches/gpu_tests.sh prepare     # here: builds the test binaries and the repro binary
 #                                    # and copies them, stripped, into .dev/tests/
 #   benches/gpu_tests.sh run         # on the GPU machine, in the repository root, with
-#                                    # .dev/tests carried along: runs each binary with
-#                                    # --include-ignored and prints one row per test
+#                                    # .dev/tests carried along: runs the ignored tests
+#                                    # and the GPU-branch modules, one row per test
 #
-# `prepare` copies every test binary that holds an ignored test or a GPU branch. `run`
+# `prepare` copies every test binary that holds an ignored test (today the one integration
+# binary, tests/tests.rs). `run`
 # exits 1 if any test failed, and also when there is no GPU (the ignored tests then fail:
 # they insist on one). NVRTC must be findable there (REPRO_NVRTC, a CUDA install, or a
 # wheel in site-packages); REPRO_TEST_REQUIRE_NVRTC=1 makes its absence a failure.
@@ -20,8 +21,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="$root/.dev/tests"
 
-# Test binaries with a GPU branch besides the ignored tests (which are found by listing).
-gpu_branch="bench_cli demo_cli env_cli"
+# Test modules with a GPU branch besides the ignored tests (which are found by listing).
+gpu_branch="bench::cli demo_cli env::cli"
 
 prepare() {
   cd "$root"
@@ -46,7 +47,6 @@ EOF
   rm -f "$json"
   while read -r name exe; do
     local want=""
-    case " $gpu_branch " in *" $name "*) want=1 ;; esac
     # The listing is read whole first: `grep -q` would stop reading early, and under
     # pipefail the binary's SIGPIPE made the test look like it had no ignored tests.
     local listed
@@ -86,7 +86,11 @@ run() {
     name="$(basename "$t")"
     [ "$name" = repro ] && continue
     echo "== $name" >&2
-    "$t" --include-ignored --test-threads 2 >"$logs/$name.out" 2>"$logs/$name.err" || status=1
+    # The ignored (GPU) tests, then the GPU branches of the modules that take one.
+    # shellcheck disable=SC2086
+    { "$t" --ignored --test-threads 2 || status=1
+      "$t" $gpu_branch --test-threads 2 || status=1
+    } >"$logs/$name.out" 2>"$logs/$name.err"
   done
   # One row per test: libtest's `test NAME ... ok|FAILED|ignored` lines, and the
   # `SKIPPED NAME: reason` lines tests print when a prerequisite is missing at run time.

@@ -1,6 +1,6 @@
 //! `repro demo` end to end: CI runs the whole pipeline on the embedded history.
 
-mod common;
+use crate::common;
 
 use common::{has_gpu, nvrtc_available, repro};
 use predicates::prelude::*;

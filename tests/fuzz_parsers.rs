@@ -6,7 +6,7 @@
 //! tokens. `REPRO_FUZZ_SECONDS` sets the budget (default 10; CI sets 60); the test prints
 //! how many inputs of each kind it tried.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -6,31 +6,13 @@
 //! The toolchain cache (XDG_CACHE_HOME) of every test starts empty: what a command needs, it
 //! installs itself from the wheels, verified by the sha256 `repro init` wrote.
 
-mod common;
+use crate::common;
+use common::wheelhouse;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{git, repo_with, repro};
 use serde_json::Value;
-
-/// A wheel directory holding `need`, or `None` (with the reason printed) when the wheels
-/// cannot be had here.
-fn wheelhouse(need: &[(String, String)]) -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(d));
-    }
-    match common::wheels(need) {
-        Ok(d) => Some(d),
-        Err(why) => {
-            assert!(
-                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
-                "the wheels are required here but could not be had: {why}"
-            );
-            common::skip(&format!("needs NVIDIA's wheels through pip: {why}"));
-            None
-        }
-    }
-}
 
 /// The wheels of the nvcc release `repro.toml` at `root` makes the default.
 fn default_nvcc_wheels(root: &Path) -> Vec<(String, String)> {

@@ -5,7 +5,7 @@
 //! Needs no GPU and no NVRTC: command builds, command benches and a script bisection make
 //! a record of each kind.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -13,7 +13,7 @@
 //! 4. Every error type that implements `Diagnose` is listed in `app/report.rs`, the one
 //!    place that maps errors to exit codes.
 //!
-//! The same analysis prints the graph: `cargo test --test layering -- --nocapture`.
+//! The same analysis prints the graph: `cargo test --test integration layering:: -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -696,4 +696,55 @@ fn the_checker_finds_each_kind_of_fault() {
     );
     assert_eq!(error_style_faults(&tmp), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Autotests are off (Cargo.toml): every integration test is a module of the one binary
+/// `tests/tests.rs` declares. A file under `tests/` that no `mod` line reaches would
+/// silently never compile or run; this fails instead, naming it.
+#[test]
+fn every_test_file_is_compiled() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let declared = |dir: &Path, file: &str| -> BTreeSet<String> {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut missing = Vec::new();
+    let top = declared(&tests, "tests.rs");
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() && path.join("mod.rs").is_file() {
+            if !top.contains(&name) {
+                missing.push(format!(
+                    "tests/{name}/ (no `mod {name};` in tests/tests.rs)"
+                ));
+            }
+            let inner = declared(&path, "mod.rs");
+            for file in std::fs::read_dir(&path).unwrap() {
+                let file = file.unwrap().path();
+                let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+                if file.extension().is_some_and(|e| e == "rs")
+                    && stem != "mod"
+                    && !inner.contains(&stem)
+                {
+                    missing.push(format!(
+                        "tests/{name}/{stem}.rs (no `mod {stem};` in tests/{name}/mod.rs)"
+                    ));
+                }
+            }
+        } else if let Some(stem) = name.strip_suffix(".rs")
+            && stem != "tests"
+            && !top.contains(stem)
+        {
+            missing.push(format!("tests/{name} (no `mod {stem};` in tests/tests.rs)"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "test files that no test binary compiles:\n  {}",
+        missing.join("\n  ")
+    );
 }

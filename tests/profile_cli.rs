@@ -3,7 +3,7 @@
 //! metric, no ncu at all), each with its message, exit code and nothing recorded. The real
 //! profile on a GPU is `profile_dram_throughput_matches_bench`, ignored here.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

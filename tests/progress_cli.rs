@@ -1,6 +1,6 @@
 //! Progress bars show on a terminal only, and `-q` leaves a successful command silent.
 
-mod common;
+use crate::common;
 
 use common::{git, repo_with, repro};
 use serde_json::Value;

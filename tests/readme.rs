@@ -8,7 +8,7 @@
 //! ...` and its output) that can run here are run and their output compared, and the others
 //! say why not; every file and link they name exists; the README stays a front door.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -371,7 +371,7 @@ fn cli_reference() -> String {
         "# Command-line reference\n\n\
          Every command and option, as `repro COMMAND --help` prints them (this page is generated \
          from the command-line definitions; `tests/readme.rs` checks that it is current, and \
-         `REPRO_BLESS_DOCS=1 cargo test --test readme` rewrites it). The guide explains what \
+         `REPRO_BLESS_DOCS=1 cargo test --test integration readme::` rewrites it). The guide explains what \
          each command does; the [global options](global-options.md) apply to every command, \
          and the [exit codes](exit-codes.md) are explained in full on their page.\n",
     );
@@ -486,7 +486,7 @@ fn the_cli_reference_is_current() {
             .collect();
         panic!(
             "{rel} is not what the command-line definitions generate (run \
-             `REPRO_BLESS_DOCS=1 cargo test --test readme the_cli_reference_is_current`):\n{}",
+             `REPRO_BLESS_DOCS=1 cargo test --test integration readme::the_cli_reference_is_current`):\n{}",
             diff.join("\n")
         );
     }
@@ -857,15 +857,15 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
     ("repro build -v vector_add", Run::Kernels("vector_add")),
     (
         "repro build k",
-        Run::Not("a recipe over its [build.limits]; tests/resources_cli.rs runs it"),
+        Run::Not("a recipe over its [build.limits]; tests/build/resources.rs runs it"),
     ),
     (
         "repro bisect --mode build --good v1.2 --bad HEAD --recipe flash_attention",
-        Run::Not("needs a history tagged v1.2; tests/resources_cli.rs bisects over budgets"),
+        Run::Not("needs a history tagged v1.2; tests/build/resources.rs bisects over budgets"),
     ),
     (
         "repro bisect --mode build --bad v1.3 --good HEAD --recipe flash_attention --find fixed",
-        Run::Not("needs a history tagged v1.3; tests/resources_cli.rs runs --find fixed"),
+        Run::Not("needs a history tagged v1.3; tests/build/resources.rs runs --find fixed"),
     ),
     (
         "repro profile vector_add --param n=67108864",
@@ -882,17 +882,17 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
     (
         "repro build --all",
         Run::Not(
-            "needs nvcc installed (`toolchain install nvcc@13.0`, 266 MiB) for two of the recipes; tests/toolchain_cli.rs builds them",
+            "needs nvcc installed (`toolchain install nvcc@13.0`, 266 MiB) for two of the recipes; tests/toolchain/cli.rs builds them",
         ),
     ),
     (
         "repro build softmax --explain",
-        Run::Not("needs a changed kernels/common.cuh; tests/build_cli.rs tests --explain"),
+        Run::Not("needs a changed kernels/common.cuh; tests/build/cli.rs tests --explain"),
     ),
     (
         "repro build attention",
         Run::Not(
-            "needs nvcc installed and a kernel that warns before its error; tests/honest_build_cli.rs builds one and checks the reason line",
+            "needs nvcc installed and a kernel that warns before its error; tests/build/honest.rs builds one and checks the reason line",
         ),
     ),
     ("repro bench vector_add", Run::Not("needs a GPU")),
@@ -912,15 +912,15 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
     ("repro toolchain list", Run::Not("needs nvcc installed")),
     (
         "repro bisect --good v1.2 --bad main --recipe flash_attention",
-        Run::Not("needs a history tagged v1.2; tests/bisect_cli.rs runs bisections"),
+        Run::Not("needs a history tagged v1.2; tests/bisect/cli.rs runs bisections"),
     ),
     (
         "repro bisect --toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe va",
-        Run::Not("downloads three NVRTC releases; tests/toolchain_cli.rs runs it"),
+        Run::Not("downloads three NVRTC releases; tests/toolchain/cli.rs runs it"),
     ),
     (
         "repro bisect --toolchains nvcc@13.0..nvcc@13.1 --recipe popcount_cccl",
-        Run::Not("downloads nvcc 13.1 (110 MB); opt-in test in tests/toolchain_cli.rs"),
+        Run::Not("downloads nvcc 13.1 (110 MB); opt-in test in tests/toolchain/cli.rs"),
     ),
     (
         "repro --python .venv-2.4/bin/python3 env capture",

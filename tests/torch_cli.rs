@@ -1,7 +1,7 @@
 //! The Python environment and PyTorch extensions end to end: real PyTorch from its wheels in
 //! virtual environments the tests make (tests/common `torch_venv`), the real binary, no GPU.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! a recipe or a step's output can still make repro do. Each test failed on the main of
 //! the day the issue was filed.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,5 @@
 //! Helpers shared by the integration tests: the binary with a clean environment, and
 //! throwaway git repositories that ignore the user's git configuration.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -515,4 +514,23 @@ pub fn cuobjdump() -> Result<PathBuf, String> {
         std::fs::rename(&unpack, &dir).map_err(|e| e.to_string())?;
         Ok(exe.clone())
     })
+}
+
+/// A wheel directory holding `need`, or `None` (with the reason printed) when the wheels
+/// cannot be had here.
+pub fn wheelhouse(need: &[(String, String)]) -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("REPRO_TEST_WHEELHOUSE").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    match wheels(need) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            assert!(
+                std::env::var_os("REPRO_TEST_REQUIRE_WHEELHOUSE").is_none(),
+                "the wheels are required here but could not be had: {why}"
+            );
+            skip(&format!("needs NVIDIA's wheels through pip: {why}"));
+            None
+        }
+    }
 }

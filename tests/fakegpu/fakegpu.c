@@ -1,6 +1,6 @@
 /* A fake NVIDIA driver for repro's tests: the CUDA driver API functions and the NVML
  * functions repro calls, answering from environment variables the test sets, so that the
- * fingerprint's GPU probes run on a machine without a GPU. tests/fakegpu_cli.rs builds this
+ * fingerprint's GPU probes run on a machine without a GPU. tests/env/fakegpu.rs builds this
  * file twice with `cc -shared -fPIC`, as libcuda.so.VERSION (soname libcuda.so.1) and as
  * libnvidia-ml.so.VERSION (soname libnvidia-ml.so.1), and puts them first on LD_LIBRARY_PATH.
  *

@@ -1,4 +1,4 @@
-//! The fake NVIDIA driver for the tests (tests/fakegpu_cli.rs, tests/fakegpu_bench.rs): the C
+//! The fake NVIDIA driver for the tests (tests/env/fakegpu.rs, tests/bench/fakegpu.rs): the C
 //! library in this directory (fakegpu.c), built for each test with the C compiler, and the
 //! repro commands that run on it.
 //!

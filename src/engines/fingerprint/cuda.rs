@@ -49,7 +49,7 @@ fn check(r: CUresult, call: &'static str) -> Result<(), CudaError> {
 
 /// Where the loaded kernel module states its version: `/proc/driver/nvidia/version`, or the
 /// file `REPRO_NVIDIA_VERSION_FILE` names. That variable is a test seam: the tests that run
-/// repro on a fake driver (tests/fakegpu_cli.rs) stand in a kernel module with it, so that
+/// repro on a fake driver (tests/env/fakegpu.rs) stand in a kernel module with it, so that
 /// the driver version and the device cache's key come from the fake, also on a GPU machine.
 fn module_version_file() -> std::path::PathBuf {
     std::env::var_os("REPRO_NVIDIA_VERSION_FILE")

@@ -1,0 +1,588 @@
+//! `repro bench RECIPE` and `repro bisect --mode bench|check` end to end on a fake NVIDIA
+//! driver (tests/fakegpu/: how it is built and made the driver repro loads). The kernels are
+//! really compiled by NVRTC; the fake loads the module, allocates host memory for device
+//! memory, and times each launch by a token in the module: a `__device__` variable named
+//! `fakegpu_ns_N` makes every kernel of the module take N ns (plus a jitter of 0.5% at most),
+//! `fakegpu_wrong_K` makes kernel K write other values than its reference, `fakegpu_trap_K`
+//! makes it fail as a trapping kernel does, `fakegpu_hang_K` makes it never finish. A commit
+//! that changes the token is a commit that makes the kernel slower, wrong or broken.
+//!
+//! What this cannot show: anything about real kernels' speed or results (the fake runs no
+//! code); it shows what repro does with what a driver answers.
+
+use crate::common;
+use crate::fakegpu;
+
+use std::path::Path;
+
+use common::git;
+use fakegpu::{FakeGpu, stdout};
+use serde_json::Value;
+
+/// A kernel source whose module takes `ns` per launch, with `extra` device variables
+/// (tokens) added.
+fn kernel(ns: u64, extra: &str) -> String {
+    format!(
+        "__device__ int fakegpu_ns_{ns};\n{extra}\
+         extern \"C\" __global__ void scale(float* a, const float* b, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = 2.0f * b[i]; }}\n\
+         extern \"C\" __global__ void scale_ref(float* a, const float* b, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] = b[i] + b[i]; }}\n"
+    )
+}
+
+/// A recipe for `scale` checked against `scale_ref`, built to PTX (the fake reads which
+/// parameters are buffers from the PTX) or, with `cubin`, to a cubin and not checked.
+fn recipe(cubin: bool) -> String {
+    let (outputs, check) = if cubin {
+        ("cubin", "")
+    } else {
+        ("ptx", "[check]\nkernel = \"scale_ref\"\n")
+    };
+    format!(
+        "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"scale\", \"scale_ref\"]\n\
+         target = \"sm_90\"\noutputs = [\"{outputs}\"]\n[params]\nn = 4096\n[run]\nkernel = \"scale\"\n\
+         grid = \"ceil_div(n, 256)\"\nblock = 256\nargs = [\n\
+           {{ name = \"a\", buffer = \"f32\", count = \"n\", output = true }},\n\
+           {{ name = \"b\", buffer = \"f32\", count = \"n\", init = \"normal\" }},\n\
+           {{ name = \"n\", scalar = \"i32\", value = \"n\" }},\n]\n{check}"
+    )
+}
+
+/// A fake GPU and a repository with the kernel and its recipes, or `None` (skipped) without
+/// a C compiler or NVRTC.
+fn setup(source: &str) -> Option<(FakeGpu, tempfile::TempDir, std::path::PathBuf)> {
+    if !common::nvrtc_available() {
+        return None;
+    }
+    let gpu = FakeGpu::new("580.159.04")?;
+    let (tmp, root) = common::repo_with(&[
+        ("k.cu", source),
+        ("recipes/scale.toml", &recipe(false)),
+        ("recipes/scale_cubin.toml", &recipe(true)),
+    ]);
+    Some((gpu, tmp, root))
+}
+
+/// `repro -C ROOT bench --json RECIPE --min-time 30ms EXTRA...` on the fake: (exit code, the
+/// first result).
+fn bench(
+    gpu: &FakeGpu,
+    root: &Path,
+    recipe: &str,
+    extra: &[&str],
+    vars: &[(&str, &str)],
+) -> (i32, Value) {
+    let out = gpu
+        .cmd(vars)
+        .arg("-C")
+        .arg(root)
+        .args([
+            "bench",
+            "--json",
+            recipe,
+            "--min-time",
+            "30ms",
+            "--warmup",
+            "10ms",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "repro panicked: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{stderr}", stdout(&out)));
+    (out.status.code().unwrap(), v["results"][0].clone())
+}
+
+fn median(result: &Value) -> f64 {
+    result["summary"]["median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no median: {result}"))
+}
+
+#[test]
+fn a_recipe_bench_checks_and_times_the_kernel_on_the_fake_gpu() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    for mode in ["cold", "hot", "graph"] {
+        let (code, r) = bench(&gpu, &root, "scale", &["--mode", mode], &[]);
+        assert_eq!(
+            (code, &r["verdict"]),
+            (0, &Value::from("ok")),
+            "{mode}: {r}"
+        );
+        // Checked against the reference: every element of the output written and equal.
+        let check = &r["check"][0];
+        assert_eq!(check["name"], "a", "{mode}");
+        assert_eq!(check["elements"], 4096, "{mode}");
+        assert_eq!(
+            (&check["mismatches"], &check["unwritten"]),
+            (&0.into(), &0.into())
+        );
+        // Timed by the driver's events: 160 µs, within the fake's 0.5% jitter.
+        let m = median(&r);
+        assert!((159.2..=160.8).contains(&m), "{mode}: median {m} µs");
+        assert_eq!(r["machine"], "NVIDIA Fake GPU");
+        assert_eq!(r["settings"]["mode"], mode);
+        let per_sample = r["launches-per-sample"].as_u64().unwrap();
+        if mode == "graph" {
+            // A graph of enough launches to make about a millisecond, at least 10.
+            assert_eq!(per_sample, 10, "{r}");
+        } else {
+            assert_eq!(per_sample, 1, "{r}");
+        }
+        assert!(r["warmup-launches"].as_u64().unwrap() >= 3, "{r}");
+        assert_eq!(
+            r["sm-clock-mhz"],
+            serde_json::json!([1980, 1980, 1980]),
+            "{r}"
+        );
+        assert_eq!(r["throttled"], false);
+    }
+    // A clock below 75% of its maximum during sampling is reported as throttled.
+    let (code, r) = bench(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "hot"],
+        &[("FAKEGPU_SM_MHZ", "900")],
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["sm-clock-mhz"],
+        serde_json::json!([900, 900, 1980]),
+        "{r}"
+    );
+    assert_eq!(r["throttled"], true);
+    // On a second GPU the job sees only that card (CUDA_VISIBLE_DEVICES) and reads the
+    // clocks of that card (by its UUID), not NVML's first device's.
+    let two = [
+        ("FAKEGPU_COUNT", "2"),
+        ("FAKEGPU_SM_MHZ_1", "700"),
+        ("FAKEGPU_TIME_SCALE_1", "2"),
+    ];
+    gpu.forget_devices();
+    let (code, r) = bench(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "hot", "--device", "1"],
+        &two,
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["sm-clock-mhz"],
+        serde_json::json!([700, 700, 1980]),
+        "{r}"
+    );
+    let m = median(&r);
+    assert!(
+        (318.4..=321.6).contains(&m),
+        "GPU 1 takes twice as long: median {m} µs"
+    );
+    let (code, r) = bench(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "hot", "--device", "0"],
+        &two,
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["sm-clock-mhz"],
+        serde_json::json!([1980, 1980, 1980]),
+        "{r}"
+    );
+    assert!((159.2..=160.8).contains(&median(&r)), "{r}");
+    // A device that is not there is a usage error before anything runs.
+    gpu.forget_devices();
+    let out = gpu
+        .cmd(&[])
+        .arg("-C")
+        .arg(&root)
+        .args(["bench", "scale", "--device", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--device 1 is out of range: 1 GPU(s) visible"),
+        "{stderr}"
+    );
+    // A cubin is loaded as it is (the fake finds the token in its symbol table).
+    let (code, r) = bench(&gpu, &root, "scale_cubin", &["--mode", "hot"], &[]);
+    assert_eq!(code, 0, "{r}");
+    assert!(r["check"].is_null(), "{r}");
+    let m = median(&r);
+    assert!((159.2..=160.8).contains(&m), "cubin: median {m} µs");
+    // The human line says the same.
+    let out = gpu
+        .cmd(&[])
+        .arg("-C")
+        .arg(&root)
+        .args(["bench", "scale", "--min-time", "30ms", "--warmup", "10ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains(" ok  median 1") && text.contains(" µs"),
+        "{text}"
+    );
+}
+
+#[test]
+fn wrong_trapping_and_hanging_kernels_get_verdicts() {
+    let source = kernel(20_000, "__device__ int fakegpu_wrong_scale;\n");
+    let Some((gpu, _tmp, root)) = setup(&source) else {
+        return;
+    };
+    let (code, r) = bench(&gpu, &root, "scale", &[], &[]);
+    assert_eq!((code, &r["verdict"]), (1, &Value::from("wrong")), "{r}");
+    assert_eq!(r["check"][0]["mismatches"], 4096, "{r}");
+    assert!(r["summary"].is_null(), "a wrong kernel is not timed: {r}");
+    // --time-anyway times it all the same.
+    let (_, r) = bench(&gpu, &root, "scale", &["--time-anyway"], &[]);
+    assert_eq!(r["verdict"], "wrong", "{r}");
+    let m = median(&r);
+    assert!((19.9..=20.1).contains(&m), "median {m} µs");
+
+    for (token, extra, verdict, detail) in [
+        (
+            "fakegpu_trap_scale",
+            vec![],
+            "crash",
+            "CUDA_ERROR_LAUNCH_FAILED during running scale",
+        ),
+        (
+            "fakegpu_hang_scale",
+            vec!["--timeout", "3s"],
+            "timeout",
+            "TIMEOUT",
+        ),
+    ] {
+        std::fs::write(
+            root.join("k.cu"),
+            kernel(20_000, &format!("__device__ int {token};\n")),
+        )
+        .unwrap();
+        let (code, r) = bench(&gpu, &root, "scale", &extra, &[]);
+        assert_eq!(
+            (code, &r["verdict"]),
+            (1, &Value::from(verdict)),
+            "{token}: {r}"
+        );
+        let d = r["detail"].as_str().unwrap_or_default();
+        assert!(d.contains(detail), "{token}: {d}");
+    }
+
+    // The driver refusing a call ends the job with the call's error and what was being done.
+    std::fs::write(root.join("k.cu"), kernel(20_000, "")).unwrap();
+    for (fail, detail) in [
+        (
+            "cuMemAlloc_v2=2",
+            "CUDA_ERROR_OUT_OF_MEMORY during allocating a buffer",
+        ),
+        (
+            "cuModuleLoadData=200",
+            "CUDA_ERROR_INVALID_IMAGE during loading the module",
+        ),
+        (
+            "cuModuleGetFunction=500",
+            "CUDA_ERROR_NOT_FOUND during finding kernel scale",
+        ),
+        (
+            "cuLaunchKernel=1",
+            "CUDA_ERROR_INVALID_VALUE during launching scale_ref",
+        ),
+        (
+            "cuEventCreate=2",
+            "CUDA_ERROR_OUT_OF_MEMORY during creating an event",
+        ),
+        (
+            "cuDevicePrimaryCtxRetain=2",
+            "CUDA_ERROR_OUT_OF_MEMORY during creating the context",
+        ),
+    ] {
+        let (code, r) = bench(&gpu, &root, "scale", &[], &[("FAKEGPU_FAIL", fail)]);
+        assert_eq!(
+            (code, &r["verdict"]),
+            (1, &Value::from("crash")),
+            "{fail}: {r}"
+        );
+        let d = r["detail"].as_str().unwrap_or_default();
+        assert!(d.contains(detail), "{fail}: {d}");
+    }
+    // Buffers larger than the device's free memory are refused before any allocation.
+    let (code, r) = bench(&gpu, &root, "scale", &[], &[("FAKEGPU_MEM_MIB", "0")]);
+    assert_eq!((code, &r["verdict"]), (1, &Value::from("crash")), "{r}");
+    let d = r["detail"].as_str().unwrap_or_default();
+    assert!(d.contains("BUFFERS_TOO_LARGE"), "{d}");
+}
+
+/// A history of `scale` whose commit 4 (of 6 after the base) changes the kernel's module as
+/// `change` says; returns the repository and the commit ids, oldest first.
+fn history(root: &Path, change: impl Fn(&str) -> String) -> Vec<String> {
+    let mut ids = vec![git(root, &["rev-parse", "HEAD"])];
+    for i in 1..=6 {
+        let path = root.join("k.cu");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if i == 4 {
+            text = change(&text);
+        }
+        text.push_str(&format!("// commit {i}\n"));
+        std::fs::write(&path, text).unwrap();
+        git(root, &["commit", "-qam", &format!("commit {i}")]);
+        ids.push(git(root, &["rev-parse", "HEAD"]));
+    }
+    ids
+}
+
+/// `repro bisect --json` on the fake with `vars`: (exit code, report).
+fn bisect(gpu: &FakeGpu, root: &Path, args: &[&str], vars: &[(&str, &str)]) -> (i32, Value) {
+    let out = gpu
+        .cmd(vars)
+        .arg("-C")
+        .arg(root)
+        .args([
+            "bisect", "--json", "--good", "HEAD~6", "--bad", "HEAD", "--recipe", "scale",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "repro panicked: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{stderr}", stdout(&out)));
+    (out.status.code().unwrap(), v)
+}
+
+#[test]
+fn bisect_bench_finds_the_commit_that_made_the_kernel_slower() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
+    });
+    let (code, v) = bisect(&gpu, &root, &["--mode", "bench", "--min-time", "30ms"], &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["outcome"]["kind"], "first-bad", "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    assert_eq!(v["parent"]["hash"], ids[3].as_str(), "{v}");
+    // The evidence: the ends and the commits around the change, timed by the fake's events.
+    let steps = v["steps"].as_array().unwrap();
+    let step = |id: &str| {
+        steps
+            .iter()
+            .find(|s| s["commit"] == id)
+            .unwrap_or_else(|| panic!("{id} not evaluated: {v}"))
+    };
+    for (i, verdict, us) in [
+        (0, "good", 160.0),
+        (3, "good", 160.0),
+        (4, "bad", 200.0),
+        (6, "bad", 200.0),
+    ] {
+        let s = step(&ids[i]);
+        assert_eq!(s["verdict"], verdict, "commit {i}: {s}");
+        let m = s["median"].as_f64().unwrap();
+        assert!(
+            (m / us - 1.0).abs() < 0.005,
+            "commit {i}: median {m} µs, not {us}"
+        );
+    }
+    // Re-checked against its parent: 25% slower, confirmed.
+    let recheck = &v["recheck"];
+    assert_eq!(recheck["confirmed"], true, "{recheck}");
+    let ratio = recheck["ratio"].as_f64().unwrap();
+    assert!((1.24..1.26).contains(&ratio), "{recheck}");
+
+    // A slowdown counts when its interval lies beyond the midpoint between no change and
+    // the threshold: 25% is beyond 1 + 40% / 2 but short of 1 + 60% / 2, where the bad end
+    // is not bad (exit 1, and the hint).
+    let out = gpu
+        .cmd(&[])
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bisect", "--good", "HEAD~6", "--bad", "HEAD", "--recipe", "scale",
+        ])
+        .args([
+            "--mode",
+            "bench",
+            "--min-time",
+            "30ms",
+            "--threshold",
+            "60%",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: the bad end {} is not bad: it is good",
+            &ids[6][..12]
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("a threshold the change exceeds"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bisect_check_finds_the_commit_that_made_the_kernel_wrong() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        format!("__device__ int fakegpu_wrong_scale;\n{t}")
+    });
+    let (code, v) = bisect(&gpu, &root, &["--mode", "check"], &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["outcome"]["kind"], "first-bad", "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let wrong = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["commit"] == ids[4].as_str())
+        .unwrap();
+    assert!(
+        wrong["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("wrong"),
+        "{wrong}"
+    );
+    // Two GPUs check two commits at once; the answer is the same.
+    let two = [("FAKEGPU_COUNT", "2")];
+    gpu.forget_devices();
+    let (code, v) = bisect(&gpu, &root, &["--mode", "check", "--devices", "0,1"], &two);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+}
+
+/// With two GPUs, each commit's processes are spread over both and each GPU judges its
+/// samples against its own baseline of the good end: GPU 1 is 10% slower than GPU 0 here,
+/// which must not read as a regression, while the commit that makes the kernel 25% slower
+/// is found on both.
+#[test]
+fn bisect_bench_on_two_gpus_judges_each_against_its_own_baseline() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
+    });
+    let vars = [("FAKEGPU_COUNT", "2"), ("FAKEGPU_TIME_SCALE_1", "1.1")];
+    let args = ["--mode", "bench", "--min-time", "30ms", "--devices", "0,1"];
+    let (code, v) = bisect(&gpu, &root, &args, &vars);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let steps = v["steps"].as_array().unwrap();
+    for s in steps {
+        let m = s["median"].as_f64().unwrap();
+        let bad = s["verdict"] == "bad";
+        // Both GPUs measured: the median of the medians lies between the two cards' times.
+        let (fast, slow) = if bad { (200.0, 220.0) } else { (160.0, 176.0) };
+        assert!(m > fast * 1.01 && m < slow * 0.99, "{s}");
+        if bad {
+            let d = s["detail"].as_str().unwrap();
+            assert!(d.contains("GPU 0: bad") && d.contains("GPU 1: bad"), "{s}");
+        }
+    }
+    let good_middle = steps
+        .iter()
+        .find(|s| s["commit"] == ids[3].as_str())
+        .unwrap();
+    assert_eq!(good_middle["verdict"], "good", "{good_middle}");
+}
+
+/// Every buffer type and initialisation, and every scalar type, reach the kernel: the inputs
+/// filled, the outputs poisoned, written, read back and compared per type.
+#[test]
+fn every_buffer_and_scalar_type_is_filled_passed_and_compared() {
+    let params = "void* a, void* b, void* c, void* d, void* e, void* o1, void* o2, void* o3, \
+                  void* o4, void* o5, void* o6, void* o7, void* o8, void* o9, int s1, \
+                  unsigned s2, long long s3, unsigned long long s4, float s5, double s6, \
+                  unsigned char s7";
+    let source = format!(
+        "__device__ int fakegpu_ns_5000;\n\
+         extern \"C\" __global__ void dt({params}) {{}}\n\
+         extern \"C\" __global__ void dt_ref({params}) {{}}\n"
+    );
+    let Some((gpu, _tmp, root)) = setup(&source) else {
+        return;
+    };
+    let mut args = vec![
+        r#"{ name = "a", buffer = "f16", count = "n", init = "zeros" }"#.to_string(),
+        r#"{ name = "b", buffer = "bf16", count = "n", init = "constant", mean = 1.5 }"#.into(),
+        r#"{ name = "c", buffer = "f32", count = "n", init = "iota" }"#.into(),
+        r#"{ name = "d", buffer = "f64", count = "n", init = "uniform", low = -1.0, high = 1.0 }"#
+            .into(),
+        r#"{ name = "e", buffer = "i32", count = "n", init = "normal", std = 3.0, seed = 7 }"#
+            .into(),
+    ];
+    for (i, t) in [
+        "f16", "bf16", "f32", "f64", "i32", "u32", "i64", "u64", "u8",
+    ]
+    .iter()
+    .enumerate()
+    {
+        args.push(format!(
+            r#"{{ name = "o{}", buffer = "{t}", count = "n", output = true }}"#,
+            i + 1
+        ));
+    }
+    for (i, t) in ["i32", "u32", "i64", "u64", "f32", "f64", "u8"]
+        .iter()
+        .enumerate()
+    {
+        args.push(format!(
+            r#"{{ name = "s{}", scalar = "{t}", value = "n" }}"#,
+            i + 1
+        ));
+    }
+    let recipe = format!(
+        "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"dt\", \"dt_ref\"]\n\
+         target = \"sm_90\"\noutputs = [\"ptx\"]\n[params]\nn = 100\n[run]\nkernel = \"dt\"\n\
+         grid = 1\nblock = 128\nargs = [\n  {}\n]\n[check]\nkernel = \"dt_ref\"\n",
+        args.join(",\n  ")
+    );
+    std::fs::write(root.join("recipes/dt.toml"), recipe).unwrap();
+    let (code, r) = bench(&gpu, &root, "dt", &["--mode", "hot"], &[]);
+    assert_eq!((code, &r["verdict"]), (0, &Value::from("ok")), "{r}");
+    let checks = r["check"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9"]
+    );
+    for c in checks {
+        assert_eq!(c["elements"], 100, "{c}");
+        assert_eq!(
+            (&c["mismatches"], &c["unwritten"]),
+            (&0.into(), &0.into()),
+            "{c}"
+        );
+    }
+    let m = median(&r);
+    assert!((4.97..=5.03).contains(&m), "median {m} µs");
+    // Outputs the reference writes and the kernel writes otherwise: every type compared.
+    std::fs::write(
+        root.join("k.cu"),
+        format!("__device__ int fakegpu_wrong_dt;\n{source}"),
+    )
+    .unwrap();
+    let (code, r) = bench(&gpu, &root, "dt", &["--mode", "hot"], &[]);
+    assert_eq!((code, &r["verdict"]), (1, &Value::from("wrong")), "{r}");
+    for c in r["check"].as_array().unwrap() {
+        assert_eq!(c["mismatches"], 100, "{c}");
+        assert_eq!(c["unwritten"], 0, "{c}");
+    }
+}

@@ -1,0 +1,432 @@
+//! Compile-only recipes, kernels listed from nvcc's cubins, honest failure reasons, `build
+//! --all` that builds what it can, and fat binaries over several targets, end to end with
+//! the real nvcc from NVIDIA's wheels (fetched through pip once, as tests/toolchain/cli.rs
+//! does; REPRO_TEST_WHEELHOUSE names a directory to use instead).
+
+use crate::common;
+use common::wheelhouse;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::{crate_dir, git, repo_with, repro};
+use serde_json::Value;
+
+/// The pinned nvcc 13.0 wheels.
+fn nvcc_set() -> Vec<(String, String)> {
+    common::pinned_nvcc_wheels()
+}
+
+/// A cache (XDG_CACHE_HOME) with nvcc 13.0 installed from its wheels by `repro toolchain
+/// install`, shared by this file's tests and kept between runs; `None` when the wheels
+/// cannot be had.
+fn nvcc_cache() -> Option<PathBuf> {
+    static CACHE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let wh = wheelhouse(&nvcc_set())?;
+            let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("honest-build-cache");
+            let (_tmp, root) = repo_with(&[("repro.toml", &read("repro.toml"))]);
+            let out = repro(&cache)
+                .arg("-C")
+                .arg(&root)
+                .args(["-q", "toolchain", "install", "nvcc@13.0", "--wheels"])
+                .arg(&wh)
+                .env_remove("REPRO_WHEELHOUSE")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "installing nvcc 13.0: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(cache)
+        })
+        .clone()
+}
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(crate_dir().join(p)).unwrap()
+}
+
+/// An nvcc recipe pinned to the installed release, with the given extra `[build]` lines.
+fn nvcc_recipe(source: &str, extra: &str) -> String {
+    format!(
+        "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"{source}\"\ntoolchain = \"nvcc@13.0\"\n{extra}"
+    )
+}
+
+/// `repro -C ROOT --json ARGS`: (exit code, stdout as JSON, stderr). REPRO_OFFLINE keeps a
+/// build from fetching a toolchain it lacks.
+fn json(cache: &Path, root: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = repro(cache)
+        .arg("-C")
+        .arg(root)
+        .arg("--json")
+        .args(args)
+        .env("REPRO_OFFLINE", "1")
+        .env_remove("REPRO_WHEELHOUSE")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A kernel file whose only kernel is a template that a host template launches; nothing
+/// instantiates it, so its cubin holds no kernel at all. A defaulted `__host__` constructor
+/// makes nvcc warn (#20012-D) before anything else; from commit `breaks` on, an undefined
+/// name after that warning is an error.
+fn template_kernel(i: usize, breaks: usize) -> String {
+    let broken = if i >= breaks {
+        "int broken = undefined_symbol;\n"
+    } else {
+        ""
+    };
+    format!(
+        "// version {i}\n#include <cuda_runtime.h>\nstruct S {{ __host__ S() = default; }};\n{broken}template <int N> __global__ void tk(float *a) {{ a[threadIdx.x] += N * {i}; }}\ntemplate <int N> void launch(float *a) {{ tk<N><<<1, 32>>>(a); }}\n"
+    )
+}
+
+#[test]
+fn a_compile_only_recipe_bisects_the_break_of_a_template_kernel_nothing_instantiates() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        (
+            "recipes/k.toml",
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"object\"]\n",
+            ),
+        ),
+    ]);
+    std::fs::create_dir_all(root.join("kernels")).unwrap();
+    // The break lands on commit 7 of 12.
+    for i in 1..=12 {
+        std::fs::write(root.join("kernels/k.cu"), template_kernel(i, 7)).unwrap();
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-q", "-m", &format!("commit {i}")]);
+    }
+    let (code, v, stderr) = json(
+        &cache,
+        &root,
+        &[
+            "bisect",
+            "--good",
+            "HEAD~11",
+            "--bad",
+            "HEAD",
+            "--recipe",
+            "recipes/k.toml",
+            "--mode",
+            "build",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}\n{v}");
+    assert_eq!(v["culprit"]["subject"], "commit 7", "{v}");
+    // A failing step's reason is nvcc's error line, not the warning printed before it.
+    let bad: Vec<&Value> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["verdict"] == "bad")
+        .collect();
+    assert!(!bad.is_empty(), "{v}");
+    for s in bad {
+        let detail = s["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("error: identifier \"undefined_symbol\" is undefined"),
+            "{detail}"
+        );
+        assert!(!detail.contains("warning"), "{detail}");
+    }
+    // A good step's build says it checked only that the source compiles, in its record.
+    let (code, b, stderr) = json(&cache, &root, &["build", "k", "--force"]);
+    assert_eq!(code, 5, "{stderr}");
+    assert!(
+        b["builds"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("error: identifier \"undefined_symbol\" is undefined"),
+        "{b}"
+    );
+    // `repro show` of the failed build's record says why it failed, and what it checked.
+    let failed_key = b["builds"][0]["key"].as_str().unwrap().to_string();
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["show", &failed_key])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("reason")
+            && l.contains("error: identifier \"undefined_symbol\" is undefined")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("checked") && l.contains("compile-only")),
+        "{text}"
+    );
+    git(&root, &["checkout", "-q", "HEAD~6"]);
+    let (code, b, stderr) = json(&cache, &root, &["build", "k"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(b["builds"][0]["checked"], "compile-only", "{b}");
+    assert!(
+        b["builds"][0]["outputs"]["object"]["bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let key = b["builds"][0]["key"].as_str().unwrap();
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["checked"], "compile-only");
+    // The human line says so too.
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "k"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(compile-only)"), "{text}");
+}
+
+const KERNELS: &str = r#"#include <cuda_runtime.h>
+__device__ __noinline__ float helper(float x) { return x * 2.0f; }
+extern "C" __global__ void plain(float *a) { a[threadIdx.x] = helper(a[threadIdx.x]); }
+template <int N> __global__ void tk(float *a) { a[threadIdx.x] += N; }
+namespace ns { __global__ void inner(int *p) { p[0] = 1; } }
+template <int N> void launch(float *a) { tk<N><<<1, 32>>>(a); }
+void go(float *a) { launch<4>(a); }
+"#;
+
+#[test]
+fn entries_are_listed_from_an_nvcc_cubin() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        ("kernels/k.cu", KERNELS),
+        (
+            "recipes/good.toml",
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\nentries = [\"plain\", \"tk\", \"ns::inner\"]\n",
+            ),
+        ),
+        (
+            "recipes/wrong.toml",
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\nentries = [\"plain\", \"helper\"]\n",
+            ),
+        ),
+    ]);
+    let (code, v, stderr) = json(&cache, &root, &["build", "good"]);
+    assert_eq!(code, 0, "{stderr}\n{v}");
+    assert_eq!(v["builds"][0]["checked"], "entries");
+    // A device function is not a kernel: the message lists the cubin's kernels, as
+    // readelf shows them, with their source names.
+    let (code, v, stderr) = json(&cache, &root, &["build", "wrong"]);
+    assert_eq!(code, 5, "{stderr}\n{v}");
+    let reason = v["builds"][0]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        "the artifact has no entry point `helper` (it has: _Z2tkILi4EEvPf (tk), _ZN2ns5innerEPi (ns::inner), plain); name each kernel as written in the source, or fix `entries`"
+    );
+}
+
+#[test]
+fn a_fatbin_over_two_targets_holds_both() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        ("kernels/k.cu", KERNELS),
+        (
+            "recipes/fat.toml",
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "targets = [\"sm_89\", \"sm_90\"]\noutputs = [\"fatbin\"]\nentries = [\"plain\", \"tk\"]\n",
+            ),
+        ),
+    ]);
+    let (code, v, stderr) = json(&cache, &root, &["build", "fat"]);
+    assert_eq!(code, 0, "{stderr}\n{v}");
+    let builds = v["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 1, "one nvcc run for both targets: {v}");
+    let path = builds[0]["outputs"]["fatbin"]["path"].as_str().unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    let members = repro::fatbin::members(&bytes).unwrap();
+    let targets: Vec<String> = members.iter().map(|m| m.target()).collect();
+    assert_eq!(targets, ["sm_89", "sm_90"]);
+    for m in &members {
+        // Kernels are the functions marked as entry points (st_other 0x10).
+        let elf = repro::elf::Elf::parse(&m.payload).unwrap();
+        let mut kernels: Vec<String> = elf
+            .symbols()
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.kind == repro::elf::STT_FUNC && s.other & 0x10 != 0)
+            .map(|s| s.name)
+            .collect();
+        kernels.sort();
+        assert_eq!(kernels, ["_Z2tkILi4EEvPf", "_ZN2ns5innerEPi", "plain"]);
+    }
+    // NVIDIA's cuobjdump agrees, where its wheel can be had.
+    if let Some(cuobjdump) = cuobjdump() {
+        let out = std::process::Command::new(cuobjdump)
+            .args(["-lelf", path])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("sm_89.cubin") && text.contains("sm_90.cubin"),
+            "{text}"
+        );
+    }
+    // The same targets with per-target outputs are still one build per target.
+    std::fs::write(
+        root.join("recipes/per.toml"),
+        nvcc_recipe(
+            "kernels/k.cu",
+            "targets = [\"sm_89\", \"sm_90\"]\noutputs = [\"cubin\"]\nentries = [\"plain\"]\n",
+        ),
+    )
+    .unwrap();
+    let (code, v, stderr) = json(&cache, &root, &["build", "per"]);
+    assert_eq!(code, 0, "{stderr}");
+    let names: Vec<&str> = v["builds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["recipe"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["per@sm_89", "per@sm_90"]);
+}
+
+/// NVIDIA's cuobjdump, unpacked from its wheel; `None` where pip cannot fetch it.
+fn cuobjdump() -> Option<PathBuf> {
+    let dir = common::wheels(&[("nvidia-cuda-cuobjdump".into(), "13.2.51".into())]).ok()?;
+    let wheel = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy()
+                    .starts_with("nvidia_cuda_cuobjdump-13.2.51")
+            })
+        })?;
+    let into = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuobjdump-13.2.51");
+    let bin = into.join("nvidia/cu13/bin/cuobjdump");
+    if !bin.is_file() {
+        let ok = std::process::Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&into)
+            .status()
+            .ok()?
+            .success();
+        if !ok {
+            return None;
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).ok()?;
+    }
+    Some(bin)
+}
+
+#[test]
+fn build_all_builds_every_recipe_it_can_and_exits_with_the_worst_failure() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        ("kernels/k.cu", KERNELS),
+        (
+            "kernels/bad.cu",
+            "__global__ void k(float *a) { a[0] = nope; }\n",
+        ),
+        (
+            "recipes/a_ok.toml",
+            &nvcc_recipe(
+                "kernels/k.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\n",
+            ),
+        ),
+        (
+            "recipes/b_missing.toml",
+            "schema = 1\n[build]\nkind = \"nvcc\"\nsource = \"kernels/k.cu\"\ntoolchain = \"nvcc@11.8\"\ntarget = \"sm_90\"\n",
+        ),
+        (
+            "recipes/c_broken.toml",
+            &nvcc_recipe(
+                "kernels/bad.cu",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\n",
+            ),
+        ),
+        (
+            "recipes/d_ok.toml",
+            &nvcc_recipe("kernels/k.cu", "target = \"sm_90\"\noutputs = [\"ptx\"]\n"),
+        ),
+    ]);
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "--all"])
+        .env("REPRO_OFFLINE", "1")
+        .env_remove("REPRO_WHEELHOUSE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The missing toolchain is an environment problem (3), worse than a failed build (5).
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    for (name, word) in [("a_ok", "built"), ("c_broken", "FAILED"), ("d_ok", "built")] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains(word)),
+            "{name}: {stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("error: failed to build recipe `b_missing`: recipe `b_missing` pins nvcc@11.8, which is not installed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("reason: kernels/bad.cu(1): error: identifier \"nope\" is undefined"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "1 of 4 builds failed (c_broken); 1 of 4 recipes could not be built (b_missing)"
+        ),
+        "{stderr}"
+    );
+    // --json lists what was not built beside the builds.
+    let (code, v, _) = json(&cache, &root, &["build", "--all"]);
+    assert_eq!(code, 3);
+    assert_eq!(v["builds"].as_array().unwrap().len(), 3, "{v}");
+    assert_eq!(v["not-built"][0]["recipe"], "b_missing", "{v}");
+    // Without the missing toolchain, the failed build decides: 5.
+    std::fs::remove_file(root.join("recipes/b_missing.toml")).unwrap();
+    let (code, _, stderr) = json(&cache, &root, &["build", "--all"]);
+    assert_eq!(code, 5, "{stderr}");
+}

@@ -1,0 +1,4 @@
+//! `repro replay`: records and bundles replayed exactly.
+
+mod cli;
+mod coverage;

@@ -1,0 +1,4 @@
+//! `repro log`, `show` and `compare`: reading results.
+
+mod cli;
+mod log;

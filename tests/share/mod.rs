@@ -1,0 +1,4 @@
+//! `repro push` and `repro pull`: sharing stores.
+
+mod cli;
+mod coverage;
