@@ -3,7 +3,7 @@
 //! checked against `scaled_dot_product_attention` and timed beside it by wall clock; the
 //! bad inputs of issue #27 each with its message and exit code and nothing recorded.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -193,7 +193,12 @@ fn a_python_call_is_checked_against_its_reference_and_timed_beside_it() {
     );
 
     // `compare` takes the call's samples as any result's.
-    let out = repro(tmp.path()).arg("-C").arg(&root).args(["compare", "--json", &id, &id]).output().unwrap();
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["compare", "--json", &id, &id])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
     // A tighter tolerance than float32 attention meets is a wrong result, not a success.

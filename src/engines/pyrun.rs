@@ -343,7 +343,7 @@ pub enum PyRunError {
         interpreter: String,
         /// Why.
         #[source]
-        source: ProcessError,
+        source: Box<ProcessError>,
     },
     /// The runner ended without an answer (a crash in the extension, for one).
     #[error("the Python call in {interpreter} ended without an answer ({status}): {tail}")]
@@ -449,7 +449,7 @@ pub fn run(interpreter: &Path, job: &Job, timeout: Duration) -> Result<Report, P
         .output()
         .map_err(|source| PyRunError::Process {
             interpreter: who.clone(),
-            source,
+            source: Box::new(source),
         })?;
     let stdout = out.stdout_str();
     let Some(line) = stdout.lines().rev().find_map(|l| l.strip_prefix(MARK)) else {
