@@ -1,6 +1,8 @@
 //! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
 //! (time any command, or read a metric from its output, over separate processes).
 
+pub mod pybench;
+
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -263,7 +265,7 @@ fn recipe_bench(
     let s = settings(a);
     if r.sections.call.is_some() {
         let base = |key: String, name: String| base_record(fp, root, key, name, "us");
-        let o = crate::app::pybench::CallOptions {
+        let o = crate::app::bench::pybench::CallOptions {
             settings: s,
             check_only: a.check_only,
             time_anyway: a.time_anyway,
@@ -271,7 +273,7 @@ fn recipe_bench(
             toolchain: a.toolchain.clone(),
             base: &base,
         };
-        return crate::app::pybench::run(g, root, fp, store, &r, &o);
+        return crate::app::bench::pybench::run(g, root, fp, store, &r, &o);
     }
     // Resolve every point once before building, with no module to read symbols from, so that
     // a recipe's own mistakes are reported even on a machine without a compiler.
@@ -594,7 +596,7 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
     }
     line.push_str(&format!("  id {}\n", keys::short(id)));
     if let Some(py) = &rec.python {
-        line.push_str(&crate::app::pybench::render(py));
+        line.push_str(&crate::app::bench::pybench::render(py));
     }
     if let Some(d) = &rec.detail {
         line.push_str(&format!("  {} {d}\n", style.warn("detail:")));

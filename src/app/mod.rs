@@ -21,7 +21,6 @@ pub mod probe;
 pub mod profile;
 pub mod pull;
 pub mod push;
-pub mod pybench;
 pub mod replay;
 pub mod report;
 pub mod results;

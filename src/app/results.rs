@@ -287,7 +287,7 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     }
     t.row(["params".to_string(), r.params_text()]);
     if let Some(py) = &r.python {
-        for row in crate::app::pybench::show_rows(py) {
+        for row in crate::app::bench::pybench::show_rows(py) {
             t.row(row);
         }
     }

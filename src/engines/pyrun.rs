@@ -12,10 +12,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engines::gpurun::Timing;
-use crate::foundation::callspec::{Call, CallArg, CallDevice};
 use crate::foundation::expr::Value as ExprValue;
 use crate::foundation::process::{Cmd, ProcessError};
 use crate::foundation::records::OutputCheck;
+use crate::foundation::runspec::call::{Call, CallArg, CallDevice};
 use crate::foundation::runspec::{DType, Init};
 
 /// The runner script, run as `python -I? pyrun.py JOB`.
@@ -497,10 +497,10 @@ fn parse(line: &str, job: &Job, who: &str) -> Result<Report, PyRunError> {
             job.device.name()
         )));
     }
-    validate_checks(a.check.as_deref(), job).map_err(invalid)?;
+    validate_checks(a.check.as_deref(), job).map_err(|w| invalid(w.0))?;
     for (t, name) in [(&a.function, "function"), (&a.reference, "reference")] {
         if let Some(t) = t {
-            validate_timed(t, &job.timing).map_err(|w| invalid(format!("{name}: {w}")))?;
+            validate_timed(t, &job.timing).map_err(|w| invalid(format!("{name}: {}", w.0)))?;
         }
     }
     let timed = !job.check_only && a.function.is_some();
@@ -518,18 +518,21 @@ fn parse(line: &str, job: &Job, who: &str) -> Result<Report, PyRunError> {
     })
 }
 
-fn validate_checks(check: Option<&[OutputCheck]>, job: &Job) -> Result<(), String> {
+fn validate_checks(check: Option<&[OutputCheck]>, job: &Job) -> Result<(), Invalid> {
     let Some(list) = check else {
         return match job.reference {
-            Some(_) => Err("no check, and the job has a reference".into()),
+            Some(_) => Err(Invalid("no check, and the job has a reference".into())),
             None => Ok(()),
         };
     };
     let Some(r) = &job.reference else {
-        return Err("a check, and the job has no reference".into());
+        return Err(Invalid("a check, and the job has no reference".into()));
     };
     if list.is_empty() || list.len() > 64 {
-        return Err(format!("{} outputs checked (1 to 64 expected)", list.len()));
+        return Err(Invalid(format!(
+            "{} outputs checked (1 to 64 expected)",
+            list.len()
+        )));
     }
     for c in list {
         let ok_name = c.name.len() <= 64
@@ -540,36 +543,41 @@ fn validate_checks(check: Option<&[OutputCheck]>, job: &Job) -> Result<(), Strin
             .iter()
             .all(|v| v.is_finite() && *v >= 0.0);
         if !ok_name || !finite || c.mismatches > c.elements || c.unwritten > c.elements {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "output check `{}` is not consistent",
                 crate::foundation::output::printable(&c.name)
-            ));
+            )));
         }
         if c.atol != r.atol || c.rtol != r.rtol {
-            return Err("tolerances differ from the job's".into());
+            return Err(Invalid("tolerances differ from the job's".into()));
         }
         if let Some((i, x, y)) = &c.first_mismatch
             && (*i >= c.elements || x.len() > 64 || y.len() > 64)
         {
-            return Err("a first mismatch outside the output".into());
+            return Err(Invalid("a first mismatch outside the output".into()));
         }
     }
     Ok(())
 }
 
-fn validate_timed(t: &Timed, timing: &Timing) -> Result<(), String> {
+fn validate_timed(t: &Timed, timing: &Timing) -> Result<(), Invalid> {
     if t.samples_us.is_empty() || t.samples_us.len() > timing.max_samples {
-        return Err(format!(
+        return Err(Invalid(format!(
             "{} samples (1 to {} expected)",
             t.samples_us.len(),
             timing.max_samples
-        ));
+        )));
     }
     if !t.samples_us.iter().all(|s| s.is_finite() && *s >= 0.0) {
-        return Err("a sample is negative or not finite".into());
+        return Err(Invalid("a sample is negative or not finite".into()));
     }
     Ok(())
 }
+
+/// What is wrong with the runner's answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Invalid(String);
 
 /// Whether the samples met the noise target by repro's own rule (the runner's word is
 /// not taken for it).

@@ -5,7 +5,6 @@
 //! only each other, never an engine or the app.
 
 pub mod archive;
-pub mod callspec;
 pub mod config;
 pub mod cubin;
 pub mod cuda_options;

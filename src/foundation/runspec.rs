@@ -30,6 +30,8 @@
 //! Parsing keeps spans so errors name the file, line, column and key; resolution against
 //! concrete parameter values turns expressions into numbers and names the offending text.
 
+pub mod call;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -215,7 +217,7 @@ pub struct Sections {
     /// `[work]`.
     pub work: Work,
     /// `[run] function`: a Python callable and its reference, instead of a kernel.
-    pub call: Option<crate::foundation::callspec::Call>,
+    pub call: Option<call::Call>,
 }
 
 impl RawRun {
@@ -269,7 +271,7 @@ pub struct RawRun {
     shared_mem: Option<RawExpr>,
     #[serde(default)]
     args: Vec<Spanned<RawArg>>,
-    /// A Python callable instead of a kernel (see [`crate::foundation::callspec`]).
+    /// A Python callable instead of a kernel (see [`call`]).
     pub(crate) function: Option<Spanned<String>>,
     /// Where a Python call's tensors live: "cuda" (default) or "cpu".
     pub(crate) device: Option<Spanned<String>>,
@@ -490,7 +492,7 @@ pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Pro
         .is_some_and(|r| r.get_ref().function.is_some());
     if call_run {
         let run = raw.run.expect("checked above");
-        let call = crate::foundation::callspec::validate(run, raw.check, &params, src)?;
+        let call = call::validate(run, raw.check, &params, src)?;
         return Ok(Sections {
             work: validate_work(raw.work, &params, src)?,
             params,

@@ -7,6 +7,8 @@
 //! device measures its own baseline of the good end, so that every statistical decision
 //! compares samples taken on one card.
 
+pub(crate) mod pycall;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -484,14 +486,13 @@ impl<'a> Ctx<'a> {
         let question = self.plan.question.clone();
         let store = self.store.clone();
         if r.sections.call.is_some() && matches!(question, Question::Check | Question::Bench(_)) {
-            let cx = super::pycall::Context {
+            let cx = pycall::Context {
                 root,
                 python: self.plan.python.as_deref(),
                 timeout,
                 device: self.plan.devices.first().copied().unwrap_or(0),
             };
-            let answer =
-                super::pycall::answer(&question, &mut r, &built, &cx, &mut self.baseline, step);
+            let answer = pycall::answer(&question, &mut r, &built, &cx, &mut self.baseline, step);
             return still_there(&dir, answer);
         }
         let answer = answer_built(

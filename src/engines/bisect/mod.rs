@@ -6,7 +6,6 @@ pub mod executor;
 pub mod history;
 pub mod local;
 pub mod plan;
-pub mod pycall;
 pub mod run;
 pub mod search;
 pub mod slurm;

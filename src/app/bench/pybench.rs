@@ -14,12 +14,12 @@ use crate::engines::build::{self, Options};
 use crate::engines::catalog;
 use crate::engines::fingerprint::Fingerprint;
 use crate::engines::pyrun::{self, Job};
-use crate::foundation::callspec::{Call, CallDevice};
 use crate::foundation::error::UserError;
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::recipe::{Build, Recipe};
 use crate::foundation::records::{Mode, PyCall, ResultRecord, ResultVerdict, Settings};
+use crate::foundation::runspec::call::{Call, CallDevice};
 use crate::foundation::store::Store;
 
 /// What `repro bench` passes on for a Python call.

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::local::{MeasureError, StepFail, judge};
-use super::plan::{BenchQuestion, Question, Step, StepError};
-use super::search::Answer;
+use super::{MeasureError, StepFail, judge};
+use crate::engines::bisect::plan::{BenchQuestion, Question, Step, StepError};
+use crate::engines::bisect::search::Answer;
 use crate::engines::build;
 use crate::engines::pyrun::{self, FailureKind, Job, PyRunError};
 use crate::foundation::recipe::{Build, Recipe};
