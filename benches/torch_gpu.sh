@@ -5,7 +5,7 @@
 # (a cache hit) set against torch.utils.cpp_extension.load_inline on the same sources.
 #
 # Usage (on the H200 machine, from the repository root, after `cargo build --release`):
-#   PY=python3 REPRO_NVCC=/usr/local/cuda-13.0/bin/nvcc benches/torch_gpu.sh
+#   PY=python3 benches/torch_gpu.sh   (REPRO_NVCC defaults to the nvcc on the PATH, else /usr/local/cuda*/bin/nvcc)
 # PY is the interpreter whose PyTorch (with CUDA) the extension builds against; ninja must
 # be installed for load_inline. Prints a table; exits non-zero if a step fails.
 set -euo pipefail
@@ -13,7 +13,7 @@ src="$(cd "$(dirname "$0")/.." && pwd)"
 repro="${REPRO:-$src/target/release/repro}"
 PY="${PY:-python3}"
 PY="$(command -v "$PY")"
-export REPRO_NVCC="${REPRO_NVCC:-/usr/local/cuda-13.0/bin/nvcc}"
+export REPRO_NVCC="${REPRO_NVCC:-$(command -v nvcc || ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null | tail -1)}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/repro-torch-gpu.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
