@@ -405,7 +405,8 @@ pub fn entries(
             (serde_json::to_string_pretty(&records::to_json(r)).expect("JSON") + "\n").into_bytes(),
             false,
         );
-        if let Some(list) = python_requirements(&r.fingerprint) {
+        // A Python call's result: the environment it ran in, as pip can recreate it.
+        if let Some(list) = r.python.as_ref().and(python_requirements(&r.fingerprint)) {
             put(format!("python/{id}.txt"), list.into_bytes(), false);
         }
     }
