@@ -253,8 +253,7 @@ fn recipe_bench(
         .hint("add [run] (the run section in repro's book, docs/src/reference/recipes.md), or use --command")
         .into());
     }
-    crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)
-        .map_err(|e| UserError::usage(e.to_string()))?;
+    crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)?;
     if let Some(Warmup::Runs(n)) = a.warmup {
         return Err(UserError::usage(format!(
             "--warmup {n}: a recipe bench warms up for a time, not a number of runs"
@@ -361,14 +360,14 @@ fn recipe_bench(
     .map_err(|e| UserError::usage(located(&r.path, &e.to_string())))?;
     if let Some(ptx) = &ptx {
         for p in &points {
-            bench::check_arity(ptx, &p.job.kernel, &p.job.args).map_err(|e| {
-                UserError::usage(e.to_string())
-                    .hint("make [run] args match the kernel's parameters, in order")
-            })?;
+            // The error's own hint says to match the parameters.
+            bench::check_arity(ptx, &p.job.kernel, &p.job.args)?;
             if let Some(rl) = &p.job.reference {
                 bench::check_arity(ptx, rl, &p.job.args).map_err(|e| {
-                    UserError::usage(e.to_string())
-                        .hint("the reference kernel takes the same arguments as the kernel")
+                    crate::foundation::error::Hinted::new(
+                        e,
+                        "the reference kernel takes the same arguments as the kernel",
+                    )
                 })?;
             }
         }
@@ -467,11 +466,8 @@ fn command_bench(
     store: &crate::foundation::store::Store,
 ) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let root = g.project_root();
-    let metric = Metric::parse(&a.metric).map_err(|e| {
-        UserError::usage(e.to_string()).hint(
-            "for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'",
-        )
-    })?;
+    // The error's own hint gives examples.
+    let metric = Metric::parse(&a.metric)?;
     let (min_runs, max_runs) = match (a.runs, a.min_runs, a.max_runs) {
         (Some(0), _, _) => {
             return Err(UserError::usage("--runs must be at least 1")

@@ -342,30 +342,7 @@ fn detach_driver(g: &Globals, a: &Args, plan: &Plan) -> anyhow::Result<u8> {
 fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     g.config()?;
     if let (Some(range), Some(recipe)) = (&a.toolchains, &a.recipe) {
-        if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
-            return Err(UserError::usage(
-                "--toolchains searches for the first broken release, on one GPU, here",
-            )
-            .hint("leave out --find fixed, --executor and a --devices list of several")
-            .into());
-        }
-        let driven = match a.mode {
-            Mode::Build => None,
-            Mode::Check => Some(Question::Check),
-            Mode::Bench => Some(Question::Bench(bench_question(&a, None))),
-        };
-        return bisect_toolchains(
-            g,
-            BisectArgs {
-                range,
-                recipe,
-                driven,
-                timeout: a.timeout,
-                wheels: a.wheels.clone(),
-                keep_going: a.keep_going,
-                device: a.devices.first().copied().unwrap_or(0),
-            },
-        );
+        return toolchains_of(g, &a, range, recipe);
     }
     let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
         let missing = match (&a.good, &a.bad) {
@@ -377,54 +354,8 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .hint("for example `repro bisect --good v1.0 --bad HEAD --script CMD`, or `--toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe NAME` to search compiler releases")
             .into());
     };
-    let question = match (&a.script, &a.command, a.mode) {
-        (Some(s), _, _) => Question::Script(s.clone()),
-        (None, Some(cmd), _) => Question::Bench(bench_question(
-            &a,
-            Some((
-                cmd.clone(),
-                Metric::parse(&a.metric).map_err(|e| {
-                    UserError::usage(e.to_string())
-                        .hint("for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'")
-                })?,
-            )),
-        )),
-        (None, None, _) if a.recipe.is_none() => {
-            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD")
-                .hint("for example --script 'make test' (exit 0 is good, 125 skips the commit), or --recipe NAME --mode check")
-                .into());
-        }
-        (None, None, Mode::Build) => Question::Build,
-        (None, None, Mode::Check) => Question::Check,
-        (None, None, Mode::Bench) => Question::Bench(bench_question(&a, None)),
-    };
-    let slurm_only = [
-        ("--partition", a.partition.is_some()),
-        ("--gres", a.gres.is_some()),
-        ("--time-limit", a.time_limit.is_some()),
-        ("--account", a.account.is_some()),
-        ("--slurm-steps", a.slurm_steps),
-        ("--slurm-opt", !a.slurm_opt.is_empty()),
-        ("--slurm-export", !a.slurm_export.is_empty()),
-    ];
-    let given: Vec<&str> = slurm_only
-        .iter()
-        .filter(|(_, g)| *g)
-        .map(|(f, _)| *f)
-        .collect();
-    if a.executor == ExecutorKind::Local && !given.is_empty() {
-        return Err(UserError::usage(format!(
-            "{} {} of --executor slurm",
-            given.join(", "),
-            if given.len() == 1 {
-                "is an option"
-            } else {
-                "are options"
-            }
-        ))
-        .hint("add --executor slurm, or leave them out to run the steps here")
-        .into());
-    }
+    let question = question(&a)?;
+    refuse_slurm_only(&a)?;
     let repo = git::open(&g.cwd)?;
     let good = git::resolve(&repo, good)?;
     let bad = git::resolve(&repo, bad)?;
@@ -440,40 +371,8 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
     }
-    let recipe = match &a.recipe {
-        None => None,
-        Some(_) if a.command.is_some() || a.script.is_some() => None,
-        Some(name) if a.recipe_per_commit => {
-            if name.contains('/') || name.ends_with(".toml") {
-                return Err(UserError::usage(format!(
-                    "--recipe-per-commit takes a recipe name, not the path `{name}`"
-                ))
-                .hint("each commit's recipes/NAME.toml is read: pass --recipe NAME")
-                .into());
-            }
-            Some(RecipeSource::PerCommit(name.clone()))
-        }
-        Some(name) => Some(RecipeSource::Fixed(Box::new(fixed_recipe(
-            g,
-            &repo,
-            name,
-            a.recipe_at.as_deref(),
-        )?))),
-    };
-    let plan = Plan {
-        recipe,
-        paths: a.paths.clone(),
-        offline: g.offline,
-        question,
-        nix: a.nix,
-        timeout: a.timeout,
-        find_fixed: a.find == Find::Fixed,
-        jobs: usize::from(a.jobs),
-        keep_going: a.keep_going,
-        devices: a.devices.clone(),
-        pins: g.pins()?,
-        python: g.python.clone(),
-    };
+    let recipe = recipe_source(g, &repo, &a)?;
+    let plan = plan(g, &a, recipe, question)?;
     provision_toolchain(g, &plan)?;
     if a.detach {
         if a.executor != ExecutorKind::Slurm {
@@ -512,61 +411,8 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
     };
-    let doc = records::BisectRecord {
-        schema: records::SCHEMA,
-        find: if a.find == Find::Fixed {
-            records::Find::Fixed
-        } else {
-            records::Find::Broken
-        },
-        outcome: report.outcome.clone(),
-        culprit: culprit.clone(),
-        parent: parent.clone(),
-        range: json!(report.outcome_range(&commits)),
-        commits: report.commits,
-        evaluated: report.evaluated,
-        steps: report.steps.clone(),
-        recheck: report.recheck.clone(),
-        cluster: slurm.as_ref().map(|e| records::ClusterRecord {
-            executor: "slurm".into(),
-            placement: e.placement().describe(),
-            options: e.job_args().to_vec(),
-            export: e.exported().to_vec(),
-            usage: e.usage(),
-        }),
-        kind: None,
-        question: None,
-        created_at: None,
-        repro_version: None,
-        key: None,
-    };
-    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
-    let question = records::Question {
-        mode: if a.script.is_some() {
-            "script".to_string()
-        } else {
-            clap::ValueEnum::to_possible_value(&a.mode)
-                .map_or_else(String::new, |v| v.get_name().to_string())
-        },
-        name: a
-            .recipe
-            .as_deref()
-            .or(a.command.as_deref())
-            .or(a.script.as_deref())
-            .map(str::to_string),
-        good: if a.find == Find::Fixed {
-            commits.last()
-        } else {
-            commits.first()
-        }
-        .map(|c| c.to_string()),
-        bad: if a.find == Find::Fixed {
-            commits.first()
-        } else {
-            commits.last()
-        }
-        .map(|c| c.to_string()),
-    };
+    let doc = bisect_record(&a, &report, &commits, (&culprit, &parent), slurm.as_ref());
+    let question = question_record(&a, &commits);
     let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
     let code = match report.outcome {
@@ -591,6 +437,214 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         emit(&text)?;
     }
     Ok(code)
+}
+
+/// The plan of a commit bisection: what each step asks, and how steps run.
+fn plan(
+    g: &Globals,
+    a: &Args,
+    recipe: Option<RecipeSource>,
+    question: Question,
+) -> anyhow::Result<Plan> {
+    Ok(Plan {
+        recipe,
+        paths: a.paths.clone(),
+        offline: g.offline,
+        question,
+        nix: a.nix,
+        timeout: a.timeout,
+        find_fixed: a.find == Find::Fixed,
+        jobs: usize::from(a.jobs),
+        keep_going: a.keep_going,
+        devices: a.devices.clone(),
+        pins: g.pins()?,
+        python: g.python.clone(),
+    })
+}
+
+/// `--toolchains RANGE --recipe NAME`: a search of compiler releases, on one GPU, here.
+fn toolchains_of(g: &Globals, a: &Args, range: &str, recipe: &str) -> anyhow::Result<u8> {
+    if a.find == Find::Fixed || a.devices.len() > 1 || a.executor != ExecutorKind::Local {
+        return Err(UserError::usage(
+            "--toolchains searches for the first broken release, on one GPU, here",
+        )
+        .hint("leave out --find fixed, --executor and a --devices list of several")
+        .into());
+    }
+    let driven = match a.mode {
+        Mode::Build => None,
+        Mode::Check => Some(Question::Check),
+        Mode::Bench => Some(Question::Bench(bench_question(a, None))),
+    };
+    bisect_toolchains(
+        g,
+        BisectArgs {
+            range,
+            recipe,
+            driven,
+            timeout: a.timeout,
+            wheels: a.wheels.clone(),
+            keep_going: a.keep_going,
+            device: a.devices.first().copied().unwrap_or(0),
+        },
+    )
+}
+
+/// What a commit bisection asks of each commit: a script, a command's metric, or the recipe
+/// built, checked or benched.
+fn question(a: &Args) -> anyhow::Result<Question> {
+    Ok(match (&a.script, &a.command, a.mode) {
+        (Some(s), _, _) => Question::Script(s.clone()),
+        (None, Some(cmd), _) => Question::Bench(bench_question(
+            a,
+            Some((
+                cmd.clone(),
+                // The error's own hint gives examples.
+                Metric::parse(&a.metric)?,
+            )),
+        )),
+        (None, None, _) if a.recipe.is_none() => {
+            return Err(UserError::usage("say what to test: --recipe NAME [--mode build|check|bench], --script CMD, or --command CMD")
+                .hint("for example --script 'make test' (exit 0 is good, 125 skips the commit), or --recipe NAME --mode check")
+                .into());
+        }
+        (None, None, Mode::Build) => Question::Build,
+        (None, None, Mode::Check) => Question::Check,
+        (None, None, Mode::Bench) => Question::Bench(bench_question(a, None)),
+    })
+}
+
+/// The Slurm options, refused without `--executor slurm`.
+fn refuse_slurm_only(a: &Args) -> anyhow::Result<()> {
+    let slurm_only = [
+        ("--partition", a.partition.is_some()),
+        ("--gres", a.gres.is_some()),
+        ("--time-limit", a.time_limit.is_some()),
+        ("--account", a.account.is_some()),
+        ("--slurm-steps", a.slurm_steps),
+        ("--slurm-opt", !a.slurm_opt.is_empty()),
+        ("--slurm-export", !a.slurm_export.is_empty()),
+    ];
+    let given: Vec<&str> = slurm_only
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(f, _)| *f)
+        .collect();
+    if a.executor == ExecutorKind::Local && !given.is_empty() {
+        return Err(UserError::usage(format!(
+            "{} {} of --executor slurm",
+            given.join(", "),
+            if given.len() == 1 {
+                "is an option"
+            } else {
+                "are options"
+            }
+        ))
+        .hint("add --executor slurm, or leave them out to run the steps here")
+        .into());
+    }
+    Ok(())
+}
+
+/// The recipe each step uses: none (a script or a command), each commit's own, or one
+/// held fixed.
+fn recipe_source(
+    g: &Globals,
+    repo: &git2::Repository,
+    a: &Args,
+) -> anyhow::Result<Option<RecipeSource>> {
+    Ok(match &a.recipe {
+        None => None,
+        Some(_) if a.command.is_some() || a.script.is_some() => None,
+        Some(name) if a.recipe_per_commit => {
+            if name.contains('/') || name.ends_with(".toml") {
+                return Err(UserError::usage(format!(
+                    "--recipe-per-commit takes a recipe name, not the path `{name}`"
+                ))
+                .hint("each commit's recipes/NAME.toml is read: pass --recipe NAME")
+                .into());
+            }
+            Some(RecipeSource::PerCommit(name.clone()))
+        }
+        Some(name) => Some(RecipeSource::Fixed(Box::new(fixed_recipe(
+            g,
+            repo,
+            name,
+            a.recipe_at.as_deref(),
+        )?))),
+    })
+}
+
+/// The bisection's report as a record.
+fn bisect_record(
+    a: &Args,
+    report: &run::Report,
+    commits: &[git2::Oid],
+    (culprit, parent): (
+        &Option<git::repo::CommitInfo>,
+        &Option<git::repo::CommitInfo>,
+    ),
+    slurm: Option<&SlurmExecutor>,
+) -> records::BisectRecord {
+    records::BisectRecord {
+        schema: records::SCHEMA,
+        find: if a.find == Find::Fixed {
+            records::Find::Fixed
+        } else {
+            records::Find::Broken
+        },
+        outcome: report.outcome.clone(),
+        culprit: culprit.clone(),
+        parent: parent.clone(),
+        range: json!(report.outcome_range(commits)),
+        commits: report.commits,
+        evaluated: report.evaluated,
+        steps: report.steps.clone(),
+        recheck: report.recheck.clone(),
+        cluster: slurm.map(|e| records::ClusterRecord {
+            executor: "slurm".into(),
+            placement: e.placement().describe(),
+            options: e.job_args().to_vec(),
+            export: e.exported().to_vec(),
+            usage: e.usage(),
+        }),
+        kind: None,
+        question: None,
+        created_at: None,
+        repro_version: None,
+        key: None,
+    }
+}
+
+/// What was asked, for the record: the mode, the name, and the range's good and bad ends.
+fn question_record(a: &Args, commits: &[git2::Oid]) -> records::Question {
+    // The report is a record too: `repro log` lists it and `repro show ID` opens it.
+    records::Question {
+        mode: if a.script.is_some() {
+            "script".to_string()
+        } else {
+            clap::ValueEnum::to_possible_value(&a.mode)
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        },
+        name: a
+            .recipe
+            .as_deref()
+            .or(a.command.as_deref())
+            .or(a.script.as_deref())
+            .map(str::to_string),
+        good: if a.find == Find::Fixed {
+            commits.last()
+        } else {
+            commits.first()
+        }
+        .map(|c| c.to_string()),
+        bad: if a.find == Find::Fixed {
+            commits.first()
+        } else {
+            commits.last()
+        }
+        .map(|c| c.to_string()),
+    }
 }
 
 /// The Slurm executor of a bisection: the store made absolute (jobs run elsewhere), the
@@ -926,7 +980,9 @@ impl run::Report {
     }
 }
 
-fn render(
+/// The answer of a commit bisection: the culprit and its parent, or the commits it is
+/// one of.
+fn answer_text(
     report: &run::Report,
     commits: &[git2::Oid],
     culprit: Option<&git::repo::CommitInfo>,
@@ -986,29 +1042,35 @@ fn render(
         }
         _ => {}
     }
-    out.push_str(&format!(
-        "\nevidence ({} of {} commits evaluated, {} answered from the store):\n",
-        report.steps.len(),
-        report.commits,
-        report.steps.len() - report.evaluated.min(report.steps.len())
-    ));
+    out
+}
+
+/// The evidence of a bisection, one row per step: the columns that name the step (`lead`),
+/// then what every step measured, then `last` (a subject or a detail). Commit and
+/// toolchain bisections share it.
+fn step_table(
+    lead_head: &[&str],
+    last_head: &str,
+    steps: &[run::Step],
+    unit: &str,
+    lead: &dyn Fn(&run::Step) -> Vec<String>,
+    last: &dyn Fn(&run::Step) -> String,
+) -> String {
     let mut t = Table::new();
-    t.row([
-        "#",
-        "COMMIT",
+    let mut head: Vec<&str> = lead_head.to_vec();
+    head.extend([
         "VERDICT",
         "MEDIAN",
         "RATIO [95% CI]",
         "P",
         "RUNS",
         "CACHED",
-        "SUBJECT / DETAIL",
+        last_head,
     ]);
-    let unit = if a.command.is_some() { "" } else { "us" };
-    for s in &report.steps {
-        t.row([
-            s.index.to_string(),
-            s.commit[..12].to_string(),
+    t.row(head);
+    for s in steps {
+        let mut row = lead(s);
+        row.extend([
             s.verdict.to_string(),
             s.median.map_or("-".into(), |m| fmt_value(m, unit)),
             s.ratio.map_or("-".into(), |(r, lo, hi)| {
@@ -1021,13 +1083,39 @@ fn render(
                 "-".into()
             },
             if s.cached { "yes".into() } else { "no".into() },
-            match &s.detail {
-                Some(d) => format!("{} ({d})", s.subject),
-                None => s.subject.clone(),
-            },
+            last(s),
         ]);
+        t.row(row);
     }
-    out.push_str(&t.render(2));
+    t.render(2)
+}
+
+fn render(
+    report: &run::Report,
+    commits: &[git2::Oid],
+    culprit: Option<&git::repo::CommitInfo>,
+    parent: Option<&git::repo::CommitInfo>,
+    a: &Args,
+) -> String {
+    let mut out = answer_text(report, commits, culprit, parent, a);
+    out.push_str(&format!(
+        "\nevidence ({} of {} commits evaluated, {} answered from the store):\n",
+        report.steps.len(),
+        report.commits,
+        report.steps.len() - report.evaluated.min(report.steps.len())
+    ));
+    let unit = if a.command.is_some() { "" } else { "us" };
+    out.push_str(&step_table(
+        &["#", "COMMIT"],
+        "SUBJECT / DETAIL",
+        &report.steps,
+        unit,
+        &|s| vec![s.index.to_string(), s.commit[..12].to_string()],
+        &|s| match &s.detail {
+            Some(d) => format!("{} ({d})", s.subject),
+            None => s.subject.clone(),
+        },
+    ));
     if report.steps.iter().any(|s| s.resources.is_some()) {
         out.push_str("\nresources of each evaluated commit's build:\n");
         let mut r = Table::new();
@@ -1064,6 +1152,115 @@ pub struct BisectArgs<'a> {
 
 /// `repro bisect --toolchains FROM..TO --recipe X`: the commit held fixed, the compiler
 /// release searched.
+/// Refuses a recipe that its compiler releases cannot bisect: a torch extension, a
+/// command build, or one built by another compiler than the range's.
+fn check_family(r: &crate::foundation::recipe::Recipe, range_family: Family) -> anyhow::Result<()> {
+    let family = match &r.build {
+        crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
+        crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
+        crate::foundation::recipe::Build::TorchExtension(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a torch extension; bisecting its compiler releases is not supported",
+                r.name
+            ))
+            .hint("to search commits instead, give --good and --bad")
+            .into());
+        }
+        crate::foundation::recipe::Build::Command(_) => {
+            return Err(UserError::usage(format!(
+                "recipe `{}` is a command build; it has no compiler release to search",
+                r.name
+            ))
+            .hint("--toolchains needs an nvrtc or nvcc recipe; to search commits instead, give --good and --bad")
+            .into());
+        }
+    };
+    if family != range_family {
+        return Err(UserError::usage(format!(
+            "recipe `{}` is built by {}, but the range is of {} releases",
+            r.name,
+            family.name(),
+            range_family.name()
+        ))
+        .hint(format!(
+            "give a range of {0} releases (--toolchains {0}@FROM..{0}@TO) or a recipe built by {1}",
+            family.name(),
+            range_family.name()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The targets a toolchain bisection searches: a fat binary over several targets is one
+/// build, so one search, named by them all.
+fn toolchain_targets(
+    r: &crate::foundation::recipe::Recipe,
+    driven: bool,
+) -> anyhow::Result<Vec<String>> {
+    let targets = if r.is_fat() {
+        vec![r.targets().join("+")]
+    } else if r.targets().len() > 1 {
+        r.targets().to_vec()
+    } else {
+        vec![r.targets()[0].clone()]
+    };
+    if driven && targets.len() > 1 {
+        return Err(UserError::usage(format!(
+            "recipe `{}` has {} targets; a check or bench bisection over toolchains runs one kernel",
+            r.name,
+            targets.len()
+        ))
+        .hint("use a recipe with one `target` (the GPU's), or --mode build, which answers per target")
+        .into());
+    }
+    Ok(targets)
+}
+
+/// The answers and evidence of a toolchain bisection (build mode), for a person.
+fn toolchains_text(report: &crate::engines::bisect::toolchains::Report) -> String {
+    let mut out = String::new();
+    for a in &report.answers {
+        if let Some(u) = &a.unchanged {
+            out.push_str(&format!("no change for {}: {u}\n", a.target));
+            continue;
+        }
+        match (&a.first_bad, &a.last_good) {
+            (Some(bad), Some(good)) => out.push_str(&format!(
+                "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
+                a.target,
+                report.family,
+                report.family
+            )),
+            _ => out.push_str(&format!(
+                "undecided for {}: the first bad release is one of these, and all but the last could not be tested: {}\n",
+                a.target,
+                a.undecided.join(", ")
+            )),
+        }
+    }
+    out.push_str(&format!(
+        "\nevidence ({} of {} releases evaluated; record {}):\n",
+        report.wheels.len(),
+        report.releases.len(),
+        keys::short(&report.key)
+    ));
+    let mut t = crate::foundation::output::Table::new();
+    t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
+    for s in &report.steps {
+        t.row([
+            s.release.clone(),
+            s.target.clone(),
+            s.verdict.to_string(),
+            if s.cached { "yes".into() } else { "no".into() },
+            s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
+            s.detail.clone().unwrap_or_default(),
+        ]);
+    }
+    out.push_str(&t.render(2));
+    out
+}
+
 fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     use crate::engines::bisect::toolchains::{self as tb, Question};
     let cfg = g.config()?;
@@ -1087,57 +1284,8 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     };
     let root = g.project_root();
     let r = crate::foundation::recipe::load(&root, recipe)?;
-    let family = match &r.build {
-        crate::foundation::recipe::Build::Nvrtc(_) => Family::Nvrtc,
-        crate::foundation::recipe::Build::Nvcc(_) => Family::Nvcc,
-        crate::foundation::recipe::Build::TorchExtension(_) => {
-            return Err(UserError::usage(format!(
-                "recipe `{}` is a torch extension; bisecting its compiler releases is not supported",
-                r.name
-            ))
-            .hint("to search commits instead, give --good and --bad")
-            .into());
-        }
-        crate::foundation::recipe::Build::Command(_) => {
-            return Err(UserError::usage(format!(
-                "recipe `{}` is a command build; it has no compiler release to search",
-                r.name
-            ))
-            .hint("--toolchains needs an nvrtc or nvcc recipe; to search commits instead, give --good and --bad")
-            .into());
-        }
-    };
-    if family != range.family {
-        return Err(UserError::usage(format!(
-            "recipe `{}` is built by {}, but the range is of {} releases",
-            r.name,
-            family.name(),
-            range.family.name()
-        ))
-        .hint(format!(
-            "give a range of {0} releases (--toolchains {0}@FROM..{0}@TO) or a recipe built by {1}",
-            family.name(),
-            range.family.name()
-        ))
-        .into());
-    }
-    // A fat binary over several targets is one build, so one search, named by them all.
-    let targets = if r.is_fat() {
-        vec![r.targets().join("+")]
-    } else if r.targets().len() > 1 {
-        r.targets().to_vec()
-    } else {
-        vec![r.targets()[0].clone()]
-    };
-    if driven.is_some() && targets.len() > 1 {
-        return Err(UserError::usage(format!(
-            "recipe `{}` has {} targets; a check or bench bisection over toolchains runs one kernel",
-            r.name,
-            targets.len()
-        ))
-        .hint("use a recipe with one `target` (the GPU's), or --mode build, which answers per target")
-        .into());
-    }
+    check_family(&r, range.family)?;
+    let targets = toolchain_targets(&r, driven.is_some())?;
     let store = g.store();
     let plan = tb::Plan {
         root: &root,
@@ -1167,46 +1315,7 @@ fn bisect_toolchains(g: &Globals, a: BisectArgs<'_>) -> anyhow::Result<u8> {
     if g.json {
         emit_json(&rec)?;
     } else {
-        let mut out = String::new();
-        for a in &report.answers {
-            if let Some(u) = &a.unchanged {
-                out.push_str(&format!("no change for {}: {u}\n", a.target));
-                continue;
-            }
-            match (&a.first_bad, &a.last_good) {
-                (Some(bad), Some(good)) => out.push_str(&format!(
-                    "first bad release for {}: {}@{bad} (last good: {}@{good})\n",
-                    a.target,
-                    report.family,
-                    report.family
-                )),
-                _ => out.push_str(&format!(
-                    "undecided for {}: the first bad release is one of these, and all but the last could not be tested: {}\n",
-                    a.target,
-                    a.undecided.join(", ")
-                )),
-            }
-        }
-        out.push_str(&format!(
-            "\nevidence ({} of {} releases evaluated; record {}):\n",
-            report.wheels.len(),
-            report.releases.len(),
-            keys::short(&report.key)
-        ));
-        let mut t = crate::foundation::output::Table::new();
-        t.row(["RELEASE", "TARGET", "VERDICT", "CACHED", "KEY", "DETAIL"]);
-        for s in &report.steps {
-            t.row([
-                s.release.clone(),
-                s.target.clone(),
-                s.verdict.to_string(),
-                if s.cached { "yes".into() } else { "no".into() },
-                s.key.as_deref().map(keys::short).unwrap_or("-").to_string(),
-                s.detail.clone().unwrap_or_default(),
-            ]);
-        }
-        out.push_str(&t.render(2));
-        emit(&out)?;
+        emit(&toolchains_text(&report))?;
         if let Some(n) = trust_note(&report.wheels) {
             say!("{n}");
         }
@@ -1279,37 +1388,14 @@ fn bisect_driven(
             report.steps.len() - report.evaluated.min(report.steps.len()),
             keys::short(&id)
         ));
-        let mut t = crate::foundation::output::Table::new();
-        t.row([
-            "RELEASE",
-            "VERDICT",
-            "MEDIAN",
-            "RATIO [95% CI]",
-            "P",
-            "RUNS",
-            "CACHED",
+        out.push_str(&step_table(
+            &["RELEASE"],
             "DETAIL",
-        ]);
-        for s in &report.steps {
-            t.row([
-                s.commit.clone(),
-                s.verdict.to_string(),
-                s.median
-                    .map_or("-".into(), |m| crate::app::bench::fmt_value(m, "us")),
-                s.ratio.map_or("-".into(), |(r, lo, hi)| {
-                    format!("{r:.4} [{lo:.4}, {hi:.4}]")
-                }),
-                s.p.map_or("-".into(), |p| format!("{p:.1e}")),
-                if s.attempts > 0 {
-                    s.attempts.to_string()
-                } else {
-                    "-".into()
-                },
-                if s.cached { "yes".into() } else { "no".into() },
-                s.detail.clone().unwrap_or_default(),
-            ]);
-        }
-        out.push_str(&t.render(2));
+            &report.steps,
+            "us",
+            &|s| vec![s.commit.clone()],
+            &|s| s.detail.clone().unwrap_or_default(),
+        ));
         emit(&out)?;
         if let Some(n) = trust_note(&report.wheels) {
             say!("{n}");

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 
 use crate::app::context::{Globals, emit, emit_json};
-use crate::engines::demo::{BREAKS, COMMITS, SLOWER, WRONG, make_history};
+use crate::engines::demo::{BREAKS, COMMITS, Machine, SLOWER, WRONG, make_history};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
 use crate::foundation::process::Cmd;
@@ -26,9 +26,12 @@ pub struct Args {
     keep: Option<PathBuf>,
 }
 
-/// Commits in the demo history, and where things happen in it.
-/// Runs `repro ARGS --json` in `root` and returns its exit code and JSON.
-fn repro(root: &Path, args: &[&str]) -> anyhow::Result<(i32, Value, String)> {
+/// Runs `repro ARGS --json` in `root` and returns its exit code, its JSON read as `T` (the
+/// type of that command's output; `None` if it printed none that reads) and its stderr.
+fn repro<T: serde::de::DeserializeOwned>(
+    root: &Path,
+    args: &[&str],
+) -> anyhow::Result<(i32, Option<T>, String)> {
     let exe = std::env::current_exe().context("failed to find the repro executable")?;
     let out = Cmd::new(exe)
         .arg("-C")
@@ -37,46 +40,172 @@ fn repro(root: &Path, args: &[&str]) -> anyhow::Result<(i32, Value, String)> {
         .arg("--json")
         .timeout(Duration::from_secs(1800))
         .output()?;
-    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let v = serde_json::from_slice(&out.stdout).ok();
     Ok((out.status.code().unwrap_or(-1), v, out.stderr_str()))
 }
 
-/// A bisection's report as `repro bisect --json` printed it (`None` if it printed none).
-fn report(v: &Value) -> Option<BisectRecord> {
-    BisectRecord::from_report(v, "the bisection's report").ok()
+/// A bisection's report as `repro bisect --json` printed it (`None` if it printed none),
+/// and the command's stderr.
+fn bisect(root: &Path, args: &[&str]) -> anyhow::Result<(Report, String)> {
+    let (_, v, err) = repro::<Value>(root, &[&["bisect"], args].concat())?;
+    Ok((
+        v.and_then(|v| BisectRecord::from_report(&v, "the bisection's report").ok()),
+        err,
+    ))
+}
+
+/// A bisection's report, if there was one.
+type Report = Option<BisectRecord>;
+
+/// What `repro build --all --json` prints that the demo reads: each build's key.
+#[derive(serde::Deserialize)]
+struct BuiltAll {
+    #[serde(default)]
+    builds: Vec<Built>,
+}
+
+/// One build of `repro build --all --json`.
+#[derive(serde::Deserialize)]
+struct Built {
+    key: Option<String>,
+}
+
+/// What `repro bundle create --json` prints that the demo reads.
+#[derive(serde::Deserialize)]
+struct Bundled {
+    files: Option<u64>,
+}
+
+/// What `repro replay --json` prints that the demo reads.
+#[derive(serde::Deserialize)]
+struct Replayed {
+    verdict: Option<String>,
 }
 
 /// The subject of a report's culprit, or `?`.
-fn culprit_subject(r: &Option<BisectRecord>) -> &str {
+fn culprit_subject(r: &Report) -> &str {
     r.as_ref()
         .and_then(|r| r.culprit.as_ref())
         .map_or("?", |c| c.subject.as_str())
 }
 
 /// The short hash of a report's culprit, or `?`.
-fn culprit_hash(r: &Option<BisectRecord>) -> &str {
+fn culprit_hash(r: &Report) -> &str {
     r.as_ref()
         .and_then(|r| r.culprit.as_ref())
         .map_or("?", |c| &c.hash[..12.min(c.hash.len())])
 }
 
+/// Prints each part's title and body (not with `--json`).
+struct Narrator {
+    json: bool,
+    style: Style,
+}
+
+impl Narrator {
+    fn say(&self, title: &str, body: &str) -> anyhow::Result<()> {
+        if !self.json {
+            emit(&format!("{} {title}\n{body}", self.style.bold("==>")))?;
+        }
+        Ok(())
+    }
+}
+
+/// The demo repository and where it lives.
+struct Demo {
+    base: PathBuf,
+    root: PathBuf,
+    hashes: Vec<String>,
+}
+
+impl Demo {
+    /// The short hash of commit `i` (1-based).
+    fn short(&self, i: usize) -> String {
+        self.hashes[i - 1][..12].to_string()
+    }
+}
+
 /// Runs `repro demo`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let style = Style::for_stdout();
-    let say = |title: &str, body: &str| -> anyhow::Result<()> {
-        if !g.json {
-            emit(&format!("{} {title}\n{body}", style.bold("==>")))?;
-        }
-        Ok(())
+    let n = Narrator {
+        json: g.json,
+        style: Style::for_stdout(),
     };
     let tmp = tempfile::tempdir()?;
+    let demo = make_repository(&a, tmp.path())?;
+    n.say(
+        "a throwaway repository",
+        &format!(
+            "  {} commits of a small kernel project in {}\n",
+            COMMITS,
+            demo.root.display()
+        ),
+    )?;
+    let machine = machine_part(g, &n, &demo)?;
+    let toolchain = toolchain_part(&n, &demo, machine.nvrtc.as_deref())?;
+    let (broke, fixed) = build_bisections(&n, &demo)?;
+    let has_gpu = machine.gpu.is_some();
+    let (wrong, slower) = gpu_bisections(&n, &demo, has_gpu)?;
+    let bundled = bundle_part(&n, &demo)?;
+
+    let secs = start.elapsed().as_secs_f64();
+    let broke_subject = culprit_subject(&broke).to_string();
+    let ok = broke_subject.contains("breaks the build") && bundled.verified && bundled.replayed;
+    let kept = |p: &Path| {
+        a.keep
+            .as_ref()
+            .map_or(Value::Null, |_| Value::from(p.display().to_string()))
+    };
+    let summary = json!({
+        "schema": 1,
+        "commits": COMMITS,
+        "gpu": machine.gpu,
+        "toolchain": toolchain,
+        "build-break": broke.as_ref().and_then(|b| b.culprit.clone()),
+        "build-fix": fixed.as_ref().and_then(|b| b.culprit.clone()),
+        "wrong-result": wrong,
+        "slowdown": slower,
+        "bundle": {"path": kept(&bundled.path), "verified": bundled.verified},
+        "replay": bundled.verdict,
+        "repository": kept(&demo.root),
+        "seconds": secs,
+        "ok": ok,
+    });
+    if g.json {
+        emit_json(&summary)?;
+    } else {
+        let kept = match &a.keep {
+            Some(_) => format!(
+                "  kept: repository {} and bundle {}\n",
+                demo.root.display(),
+                bundled.path.display()
+            ),
+            None => "  (pass --keep DIR to keep the repository and the bundle)\n".to_string(),
+        };
+        emit(&format!(
+            "{} found the build break ({}), its fix ({}), {}; bundled, verified and replayed byte for byte, in {secs:.1} s\n{kept}",
+            n.style.bold("summary:"),
+            broke_subject,
+            culprit_subject(&fixed),
+            if has_gpu {
+                "the wrong result and the slowdown"
+            } else {
+                "and showed what needs a GPU"
+            },
+        ))?;
+    }
+    Ok(if ok { exit::OK } else { exit::MISMATCH })
+}
+
+/// Makes the demo repository under `--keep DIR`, or in `tmp`.
+fn make_repository(a: &Args, tmp: &Path) -> anyhow::Result<Demo> {
     let base = match &a.keep {
         Some(d) => {
             std::fs::create_dir_all(d)?;
             std::path::absolute(d)?
         }
-        None => tmp.path().to_path_buf(),
+        None => tmp.to_path_buf(),
     };
     let root = base.join("demo-repo");
     if root.exists() {
@@ -88,114 +217,107 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .into());
     }
     let hashes = make_history(&root)?;
-    let short = |i: usize| hashes[i - 1][..12].to_string();
-    say(
-        "a throwaway repository",
-        &format!(
-            "  {} commits of a small kernel project in {}\n",
-            COMMITS,
-            root.display()
-        ),
-    )?;
+    Ok(Demo { base, root, hashes })
+}
 
-    // 1. The machine, and a lockfile for it.
-    let (_, fp, _) = repro(&root, &["env", "capture"])?;
-    let gpu = fp["gpu"]["devices"][0]["name"].as_str().map(str::to_string);
-    let nvrtc = fp["toolchain"]["nvrtc"]["version"]
-        .as_str()
-        .map(str::to_string);
-    let (_, lock, _) = repro(&root, &["env", "lock", "--name", "demo"])?;
-    let (check_code, check, _) = repro(&root, &["env", "check", "--lock", "lockfiles/demo.toml"])?;
-    say(
+/// Part 1: the machine, and a lockfile for it (`env capture`, `env lock` and `env check`
+/// as engine calls, not child commands).
+fn machine_part(g: &Globals, n: &Narrator, demo: &Demo) -> anyhow::Result<Machine> {
+    let m = crate::engines::demo::machine(&demo.root, g.python.clone())?;
+    let lockfile = m.lockfile.strip_prefix(&demo.root).unwrap_or(&m.lockfile);
+    n.say(
         "repro env capture / lock / check",
         &format!(
             "  GPU: {}; NVRTC: {}\n  wrote {} ({} exact, {} warn); check: {} ({} ok, {} warnings)\n",
-            gpu.as_deref().unwrap_or("none (no NVIDIA driver here)"),
-            nvrtc.as_deref().unwrap_or("not found"),
-            lock["lockfile"].as_str().unwrap_or("?"),
-            lock["policies"]["exact"],
-            lock["policies"]["warn"],
-            if check_code == 0 { "passed" } else { "failed" },
-            check["counts"]["ok"],
-            check["counts"]["warn"],
+            m.gpu.as_deref().unwrap_or("none (no NVIDIA driver here)"),
+            m.nvrtc.as_deref().unwrap_or("not found"),
+            lockfile.display(),
+            m.policies.exact,
+            m.policies.warn,
+            if m.passed { "passed" } else { "failed" },
+            m.counts.ok,
+            m.counts.warn,
         ),
     )?;
+    Ok(m)
+}
 
-    // 2. A compiler, provisioned if there is none.
-    let mut toolchain = json!({"nvrtc": nvrtc});
-    if nvrtc.is_none() {
-        let (code, inst, err) = repro(
-            &root,
-            &[
-                "toolchain",
-                "install",
-                "--nvrtc",
-                "13.0.88",
-                "--sha256",
-                "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
-            ],
-        )?;
-        toolchain = json!({"installed": code == 0, "detail": if code == 0 { inst } else { Value::from(err.lines().next().unwrap_or_default()) }});
-        say(
-            "repro toolchain install",
-            &format!(
-                "  {}\n",
-                if code == 0 {
-                    "installed NVRTC 13.0.88 (sha256 verified)".to_string()
-                } else {
-                    format!(
-                        "could not install NVRTC: {}",
-                        err.lines().next().unwrap_or_default()
-                    )
-                }
-            ),
-        )?;
-        if code != 0 {
-            return Err(crate::foundation::error::UserError::with_code(
-                exit::ENVIRONMENT,
-                "the demo needs NVRTC to build kernels",
-            )
-            .hint("run `repro toolchain install`, or set REPRO_NVRTC")
-            .into());
-        }
+/// Part 2: a compiler, provisioned if there is none; returns the summary's `toolchain`.
+fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Result<Value> {
+    if nvrtc.is_some() {
+        return Ok(json!({ "nvrtc": nvrtc }));
     }
-
-    // 3. Which commit broke the build, and which fixed it.
-    let (_, broke, err) = repro(
-        &root,
+    let (code, inst, err) = repro::<Value>(
+        &demo.root,
         &[
-            "bisect",
+            "toolchain",
+            "install",
+            "--nvrtc",
+            "13.0.88",
+            "--sha256",
+            "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
+        ],
+    )?;
+    let first_line = err.lines().next().unwrap_or_default().to_string();
+    let detail = if code == 0 {
+        inst.unwrap_or(Value::Null)
+    } else {
+        Value::from(first_line.clone())
+    };
+    n.say(
+        "repro toolchain install",
+        &format!(
+            "  {}\n",
+            if code == 0 {
+                "installed NVRTC 13.0.88 (sha256 verified)".to_string()
+            } else {
+                format!("could not install NVRTC: {first_line}")
+            }
+        ),
+    )?;
+    if code != 0 {
+        return Err(crate::foundation::error::UserError::with_code(
+            exit::ENVIRONMENT,
+            "the demo needs NVRTC to build kernels",
+        )
+        .hint("run `repro toolchain install`, or set REPRO_NVRTC")
+        .into());
+    }
+    Ok(json!({"installed": true, "detail": detail}))
+}
+
+/// Part 3: which commit broke the build, and which fixed it.
+fn build_bisections(n: &Narrator, demo: &Demo) -> anyhow::Result<(Report, Report)> {
+    let (broke, err) = bisect(
+        &demo.root,
+        &[
             "--good",
-            &short(1),
+            &demo.short(1),
             "--bad",
-            &short(BREAKS + 2),
+            &demo.short(BREAKS + 2),
             "--recipe",
             "vector_add",
         ],
     )?;
-    let broke = report(&broke);
-    let broke_subject = culprit_subject(&broke).to_string();
-    let (_, fixed, _) = repro(
-        &root,
+    let (fixed, _) = bisect(
+        &demo.root,
         &[
-            "bisect",
             "--bad",
-            &short(BREAKS),
+            &demo.short(BREAKS),
             "--good",
-            &short(COMMITS),
+            &demo.short(COMMITS),
             "--recipe",
             "vector_add",
             "--find",
             "fixed",
         ],
     )?;
-    let fixed = report(&fixed);
-    say(
+    n.say(
         "repro bisect --mode build (and --find fixed)",
         &format!(
             "  first bad build: {} {} ({} evaluations)\n  first fixed:     {} {}\n{}",
             culprit_hash(&broke),
-            broke_subject,
+            culprit_subject(&broke),
             broke
                 .as_ref()
                 .map_or("?".into(), |b| b.evaluated.to_string()),
@@ -208,156 +330,95 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
             },
         ),
     )?;
+    Ok((broke, fixed))
+}
 
-    // 4. Wrong results and slowdowns need a GPU.
-    let has_gpu = gpu.is_some();
-    let (wrong, slower) = if has_gpu {
-        let (_, w, _) = repro(
-            &root,
-            &[
-                "bisect",
-                "--good",
-                &short(1),
-                "--bad",
-                &short(COMMITS),
-                "--recipe",
-                "vector_add",
-                "--mode",
-                "check",
-            ],
-        )?;
-        let w = report(&w);
-        let (_, s, _) = repro(
-            &root,
-            &[
-                "bisect",
-                "--good",
-                &short(1),
-                "--bad",
-                &short(COMMITS),
-                "--recipe",
-                "spin",
-                "--mode",
-                "bench",
-                "--threshold",
-                "2%",
-                "--min-time",
-                "150ms",
-            ],
-        )?;
-        let s = report(&s);
-        say(
+/// Part 4: wrong results and slowdowns, which need a GPU; returns the summary's culprits.
+fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(Value, Value)> {
+    let (first, last) = (demo.short(1), demo.short(COMMITS));
+    if !has_gpu {
+        n.say(
             "repro bisect --mode check / --mode bench",
             &format!(
-                "  first wrong result: {}\n  first slower:       {} (ratio {})\n",
-                culprit_subject(&w),
-                culprit_subject(&s),
-                s.as_ref()
-                    .and_then(BisectRecord::recheck_ratio)
-                    .map_or("?".into(), |r| format!("{r:.4}")),
+                "  these need a GPU, and this machine has none. On a GPU machine the demo runs:\n    repro bisect --good {first} --bad {last} --recipe vector_add --mode check\n    repro bisect --good {first} --bad {last} --recipe spin --mode bench --threshold 2%\n  and finds commit {WRONG} (wrong last element) and commit {SLOWER} (3% slower).\n",
             ),
         )?;
-        let culprit = |r: &Option<BisectRecord>| json!(r.as_ref().and_then(|r| r.culprit.clone()));
-        (culprit(&w), culprit(&s))
-    } else {
-        say(
-            "repro bisect --mode check / --mode bench",
-            &format!(
-                "  these need a GPU, and this machine has none. On a GPU machine the demo runs:\n    repro bisect --good {} --bad {} --recipe vector_add --mode check\n    repro bisect --good {} --bad {} --recipe spin --mode bench --threshold 2%\n  and finds commit {WRONG} (wrong last element) and commit {SLOWER} (3% slower).\n",
-                short(1),
-                short(COMMITS),
-                short(1),
-                short(COMMITS),
-            ),
-        )?;
-        (json!("needs a GPU"), json!("needs a GPU"))
-    };
+        return Ok((json!("needs a GPU"), json!("needs a GPU")));
+    }
+    let ends = ["--good", first.as_str(), "--bad", last.as_str()];
+    let check = ["--recipe", "vector_add", "--mode", "check"];
+    let (w, _) = bisect(&demo.root, &[&ends[..], &check[..]].concat())?;
+    let bench = [
+        "--recipe",
+        "spin",
+        "--mode",
+        "bench",
+        "--threshold",
+        "2%",
+        "--min-time",
+        "150ms",
+    ];
+    let (s, _) = bisect(&demo.root, &[&ends[..], &bench[..]].concat())?;
+    n.say(
+        "repro bisect --mode check / --mode bench",
+        &format!(
+            "  first wrong result: {}\n  first slower:       {} (ratio {})\n",
+            culprit_subject(&w),
+            culprit_subject(&s),
+            s.as_ref()
+                .and_then(BisectRecord::recheck_ratio)
+                .map_or("?".into(), |r| format!("{r:.4}")),
+        ),
+    )?;
+    let culprit = |r: &Report| json!(r.as_ref().and_then(|r| r.culprit.clone()));
+    Ok((culprit(&w), culprit(&s)))
+}
 
-    // 5. Records, a bundle, its verification, and a replay in an empty directory.
-    let (_, builds, _) = repro(&root, &["build", "--all"])?;
-    let keys: Vec<String> = builds["builds"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|b| b["key"].as_str().map(str::to_string))
-        .collect();
-    let bundle = base.join("demo-bundle.tar.zst");
+/// What part 5 did: the bundle, its verification and the replay from it.
+struct Bundle {
+    path: PathBuf,
+    verified: bool,
+    replayed: bool,
+    verdict: Option<String>,
+}
+
+/// Part 5: records, a bundle, its verification, and a replay in an empty directory.
+fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
+    let (_, builds, _) = repro::<BuiltAll>(&demo.root, &["build", "--all"])?;
+    let keys: Vec<String> = builds
+        .map(|b| b.builds.into_iter().filter_map(|b| b.key).collect())
+        .unwrap_or_default();
+    let path = demo.base.join("demo-bundle.tar.zst");
+    let bundle = path.to_str().unwrap_or("demo-bundle.tar.zst");
     let mut args: Vec<&str> = vec!["bundle", "create"];
     args.extend(keys.iter().map(String::as_str));
-    args.extend([
-        "-o",
-        bundle.to_str().unwrap_or("demo-bundle.tar.zst"),
-        "--force",
-    ]);
-    let (_, created, _) = repro(&root, &args)?;
-    let (verify_code, _, _) = repro(
-        &root,
-        &["bundle", "verify", bundle.to_str().unwrap_or_default()],
-    )?;
-    let empty = base.join("empty");
+    args.extend(["-o", bundle, "--force"]);
+    let (_, created, _) = repro::<Bundled>(&demo.root, &args)?;
+    let (verify_code, _, _) = repro::<Value>(&demo.root, &["bundle", "verify", bundle])?;
+    let empty = demo.base.join("empty");
     std::fs::create_dir_all(&empty)?;
     let first_key = keys.first().cloned().unwrap_or_default();
-    let (replay_code, replay, _) = repro(
-        &empty,
-        &[
-            "replay",
-            &first_key,
-            "--bundle",
-            bundle.to_str().unwrap_or_default(),
-        ],
-    )?;
-    say(
+    let (replay_code, replay, _) =
+        repro::<Replayed>(&empty, &["replay", &first_key, "--bundle", bundle])?;
+    let verdict = replay.and_then(|r| r.verdict);
+    n.say(
         "repro build --all / bundle create / bundle verify / replay",
         &format!(
             "  {} builds recorded; bundle {} ({} files), verify: {}\n  replay of build {} from the bundle in an empty directory: {}\n",
             keys.len(),
-            bundle.display(),
-            created["files"],
+            path.display(),
+            created
+                .and_then(|c| c.files)
+                .map_or("?".into(), |f| f.to_string()),
             if verify_code == 0 { "ok" } else { "FAILED" },
             &first_key[..12.min(first_key.len())],
-            replay["verdict"].as_str().unwrap_or("?"),
+            verdict.as_deref().unwrap_or("?"),
         ),
     )?;
-
-    let secs = start.elapsed().as_secs_f64();
-    let ok = broke_subject.contains("breaks the build") && verify_code == 0 && replay_code == 0;
-    let summary = json!({
-        "schema": 1,
-        "commits": COMMITS,
-        "gpu": gpu,
-        "toolchain": toolchain,
-        "build-break": broke.as_ref().and_then(|b| b.culprit.clone()),
-        "build-fix": fixed.as_ref().and_then(|b| b.culprit.clone()),
-        "wrong-result": wrong,
-        "slowdown": slower,
-        "bundle": {"path": if a.keep.is_some() { Value::from(bundle.display().to_string()) } else { Value::Null }, "verified": verify_code == 0},
-        "replay": replay["verdict"],
-        "repository": if a.keep.is_some() { Value::from(root.display().to_string()) } else { Value::Null },
-        "seconds": secs,
-        "ok": ok,
-    });
-    if g.json {
-        emit_json(&summary)?;
-    } else {
-        let kept = match &a.keep {
-            Some(_) => format!(
-                "  kept: repository {} and bundle {}\n",
-                root.display(),
-                bundle.display()
-            ),
-            None => "  (pass --keep DIR to keep the repository and the bundle)\n".to_string(),
-        };
-        emit(&format!(
-            "{} found the build break ({}), its fix ({}), {}; bundled, verified and replayed byte for byte, in {secs:.1} s\n{kept}",
-            style.bold("summary:"),
-            broke_subject,
-            culprit_subject(&fixed),
-            if has_gpu {
-                "the wrong result and the slowdown".to_string()
-            } else {
-                "and showed what needs a GPU".to_string()
-            },
-        ))?;
-    }
-    Ok(if ok { exit::OK } else { exit::MISMATCH })
+    Ok(Bundle {
+        path,
+        verified: verify_code == 0,
+        replayed: replay_code == 0,
+        verdict,
+    })
 }

@@ -477,13 +477,7 @@ fn pinned_toolchains(g: &Globals) -> Vec<PinnedToolchain> {
 }
 
 fn counts_json(r: &Report) -> serde_json::Value {
-    json!({
-        "ok": r.count(Status::Ok),
-        "mismatch": r.count(Status::Mismatch),
-        "missing": r.count(Status::Missing),
-        "warn": r.count(Status::Warn),
-        "ignored": r.count(Status::Ignored),
-    })
+    json!(r.counts())
 }
 
 /// The human form of a check: a row per checked field, hints under failures, a summary.
@@ -578,25 +572,22 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     let text = lockfile::to_toml(&lock, &fp);
     fsutil::write_atomic(&path, text.as_bytes(), a.force)
         .with_context(|| format!("failed to write lockfile {}", g.shown(&path)))?;
-    let count = |n: &str| lock.rules.iter().filter(|r| r.policy.name() == n).count();
+    let counts = lock.policy_counts();
     if g.json {
-        emit_json(&json!({
-            "schema": 1,
-            "lockfile": g.shown(&path),
-            "name": name,
-            "policies": {
-                "exact": count("exact"), "one-of": count("one-of"),
-                "warn": count("warn"), "ignore": count("ignore"),
-            },
-        }))?;
+        emit_json(&serde_json::to_value(lockfile::Written {
+            lockfile: g.shown(&path),
+            name,
+            policies: counts,
+            schema: 1,
+        })?)?;
     } else if !g.quiet {
         emit(&format!(
             "wrote {} ({} exact, {} one-of, {} warn, {} ignored); edit its policies to taste\n",
             g.shown(&path),
-            count("exact"),
-            count("one-of"),
-            count("warn"),
-            count("ignore"),
+            counts.exact,
+            counts.one_of,
+            counts.warn,
+            counts.ignore,
         ))?;
     }
     Ok(exit::OK)

@@ -74,9 +74,11 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                     .into());
                 }
                 Err(e) => {
-                    return Err(UserError::usage(e.to_string())
-                        .hint("`repro log --kind bisection` lists recorded bisections")
-                        .into());
+                    return Err(crate::foundation::error::Hinted::new(
+                        e,
+                        "`repro log --kind bisection` lists recorded bisections",
+                    )
+                    .into());
                 }
             }
         } else {

@@ -64,8 +64,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     if r.targets().len() > 1 {
         r = r.per_target().remove(0);
     }
-    crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)
-        .map_err(|e| UserError::usage(e.to_string()))?;
+    crate::foundation::runspec::override_params(&mut r.sections.params, &a.param)?;
     let opts = Options {
         pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
         ..Options::default()

@@ -49,6 +49,11 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::foundation::config::PinWriteError,
             crate::engines::init::InitError,
             crate::foundation::pyenv::PyEnvError,
+            crate::foundation::error::Hinted,
+            crate::engines::catalog::FindError,
+            crate::engines::bench::MetricError,
+            crate::engines::bench::ArityError,
+            crate::foundation::runspec::ParamError,
         );
     }
     None
@@ -135,6 +140,71 @@ mod tests {
         assert_eq!(
             reported(UserError::usage("bad flag").into()),
             (exit::USAGE, "error: bad flag\n".into())
+        );
+    }
+
+    /// The typed errors of user input that commands used to re-wrap as
+    /// `UserError::usage(e.to_string())` (issue #30): each now reaches the top as itself,
+    /// so its exit code and hint are its own (a command's hint, where it has a better one,
+    /// rides on [`Hinted`] without hiding the type), and the text is what it was.
+    #[test]
+    fn typed_input_errors_keep_their_type_code_and_hint() {
+        use crate::engines::bench::{ArityError, Metric};
+        use crate::engines::catalog::FindError;
+        use crate::foundation::error::Hinted;
+        let find = || FindError::None {
+            noun: "result",
+            prefix: "abcd".into(),
+        };
+        let err = anyhow::Error::new(find());
+        assert!(
+            err.downcast_ref::<FindError>().is_some(),
+            "the type is kept"
+        );
+        assert_eq!(
+            reported(err),
+            (
+                exit::USAGE,
+                "error: no result with ID abcd\nhint: `repro log` lists results with their IDs\n"
+                    .into()
+            )
+        );
+        let err = anyhow::Error::new(Hinted::new(
+            find(),
+            "`repro log --kind bisection` lists recorded bisections",
+        ));
+        assert_eq!(
+            reported(err),
+            (
+                exit::USAGE,
+                "error: no result with ID abcd\nhint: `repro log --kind bisection` lists recorded bisections\n".into()
+            )
+        );
+        let metric = Metric::parse("bogus").unwrap_err();
+        let (code, text) = reported(anyhow::Error::new(metric));
+        assert_eq!(code, exit::USAGE);
+        assert!(text.starts_with("error: --metric `bogus`: expected time, json:PATH or regex:RE\nhint: for example --metric time"), "{text}");
+        let arity = ArityError::Count {
+            kernel: "k".into(),
+            params: 2,
+            args: 1,
+        };
+        assert_eq!(
+            reported(anyhow::Error::new(arity)),
+            (
+                exit::USAGE,
+                "error: kernel `k` takes 2 parameters but [run] args gives 1\nhint: make [run] args match the kernel's parameters, in order\n".into()
+            )
+        );
+        let mut params = std::collections::BTreeMap::new();
+        let param =
+            crate::foundation::runspec::override_params(&mut params, &["n".into()]).unwrap_err();
+        assert_eq!(
+            reported(anyhow::Error::new(param)),
+            (
+                exit::USAGE,
+                "error: --param `n`: expected NAME=VALUE\n".into()
+            )
         );
     }
 

@@ -8,7 +8,7 @@ use crate::app::context::{Globals, emit, emit_json};
 use crate::engines::bisect::slurm::detach;
 use crate::engines::catalog;
 use crate::engines::export;
-use crate::foundation::error::UserError;
+use crate::foundation::error::{Hinted, UserError};
 use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::{Style, Table};
@@ -116,18 +116,40 @@ fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
-    catalog::find_result(&g.store(), id).map_err(|e| {
-        UserError::usage(e.to_string())
-            .hint("`repro log` lists results with their IDs")
-            .into()
-    })
+    // The error's own hint points at `repro log`.
+    Ok(catalog::find_result(&g.store(), id)?)
 }
 
 /// Runs `repro log`.
 pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
-    let records: Vec<(catalog::Entry, catalog::Record)> = catalog::list(&store, &a.kind)
+    let records = log_records(&store, &a);
+    let detached = detached_lines(&store);
+    if g.json {
+        emit_json(&log_json(&records, &detached))?;
+        return Ok(exit::OK);
+    }
+    if !detached.is_empty() {
+        emit(&detached_table(&detached))?;
+        emit("\n")?;
+    }
+    if records.is_empty() {
+        if !g.quiet {
+            emit("nothing recorded (`repro build`, `repro bench` and `repro bisect` record)\n")?;
+        }
+        return Ok(exit::OK);
+    }
+    emit(&log_table(&records))?;
+    Ok(exit::OK)
+}
+
+/// The records `repro log` lists: those of the kind asked for that pass its filters, newest first.
+fn log_records(
+    store: &crate::foundation::store::Store,
+    a: &LogArgs,
+) -> Vec<(catalog::Entry, catalog::Record)> {
+    catalog::list(store, &a.kind)
         .into_iter()
         .filter(|(e, r)| {
             a.recipe
@@ -148,68 +170,70 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
             })
         })
         .take(a.limit)
-        .collect();
-    let detached = detached_lines(&store);
-    if g.json {
-        let list: Vec<Value> = records
-            .iter()
-            .map(|(e, r)| {
-                let mut v = serde_json::to_value(e).expect("entries serialise");
-                if let catalog::Record::Result(r) = r {
-                    let s = r.summary.as_ref();
-                    for (k, x) in [
-                        ("key", json!(r.key)),
-                        ("params", json!(r.params)),
-                        ("median", json!(s.map(|s| s.median))),
-                        ("ci-low", json!(s.map(|s| s.ci_low))),
-                        ("ci-high", json!(s.map(|s| s.ci_high))),
-                        ("unit", json!(r.unit)),
-                        ("machine", json!(r.machine)),
-                    ] {
-                        v[k] = x;
-                    }
+        .collect()
+}
+
+/// `repro log --json`: the records, with a result's figures beside its entry.
+fn log_json(
+    records: &[(catalog::Entry, catalog::Record)],
+    detached: &[(records::DetachedRecord, String)],
+) -> Value {
+    let list: Vec<Value> = records
+        .iter()
+        .map(|(e, r)| {
+            let mut v = serde_json::to_value(e).expect("entries serialise");
+            if let catalog::Record::Result(r) = r {
+                let s = r.summary.as_ref();
+                for (k, x) in [
+                    ("key", json!(r.key)),
+                    ("params", json!(r.params)),
+                    ("median", json!(s.map(|s| s.median))),
+                    ("ci-low", json!(s.map(|s| s.ci_low))),
+                    ("ci-high", json!(s.map(|s| s.ci_high))),
+                    ("unit", json!(r.unit)),
+                    ("machine", json!(r.machine)),
+                ] {
+                    v[k] = x;
                 }
-                v
-            })
-            .collect();
-        let mut doc = json!({ "schema": 2, "records": list });
-        if !detached.is_empty() {
-            doc["detached"] = detached
-                .iter()
-                .map(|(d, state)| json!({"id": d.id, "job": d.job, "state": state, "submitted-at": d.submitted_at}))
-                .collect();
-        }
-        emit_json(&doc)?;
-        return Ok(exit::OK);
-    }
+            }
+            v
+        })
+        .collect();
+    let mut doc = json!({ "schema": 2, "records": list });
     if !detached.is_empty() {
-        let mut t = Table::new();
-        t.row(["DETACHED", "JOB", "STATE", "SUBMITTED", "STEPS SO FAR"].map(String::from));
-        for (d, state) in &detached {
-            t.row([
-                keys::short(&d.id).to_string(),
-                d.job.clone(),
-                plain(state),
-                d.submitted_at
-                    .chars()
-                    .take(19)
-                    .collect::<String>()
-                    .replace('T', " "),
-                detach::progress(d).len().to_string(),
-            ]);
-        }
-        emit(&t.render(0))?;
-        emit("\n")?;
+        doc["detached"] = detached
+            .iter()
+            .map(|(d, state)| json!({"id": d.id, "job": d.job, "state": state, "submitted-at": d.submitted_at}))
+            .collect();
     }
-    if records.is_empty() {
-        if !g.quiet {
-            emit("nothing recorded (`repro build`, `repro bench` and `repro bisect` record)\n")?;
-        }
-        return Ok(exit::OK);
+    doc
+}
+
+/// The detached bisections still under way, as a table.
+fn detached_table(detached: &[(records::DetachedRecord, String)]) -> String {
+    let mut t = Table::new();
+    t.row(["DETACHED", "JOB", "STATE", "SUBMITTED", "STEPS SO FAR"].map(String::from));
+    for (d, state) in detached {
+        t.row([
+            keys::short(&d.id).to_string(),
+            d.job.clone(),
+            plain(state),
+            d.submitted_at
+                .chars()
+                .take(19)
+                .collect::<String>()
+                .replace('T', " "),
+            detach::progress(d).len().to_string(),
+        ]);
     }
+    t.render(0)
+}
+
+/// The records, one line each.
+fn log_table(records: &[(catalog::Entry, catalog::Record)]) -> String {
     let mut t = Table::new();
     t.row(["KIND", "ID", "DATE", "NAME", "STATUS", "COMMIT", "SUMMARY"]);
-    for (e, _) in &records {
+    for (e, _) in records {
         t.row([
             e.kind.word().to_string(),
             keys::short(&e.id).to_string(),
@@ -228,8 +252,7 @@ pub fn log(g: &Globals, a: LogArgs) -> anyhow::Result<u8> {
             crate::foundation::output::printable(&e.summary),
         ]);
     }
-    emit(&t.render(0))?;
-    Ok(exit::OK)
+    t.render(0)
 }
 
 /// Runs `repro show`: any record, by a prefix of its ID.
@@ -242,9 +265,8 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     {
         return show_detached(g, &store, &d);
     }
-    let (entry, r) = found.map_err(|e| {
-        UserError::usage(e.to_string()).hint("`repro log` lists every record with its ID")
-    })?;
+    let (entry, r) =
+        found.map_err(|e| Hinted::new(e, "`repro log` lists every record with its ID"))?;
     let id = entry.id.clone();
     if g.json {
         let mut v = r.to_json();
@@ -263,9 +285,13 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         }
         catalog::Record::Profile(p) => return show_profile(&id, &p),
     };
-    let unit = r.unit.as_str();
+    show_result(&id, &r)
+}
+
+/// `repro show` of a result: what it measured and how, then its figures.
+fn show_result(id: &str, r: &ResultRecord) -> anyhow::Result<u8> {
     let mut t = Table::new();
-    t.row(["id".to_string(), id.clone()]);
+    t.row(["id".to_string(), id.to_string()]);
     t.row(["experiment key".to_string(), r.key.clone()]);
     let flat = |x: Option<&str>| x.map(str::to_string);
     for (k, v) in [
@@ -315,6 +341,14 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
             ),
         ]);
     }
+    figure_rows(&mut t, r);
+    emit(&t.render(0))?;
+    Ok(exit::OK)
+}
+
+/// A result's figures: the summary, throughput, clocks and checks.
+fn figure_rows(t: &mut Table, r: &ResultRecord) {
+    let unit = r.unit.as_str();
     if let Some(s) = &r.summary {
         let m = s.median;
         t.row([
@@ -384,8 +418,6 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
             ]);
         }
     }
-    emit(&t.render(0))?;
-    Ok(exit::OK)
 }
 
 fn plain(v: &str) -> String {
@@ -718,15 +750,56 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     }
     let (ida, ra) = operand(g, &a.a)?;
     let (idb, rb) = operand(g, &a.b)?;
-    let (sa, sb) = (ra.samples.clone(), rb.samples.clone());
-    if sa.len() < 2 || sb.len() < 2 {
+    comparable(&ida, &ra, &idb, &rb)?;
+    let seed = keys::key_of(&json!([ida, idb]))
+        .bytes()
+        .fold(0u64, |h, b| h.rotate_left(8) ^ u64::from(b));
+    let c = stats::compare(&ra.samples, &rb.samples, a.alpha, a.threshold, seed)
+        .context("failed to compare the samples")?;
+    let rows = vec![
+        export::Row::from_record(&ida, &ra),
+        export::Row::from_record(&idb, &rb),
+    ];
+    a.export
+        .write(&g.cwd, &rows)
+        .context("failed to write an export")?;
+    let warnings = compare_warnings(&ra, &rb);
+    let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
+    let code = if failed { exit::MISMATCH } else { exit::OK };
+    if g.json {
+        emit_json(
+            &json!({ "schema": 1, "a": ida, "b": idb, "comparison": c, "threshold": a.threshold, "alpha": a.alpha,
+                "fail-on": a.fail_on.map(|f| format!("{f:?}").to_lowercase()), "failed": failed, "warnings": warnings }),
+        )?;
+        return Ok(code);
+    }
+    let view = CompareView {
+        sides: [("A", &ida, &ra), ("B", &idb, &rb)],
+        c: &c,
+        args: &a,
+        failed,
+        warnings,
+    };
+    let out = if a.format == Format::Md {
+        view.markdown()
+    } else {
+        view.text()
+    };
+    emit(&out)?;
+    Ok(code)
+}
+
+/// Refuses two results that cannot be compared: too few samples, a sample that is not a
+/// positive measurement, or different units.
+fn comparable(ida: &str, ra: &ResultRecord, idb: &str, rb: &ResultRecord) -> anyhow::Result<()> {
+    if ra.samples.len() < 2 || rb.samples.len() < 2 {
         return Err(
             UserError::usage("both results need at least two samples to be compared")
                 .hint("a result with a failed check or a crash has no samples; see `repro show`")
                 .into(),
         );
     }
-    for (id, samples) in [(&ida, &sa), (&idb, &sb)] {
+    for (id, samples) in [(ida, &ra.samples), (idb, &rb.samples)] {
         if let Some(x) = samples.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
             return Err(UserError::usage(format!(
                 "result {} has a sample of {x}: compare judges ratios of positive measurements",
@@ -744,18 +817,11 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let seed = keys::key_of(&json!([ida, idb]))
-        .bytes()
-        .fold(0u64, |h, b| h.rotate_left(8) ^ u64::from(b));
-    let c = stats::compare(&sa, &sb, a.alpha, a.threshold, seed)
-        .context("failed to compare the samples")?;
-    let rows = vec![
-        export::Row::from_record(&ida, &ra),
-        export::Row::from_record(&idb, &rb),
-    ];
-    a.export
-        .write(&g.cwd, &rows)
-        .context("failed to write an export")?;
+    Ok(())
+}
+
+/// What the comparison holds but does not judge: different experiments, different GPUs.
+fn compare_warnings(ra: &ResultRecord, rb: &ResultRecord) -> Vec<String> {
     let mut warnings = Vec::new();
     if ra.key != rb.key && ra.name != rb.name {
         warnings.push(
@@ -770,156 +836,195 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
             json!(rb.machine)
         ));
     }
-    let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
-    let code = if failed { exit::MISMATCH } else { exit::OK };
-    if g.json {
-        emit_json(
-            &json!({ "schema": 1, "a": ida, "b": idb, "comparison": c, "threshold": a.threshold, "alpha": a.alpha,
-                "fail-on": a.fail_on.map(|f| format!("{f:?}").to_lowercase()), "failed": failed, "warnings": warnings }),
-        )?;
-        return Ok(code);
+    warnings
+}
+
+/// A comparison to render for a person: both sides, the statistics and the gate.
+struct CompareView<'a> {
+    sides: [(&'static str, &'a String, &'a ResultRecord); 2],
+    c: &'a stats::Comparison,
+    args: &'a CompareArgs,
+    failed: bool,
+    warnings: Vec<String>,
+}
+
+/// The words of a comparison: the direction and factor, the verdict, why, and the gate.
+struct CompareWords {
+    word: &'static str,
+    factor: f64,
+    verdict: &'static str,
+    why: String,
+    gate: Option<String>,
+}
+
+impl CompareView<'_> {
+    fn unit(&self) -> &str {
+        self.sides[0].2.unit.as_str()
     }
-    let unit = ra.unit.as_str();
-    let times = matches!(unit, "us" | "ms" | "s");
-    let (word, factor) = if c.ratio >= 1.0 {
-        (if times { "slower" } else { "larger" }, c.ratio)
-    } else {
-        (if times { "faster" } else { "smaller" }, 1.0 / c.ratio)
-    };
-    let verdict_word = match c.verdict {
-        Verdict::Faster => {
-            if times {
-                "faster"
-            } else {
-                "smaller"
-            }
-        }
-        Verdict::Slower => {
-            if times {
-                "slower"
-            } else {
-                "larger"
-            }
-        }
-        Verdict::Same => "same",
-        Verdict::Unknown => "unknown",
-    };
-    let why = match c.verdict {
-        Verdict::Same => format!(" (the interval lies within ±{:.1}%)", a.threshold * 100.0),
-        Verdict::Unknown => format!(
-            " (not significant, but the interval is wider than ±{:.1}%: take more samples)",
-            a.threshold * 100.0
-        ),
-        _ => String::new(),
-    };
-    let gate = a.fail_on.map(|f| {
-        let dir = format!("{f:?}").to_lowercase();
-        if failed {
-            format!(
-                "FAILED: B is significantly {word} than A by more than {:.1}% (--fail-on {dir})",
-                a.threshold * 100.0
-            )
+
+    fn words(&self) -> CompareWords {
+        let (c, a) = (self.c, self.args);
+        let times = matches!(self.unit(), "us" | "ms" | "s");
+        let (word, factor) = if c.ratio >= 1.0 {
+            (if times { "slower" } else { "larger" }, c.ratio)
         } else {
-            format!(
-                "passed: no significant {dir} change beyond {:.1}% (--fail-on {dir})",
+            (if times { "faster" } else { "smaller" }, 1.0 / c.ratio)
+        };
+        let verdict = match c.verdict {
+            Verdict::Faster => {
+                if times {
+                    "faster"
+                } else {
+                    "smaller"
+                }
+            }
+            Verdict::Slower => {
+                if times {
+                    "slower"
+                } else {
+                    "larger"
+                }
+            }
+            Verdict::Same => "same",
+            Verdict::Unknown => "unknown",
+        };
+        let why = match c.verdict {
+            Verdict::Same => format!(" (the interval lies within ±{:.1}%)", a.threshold * 100.0),
+            Verdict::Unknown => format!(
+                " (not significant, but the interval is wider than ±{:.1}%: take more samples)",
                 a.threshold * 100.0
-            )
+            ),
+            _ => String::new(),
+        };
+        let gate = a.fail_on.map(|f| {
+            let dir = format!("{f:?}").to_lowercase();
+            if self.failed {
+                format!(
+                    "FAILED: B is significantly {word} than A by more than {:.1}% (--fail-on {dir})",
+                    a.threshold * 100.0
+                )
+            } else {
+                format!(
+                    "passed: no significant {dir} change beyond {:.1}% (--fail-on {dir})",
+                    a.threshold * 100.0
+                )
+            }
+        });
+        CompareWords {
+            word,
+            factor,
+            verdict,
+            why,
+            gate,
         }
-    });
-    let label = |id: &str, r: &ResultRecord| {
+    }
+
+    /// A side's label: an nvbench operand by its full name, a result by its short ID.
+    fn label(id: &str, r: &ResultRecord) -> String {
         if r.kind == "nvbench" {
             id.to_string()
         } else {
             keys::short(id).to_string()
         }
-    };
-    let ci = |r: &ResultRecord| match &r.summary {
-        Some(s) => (
-            fmt_value(s.median, unit),
-            format!(
-                "[{}, {}]",
-                fmt_value(s.ci_low, unit),
-                fmt_value(s.ci_high, unit)
+    }
+
+    /// A side's median, interval and sample count.
+    fn ci(&self, r: &ResultRecord) -> (String, String, String) {
+        let unit = self.unit();
+        match &r.summary {
+            Some(s) => (
+                fmt_value(s.median, unit),
+                format!(
+                    "[{}, {}]",
+                    fmt_value(s.ci_low, unit),
+                    fmt_value(s.ci_high, unit)
+                ),
+                s.n.to_string(),
             ),
-            s.n.to_string(),
-        ),
-        None => (
-            fmt_value(0.0, unit),
-            format!("[{0}, {0}]", fmt_value(0.0, unit)),
-            "null".into(),
-        ),
-    };
-    if a.format == Format::Md {
+            None => (
+                fmt_value(0.0, unit),
+                format!("[{0}, {0}]", fmt_value(0.0, unit)),
+                "null".into(),
+            ),
+        }
+    }
+
+    /// `--format md`.
+    fn markdown(&self) -> String {
+        let (c, w) = (self.c, self.words());
         let mut out = String::from(
             "| | result | name | params | median | 95% CI | n |\n|---|---|---|---|---:|---|---:|\n",
         );
-        for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
-            let (m, interval, n) = ci(r);
+        for (l, id, r) in self.sides {
+            let (m, interval, n) = self.ci(r);
             out.push_str(&format!(
                 "| {l} | `{}` | {} | {} | {m} | {interval} | {n} |\n",
-                label(id, r).replace('|', "\\|"),
+                Self::label(id, r).replace('|', "\\|"),
                 r.name.replace('|', "\\|"),
                 r.params_text().replace('|', "\\|")
             ));
         }
         out.push_str(&format!(
-            "\n**{verdict_word}**{why}: B is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}]; p = {:.2e}, alpha {})\n",
-            c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.p, a.alpha
+            "\n**{}**{}: B is {:.3}x {} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}]; p = {:.2e}, alpha {})\n",
+            w.verdict, w.why, w.factor, w.word, c.ratio, c.ratio_ci_low, c.ratio_ci_high, c.p, self.args.alpha
         ));
-        if let Some(gate) = &gate {
+        if let Some(gate) = &w.gate {
             out.push_str(&format!("\n{gate}\n"));
         }
-        for w in &warnings {
-            out.push_str(&format!("\n> warning: {w}\n"));
+        for warning in &self.warnings {
+            out.push_str(&format!("\n> warning: {warning}\n"));
         }
-        emit(&out)?;
-        return Ok(code);
+        out
     }
-    let style = Style::for_stdout();
-    let mut t = Table::new();
-    t.row(["", "RESULT", "NAME", "PARAMS", "MEDIAN", "95% CI", "N"]);
-    for (l, id, r) in [("A", &ida, &ra), ("B", &idb, &rb)] {
-        let (m, interval, n) = ci(r);
-        t.row([
-            l.to_string(),
-            label(id, r),
-            r.name.clone(),
-            r.params_text(),
-            m,
-            interval,
-            n,
-        ]);
-    }
-    let mut out = t.render(0);
-    out.push_str(&format!(
-        "\nB is {factor:.3}x {word} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}])\n",
-        c.ratio, c.ratio_ci_low, c.ratio_ci_high
-    ));
-    out.push_str(&format!(
-        "p = {:.2e} (Mann-Whitney U {:.2e}, Kolmogorov-Smirnov {:.2e}; alpha {})\n",
-        c.p, c.p_mann_whitney, c.p_ks, a.alpha
-    ));
-    let v = match c.verdict {
-        Verdict::Faster | Verdict::Same => style.good(verdict_word),
-        Verdict::Slower => style.error(verdict_word),
-        Verdict::Unknown => style.warn(verdict_word),
-    };
-    out.push_str(&format!("verdict: {v}{why}\n"));
-    if let Some(gate) = gate {
+
+    /// The table for a terminal.
+    fn text(&self) -> String {
+        let (c, w) = (self.c, self.words());
+        let style = Style::for_stdout();
+        let mut t = Table::new();
+        t.row(["", "RESULT", "NAME", "PARAMS", "MEDIAN", "95% CI", "N"]);
+        for (l, id, r) in self.sides {
+            let (m, interval, n) = self.ci(r);
+            t.row([
+                l.to_string(),
+                Self::label(id, r),
+                r.name.clone(),
+                r.params_text(),
+                m,
+                interval,
+                n,
+            ]);
+        }
+        let mut out = t.render(0);
         out.push_str(&format!(
-            "{}\n",
-            if failed {
-                style.error(&gate)
-            } else {
-                style.good(&gate)
-            }
+            "\nB is {:.3}x {} than A (ratio B/A {:.4}, 95% CI [{:.4}, {:.4}])\n",
+            w.factor, w.word, c.ratio, c.ratio_ci_low, c.ratio_ci_high
         ));
+        out.push_str(&format!(
+            "p = {:.2e} (Mann-Whitney U {:.2e}, Kolmogorov-Smirnov {:.2e}; alpha {})\n",
+            c.p, c.p_mann_whitney, c.p_ks, self.args.alpha
+        ));
+        let v = match c.verdict {
+            Verdict::Faster | Verdict::Same => style.good(w.verdict),
+            Verdict::Slower => style.error(w.verdict),
+            Verdict::Unknown => style.warn(w.verdict),
+        };
+        out.push_str(&format!("verdict: {v}{}\n", w.why));
+        if let Some(gate) = w.gate {
+            out.push_str(&format!(
+                "{}\n",
+                if self.failed {
+                    style.error(&gate)
+                } else {
+                    style.good(&gate)
+                }
+            ));
+        }
+        for warning in &self.warnings {
+            out.push_str(&format!("{} {warning}\n", style.warn("warning:")));
+        }
+        out
     }
-    for w in warnings {
-        out.push_str(&format!("{} {w}\n", style.warn("warning:")));
-    }
-    emit(&out)?;
-    Ok(code)
 }
 
 /// Both operands as profiles, when the first names one (`None`: compare results).

@@ -178,6 +178,27 @@ pub enum MetricError {
     Unknown(String),
 }
 
+impl crate::foundation::error::Diagnose for MetricError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        Some(
+            "for example --metric time, --metric json:ms or --metric 'regex:took ([0-9.]+) ms'"
+                .into(),
+        )
+    }
+}
+
+impl crate::foundation::error::Diagnose for ArityError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        Some("make [run] args match the kernel's parameters, in order".into())
+    }
+}
+
 /// Why a run's output holds no value of the metric.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ExtractError {

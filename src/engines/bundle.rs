@@ -102,147 +102,168 @@ pub enum Checked {
 /// its content: a build's key from its inputs, a result's ID from the rest of it. `kind` is
 /// `build` or `result`.
 pub fn validate_record(kind: &str, id: &str, rec: &Value) -> Result<Checked, BundleError> {
-    let bad = |field: &str, problem: String| BundleError::InvalidRecord {
-        record: format!(
-            "{kind} {}",
-            crate::foundation::output::sanitize(keys::short(id))
-        ),
-        field: field.to_string(),
-        problem,
-    };
-    let shown = |t: &str| {
-        let t: String = t.chars().take(60).collect();
-        crate::foundation::output::sanitize(&t)
-    };
+    let check = Check { kind, id };
     if !rec.is_object() {
-        return Err(bad("(record)", "is not a JSON object".into()));
+        return Err(check.bad("(record)", "is not a JSON object".into()));
     }
     if !keys::is_key(id) {
-        return Err(bad("(file name)", "is not a 64-digit hex key".into()));
+        return Err(check.bad("(file name)", "is not a 64-digit hex key".into()));
     }
-    let opt = |field: &str, v: Option<&str>, ok: fn(&str) -> bool, what: &str| match v {
-        Some(s) if !ok(s) => Err(bad(
-            field,
-            format!("is {}, not {what}", shown(&json!(s).to_string())),
-        )),
-        _ => Ok(()),
-    };
-    let typed = |e: RecordError| bad("(record)", shown(&e.to_string()));
     match kind {
-        "build" => {
-            let b = BuildRecord::from_json(rec, &format!("build {}", keys::short(id))).map_err(
-                |e| match e {
-                    RecordError::Shape { source, .. } => {
-                        bad("(record)", shown(&source.to_string()))
-                    }
-                    e => typed(e),
-                },
-            )?;
-            // The inputs type keeps every member as written, so this is the hash of the
-            // inputs as the file has them.
-            if keys::key_of(&records::to_json(&b.inputs)) != id {
-                return Err(bad("inputs", "do not hash to the record's key".into()));
-            }
-            opt(
-                "commit",
-                b.commit.as_deref(),
-                keys::is_commit,
-                "a 40-digit hex commit",
-            )?;
-            opt("recipe", Some(&b.recipe), keys::is_name, "a recipe name")?;
-            opt(
-                "recipe-path",
-                Some(&b.recipe_path),
-                keys::is_relative_path,
-                "a relative path",
-            )?;
-            for (path, digest) in &b.inputs.files {
-                if !keys::is_relative_path(path) {
-                    return Err(bad(
-                        "inputs.files",
-                        format!(
-                            "names {}, not a relative path",
-                            shown(&json!(path).to_string())
-                        ),
-                    ));
-                }
-                if !keys::is_key(digest) {
-                    return Err(bad(
-                        "inputs.files",
-                        format!(
-                            "gives {} for {path}, not a sha256",
-                            shown(&json!(digest).to_string())
-                        ),
-                    ));
-                }
-            }
-            for (name, out) in &b.outputs {
-                if !keys::is_relative_path(name) {
-                    return Err(bad(
-                        "outputs",
-                        format!(
-                            "names {}, not a relative path",
-                            shown(&json!(name).to_string())
-                        ),
-                    ));
-                }
-                if !keys::is_key(&out.sha256) {
-                    return Err(bad(
-                        "outputs",
-                        format!(
-                            "gives {} for {name}, not a sha256",
-                            shown(&json!(out.sha256).to_string())
-                        ),
-                    ));
-                }
-            }
-            Ok(Checked::Build(Box::new(b)))
+        "build" => check.build(rec).map(|b| Checked::Build(Box::new(b))),
+        _ => check.result(rec).map(|r| Checked::Result(Box::new(r))),
+    }
+}
+
+/// The record [`validate_record`] checks, and the errors it names.
+struct Check<'a> {
+    kind: &'a str,
+    id: &'a str,
+}
+
+impl Check<'_> {
+    /// The error for a field that is not what it claims to be.
+    fn bad(&self, field: &str, problem: String) -> BundleError {
+        BundleError::InvalidRecord {
+            record: format!(
+                "{} {}",
+                self.kind,
+                crate::foundation::output::sanitize(keys::short(self.id))
+            ),
+            field: field.to_string(),
+            problem,
         }
-        _ => {
-            let mut content = rec.clone();
-            if let Some(o) = content.as_object_mut() {
-                o.remove("id");
-            }
-            if keys::key_of(&content) != id {
-                return Err(bad("(content)", "does not hash to the result's ID".into()));
-            }
-            let r = ResultRecord::from_json(&content, &format!("result {}", keys::short(id)))
-                .map_err(|e| match e {
-                    RecordError::Shape { source, .. } => {
-                        bad("(record)", shown(&source.to_string()))
-                    }
-                    e => typed(e),
-                })?;
-            opt(
-                "commit",
-                r.commit.as_deref(),
-                keys::is_commit,
-                "a 40-digit hex commit",
-            )?;
-            opt(
-                "recipe",
-                r.recipe.as_deref(),
-                keys::is_name,
-                "a recipe name",
-            )?;
-            opt(
-                "recipe-path",
-                r.recipe_path.as_deref(),
-                keys::is_relative_path,
-                "a relative path",
-            )?;
-            opt(
-                "build-key",
-                r.build_key.as_deref(),
-                keys::is_key,
-                "a 64-digit hex key",
-            )?;
-            opt("artifact", r.artifact.as_deref(), keys::is_key, "a sha256")?;
-            if !r.samples.iter().all(|x| x.is_finite()) {
-                return Err(bad("samples", "is not a list of finite numbers".into()));
-            }
-            Ok(Checked::Result(Box::new(r)))
+    }
+
+    /// A hostile value, cut short and made safe to print.
+    fn shown(t: &str) -> String {
+        let t: String = t.chars().take(60).collect();
+        crate::foundation::output::sanitize(&t)
+    }
+
+    /// An optional field, which must pass `ok` where present.
+    fn opt(
+        &self,
+        field: &str,
+        v: Option<&str>,
+        ok: fn(&str) -> bool,
+        what: &str,
+    ) -> Result<(), BundleError> {
+        match v {
+            Some(s) if !ok(s) => Err(self.bad(
+                field,
+                format!("is {}, not {what}", Self::shown(&json!(s).to_string())),
+            )),
+            _ => Ok(()),
         }
+    }
+
+    /// A typed record's own error, as a field error of the whole record.
+    fn typed(&self, e: RecordError) -> BundleError {
+        match e {
+            RecordError::Shape { source, .. } => {
+                self.bad("(record)", Self::shown(&source.to_string()))
+            }
+            e => self.bad("(record)", Self::shown(&e.to_string())),
+        }
+    }
+
+    /// A map of relative paths to sha256 digests (a build's input files or outputs).
+    fn path_digests<'b>(
+        &self,
+        field: &str,
+        entries: impl Iterator<Item = (&'b String, &'b String)>,
+    ) -> Result<(), BundleError> {
+        for (path, digest) in entries {
+            if !keys::is_relative_path(path) {
+                return Err(self.bad(
+                    field,
+                    format!(
+                        "names {}, not a relative path",
+                        Self::shown(&json!(path).to_string())
+                    ),
+                ));
+            }
+            if !keys::is_key(digest) {
+                return Err(self.bad(
+                    field,
+                    format!(
+                        "gives {} for {path}, not a sha256",
+                        Self::shown(&json!(digest).to_string())
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A build record: its key is the hash of its inputs.
+    fn build(&self, rec: &Value) -> Result<BuildRecord, BundleError> {
+        let b = BuildRecord::from_json(rec, &format!("build {}", keys::short(self.id)))
+            .map_err(|e| self.typed(e))?;
+        // The inputs type keeps every member as written, so this is the hash of the
+        // inputs as the file has them.
+        if keys::key_of(&records::to_json(&b.inputs)) != self.id {
+            return Err(self.bad("inputs", "do not hash to the record's key".into()));
+        }
+        self.opt(
+            "commit",
+            b.commit.as_deref(),
+            keys::is_commit,
+            "a 40-digit hex commit",
+        )?;
+        self.opt("recipe", Some(&b.recipe), keys::is_name, "a recipe name")?;
+        self.opt(
+            "recipe-path",
+            Some(&b.recipe_path),
+            keys::is_relative_path,
+            "a relative path",
+        )?;
+        self.path_digests("inputs.files", b.inputs.files.iter())?;
+        self.path_digests("outputs", b.outputs.iter().map(|(n, o)| (n, &o.sha256)))?;
+        Ok(b)
+    }
+
+    /// A result record: its ID is the hash of the rest of it.
+    fn result(&self, rec: &Value) -> Result<ResultRecord, BundleError> {
+        let mut content = rec.clone();
+        if let Some(o) = content.as_object_mut() {
+            o.remove("id");
+        }
+        if keys::key_of(&content) != self.id {
+            return Err(self.bad("(content)", "does not hash to the result's ID".into()));
+        }
+        let r = ResultRecord::from_json(&content, &format!("result {}", keys::short(self.id)))
+            .map_err(|e| self.typed(e))?;
+        self.opt(
+            "commit",
+            r.commit.as_deref(),
+            keys::is_commit,
+            "a 40-digit hex commit",
+        )?;
+        self.opt(
+            "recipe",
+            r.recipe.as_deref(),
+            keys::is_name,
+            "a recipe name",
+        )?;
+        self.opt(
+            "recipe-path",
+            r.recipe_path.as_deref(),
+            keys::is_relative_path,
+            "a relative path",
+        )?;
+        self.opt(
+            "build-key",
+            r.build_key.as_deref(),
+            keys::is_key,
+            "a 64-digit hex key",
+        )?;
+        self.opt("artifact", r.artifact.as_deref(), keys::is_key, "a sha256")?;
+        if !r.samples.iter().all(|x| x.is_finite()) {
+            return Err(self.bad("samples", "is not a list of finite numbers".into()));
+        }
+        Ok(r)
     }
 }
 
@@ -268,6 +289,9 @@ pub fn complete(store: &Store, contents: &mut Contents) -> Result<(), BundleErro
     Ok(())
 }
 
+/// A bundle's files as they are gathered: path → (bytes, executable).
+type Files = BTreeMap<String, (Vec<u8>, bool)>;
+
 /// All the files of a bundle.
 pub fn entries(
     repo: &Repository,
@@ -276,12 +300,30 @@ pub fn entries(
     inputs_only: bool,
     bundle_name: &str,
 ) -> Result<Vec<Entry>, BundleError> {
-    let mut files: BTreeMap<String, (Vec<u8>, bool)> = BTreeMap::new();
-    let mut put = |path: String, bytes: Vec<u8>, exec: bool| {
-        files.insert(path, (bytes, exec));
-    };
-    // A record from a dirty tree has sources in no commit: bundling the commit's tree would
-    // make a bundle that cannot replay.
+    let mut files = Files::new();
+    refuse_dirty(contents)?;
+    for (commit, recipes) in &commit_recipes(contents)? {
+        put_sources(&mut files, repo, commit, recipes, inputs_only)?;
+    }
+    put_records(&mut files, store, contents)?;
+    put_tables(&mut files, contents);
+    files.insert(
+        "README.md".into(),
+        (readme(contents, bundle_name).into_bytes(), false),
+    );
+    Ok(files
+        .into_iter()
+        .map(|(path, (bytes, executable))| Entry {
+            path,
+            bytes,
+            executable,
+        })
+        .collect())
+}
+
+/// A record from a dirty tree has sources in no commit: bundling the commit's tree would
+/// make a bundle that cannot replay.
+fn refuse_dirty(contents: &Contents) -> Result<(), BundleError> {
     for (what, id, dirty) in contents
         .results
         .iter()
@@ -300,8 +342,12 @@ pub fn entries(
             });
         }
     }
-    // Sources: one tree per distinct commit, with the recipes its records were built with
-    // (the text a build record keeps, or else the commit's own recipe file).
+    Ok(())
+}
+
+/// Sources: one tree per distinct commit, with the recipes its records were built with
+/// (the text a build record keeps, or else the commit's own recipe file).
+fn commit_recipes(contents: &Contents) -> Result<BTreeMap<String, Vec<RecipeRef>>, BundleError> {
     let mut commits: BTreeMap<String, Vec<RecipeRef>> = BTreeMap::new();
     let recipe_of = |b: &BuildRecord| -> RecipeRef {
         (
@@ -329,114 +375,135 @@ pub fn entries(
         })?;
         commits.entry(c.to_string()).or_default().push(recipe_of(b));
     }
-    for (commit, recipes) in &commits {
-        let oid = Oid::from_str(commit).map_err(|_| BundleError::MissingCommit {
-            commit: commit.clone(),
-            what: "a record".into(),
-        })?;
-        let tree = CommitFiles::new(repo, oid).map_err(|_| BundleError::MissingCommit {
-            commit: commit.clone(),
-            what: "a record".into(),
-        })?;
-        // Recipes held fixed from outside the history (a bisection's) travel as files at
-        // their paths, so that the bundle's tree rebuilds with them.
-        for (_, text) in recipes.iter() {
-            if let Some((path, text)) = text
-                && !tree.is_file_in_tree(path)
-                && crate::foundation::recipe::normalize(path).as_deref() == Some(path.as_str())
-            {
-                put(
-                    format!("source/{commit}/{path}"),
-                    text.clone().into_bytes(),
-                    false,
-                );
-            }
-        }
-        let paths: Vec<String> = if inputs_only {
-            let mut p = Vec::new();
-            for (name, text) in recipes {
-                let source = |reason: String| BundleError::Source {
-                    commit: commit.clone(),
-                    reason,
-                };
-                let (rel, own) = match text {
-                    Some((path, text)) => ((path.clone(), text.clone()), false),
-                    None => {
-                        let rel = format!("{}/{name}.toml", crate::foundation::recipe::DIR);
-                        let bytes = crate::engines::build::inputs::FileSource::read(&tree, &rel)
-                            .map_err(|e| source(e.to_string()))?;
-                        ((rel, String::from_utf8_lossy(&bytes).into_owned()), true)
-                    }
-                };
-                let r = crate::foundation::recipe::parse_detached(&rel.0, &rel.1)
-                    .map_err(|e| source(e.to_string()))?;
-                p.extend(
-                    crate::engines::bisect::local::recipe_paths(&tree, &r, own, &mut |_| false)
-                        .map_err(|(_, why)| source(why))?,
-                );
-            }
-            // What a reader needs besides the recipe's inputs: the pinned environment.
-            p.extend(tree.paths().into_iter().filter(|f| {
-                f == "flake.nix"
-                    || f == "flake.lock"
-                    || f == "repro.toml"
-                    || f.starts_with("lockfiles/")
-            }));
-            p.sort();
-            p.dedup();
-            p
-        } else {
-            tree.paths()
-        };
-        for p in paths {
-            let bytes =
-                crate::engines::build::inputs::FileSource::read(&tree, &p).map_err(|e| {
-                    BundleError::Source {
-                        commit: commit.clone(),
-                        reason: e.to_string(),
-                    }
-                })?;
-            put(format!("source/{commit}/{p}"), bytes, false);
-        }
-    }
-    for (id, r) in &contents.results {
-        put(
-            format!("results/{id}.json"),
-            (serde_json::to_string_pretty(&records::to_json(r)).expect("JSON") + "\n").into_bytes(),
-            false,
-        );
-        // A Python call's result: the environment it ran in, as pip can recreate it.
-        if let Some(list) = r.python.as_ref().and(python_requirements(&r.fingerprint)) {
-            put(format!("python/{id}.txt"), list.into_bytes(), false);
-        }
-    }
-    for (key, b) in &contents.builds {
-        put(
-            format!("builds/{key}.json"),
-            (serde_json::to_string_pretty(&records::to_json(b)).expect("JSON") + "\n").into_bytes(),
-            false,
-        );
-        for digest in b.outputs.values().map(|o| o.sha256.clone()) {
-            put(
-                format!("artifacts/{digest}"),
-                store.get_blob(&digest)?,
-                false,
+    Ok(commits)
+}
+
+/// One commit's sources: its whole tree, or only its recipes' inputs and pinned environment.
+fn put_sources(
+    files: &mut Files,
+    repo: &Repository,
+    commit: &str,
+    recipes: &[RecipeRef],
+    inputs_only: bool,
+) -> Result<(), BundleError> {
+    let missing = || BundleError::MissingCommit {
+        commit: commit.to_string(),
+        what: "a record".into(),
+    };
+    let oid = Oid::from_str(commit).map_err(|_| missing())?;
+    let tree = CommitFiles::new(repo, oid).map_err(|_| missing())?;
+    // Recipes held fixed from outside the history (a bisection's) travel as files at
+    // their paths, so that the bundle's tree rebuilds with them.
+    for (_, text) in recipes.iter() {
+        if let Some((path, text)) = text
+            && !tree.is_file_in_tree(path)
+            && crate::foundation::recipe::normalize(path).as_deref() == Some(path.as_str())
+        {
+            files.insert(
+                format!("source/{commit}/{path}"),
+                (text.clone().into_bytes(), false),
             );
         }
     }
+    let paths: Vec<String> = if inputs_only {
+        input_paths(&tree, commit, recipes)?
+    } else {
+        tree.paths()
+    };
+    for p in paths {
+        let bytes = crate::engines::build::inputs::FileSource::read(&tree, &p).map_err(|e| {
+            BundleError::Source {
+                commit: commit.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        files.insert(format!("source/{commit}/{p}"), (bytes, false));
+    }
+    Ok(())
+}
+
+/// The paths an `--inputs-only` bundle keeps of one commit: each recipe's inputs, and what
+/// a reader needs besides them (the pinned environment).
+fn input_paths(
+    tree: &CommitFiles,
+    commit: &str,
+    recipes: &[RecipeRef],
+) -> Result<Vec<String>, BundleError> {
+    let mut p = Vec::new();
+    for (name, text) in recipes {
+        let source = |reason: String| BundleError::Source {
+            commit: commit.to_string(),
+            reason,
+        };
+        let (rel, own) = match text {
+            Some((path, text)) => ((path.clone(), text.clone()), false),
+            None => {
+                let rel = format!("{}/{name}.toml", crate::foundation::recipe::DIR);
+                let bytes = crate::engines::build::inputs::FileSource::read(tree, &rel)
+                    .map_err(|e| source(e.to_string()))?;
+                ((rel, String::from_utf8_lossy(&bytes).into_owned()), true)
+            }
+        };
+        let r = crate::foundation::recipe::parse_detached(&rel.0, &rel.1)
+            .map_err(|e| source(e.to_string()))?;
+        p.extend(
+            crate::engines::bisect::local::recipe_paths(tree, &r, own, &mut |_| false)
+                .map_err(|e| source(e.why))?,
+        );
+    }
+    p.extend(tree.paths().into_iter().filter(|f| {
+        f == "flake.nix" || f == "flake.lock" || f == "repro.toml" || f.starts_with("lockfiles/")
+    }));
+    p.sort();
+    p.dedup();
+    Ok(p)
+}
+
+/// The records themselves, and the artifacts the build records name.
+fn put_records(files: &mut Files, store: &Store, contents: &Contents) -> Result<(), BundleError> {
+    let pretty = |v: Value| (serde_json::to_string_pretty(&v).expect("JSON") + "\n").into_bytes();
+    for (id, r) in &contents.results {
+        files.insert(
+            format!("results/{id}.json"),
+            (pretty(records::to_json(r)), false),
+        );
+        // A Python call's result: the environment it ran in, as pip can recreate it.
+        if let Some(list) = r.python.as_ref().and(python_requirements(&r.fingerprint)) {
+            files.insert(format!("python/{id}.txt"), (list.into_bytes(), false));
+        }
+    }
+    for (key, b) in &contents.builds {
+        files.insert(
+            format!("builds/{key}.json"),
+            (pretty(records::to_json(b)), false),
+        );
+        for digest in b.outputs.values().map(|o| o.sha256.clone()) {
+            files.insert(
+                format!("artifacts/{digest}"),
+                (store.get_blob(&digest)?, false),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The tables and charts of the results: CSV, Markdown, SVG, and one plot per recipe with
+/// several results (a sweep, or several commits).
+fn put_tables(files: &mut Files, contents: &Contents) {
     let rows: Vec<Row> = contents
         .results
         .iter()
         .map(|(id, r)| Row::from_record(id, r))
         .collect();
-    put("results.csv".into(), export::csv(&rows).into_bytes(), false);
-    put(
-        "results.md".into(),
-        export::markdown(&rows).into_bytes(),
-        false,
+    files.insert(
+        "results.csv".into(),
+        (export::csv(&rows).into_bytes(), false),
     );
-    put("results.svg".into(), svg(&rows).into_bytes(), false);
-    // One plot per recipe with several results (a sweep, or several commits).
+    files.insert(
+        "results.md".into(),
+        (export::markdown(&rows).into_bytes(), false),
+    );
+    files.insert("results.svg".into(), (svg(&rows).into_bytes(), false));
     let mut by_name: BTreeMap<String, Vec<(&String, &ResultRecord)>> = BTreeMap::new();
     for (id, r) in &contents.results {
         by_name.entry(r.name.clone()).or_default().push((id, r));
@@ -464,33 +531,16 @@ pub fn entries(
                 }
             })
             .collect::<String>();
-        put(
-            format!("plots/{file}.svg"),
-            crate::foundation::plot::render(
-                &name,
-                "result",
-                &format!("median ({unit})"),
-                &points,
-                &[],
-                false,
-            )
-            .into_bytes(),
+        let svg = crate::foundation::plot::render(
+            &name,
+            "result",
+            &format!("median ({unit})"),
+            &points,
+            &[],
             false,
         );
+        files.insert(format!("plots/{file}.svg"), (svg.into_bytes(), false));
     }
-    put(
-        "README.md".into(),
-        readme(contents, bundle_name).into_bytes(),
-        false,
-    );
-    Ok(files
-        .into_iter()
-        .map(|(path, (bytes, executable))| Entry {
-            path,
-            bytes,
-            executable,
-        })
-        .collect())
 }
 
 use crate::foundation::plot::xml_text as esc;
@@ -563,6 +613,41 @@ pub fn svg(rows: &[Row]) -> String {
 /// The bundle's README: each claim, the exact command that replays it, the hardware it needs.
 pub fn readme(contents: &Contents, bundle_name: &str) -> String {
     let mut s = String::new();
+    readme_intro(&mut s, bundle_name);
+    if contents
+        .results
+        .iter()
+        .any(|(_, r)| r.python.is_some() && python_requirements(&r.fingerprint).is_some())
+    {
+        let _ = writeln!(
+            s,
+            "- Python: `python/ID.txt` lists every distribution installed where result ID ran;\n  `python -m pip install -r python/ID.txt` in a fresh virtual environment recreates it.\n"
+        );
+    }
+    if !contents.results.is_empty() {
+        readme_claims(&mut s, contents, bundle_name);
+    }
+    if !contents.builds.is_empty() {
+        readme_builds(&mut s, contents, bundle_name);
+    }
+    let _ = writeln!(s, "## Layout\n");
+    let _ = writeln!(
+        s,
+        "`results/ID.json` (every raw sample and the machine's fingerprint), `builds/KEY.json` (the"
+    );
+    let _ = writeln!(
+        s,
+        "inputs of each build key), `artifacts/SHA256` (PTX, CUBIN), `source/COMMIT/` (the tree at each"
+    );
+    let _ = writeln!(
+        s,
+        "commit), `results.csv`, `results.md`, `results.svg`, and `MANIFEST` (sha256 of every file)."
+    );
+    s
+}
+
+/// The README's opening: what the bundle is and how to get its environment.
+fn readme_intro(s: &mut String, bundle_name: &str) {
     let _ = writeln!(s, "# Reproducible results\n");
     let _ = writeln!(
         s,
@@ -601,99 +686,79 @@ pub fn readme(contents: &Contents, bundle_name: &str) -> String {
         s,
         "  `repro env check --lock lockfiles/NAME.toml` in the source directory says whether yours matches.\n"
     );
-    if contents
-        .results
-        .iter()
-        .any(|(_, r)| python_requirements(&r.fingerprint).is_some())
-    {
-        let _ = writeln!(
-            s,
-            "- Python: `python/ID.txt` lists every distribution installed where result ID ran;\n  `python -m pip install -r python/ID.txt` in a fresh virtual environment recreates it.\n"
-        );
-    }
-    if !contents.results.is_empty() {
-        let _ = writeln!(s, "## Claims\n");
-        let _ = writeln!(
-            s,
-            "| result | recipe | parameters | median [95% CI] | samples | machine | driver / CUDA | replay |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---:|---|---|---|");
-        for (id, r) in &contents.results {
-            let unit = &r.unit;
-            let med = match &r.summary {
-                Some(sm) => format!(
-                    "{:.4} {unit} [{:.4}, {:.4}]",
-                    sm.median, sm.ci_low, sm.ci_high
-                ),
-                None => r.verdict.word().to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "| `{}` | {} | {} | {} | {} | {} | {} / {} | `repro replay {} --bundle {bundle_name}` |",
-                keys::short(id),
-                r.name,
-                r.params_text(),
-                med,
-                r.samples.len(),
-                r.machine,
-                r.fingerprint_field("driver", "version").unwrap_or("-"),
-                r.fingerprint_field("driver", "cuda-version").unwrap_or("-"),
-                keys::short(id),
-            );
-        }
-        let _ = writeln!(
-            s,
-            "\nA replay of one result takes about the original measurement's time plus one build"
-        );
-        let _ = writeln!(
-            s,
-            "(settings, sample counts and build times are in `results/` and `builds/`).\n"
-        );
-    }
-    if !contents.builds.is_empty() {
-        let _ = writeln!(s, "## Builds\n");
-        let _ = writeln!(
-            s,
-            "| build key | recipe | commit | compiler | outputs | replay |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
-        for (key, b) in &contents.builds {
-            let outs: Vec<String> = b
-                .outputs
-                .iter()
-                .map(|(k, v)| format!("{k} {}", keys::short(&v.sha256)))
-                .collect();
-            let _ = writeln!(
-                s,
-                "| `{}` | {} | `{}` | {} {} | {} | `repro replay {} --bundle {bundle_name}` ({:.0} ms to build) |",
-                keys::short(key),
-                b.recipe,
-                b.commit
-                    .as_deref()
-                    .map_or("-".into(), |c| c.chars().take(12).collect::<String>()),
-                b.inputs.compiler_field("name").unwrap_or("?"),
-                b.inputs.compiler_field("version").unwrap_or(""),
-                outs.join(", "),
-                keys::short(key),
-                b.duration_ms,
-            );
-        }
-        let _ = writeln!(s);
-    }
-    let _ = writeln!(s, "## Layout\n");
+}
+
+/// The README's claims: one row per result, with the command that replays it.
+fn readme_claims(s: &mut String, contents: &Contents, bundle_name: &str) {
+    let _ = writeln!(s, "## Claims\n");
     let _ = writeln!(
         s,
-        "`results/ID.json` (every raw sample and the machine's fingerprint), `builds/KEY.json` (the"
+        "| result | recipe | parameters | median [95% CI] | samples | machine | driver / CUDA | replay |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---:|---|---|---|");
+    for (id, r) in &contents.results {
+        let unit = &r.unit;
+        let med = match &r.summary {
+            Some(sm) => format!(
+                "{:.4} {unit} [{:.4}, {:.4}]",
+                sm.median, sm.ci_low, sm.ci_high
+            ),
+            None => r.verdict.word().to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} | {} | {} | {} / {} | `repro replay {} --bundle {bundle_name}` |",
+            keys::short(id),
+            r.name,
+            r.params_text(),
+            med,
+            r.samples.len(),
+            r.machine,
+            r.fingerprint_field("driver", "version").unwrap_or("-"),
+            r.fingerprint_field("driver", "cuda-version").unwrap_or("-"),
+            keys::short(id),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nA replay of one result takes about the original measurement's time plus one build"
     );
     let _ = writeln!(
         s,
-        "inputs of each build key), `artifacts/SHA256` (PTX, CUBIN), `source/COMMIT/` (the tree at each"
+        "(settings, sample counts and build times are in `results/` and `builds/`).\n"
     );
+}
+
+/// The README's builds: one row per build record, with the command that replays it.
+fn readme_builds(s: &mut String, contents: &Contents, bundle_name: &str) {
+    let _ = writeln!(s, "## Builds\n");
     let _ = writeln!(
         s,
-        "commit), `results.csv`, `results.md`, `results.svg`, and `MANIFEST` (sha256 of every file)."
+        "| build key | recipe | commit | compiler | outputs | replay |"
     );
-    s
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (key, b) in &contents.builds {
+        let outs: Vec<String> = b
+            .outputs
+            .iter()
+            .map(|(k, v)| format!("{k} {}", keys::short(&v.sha256)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | `{}` | {} {} | {} | `repro replay {} --bundle {bundle_name}` ({:.0} ms to build) |",
+            keys::short(key),
+            b.recipe,
+            b.commit
+                .as_deref()
+                .map_or("-".into(), |c| c.chars().take(12).collect::<String>()),
+            b.inputs.compiler_field("name").unwrap_or("?"),
+            b.inputs.compiler_field("version").unwrap_or(""),
+            outs.join(", "),
+            keys::short(key),
+            b.duration_ms,
+        );
+    }
+    let _ = writeln!(s);
 }
 
 /// The Python environment a result ran in, as pip's requirements (`NAME==VERSION`, one a

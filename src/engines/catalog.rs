@@ -105,6 +105,23 @@ pub enum FindError {
     },
 }
 
+impl crate::foundation::error::Diagnose for FindError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        let noun = match self {
+            FindError::NotAnId { noun, .. } | FindError::None { noun, .. } => *noun,
+            FindError::Ambiguous { nouns, .. } => nouns.trim_end_matches('s'),
+        };
+        Some(if noun == "result" {
+            "`repro log` lists results with their IDs".into()
+        } else {
+            "`repro log` lists every record with its ID".into()
+        })
+    }
+}
+
 fn kib(bytes: u64) -> String {
     format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
@@ -190,66 +207,24 @@ impl Record {
 /// Reads the listing's fields from a record.
 pub fn entry(id: &str, record: &Record) -> Entry {
     let (kind, created_at, name, commit, status, summary) = match record {
-        Record::Build(r) => {
-            let mut parts: Vec<String> = r
-                .outputs
-                .iter()
-                .map(|(k, v)| format!("{k} {}", kib(v.bytes)))
-                .collect();
-            parts.push(format!("{:.1} ms", r.duration_ms));
-            (
-                Kind::Build,
-                Some(r.created_at.clone()),
-                r.recipe.clone(),
-                r.commit.clone(),
-                r.status.word().to_string(),
-                parts.join(", "),
-            )
-        }
-        Record::Result(r) => {
-            let unit = &r.unit;
-            let median = r.summary.as_ref().map_or("-".to_string(), |s| {
-                format!(
-                    "median {} [{}, {}]",
-                    crate::foundation::stats::fmt_value(s.median, unit),
-                    crate::foundation::stats::fmt_value(s.ci_low, unit),
-                    crate::foundation::stats::fmt_value(s.ci_high, unit)
-                )
-            });
-            (
-                Kind::Result,
-                Some(r.created_at.clone()),
-                r.name.clone(),
-                r.commit.clone(),
-                r.verdict.word().to_string(),
-                [r.params_text(), median, r.machine.clone()]
-                    .into_iter()
-                    .filter(|p| !p.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("  "),
-            )
-        }
+        Record::Build(r) => (
+            Kind::Build,
+            Some(r.created_at.clone()),
+            r.recipe.clone(),
+            r.commit.clone(),
+            r.status.word().to_string(),
+            build_summary(r),
+        ),
+        Record::Result(r) => (
+            Kind::Result,
+            Some(r.created_at.clone()),
+            r.name.clone(),
+            r.commit.clone(),
+            r.verdict.word().to_string(),
+            result_summary(r),
+        ),
         Record::Bisection(r) => {
-            let q = r.question.clone().unwrap_or(records::Question {
-                mode: "?".into(),
-                name: None,
-                good: None,
-                bad: None,
-            });
-            let culprit = r.culprit.as_ref().map(|c| c.hash.clone());
-            let summary = format!(
-                "{} {}..{}, {} of {} commits evaluated{}",
-                q.mode,
-                q.good.as_deref().map_or("?", keys::short),
-                q.bad.as_deref().map_or("?", keys::short),
-                r.evaluated,
-                r.commits,
-                match (&culprit, r.find) {
-                    (Some(c), records::Find::Fixed) => format!("; fixed by {}", keys::short(c)),
-                    (Some(c), records::Find::Broken) => format!("; first bad {}", keys::short(c)),
-                    (None, _) => String::new(),
-                }
-            );
+            let (q, culprit, summary) = bisection_summary(r);
             (
                 Kind::Bisection,
                 r.created_at.clone(),
@@ -277,26 +252,14 @@ pub fn entry(id: &str, record: &Record) -> Entry {
                 summary,
             )
         }
-        Record::Profile(p) => {
-            let mut parts = vec![crate::foundation::records::params_text(&p.params)];
-            if let Some(d) = p.value("dram__bytes.sum.per_second") {
-                parts.push(format!("DRAM {:.1} GB/s", d / 1e9));
-            }
-            parts.push(format!("ncu {}", p.ncu_version));
-            parts.push(p.machine.clone());
-            (
-                Kind::Profile,
-                Some(p.created_at.clone()),
-                p.recipe.clone(),
-                p.commit.clone(),
-                "ok".to_string(),
-                parts
-                    .into_iter()
-                    .filter(|x| !x.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("  "),
-            )
-        }
+        Record::Profile(p) => (
+            Kind::Profile,
+            Some(p.created_at.clone()),
+            p.recipe.clone(),
+            p.commit.clone(),
+            "ok".to_string(),
+            profile_summary(p),
+        ),
         Record::ToolchainBuildBisection(r) => {
             let found: Vec<String> = r
                 .answers
@@ -326,6 +289,75 @@ pub fn entry(id: &str, record: &Record) -> Entry {
         status,
         summary,
     }
+}
+
+/// A build's summary: its outputs' sizes and how long it took.
+fn build_summary(r: &BuildRecord) -> String {
+    let mut parts: Vec<String> = r
+        .outputs
+        .iter()
+        .map(|(k, v)| format!("{k} {}", kib(v.bytes)))
+        .collect();
+    parts.push(format!("{:.1} ms", r.duration_ms));
+    parts.join(", ")
+}
+
+/// A result's summary: its parameters, median with interval, and machine.
+fn result_summary(r: &ResultRecord) -> String {
+    let unit = &r.unit;
+    let median = r.summary.as_ref().map_or("-".to_string(), |s| {
+        format!(
+            "median {} [{}, {}]",
+            crate::foundation::stats::fmt_value(s.median, unit),
+            crate::foundation::stats::fmt_value(s.ci_low, unit),
+            crate::foundation::stats::fmt_value(s.ci_high, unit)
+        )
+    });
+    [r.params_text(), median, r.machine.clone()]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+/// A commit bisection's question, culprit and summary.
+fn bisection_summary(r: &records::BisectRecord) -> (records::Question, Option<String>, String) {
+    let q = r.question.clone().unwrap_or(records::Question {
+        mode: "?".into(),
+        name: None,
+        good: None,
+        bad: None,
+    });
+    let culprit = r.culprit.as_ref().map(|c| c.hash.clone());
+    let summary = format!(
+        "{} {}..{}, {} of {} commits evaluated{}",
+        q.mode,
+        q.good.as_deref().map_or("?", keys::short),
+        q.bad.as_deref().map_or("?", keys::short),
+        r.evaluated,
+        r.commits,
+        match (&culprit, r.find) {
+            (Some(c), records::Find::Fixed) => format!("; fixed by {}", keys::short(c)),
+            (Some(c), records::Find::Broken) => format!("; first bad {}", keys::short(c)),
+            (None, _) => String::new(),
+        }
+    );
+    (q, culprit, summary)
+}
+
+/// A profile's summary: its parameters, DRAM throughput, ncu and machine.
+fn profile_summary(p: &records::ProfileRecord) -> String {
+    let mut parts = vec![crate::foundation::records::params_text(&p.params)];
+    if let Some(d) = p.value("dram__bytes.sum.per_second") {
+        parts.push(format!("DRAM {:.1} GB/s", d / 1e9));
+    }
+    parts.push(format!("ncu {}", p.ncu_version));
+    parts.push(p.machine.clone());
+    parts
+        .into_iter()
+        .filter(|x| !x.is_empty())
+        .collect::<Vec<_>>()
+        .join("  ")
 }
 
 /// A bisection over releases in one line: `build nvrtc 12.8.93..13.0.88, 3 of 3 releases

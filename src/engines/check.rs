@@ -121,7 +121,34 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
+/// How many rows of a check have each status (`env check --json`'s `counts`). Fields are
+/// in the order of their JSON keys, so the JSON written is the same as before it was a type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Counts {
+    /// Rows whose policy is `ignore`.
+    pub ignored: usize,
+    /// Rows whose value differs where it must match.
+    pub mismatch: usize,
+    /// Rows whose field this machine cannot report.
+    pub missing: usize,
+    /// Rows that match.
+    pub ok: usize,
+    /// Rows that differ where a difference is only a warning.
+    pub warn: usize,
+}
+
 impl Report {
+    /// How many rows have each status.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            ignored: self.count(Status::Ignored),
+            mismatch: self.count(Status::Mismatch),
+            missing: self.count(Status::Missing),
+            ok: self.count(Status::Ok),
+            warn: self.count(Status::Warn),
+        }
+    }
     /// How many rows have this status.
     pub fn count(&self, s: Status) -> usize {
         self.rows.iter().filter(|r| r.status == s).count()

@@ -20,6 +20,53 @@ pub enum DemoError {
     Io(#[from] std::io::Error),
 }
 
+/// What the demo learns about the machine it runs on: `repro env capture`, `env lock` and
+/// `env check`, called as engine functions on the demo repository.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// The first GPU's name, if CUDA sees one.
+    pub gpu: Option<String>,
+    /// The NVRTC version builds would use, if one is found.
+    pub nvrtc: Option<String>,
+    /// The lockfile written (`lockfiles/demo.toml` in the repository).
+    pub lockfile: std::path::PathBuf,
+    /// How many of its rules have each policy.
+    pub policies: crate::engines::lockfile::PolicyCounts,
+    /// The check of this machine against it.
+    pub counts: crate::engines::check::Counts,
+    /// Whether the check passed.
+    pub passed: bool,
+}
+
+/// Fingerprints the machine from the demo repository `root`, writes `lockfiles/demo.toml`
+/// from it and checks the machine against what was written (read back, as `env check`
+/// reads any lockfile).
+pub fn machine(
+    root: &Path,
+    python: Option<std::path::PathBuf>,
+) -> Result<Machine, crate::engines::lockfile::LockfileError> {
+    use crate::engines::{check, fingerprint, lockfile};
+    let ctx = fingerprint::Context {
+        cwd: root.to_path_buf(),
+        fresh: true,
+        python,
+    };
+    let fp = fingerprint::capture(&ctx, &fingerprint::Demand::all());
+    let value = |k: &str| fp.get(k).value().map(str::to_string);
+    let path = root.join("lockfiles").join("demo.toml");
+    lockfile::write(&path, "demo", &fp, false)?;
+    let lock = lockfile::load(&path)?;
+    let report = check::check(&lock.rules, |k| fp.lookup(k));
+    Ok(Machine {
+        gpu: value("gpu.devices.0.name"),
+        nvrtc: value("toolchain.nvrtc.version"),
+        lockfile: path,
+        policies: lock.policy_counts(),
+        counts: report.counts(),
+        passed: report.passes(false),
+    })
+}
+
 /// Commits in the history.
 pub const COMMITS: usize = 60;
 /// The commit that breaks the build.

@@ -31,6 +31,67 @@ pub struct Lock {
     pub rules: Vec<Rule>,
 }
 
+/// How many rules of a lockfile have each policy (`env lock --json`'s `policies`). Fields
+/// are in the order of their JSON keys, so the JSON is the same as before it was a type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PolicyCounts {
+    /// Rules that must match exactly.
+    pub exact: usize,
+    /// Rules recorded only.
+    pub ignore: usize,
+    /// Rules that accept one of several values.
+    pub one_of: usize,
+    /// Rules whose difference is a warning.
+    pub warn: usize,
+}
+
+/// What `repro env lock --json` prints: the lockfile written and its policies.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Written {
+    /// The file written (as the user would name it).
+    pub lockfile: String,
+    /// The machine's name in it.
+    pub name: String,
+    /// How many rules have each policy.
+    pub policies: PolicyCounts,
+    /// Always 1.
+    pub schema: u32,
+}
+
+impl Lock {
+    /// How many rules have each policy.
+    pub fn policy_counts(&self) -> PolicyCounts {
+        let count = |n: &str| self.rules.iter().filter(|r| r.policy.name() == n).count();
+        PolicyCounts {
+            exact: count("exact"),
+            ignore: count("ignore"),
+            one_of: count("one-of"),
+            warn: count("warn"),
+        }
+    }
+}
+
+/// Writes the lockfile `repro env lock` makes for `fp` (each field's default policy) to
+/// `path`, atomically; an existing file is replaced only with `force`.
+pub fn write(
+    path: &Path,
+    name: &str,
+    fp: &Fingerprint,
+    force: bool,
+) -> Result<Lock, LockfileError> {
+    let lock = from_fingerprint(name, fp);
+    let text = to_toml(&lock, fp);
+    crate::foundation::fsutil::write_atomic(path, text.as_bytes(), force).map_err(|source| {
+        LockfileError::Write {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    Ok(lock)
+}
+
 /// Why a lockfile cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LockfileError {
@@ -65,6 +126,15 @@ pub enum LockfileError {
         /// The schema it declares.
         found: i64,
     },
+    /// The lockfile could not be written.
+    #[error("failed to write lockfile {}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::foundation::fsutil::WriteError,
+    },
     /// No lockfile was given and none was found.
     #[error("no lockfile found in {}", .dir.display())]
     NoneFound {
@@ -85,7 +155,10 @@ pub enum LockfileError {
 
 impl Diagnose for LockfileError {
     fn exit_code(&self) -> u8 {
-        exit::USAGE
+        match self {
+            LockfileError::Write { source, .. } => source.exit_code(),
+            _ => exit::USAGE,
+        }
     }
     fn hint(&self) -> Option<String> {
         match self {
@@ -93,6 +166,7 @@ impl Diagnose for LockfileError {
                 Some("create one with `repro env lock`, or pass another with --lock".into())
             }
             LockfileError::Read { .. } => None,
+            LockfileError::Write { source, .. } => source.hint(),
             LockfileError::Invalid { hint, .. } => hint.clone(),
             LockfileError::NewerSchema { .. } => Some("upgrade repro to read this lockfile".into()),
             LockfileError::NoneFound { .. } => {
@@ -185,98 +259,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
                 hint,
             ));
         }
-        let rule = rule.into_inner();
-        let value = |v: Option<Spanned<toml::Value>>| -> Result<Option<String>, LockfileError> {
-            v.map(|v| {
-                let span = v.span();
-                scalar(v.get_ref()).ok_or_else(|| {
-                    invalid(
-                        Some(span),
-                        format!("`{key}`: `value` must be a string, number or boolean"),
-                        None,
-                    )
-                })
-            })
-            .transpose()
-        };
-        let policy_span = rule.policy.span();
-        let need = |what: &str| {
-            invalid(
-                Some(policy_span.clone()),
-                format!("`{key}`: policy `{}` needs `{what}`", rule.policy.get_ref()),
-                None,
-            )
-        };
-        let forbid = |what: &str, span: Range<usize>| {
-            invalid(
-                Some(span),
-                format!(
-                    "`{key}`: policy `{}` takes no `{what}`",
-                    rule.policy.get_ref()
-                ),
-                None,
-            )
-        };
-        let values_span = rule.values.as_ref().map(Spanned::span);
-        let v = value(rule.value)?;
-        let policy = match rule.policy.get_ref().as_str() {
-            "exact" | "warn" | "min" => {
-                if let Some(s) = values_span {
-                    return Err(forbid("values", s));
-                }
-                let v = v.ok_or_else(|| need("value"))?;
-                match rule.policy.get_ref().as_str() {
-                    "exact" => Policy::Exact(v),
-                    "warn" => Policy::Warn(v),
-                    _ => {
-                        let kind = fields::kind_of(&key);
-                        if !matches!(kind, Kind::Version | Kind::Number)
-                            || !crate::foundation::version::is_version(&v)
-                        {
-                            return Err(invalid(
-                                Some(policy_span),
-                                format!(
-                                    "`{key}`: policy `min` needs a version or number, and this field holds {}",
-                                    describe_kind(kind, &v)
-                                ),
-                                Some("use `exact`, `one-of` or `warn` for text fields".into()),
-                            ));
-                        }
-                        Policy::Min(v)
-                    }
-                }
-            }
-            "one-of" => {
-                let list = rule.values.ok_or_else(|| need("values"))?;
-                let span = list.span();
-                let list: Option<Vec<String>> = list.into_inner().iter().map(scalar).collect();
-                match list {
-                    Some(l) if !l.is_empty() => Policy::OneOf(l),
-                    _ => {
-                        return Err(invalid(
-                            Some(span),
-                            format!(
-                                "`{key}`: `values` must be a non-empty list of strings, numbers or booleans"
-                            ),
-                            None,
-                        ));
-                    }
-                }
-            }
-            "ignore" => {
-                if let Some(s) = values_span {
-                    return Err(forbid("values", s));
-                }
-                Policy::Ignore(v)
-            }
-            other => {
-                return Err(invalid(
-                    Some(policy_span),
-                    format!("`{key}`: unknown policy `{other}`"),
-                    Some("policies are exact, min, one-of, warn and ignore".into()),
-                ));
-            }
-        };
+        let policy = policy_of(&key, rule.into_inner(), &invalid)?;
         rules.push(Rule { key, policy });
     }
     // BTreeMap iteration is by key; present rules in registry order for readable reports.
@@ -290,6 +273,106 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
         )
     });
     Ok(Lock { name, rules })
+}
+
+/// Validates one rule of a lockfile: its policy and the value(s) that policy needs.
+fn policy_of(
+    key: &str,
+    rule: RawRule,
+    invalid: &dyn Fn(Option<Range<usize>>, String, Option<String>) -> LockfileError,
+) -> Result<Policy, LockfileError> {
+    let value = |v: Option<Spanned<toml::Value>>| -> Result<Option<String>, LockfileError> {
+        v.map(|v| {
+            let span = v.span();
+            scalar(v.get_ref()).ok_or_else(|| {
+                invalid(
+                    Some(span),
+                    format!("`{key}`: `value` must be a string, number or boolean"),
+                    None,
+                )
+            })
+        })
+        .transpose()
+    };
+    let policy_span = rule.policy.span();
+    let need = |what: &str| {
+        invalid(
+            Some(policy_span.clone()),
+            format!("`{key}`: policy `{}` needs `{what}`", rule.policy.get_ref()),
+            None,
+        )
+    };
+    let forbid = |what: &str, span: Range<usize>| {
+        invalid(
+            Some(span),
+            format!(
+                "`{key}`: policy `{}` takes no `{what}`",
+                rule.policy.get_ref()
+            ),
+            None,
+        )
+    };
+    let values_span = rule.values.as_ref().map(Spanned::span);
+    let v = value(rule.value)?;
+    let policy = match rule.policy.get_ref().as_str() {
+        "exact" | "warn" | "min" => {
+            if let Some(s) = values_span {
+                return Err(forbid("values", s));
+            }
+            let v = v.ok_or_else(|| need("value"))?;
+            match rule.policy.get_ref().as_str() {
+                "exact" => Policy::Exact(v),
+                "warn" => Policy::Warn(v),
+                _ => {
+                    let kind = fields::kind_of(key);
+                    if !matches!(kind, Kind::Version | Kind::Number)
+                        || !crate::foundation::version::is_version(&v)
+                    {
+                        return Err(invalid(
+                            Some(policy_span),
+                            format!(
+                                "`{key}`: policy `min` needs a version or number, and this field holds {}",
+                                describe_kind(kind, &v)
+                            ),
+                            Some("use `exact`, `one-of` or `warn` for text fields".into()),
+                        ));
+                    }
+                    Policy::Min(v)
+                }
+            }
+        }
+        "one-of" => {
+            let list = rule.values.ok_or_else(|| need("values"))?;
+            let span = list.span();
+            let list: Option<Vec<String>> = list.into_inner().iter().map(scalar).collect();
+            match list {
+                Some(l) if !l.is_empty() => Policy::OneOf(l),
+                _ => {
+                    return Err(invalid(
+                        Some(span),
+                        format!(
+                            "`{key}`: `values` must be a non-empty list of strings, numbers or booleans"
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+        "ignore" => {
+            if let Some(s) = values_span {
+                return Err(forbid("values", s));
+            }
+            Policy::Ignore(v)
+        }
+        other => {
+            return Err(invalid(
+                Some(policy_span),
+                format!("`{key}`: unknown policy `{other}`"),
+                Some("policies are exact, min, one-of, warn and ignore".into()),
+            ));
+        }
+    };
+    Ok(policy)
 }
 
 fn describe_kind(kind: Kind, v: &str) -> String {
@@ -483,6 +566,80 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(&p(), text).unwrap_err().to_string()
+    }
+
+    fn sample_fp() -> Fingerprint {
+        let mut fields = crate::foundation::fields::Fields::new();
+        fields.insert("gpu.count".into(), Field::Value("1".into()));
+        fields.insert(
+            "gpu.devices.0.name".into(),
+            Field::Value("NVIDIA H200".into()),
+        );
+        fields.insert("driver.version".into(), Field::Value("580.159.04".into()));
+        fields.insert("host.kernel".into(), Field::Value("6.1".into()));
+        Fingerprint {
+            repro_version: "0.1.0".into(),
+            captured_at: "2026-01-01T00:00:00Z".into(),
+            probe_ms: Default::default(),
+            fields,
+        }
+    }
+
+    #[test]
+    fn written_lockfiles_and_their_counts_are_types_with_the_old_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lockfiles/m.toml");
+        let lock = write(&path, "m", &sample_fp(), false).unwrap();
+        assert_eq!(load(&path).unwrap(), lock);
+        let counts = lock.policy_counts();
+        assert_eq!(
+            counts.exact + counts.one_of + counts.warn + counts.ignore,
+            lock.rules.len()
+        );
+        let written = Written {
+            lockfile: "lockfiles/m.toml".into(),
+            name: "m".into(),
+            policies: counts,
+            schema: 1,
+        };
+        // The JSON `env lock --json` printed before it was a type, key for key.
+        let old = serde_json::json!({
+            "schema": 1,
+            "lockfile": "lockfiles/m.toml",
+            "name": "m",
+            "policies": {
+                "exact": counts.exact, "one-of": counts.one_of,
+                "warn": counts.warn, "ignore": counts.ignore,
+            },
+        });
+        assert_eq!(serde_json::to_value(&written).unwrap(), old);
+        assert_eq!(
+            serde_json::to_string(&written).unwrap(),
+            serde_json::to_string(&old).unwrap()
+        );
+        let back: Written = serde_json::from_value(old).unwrap();
+        assert_eq!(back, written);
+    }
+
+    #[test]
+    fn a_lockfile_that_cannot_be_written_is_a_typed_error_with_its_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        write(&path, "m", &sample_fp(), false).unwrap();
+        // Exists, no --force: a usage error that says how to overwrite.
+        let e = write(&path, "m", &sample_fp(), false).unwrap_err();
+        assert!(matches!(e, LockfileError::Write { .. }), "{e:?}");
+        assert_eq!(e.exit_code(), exit::USAGE);
+        assert!(e.hint().unwrap().contains("--force"), "{:?}", e.hint());
+        assert!(e.to_string().contains("m.toml"), "{e}");
+        // With --force it is replaced.
+        write(&path, "m", &sample_fp(), true).unwrap();
+        // A parent that is a file: an I/O failure, exit code IO, nothing half-written.
+        let blocked = dir.path().join("file");
+        std::fs::write(&blocked, "x").unwrap();
+        let e = write(&blocked.join("m.toml"), "m", &sample_fp(), false).unwrap_err();
+        assert_eq!(e.exit_code(), exit::IO, "{e:?}");
+        assert_eq!(std::fs::read_to_string(&blocked).unwrap(), "x");
     }
 
     #[test]

@@ -140,24 +140,11 @@ impl Summary {
 /// `selector` picks the state when the file has several: it must be a substring of exactly
 /// one `BENCH STATE` (`copy Device=0 Elements=2^20`); none is needed for a file of one state.
 pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, NvbenchError> {
-    let read_err = |source| NvbenchError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_JSON_BYTES + 1),
-        &mut text,
-    )
-    .map_err(read_err)?;
+    let text = read_bounded(path)?;
     let format = |what: String| NvbenchError::Format {
         path: path.to_path_buf(),
         what,
     };
-    if text.len() as u64 > MAX_JSON_BYTES {
-        return Err(format(format!("larger than {MAX_JSON_BYTES} bytes")));
-    }
     let root: Root = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
     let states: Vec<(String, &Bench, &State)> = root
         .benchmarks
@@ -214,27 +201,7 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
             path: path.to_path_buf(),
             state: label.clone(),
         })?;
-    // nvbench writes the path as given on its command line; it is relative to where nvbench
-    // ran, which is usually the JSON file's directory.
-    let bin_path = {
-        let p = Path::new(bin);
-        let beside = path.parent().unwrap_or(Path::new(".")).join(p);
-        if p.is_absolute() || !beside.exists() {
-            p.to_path_buf()
-        } else {
-            beside
-        }
-    };
-    let samples = read_samples(&bin_path).map_err(|e| match e {
-        SamplesError::Io(source) => NvbenchError::Read {
-            path: bin_path.clone(),
-            source,
-        },
-        other => NvbenchError::Format {
-            path: bin_path.clone(),
-            what: other.to_string(),
-        },
-    })?;
+    let samples = samples_beside(path, bin)?;
     let params: std::collections::BTreeMap<String, Value> = state
         .axis_values
         .as_deref()
@@ -255,6 +222,53 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
         crate::engines::bench::summarize(&samples),
         machine.unwrap_or_default(),
     ))
+}
+
+/// The JSON file's text, refused past [`MAX_JSON_BYTES`].
+fn read_bounded(path: &Path) -> Result<String, NvbenchError> {
+    let read_err = |source| NvbenchError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_JSON_BYTES + 1),
+        &mut text,
+    )
+    .map_err(read_err)?;
+    let format = |what: String| NvbenchError::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    if text.len() as u64 > MAX_JSON_BYTES {
+        return Err(format(format!("larger than {MAX_JSON_BYTES} bytes")));
+    }
+    Ok(text)
+}
+
+/// The samples file a state names. nvbench writes the path as given on its command line;
+/// it is relative to where nvbench ran, which is usually the JSON file's directory.
+fn samples_beside(path: &Path, bin: &str) -> Result<Vec<f64>, NvbenchError> {
+    let bin_path = {
+        let p = Path::new(bin);
+        let beside = path.parent().unwrap_or(Path::new(".")).join(p);
+        if p.is_absolute() || !beside.exists() {
+            p.to_path_buf()
+        } else {
+            beside
+        }
+    };
+    read_samples(&bin_path).map_err(|e| match e {
+        SamplesError::Io(source) => NvbenchError::Read {
+            path: bin_path.clone(),
+            source,
+        },
+        other => NvbenchError::Format {
+            path: bin_path.clone(),
+            what: other.to_string(),
+        },
+    })
 }
 
 /// Why a sample file cannot be used.

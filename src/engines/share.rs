@@ -240,8 +240,25 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
             &format!("{NAMESPACE}/*:{NAMESPACE}/*"),
         ],
     )?;
+    let answered = tally(&out.stdout_str(), &mut summary);
+    if !out.status.success() && answered == 0 {
+        return Err(ShareError::Git {
+            source: ProcessError::Failed {
+                argv: format!("git push {remote} {NAMESPACE}/*"),
+                status: crate::foundation::process::describe_status(out.status),
+                code: out.status.code(),
+                stdout: out.stdout_str(),
+                stderr: out.stderr_str(),
+            },
+        });
+    }
+    Ok(summary)
+}
+
+/// Counts git push's porcelain answer into the summary: how many refs it answered.
+fn tally(stdout: &str, summary: &mut Summary) -> usize {
     let mut answered = 0usize;
-    for line in out.stdout_str().lines() {
+    for line in stdout.lines() {
         // "<flag>\t<from>:<to>\t<summary>"
         let mut parts = line.splitn(3, '\t');
         let (Some(flag), Some(refs), rest) = (parts.next(), parts.next(), parts.next()) else {
@@ -276,18 +293,7 @@ pub fn push(repo: &Repository, store: &Store, remote: &str) -> Result<Summary, S
             _ => {}
         }
     }
-    if !out.status.success() && answered == 0 {
-        return Err(ShareError::Git {
-            source: ProcessError::Failed {
-                argv: format!("git push {remote} {NAMESPACE}/*"),
-                status: crate::foundation::process::describe_status(out.status),
-                code: out.status.code(),
-                stdout: out.stdout_str(),
-                stderr: out.stderr_str(),
-            },
-        });
-    }
-    Ok(summary)
+    answered
 }
 
 /// Reads a blob of at most `max` bytes from the repository.
@@ -380,61 +386,9 @@ fn file_incoming(
     summary: &mut Summary,
 ) -> Result<(), ShareError> {
     let _lock = store.lock_shared()?;
-    let mut records: Vec<(String, String, Oid)> = Vec::new();
-    let reject = |summary: &mut Summary, name: &str, what: String| {
-        summary.rejected.push(Conflict {
-            name: name.to_string(),
-            what,
-        })
-    };
     let mut mirror: Vec<(String, Oid)> = Vec::new();
     // Objects first, so that no filed record names a missing one.
-    for (refname, oid) in incoming {
-        let name = refname
-            .strip_prefix(&format!("{INCOMING}/"))
-            .unwrap_or(refname);
-        let mut parts = name.splitn(2, '/');
-        let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
-            reject(summary, name, "is not KIND/KEY".into());
-            continue;
-        };
-        if !keys::is_key(key) {
-            reject(summary, name, "its name is not a key".into());
-            continue;
-        }
-        if kind == "objects" {
-            let bytes = match read_blob(repo, *oid, MAX_OBJECT) {
-                Ok(b) => b,
-                Err(e) => {
-                    reject(summary, name, e.to_string());
-                    continue;
-                }
-            };
-            if keys::sha256_hex(&bytes) != key {
-                reject(
-                    summary,
-                    name,
-                    "its content does not hash to its name".into(),
-                );
-                continue;
-            }
-            if store.get_blob(key).is_ok() {
-                summary.unchanged += 1;
-            } else {
-                store.put_blob(&bytes)?;
-                summary.objects += 1;
-            }
-            mirror.push((name.to_string(), *oid));
-        } else if KINDS.contains(&kind) {
-            records.push((kind.to_string(), key.to_string(), *oid));
-        } else {
-            reject(
-                summary,
-                name,
-                format!("`{kind}` is not a kind of record repro shares"),
-            );
-        }
-    }
+    let records = file_objects(repo, store, incoming, summary, &mut mirror)?;
     let has_object = |d: &str| keys::is_key(d) && store.get_blob(d).is_ok();
     for (kind, key, oid) in records {
         let name = format!("{kind}/{key}");
@@ -493,4 +447,71 @@ fn file_incoming(
         }
     }
     Ok(())
+}
+
+/// A refused ref, and why.
+fn reject(summary: &mut Summary, name: &str, what: String) {
+    summary.rejected.push(Conflict {
+        name: name.to_string(),
+        what,
+    })
+}
+
+/// Files the incoming objects whose content hashes to their names, and returns the
+/// incoming records (kind, key, blob) to file after them.
+fn file_objects(
+    repo: &Repository,
+    store: &Store,
+    incoming: &[(String, Oid)],
+    summary: &mut Summary,
+    mirror: &mut Vec<(String, Oid)>,
+) -> Result<Vec<(String, String, Oid)>, ShareError> {
+    let mut records: Vec<(String, String, Oid)> = Vec::new();
+    for (refname, oid) in incoming {
+        let name = refname
+            .strip_prefix(&format!("{INCOMING}/"))
+            .unwrap_or(refname);
+        let mut parts = name.splitn(2, '/');
+        let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
+            reject(summary, name, "is not KIND/KEY".into());
+            continue;
+        };
+        if !keys::is_key(key) {
+            reject(summary, name, "its name is not a key".into());
+            continue;
+        }
+        if kind == "objects" {
+            let bytes = match read_blob(repo, *oid, MAX_OBJECT) {
+                Ok(b) => b,
+                Err(e) => {
+                    reject(summary, name, e.to_string());
+                    continue;
+                }
+            };
+            if keys::sha256_hex(&bytes) != key {
+                reject(
+                    summary,
+                    name,
+                    "its content does not hash to its name".into(),
+                );
+                continue;
+            }
+            if store.get_blob(key).is_ok() {
+                summary.unchanged += 1;
+            } else {
+                store.put_blob(&bytes)?;
+                summary.objects += 1;
+            }
+            mirror.push((name.to_string(), *oid));
+        } else if KINDS.contains(&kind) {
+            records.push((kind.to_string(), key.to_string(), *oid));
+        } else {
+            reject(
+                summary,
+                name,
+                format!("`{kind}` is not a kind of record repro shares"),
+            );
+        }
+    }
+    Ok(records)
 }

@@ -424,24 +424,7 @@ fn stream(
                 });
             }
             let mut member = member.map_err(|e| damaged(format!("bad tar header: {e}")))?;
-            // `path_bytes` already folds in GNU long names and PAX path records.
-            let raw = member.path_bytes().into_owned();
-            let name = String::from_utf8(raw).map_err(|e| ArchiveError::UnsafePath {
-                path: path.to_owned(),
-                entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-            })?;
-            if !is_safe(&name) || !member.header().entry_type().is_file() {
-                return Err(ArchiveError::UnsafePath {
-                    path: path.to_owned(),
-                    entry: name,
-                });
-            }
-            if !seen.insert(name.clone()) {
-                return Err(ArchiveError::Duplicate { entry: name });
-            }
-            if let Some(e) = clash(&seen, &name) {
-                return Err(e);
-            }
+            let name = member_name(path, &member, &mut seen)?;
             let mode = member
                 .header()
                 .mode()
@@ -468,6 +451,34 @@ fn stream(
         return Err(corrupt(path, format!("no {MANIFEST}")));
     }
     Ok(())
+}
+
+/// A member's name, once it is a safe relative path of a regular file, not seen before
+/// and not clashing with one seen (which it joins).
+fn member_name<R: std::io::Read>(
+    path: &Path,
+    member: &tar::Entry<'_, R>,
+    seen: &mut BTreeSet<String>,
+) -> Result<String, ArchiveError> {
+    // `path_bytes` already folds in GNU long names and PAX path records.
+    let raw = member.path_bytes().into_owned();
+    let name = String::from_utf8(raw).map_err(|e| ArchiveError::UnsafePath {
+        path: path.to_owned(),
+        entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })?;
+    if !is_safe(&name) || !member.header().entry_type().is_file() {
+        return Err(ArchiveError::UnsafePath {
+            path: path.to_owned(),
+            entry: name,
+        });
+    }
+    if !seen.insert(name.clone()) {
+        return Err(ArchiveError::Duplicate { entry: name });
+    }
+    if let Some(e) = clash(seen, &name) {
+        return Err(e);
+    }
+    Ok(name)
 }
 
 /// The most MANIFEST may hold: 100,000 members' lines are about 15 MB.

@@ -470,35 +470,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
             release,
             wheels,
             make_default,
-        } => {
-            match current.toolchain.nvcc.get(release) {
-                Some(r) if r.wheels == *wheels => {}
-                Some(_) if !force => {
-                    return Err(PinWriteError::Pinned {
-                        what: format!("nvcc@{release}"),
-                    });
-                }
-                _ => {
-                    let nvcc = tc
-                        .entry("nvcc")
-                        .or_insert_with(|| {
-                            let mut t = toml_edit::Table::new();
-                            t.set_implicit(true);
-                            toml_edit::Item::Table(t)
-                        })
-                        .as_table_mut()
-                        .ok_or_else(|| PinWriteError::Unparsable {
-                            message: "`toolchain.nvcc` is not a table".into(),
-                        })?;
-                    let mut r = toml_edit::Table::new();
-                    r.insert("wheels", toml_edit::value(wheel_array(wheels)));
-                    nvcc.insert(release, toml_edit::Item::Table(r));
-                }
-            }
-            if *make_default || current.toolchain.nvcc_default.is_none() {
-                tc.insert("nvcc-default", toml_edit::value(release.as_str()));
-            }
-        }
+        } => pin_nvcc(tc, &current, release, wheels, *make_default, force)?,
         PinEdit::Nvrtc(pin) => match &current.toolchain.nvrtc {
             Some(p) if p == pin => {}
             Some(_) if !force => {
@@ -539,6 +511,46 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
         }));
     }
     Ok(out)
+}
+
+/// Pins an nvcc release in the `[toolchain]` table (refusing to replace other wheels
+/// without `force`), and makes it the default when asked or when there is none.
+fn pin_nvcc(
+    tc: &mut toml_edit::Table,
+    current: &Config,
+    release: &str,
+    wheels: &[WheelPin],
+    make_default: bool,
+    force: bool,
+) -> Result<(), PinWriteError> {
+    match current.toolchain.nvcc.get(release) {
+        Some(r) if r.wheels == *wheels => {}
+        Some(_) if !force => {
+            return Err(PinWriteError::Pinned {
+                what: format!("nvcc@{release}"),
+            });
+        }
+        _ => {
+            let nvcc = tc
+                .entry("nvcc")
+                .or_insert_with(|| {
+                    let mut t = toml_edit::Table::new();
+                    t.set_implicit(true);
+                    toml_edit::Item::Table(t)
+                })
+                .as_table_mut()
+                .ok_or_else(|| PinWriteError::Unparsable {
+                    message: "`toolchain.nvcc` is not a table".into(),
+                })?;
+            let mut r = toml_edit::Table::new();
+            r.insert("wheels", toml_edit::value(wheel_array(wheels)));
+            nvcc.insert(release, toml_edit::Item::Table(r));
+        }
+    }
+    if make_default || current.toolchain.nvcc_default.is_none() {
+        tc.insert("nvcc-default", toml_edit::value(release));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -99,18 +99,25 @@ pub fn search_dirs(soname: &str, with_ldconfig: bool) -> Vec<(PathBuf, String)> 
 /// The directories `ldconfig -p` lists `soname` in (the host's cache, which Nix's loader
 /// does not read).
 fn ldconfig_dirs(soname: &str) -> Vec<PathBuf> {
-    let run = |prog: &str| {
-        Cmd::new(prog)
-            .arg("-p")
-            .timeout(Duration::from_secs(5))
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    };
-    let Some(out) = run("/sbin/ldconfig").or_else(|| run("ldconfig")) else {
-        return Vec::new();
-    };
-    parse_ldconfig(&out.stdout_str(), soname)
+    // Both libraries may be searched for in one process (a machine without the driver):
+    // `ldconfig -p` runs once for both.
+    static LISTING: OnceLock<Option<String>> = OnceLock::new();
+    let listing = LISTING.get_or_init(|| {
+        let run = |prog: &str| {
+            Cmd::new(prog)
+                .arg("-p")
+                .timeout(Duration::from_secs(5))
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+        };
+        run("/sbin/ldconfig")
+            .or_else(|| run("ldconfig"))
+            .map(|out| out.stdout_str())
+    });
+    listing
+        .as_deref()
+        .map_or_else(Vec::new, |text| parse_ldconfig(text, soname))
 }
 
 /// Parses `ldconfig -p` lines such as
@@ -168,15 +175,31 @@ pub fn locate(soname: &str) -> Located {
 }
 
 /// Makes sure the driver libraries are loaded if the host has them, once per process, and
-/// says how each was found (in [`LIBRARIES`] order). Call before the first CUDA or NVML call.
-pub fn ensure() -> &'static [(&'static str, Located)] {
-    static DONE: OnceLock<Vec<(&'static str, Located)>> = OnceLock::new();
-    DONE.get_or_init(|| LIBRARIES.iter().map(|l| (*l, locate(l))).collect())
+/// says how each was found (in [`LIBRARIES`] order). Call before the first CUDA or NVML call
+/// that needs both; [`ensure_one`] loads only one of them.
+pub fn ensure() -> Vec<(&'static str, &'static Located)> {
+    LIBRARIES.iter().map(|l| (*l, ensure_one(l))).collect()
 }
 
-/// How `soname` was found (after [`ensure`]).
+/// Makes sure one driver library (`libcuda.so.1` or `libnvidia-ml.so.1`) is loaded if the
+/// host has it, once per process, and says how it was found. Each library is looked for
+/// only when it is first needed: loading libcuda costs milliseconds that a command answered
+/// from caches (`env check` with the per-boot device cache) should not pay, and NVML's
+/// search (which may run `ldconfig -p`) is not paid by a command that only needs CUDA.
+/// Any other name is looked for each time it is asked for (nothing in repro does that).
+pub fn ensure_one(soname: &str) -> &'static Located {
+    static CUDA: OnceLock<Located> = OnceLock::new();
+    static NVML: OnceLock<Located> = OnceLock::new();
+    match soname {
+        "libcuda.so.1" => CUDA.get_or_init(|| locate(soname)),
+        "libnvidia-ml.so.1" => NVML.get_or_init(|| locate(soname)),
+        other => Box::leak(Box::new(locate(other))),
+    }
+}
+
+/// How `soname` was found, looking for it first if that was not done yet.
 pub fn located(soname: &str) -> Option<&'static Located> {
-    ensure().iter().find(|(l, _)| *l == soname).map(|(_, x)| x)
+    LIBRARIES.contains(&soname).then(|| ensure_one(soname))
 }
 
 #[cfg(test)]

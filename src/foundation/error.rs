@@ -85,6 +85,46 @@ impl Diagnose for UserError {
     }
 }
 
+/// A typed error with the hint of the command that met it: the message, the causes and the
+/// exit code stay the error's own (a caller can still tell it apart by type); only the hint
+/// is the caller's, which knows what to point at (`repro log` for an unknown ID, say).
+#[derive(Debug)]
+pub struct Hinted {
+    error: Box<dyn Diagnose + Send + Sync>,
+    hint: String,
+}
+
+impl Hinted {
+    /// `error`, with `hint` in place of its own.
+    pub fn new(error: impl Diagnose + Send + Sync + 'static, hint: impl Into<String>) -> Self {
+        Self {
+            error: Box::new(error),
+            hint: hint.into(),
+        }
+    }
+}
+
+impl fmt::Display for Hinted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for Hinted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl Diagnose for Hinted {
+    fn exit_code(&self) -> u8 {
+        self.error.exit_code()
+    }
+    fn hint(&self) -> Option<String> {
+        Some(self.hint.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1153,30 +1153,7 @@ impl Evaluator<'_> {
         };
         let overflow = || self.overflow(node, self.snippet(node));
         match func {
-            Func::Min | Func::Max => {
-                let pick_min = func == Func::Min;
-                let ints: Option<Vec<i64>> = values
-                    .iter()
-                    .map(|v| match v {
-                        Value::Int(i) => Some(*i),
-                        Value::Float(_) => None,
-                    })
-                    .collect();
-                Ok(match ints {
-                    Some(ints) => {
-                        let it = ints.into_iter();
-                        Value::Int(if pick_min { it.min() } else { it.max() }.unwrap_or(0))
-                    }
-                    None => {
-                        let it = values.iter().map(|v| v.as_f64());
-                        Value::Float(if pick_min {
-                            it.fold(f64::INFINITY, f64::min)
-                        } else {
-                            it.fold(f64::NEG_INFINITY, f64::max)
-                        })
-                    }
-                })
-            }
+            Func::Min | Func::Max => Ok(min_max(func == Func::Min, values)),
             Func::CeilDiv => {
                 let (a, b) = (int_arg(0)?, int_arg(1)?);
                 if b == 0 {
@@ -1239,6 +1216,31 @@ impl Evaluator<'_> {
                     })
                 }
             },
+        }
+    }
+}
+
+/// `min` or `max` of the arguments: an integer when every one is, else a float.
+fn min_max(pick_min: bool, values: &[Value]) -> Value {
+    let ints: Option<Vec<i64>> = values
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => Some(*i),
+            Value::Float(_) => None,
+        })
+        .collect();
+    match ints {
+        Some(ints) => {
+            let it = ints.into_iter();
+            Value::Int(if pick_min { it.min() } else { it.max() }.unwrap_or(0))
+        }
+        None => {
+            let it = values.iter().map(|v| v.as_f64());
+            Value::Float(if pick_min {
+                it.fold(f64::INFINITY, f64::min)
+            } else {
+                it.fold(f64::NEG_INFINITY, f64::max)
+            })
         }
     }
 }

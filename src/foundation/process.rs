@@ -253,35 +253,7 @@ impl Cmd {
     /// Fails only if it could not be started, timed out, or its output could not be read.
     pub fn output(&self) -> Result<Output, ProcessError> {
         let argv = self.display();
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .stdin(if self.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // A process group of its own, so that a timeout kills the compiler's children too.
-            .process_group(0);
-        if let Some(dir) = &self.cwd {
-            command.current_dir(dir);
-        }
-        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
-        // async-signal-safe.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                Ok(())
-            });
-        }
-        for (k, v) in &self.env {
-            match v {
-                Some(v) => command.env(k, v),
-                None => command.env_remove(k),
-            };
-        }
+        let mut command = self.command();
         let start = Instant::now();
         let mut child = command.spawn().map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
@@ -358,6 +330,41 @@ impl Cmd {
             stdout_dropped: stdout.dropped,
             stderr_dropped: stderr.dropped,
         })
+    }
+
+    /// The `Command` to spawn: piped output, stdin only when given, a process group of its
+    /// own, killed with its parent, in the directory and environment asked for.
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A process group of its own, so that a timeout kills the compiler's children too.
+            .process_group(0);
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        command
     }
 
     /// Runs the command and requires it to exit with status 0.

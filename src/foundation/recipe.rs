@@ -675,6 +675,74 @@ fn parse_in(
     let toml_err =
         |e: toml::de::Error| invalid(e.span(), crate::foundation::spans::user_message(&e), None);
     let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
+    check_schema(&table, rel, &invalid)?;
+    let raw: RawRecipe = toml::from_str(text).map_err(toml_err)?;
+    let name = Path::new(rel)
+        .file_stem()
+        .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
+    let mut b = raw.build.into_inner();
+    let limits = limits(b.limits.take())
+        .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    let kind = check_keys(&b, &invalid)?;
+    let entries = entries(&b, &kind, &invalid)?;
+    let relpath =
+        |s: &Spanned<String>, what: &str, must_be_file: bool| -> Result<String, RecipeError> {
+            let norm = normalize(s.get_ref()).ok_or_else(|| {
+                invalid(
+                    Some(s.span()),
+                    format!(
+                        "[build] `{what}`: `{}` is outside the repository",
+                        s.get_ref()
+                    ),
+                    Some("paths are relative to the project root and stay inside it"),
+                )
+            })?;
+            if !exists(&norm, must_be_file) {
+                let kind = if must_be_file { "file" } else { "directory" };
+                return Err(invalid(
+                    Some(s.span()),
+                    format!("[build] `{what}`: no {kind} `{norm}`"),
+                    Some("paths are relative to the project root"),
+                ));
+            }
+            Ok(norm)
+        };
+
+    let build = match kind.as_str() {
+        "torch-extension" => torch_extension(b, entries, &invalid, &relpath)?,
+        "command" => command_build(b, entries, &invalid)?,
+        _ => compile_build(b, entries, &kind, &invalid, &relpath)?,
+    };
+    let entries: Vec<String> = match &build {
+        Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
+        Build::Command(c) => c.entries.clone(),
+        Build::TorchExtension(t) => t.entries.clone(),
+    };
+    let sections = crate::foundation::runspec::validate(
+        crate::foundation::runspec::Raw {
+            params: raw.params,
+            run: raw.run,
+            check: raw.check,
+            work: raw.work,
+        },
+        &entries,
+        text,
+    )
+    .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    Ok(Recipe {
+        limits,
+        name,
+        path: rel.to_string(),
+        text: text.to_string(),
+        bisect_paths: bisect_paths(raw.bisect, &invalid)?,
+        description: raw.description,
+        build,
+        sections,
+    })
+}
+
+/// The recipe's `schema`: present, a positive integer, and not newer than this repro's.
+fn check_schema(table: &toml::Table, rel: &str, invalid: &InvalidFn) -> Result<(), RecipeError> {
     match table.get("schema") {
         None => {
             return Err(invalid(
@@ -698,17 +766,14 @@ fn parse_in(
             ));
         }
     }
-    let raw: RawRecipe = toml::from_str(text).map_err(toml_err)?;
-    let name = Path::new(rel)
-        .file_stem()
-        .map_or_else(|| "recipe".into(), |s| s.to_string_lossy().into_owned());
-    let mut b = raw.build.into_inner();
-    let limits = limits(b.limits.take())
-        .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    Ok(())
+}
+
+/// The build's `kind`, once every key given is one that kind takes; anything else is
+/// named, with where it belongs.
+fn check_keys(b: &RawBuild, invalid: &InvalidFn) -> Result<String, RecipeError> {
     let kind = b.kind.get_ref().clone();
     let kind_span = b.kind.span();
-
-    // Which keys each kind takes; anything else is named, with where it belongs.
     let given: Vec<(&str, Option<Range<usize>>)> = vec![
         ("source", b.source.as_ref().map(Spanned::span)),
         ("target", b.target.as_ref().map(Spanned::span)),
@@ -768,18 +833,15 @@ fn parse_in(
             ));
         }
     }
+    Ok(kind)
+}
 
-    let require = |what: &str| {
-        invalid(
-            Some(kind_span.clone()),
-            format!("[build] kind `{kind}` needs `{what}`"),
-            None,
-        )
-    };
-    // Without `entries` a compiler build is compile-only: it checks that the source
-    // compiles. An empty list is more likely a slip than that, so it is refused.
+/// `entries`: the kernel names a build must hold. Without `entries` a compiler build is
+/// compile-only: it checks that the source compiles. An empty list is more likely a slip
+/// than that, so it is refused.
+fn entries(b: &RawBuild, kind: &str, invalid: &InvalidFn) -> Result<Vec<String>, RecipeError> {
     let optional_entries = kind == "command" || kind == "torch-extension";
-    let entries = match &b.entries {
+    Ok(match &b.entries {
         None => Vec::new(),
         Some(list) => {
             if list.get_ref().is_empty() && !optional_entries {
@@ -806,343 +868,395 @@ fn parse_in(
             }
             out
         }
-    };
-    let relpath =
-        |s: &Spanned<String>, what: &str, must_be_file: bool| -> Result<String, RecipeError> {
-            let norm = normalize(s.get_ref()).ok_or_else(|| {
-                invalid(
-                    Some(s.span()),
-                    format!(
-                        "[build] `{what}`: `{}` is outside the repository",
-                        s.get_ref()
-                    ),
-                    Some("paths are relative to the project root and stay inside it"),
-                )
-            })?;
-            if !exists(&norm, must_be_file) {
-                let kind = if must_be_file { "file" } else { "directory" };
-                return Err(invalid(
-                    Some(s.span()),
-                    format!("[build] `{what}`: no {kind} `{norm}`"),
-                    Some("paths are relative to the project root"),
-                ));
-            }
-            Ok(norm)
-        };
+    })
+}
 
-    let build = if kind == "torch-extension" {
-        torch_extension(b, entries, &invalid, &relpath)?
-    } else if kind == "command" {
-        let argv = b.argv.ok_or_else(|| require("argv"))?.into_inner();
-        if argv.is_empty() {
-            return Err(require("a non-empty `argv`"));
+/// The `[build]` section of a `kind = "command"` recipe.
+fn command_build(
+    b: RawBuild,
+    entries: Vec<String>,
+    invalid: &InvalidFn,
+) -> Result<Build, RecipeError> {
+    let kind_span = b.kind.span();
+    let require = |what: &str| {
+        invalid(
+            Some(kind_span.clone()),
+            format!("[build] kind `command` needs `{what}`"),
+            None,
+        )
+    };
+    let argv = b.argv.ok_or_else(|| require("argv"))?.into_inner();
+    if argv.is_empty() {
+        return Err(require("a non-empty `argv`"));
+    }
+    let inputs = b.inputs.ok_or_else(|| require("inputs"))?;
+    let mut globs = Vec::new();
+    for g in inputs.get_ref() {
+        if let Err(e) = globset::Glob::new(g.get_ref()) {
+            return Err(invalid(
+                Some(g.span()),
+                format!("[build] `inputs`: bad glob `{}`: {}", g.get_ref(), e.kind()),
+                None,
+            ));
         }
-        let inputs = b.inputs.ok_or_else(|| require("inputs"))?;
-        let mut globs = Vec::new();
-        for g in inputs.get_ref() {
-            if let Err(e) = globset::Glob::new(g.get_ref()) {
-                return Err(invalid(
-                    Some(g.span()),
-                    format!("[build] `inputs`: bad glob `{}`: {}", g.get_ref(), e.kind()),
-                    None,
-                ));
-            }
-            if normalize(g.get_ref()).is_none() {
-                return Err(invalid(
-                    Some(g.span()),
-                    format!(
-                        "[build] `inputs`: `{}` is outside the repository",
-                        g.get_ref()
-                    ),
-                    None,
-                ));
-            }
-            globs.push(g.get_ref().clone());
+        if normalize(g.get_ref()).is_none() {
+            return Err(invalid(
+                Some(g.span()),
+                format!(
+                    "[build] `inputs`: `{}` is outside the repository",
+                    g.get_ref()
+                ),
+                None,
+            ));
         }
-        let outs = b.outputs.ok_or_else(|| require("outputs"))?;
-        if outs.get_ref().is_empty() {
-            return Err(require("a non-empty `outputs`"));
-        }
-        let mut outputs = Vec::new();
-        for o in outs.get_ref() {
-            let norm = normalize(o.get_ref()).ok_or_else(|| {
-                invalid(
-                    Some(o.span()),
-                    format!(
-                        "[build] `outputs`: `{}` is outside the repository",
-                        o.get_ref()
-                    ),
-                    None,
-                )
-            })?;
-            outputs.push(norm);
-        }
-        let timeout = match b.timeout {
-            None => DEFAULT_COMMAND_TIMEOUT,
-            Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
-                invalid(
-                    Some(t.span()),
-                    format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
-                    Some("for example \"90s\" or \"10m\""),
-                )
-            })?,
-        };
-        Build::Command(CommandBuild {
-            argv,
-            inputs: globs,
-            outputs,
-            entries,
-            timeout,
-        })
+        globs.push(g.get_ref().clone());
+    }
+    let outs = b.outputs.ok_or_else(|| require("outputs"))?;
+    if outs.get_ref().is_empty() {
+        return Err(require("a non-empty `outputs`"));
+    }
+    let mut outputs = Vec::new();
+    for o in outs.get_ref() {
+        let norm = normalize(o.get_ref()).ok_or_else(|| {
+            invalid(
+                Some(o.span()),
+                format!(
+                    "[build] `outputs`: `{}` is outside the repository",
+                    o.get_ref()
+                ),
+                None,
+            )
+        })?;
+        outputs.push(norm);
+    }
+    let timeout = timeout(b.timeout, invalid)?;
+    Ok(Build::Command(CommandBuild {
+        argv,
+        inputs: globs,
+        outputs,
+        entries,
+        timeout,
+    }))
+}
+
+/// The `[build]` section of a `kind = "nvrtc"` or `kind = "nvcc"` recipe.
+fn compile_build(
+    b: RawBuild,
+    entries: Vec<String>,
+    kind: &str,
+    invalid: &InvalidFn,
+    relpath: &RelPath,
+) -> Result<Build, RecipeError> {
+    let kind_span = b.kind.span();
+    let require = |what: &str| {
+        invalid(
+            Some(kind_span.clone()),
+            format!("[build] kind `{kind}` needs `{what}`"),
+            None,
+        )
+    };
+    let source = relpath(
+        b.source.as_ref().ok_or_else(|| require("source"))?,
+        "source",
+        true,
+    )?;
+    let targets = targets(b.target, b.targets, invalid, &require)?;
+    let target = targets
+        .iter()
+        .map(|(t, _)| t.clone())
+        .next()
+        .expect("targets is never empty");
+    // Outputs apply to every target: binaries need every target to be real.
+    let real = targets.iter().all(|(_, r)| *r);
+    let targets: Vec<String> = targets.into_iter().map(|(t, _)| t).collect();
+    let toolchain = toolchain(b.toolchain.as_ref(), kind, invalid)?;
+    let outputs = outputs(b.outputs, kind, &target, &targets, real, invalid)?;
+    let options = options(b.options, kind, invalid)?;
+    let (defines, env_defines) = defines(b.defines, invalid)?;
+    let mut include_dirs = Vec::new();
+    for d in b.include_dirs.map(Spanned::into_inner).unwrap_or_default() {
+        include_dirs.push(relpath(&d, "include-dirs", false)?);
+    }
+    let c = Compile {
+        source,
+        entries,
+        target,
+        outputs,
+        options,
+        defines,
+        env_defines,
+        include_dirs,
+        toolchain,
+        targets,
+    };
+    if kind == "nvrtc" {
+        Ok(Build::Nvrtc(c))
     } else {
-        let source = relpath(
-            b.source.as_ref().ok_or_else(|| require("source"))?,
-            "source",
-            true,
-        )?;
-        let target_list: Vec<Spanned<String>> = match (b.target, b.targets) {
-            (Some(_), Some(t)) => {
+        Ok(Build::Nvcc(c))
+    }
+}
+
+/// `target` or `targets`: each a known target, none twice, with whether it is real.
+fn targets(
+    target: Option<Spanned<String>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
+    invalid: &InvalidFn,
+    require: &dyn Fn(&str) -> RecipeError,
+) -> Result<Vec<(String, bool)>, RecipeError> {
+    let target_list: Vec<Spanned<String>> = match (target, targets) {
+        (Some(_), Some(t)) => {
+            return Err(invalid(
+                Some(t.span()),
+                "[build] give `target` or `targets`, not both".into(),
+                Some("targets = [\"sm_89\", \"sm_90\"] builds each one"),
+            ));
+        }
+        (Some(t), None) => vec![t],
+        (None, Some(t)) if t.get_ref().is_empty() => {
+            return Err(invalid(
+                Some(t.span()),
+                "[build] `targets` is empty".into(),
+                None,
+            ));
+        }
+        (None, Some(t)) => t.into_inner(),
+        (None, None) => return Err(require("target")),
+    };
+    let mut targets: Vec<String> = Vec::new();
+    let mut reals = Vec::new();
+    for t in &target_list {
+        let name = t.get_ref().clone();
+        match parse_target(&name) {
+            Some(_) if targets.contains(&name) => {
                 return Err(invalid(
                     Some(t.span()),
-                    "[build] give `target` or `targets`, not both".into(),
-                    Some("targets = [\"sm_89\", \"sm_90\"] builds each one"),
-                ));
-            }
-            (Some(t), None) => vec![t],
-            (None, Some(t)) if t.get_ref().is_empty() => {
-                return Err(invalid(
-                    Some(t.span()),
-                    "[build] `targets` is empty".into(),
+                    format!("[build] `targets`: `{name}` is listed twice"),
                     None,
                 ));
             }
-            (None, Some(t)) => t.into_inner(),
-            (None, None) => return Err(require("target")),
-        };
-        let mut targets: Vec<String> = Vec::new();
-        let mut reals = Vec::new();
-        for t in &target_list {
-            let name = t.get_ref().clone();
-            match parse_target(&name) {
-                Some(_) if targets.contains(&name) => {
-                    return Err(invalid(
-                        Some(t.span()),
-                        format!("[build] `targets`: `{name}` is listed twice"),
-                        None,
-                    ));
-                }
-                Some(real) => reals.push(real),
-                None => {
-                    return Err(invalid(
-                        Some(t.span()),
-                        format!("[build] `target`: unknown target `{name}`"),
-                        Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
-                    ));
-                }
+            Some(real) => reals.push(real),
+            None => {
+                return Err(invalid(
+                    Some(t.span()),
+                    format!("[build] `target`: unknown target `{name}`"),
+                    Some("for example sm_90 (CUBIN and PTX), sm_90a, or compute_90 (PTX only)"),
+                ));
             }
-            targets.push(name);
         }
-        let target = targets[0].clone();
-        // Outputs apply to every target: binaries need every target to be real.
-        let real = reals.iter().all(|r| *r);
-        let toolchain = match &b.toolchain {
-            None => None,
-            Some(t) => {
-                let spec =
-                    crate::foundation::toolchain_spec::Spec::parse(t.get_ref()).map_err(|m| {
-                        invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
+        targets.push(name);
+    }
+    Ok(targets.into_iter().zip(reals).collect())
+}
+
+/// `toolchain`: a spec, whose family (if a release) is the build's kind.
+fn toolchain(
+    t: Option<&Spanned<String>>,
+    kind: &str,
+    invalid: &InvalidFn,
+) -> Result<Option<String>, RecipeError> {
+    Ok(match t {
+        None => None,
+        Some(t) => {
+            let spec = crate::foundation::toolchain_spec::Spec::parse(t.get_ref())
+                .map_err(|m| invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None))?;
+            if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
+                && family.name() != kind
+            {
+                return Err(invalid(
+                    Some(t.span()),
+                    format!(
+                        "[build] `toolchain`: a {} toolchain cannot build kind `{kind}`",
+                        family.name()
+                    ),
+                    Some(&format!(
+                        "write toolchain = \"{kind}@RELEASE\" or \"system\""
+                    )),
+                ));
+            }
+            Some(spec.to_string())
+        }
+    })
+}
+
+/// `outputs`: those the kind makes, binaries only of real targets, and with several
+/// targets either one file for all or one per target.
+fn outputs(
+    outputs: Option<Spanned<Vec<Spanned<String>>>>,
+    kind: &str,
+    target: &str,
+    targets: &[String],
+    real: bool,
+    invalid: &InvalidFn,
+) -> Result<Vec<Output>, RecipeError> {
+    let allowed_outputs: &[Output] = if kind == "nvrtc" {
+        &[Output::Ptx, Output::Cubin]
+    } else {
+        &[Output::Ptx, Output::Cubin, Output::Fatbin, Output::Object]
+    };
+    Ok(match outputs {
+        None if real => vec![Output::Ptx, Output::Cubin],
+        None => vec![Output::Ptx],
+        Some(list) => {
+            let mut v = Vec::new();
+            for o in list.get_ref() {
+                let out = Output::parse(o.get_ref())
+                    .filter(|x| allowed_outputs.contains(x))
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = allowed_outputs.iter().map(|o| o.name()).collect();
+                        invalid(
+                            Some(o.span()),
+                            format!(
+                                "[build] `outputs`: `{}` is not an output of kind `{kind}`",
+                                o.get_ref()
+                            ),
+                            Some(&format!("choose from {}", names.join(", "))),
+                        )
                     })?;
-                if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
-                    && family.name() != kind
-                {
+                // An object may carry PTX alone; the other binaries need machine code.
+                if !matches!(out, Output::Ptx | Output::Object) && !real {
                     return Err(invalid(
-                        Some(t.span()),
+                        Some(o.span()),
                         format!(
-                            "[build] `toolchain`: a {} toolchain cannot build kind `{kind}`",
-                            family.name()
+                            "[build] `outputs`: a {} needs a real architecture, and `{target}` is virtual",
+                            out.name()
                         ),
                         Some(&format!(
-                            "write toolchain = \"{kind}@RELEASE\" or \"system\""
+                            "use target = \"{}\"",
+                            target.replacen("compute_", "sm_", 1)
                         )),
                     ));
                 }
-                Some(spec.to_string())
+                v.push(out);
             }
-        };
-        let allowed_outputs: &[Output] = if kind == "nvrtc" {
-            &[Output::Ptx, Output::Cubin]
-        } else {
-            &[Output::Ptx, Output::Cubin, Output::Fatbin, Output::Object]
-        };
-        let outputs = match b.outputs {
-            None if real => vec![Output::Ptx, Output::Cubin],
-            None => vec![Output::Ptx],
-            Some(list) => {
-                let mut v = Vec::new();
-                for o in list.get_ref() {
-                    let out = Output::parse(o.get_ref())
-                        .filter(|x| allowed_outputs.contains(x))
-                        .ok_or_else(|| {
-                            let names: Vec<&str> =
-                                allowed_outputs.iter().map(|o| o.name()).collect();
-                            invalid(
-                                Some(o.span()),
-                                format!(
-                                    "[build] `outputs`: `{}` is not an output of kind `{kind}`",
-                                    o.get_ref()
-                                ),
-                                Some(&format!("choose from {}", names.join(", "))),
-                            )
-                        })?;
-                    // An object may carry PTX alone; the other binaries need machine code.
-                    if !matches!(out, Output::Ptx | Output::Object) && !real {
-                        return Err(invalid(
-                            Some(o.span()),
-                            format!(
-                                "[build] `outputs`: a {} needs a real architecture, and `{target}` is virtual",
-                                out.name()
-                            ),
-                            Some(&format!(
-                                "use target = \"{}\"",
-                                target.replacen("compute_", "sm_", 1)
-                            )),
-                        ));
-                    }
-                    v.push(out);
-                }
-                if v.is_empty() {
-                    return Err(invalid(
-                        Some(list.span()),
-                        "[build] `outputs` is empty".into(),
-                        None,
-                    ));
-                }
-                v.sort();
-                v.dedup();
-                if targets.len() > 1
-                    && v.iter().any(|o| o.holds_every_target())
-                    && !v.iter().all(|o| o.holds_every_target())
-                {
-                    return Err(invalid(
-                        Some(list.span()),
-                        format!(
-                            "[build] `outputs`: {} holds every target in one file, but {} is one file per target; with several `targets` a recipe builds one or the other",
-                            v.iter()
-                                .filter(|o| o.holds_every_target())
-                                .map(|o| o.name())
-                                .collect::<Vec<_>>()
-                                .join(" and "),
-                            v.iter()
-                                .filter(|o| !o.holds_every_target())
-                                .map(|o| o.name())
-                                .collect::<Vec<_>>()
-                                .join(" and "),
-                        ),
-                        Some(
-                            "split it into two recipes: one with outputs = [\"fatbin\"] (one nvcc run with a -gencode per target), one with the per-target outputs",
-                        ),
-                    ));
-                }
-                v
+            if v.is_empty() {
+                return Err(invalid(
+                    Some(list.span()),
+                    "[build] `outputs` is empty".into(),
+                    None,
+                ));
             }
-        };
-        let spanned = b.options.map(Spanned::into_inner).unwrap_or_default();
-        let options: Vec<String> = spanned.iter().map(|o| o.get_ref().clone()).collect();
-        let compiler = if kind == "nvrtc" {
-            crate::foundation::cuda_options::Compiler::Nvrtc
-        } else {
-            crate::foundation::cuda_options::Compiler::Nvcc
-        };
-        // An allow-list, not a deny-list: a recipe from elsewhere must not choose the
-        // programs nvcc runs or the files either compiler reads and writes.
-        if let Err(r) = crate::foundation::cuda_options::check(compiler, &options) {
-            return Err(invalid(
-                Some(spanned[r.index].span()),
-                format!("[build] `options`: {}", r.message),
-                Some(&r.hint),
-            ));
+            v.sort();
+            v.dedup();
+            if targets.len() > 1
+                && v.iter().any(|o| o.holds_every_target())
+                && !v.iter().all(|o| o.holds_every_target())
+            {
+                return Err(invalid(
+                    Some(list.span()),
+                    format!(
+                        "[build] `outputs`: {} holds every target in one file, but {} is one file per target; with several `targets` a recipe builds one or the other",
+                        v.iter()
+                            .filter(|o| o.holds_every_target())
+                            .map(|o| o.name())
+                            .collect::<Vec<_>>()
+                            .join(" and "),
+                        v.iter()
+                            .filter(|o| !o.holds_every_target())
+                            .map(|o| o.name())
+                            .collect::<Vec<_>>()
+                            .join(" and "),
+                    ),
+                    Some(
+                        "split it into two recipes: one with outputs = [\"fatbin\"] (one nvcc run with a -gencode per target), one with the per-target outputs",
+                    ),
+                ));
+            }
+            v
         }
-        let mut defines = BTreeMap::new();
-        let mut env_defines = BTreeMap::new();
-        if let Some(d) = b.defines {
-            for (k, v) in d.into_inner() {
-                if !is_identifier(&k) {
-                    return Err(invalid(
-                        Some(v.span()),
-                        format!("[build.defines] `{k}` is not a macro name"),
-                        None,
-                    ));
-                }
-                let span = v.span();
-                match v.into_inner() {
-                    toml::Value::Table(t) => {
-                        let var = t.get("env").and_then(|e| e.as_str());
-                        let default = t.get("default").map(crate::foundation::spans::scalar);
-                        let unknown = t.keys().find(|k| *k != "env" && *k != "default");
-                        match (var, default.clone(), unknown) {
-                            (Some(var), None | Some(Some(_)), None) => {
-                                env_defines.insert(k, (var.to_string(), default.flatten()));
-                            }
-                            _ => {
-                                return Err(invalid(
-                                    Some(span),
-                                    format!(
-                                        "[build.defines] `{k}`: a table must be {{ env = \"VAR\" }} with an optional `default`"
-                                    ),
-                                    None,
-                                ));
-                            }
+    })
+}
+
+/// `options`: an allow-list, not a deny-list: a recipe from elsewhere must not choose the
+/// programs nvcc runs or the files either compiler reads and writes.
+fn options(
+    options: Option<Spanned<Vec<Spanned<String>>>>,
+    kind: &str,
+    invalid: &InvalidFn,
+) -> Result<Vec<String>, RecipeError> {
+    let spanned = options.map(Spanned::into_inner).unwrap_or_default();
+    let options: Vec<String> = spanned.iter().map(|o| o.get_ref().clone()).collect();
+    let compiler = if kind == "nvrtc" {
+        crate::foundation::cuda_options::Compiler::Nvrtc
+    } else {
+        crate::foundation::cuda_options::Compiler::Nvcc
+    };
+    if let Err(r) = crate::foundation::cuda_options::check(compiler, &options) {
+        return Err(invalid(
+            Some(spanned[r.index].span()),
+            format!("[build] `options`: {}", r.message),
+            Some(&r.hint),
+        ));
+    }
+    Ok(options)
+}
+
+/// The `[build.defines]` of a compiler build: fixed values, and those read from the
+/// environment (`{ env = "VAR", default = ... }`).
+#[expect(
+    clippy::type_complexity,
+    reason = "the two maps of a compile's defines"
+)]
+fn defines(
+    d: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+    invalid: &InvalidFn,
+) -> Result<
+    (
+        BTreeMap<String, String>,
+        BTreeMap<String, (String, Option<String>)>,
+    ),
+    RecipeError,
+> {
+    let mut defines = BTreeMap::new();
+    let mut env_defines = BTreeMap::new();
+    if let Some(d) = d {
+        for (k, v) in d.into_inner() {
+            if !is_identifier(&k) {
+                return Err(invalid(
+                    Some(v.span()),
+                    format!("[build.defines] `{k}` is not a macro name"),
+                    None,
+                ));
+            }
+            let span = v.span();
+            match v.into_inner() {
+                toml::Value::Table(t) => {
+                    let var = t.get("env").and_then(|e| e.as_str());
+                    let default = t.get("default").map(crate::foundation::spans::scalar);
+                    let unknown = t.keys().find(|k| *k != "env" && *k != "default");
+                    match (var, default.clone(), unknown) {
+                        (Some(var), None | Some(Some(_)), None) => {
+                            env_defines.insert(k, (var.to_string(), default.flatten()));
+                        }
+                        _ => {
+                            return Err(invalid(
+                                Some(span),
+                                format!(
+                                    "[build.defines] `{k}`: a table must be {{ env = \"VAR\" }} with an optional `default`"
+                                ),
+                                None,
+                            ));
                         }
                     }
-                    other => {
-                        let text = crate::foundation::spans::scalar(&other).ok_or_else(|| {
-                            invalid(Some(span.clone()), format!("[build.defines] `{k}` must be a string, number, boolean or {{ env = \"VAR\" }}"), None)
-                        })?;
-                        defines.insert(k, text);
-                    }
+                }
+                other => {
+                    let text = crate::foundation::spans::scalar(&other).ok_or_else(|| {
+                        invalid(Some(span.clone()), format!("[build.defines] `{k}` must be a string, number, boolean or {{ env = \"VAR\" }}"), None)
+                    })?;
+                    defines.insert(k, text);
                 }
             }
         }
-        let mut include_dirs = Vec::new();
-        for d in b.include_dirs.map(Spanned::into_inner).unwrap_or_default() {
-            include_dirs.push(relpath(&d, "include-dirs", false)?);
-        }
-        let c = Compile {
-            source,
-            entries,
-            target,
-            outputs,
-            options,
-            defines,
-            env_defines,
-            include_dirs,
-            toolchain,
-            targets,
-        };
-        if kind == "nvrtc" {
-            Build::Nvrtc(c)
-        } else {
-            Build::Nvcc(c)
-        }
-    };
-    let entries: Vec<String> = match &build {
-        Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
-        Build::Command(c) => c.entries.clone(),
-        Build::TorchExtension(t) => t.entries.clone(),
-    };
-    let sections = crate::foundation::runspec::validate(
-        crate::foundation::runspec::Raw {
-            params: raw.params,
-            run: raw.run,
-            check: raw.check,
-            work: raw.work,
-        },
-        &entries,
-        text,
-    )
-    .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    }
+    Ok((defines, env_defines))
+}
+
+/// `[bisect] paths`: git pathspecs relative to the root.
+fn bisect_paths(
+    raw: Option<Spanned<RawBisect>>,
+    invalid: &InvalidFn,
+) -> Result<Vec<String>, RecipeError> {
     let mut bisect_paths = Vec::new();
-    if let Some(b) = raw.bisect {
+    if let Some(b) = raw {
         for p in b.into_inner().paths.into_inner() {
             let spec = p.get_ref();
             if spec.trim().is_empty()
@@ -1158,16 +1272,7 @@ fn parse_in(
             bisect_paths.push(spec.clone());
         }
     }
-    Ok(Recipe {
-        limits,
-        name,
-        path: rel.to_string(),
-        text: text.to_string(),
-        bisect_paths,
-        description: raw.description,
-        build,
-        sections,
-    })
+    Ok(bisect_paths)
 }
 
 type InvalidFn<'a> = dyn Fn(Option<Range<usize>>, String, Option<&str>) -> RecipeError + 'a;
@@ -1207,43 +1312,7 @@ fn torch_extension(
             ));
         }
     }
-    let setup = b
-        .setup
-        .as_ref()
-        .map(|s| relpath(s, "setup", true))
-        .transpose()?;
-    let mut sources = Vec::new();
-    for s in b.sources.map(Spanned::into_inner).unwrap_or_default() {
-        let rel = relpath(&s, "sources", true)?;
-        let known = [".cpp", ".cc", ".cxx", ".cu"];
-        if !known.iter().any(|x| rel.ends_with(x)) {
-            return Err(invalid(
-                Some(s.span()),
-                format!("[build] `sources`: `{rel}` is neither C++ nor CUDA"),
-                Some(
-                    "sources end in .cpp, .cc, .cxx (the host compiler) or .cu (nvcc); headers are found through their includes",
-                ),
-            ));
-        }
-        sources.push(rel);
-    }
-    match (&setup, sources.is_empty()) {
-        (None, true) => {
-            return Err(invalid(
-                Some(kind_span),
-                "[build] kind `torch-extension` needs `sources` (or a `setup` script)".into(),
-                Some("sources = [\"ext/my_ext.cpp\"]"),
-            ));
-        }
-        (Some(_), false) => {
-            return Err(invalid(
-                Some(kind_span),
-                "[build] give `sources` or `setup`, not both".into(),
-                Some("with `setup`, setup.py names the sources"),
-            ));
-        }
-        _ => {}
-    }
+    let (setup, sources) = torch_sources(b.setup, b.sources, kind_span, invalid, relpath)?;
     let mut targets = Vec::new();
     for t in b.targets.map(Spanned::into_inner).unwrap_or_default() {
         if parse_target(t.get_ref()).is_none() || targets.contains(t.get_ref()) {
@@ -1281,16 +1350,7 @@ fn torch_extension(
     for d in b.include_dirs.map(Spanned::into_inner).unwrap_or_default() {
         include_dirs.push(relpath(&d, "include-dirs", false)?);
     }
-    let timeout = match b.timeout {
-        None => DEFAULT_COMMAND_TIMEOUT,
-        Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
-            invalid(
-                Some(t.span()),
-                format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
-                Some("for example \"90s\" or \"10m\""),
-            )
-        })?,
-    };
+    let timeout = timeout(b.timeout, invalid)?;
     Ok(Build::TorchExtension(TorchExtension {
         module: module.into_inner(),
         sources,
@@ -1299,29 +1359,95 @@ fn torch_extension(
         options,
         nvcc_options,
         targets,
-        toolchain: match b.toolchain {
-            None => None,
-            Some(t) => {
-                let spec =
-                    crate::foundation::toolchain_spec::Spec::parse(t.get_ref()).map_err(|m| {
-                        invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None)
-                    })?;
-                if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
-                    && family.name() != "nvcc"
-                {
-                    return Err(invalid(
-                        Some(t.span()),
-                        "[build] `toolchain`: a torch extension's CUDA sources build with nvcc"
-                            .into(),
-                        Some("write toolchain = \"nvcc@RELEASE\" or \"system\""),
-                    ));
-                }
-                Some(spec.to_string())
-            }
-        },
+        toolchain: torch_toolchain(b.toolchain, invalid)?,
         setup,
         timeout,
     }))
+}
+
+/// A build's `timeout`, a duration such as "90s" (by default [`DEFAULT_COMMAND_TIMEOUT`]).
+fn timeout(t: Option<Spanned<String>>, invalid: &InvalidFn) -> Result<Duration, RecipeError> {
+    Ok(match t {
+        None => DEFAULT_COMMAND_TIMEOUT,
+        Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
+            invalid(
+                Some(t.span()),
+                format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
+                Some("for example \"90s\" or \"10m\""),
+            )
+        })?,
+    })
+}
+
+/// A torch extension's `setup` script or its C++ and CUDA `sources` (one or the other).
+fn torch_sources(
+    setup: Option<Spanned<String>>,
+    raw_sources: Option<Spanned<Vec<Spanned<String>>>>,
+    kind_span: Range<usize>,
+    invalid: &InvalidFn,
+    relpath: &RelPath,
+) -> Result<(Option<String>, Vec<String>), RecipeError> {
+    let setup = setup
+        .as_ref()
+        .map(|s| relpath(s, "setup", true))
+        .transpose()?;
+    let mut sources = Vec::new();
+    for s in raw_sources.map(Spanned::into_inner).unwrap_or_default() {
+        let rel = relpath(&s, "sources", true)?;
+        let known = [".cpp", ".cc", ".cxx", ".cu"];
+        if !known.iter().any(|x| rel.ends_with(x)) {
+            return Err(invalid(
+                Some(s.span()),
+                format!("[build] `sources`: `{rel}` is neither C++ nor CUDA"),
+                Some(
+                    "sources end in .cpp, .cc, .cxx (the host compiler) or .cu (nvcc); headers are found through their includes",
+                ),
+            ));
+        }
+        sources.push(rel);
+    }
+    match (&setup, sources.is_empty()) {
+        (None, true) => {
+            return Err(invalid(
+                Some(kind_span),
+                "[build] kind `torch-extension` needs `sources` (or a `setup` script)".into(),
+                Some("sources = [\"ext/my_ext.cpp\"]"),
+            ));
+        }
+        (Some(_), false) => {
+            return Err(invalid(
+                Some(kind_span),
+                "[build] give `sources` or `setup`, not both".into(),
+                Some("with `setup`, setup.py names the sources"),
+            ));
+        }
+        _ => {}
+    }
+    Ok((setup, sources))
+}
+
+/// A torch extension's `toolchain`: its CUDA sources build with nvcc.
+fn torch_toolchain(
+    t: Option<Spanned<String>>,
+    invalid: &InvalidFn,
+) -> Result<Option<String>, RecipeError> {
+    Ok(match t {
+        None => None,
+        Some(t) => {
+            let spec = crate::foundation::toolchain_spec::Spec::parse(t.get_ref())
+                .map_err(|m| invalid(Some(t.span()), format!("[build] `toolchain`: {m}"), None))?;
+            if let crate::foundation::toolchain_spec::Spec::Release { family, .. } = &spec
+                && family.name() != "nvcc"
+            {
+                return Err(invalid(
+                    Some(t.span()),
+                    "[build] `toolchain`: a torch extension's CUDA sources build with nvcc".into(),
+                    Some("write toolchain = \"nvcc@RELEASE\" or \"system\""),
+                ));
+            }
+            Some(spec.to_string())
+        }
+    })
 }
 
 /// `sm_90` → Some(true) (real), `compute_90` → Some(false) (virtual), anything else → None.

@@ -402,6 +402,12 @@ pub enum ParamError {
     },
 }
 
+impl crate::foundation::error::Diagnose for ParamError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+}
+
 /// Default tolerances when `[check]` gives none: exact for integers is implied by 0.
 pub const DEFAULT_ATOL: f64 = 1e-5;
 /// See [`DEFAULT_ATOL`].

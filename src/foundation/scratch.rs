@@ -202,6 +202,73 @@ fn older_than(path: &Path, age: Duration) -> bool {
         .is_some_and(|e| e > age)
 }
 
+/// A kept tree: `kept/<n>/` under a store's `tmp/`, held by the lock of `kept/<n>.lock`
+/// while one process uses it. Unlike a scratch tree it outlives its process, so that the
+/// next bisection of the same repository starts from the files the last one wrote instead
+/// of writing every file again (see [`crate::foundation::git::Worktree::adopt`]). Nothing
+/// in it is trusted: its user checks every file against what it wrote.
+#[derive(Debug)]
+pub struct Kept {
+    /// `kept/<n>/`: the tree in `tree/`, what was written into it in `manifest.json`.
+    pub dir: PathBuf,
+    _lock: std::fs::File,
+}
+
+/// How many kept trees a store holds at most (one per bisection running at once).
+pub const MAX_KEPT: usize = 4;
+
+/// Claims a kept tree that no other process holds, creating its directory if needed;
+/// `None` when all [`MAX_KEPT`] are in use.
+pub fn claim_kept(scratch: &Path) -> std::io::Result<Option<Kept>> {
+    let parent = scratch.join("kept");
+    std::fs::create_dir_all(&parent)?;
+    if !std::fs::symlink_metadata(&parent)?.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            parent.display()
+        )));
+    }
+    for n in 0..MAX_KEPT {
+        let lock_path = parent.join(format!("{n}.lock"));
+        let file = match open(&lock_path, true) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => open(&lock_path, false)?,
+            Err(e) => return Err(e),
+        };
+        if !fs4::fs_std::FileExt::try_lock_exclusive(&file).unwrap_or(false) {
+            continue;
+        }
+        let dir = parent.join(n.to_string());
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(&dir)?;
+                std::fs::create_dir(&dir)?;
+            }
+            Err(_) => std::fs::create_dir(&dir)?,
+        }
+        return Ok(Some(Kept { dir, _lock: file }));
+    }
+    Ok(None)
+}
+
+/// Every kept tree no process holds, its lock taken (for `gc`).
+pub fn stale_kept(scratch: &Path) -> Vec<Stale> {
+    let parent = scratch.join("kept");
+    (0..MAX_KEPT)
+        .filter_map(|n| {
+            let lease = parent.join(format!("{n}.lock"));
+            let file = open(&lease, false).ok()?;
+            fs4::fs_std::FileExt::try_lock_exclusive(&file)
+                .unwrap_or(false)
+                .then(|| Stale {
+                    tree: parent.join(n.to_string()),
+                    lease: Some((file, lease)),
+                })
+        })
+        .collect()
+}
+
 /// This host's name, for a person reading a lease.
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

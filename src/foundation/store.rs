@@ -1087,6 +1087,14 @@ impl Store {
                 .map_err(|source| StoreError::Write(WriteError::Io { path: tree, source }))?;
             report.temporaries_removed += 1;
         }
+        // Kept bisection worktrees that no bisection holds: caches of checked-out files.
+        for s in scratch::stale_kept(&self.scratch()) {
+            let tree = s.tree.clone();
+            report.bytes_freed += s
+                .remove()
+                .map_err(|source| StoreError::Write(WriteError::Io { path: tree, source }))?;
+            report.temporaries_removed += 1;
+        }
         // Temporary files left by a write that was killed: in the store's root, every record
         // directory and every object shard (regular files named by `write_atomic` only).
         let mut dirs = vec![self.root.clone()];

@@ -728,3 +728,117 @@ fn a_recipes_bisect_paths_are_written_into_each_step() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("the good end"), "{err}");
 }
+
+/// The kept worktree a second bisection starts from (`.repro/tmp/kept/0/tree`).
+fn kept_tree(root: &Path) -> PathBuf {
+    root.join(".repro/tmp/kept/0/tree")
+}
+
+#[test]
+fn a_second_bisection_starts_from_the_kept_worktree_and_trusts_none_of_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_keep, root) = common::repo_with(&[
+        ("k.txt", "fine 0\n"),
+        ("run.sh", "#!/bin/sh\nexit 0\n"),
+        ("sub/data.txt", "data\n"),
+    ]);
+    std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("k.txt", root.join("link")).unwrap();
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "exec bit and link"]);
+    for i in 1..=16 {
+        let state = if i >= 9 { "failing" } else { "fine" };
+        std::fs::write(root.join("k.txt"), format!("{state} {i}\n")).unwrap();
+        git(&root, &["commit", "-q", "-am", &format!("commit {i}")]);
+    }
+    // Each step checks the executable bit, the link, an untouched file and the absence of
+    // anything a step or a person left; it then leaves junk behind.
+    let checks = "test -x run.sh && test -L link && test \"$(readlink link)\" = k.txt \
+        && test \"$(cat sub/data.txt)\" = data && test ! -e out.o && test ! -e evil.txt";
+    let leave = "echo junk > sub/data.txt; touch out.o; chmod -x run.sh";
+    let script = |n: usize| {
+        format!("{checks} || exit 128; grep -q fine k.txt; r=$?; {leave}; test {n} -ge 0; exit $r")
+    };
+    let (code, v, err) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~16", "--bad", "HEAD", "--script", &script(1)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(culprit(&v), "commit 9", "{v}");
+    let kept = kept_tree(&root);
+    assert!(kept.join("k.txt").is_file(), "no kept worktree: {err}");
+    assert!(root.join(".repro/tmp/kept/0/manifest.json").is_file());
+
+    // Someone edits the kept tree between bisections, and the user's working tree is dirty:
+    // neither may leak into a step.
+    std::fs::write(kept.join("sub/data.txt"), "tampered\n").unwrap();
+    std::fs::write(kept.join("evil.txt"), "x").unwrap();
+    std::fs::remove_file(kept.join("link")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", kept.join("link")).unwrap();
+    std::fs::write(root.join("k.txt"), "fine, uncommitted\n").unwrap();
+    std::fs::write(root.join("sub/data.txt"), "uncommitted\n").unwrap();
+
+    let (code, v, err) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~16", "--bad", "HEAD", "--script", &script(2)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(culprit(&v), "commit 9", "{v}");
+    // Every step ran its script (nothing reused from the first bisection's answers).
+    assert!(
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["cached"] != true),
+        "{v}"
+    );
+    // The user's files are untouched.
+    assert_eq!(
+        std::fs::read_to_string(root.join("k.txt")).unwrap(),
+        "fine, uncommitted\n"
+    );
+
+    // A manifest that names a path outside the tree is not believed: the tree is emptied
+    // and written afresh, and nothing outside it is touched.
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, "keep me\n").unwrap();
+    let manifest = root.join(".repro/tmp/kept/0/manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    let rel = pathdiff(&outside, &kept);
+    m["files"][0][0] = Value::from(rel);
+    std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+    let (code, v, err) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", "HEAD~16", "--bad", "HEAD", "--script", &script(3)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(culprit(&v), "commit 9", "{v}");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me\n");
+
+    // gc removes a kept worktree no bisection holds.
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["store", "gc"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!kept.exists());
+}
+
+/// `to` relative to `from` (both absolute), with `..` as needed.
+fn pathdiff(to: &Path, from: &Path) -> String {
+    let up = from.components().count();
+    let mut s = "../".repeat(up);
+    s.push_str(to.to_str().unwrap().trim_start_matches('/'));
+    s
+}

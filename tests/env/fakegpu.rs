@@ -819,3 +819,129 @@ fn the_fake_found_by_repro_s_own_driver_search_answers_everything() {
         fp["gpu"]
     );
 }
+
+#[test]
+fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
+    let Some(gpu) = FakeGpu::new("580.159.04") else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    let log_s = log.to_str().unwrap();
+    let vars = [("FAKEGPU_LOG", log_s)];
+    let lock_path = lock(&gpu, "lock.toml", &vars);
+    let seen = calls(&log);
+    assert!(seen.iter().any(|c| c == "cuDriverGetVersion"), "{seen:?}");
+    let has = |seen: &[String], f: &str| seen.iter().any(|c| c == f);
+
+    // The first check: devices and driver facts come from the per-boot caches (no cuInit,
+    // no cuDriverGetVersion); NVML is asked for the live settings and, once, for the
+    // per-boot fields, but never for what the lockfile ignores.
+    let (code, report) = check(&gpu, &lock_path, &[], &vars);
+    assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
+    let seen = calls(&log);
+    for never in [
+        "cuInit",
+        "cuDriverGetVersion",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetClockInfo",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+    ] {
+        assert!(!has(&seen, never), "{never} in {seen:?}");
+    }
+    for asked in [
+        "nvmlDeviceGetVbiosVersion",
+        "nvmlDeviceGetEnforcedPowerLimit",
+    ] {
+        assert!(has(&seen, asked), "{asked} not in {seen:?}");
+    }
+    // The second: the per-boot NVML fields are cached too; the live ones are asked again.
+    let (code, _) = check(&gpu, &lock_path, &[], &vars);
+    assert_eq!(code, 0);
+    let seen = calls(&log);
+    for never in [
+        "cuInit",
+        "cuDriverGetVersion",
+        "nvmlDeviceGetVbiosVersion",
+        "nvmlDeviceGetMaxClockInfo",
+        "nvmlDeviceGetEccMode",
+    ] {
+        assert!(!has(&seen, never), "{never} in {seen:?}");
+    }
+    for asked in [
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetEnforcedPowerLimit",
+    ] {
+        assert!(has(&seen, asked), "{asked} not in {seen:?}");
+    }
+    // An administrator's change of a live setting shows at once.
+    let (code, report) = check(
+        &gpu,
+        &lock_path,
+        &[],
+        &[("FAKEGPU_LOG", log_s), ("FAKEGPU_POWER_W", "300")],
+    );
+    assert_eq!(
+        (code, problems(&report)),
+        (0, vec!["gpu.power-limit-w warn".to_string()])
+    );
+    calls(&log);
+
+    // A replaced driver library (same path, other file) is asked again.
+    let bytes = std::fs::read(&gpu.lib).unwrap();
+    std::fs::remove_file(&gpu.lib).unwrap();
+    std::fs::write(&gpu.lib, &bytes).unwrap();
+    let (code, report) = check(
+        &gpu,
+        &lock_path,
+        &[],
+        &[("FAKEGPU_LOG", log_s), ("FAKEGPU_CUDA_VERSION", "12080")],
+    );
+    assert!(has(&calls(&log), "cuDriverGetVersion"));
+    assert_eq!(
+        (code, problems(&report)),
+        (1, vec!["driver.cuda-version mismatch".to_string()])
+    );
+    // Another LD_LIBRARY_PATH is another key: asked again.
+    let out = gpu
+        .cmd(&vars)
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("{}:/nonexistent", gpu.dir.display()),
+        )
+        .args([
+            "env",
+            "check",
+            "--json",
+            "--lock",
+            lock_path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.code().is_some());
+    assert!(has(&calls(&log), "cuDriverGetVersion"));
+
+    // Another driver loaded (a reboot or reload): the per-boot NVML fields are asked again.
+    std::fs::write(
+        &gpu.version_file,
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.200.01  Thu Oct  2 2025\n",
+    )
+    .unwrap();
+    check(&gpu, &lock_path, &[], &vars);
+    assert!(has(&calls(&log), "nvmlDeviceGetVbiosVersion"));
+
+    // A lockfile that checks no NVML field never starts NVML.
+    let only_name = gpu.path("name.toml");
+    std::fs::write(
+        &only_name,
+        "schema = 1\n[fields]\n\"gpu.name\" = { policy = \"exact\", value = \"NVIDIA Fake GPU\" }\n",
+    )
+    .unwrap();
+    let (code, report) = check(&gpu, &only_name, &[], &vars);
+    assert_eq!(code, 0, "{report}");
+    let seen = calls(&log);
+    assert!(
+        !has(&seen, "nvmlInit_v2") && !has(&seen, "nvmlInitWithFlags"),
+        "{seen:?}"
+    );
+}

@@ -257,3 +257,33 @@ fn an_id_prefix_two_results_share_is_ambiguous_and_names_both() {
         );
     }
 }
+
+/// An ID that names nothing (or is no ID) is the lookup's own typed error, with its exit
+/// code (2) and hint, whichever command met it (issue #30: these were re-wrapped as strings).
+#[test]
+fn an_unknown_id_is_a_usage_error_with_a_hint_in_show_and_compare() {
+    let (tmp, root) = repo_with(&[]);
+    file(&root, &fixture());
+    for (args, message, hint) in [
+        (
+            &["show", "abcd0000"][..],
+            "error: no record with ID abcd0000",
+            "hint: `repro log` lists every record with its ID",
+        ),
+        (
+            &["show", "zz"][..],
+            "error: `zz` is not a record ID (at least 4 hex digits)",
+            "hint: `repro log` lists every record with its ID",
+        ),
+        (
+            &["compare", "abcd0000", "abcd1111"][..],
+            "error: no result with ID abcd0000",
+            "hint: `repro log` lists results with their IDs",
+        ),
+    ] {
+        let (code, _, err) = run(tmp.path(), &root, args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(err.contains(hint), "{args:?}: {err}");
+    }
+}

@@ -111,7 +111,7 @@ impl<'a> Ctx<'a> {
         &self,
         files: &CommitFiles,
         oid: Oid,
-    ) -> Result<(Recipe, Option<String>), (Answer, String)> {
+    ) -> Result<(Recipe, Option<String>), RecipeFailure> {
         let fixed = match self
             .plan
             .recipe
@@ -122,13 +122,16 @@ impl<'a> Ctx<'a> {
             RecipeSource::PerCommit(name) => {
                 let rel = format!("{}/{name}.toml", recipe::DIR);
                 if !files.is_file_in_tree(&rel) {
-                    return Err((Answer::Skip, format!("{rel} does not exist at this commit")));
+                    return Err(RecipeFailure::new(
+                        Answer::Skip,
+                        format!("{rel} does not exist at this commit"),
+                    ));
                 }
                 let text = inputs::FileSource::read(files, &rel)
-                    .map_err(|e| (Answer::Skip, e.to_string()))?;
+                    .map_err(|e| RecipeFailure::new(Answer::Skip, e.to_string()))?;
                 let r =
                     recipe::parse_detached(&rel, &String::from_utf8_lossy(&text)).map_err(|e| {
-                        (
+                        RecipeFailure::new(
                             Answer::Skip,
                             format!("the recipe cannot be used at this commit: {e}"),
                         )
@@ -168,7 +171,7 @@ impl<'a> Ctx<'a> {
             c.source = here;
             return Ok((r, Some(note)));
         }
-        Err((
+        Err(RecipeFailure::new(
             Answer::Skip,
             format!(
                 "the recipe's source {} is not in this commit{}",
@@ -208,7 +211,7 @@ impl<'a> Ctx<'a> {
         if let Some(f) = failed {
             return Err(f);
         }
-        out.map_err(|(a, why)| {
+        out.map_err(|RecipeFailure { answer: a, why }| {
             if why.contains(git::MISSING_BLOB) {
                 let how = if self.plan.offline {
                     " (--offline: not fetched)"
@@ -272,9 +275,22 @@ impl<'a> Ctx<'a> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
-            *guard = Some(Worktree::new(
-                self.store.scratch_dir("bisecttree").map_err(io)?,
-            ));
+            // A whole-tree bisection starts from the store's kept worktree when one is free:
+            // what the last bisection wrote is checked and kept, not written again.
+            // The store lock (shared) makes the store first, and keeps gc out meanwhile.
+            let kept = if self.plan.paths.is_empty() {
+                let _lock = self
+                    .store
+                    .lock_shared()
+                    .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+                Worktree::adopt(&self.store.scratch()).unwrap_or(None)
+            } else {
+                None
+            };
+            *guard = Some(match kept {
+                Some(wt) => wt,
+                None => Worktree::new(self.store.scratch_dir("bisecttree").map_err(io)?),
+            });
         }
         let wt = guard.as_mut().expect("just made");
         if self.plan.paths.is_empty() {
@@ -442,9 +458,7 @@ impl<'a> Ctx<'a> {
             return still_there(&dir, answer);
         }
         // Recipe questions: the recipe as it applies here, then its files, then the build.
-        let (mut r, note) = self
-            .recipe_at(files, oid)
-            .map_err(|(a, why)| StepFail::Answer(a, why))?;
+        let (mut r, note) = self.recipe_at(files, oid).map_err(StepFail::from)?;
         step.note = note;
         if self.plan.nix {
             let dir = self.checkout(files, None)?;
@@ -908,6 +922,34 @@ pub(crate) enum MeasureError {
     NoSamples,
 }
 
+/// Why a commit cannot be tested with the recipe, as its answer: untestable (a skip: the
+/// recipe's source or an include directory is not in the commit, a blob cannot be read)
+/// or broken (bad: a missing or cyclic include), and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct RecipeFailure {
+    /// The answer the commit gets.
+    pub answer: Answer,
+    /// Why, for the step's detail.
+    pub why: String,
+}
+
+impl RecipeFailure {
+    /// The answer, and why.
+    pub fn new(answer: Answer, why: impl Into<String>) -> Self {
+        RecipeFailure {
+            answer,
+            why: why.into(),
+        }
+    }
+}
+
+impl From<RecipeFailure> for StepFail {
+    fn from(f: RecipeFailure) -> Self {
+        StepFail::Answer(f.answer, f.why)
+    }
+}
+
 /// Why a step could not give an answer of its own.
 pub(crate) enum StepFail {
     /// The commit gets this answer, for this reason (an untestable commit is a skip).
@@ -941,7 +983,7 @@ pub fn recipe_paths(
     r: &Recipe,
     own_recipe: bool,
     fetch: &mut dyn FnMut(&str) -> bool,
-) -> Result<Vec<String>, (Answer, String)> {
+) -> Result<Vec<String>, RecipeFailure> {
     let mut need: Vec<String> = Vec::new();
     if own_recipe {
         need.push(r.path.clone());
@@ -976,7 +1018,7 @@ pub fn recipe_paths(
                 match files.paths_under(d).into_iter().next() {
                     Some(p) => need.push(p),
                     None => {
-                        return Err((
+                        return Err(RecipeFailure::new(
                             Answer::Skip,
                             format!("include directory {d} does not exist at this commit"),
                         ));
@@ -1001,7 +1043,7 @@ pub fn recipe_paths(
     }
     if !r.bisect_paths.is_empty() {
         let spec = git2::Pathspec::new(r.bisect_paths.iter()).map_err(|e| {
-            (
+            RecipeFailure::new(
                 Answer::Skip,
                 format!("{}: [bisect] paths: {}", r.path, e.message()),
             )
@@ -1021,9 +1063,9 @@ fn source_closure(
     include_dirs: &[String],
     fetch: &mut dyn FnMut(&str) -> bool,
     need: &mut Vec<String>,
-) -> Result<(), (Answer, String)> {
+) -> Result<(), RecipeFailure> {
     if !files.is_file_in_tree(source) {
-        return Err((
+        return Err(RecipeFailure::new(
             Answer::Skip,
             format!("the recipe's source {source} is not in this commit"),
         ));
@@ -1036,9 +1078,11 @@ fn source_closure(
             }
             Err(InputError::Read { path, .. }) if files.is_file_in_tree(&path) && fetch(&path) => {}
             // A blob that cannot be read makes the commit untestable.
-            Err(e @ InputError::Read { .. }) => return Err((Answer::Skip, e.to_string())),
+            Err(e @ InputError::Read { .. }) => {
+                return Err(RecipeFailure::new(Answer::Skip, e.to_string()));
+            }
             // A missing or cyclic include is a broken build.
-            Err(e) => return Err((Answer::Bad, e.to_string())),
+            Err(e) => return Err(RecipeFailure::new(Answer::Bad, e.to_string())),
         }
     }
 }

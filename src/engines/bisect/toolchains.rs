@@ -394,44 +394,73 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
             });
             continue;
         }
-        let mut search = Search::new(list.len())
-            .map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
-        let outcome = loop {
-            match search.next() {
-                Next::Done(o) => break o,
-                Next::Test(i) => {
-                    let (a, _) = eval(i, progress)?.per_target[target].clone();
-                    search
-                        .record(i, a)
-                        .map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
-                }
-            }
-        };
-        answers.push(match outcome {
-            Outcome::FirstBad { index } => TargetAnswer {
-                target: target.clone(),
-                first_bad: Some(list[index].clone()),
-                last_good: Some(list[index - 1].clone()),
-                undecided: Vec::new(),
-                unchanged: None,
-            },
-            Outcome::Untestable { first, last } => TargetAnswer {
-                target: target.clone(),
-                first_bad: None,
-                last_good: Some(list[first - 1].clone()),
-                undecided: list[first..=last].to_vec(),
-                unchanged: None,
-            },
-        });
+        let outcome = search(list.len(), &mut |i| {
+            Ok(eval(i, progress)?.per_target[target].0)
+        })?;
+        answers.push(answer(target, &list, outcome));
     }
     if answers.iter().all(|a| a.unchanged.is_some())
         && let Some(e) = first_end_error
     {
         return Err(e);
     }
+    Ok(report(plan, list, releases_from, answers, &evals, &order))
+}
+
+/// The search over releases for one target, asking `answer(i)` of release `i`.
+fn search(
+    n: usize,
+    answer: &mut dyn FnMut(usize) -> Result<Answer, ToolchainBisectError>,
+) -> Result<Outcome, ToolchainBisectError> {
+    let mut search =
+        Search::new(n).map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
+    loop {
+        match search.next() {
+            Next::Done(o) => return Ok(o),
+            Next::Test(i) => {
+                let a = answer(i)?;
+                search
+                    .record(i, a)
+                    .map_err(|e| ToolchainBisectError::Inconsistent(e.to_string()))?;
+            }
+        }
+    }
+}
+
+/// A target's answer from its search's outcome.
+fn answer(target: &str, list: &[String], outcome: Outcome) -> TargetAnswer {
+    match outcome {
+        Outcome::FirstBad { index } => TargetAnswer {
+            target: target.to_string(),
+            first_bad: Some(list[index].clone()),
+            last_good: Some(list[index - 1].clone()),
+            undecided: Vec::new(),
+            unchanged: None,
+        },
+        Outcome::Untestable { first, last } => TargetAnswer {
+            target: target.to_string(),
+            first_bad: None,
+            last_good: Some(list[first - 1].clone()),
+            undecided: list[first..=last].to_vec(),
+            unchanged: None,
+        },
+    }
+}
+
+/// The report of a build-mode search: the answers, and the steps and wheels of the
+/// releases evaluated, in the order they were.
+fn report(
+    plan: &Plan,
+    list: Vec<String>,
+    releases_from: String,
+    answers: Vec<TargetAnswer>,
+    evals: &BTreeMap<usize, Evaluation>,
+    order: &[usize],
+) -> Report {
+    let fam = plan.range.family;
     let mut steps = Vec::new();
     let mut wheels = BTreeMap::new();
-    for i in &order {
+    for i in order {
         let e = &evals[i];
         steps.extend(e.per_target.values().map(|(_, s)| s.clone()));
         wheels.insert(list[*i].clone(), e.wheels.clone());
@@ -442,7 +471,7 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
         "family": fam, "releases": list, "commit": commit,
         "keys": steps.iter().map(|s| s.key.clone()).collect::<Vec<_>>(),
     });
-    Ok(Report {
+    Report {
         schema: 1,
         kind: "toolchain-bisection".into(),
         recipe: plan.recipe.clone(),
@@ -457,7 +486,7 @@ pub fn bisect(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Report, Too
         created_at: None,
         repro_version: None,
         key: crate::foundation::keys::key_of(&question),
-    })
+    }
 }
 
 pub use crate::foundation::records::ToolchainBisectRecord as DrivenReport;
@@ -486,47 +515,10 @@ pub fn bisect_driven(
         run::Question::Bench(_) => "bench",
         _ => "check",
     };
-    let run_plan = run::Plan {
-        recipe: Some(run::RecipeSource::Fixed(Box::new(recipe.clone()))),
-        paths: Vec::new(),
-        offline: false,
-        question: question.clone(),
-        nix: false,
-        timeout: plan.timeout,
-        find_fixed: false,
-        jobs: 1,
-        keep_going,
-        devices: vec![device],
-        pins: Default::default(),
-        python: None,
-    };
+    let run_plan = driven_plan(plan, &recipe, &question, keep_going, device);
     let ex = ReleaseExecutor::new(plan, list.clone(), recipe, question, device);
     let ids = ex.ids().to_vec();
-    let report = run::drive(&ex, &run_plan, &ids, events).map_err(|e| match e {
-        BisectError::BadEnd {
-            which,
-            commit,
-            detail,
-            ..
-        } => ToolchainBisectError::BadEnd {
-            which,
-            spec: commit,
-            verdict: if which == "good" {
-                "not good"
-            } else {
-                "not bad"
-            },
-            target: plan.recipe.clone(),
-            detail: Some(detail),
-        },
-        BisectError::Inconsistent(m) => ToolchainBisectError::Inconsistent(m),
-        // A release, not a commit: said in the release's terms, with the whole cause.
-        BisectError::Fatal { commit, source } => ToolchainBisectError::Step {
-            spec: commit,
-            what: crate::foundation::error::chain_text(&source),
-        },
-        other => ToolchainBisectError::Driver(other),
-    })?;
+    let report = run::drive(&ex, &run_plan, &ids, events).map_err(|e| driver_error(e, plan))?;
     // Steps the driver made up itself (--keep-going) carry the made-up id: name them.
     let label = |id: &str| {
         ids.iter()
@@ -581,6 +573,59 @@ pub fn bisect_driven(
         repro_version: None,
         key: None,
     })
+}
+
+/// The run plan of a driven search: the recipe held fixed, one step at a time on one GPU.
+fn driven_plan(
+    plan: &Plan,
+    recipe: &Recipe,
+    question: &run::Question,
+    keep_going: bool,
+    device: usize,
+) -> run::Plan {
+    run::Plan {
+        recipe: Some(run::RecipeSource::Fixed(Box::new(recipe.clone()))),
+        paths: Vec::new(),
+        offline: false,
+        question: question.clone(),
+        nix: false,
+        timeout: plan.timeout,
+        find_fixed: false,
+        jobs: 1,
+        keep_going,
+        devices: vec![device],
+        pins: Default::default(),
+        python: None,
+    }
+}
+
+/// A driver's error in a release's terms.
+fn driver_error(e: BisectError, plan: &Plan) -> ToolchainBisectError {
+    match e {
+        BisectError::BadEnd {
+            which,
+            commit,
+            detail,
+            ..
+        } => ToolchainBisectError::BadEnd {
+            which,
+            spec: commit,
+            verdict: if which == "good" {
+                "not good"
+            } else {
+                "not bad"
+            },
+            target: plan.recipe.clone(),
+            detail: Some(detail),
+        },
+        BisectError::Inconsistent(m) => ToolchainBisectError::Inconsistent(m),
+        // A release, not a commit: said in the release's terms, with the whole cause.
+        BisectError::Fatal { commit, source } => ToolchainBisectError::Step {
+            spec: commit,
+            what: crate::foundation::error::chain_text(&source),
+        },
+        other => ToolchainBisectError::Driver(other),
+    }
 }
 
 /// Installs one release and asks a child repro about the recipe with it.
@@ -976,39 +1021,8 @@ impl<'a> ReleaseExecutor<'a> {
                 return Ok(step);
             }
         };
-        let mut base = match baseline {
-            Some(bi) if bench => Some(self.baseline(bi, events)?),
-            _ => None,
-        };
-        let mut question = self.question.clone();
-        if let run::Question::Bench(b) = &mut question {
-            b.settings.device = self.device;
-        }
-        events(Event::Status(&format!(
-            "{} with {spec}",
-            if bench { "timing" } else { "checking" }
-        )));
-        let mut r = self.recipe.clone();
-        let mut keep = true;
-        let (answer, detail) = match local::answer_built(
-            &question,
-            &mut r,
-            outcome,
-            &self.store,
-            self.plan.timeout,
-            &mut base,
-            &mut step,
-            self.device,
-        ) {
-            Ok(a) => a,
-            Err(StepFail::Answer(a, why)) => (a, Some(why)),
-            Err(StepFail::Unavailable(why)) => {
-                keep = false;
-                (Answer::Skip, Some(why))
-            }
-            Err(StepFail::Fatal(e)) => return Err(self.fatal(index, e)),
-            Err(StepFail::Abort(e)) => return Err(e),
-        };
+        let (answer, detail, keep) =
+            self.answer_step(index, baseline, outcome, &mut step, events)?;
         step.verdict = answer;
         step.detail = detail;
         step.ms = start.elapsed().as_secs_f64() * 1e3;
@@ -1027,6 +1041,51 @@ impl<'a> ReleaseExecutor<'a> {
         let step = finish(step);
         events(Event::Step(&step));
         Ok(step)
+    }
+
+    /// Checks or times a built release: its answer, why, and whether the step is kept
+    /// (a GPU that was not available keeps nothing).
+    fn answer_step(
+        &self,
+        index: usize,
+        baseline: Option<usize>,
+        outcome: &crate::engines::build::Outcome,
+        step: &mut RunStep,
+        events: &(dyn Fn(Event<'_>) + Sync),
+    ) -> Result<(Answer, Option<String>, bool), BisectError> {
+        let bench = matches!(self.question, run::Question::Bench(_));
+        let spec = self.spec(index);
+        let mut base = match baseline {
+            Some(bi) if bench => Some(self.baseline(bi, events)?),
+            _ => None,
+        };
+        let mut question = self.question.clone();
+        if let run::Question::Bench(b) = &mut question {
+            b.settings.device = self.device;
+        }
+        events(Event::Status(&format!(
+            "{} with {spec}",
+            if bench { "timing" } else { "checking" }
+        )));
+        let mut r = self.recipe.clone();
+        Ok(
+            match local::answer_built(
+                &question,
+                &mut r,
+                outcome,
+                &self.store,
+                self.plan.timeout,
+                &mut base,
+                step,
+                self.device,
+            ) {
+                Ok((a, why)) => (a, why, true),
+                Err(StepFail::Answer(a, why)) => (a, Some(why), true),
+                Err(StepFail::Unavailable(why)) => (Answer::Skip, Some(why), false),
+                Err(StepFail::Fatal(e)) => return Err(self.fatal(index, e)),
+                Err(StepFail::Abort(e)) => return Err(e),
+            },
+        )
     }
 
     fn subject_of(&self, index: usize, built: &Built) -> String {

@@ -291,74 +291,7 @@ fn visit(
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
     for (line, directive) in directives(&text) {
-        let (name, quoted) = match directive {
-            Directive::Literal { name, quoted } => (name, quoted),
-            // The file a macro names is known only after preprocessing, with the recipe's
-            // defines: no key could cover it, so it is refused like an absolute include.
-            Directive::Computed(spec) => {
-                return Err(InputError::Computed {
-                    from: file.to_string(),
-                    line,
-                    spec,
-                });
-            }
-        };
-        // An absolute include names a file of this machine that no key covers and another
-        // checkout lacks (or has different): refused, whatever it points to. The toolchain's
-        // own headers are included by name and covered by the compiler's identity.
-        if name.starts_with('/') {
-            return Err(InputError::Absolute {
-                from: file.to_string(),
-                line,
-                name,
-            });
-        }
-        let climbs = Path::new(&name)
-            .components()
-            .any(|c| c == std::path::Component::ParentDir);
-        let mut candidates: Vec<String> = Vec::new();
-        if quoted {
-            candidates.push(if dir.is_empty() {
-                name.clone()
-            } else {
-                format!("{dir}/{name}")
-            });
-        }
-        candidates.extend(include_dirs.iter().map(|d| format!("{d}/{name}")));
-        let mut found = None;
-        for c in candidates {
-            match normalize(&c) {
-                None => {
-                    return Err(InputError::Escapes {
-                        from: file.to_string(),
-                        line,
-                        name,
-                    });
-                }
-                Some(rel) if src.is_file(&rel) => {
-                    found = Some(rel);
-                    break;
-                }
-                Some(_) => {}
-            }
-        }
-        let Some(rel) = found else {
-            if quoted {
-                return Err(InputError::Missing {
-                    from: file.to_string(),
-                    line,
-                    name,
-                });
-            }
-            // Left to the compiler, `<../../x.h>` would climb out of its own include
-            // directories to a file no key covers.
-            if climbs {
-                return Err(InputError::Escapes {
-                    from: file.to_string(),
-                    line,
-                    name,
-                });
-            }
+        let Some((name, rel)) = resolve(src, file, &dir, include_dirs, line, directive)? else {
             continue;
         };
         if let Some(prev) = closure.headers.get(&name)
@@ -375,6 +308,89 @@ fn visit(
     }
     stack.pop();
     Ok(())
+}
+
+/// Where one `#include` of `file` (in directory `dir`) leads: the name as written and the
+/// file it resolves to, or `None` for a system header left to the compiler.
+fn resolve(
+    src: &dyn FileSource,
+    file: &str,
+    dir: &str,
+    include_dirs: &[String],
+    line: usize,
+    directive: Directive,
+) -> Result<Option<(String, String)>, InputError> {
+    let (name, quoted) = match directive {
+        Directive::Literal { name, quoted } => (name, quoted),
+        // The file a macro names is known only after preprocessing, with the recipe's
+        // defines: no key could cover it, so it is refused like an absolute include.
+        Directive::Computed(spec) => {
+            return Err(InputError::Computed {
+                from: file.to_string(),
+                line,
+                spec,
+            });
+        }
+    };
+    // An absolute include names a file of this machine that no key covers and another
+    // checkout lacks (or has different): refused, whatever it points to. The toolchain's
+    // own headers are included by name and covered by the compiler's identity.
+    if name.starts_with('/') {
+        return Err(InputError::Absolute {
+            from: file.to_string(),
+            line,
+            name,
+        });
+    }
+    let climbs = Path::new(&name)
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    let mut candidates: Vec<String> = Vec::new();
+    if quoted {
+        candidates.push(if dir.is_empty() {
+            name.clone()
+        } else {
+            format!("{dir}/{name}")
+        });
+    }
+    candidates.extend(include_dirs.iter().map(|d| format!("{d}/{name}")));
+    let mut found = None;
+    for c in candidates {
+        match normalize(&c) {
+            None => {
+                return Err(InputError::Escapes {
+                    from: file.to_string(),
+                    line,
+                    name,
+                });
+            }
+            Some(rel) if src.is_file(&rel) => {
+                found = Some(rel);
+                break;
+            }
+            Some(_) => {}
+        }
+    }
+    let Some(rel) = found else {
+        if quoted {
+            return Err(InputError::Missing {
+                from: file.to_string(),
+                line,
+                name,
+            });
+        }
+        // Left to the compiler, `<../../x.h>` would climb out of its own include
+        // directories to a file no key covers.
+        if climbs {
+            return Err(InputError::Escapes {
+                from: file.to_string(),
+                line,
+                name,
+            });
+        }
+        return Ok(None);
+    };
+    Ok(Some((name, rel)))
 }
 
 /// The literal directory prefix of a glob (`kernels/**/*.cu` → `kernels`), where a walk

@@ -686,22 +686,7 @@ pub fn build(
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
     store.check_schema()?;
-    if recipe.targets().len() > 1 && !recipe.is_fat() {
-        // One build is one target (a fat binary or object over `targets` excepted); callers split a several-target recipe with
-        // `Recipe::per_target`. Building only the first target would be a silent lie.
-        return Err(BuildError::Recipe {
-            source: crate::foundation::recipe::RecipeError::Invalid {
-                path: recipe.path.clone(),
-                line: 1,
-                column: 1,
-                message: format!(
-                    "[build] `targets`: {} targets, but this command builds one recipe target at a time",
-                    recipe.targets().len()
-                ),
-                hint: Some("`repro build` and `repro bisect --toolchains` build each target; for a commit bisection, use a recipe with one `target`".into()),
-            },
-        });
-    }
+    one_target(recipe)?;
     // Shared with other builds, exclusive of gc: the objects this build writes stay until
     // the record that references them is written.
     let _lock = store.lock_shared()?;
@@ -718,24 +703,121 @@ pub fn build(
             root,
         ),
     };
-    let Compiler {
-        identity: compiler_id,
-        nvcc: nvcc_path,
-        include_dirs: toolchain_includes,
-    } = compiler(recipe, opts, &pins)?;
-    let mut key_in = key_inputs(recipe, &inputs.files, &compiler_id, opts.nix.as_ref());
-    // A torch extension is built for one PyTorch ABI: its identity is part of the key.
-    let python = match &recipe.build {
+    let compiler = compiler(recipe, opts, &pins)?;
+    let mut key_in = key_inputs(recipe, &inputs.files, &compiler.identity, opts.nix.as_ref());
+    let python = python(root, recipe, opts, &mut key_in)?;
+    let key = keys::key_of(&records::to_json(&key_in));
+    let explanation = opts
+        .explain
+        .then(|| explain(store, &recipe.name, &key, &key_in));
+    let mut repaired = Vec::new();
+    let existing = existing(store, &key, &mut repaired)?;
+    if !opts.force
+        && let Some(rec) = existing
+        && let Some(mut hit) = cache_hit(store, recipe, &key, &rec, &mut repaired)
+    {
+        hit.duration_ms = start.elapsed().as_secs_f64() * 1e3;
+        hit.explain = explanation;
+        hit.repaired = repaired;
+        return Ok(hit);
+    }
+    let how = How {
+        root,
+        pins: &pins,
+        inputs: &inputs,
+        compiler: &compiler,
+        python: python.as_ref(),
+    };
+    let stored = store_outputs(store, compile(recipe, &how))?;
+    let (resources, over_budget) = judge(recipe, stored.report);
+    let record = BuildRecord {
+        resources: resources.clone(),
+        over_budget: over_budget.clone(),
+        schema: records::SCHEMA,
+        kind: "build".into(),
+        key: key.clone(),
+        recipe: recipe.name.clone(),
+        recipe_path: recipe.path.clone(),
+        recipe_text: Some(recipe.text.clone()),
+        status: stored.status,
+        inputs: key_in,
+        outputs: stored.refs,
+        log: stored.log.clone(),
+        duration_ms: start.elapsed().as_secs_f64() * 1e3,
+        created_at: records::now(),
+        repro_version: records::VERSION.into(),
+        commit: opts
+            .commit
+            .clone()
+            .or_else(|| crate::foundation::git::head_commit(root)),
+        dirty: dirty(root, store, opts, &inputs),
+        environment: environment(opts),
+        checked: checked(recipe),
+        reason: stored.reason.clone(),
+    };
+    store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
+    store.set_last(&recipe.name, &key)?;
+    let (status, log) = with_budget(stored.status, stored.log, &over_budget);
+    let reason = stored.reason.or_else(|| budget_reason(&over_budget));
+    Ok(Outcome {
+        recipe: recipe.name.clone(),
+        key,
+        status: status.word().into(),
+        cached: false,
+        outputs: stored.outputs,
+        log,
+        duration_ms: record.duration_ms,
+        explain: explanation,
+        repaired,
+        resources,
+        over_budget,
+        checked: record.checked,
+        reason,
+    })
+}
+
+/// A torch extension is built for one PyTorch ABI: its Python environment, whose identity
+/// is part of the key.
+fn python(
+    root: &Path,
+    recipe: &Recipe,
+    opts: &Options,
+    key_in: &mut BuildInputs,
+) -> Result<Option<crate::foundation::pyenv::PyEnv>, BuildError> {
+    Ok(match &recipe.build {
         Build::TorchExtension(t) => {
             let env = torch::environment(&recipe.name, opts.python.as_deref(), root, t)?;
             key_in.torch = Some(torch::identity(&env));
             Some(env)
         }
         _ => None,
-    };
-    let key = keys::key_of(&records::to_json(&key_in));
+    })
+}
 
-    let explanation = opts.explain.then(|| match store.get_last(&recipe.name) {
+/// One build is one target (a fat binary or object over `targets` excepted); callers split
+/// a several-target recipe with `Recipe::per_target`. Building only the first target would
+/// be a silent lie.
+fn one_target(recipe: &Recipe) -> Result<(), BuildError> {
+    if recipe.targets().len() > 1 && !recipe.is_fat() {
+        return Err(BuildError::Recipe {
+            source: crate::foundation::recipe::RecipeError::Invalid {
+                path: recipe.path.clone(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "[build] `targets`: {} targets, but this command builds one recipe target at a time",
+                    recipe.targets().len()
+                ),
+                hint: Some("`repro build` and `repro bisect --toolchains` build each target; for a commit bisection, use a recipe with one `target`".into()),
+            },
+        });
+    }
+    Ok(())
+}
+
+/// `--explain`: what changed since the recipe's last build.
+fn explain(store: &Store, name: &str, key: &str, key_in: &BuildInputs) -> Vec<String> {
+    match store.get_last(name) {
         None => vec!["no earlier build of this recipe to compare with".to_string()],
         Some(last) if last == key => vec!["nothing changed since the last build".to_string()],
         Some(last) => match store
@@ -743,7 +825,7 @@ pub fn build(
             .map(|r| r.and_then(|v| BuildRecord::from_json(&v, &last).ok()))
         {
             Ok(Some(rec)) => {
-                let changes = rec.inputs.explain(&key_in);
+                let changes = rec.inputs.explain(key_in);
                 if changes.is_empty() {
                     vec!["the key differs but no input does (a record from another repro?)".into()]
                 } else {
@@ -755,17 +837,23 @@ pub fn build(
                 keys::short(&last)
             )],
         },
-    });
+    }
+}
 
-    let mut repaired = Vec::new();
-    let existing = match store.get_record(records::BUILDS, &key) {
+/// The stored record of this key, if any and readable.
+fn existing(
+    store: &Store,
+    key: &str,
+    repaired: &mut Vec<String>,
+) -> Result<Option<BuildRecord>, BuildError> {
+    let existing = match store.get_record(records::BUILDS, key) {
         // A damaged record (truncated by a crash, edited by hand) is moved aside and the
         // build runs again, rather than blocking this key until someone passes --force.
         Err(StoreError::Corrupt { path, what }) => {
             let moved = store.quarantine(&path)?;
             repaired.push(format!(
                 "build record {}: {what}; moved to {}",
-                keys::short(&key),
+                keys::short(key),
                 moved.display()
             ));
             None
@@ -774,102 +862,110 @@ pub fn build(
     };
     // A record this repro cannot read (another schema, a field of the wrong type) is built
     // again and replaced.
-    let existing = existing.and_then(|v| BuildRecord::from_json(&v, &key).ok());
-    if !opts.force
-        && let Some(rec) = existing
-    {
-        let mut outputs = BTreeMap::new();
-        let mut intact = true;
-        let mut blobs = Vec::new();
-        for (name, o) in &rec.outputs {
-            let digest = o.sha256.as_str();
-            match store.get_blob(digest) {
-                Ok(b) => {
-                    outputs.insert(name.clone(), output_info(store, name, digest, b.len()).1);
-                    blobs.push((name.clone(), b));
-                }
-                Err(e) => {
-                    // Never use a corrupt object: rebuild, which rewrites it.
-                    repaired.push(e.to_string());
-                    intact = false;
-                }
+    Ok(existing.and_then(|v| BuildRecord::from_json(&v, key).ok()))
+}
+
+/// A cache hit: the stored record's outcome, when every output it names is intact (the
+/// caller fills in the duration, the explanation and the repairs).
+fn cache_hit(
+    store: &Store,
+    recipe: &Recipe,
+    key: &str,
+    rec: &BuildRecord,
+    repaired: &mut Vec<String>,
+) -> Option<Outcome> {
+    let mut outputs = BTreeMap::new();
+    let mut intact = true;
+    let mut blobs = Vec::new();
+    for (name, o) in &rec.outputs {
+        let digest = o.sha256.as_str();
+        match store.get_blob(digest) {
+            Ok(b) => {
+                outputs.insert(name.clone(), output_info(store, name, digest, b.len()).1);
+                blobs.push((name.clone(), b));
+            }
+            Err(e) => {
+                // Never use a corrupt object: rebuild, which rewrites it.
+                repaired.push(e.to_string());
+                intact = false;
             }
         }
-        if intact {
-            // Only a hint for --explain: a read-only store still serves cache hits.
-            let _ = store.set_last(&recipe.name, &key);
-            // Records of older repros carry no report: read it from the artifacts.
-            let report = rec.resources.clone().or_else(|| {
-                rec.ok().then(|| {
-                    crate::foundation::cubin::ResourceReport::of_outputs(
-                        blobs.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
-                    )
-                })
-            });
-            let (resources, over_budget) = judge(recipe, report);
-            let (status, log) = with_budget(rec.status, rec.log.clone(), &over_budget);
-            return Ok(Outcome {
-                recipe: recipe.name.clone(),
-                key,
-                status: status.word().into(),
-                cached: true,
-                outputs,
-                log,
-                duration_ms: start.elapsed().as_secs_f64() * 1e3,
-                explain: explanation,
-                repaired,
-                reason: rec.failure_reason().or_else(|| budget_reason(&over_budget)),
-                resources,
-                over_budget,
-                checked: rec.checked,
-            });
-        }
     }
+    if !intact {
+        return None;
+    }
+    // Only a hint for --explain: a read-only store still serves cache hits.
+    let _ = store.set_last(&recipe.name, key);
+    // Records of older repros carry no report: read it from the artifacts.
+    let report = rec.resources.clone().or_else(|| {
+        rec.ok().then(|| {
+            crate::foundation::cubin::ResourceReport::of_outputs(
+                blobs.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
+            )
+        })
+    });
+    let (resources, over_budget) = judge(recipe, report);
+    let (status, log) = with_budget(rec.status, rec.log.clone(), &over_budget);
+    Some(Outcome {
+        recipe: recipe.name.clone(),
+        key: key.to_string(),
+        status: status.word().into(),
+        cached: true,
+        outputs,
+        log,
+        duration_ms: 0.0,
+        explain: None,
+        repaired: Vec::new(),
+        reason: rec.failure_reason().or_else(|| budget_reason(&over_budget)),
+        resources,
+        over_budget,
+        checked: rec.checked,
+    })
+}
 
+/// What a compilation needs besides the recipe.
+struct How<'a> {
+    root: &'a Path,
+    pins: &'a crate::engines::toolchain::Pins,
+    inputs: &'a Inputs,
+    compiler: &'a Compiler,
+    python: Option<&'a crate::foundation::pyenv::PyEnv>,
+}
+
+/// Compiles (or runs) the recipe's build, and checks that its entries are in what it built.
+fn compile(recipe: &Recipe, how: &How) -> Compiled {
+    let named = |outputs: Vec<(crate::foundation::recipe::Output, Vec<u8>)>| {
+        outputs
+            .into_iter()
+            .map(|(k, v)| (k.name().to_string(), v))
+            .collect::<Vec<_>>()
+    };
     let compiled: Compiled = match &recipe.build {
         Build::Nvrtc(c) => nvrtc::compile(
             c,
-            &pins,
-            inputs
+            how.pins,
+            how.inputs
                 .closure
                 .as_ref()
                 .expect("nvrtc builds have a closure"),
         )
-        .map(|a| {
-            (
-                a.outputs
-                    .into_iter()
-                    .map(|(k, v)| (k.name().to_string(), v))
-                    .collect(),
-                a.log,
-            )
-        }),
+        .map(|a| (named(a.outputs), a.log)),
         Build::Nvcc(c) => nvcc::compile(
-            nvcc_path.as_deref().expect("nvcc builds know nvcc"),
-            root,
-            &with_includes(c, &toolchain_includes),
+            how.compiler.nvcc.as_deref().expect("nvcc builds know nvcc"),
+            how.root,
+            &with_includes(c, &how.compiler.include_dirs),
         )
-        .map(|a| {
-            (
-                a.outputs
-                    .into_iter()
-                    .map(|(k, v)| (k.name().to_string(), v))
-                    .collect(),
-                a.log,
-            )
-        }),
-        Build::Command(c) => command::run(root, c).map(|a| (a.outputs, a.log)),
+        .map(|a| (named(a.outputs), a.log)),
+        Build::Command(c) => command::run(how.root, c).map(|a| (a.outputs, a.log)),
         Build::TorchExtension(t) => torch::build(
-            root,
+            how.root,
             t,
-            python
-                .as_ref()
-                .expect("torch extensions have an environment"),
+            how.python.expect("torch extensions have an environment"),
             &torch::host_cxx(),
-            nvcc_path.as_deref(),
+            how.compiler.nvcc.as_deref(),
         ),
     };
-    let compiled = compiled.and_then(|(outputs, log)| {
+    compiled.and_then(|(outputs, log)| {
         // A torch extension's entries are Python functions, checked by importing it.
         if recipe.entries().is_empty() || matches!(recipe.build, Build::TorchExtension(_)) {
             return Ok((outputs, log));
@@ -886,19 +982,37 @@ pub fn build(
                 unreadable: listing.unreadable,
             })
         }
-    });
+    })
+}
 
-    let mut outputs = BTreeMap::new();
-    let mut out_refs = BTreeMap::new();
-    let mut report = None;
-    let (status, log, reason) = match compiled {
+/// A compilation's outputs, put in the store.
+struct Stored {
+    status: BuildStatus,
+    log: String,
+    reason: Option<String>,
+    outputs: BTreeMap<String, OutputInfo>,
+    refs: BTreeMap<String, records::OutputRef>,
+    report: Option<crate::foundation::cubin::ResourceReport>,
+}
+
+/// Puts a compilation's outputs in the store (a failure stores nothing).
+fn store_outputs(store: &Store, compiled: Compiled) -> Result<Stored, BuildError> {
+    let mut stored = Stored {
+        status: BuildStatus::Ok,
+        log: String::new(),
+        reason: None,
+        outputs: BTreeMap::new(),
+        refs: BTreeMap::new(),
+        report: None,
+    };
+    match compiled {
         Ok((arts, log)) => {
-            report = Some(crate::foundation::cubin::ResourceReport::of_outputs(
+            stored.report = Some(crate::foundation::cubin::ResourceReport::of_outputs(
                 arts.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
             ));
             for (name, bytes) in arts {
                 let digest = store.put_blob(&bytes)?;
-                out_refs.insert(
+                stored.refs.insert(
                     name.clone(),
                     records::OutputRef {
                         sha256: digest.clone(),
@@ -906,81 +1020,52 @@ pub fn build(
                     },
                 );
                 let (n, info) = output_info(store, &name, &digest, bytes.len());
-                outputs.insert(n, info);
+                stored.outputs.insert(n, info);
             }
-            (BuildStatus::Ok, log, None)
+            stored.log = log;
         }
-        Err(e) => (BuildStatus::Failed, e.to_string(), Some(e.reason())),
-    };
-    let checked = if recipe.compile_only() {
+        Err(e) => {
+            stored.status = BuildStatus::Failed;
+            stored.log = e.to_string();
+            stored.reason = Some(e.reason());
+        }
+    }
+    Ok(stored)
+}
+
+/// What the build checked of its outputs.
+fn checked(recipe: &Recipe) -> Option<records::Checked> {
+    if recipe.compile_only() {
         Some(records::Checked::CompileOnly)
     } else if recipe.entries().is_empty() {
         None
     } else {
         Some(records::Checked::Entries)
-    };
-    let duration_ms = start.elapsed().as_secs_f64() * 1e3;
-    let (resources, over_budget) = judge(recipe, report);
-    let record = BuildRecord {
-        resources: resources.clone(),
-        over_budget: over_budget.clone(),
-        schema: records::SCHEMA,
-        kind: "build".into(),
-        key: key.clone(),
-        recipe: recipe.name.clone(),
-        recipe_path: recipe.path.clone(),
-        recipe_text: Some(recipe.text.clone()),
-        status,
-        inputs: key_in,
-        outputs: out_refs,
-        log: log.clone(),
-        duration_ms,
-        created_at: records::now(),
-        repro_version: records::VERSION.into(),
-        commit: opts
-            .commit
-            .clone()
-            .or_else(|| crate::foundation::git::head_commit(root)),
-        // The digest of the build's inputs that differ from `commit` (uncommitted edits):
-        // the sources are then not those of `commit`, and bundle and replay refuse the
-        // record. (A checkout of a given commit, or one in the store's scratch space, is not
-        // the user's tree.)
-        dirty: if opts.commit.is_some() || root.starts_with(store.root()) {
-            None
-        } else {
-            crate::foundation::git::changed_from_head(root, &inputs.files)
+    }
+}
+
+/// The digest of the build's inputs that differ from `commit` (uncommitted edits): the
+/// sources are then not those of `commit`, and bundle and replay refuse the record. (A
+/// checkout of a given commit, or one in the store's scratch space, is not the user's tree.)
+fn dirty(root: &Path, store: &Store, opts: &Options, inputs: &Inputs) -> Option<String> {
+    if opts.commit.is_some() || root.starts_with(store.root()) {
+        None
+    } else {
+        crate::foundation::git::changed_from_head(root, &inputs.files)
+    }
+}
+
+/// The environment the build ran in: a Nix shell, or the host (with why not Nix).
+fn environment(opts: &Options) -> records::Environment {
+    match (&opts.nix, &opts.nix_fallback) {
+        (Some(info), _) => records::Environment {
+            kind: records::EnvironmentKind::Nix,
+            shell: Some(info.installable()),
+            shell_drv: Some(info.drv.clone()),
+            warning: None,
         },
-        environment: match (&opts.nix, &opts.nix_fallback) {
-            (Some(info), _) => records::Environment {
-                kind: records::EnvironmentKind::Nix,
-                shell: Some(info.installable()),
-                shell_drv: Some(info.drv.clone()),
-                warning: None,
-            },
-            (None, why) => records::Environment::host(why.clone()),
-        },
-        checked,
-        reason: reason.clone(),
-    };
-    store.put_record(records::BUILDS, &key, &records::to_json(&record))?;
-    store.set_last(&recipe.name, &key)?;
-    let (status, log) = with_budget(status, log, &over_budget);
-    let reason = reason.or_else(|| budget_reason(&over_budget));
-    Ok(Outcome {
-        recipe: recipe.name.clone(),
-        key,
-        status: status.word().into(),
-        cached: false,
-        outputs,
-        log,
-        duration_ms,
-        explain: explanation,
-        repaired,
-        resources,
-        over_budget,
-        checked,
-        reason,
-    })
+        (None, why) => records::Environment::host(why.clone()),
+    }
 }
 
 #[cfg(test)]

@@ -139,16 +139,7 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
             });
         }
         let compiled = (api.compile)(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
-        let mut log_len = 0usize;
-        (api.log_size)(prog, &mut log_len);
-        let mut log = vec![0u8; log_len];
-        if log_len > 0 {
-            (api.log)(prog, log.as_mut_ptr().cast());
-        }
-        let log = String::from_utf8_lossy(&log)
-            .trim_end_matches('\0')
-            .trim_end()
-            .to_string();
+        let log = program_log(&api, prog);
         let result = if compiled != SUCCESS {
             Err(CompileError::Rejected {
                 log: if log.is_empty() {
@@ -158,49 +149,84 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
                 },
             })
         } else {
-            let mut outputs = Vec::new();
-            let mut failure = None;
-            for out in &c.outputs {
-                let (size_fn, get_fn) = match out {
-                    Output::Ptx => (api.ptx_size, api.ptx),
-                    Output::Cubin => (api.cubin_size, api.cubin),
-                    // Recipe validation refuses these for NVRTC; a recipe built some
-                    // other way still gets an answer, not a panic.
-                    Output::Fatbin | Output::Object => {
-                        failure = Some(CompileError::NoOutput {
-                            compiler: "NVRTC",
-                            output: out.name(),
-                            cause: "NVRTC writes only PTX and cubins".into(),
-                        });
-                        break;
-                    }
-                };
-                let mut n = 0usize;
-                let r = size_fn(prog, &mut n);
-                if r != SUCCESS || n == 0 {
-                    failure = Some(CompileError::NoOutput {
-                        compiler: "NVRTC",
-                        output: out.name(),
-                        cause: api.error_string(r),
-                    });
-                    break;
-                }
-                let mut bytes = vec![0u8; n];
-                get_fn(prog, bytes.as_mut_ptr().cast());
-                // PTX comes NUL-terminated; the artifact is the text.
-                if *out == Output::Ptx {
-                    while bytes.last() == Some(&0) {
-                        bytes.pop();
-                    }
-                }
-                outputs.push((*out, bytes));
-            }
-            match failure {
-                Some(f) => Err(f),
-                None => Ok(Artifacts { outputs, log }),
-            }
+            program_outputs(&api, prog, &c.outputs).map(|outputs| Artifacts { outputs, log })
         };
         (api.destroy)(&mut prog);
         result
+    }
+}
+
+/// The program's compilation log, as text.
+///
+/// # Safety
+/// `prog` is a live program of `api`.
+unsafe fn program_log(api: &Api, prog: Program) -> String {
+    // SAFETY: the buffer is as long as NVRTC says the log is, and `prog` is live.
+    unsafe {
+        let mut log_len = 0usize;
+        (api.log_size)(prog, &mut log_len);
+        let mut log = vec![0u8; log_len];
+        if log_len > 0 {
+            (api.log)(prog, log.as_mut_ptr().cast());
+        }
+        String::from_utf8_lossy(&log)
+            .trim_end_matches('\0')
+            .trim_end()
+            .to_string()
+    }
+}
+
+/// The outputs asked for, read from a compiled program.
+///
+/// # Safety
+/// `prog` is a live, compiled program of `api`.
+unsafe fn program_outputs(
+    api: &Api,
+    prog: Program,
+    wanted: &[Output],
+) -> Result<Vec<(Output, Vec<u8>)>, CompileError> {
+    // SAFETY: each buffer is as long as NVRTC says the output is, and `prog` is live.
+    unsafe {
+        let mut outputs = Vec::new();
+        let mut failure = None;
+        for out in wanted {
+            let (size_fn, get_fn) = match out {
+                Output::Ptx => (api.ptx_size, api.ptx),
+                Output::Cubin => (api.cubin_size, api.cubin),
+                // Recipe validation refuses these for NVRTC; a recipe built some
+                // other way still gets an answer, not a panic.
+                Output::Fatbin | Output::Object => {
+                    failure = Some(CompileError::NoOutput {
+                        compiler: "NVRTC",
+                        output: out.name(),
+                        cause: "NVRTC writes only PTX and cubins".into(),
+                    });
+                    break;
+                }
+            };
+            let mut n = 0usize;
+            let r = size_fn(prog, &mut n);
+            if r != SUCCESS || n == 0 {
+                failure = Some(CompileError::NoOutput {
+                    compiler: "NVRTC",
+                    output: out.name(),
+                    cause: api.error_string(r),
+                });
+                break;
+            }
+            let mut bytes = vec![0u8; n];
+            get_fn(prog, bytes.as_mut_ptr().cast());
+            // PTX comes NUL-terminated; the artifact is the text.
+            if *out == Output::Ptx {
+                while bytes.last() == Some(&0) {
+                    bytes.pop();
+                }
+            }
+            outputs.push((*out, bytes));
+        }
+        match failure {
+            Some(f) => Err(f),
+            None => Ok(outputs),
+        }
     }
 }

@@ -18,7 +18,7 @@ pub const NO_DRIVER: &str = "no NVIDIA driver on this machine (libcuda.so.1 not 
 pub fn driver_present() -> bool {
     // Where the loader cannot find the host's driver (a Nix-built repro on Ubuntu), load it
     // from the host's driver directories first.
-    crate::foundation::driverlib::ensure();
+    crate::foundation::driverlib::ensure_one("libcuda.so.1");
     // SAFETY: only tries to dlopen the library by its candidate names.
     unsafe { sys::is_culib_present() }
 }
@@ -113,6 +113,72 @@ pub fn probe_driver() -> Fields {
     f
 }
 
+/// The driver probe from the per-boot cache, or probed (and cached) on a miss.
+///
+/// `cuDriverGetVersion` needs libcuda loaded, and loading it (tens of megabytes, relocated)
+/// costs milliseconds that `env check` should not pay each time. Which library the loader
+/// finds depends on the boot and the loaded driver ([`cache_key`]) and on the loader's
+/// inputs: `LD_LIBRARY_PATH`, repro's own search list, the loader's cache
+/// (`/etc/ld.so.cache`) and the program itself (a Nix-built repro has its own loader). The
+/// answer is cached under all of them, and a hit is used only while the library file is
+/// still the one that answered (path, size, modification time, inode).
+pub fn probe_driver_cached(fresh: bool) -> Fields {
+    let (Some(key), Some(path)) = (driver_cache_key(), cache_path_named("driver.json")) else {
+        return probe_driver();
+    };
+    if !fresh
+        && let Some(mut hit) = read_cache(&path, &key)
+        && let Some(Field::Value(stamp)) = hit.remove("stamp")
+        && hit
+            .get("driver.library")
+            .and_then(Field::value)
+            .and_then(file_stamp)
+            .is_some_and(|now| now == stamp)
+    {
+        return hit;
+    }
+    let fields = probe_driver();
+    if let Some(stamp) = fields
+        .get("driver.library")
+        .and_then(Field::value)
+        .and_then(file_stamp)
+    {
+        let mut stored = fields.clone();
+        stored.insert("stamp".into(), Field::Value(stamp));
+        write_cache(&path, &key, &stored);
+    }
+    fields
+}
+
+/// The driver cache's key: [`cache_key`] and what decides which libcuda the loader finds.
+fn driver_cache_key() -> Option<String> {
+    let var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    let ld_cache = std::fs::metadata("/etc/ld.so.cache")
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .map(|t| format!("{t:?}"));
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    Some(format!(
+        "{} LD_LIBRARY_PATH {:?} REPRO_DRIVER_LIB_DIRS {:?} ld.so.cache {ld_cache:?} exe {exe:?}",
+        cache_key()?,
+        var("LD_LIBRARY_PATH"),
+        var("REPRO_DRIVER_LIB_DIRS"),
+    ))
+}
+
+/// What identifies a file's content without reading it: path, size, mtime and inode.
+fn file_stamp(path: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!(
+        "{path}|{}|{}.{}|{}",
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ino()
+    ))
+}
+
 /// Whether `v` reads as a driver version: digits and dots, with a dot (`580.159.04`).
 fn is_driver_version(v: &str) -> bool {
     v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')
@@ -141,7 +207,7 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
 
 /// What identifies a valid cache of device attributes: the boot, the loaded driver, and the
 /// variables that decide which devices CUDA shows and in what order.
-fn cache_key() -> Option<String> {
+pub fn cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
     let var =
@@ -155,32 +221,53 @@ fn cache_key() -> Option<String> {
 }
 
 fn cache_path() -> Option<std::path::PathBuf> {
-    Some(fsutil::cache_dir()?.join("gpu-devices.json"))
+    cache_path_named("gpu-devices.json")
 }
 
-/// Reads cached device fields if they were written under `key`.
+fn cache_path_named(name: &str) -> Option<std::path::PathBuf> {
+    Some(fsutil::cache_dir()?.join(name))
+}
+
+/// A per-boot cache file: the fields a probe answered, under the key they are valid for.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheFile {
+    fields: std::collections::BTreeMap<String, String>,
+    key: String,
+    schema: u32,
+}
+
+/// The largest cache file read back.
+const MAX_CACHE_BYTES: u64 = 1 << 20;
+
+/// Reads cached fields if they were written under `key`.
 pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    if v["key"].as_str()? != key {
-        return None;
-    }
-    v["fields"]
-        .as_object()?
-        .iter()
-        .map(|(k, v)| Some((k.clone(), Field::Value(v.as_str()?.to_string()))))
-        .collect()
+    let bytes = fsutil::read_regular(path, MAX_CACHE_BYTES).ok()?;
+    let file: CacheFile = serde_json::from_slice(&bytes).ok()?;
+    (file.schema == 1 && file.key == key).then(|| {
+        file.fields
+            .into_iter()
+            .map(|(k, v)| (k, Field::Value(v)))
+            .collect()
+    })
 }
 
-/// Writes device fields under `key`. Only complete answers (every field a value) are cached.
+/// Writes fields under `key`. Only complete answers (every field a value) are cached.
 pub fn write_cache(path: &std::path::Path, key: &str, fields: &Fields) {
-    let values: Option<serde_json::Map<String, serde_json::Value>> = fields
+    let values: Option<std::collections::BTreeMap<String, String>> = fields
         .iter()
-        .map(|(k, f)| Some((k.clone(), serde_json::Value::from(f.value()?))))
+        .map(|(k, f)| Some((k.clone(), f.value()?.to_string())))
         .collect();
-    if let Some(values) = values {
-        let doc = serde_json::json!({ "schema": 1, "key": key, "fields": values });
-        // A cache that cannot be written only costs the next run a cuInit.
-        let _ = fsutil::write_atomic(path, doc.to_string().as_bytes(), true);
+    if let Some(fields) = values {
+        let file = CacheFile {
+            fields,
+            key: key.to_string(),
+            schema: 1,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&file) {
+            // A cache that cannot be written only costs the next run the probe.
+            let _ = fsutil::write_atomic(path, &bytes, true);
+        }
     }
 }
 

@@ -117,6 +117,58 @@ pub fn virtualization(
     }
 }
 
+/// `TOOL --version`'s answer, from a cache when the same compiler binary answered before.
+///
+/// Starting `gcc --version` costs a few milliseconds, as much as the rest of `env check` on
+/// a machine without a GPU. A host compiler's version is a property of its binary, so the
+/// answer is cached under the binary the PATH finds (its path, the file it resolves to, and
+/// that file's size, modification time and inode). Only gcc, g++ and clang are cached, and
+/// only when the PATH finds the compiler itself: a wrapper (ccache) or a proxy (rustup's
+/// `rustc` and `cargo`, pyenv's `python3`) answers for whatever it chooses at the time.
+pub fn probe_tool_cached(key: &'static str, tool: &'static str) -> Fields {
+    let stamp = ["gcc", "g++", "clang"]
+        .contains(&tool)
+        .then(|| binary_stamp(tool))
+        .flatten();
+    let path = crate::foundation::fsutil::cache_dir().map(|d| d.join(format!("tool-{tool}.json")));
+    let (Some(stamp), Some(path)) = (stamp, path) else {
+        return probe_tool(key, tool);
+    };
+    if let Some(hit) = super::cuda::read_cache(&path, &stamp)
+        && hit.len() == 1
+        && hit.contains_key(key)
+    {
+        return hit;
+    }
+    let fields = probe_tool(key, tool);
+    super::cuda::write_cache(&path, &stamp, &fields);
+    fields
+}
+
+/// What identifies the compiler binary `tool` names on the PATH, if the PATH finds the
+/// compiler itself (its resolved file is named after it, and is not ccache).
+fn binary_stamp(tool: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let found = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())?;
+    let real = std::fs::canonicalize(&found).ok()?;
+    let name = real.file_name()?.to_str()?;
+    if !name.contains(tool) || name.contains("ccache") {
+        return None;
+    }
+    let m = std::fs::metadata(&real).ok()?;
+    Some(format!(
+        "{}|{}|{}|{}.{}|{}",
+        found.display(),
+        real.display(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ino()
+    ))
+}
+
 /// Runs `TOOL --version` and records the first version-looking token of its output.
 pub fn probe_tool(key: &'static str, tool: &'static str) -> Fields {
     let value = match Cmd::new(tool).arg("--version").timeout(TOOL_TIMEOUT).run() {

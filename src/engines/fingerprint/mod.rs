@@ -54,38 +54,74 @@ pub struct Context {
     pub python: Option<PathBuf>,
 }
 
-/// Which probes to run.
+/// Which probes to run, and which NVML fields to ask for (each NVML query costs about a
+/// millisecond on Hopper, so a check asks only for the fields its lockfile checks).
 #[derive(Clone, Debug, Default)]
-pub struct Demand(BTreeSet<Probe>);
+pub struct Demand {
+    probes: BTreeSet<Probe>,
+    nvml: BTreeSet<&'static str>,
+}
 
 impl Demand {
     /// Every probe: what `env capture` and `env lock` run.
     pub fn all() -> Self {
-        Demand(
-            fields::SPECS
+        Demand {
+            probes: fields::SPECS
                 .iter()
                 .map(|s| s.probe)
                 .chain([Probe::Env])
                 .collect(),
-        )
+            nvml: nvml::all_names().into_iter().collect(),
+        }
     }
     /// Only the probes needed to answer these lockfile keys.
     pub fn for_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut set: BTreeSet<Probe> = keys.into_iter().map(fields::probe_of).collect();
-        // NVML results are matched to CUDA devices by UUID, so NVML needs the CUDA probe.
-        if set.contains(&Probe::Nvml) {
-            set.insert(Probe::CudaDevices);
+        let mut d = Demand::default();
+        for key in keys {
+            let probe = fields::probe_of(key);
+            if probe == Probe::Nvml
+                && let Some(spec) = fields::lookup(key)
+            {
+                d.nvml.insert(&spec.key["gpu.".len()..]);
+            }
+            d.probes.insert(probe);
         }
-        Demand(set)
+        // NVML results are matched to CUDA devices by UUID, so NVML needs the CUDA probe.
+        if d.probes.contains(&Probe::Nvml) {
+            d.probes.insert(Probe::CudaDevices);
+        }
+        d
     }
     /// Whether a probe is demanded.
     pub fn has(&self, p: Probe) -> bool {
-        self.0.contains(&p)
+        self.probes.contains(&p)
+    }
+    /// The NVML fields demanded (names under `gpu.`).
+    pub fn nvml_fields(&self) -> Vec<&'static str> {
+        self.nvml.iter().copied().collect()
     }
 }
 
+/// A probe to run: its name (`probe-ms`'s key) and the work.
+type Job<'a> = (String, Box<dyn FnOnce() -> Fields + Send + 'a>);
+
 /// Runs the demanded probes in parallel and assembles the fingerprint.
 pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
+    let nvml_wanted = demand.nvml_fields();
+    let (mut fields, probe_ms, nvml_fields) = run_jobs(probe_jobs(ctx, demand));
+    if let Some(nvml) = nvml_fields {
+        nvml::merge(&mut fields, nvml, &nvml_wanted);
+    }
+    Fingerprint {
+        repro_version: env!("CARGO_PKG_VERSION").to_string(),
+        captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        probe_ms,
+        fields,
+    }
+}
+
+/// The demanded probes, each as a job.
+fn probe_jobs<'a>(ctx: &'a Context, demand: &'a Demand) -> Vec<Job<'a>> {
     let repo_root = git::discover_root(&ctx.cwd);
     let project_root = repo_root.clone().unwrap_or_else(|| ctx.cwd.clone());
     // The toolchain fields report what this project's builds would use, which its pins
@@ -94,7 +130,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
     let config = crate::foundation::config::load(&project_root).unwrap_or_default();
     let pins = crate::engines::toolchain::Pins::of(&config.toolchain);
     let python_config = config.python.interpreter_at(&project_root);
-    let mut jobs: Vec<(String, Box<dyn FnOnce() -> Fields + Send + '_>)> = Vec::new();
+    let mut jobs: Vec<Job<'a>> = Vec::new();
     let d = |p| demand.has(p);
 
     // The CUDA device probe and NVML both take tens of milliseconds on a real GPU machine;
@@ -107,17 +143,20 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         }
     }
     if d(Probe::Driver) {
-        jobs.push(("driver".into(), Box::new(cuda::probe_driver)));
+        let fresh = ctx.fresh;
+        jobs.push((
+            "driver".into(),
+            Box::new(move || cuda::probe_driver_cached(fresh)),
+        ));
     }
     if d(Probe::Nvml) {
-        jobs.push(("nvml".into(), Box::new(nvml::probe)));
+        let wanted = demand.nvml_fields();
+        let fresh = ctx.fresh;
+        jobs.push(("nvml".into(), Box::new(move || nvml::probe(&wanted, fresh))));
     }
     if d(Probe::Nvrtc) {
         let pins = pins.clone();
-        jobs.push((
-            "nvrtc".into(),
-            Box::new(move || crate::engines::toolchain::probe_nvrtc(&pins)),
-        ));
+        jobs.push(("nvrtc".into(), Box::new(move || probe_nvrtc_cached(&pins))));
     }
     if d(Probe::Nvcc) {
         let pins = pins.clone();
@@ -136,7 +175,7 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
             let key = spec.key;
             jobs.push((
                 format!("tool:{tool}"),
-                Box::new(move || host::probe_tool(key, tool)),
+                Box::new(move || host::probe_tool_cached(key, tool)),
             ));
         }
     }
@@ -162,6 +201,12 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
         ));
     }
 
+    jobs
+}
+
+/// Runs the jobs side by side: the fields of all but NVML, each probe's milliseconds, and
+/// NVML's answers (merged onto the CUDA devices by UUID afterwards).
+fn run_jobs(jobs: Vec<Job<'_>>) -> (Fields, BTreeMap<String, f64>, Option<Fields>) {
     let mut fields = Fields::new();
     let mut probe_ms = BTreeMap::new();
     let mut nvml_fields = None;
@@ -194,15 +239,38 @@ pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
             }
         }
     });
-    if let Some(nvml) = nvml_fields {
-        nvml::merge(&mut fields, nvml);
+    (fields, probe_ms, nvml_fields)
+}
+
+/// The NVRTC fields, without loading NVRTC when the same library answered before: loading
+/// it (about 100 MB with its builtins) costs more than the rest of `env check`. The answer
+/// is cached under the library's path, size, modification time and inode (the stamp build
+/// keys use for its identity), so another or a replaced library is loaded and asked again.
+fn probe_nvrtc_cached(pins: &crate::engines::toolchain::Pins) -> Fields {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = crate::engines::toolchain::find_nvrtc(pins)
+        .ok()
+        .and_then(|found| {
+            let meta = std::fs::metadata(&found.path).ok()?;
+            Some(format!(
+                "{}|{}|{}|{}|{}",
+                found.path.display(),
+                found.source,
+                meta.len(),
+                meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+                meta.ino()
+            ))
+        });
+    let path = crate::foundation::fsutil::cache_dir().map(|d| d.join("nvrtc-version.json"));
+    let (Some(stamp), Some(path)) = (stamp, path) else {
+        return crate::engines::toolchain::probe_nvrtc(pins);
+    };
+    if let Some(hit) = cuda::read_cache(&path, &stamp) {
+        return hit;
     }
-    Fingerprint {
-        repro_version: env!("CARGO_PKG_VERSION").to_string(),
-        captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        probe_ms,
-        fields,
-    }
+    let fields = crate::engines::toolchain::probe_nvrtc(pins);
+    cuda::write_cache(&path, &stamp, &fields);
+    fields
 }
 
 fn probe_env() -> Fields {
@@ -353,6 +421,22 @@ impl Fingerprint {
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| err(format!("line {}, column {}: {e}", e.line(), e.column())))?;
         Self::from_json(&value).map_err(|e| err(e.to_string()))
+    }
+}
+
+impl serde::Serialize for Fingerprint {
+    /// The JSON form ([`Fingerprint::to_json`]): a fingerprint is a type wherever it is
+    /// written, with one serialisation.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Fingerprint {
+    /// Reads the JSON form back with its checks ([`Fingerprint::from_json`]).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Fingerprint::from_json(&v).map_err(serde::de::Error::custom)
     }
 }
 

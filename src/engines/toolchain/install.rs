@@ -727,58 +727,17 @@ pub fn install(
     force: bool,
     progress: &mut dyn Progress,
 ) -> Result<Done, InstallError> {
-    use fs4::fs_std::FileExt as _;
     let root = root()?;
     let spec = plan.spec().to_string();
-    let full = |e: std::io::Error, what: &'static str, path: &Path| {
-        if e.kind() == std::io::ErrorKind::StorageFull {
-            InstallError::DiskFull {
-                spec: spec.clone(),
-                dir: root.clone(),
-            }
-        } else {
-            io(what, path)(e)
-        }
-    };
-    let locks = root.join(".locks");
-    std::fs::create_dir_all(&locks).map_err(|e| full(e, "create", &locks))?;
-    let lock_path = locks.join(format!("{}.lock", plan.dir_name()));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io("open", &lock_path))?;
-    if !lock.try_lock_exclusive().unwrap_or(false) {
-        progress.message(&format!("waiting for another install of {spec} to finish"));
-        lock.lock_exclusive().map_err(io("lock", &lock_path))?;
-    }
+    let full =
+        |e: std::io::Error, what: &'static str, path: &Path| full_or(e, what, path, &spec, &root);
     // The lock is released when `lock` is dropped, on every path out of here.
+    let lock = lock_install(&root, plan, &spec, progress)?;
     let dest = root.join(plan.dir_name());
-    let mut replaced = None;
-    if dest.exists() {
-        match read_stamp(&dest) {
-            Ok(stamp) if !force && stamp.satisfies(plan) => {
-                return Ok(Done {
-                    installed: Installed { dir: dest, stamp },
-                    fresh: false,
-                    replaced: None,
-                });
-            }
-            Ok(_) if force => replaced = Some("reinstalling (--force)".to_string()),
-            Ok(_) => {
-                replaced = Some(
-                    "the installed tree was made from other wheels than the pins; replacing it"
-                        .to_string(),
-                )
-            }
-            Err(why) => replaced = Some(format!("{} {why}; installing it again", dest.display())),
-        }
-        if let Some(r) = &replaced {
-            progress.message(r);
-        }
-        std::fs::remove_dir_all(&dest).map_err(io("remove", &dest))?;
-    }
+    let replaced = match existing(&dest, plan, force, progress)? {
+        Ok(done) => return Ok(done),
+        Err(replaced) => replaced,
+    };
     // Staging directories left by killed installs are removed, best effort: a killed
     // install's unzip child may outlive it and still be writing there, which is why every
     // install stages in a directory of its own.
@@ -795,7 +754,142 @@ pub fn install(
         .keep();
     let staging = Staging(staging_dir);
     let files = fetch(plan, source, &staging.0, &spec, progress)?;
+    let (wheels, total) = verify(plan, &files, progress)?;
+    progress.message(&format!("unpacking {} wheel(s) of {spec}", files.len()));
+    let tree = staging.0.join("tree");
+    let unpacked = staging.0.join("unpacked");
+    let target = match plan.family {
+        Family::Nvcc => &tree,
+        Family::Nvrtc => &unpacked,
+    };
+    let mut unpacked_bytes = 0u64;
+    progress.bytes("unpacking", 0, Some(total));
+    for file in &files {
+        unzip(file, target).map_err(|e| disk_full_or(e, &spec, plan.family, file, &root))?;
+        unpacked_bytes += std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        progress.bytes("unpacking", unpacked_bytes, Some(total));
+    }
+    let (compiler, reports) = match plan.family {
+        Family::Nvcc => place_nvcc(&tree, &spec)?,
+        Family::Nvrtc => place_nvrtc(&tree, &unpacked, &spec, &root)?,
+    };
+    let compiler_rel = compiler.clone();
+    let stamp = Stamp {
+        schema: STAMP_SCHEMA,
+        family: plan.family,
+        release: plan.release.clone(),
+        reports,
+        compiler,
+        wheels,
+        origin: source.origin(),
+        bytes: tree_size(&tree),
+        installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        pins_digest: Some(plan.digest()),
+        include_dirs: match plan.family {
+            Family::Nvcc => component_include_dirs(&tree, &compiler_rel),
+            Family::Nvrtc => Vec::new(),
+        },
+    };
+    write_stamp(&tree, &stamp, &full)?;
+    std::fs::rename(&tree, &dest).map_err(io("install into", &dest))?;
+    drop(staging);
+    drop(lock);
+    Ok(Done {
+        installed: Installed { dir: dest, stamp },
+        fresh: true,
+        replaced,
+    })
+}
 
+/// A full disk as [`InstallError::DiskFull`] (naming the toolchain root), any other I/O
+/// error as it is.
+fn full_or(
+    e: std::io::Error,
+    what: &'static str,
+    path: &Path,
+    spec: &str,
+    root: &Path,
+) -> InstallError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        InstallError::DiskFull {
+            spec: spec.to_string(),
+            dir: root.to_path_buf(),
+        }
+    } else {
+        io(what, path)(e)
+    }
+}
+
+/// Takes the install lock of this toolchain, waiting (and saying so) while another install
+/// holds it.
+fn lock_install(
+    root: &Path,
+    plan: &Plan,
+    spec: &str,
+    progress: &mut dyn Progress,
+) -> Result<std::fs::File, InstallError> {
+    use fs4::fs_std::FileExt as _;
+    let locks = root.join(".locks");
+    std::fs::create_dir_all(&locks).map_err(|e| full_or(e, "create", &locks, spec, root))?;
+    let lock_path = locks.join(format!("{}.lock", plan.dir_name()));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io("open", &lock_path))?;
+    if !lock.try_lock_exclusive().unwrap_or(false) {
+        progress.message(&format!("waiting for another install of {spec} to finish"));
+        lock.lock_exclusive().map_err(io("lock", &lock_path))?;
+    }
+    Ok(lock)
+}
+
+/// The tree already installed: `Ok(done)` when it satisfies the plan (and no `--force`),
+/// else removed, with why (`Err(reason)`; `None` when there was none).
+fn existing(
+    dest: &Path,
+    plan: &Plan,
+    force: bool,
+    progress: &mut dyn Progress,
+) -> Result<Result<Done, Option<String>>, InstallError> {
+    let mut replaced = None;
+    if dest.exists() {
+        match read_stamp(dest) {
+            Ok(stamp) if !force && stamp.satisfies(plan) => {
+                return Ok(Ok(Done {
+                    installed: Installed {
+                        dir: dest.to_path_buf(),
+                        stamp,
+                    },
+                    fresh: false,
+                    replaced: None,
+                }));
+            }
+            Ok(_) if force => replaced = Some("reinstalling (--force)".to_string()),
+            Ok(_) => {
+                replaced = Some(
+                    "the installed tree was made from other wheels than the pins; replacing it"
+                        .to_string(),
+                )
+            }
+            Err(why) => replaced = Some(format!("{} {why}; installing it again", dest.display())),
+        }
+        if let Some(r) = &replaced {
+            progress.message(r);
+        }
+        std::fs::remove_dir_all(dest).map_err(io("remove", dest))?;
+    }
+    Ok(Err(replaced))
+}
+
+/// Checks each fetched wheel against its pin (the sha256 of each is recorded either way),
+/// and returns them with their total size.
+fn verify(
+    plan: &Plan,
+    files: &[PathBuf],
+    progress: &mut dyn Progress,
+) -> Result<(Vec<InstalledWheel>, u64), InstallError> {
     let mut wheels = Vec::new();
     let total: u64 = files
         .iter()
@@ -803,7 +897,7 @@ pub fn install(
         .map(|m| m.len())
         .sum();
     let mut done = 0u64;
-    for (w, file) in plan.wheels.iter().zip(&files) {
+    for (w, file) in plan.wheels.iter().zip(files) {
         let actual = sha256_file_with(file, &mut |n| {
             done += n;
             progress.bytes("verifying", done, Some(total));
@@ -833,92 +927,82 @@ pub fn install(
             pinned: w.sha256.is_some(),
         });
     }
-    progress.message(&format!("unpacking {} wheel(s) of {spec}", files.len()));
-    let tree = staging.0.join("tree");
-    let unpacked = staging.0.join("unpacked");
-    let target = match plan.family {
-        Family::Nvcc => &tree,
-        Family::Nvrtc => &unpacked,
-    };
-    let mut unpacked_bytes = 0u64;
-    progress.bytes("unpacking", 0, Some(total));
-    for file in &files {
-        unzip(file, target).map_err(|e| disk_full_or(e, &spec, plan.family, file, &root))?;
-        unpacked_bytes += std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-        progress.bytes("unpacking", unpacked_bytes, Some(total));
-    }
-    let (compiler, reports) = match plan.family {
-        Family::Nvcc => {
-            set_run_bits(&tree)?;
-            let rel = ["nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"]
-                .into_iter()
-                .find(|r| tree.join(r).is_file())
-                .ok_or_else(|| InstallError::Layout {
-                    wheel: spec.clone(),
-                    family: "nvcc",
-                    what: "no nvidia/cu13/bin/nvcc or nvidia/cuda_nvcc/bin/nvcc in the unpacked wheels".into(),
-                })?;
-            // Prove the compiler starts before the tree is put in place.
-            let out = Cmd::new(tree.join(rel))
-                .arg("--version")
-                .timeout(Duration::from_secs(30))
-                .run()
-                .map_err(|e| InstallError::Layout {
-                    wheel: spec.clone(),
-                    family: "nvcc",
-                    what: format!("its nvcc does not run: {e}"),
-                })?;
-            let v = super::parse_nvcc_version(&out.stdout_str()).unwrap_or_default();
-            (rel.to_string(), v)
-        }
-        Family::Nvrtc => {
-            let lib = ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"]
-                .iter()
-                .map(|s| unpacked.join(s))
-                .find(|p| p.is_dir())
-                .ok_or_else(|| InstallError::Layout {
-                    wheel: spec.clone(),
-                    family: "nvrtc",
-                    what: "no nvidia/cu13/lib or nvidia/cuda_nvrtc/lib".into(),
-                })?;
-            std::fs::create_dir_all(&tree).map_err(|e| full(e, "create", &tree))?;
-            std::fs::rename(&lib, tree.join("lib")).map_err(io("move", &lib))?;
-            let path = super::find_in(&tree.join("lib")).ok_or_else(|| InstallError::Layout {
-                wheel: spec.clone(),
-                family: "nvrtc",
-                what: "no libnvrtc.so in it".into(),
-            })?;
-            let loaded = super::load_at(super::Found {
-                path,
-                source: "new install".into(),
-            })
-            .map_err(|e| InstallError::Layout {
-                wheel: spec.clone(),
-                family: "nvrtc",
-                what: e.to_string(),
-            })?;
-            ("lib".to_string(), loaded.version)
-        }
-    };
-    let compiler_rel = compiler.clone();
-    let stamp = Stamp {
-        schema: STAMP_SCHEMA,
-        family: plan.family,
-        release: plan.release.clone(),
-        reports,
-        compiler,
-        wheels,
-        origin: source.origin(),
-        bytes: tree_size(&tree),
-        installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        pins_digest: Some(plan.digest()),
-        include_dirs: match plan.family {
-            Family::Nvcc => component_include_dirs(&tree, &compiler_rel),
-            Family::Nvrtc => Vec::new(),
-        },
-    };
-    let text = serde_json::to_string_pretty(&stamp).expect("a stamp serialises") + "\n";
-    // The stamp is the last thing written into the tree; the rename then publishes it whole.
+    Ok((wheels, total))
+}
+
+/// Finds nvcc in the unpacked wheels and proves it starts: its path in the tree and its
+/// version.
+fn place_nvcc(tree: &Path, spec: &str) -> Result<(String, String), InstallError> {
+    let spec = spec.to_string();
+    set_run_bits(tree)?;
+    let rel = ["nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"]
+        .into_iter()
+        .find(|r| tree.join(r).is_file())
+        .ok_or_else(|| InstallError::Layout {
+            wheel: spec.clone(),
+            family: "nvcc",
+            what: "no nvidia/cu13/bin/nvcc or nvidia/cuda_nvcc/bin/nvcc in the unpacked wheels"
+                .into(),
+        })?;
+    // Prove the compiler starts before the tree is put in place.
+    let out = Cmd::new(tree.join(rel))
+        .arg("--version")
+        .timeout(Duration::from_secs(30))
+        .run()
+        .map_err(|e| InstallError::Layout {
+            wheel: spec.clone(),
+            family: "nvcc",
+            what: format!("its nvcc does not run: {e}"),
+        })?;
+    let v = super::parse_nvcc_version(&out.stdout_str()).unwrap_or_default();
+    Ok((rel.to_string(), v))
+}
+
+/// Moves NVRTC's library directory into the tree and loads it: its path in the tree and
+/// its version.
+fn place_nvrtc(
+    tree: &Path,
+    unpacked: &Path,
+    spec: &str,
+    root: &Path,
+) -> Result<(String, String), InstallError> {
+    let spec = spec.to_string();
+    let lib = ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"]
+        .iter()
+        .map(|s| unpacked.join(s))
+        .find(|p| p.is_dir())
+        .ok_or_else(|| InstallError::Layout {
+            wheel: spec.clone(),
+            family: "nvrtc",
+            what: "no nvidia/cu13/lib or nvidia/cuda_nvrtc/lib".into(),
+        })?;
+    std::fs::create_dir_all(tree).map_err(|e| full_or(e, "create", tree, &spec, root))?;
+    std::fs::rename(&lib, tree.join("lib")).map_err(io("move", &lib))?;
+    let path = super::find_in(&tree.join("lib")).ok_or_else(|| InstallError::Layout {
+        wheel: spec.clone(),
+        family: "nvrtc",
+        what: "no libnvrtc.so in it".into(),
+    })?;
+    let loaded = super::load_at(super::Found {
+        path,
+        source: "new install".into(),
+    })
+    .map_err(|e| InstallError::Layout {
+        wheel: spec.clone(),
+        family: "nvrtc",
+        what: e.to_string(),
+    })?;
+    Ok(("lib".to_string(), loaded.version))
+}
+
+/// Writes the stamp, the last thing written into the tree; the rename then publishes it
+/// whole.
+fn write_stamp(
+    tree: &Path,
+    stamp: &Stamp,
+    full: &dyn Fn(std::io::Error, &'static str, &Path) -> InstallError,
+) -> Result<(), InstallError> {
+    let text = serde_json::to_string_pretty(stamp).expect("a stamp serialises") + "\n";
     crate::foundation::fsutil::write_atomic(&tree.join(STAMP), text.as_bytes(), true).map_err(
         |e| match e {
             crate::foundation::fsutil::WriteError::Io { path, source } => {
@@ -931,14 +1015,7 @@ pub fn install(
             },
         },
     )?;
-    std::fs::rename(&tree, &dest).map_err(io("install into", &dest))?;
-    drop(staging);
-    drop(lock);
-    Ok(Done {
-        installed: Installed { dir: dest, stamp },
-        fresh: true,
-        replaced,
-    })
+    Ok(())
 }
 
 /// The include directories of component libraries unpacked into an nvcc tree, relative to
@@ -1040,33 +1117,66 @@ fn fetch(
     // directory's size is the bytes so far. From a wheel directory the total is known too.
     let tmp = staging.join("pip-tmp");
     std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
-    let total = source.wheelhouse.as_ref().map(|dir| {
-        let names: Vec<String> = plan
-            .wheels
-            .iter()
-            .map(|w| {
-                format!("{}-{}-", w.package.replace(['-', '.'], "_"), w.version).to_lowercase()
-            })
-            .collect();
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().to_lowercase();
-                n.ends_with(".whl") && n.contains(arch()) && names.iter().any(|p| n.starts_with(p))
-            })
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .sum::<u64>()
-    });
+    let total = source
+        .wheelhouse
+        .as_ref()
+        .map(|dir| wheelhouse_bytes(plan, dir));
     let cmd = cmd.env("TMPDIR", &tmp).timeout(Duration::from_secs(1800));
+    let result = run_watched(cmd, &tmp, &dl, total, progress);
+    let got = tree_size(&dl);
+    progress.bytes("downloading", got, Some(total.unwrap_or(got).max(got)));
+    result.map_err(|source| {
+        if source.to_string().contains("No space left on device") {
+            InstallError::DiskFull {
+                spec: spec.into(),
+                dir: staging.parent().unwrap_or(staging).to_owned(),
+            }
+        } else {
+            InstallError::Download {
+                spec: spec.into(),
+                what: what.clone(),
+                source: Box::new(source),
+            }
+        }
+    })?;
+    downloaded(plan, &dl)
+}
+
+/// The bytes of the plan's wheels in a wheel directory (this machine's architecture).
+fn wheelhouse_bytes(plan: &Plan, dir: &Path) -> u64 {
+    let names: Vec<String> = plan
+        .wheels
+        .iter()
+        .map(|w| format!("{}-{}-", w.package.replace(['-', '.'], "_"), w.version).to_lowercase())
+        .collect();
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_lowercase();
+            n.ends_with(".whl") && n.contains(arch()) && names.iter().any(|p| n.starts_with(p))
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum::<u64>()
+}
+
+/// Runs pip, telling `progress` the bytes so far: pip writes each wheel into its temporary
+/// directory while it downloads, so that directory's size (and the destination's) is it.
+fn run_watched(
+    cmd: Cmd,
+    tmp: &Path,
+    dl: &Path,
+    total: Option<u64>,
+    progress: &mut dyn Progress,
+) -> Result<crate::foundation::process::Output, ProcessError> {
     let finished = std::sync::atomic::AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
-    let result = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         scope.spawn(|| {
             while !finished.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = tx.send(tree_size(&tmp) + tree_size(&dl));
+                let _ = tx.send(tree_size(tmp) + tree_size(dl));
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
@@ -1089,25 +1199,13 @@ fn fetch(
         }
         finished.store(true, std::sync::atomic::Ordering::Relaxed);
         runner.join().expect("the pip runner does not panic")
-    });
-    let got = tree_size(&dl);
-    progress.bytes("downloading", got, Some(total.unwrap_or(got).max(got)));
-    result.map_err(|source| {
-        if source.to_string().contains("No space left on device") {
-            InstallError::DiskFull {
-                spec: spec.into(),
-                dir: staging.parent().unwrap_or(staging).to_owned(),
-            }
-        } else {
-            InstallError::Download {
-                spec: spec.into(),
-                what: what.clone(),
-                source: Box::new(source),
-            }
-        }
-    })?;
-    let names: Vec<PathBuf> = std::fs::read_dir(&dl)
-        .map_err(io("read", &dl))?
+    })
+}
+
+/// The wheel file pip fetched for each of the plan's wheels.
+fn downloaded(plan: &Plan, dl: &Path) -> Result<Vec<PathBuf>, InstallError> {
+    let names: Vec<PathBuf> = std::fs::read_dir(dl)
+        .map_err(io("read", dl))?
         .flatten()
         .map(|e| e.path())
         .collect();

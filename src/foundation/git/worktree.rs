@@ -149,14 +149,164 @@ impl Stamp {
     }
 }
 
+/// Every file a worktree wrote: its blob, mode and stamp, by path.
+type Written = HashMap<String, (Oid, i32, Stamp)>;
+
 /// A whole-tree scratch checkout kept from use to use (a bisection worker keeps one
-/// across its steps).
+/// across its steps, and a kept one across bisections: [`Worktree::adopt`]).
 pub struct Worktree {
-    dir: crate::foundation::scratch::Scratch,
+    dir: Home,
     /// Every file written, with its blob, mode and stamp.
-    files: HashMap<String, (Oid, i32, Stamp)>,
+    files: Written,
     /// The tree it holds in full, when the last update wrote a whole tree.
     tree: Option<Oid>,
+    /// An update began and did not finish: what is on disk is not what `files` says, so
+    /// nothing is kept for a later process.
+    torn: bool,
+}
+
+/// Where a worktree's files live.
+enum Home {
+    /// A scratch tree, removed when the worktree is dropped.
+    Scratch(crate::foundation::scratch::Scratch),
+    /// A kept tree (`tree/` in it), whose manifest is written when the worktree is dropped.
+    Kept(crate::foundation::scratch::Kept, PathBuf),
+}
+
+impl Home {
+    fn path(&self) -> &Path {
+        match self {
+            Home::Scratch(s) => s.path(),
+            Home::Kept(_, tree) => tree,
+        }
+    }
+}
+
+/// What a kept worktree holds, written when its user is done with it: the tree and every
+/// file written with its stamp. Read back by [`Worktree::adopt`], which trusts none of it
+/// beyond "this is what was written": each file is checked against its stamp before it is
+/// kept, and a path that could leave the tree is refused.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Manifest {
+    schema: u32,
+    tree: String,
+    /// (path, blob, mode, length, mtime ns, ctime ns, inode).
+    files: Vec<(String, String, i32, u64, i64, i64, u64)>,
+}
+
+/// The largest manifest read back (about 150 bytes a file: over a million files).
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+impl Manifest {
+    fn of(tree: Oid, files: &Written) -> Self {
+        let mut files: Vec<_> = files
+            .iter()
+            .map(|(p, (id, mode, st))| {
+                (
+                    p.clone(),
+                    id.to_string(),
+                    *mode,
+                    st.len,
+                    i64::try_from(st.mtime_ns).unwrap_or(i64::MAX),
+                    i64::try_from(st.ctime_ns).unwrap_or(i64::MAX),
+                    st.ino,
+                )
+            })
+            .collect();
+        files.sort();
+        Manifest {
+            schema: 1,
+            tree: tree.to_string(),
+            files,
+        }
+    }
+
+    /// The tree and files, if every path stays inside the tree and every id reads.
+    fn into_state(self) -> Option<(Oid, Written)> {
+        if self.schema != 1 {
+            return None;
+        }
+        let tree = Oid::from_str(&self.tree).ok()?;
+        let mut files = HashMap::with_capacity(self.files.len());
+        for (path, id, mode, len, mtime_ns, ctime_ns, ino) in self.files {
+            let inside = !path.is_empty()
+                && Path::new(&path)
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !inside {
+                return None;
+            }
+            let stamp = Stamp {
+                len,
+                mtime_ns: i128::from(mtime_ns),
+                ctime_ns: i128::from(ctime_ns),
+                ino,
+            };
+            files.insert(path, (Oid::from_str(&id).ok()?, mode, stamp));
+        }
+        Some((tree, files))
+    }
+}
+
+impl Worktree {
+    /// A kept worktree of the store whose scratch space is `scratch` (its `tmp/`), with what
+    /// the last bisection left in it, or `None` when every kept tree is in use. The next
+    /// whole-tree update writes only what differs from the tree it held and what was
+    /// touched since (each file is checked against its stamp: size, times, inode), so a
+    /// second bisection of a large repository does not write every file again. A kept tree
+    /// whose manifest is missing or does not read (its last user was killed mid-update) is
+    /// emptied first. The manifest is removed while the tree is in use and written again
+    /// when the worktree is dropped after a finished update.
+    pub fn adopt(scratch: &Path) -> std::io::Result<Option<Worktree>> {
+        let Some(kept) = crate::foundation::scratch::claim_kept(scratch)? else {
+            return Ok(None);
+        };
+        let tree_dir = kept.dir.join("tree");
+        let manifest_path = kept.dir.join("manifest.json");
+        let state = crate::foundation::fsutil::read_regular(&manifest_path, MAX_MANIFEST_BYTES)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+            .and_then(Manifest::into_state)
+            .filter(|_| std::fs::symlink_metadata(&tree_dir).is_ok_and(|m| m.is_dir()));
+        match std::fs::remove_file(&manifest_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if state.is_none() {
+            match std::fs::symlink_metadata(&tree_dir) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tree_dir)?,
+                Ok(_) => std::fs::remove_file(&tree_dir)?,
+                Err(_) => {}
+            }
+            std::fs::create_dir(&tree_dir)?;
+        }
+        let (tree, files) = state.map_or((None, HashMap::new()), |(t, f)| (Some(t), f));
+        Ok(Some(Worktree {
+            dir: Home::Kept(kept, tree_dir),
+            files,
+            tree,
+            torn: false,
+        }))
+    }
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        if let (Home::Kept(kept, _), Some(tree), false) = (&self.dir, self.tree, self.torn) {
+            let manifest = Manifest::of(tree, &self.files);
+            if let Ok(bytes) = serde_json::to_vec(&manifest) {
+                // A manifest that cannot be written only costs the next bisection a full
+                // write-out: the tree is emptied when it is adopted without one.
+                let _ = crate::foundation::fsutil::write_atomic(
+                    &kept.dir.join("manifest.json"),
+                    &bytes,
+                    true,
+                );
+            }
+        }
+    }
 }
 
 /// What bringing a worktree up to date did.
@@ -172,9 +322,10 @@ impl Worktree {
     /// An empty worktree in `dir`.
     pub fn new(dir: crate::foundation::scratch::Scratch) -> Self {
         Worktree {
-            dir,
+            dir: Home::Scratch(dir),
             files: HashMap::new(),
             tree: None,
+            torn: false,
         }
     }
 
@@ -203,6 +354,9 @@ impl Worktree {
     ) -> Result<Update, CheckoutError> {
         let repo = files.repo();
         let root = self.dir.path().to_path_buf();
+        // A sparse update leaves no whole tree to diff against later.
+        self.tree = None;
+        self.torn = true;
         let want: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
         let mut dirs_wanted: HashSet<&str> = HashSet::new();
         for e in entries {
@@ -271,6 +425,7 @@ impl Worktree {
                 .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
             up.written += 1;
         }
+        self.torn = false;
         Ok(up)
     }
 }
@@ -287,13 +442,6 @@ impl Worktree {
         fetch: &mut dyn FnMut(&[Entry]) -> Result<(), E>,
     ) -> Result<Update, E> {
         let new_id = files.tree_id();
-        let repo = files.repo();
-        let git = |e: git2::Error| {
-            E::from(CheckoutError::Write {
-                path: self.dir.path().display().to_string(),
-                source: std::io::Error::other(e.message().to_string()),
-            })
-        };
         let Some(old_id) = self.tree else {
             let entries = files.all_entries();
             fetch(&self.new_blobs(&entries))?;
@@ -301,79 +449,23 @@ impl Worktree {
             self.tree = Some(new_id);
             return Ok(up);
         };
-        let old_tree = repo.find_tree(old_id).map_err(git)?;
+        let repo = files.repo();
+        let git = |e: git2::Error| {
+            E::from(CheckoutError::Write {
+                path: self.dir.path().display().to_string(),
+                source: std::io::Error::other(e.message().to_string()),
+            })
+        };
         let new_tree = repo.find_tree(new_id).map_err(git)?;
-        let mut changed: Vec<Entry> = Vec::new();
-        let mut removed: Vec<String> = Vec::new();
-        if old_id != new_id {
-            let diff = repo
-                .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
-                .map_err(git)?;
-            for d in diff.deltas() {
-                let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
-                match d.status() {
-                    git2::Delta::Deleted => removed.extend(path(d.old_file())),
-                    git2::Delta::Added | git2::Delta::Modified | git2::Delta::Typechange => {
-                        if let Some(p) = path(d.new_file())
-                            && i32::from(d.new_file().mode()) != 0o160000
-                        {
-                            changed.push(Entry {
-                                path: p,
-                                id: d.new_file().id(),
-                                mode: i32::from(d.new_file().mode()),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // What the last use did to the worktree: files it edited, replaced, created or
-        // deleted. Known files that still look as written stay.
+        let (mut changed, removed) = if old_id == new_id {
+            (Vec::new(), Vec::new())
+        } else {
+            let old_tree = repo.find_tree(old_id).map_err(git)?;
+            tree_changes(repo, &old_tree, &new_tree).map_err(git)?
+        };
+        self.torn = true;
+        let stale = self.stale_files();
         let root = self.dir.path().to_path_buf();
-        let mut stale: Vec<String> = Vec::new();
-        let mut seen = 0usize;
-        for item in walkdir::WalkDir::new(&root)
-            .min_depth(1)
-            .into_iter()
-            .flatten()
-        {
-            if item.file_type().is_dir() {
-                continue;
-            }
-            let Ok(rel) = item.path().strip_prefix(&root) else {
-                continue;
-            };
-            let rel = rel.to_string_lossy();
-            match self.files.get(rel.as_ref()) {
-                Some((_, _, stamp))
-                    if item
-                        .path()
-                        .symlink_metadata()
-                        .is_ok_and(|m| Stamp::of(&m) == *stamp) =>
-                {
-                    seen += 1;
-                }
-                Some(_) => {
-                    seen += 1;
-                    stale.push(rel.into_owned());
-                }
-                None => stale.push(rel.into_owned()),
-            }
-        }
-        if seen < self.files.len() {
-            // The script deleted some: they are written again if the new tree has them.
-            let gone: Vec<String> = self
-                .files
-                .keys()
-                .filter(|p| root.join(p).symlink_metadata().is_err())
-                .cloned()
-                .collect();
-            for p in gone {
-                self.files.remove(&p);
-                stale.push(p);
-            }
-        }
         let mut up = Update::default();
         let io = |path: &Path, source: std::io::Error| {
             E::from(CheckoutError::Write {
@@ -412,31 +504,127 @@ impl Worktree {
         }
         changed.extend(restore);
         fetch(&changed)?;
-        let mut made = HashSet::new();
-        for e in &changed {
-            write_entry(repo, &root, e, &mut made).map_err(E::from)?;
-            let at = root.join(&e.path);
-            let meta = at.symlink_metadata().map_err(|err| io(&at, err))?;
-            self.files
-                .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
-            up.written += 1;
-        }
+        up.written = self.write_all(repo, &changed).map_err(E::from)?;
         if !stale.is_empty() || !removed.is_empty() {
-            // Directories left empty (by a deletion, or made by the script) go too.
-            for item in walkdir::WalkDir::new(&root)
-                .min_depth(1)
-                .contents_first(true)
-                .into_iter()
-                .flatten()
-            {
-                if item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok() {
-                    up.removed += 1;
-                }
-            }
+            up.removed += remove_empty_dirs(&root);
         }
         self.tree = Some(new_id);
+        self.torn = false;
         Ok(up)
     }
+
+    /// What the last use did to the worktree: files it edited, replaced, created or
+    /// deleted (relative paths). Known files that still look as written are not listed.
+    fn stale_files(&mut self) -> Vec<String> {
+        let root = self.dir.path().to_path_buf();
+        let mut stale: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        for item in walkdir::WalkDir::new(&root)
+            .min_depth(1)
+            .into_iter()
+            .flatten()
+        {
+            if item.file_type().is_dir() {
+                continue;
+            }
+            let Ok(rel) = item.path().strip_prefix(&root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy();
+            match self.files.get(rel.as_ref()) {
+                Some((_, _, stamp))
+                    if item
+                        .path()
+                        .symlink_metadata()
+                        .is_ok_and(|m| Stamp::of(&m) == *stamp) =>
+                {
+                    seen.insert(rel.into_owned());
+                }
+                Some(_) => {
+                    seen.insert(rel.to_string());
+                    stale.push(rel.into_owned());
+                }
+                None => stale.push(rel.into_owned()),
+            }
+        }
+        if seen.len() < self.files.len() {
+            // The script deleted some (or replaced a directory by a link, which the walk does
+            // not follow): they are written again if the new tree has them.
+            let gone: Vec<String> = self
+                .files
+                .keys()
+                .filter(|p| !seen.contains(*p))
+                .cloned()
+                .collect();
+            for p in gone {
+                self.files.remove(&p);
+                stale.push(p);
+            }
+        }
+        stale
+    }
+
+    /// Writes `entries` and records what each looks like; returns how many.
+    fn write_all(&mut self, repo: &Repository, entries: &[Entry]) -> Result<usize, CheckoutError> {
+        let root = self.dir.path().to_path_buf();
+        let mut made = HashSet::new();
+        for e in entries {
+            write_entry(repo, &root, e, &mut made)?;
+            let at = root.join(&e.path);
+            let meta = at
+                .symlink_metadata()
+                .map_err(|source| CheckoutError::Write {
+                    path: e.path.clone(),
+                    source,
+                })?;
+            self.files
+                .insert(e.path.clone(), (e.id, e.mode, Stamp::of(&meta)));
+        }
+        Ok(entries.len())
+    }
+}
+
+/// The files that differ between two trees: (added or changed, removed). Submodules
+/// (gitlinks) are not files and are left out, as a checkout without `--recurse-submodules`
+/// leaves them.
+fn tree_changes(
+    repo: &Repository,
+    old: &git2::Tree,
+    new: &git2::Tree,
+) -> Result<(Vec<Entry>, Vec<String>), git2::Error> {
+    let mut changed: Vec<Entry> = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    let diff = repo.diff_tree_to_tree(Some(old), Some(new), None)?;
+    for d in diff.deltas() {
+        let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
+        match d.status() {
+            git2::Delta::Deleted => removed.extend(path(d.old_file())),
+            git2::Delta::Added | git2::Delta::Modified | git2::Delta::Typechange => {
+                if let Some(p) = path(d.new_file())
+                    && i32::from(d.new_file().mode()) != 0o160000
+                {
+                    changed.push(Entry {
+                        path: p,
+                        id: d.new_file().id(),
+                        mode: i32::from(d.new_file().mode()),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((changed, removed))
+}
+
+/// Removes directories left empty (by a deletion, or made by a script); returns how many.
+fn remove_empty_dirs(root: &Path) -> usize {
+    walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .contents_first(true)
+        .into_iter()
+        .flatten()
+        .filter(|item| item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok())
+        .count()
 }
 
 impl CommitFiles<'_> {
@@ -539,6 +727,62 @@ mod tests {
         // Nothing changed: nothing written.
         let up = wt.update(&fb, &fb.all_entries()).unwrap();
         assert_eq!(up, Update::default());
+    }
+
+    #[test]
+    fn a_kept_worktree_is_adopted_and_checked_file_by_file() {
+        let (_d, repo, a, b) = two_commits();
+        let store_tmp = tempfile::tempdir().unwrap();
+        let mut none = |_: &[Entry]| -> Result<(), CheckoutError> { Ok(()) };
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        let fb = CommitFiles::new(&repo, b).unwrap();
+        let dir = {
+            let mut wt = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+            assert_eq!(wt.update_tree(&fa, &mut none).unwrap().written, 3);
+            // A second user while this one holds it gets another kept tree.
+            let other = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+            assert_ne!(other.path(), wt.path());
+            wt.path().to_path_buf()
+        };
+        // Between uses: an edit, a new file.
+        std::fs::write(dir.join("a/x.txt"), "edited").unwrap();
+        std::fs::write(dir.join("junk"), "junk").unwrap();
+        let mut wt = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+        assert_eq!(wt.path(), dir);
+        let up = wt.update_tree(&fb, &mut none).unwrap();
+        // y changed, z new, x restored; b.txt, junk and the emptied b/ gone: nothing else.
+        assert_eq!(up.written, 3);
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).ok();
+        assert_eq!(read("a/x.txt").as_deref(), Some("1"));
+        assert_eq!(read("a/y.txt").as_deref(), Some("22"));
+        assert_eq!(read("c/z.txt").as_deref(), Some("4"));
+        assert_eq!(read("junk"), None);
+        assert_eq!(read("b.txt"), None);
+        drop(wt);
+        // A torn update (killed) leaves no manifest: the next user starts from empty.
+        std::fs::remove_file(dir.parent().unwrap().join("manifest.json")).unwrap();
+        let mut wt = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+        assert_eq!(std::fs::read_dir(wt.path()).unwrap().count(), 0);
+        assert_eq!(wt.update_tree(&fb, &mut none).unwrap().written, 3);
+    }
+
+    #[test]
+    fn a_manifest_path_that_leaves_the_tree_empties_it() {
+        let (_d, repo, a, _) = two_commits();
+        let store_tmp = tempfile::tempdir().unwrap();
+        let mut none = |_: &[Entry]| -> Result<(), CheckoutError> { Ok(()) };
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        let dir = {
+            let mut wt = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+            wt.update_tree(&fa, &mut none).unwrap();
+            wt.path().to_path_buf()
+        };
+        let manifest = dir.parent().unwrap().join("manifest.json");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(&manifest, text.replacen("a/x.txt", "../../../x.txt", 1)).unwrap();
+        let wt = Worktree::adopt(store_tmp.path()).unwrap().unwrap();
+        assert!(wt.files.is_empty() && wt.tree.is_none());
+        assert_eq!(std::fs::read_dir(wt.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -970,97 +970,13 @@ impl Executor for SlurmExecutor {
         let mut last_log: Option<PathBuf> = None;
         for attempt in 0..=self.opts.retries {
             let tag = format!("{}-{}-{attempt}", req.index, &req.commit.to_string()[..12]);
-            let request_path = self.dir.path().join(format!("{tag}.request.json"));
             let result_path = self.dir.path().join(format!("{tag}.result.json"));
             let log_path = self.dir.path().join(format!("{tag}.log"));
             last_log = Some(log_path.clone());
-            let request = JobRequest {
-                schema: SCHEMA,
-                repo: self.repo.clone(),
-                store: self.store.root().to_path_buf(),
-                plan: self.spec.clone(),
-                index: req.index,
-                commit: req.commit.to_string(),
-                baseline: req.baseline.map(|(i, c)| (i, c.to_string())),
-                newest: self.newest.to_string(),
-                result: result_path.clone(),
-            };
-            let text = serde_json::to_vec_pretty(&request).expect("a request serialises");
-            crate::foundation::fsutil::write_atomic(&request_path, &text, true)
-                .map_err(|error| fatal(JobFailure::Request { error }))?;
-            // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
-            // longer than many steps take); -v makes it say the job's id.
-            let out = Self::srun(&self.placement)
-                .args(["-v", "--ntasks=1"])
-                .args(match self.placement {
-                    // A step takes only its share of the allocation, so that several
-                    // run side by side.
-                    site::Placement::Steps { .. } => &["--exact"][..],
-                    site::Placement::Jobs { .. } => &[][..],
-                })
-                .arg(format!("--job-name={}", self.name))
-                .arg(format!("--chdir={}", self.dir.path().display()))
-                .arg(self.export_arg())
-                .args(self.args.iter().filter(|a| {
-                    match self.placement {
-                        // A step belongs to its allocation's partition, account and QOS.
-                        site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
-                            .iter()
-                            .any(|p| a.starts_with(p)),
-                        site::Placement::Jobs { .. } => true,
-                    }
-                }))
-                .arg(&self.opts.repro)
-                .arg("--store")
-                .arg(self.store.root())
-                .arg("bisect-step")
-                .arg(&request_path)
-                .output()
-                .map_err(|error| fatal(JobFailure::Start { error }))?;
-            let mut log = out.stdout.clone();
-            log.extend_from_slice(&out.stderr);
-            let _ = std::fs::write(&log_path, &log);
-            let job = job_id(&out.stderr_str());
-            let Some(job) = job else {
-                // Not even allocated: the options or the controller; retrying will not help.
-                let stderr = out.stderr_str();
-                let said: Vec<&str> = stderr
-                    .lines()
-                    .filter(|l| l.contains("error"))
-                    .map(str::trim)
-                    .collect();
-                return Err(fatal(JobFailure::NotStarted {
-                    status: crate::foundation::process::describe_status(out.status),
-                    said: said.join("; "),
-                }));
-            };
+            let job = self.submit(req, &tag, &result_path, &log_path, &fatal)?;
             match Self::read_result(&result_path, &job) {
                 Ok(Some(r)) => {
-                    if let Some(e) = r.error {
-                        return Err(e.into_error(&job));
-                    }
-                    let Some(mut step) = r.step else {
-                        return Err(fatal(JobFailure::NoStep { job }));
-                    };
-                    if step.index != req.index || step.commit != req.commit.to_string() {
-                        return Err(fatal(JobFailure::OtherCommit {
-                            job,
-                            commit: step.commit,
-                        }));
-                    }
-                    step.placement = r.placement;
-                    if let Some(place) = &step.placement {
-                        step.by_place.insert(place.clone(), r.samples.clone());
-                    }
-                    step.samples = r.samples;
-                    step.job = self.job_facts(&job).usage;
-                    if !lost.is_empty() {
-                        let note = format!("after {} lost jobs", lost.len());
-                        step.note = Some(match step.note.take() {
-                            Some(n) => format!("{n}; {note}"),
-                            None => note,
-                        });
-                    }
+                    let step = self.accept(req, r, job, &lost, &fatal)?;
                     events(Event::Step(&step));
                     return Ok(step);
                 }
@@ -1102,6 +1018,117 @@ impl Executor for SlurmExecutor {
             .ok()
             .and_then(|r| crate::foundation::git::subject(&r, commit).ok())
             .unwrap_or_default()
+    }
+}
+
+impl SlurmExecutor {
+    /// Writes a step's request and runs its job with srun: the job's id.
+    fn submit(
+        &self,
+        req: &StepRequest,
+        tag: &str,
+        result_path: &Path,
+        log_path: &Path,
+        fatal: &dyn Fn(JobFailure) -> BisectError,
+    ) -> Result<String, BisectError> {
+        let request_path = self.dir.path().join(format!("{tag}.request.json"));
+        let request = JobRequest {
+            schema: SCHEMA,
+            repo: self.repo.clone(),
+            store: self.store.root().to_path_buf(),
+            plan: self.spec.clone(),
+            index: req.index,
+            commit: req.commit.to_string(),
+            baseline: req.baseline.map(|(i, c)| (i, c.to_string())),
+            newest: self.newest.to_string(),
+            result: result_path.to_path_buf(),
+        };
+        let text = serde_json::to_vec_pretty(&request).expect("a request serialises");
+        crate::foundation::fsutil::write_atomic(&request_path, &text, true)
+            .map_err(|error| fatal(JobFailure::Request { error }))?;
+        // srun returns as soon as the job ends (sbatch --wait polls every few seconds,
+        // longer than many steps take); -v makes it say the job's id.
+        let out = Self::srun(&self.placement)
+            .args(["-v", "--ntasks=1"])
+            .args(match self.placement {
+                // A step takes only its share of the allocation, so that several
+                // run side by side.
+                site::Placement::Steps { .. } => &["--exact"][..],
+                site::Placement::Jobs { .. } => &[][..],
+            })
+            .arg(format!("--job-name={}", self.name))
+            .arg(format!("--chdir={}", self.dir.path().display()))
+            .arg(self.export_arg())
+            .args(self.args.iter().filter(|a| {
+                match self.placement {
+                    // A step belongs to its allocation's partition, account and QOS.
+                    site::Placement::Steps { .. } => !["--partition=", "--account=", "--qos="]
+                        .iter()
+                        .any(|p| a.starts_with(p)),
+                    site::Placement::Jobs { .. } => true,
+                }
+            }))
+            .arg(&self.opts.repro)
+            .arg("--store")
+            .arg(self.store.root())
+            .arg("bisect-step")
+            .arg(&request_path)
+            .output()
+            .map_err(|error| fatal(JobFailure::Start { error }))?;
+        let mut log = out.stdout.clone();
+        log.extend_from_slice(&out.stderr);
+        let _ = std::fs::write(log_path, &log);
+        let Some(job) = job_id(&out.stderr_str()) else {
+            // Not even allocated: the options or the controller; retrying will not help.
+            let stderr = out.stderr_str();
+            let said: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.contains("error"))
+                .map(str::trim)
+                .collect();
+            return Err(fatal(JobFailure::NotStarted {
+                status: crate::foundation::process::describe_status(out.status),
+                said: said.join("; "),
+            }));
+        };
+        Ok(job)
+    }
+
+    /// A job's result, checked against its request, as the step.
+    fn accept(
+        &self,
+        req: &StepRequest,
+        r: JobResult,
+        job: String,
+        lost: &[String],
+        fatal: &dyn Fn(JobFailure) -> BisectError,
+    ) -> Result<Step, BisectError> {
+        if let Some(e) = r.error {
+            return Err(e.into_error(&job));
+        }
+        let Some(mut step) = r.step else {
+            return Err(fatal(JobFailure::NoStep { job }));
+        };
+        if step.index != req.index || step.commit != req.commit.to_string() {
+            return Err(fatal(JobFailure::OtherCommit {
+                job,
+                commit: step.commit,
+            }));
+        }
+        step.placement = r.placement;
+        if let Some(place) = &step.placement {
+            step.by_place.insert(place.clone(), r.samples.clone());
+        }
+        step.samples = r.samples;
+        step.job = self.job_facts(&job).usage;
+        if !lost.is_empty() {
+            let note = format!("after {} lost jobs", lost.len());
+            step.note = Some(match step.note.take() {
+                Some(n) => format!("{n}; {note}"),
+                None => note,
+            });
+        }
+        Ok(step)
     }
 }
 
