@@ -5,7 +5,7 @@
 # (a cache hit) set against torch.utils.cpp_extension.load_inline on the same sources.
 #
 # Usage (on the H200 machine, from the repository root, after `cargo build --release`):
-#   PY=python3 REPRO_NVCC=/usr/local/cuda-13.0/bin/nvcc benches/torch_gpu.sh
+#   PY=python3 benches/torch_gpu.sh   (REPRO_NVCC defaults to the nvcc on the PATH, else /usr/local/cuda*/bin/nvcc)
 # PY is the interpreter whose PyTorch (with CUDA) the extension builds against; ninja must
 # be installed for load_inline. Prints a table; exits non-zero if a step fails.
 set -euo pipefail
@@ -13,7 +13,7 @@ src="$(cd "$(dirname "$0")/.." && pwd)"
 repro="${REPRO:-$src/target/release/repro}"
 PY="${PY:-python3}"
 PY="$(command -v "$PY")"
-export REPRO_NVCC="${REPRO_NVCC:-/usr/local/cuda-13.0/bin/nvcc}"
+export REPRO_NVCC="${REPRO_NVCC:-$(command -v nvcc || ls -d /usr/local/cuda*/bin/nvcc 2>/dev/null | tail -1)}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/repro-torch-gpu.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -174,3 +174,49 @@ print(f"{'repro build, cache hit':38} {hit_ms:>10.0f}")
 print(f"{'import of the stored module':38} {load_ms:>10.1f}")
 print(f"{'load_inline, cold (ninja, same sources)':38} {jit_ms:>10.0f}")
 EOF
+
+# Part 4: the same extension benched by repro against SDPA in one command (a Python call
+# in the recipe's [run], checked in [check], both timed with CUDA events and L2 flushed).
+cat >> recipes/attn.toml <<'EOF'
+
+[params]
+n = [512, 2048]
+
+[run]
+function = "attn_ext.attention"
+device = "cuda"
+args = [
+  { name = "q", tensor = "f32", shape = [2, 16, "n", 64], init = "normal" },
+  { name = "k", tensor = "f32", shape = [2, 16, "n", 64], init = "normal" },
+  { name = "v", tensor = "f32", shape = [2, 16, "n", 64], init = "normal" },
+]
+
+[check]
+function = "torch.nn.functional.scaled_dot_product_attention"
+atol = 1e-4
+rtol = 1e-3
+EOF
+git add -A && git -c user.name=b -c user.email=b@b commit -qm "bench against SDPA"
+echo
+echo "== repro bench attn (against SDPA)"
+"$repro" --python "$PY" bench attn --budget 5s
+
+# A generated history with a planted slowdown: the scores are computed SLOW times over,
+# then a neutral commit. A performance bisection must name the planted commit.
+"$PY" - <<'EOF'
+p = "ext/attn_kernel.cu"
+s = open(p).read()
+s = s.replace("    for (int c = 0; c < d; ++c) acc += qi[c] * kb[(size_t)j * d + c];",
+              "    for (int rep = 0; rep < 6; ++rep) { acc = 0.f; for (int c = 0; c < d; ++c) acc += qi[c] * kb[(size_t)j * d + c]; }", 1)
+open(p, "w").write(s)
+EOF
+git -c user.name=b -c user.email=b@b commit -qam "plant a slowdown: scores computed six times"
+echo "// neutral" >> ext/attn.cpp
+git -c user.name=b -c user.email=b@b commit -qam "a neutral change"
+echo
+echo "== repro bisect --mode bench over 3 commits (planted slowdown in HEAD~1)"
+t0=$(ms)
+"$repro" --python "$PY" bisect --recipe attn --good HEAD~2 --bad HEAD --mode bench --param n=2048 --attempts 10 --min-time 100ms | tee "$work/bisect.txt"
+t1=$(ms)
+grep -q "plant a slowdown" "$work/bisect.txt" || { echo "FAILED: the bisection did not name the planted commit"; exit 1; }
+echo "bisection took $(( (t1 - t0) / 1000 )) s"

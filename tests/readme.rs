@@ -957,6 +957,12 @@ const TRANSCRIPTS: &[(&str, Run)] = &[
         ),
     ),
     (
+        "repro --python .venv-2.4/bin/python3 bench attn-bench",
+        Run::Not(
+            "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",
+        ),
+    ),
+    (
         "repro --python .venv-2.4/bin/python3 build attn",
         Run::Not(
             "needs PyTorch in two venvs; tests/torch_cli.rs runs the page's commands as written",

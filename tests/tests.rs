@@ -27,5 +27,6 @@ mod results;
 mod share;
 mod store;
 mod toolchain;
+mod torch_bench_cli;
 mod torch_cli;
 mod trust_exec;

@@ -1,6 +1,8 @@
 //! `repro bench RECIPE` (check, then time a kernel on the GPU) and `repro bench --command`
 //! (time any command, or read a metric from its output, over separate processes).
 
+pub mod pybench;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -256,7 +258,7 @@ fn bench_recipe(a: &Args, root: &std::path::Path) -> anyhow::Result<recipe::Reci
         .as_deref()
         .expect("clap requires a recipe without --command");
     let mut r = recipe::load(root, name)?;
-    if r.sections.run.is_none() {
+    if r.sections.run.is_none() && r.sections.call.is_none() {
         return Err(UserError::usage(format!(
             "recipe `{}` has no [run] section, so there is nothing to launch",
             r.name
@@ -271,6 +273,10 @@ fn bench_recipe(a: &Args, root: &std::path::Path) -> anyhow::Result<recipe::Reci
         ))
         .hint("give a duration (`--warmup 200ms`); a count of runs is for --command")
         .into());
+    }
+    if r.sections.call.is_some() {
+        // A Python call: resolved and run by `pybench` (no kernel launch to resolve).
+        return Ok(r);
     }
     // Resolve every point once before building, with no module to read symbols from, so that
     // a recipe's own mistakes are reported even on a machine without a compiler.
@@ -420,7 +426,20 @@ fn recipe_bench(
         });
         laps = now;
     };
-    let r = pick_target(g, a, fp, bench_recipe(a, root)?)?;
+    let r = bench_recipe(a, root)?;
+    if r.sections.call.is_some() {
+        let base = |key: String, name: String| bench::base_record(fp, root, key, name, "us");
+        let o = crate::app::bench::pybench::CallOptions {
+            settings: settings(a),
+            check_only: a.check_only,
+            time_anyway: a.time_anyway,
+            timeout: a.timeout,
+            toolchain: a.toolchain.clone(),
+            base: &base,
+        };
+        return crate::app::bench::pybench::run(g, root, fp, store, &r, &o);
+    }
+    let r = pick_target(g, a, fp, r)?;
     let (built, module) = build_module(g, a, root, store, &r)?;
     lap("build", timed);
     let points = points(a, &r, &built, &module)?;
@@ -614,6 +633,9 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
     line.push_str(&format!("  id {}\n", keys::short(id)));
     if let Some(r) = roofline {
         line.push_str(&format!("  {r}\n"));
+    }
+    if let Some(py) = &rec.python {
+        line.push_str(&crate::app::bench::pybench::render(py));
     }
     if let Some(d) = &rec.detail {
         line.push_str(&format!("  {} {d}\n", style.warn("detail:")));

@@ -462,6 +462,7 @@ fn plan(
         keep_going: a.keep_going,
         devices: a.devices.clone(),
         pins: g.pins()?,
+        python: g.python.clone(),
     })
 }
 

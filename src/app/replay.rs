@@ -41,6 +41,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         threshold: a.threshold,
         allow_commands: a.allow_commands,
         quiet: g.quiet || g.json,
+        python: g.python.as_deref(),
     };
     let say = |m: &str| {
         if !g.quiet && !g.json {

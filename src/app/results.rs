@@ -321,6 +321,11 @@ fn show_result(
         let ids: Vec<&str> = profiles.iter().map(|p| keys::short(p)).collect();
         t.row(["profiles".to_string(), ids.join(" ")]);
     }
+    if let Some(py) = &r.python {
+        for row in crate::app::bench::pybench::show_rows(py) {
+            t.row(row);
+        }
+    }
     if let Some(l) = &r.launch {
         t.row([
             "launch".to_string(),

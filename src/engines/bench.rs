@@ -336,7 +336,7 @@ fn launch(
 /// child tries to allocate it.
 pub const DEFAULT_MAX_BUFFER_BYTES: u64 = 256 << 30;
 
-fn max_buffer_bytes() -> u64 {
+pub(crate) fn max_buffer_bytes() -> u64 {
     std::env::var("REPRO_MAX_BUFFER_BYTES")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -572,7 +572,14 @@ pub fn verdict(report: &Report) -> (ResultVerdict, Option<String>) {
         };
         return (v, Some(e.to_string()));
     }
-    if let Some(checks) = &report.check
+    check_verdict(report.check.as_deref())
+}
+
+/// The verdict of output checks: wrong, naming the first output outside its tolerance.
+pub fn check_verdict(
+    check: Option<&[crate::foundation::records::OutputCheck]>,
+) -> (ResultVerdict, Option<String>) {
+    if let Some(checks) = check
         && let Some(bad) = checks.iter().find(|c| c.mismatches > 0)
     {
         let first = bad

@@ -530,6 +530,10 @@ fn put_records(files: &mut Files, store: &Store, contents: &Contents) -> Result<
             format!("results/{id}.json"),
             (pretty(records::to_json(r)), false),
         );
+        // A Python call's result: the environment it ran in, as pip can recreate it.
+        if let Some(list) = r.python.as_ref().and(python_requirements(&r.fingerprint)) {
+            files.insert(format!("python/{id}.txt"), (list.into_bytes(), false));
+        }
     }
     for (id, p) in &contents.profiles {
         files.insert(
@@ -685,6 +689,16 @@ pub fn svg(rows: &[Row]) -> String {
 pub fn readme(contents: &Contents, bundle_name: &str) -> String {
     let mut s = String::new();
     readme_intro(&mut s, bundle_name);
+    if contents
+        .results
+        .iter()
+        .any(|(_, r)| r.python.is_some() && python_requirements(&r.fingerprint).is_some())
+    {
+        let _ = writeln!(
+            s,
+            "- Python: `python/ID.txt` lists every distribution installed where result ID ran;\n  `python -m pip install -r python/ID.txt` in a fresh virtual environment recreates it.\n"
+        );
+    }
     if !contents.results.is_empty() {
         readme_claims(&mut s, contents, bundle_name);
     }
@@ -820,6 +834,32 @@ fn readme_builds(s: &mut String, contents: &Contents, bundle_name: &str) {
         );
     }
     let _ = writeln!(s);
+}
+
+/// The Python environment a result ran in, as pip's requirements (`NAME==VERSION`, one a
+/// line, sorted), from its fingerprint's `python.dist`: `pip install -r` recreates it.
+/// Entries whose name or version holds anything but the characters of Python package names
+/// and versions are left out (a fingerprint is another machine's file).
+pub fn python_requirements(fingerprint: &serde_json::Value) -> Option<String> {
+    let dists = fingerprint.get("python")?.get("dist")?.as_object()?;
+    let safe = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 100
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '!'))
+    };
+    let mut lines: Vec<String> = dists
+        .iter()
+        .filter_map(|(name, v)| {
+            let v = v.as_str()?;
+            (safe(name) && safe(v)).then(|| format!("{name}=={v}"))
+        })
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    lines.sort();
+    Some(lines.join("\n") + "\n")
 }
 
 impl crate::foundation::error::Diagnose for BundleError {

@@ -17,6 +17,7 @@ pub mod init;
 pub mod lockfile;
 pub mod nvbench;
 pub mod profile;
+pub mod pyrun;
 pub mod replay;
 pub mod roofline;
 pub mod share;

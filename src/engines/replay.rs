@@ -10,7 +10,7 @@
 //! manifest and each record is validated, and a bundle's command recipe runs only with
 //! explicit consent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -47,6 +47,8 @@ pub struct Request<'a> {
     pub allow_commands: bool,
     /// No progress bar.
     pub quiet: bool,
+    /// `--python`: the interpreter of torch-extension rebuilds and Python calls.
+    pub python: Option<&'a Path>,
 }
 
 /// Whether the replayed record is a result or a build.
@@ -788,11 +790,139 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let (id, kind, rec) = choose(&origin.records, req.id)?;
     let (id, kind) = (id.as_str(), *kind);
     let (result, build_rec) = records_of(&origin, req.store, kind, id, rec)?;
+    let (recipe_name, commit) = name_and_commit(kind, id, result.as_ref(), build_rec.as_ref())?;
+
+    // The tree: from the bundle, or materialised from the repository's object database.
+    let checkout = tempdir()?;
+    let root = tree(&origin, &commit, req, &checkout)?;
+
+    // Before anything runs: the recipe and the source files must be exactly those the
+    // build record hashed, and a command recipe from a bundle needs explicit consent.
+    let r = replay_recipe(&root, &recipe_name, build_rec.as_ref()).map_err(|source| {
+        ReplayError::Recipe {
+            name: recipe_name.clone(),
+            commit: commit.clone(),
+            source: Box::new(source),
+        }
+    })?;
+    check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
+    // What a rebuild would run of the recipe's own choosing: a command, or a torch
+    // extension (its free-form compiler options, its `setup.py`, and the import of the
+    // module it builds all run a stranger's code). From a bundle, only with consent.
+    consent(&r, origin.sources.is_some(), req, &recipe_name, say)?;
+
+    // The toolchain: the rebuild below resolves it from the recorded tree's pins as every
+    // command does, and installs a pinned one that is missing (unless REPRO_OFFLINE).
+    let cfg = crate::foundation::config::load(&root)?;
+    // The environment: by the policy of the recorded tree's lockfile for the recorded GPU
+    // when there is one, else against the recorded fingerprint's must-match fields.
+    let (environment, gpu_here) = environment_diffs(&root, result.as_ref(), req.python);
+
+    // Rebuild from scratch (a fresh store: the compiler really runs) and compare bytes.
+    let scratch = tempdir()?;
+    let fresh = Store::at(scratch.path().join("store"));
+    let opts = Options {
+        // The recreated tree is scratch: no project is noted as using the toolchain.
+        pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
+        python: req.python.map(Path::to_path_buf),
+        ..Options::default()
+    };
+    let rebuilt =
+        build::build(&root, &fresh, &r, &opts).map_err(|source| ReplayError::Rebuild {
+            name: recipe_name.clone(),
+            source,
+        })?;
+    let artifacts = artifact_checks(build_rec.as_ref(), result.as_ref(), &rebuilt);
+    let identical = rebuilt.status == "ok" && artifacts.iter().all(ArtifactCheck::identical);
+    let rebuilt_rec = fresh
+        .get_record(records::BUILDS, &rebuilt.key)?
+        .and_then(|v| BuildRecord::from_json(&v, &rebuilt.key).ok());
+    let explain = match (&build_rec, rebuilt_rec) {
+        (Some(old), Some(new)) if !identical => old.inputs.explain(&new.inputs),
+        _ => Vec::new(),
+    };
+
+    // Timing, where the record has samples and what they ran on is here.
+    let (timing, note) = match result.as_ref().filter(|r| r.samples.len() >= 2) {
+        Some(r) if identical => retime_any(r, id, &rebuilt, &root, req, gpu_here)?,
+        Some(r) if r.python.is_none() && !gpu_here => (None, Some(NO_GPU.to_string())),
+        _ => (None, None),
+    };
+    let verdict = Verdict::from_checks(
+        &artifacts,
+        identical,
+        &environment,
+        timing.as_ref(),
+        note.as_deref(),
+    );
+    Ok(Replay {
+        id: id.to_string(),
+        kind,
+        commit,
+        recipe: recipe_name,
+        verdict,
+        artifacts,
+        explain,
+        environment,
+        timing,
+        note,
+    })
+}
+
+/// Each recorded output against the rebuilt one of the same name.
+fn artifact_checks(
+    build_rec: Option<&BuildRecord>,
+    result: Option<&ResultRecord>,
+    rebuilt: &build::Outcome,
+) -> Vec<ArtifactCheck> {
+    let recorded_outputs: Vec<(String, String)> = match build_rec {
+        Some(b) => b
+            .outputs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.sha256.clone()))
+            .collect(),
+        // No build record: the result's digest of the module its bench loaded. It is held
+        // to the rebuilt output with that digest, else to the one `repro bench` loads (the
+        // cubin, else the PTX).
+        None => result
+            .and_then(|r| r.artifact.clone())
+            .map(|a| {
+                let name = rebuilt
+                    .outputs
+                    .iter()
+                    .find(|(_, o)| o.sha256 == a)
+                    .map(|(k, _)| k.clone())
+                    .or_else(|| {
+                        ["cubin", "ptx"]
+                            .into_iter()
+                            .find(|k| rebuilt.outputs.contains_key(*k))
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_else(|| "cubin".to_string());
+                vec![(name, a)]
+            })
+            .unwrap_or_default(),
+    };
+    recorded_outputs
+        .into_iter()
+        .map(|(output, recorded)| ArtifactCheck {
+            rebuilt: rebuilt.outputs.get(&output).map(|o| o.sha256.clone()),
+            output,
+            recorded,
+        })
+        .collect()
+}
+
+/// The record's recipe and commit; a record of a dirty tree cannot be replayed.
+fn name_and_commit(
+    kind: RecordKind,
+    id: &str,
+    result: Option<&ResultRecord>,
+    build_rec: Option<&BuildRecord>,
+) -> Result<(String, String), ReplayError> {
     let dirty = [
-        result
-            .as_ref()
-            .and_then(|r| r.dirty.then(|| "unknown".to_string())),
-        build_rec.as_ref().and_then(|b| b.dirty.clone()),
+        result.and_then(|r| r.dirty.then(|| "unknown".to_string())),
+        build_rec.and_then(|b| b.dirty.clone()),
     ];
     if let Some(digest) = dirty.into_iter().flatten().next() {
         return Err(BundleError::Dirty {
@@ -801,20 +931,30 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         }
         .into());
     }
-    let recipe_name = match (&result, &build_rec) {
+    let recipe_name = match (result, build_rec) {
         (Some(r), _) => r.recipe.clone(),
-        (None, b) => b.as_ref().map(|b| b.recipe.clone()),
+        (None, b) => b.map(|b| b.recipe.clone()),
     }
     .ok_or(ReplayError::NoRecipe)?;
-    let commit = match (&result, &build_rec) {
+    let commit = match (result, build_rec) {
         (Some(r), _) => r.commit.clone(),
-        (None, b) => b.as_ref().and_then(|b| b.commit.clone()),
+        (None, b) => b.and_then(|b| b.commit.clone()),
     }
     .ok_or(ReplayError::NoCommit)?;
 
-    // The tree: from the bundle, or materialised from the repository's object database.
-    let checkout = tempdir()?;
-    let root: PathBuf = match &origin.sources {
+    Ok((recipe_name, commit))
+}
+
+/// The recorded commit's tree: from the bundle, or materialised from the repository's
+/// object database into `checkout`.
+fn tree(
+    origin: &Origin,
+    commit: &str,
+    req: &Request,
+    checkout: &tempfile::TempDir,
+) -> Result<PathBuf, ReplayError> {
+    let commit = commit.to_string();
+    Ok(match &origin.sources {
         Some(src) => {
             // The commit comes from a record: only a commit ID ever becomes a path.
             let is_id = matches!(commit.len(), 40 | 64)
@@ -845,21 +985,20 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
                 })?;
             checkout.path().to_path_buf()
         }
-    };
+    })
+}
 
-    // Before anything runs: the recipe and the source files must be exactly those the
-    // build record hashed, and a command recipe from a bundle needs explicit consent.
-    let r = replay_recipe(&root, &recipe_name, build_rec.as_ref()).map_err(|source| {
-        ReplayError::Recipe {
-            name: recipe_name.clone(),
-            commit: commit.clone(),
-            source: Box::new(source),
-        }
-    })?;
-    check_sources(&root, &r, build_rec.as_ref(), origin.sources.is_some())?;
-    // What a rebuild would run of the recipe's own choosing: a command, or a torch
-    // extension (its free-form compiler options, its `setup.py`, and the import of the
-    // module it builds all run a stranger's code). From a bundle, only with consent.
+/// What a rebuild would run of the recipe's own choosing: a command, or a torch extension
+/// (its free-form compiler options, its `setup.py`, and the import of the module it builds
+/// all run a stranger's code; so does a Python call's re-timing). From a bundle, only with
+/// consent.
+fn consent(
+    r: &recipe::Recipe,
+    from_bundle: bool,
+    req: &Request,
+    recipe_name: &str,
+    say: &dyn Fn(&str),
+) -> Result<(), ReplayError> {
     let runs = match &r.build {
         recipe::Build::Command(c) => Some(
             crate::foundation::process::Cmd::new(&c.argv[0])
@@ -878,9 +1017,9 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         _ => None,
     };
     if let Some(argv) = runs {
-        if origin.sources.is_some() && !req.allow_commands {
+        if from_bundle && !req.allow_commands {
             return Err(ReplayError::CommandNeedsConsent {
-                recipe: recipe_name,
+                recipe: recipe_name.to_string(),
                 argv: sanitize(&argv),
             });
         }
@@ -889,28 +1028,32 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
             sanitize(&argv)
         ));
     }
+    Ok(())
+}
 
-    // The toolchain: the rebuild below resolves it from the recorded tree's pins as every
-    // command does, and installs a pinned one that is missing (unless REPRO_OFFLINE).
-    let cfg = crate::foundation::config::load(&root)?;
-    // The environment: by the policy of the recorded tree's lockfile for the recorded GPU
-    // when there is one, else against the recorded fingerprint's must-match fields.
+/// How this machine differs from the recorded one: by the policy of the recorded tree's
+/// lockfile for the recorded GPU when there is one, else by the recorded fingerprint's
+/// must-match fields; and whether a GPU is here to re-time on.
+fn environment_diffs(
+    root: &Path,
+    result: Option<&ResultRecord>,
+    python: Option<&Path>,
+) -> (Vec<EnvDiff>, bool) {
     let live = fingerprint::capture(
         &Context {
-            cwd: root.clone(),
+            cwd: root.to_path_buf(),
             fresh: false,
-            python: None,
+            python: python.map(Path::to_path_buf),
         },
         &Demand::all(),
     );
     let mut environment = Vec::new();
     let mut gpu_here = live.get("gpu.count").value().is_some();
     if let Some(fp) = result
-        .as_ref()
         .map(|r| &r.fingerprint)
         .filter(|f| f.is_object())
         .and_then(|f| Fingerprint::from_json(f).ok())
-        && !lock_policy(&root, &fp, &live, &mut environment, &mut gpu_here)
+        && !lock_policy(root, &fp, &live, &mut environment, &mut gpu_here)
     {
         let (was, now) = (bench::must_match(&fp), bench::must_match(&live));
         for (k, v) in was.as_object().into_iter().flatten() {
@@ -930,103 +1073,40 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
             }
         }
     }
+    (environment, gpu_here)
+}
 
-    // Rebuild from scratch (a fresh store: the compiler really runs) and compare bytes.
-    let scratch = tempdir()?;
-    let fresh = Store::at(scratch.path().join("store"));
-    let opts = Options {
-        // The recreated tree is scratch: no project is noted as using the toolchain.
-        pins: Some(crate::engines::toolchain::Pins::of(&cfg.toolchain)),
-        ..Options::default()
-    };
-    let rebuilt =
-        build::build(&root, &fresh, &r, &opts).map_err(|source| ReplayError::Rebuild {
-            name: recipe_name.clone(),
-            source,
-        })?;
-    let recorded_outputs: Vec<(String, String)> = match &build_rec {
-        Some(b) => b
-            .outputs
-            .iter()
-            .map(|(k, v)| (k.clone(), v.sha256.clone()))
-            .collect(),
-        // No build record: the result's digest of the module its bench loaded. It is held
-        // to the rebuilt output with that digest, else to the one `repro bench` loads (the
-        // cubin, else the PTX).
-        None => result
-            .as_ref()
-            .and_then(|r| r.artifact.clone())
-            .map(|a| {
-                let name = rebuilt
-                    .outputs
-                    .iter()
-                    .find(|(_, o)| o.sha256 == a)
-                    .map(|(k, _)| k.clone())
-                    .or_else(|| {
-                        ["cubin", "ptx"]
-                            .into_iter()
-                            .find(|k| rebuilt.outputs.contains_key(*k))
-                            .map(str::to_string)
-                    })
-                    .unwrap_or_else(|| "cubin".to_string());
-                vec![(name, a)]
-            })
-            .unwrap_or_default(),
-    };
-    let artifacts: Vec<ArtifactCheck> = recorded_outputs
-        .into_iter()
-        .map(|(output, recorded)| ArtifactCheck {
-            rebuilt: rebuilt.outputs.get(&output).map(|o| o.sha256.clone()),
-            output,
-            recorded,
-        })
-        .collect();
-    let identical = rebuilt.status == "ok" && artifacts.iter().all(ArtifactCheck::identical);
-    let rebuilt_rec = fresh
-        .get_record(records::BUILDS, &rebuilt.key)?
-        .and_then(|v| BuildRecord::from_json(&v, &rebuilt.key).ok());
-    let explain = match (&build_rec, rebuilt_rec) {
-        (Some(old), Some(new)) if !identical => old.inputs.explain(&new.inputs),
-        _ => Vec::new(),
-    };
+const NO_GPU: &str = "no GPU here: the build was replayed, the timing was not";
 
-    // Timing, where a GPU is here and the record has samples.
-    let mut timing = None;
-    let mut note = None;
-    if let Some(r) = result.as_ref().filter(|r| r.samples.len() >= 2) {
-        if !gpu_here {
-            note = Some("no GPU here: the build was replayed, the timing was not".to_string());
-        } else if identical {
+/// Re-times a result whose rebuild is identical: a kernel on the GPU, or a Python call in
+/// this environment's interpreter (on the CPU even without a GPU).
+fn retime_any(
+    r: &ResultRecord,
+    id: &str,
+    rebuilt: &build::Outcome,
+    root: &Path,
+    req: &Request,
+    gpu_here: bool,
+) -> Result<(Option<TimingCheck>, Option<String>), ReplayError> {
+    let retimed = match &r.python {
+        Some(py) if py.device == "cuda" && !gpu_here => {
+            return Ok((None, Some(NO_GPU.to_string())));
+        }
+        Some(_) => retime_python(r, id, rebuilt, root, req)?,
+        None if !gpu_here => return Ok((None, Some(NO_GPU.to_string()))),
+        None => {
             let module = rebuilt
                 .outputs
                 .get("cubin")
                 .or(rebuilt.outputs.get("ptx"))
                 .map(|o| o.path.clone())
                 .unwrap_or_default();
-            match retime(r, id, module, req.threshold)? {
-                Retimed::Compared(t) => timing = Some(t),
-                Retimed::NoSamples(why) => note = Some(why),
-            }
+            retime(r, id, module, req.threshold)?
         }
-    }
-    let verdict = Verdict::from_checks(
-        &artifacts,
-        identical,
-        &environment,
-        timing.as_ref(),
-        note.as_deref(),
-    );
-    Ok(Replay {
-        id: id.to_string(),
-        kind,
-        commit,
-        recipe: recipe_name,
-        verdict,
-        artifacts,
-        explain,
-        environment,
-        timing,
-        note,
+    };
+    Ok(match retimed {
+        Retimed::Compared(t) => (Some(t), None),
+        Retimed::NoSamples(why) => (None, Some(why)),
     })
 }
 
@@ -1083,6 +1163,98 @@ fn retime(
             )),
         },
     )
+}
+
+/// Re-times a Python call (the rebuilt torch extension's module on its path) in the
+/// environment's interpreter, with the recorded settings, and compares the samples.
+fn retime_python(
+    r: &ResultRecord,
+    id: &str,
+    rebuilt: &build::Outcome,
+    root: &Path,
+    req: &Request,
+) -> Result<Retimed, ReplayError> {
+    let missing = |what| ReplayError::CannotRetime {
+        id: keys::short(id).to_string(),
+        what,
+    };
+    let settings = r.settings.clone().ok_or_else(|| missing("settings"))?;
+    let recipe = replay_recipe(root, r.recipe.as_deref().unwrap_or_default(), None)
+        .map_err(|_| missing("the recipe"))?;
+    let (Some(call), recipe::Build::TorchExtension(t)) = (&recipe.sections.call, &recipe.build)
+    else {
+        return Err(missing("a Python call in the recipe"));
+    };
+    let env = build::torch::environment(&recipe.name, req.python, root, t).map_err(|source| {
+        ReplayError::Rebuild {
+            name: recipe.name.clone(),
+            source,
+        }
+    })?;
+    let dir = tempdir()?;
+    for (name, out) in &rebuilt.outputs {
+        std::fs::copy(&out.path, dir.path().join(name)).map_err(|source| ReplayError::Io {
+            what: format!("failed to copy the rebuilt module {name}"),
+            source,
+        })?;
+    }
+    let params: BTreeMap<String, crate::foundation::expr::Value> = r
+        .params
+        .iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Number(n) if n.is_i64() => crate::foundation::expr::Value::Int(n.as_i64()?),
+                Value::Number(n) => crate::foundation::expr::Value::Float(n.as_f64()?),
+                _ => return None,
+            };
+            Some((k.clone(), v))
+        })
+        .collect();
+    let args =
+        crate::engines::pyrun::resolve_args(call, &params).map_err(|_| missing("arguments"))?;
+    let job = crate::engines::pyrun::Job {
+        schema: crate::engines::pyrun::SCHEMA,
+        function: call.function.clone(),
+        reference: None,
+        device: call.device,
+        cuda_device: settings.device,
+        module_dir: Some(dir.path().display().to_string()),
+        args,
+        timing: bench::timing(&settings),
+        check_only: false,
+        time_anyway: false,
+    };
+    let samples = match crate::engines::pyrun::run(
+        &env.located.interpreter,
+        &job,
+        std::time::Duration::from_secs(300),
+    ) {
+        Ok(rep) => rep.function.map(|f| f.samples_us).unwrap_or_default(),
+        Err(e) => {
+            return Ok(Retimed::NoSamples(format!(
+                "the Python call did not run: {e}"
+            )));
+        }
+    };
+    Ok(compared(&r.samples, samples, req.threshold))
+}
+
+/// The recorded samples against the re-run's.
+fn compared(recorded: &[f64], samples: Vec<f64>, threshold: f64) -> Retimed {
+    match crate::foundation::stats::compare(recorded, &samples, 0.01, threshold, 17) {
+        Some(c) => {
+            let ci = (c.ratio_ci_low, c.ratio_ci_high);
+            Retimed::Compared(TimingCheck {
+                ratio: c.ratio,
+                ratio_ci: ci,
+                p: c.p,
+                verdict: TimingVerdict::judge(c.p, c.ratio, ci, threshold),
+                threshold,
+                samples: samples.len(),
+            })
+        }
+        None => Retimed::NoSamples("the re-run gave no usable samples".into()),
+    }
 }
 
 impl Replay {

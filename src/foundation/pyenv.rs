@@ -528,7 +528,12 @@ fn torch_of(dir: PathBuf, dists: &BTreeMap<String, String>) -> Torch {
         .or_else(|| dists.get("torch").cloned())
         .unwrap_or_else(|| "unknown".into());
     let cmake = read_bounded(&dir.join("share/cmake/Torch/TorchConfig.cmake"), 256 * 1024);
-    let cxx11_abi = cmake.as_deref().and_then(cxx11_abi_flag);
+    // Newer wheels (built with the C++11 ABI only) no longer state it in TorchConfig.cmake;
+    // then the mangled names libc10 exports say it.
+    let cxx11_abi = cmake
+        .as_deref()
+        .and_then(cxx11_abi_flag)
+        .or_else(|| cxx11_abi_of_library(&dir.join("lib/libc10.so")));
     let cudnn = dists
         .iter()
         .find(|(n, _)| n.starts_with("nvidia-cudnn-cu"))
@@ -569,6 +574,29 @@ fn cxx11_abi_flag(cmake: &str) -> Option<bool> {
         '1' => Some(true),
         _ => None,
     }
+}
+
+/// Whether a C++ library was built with the C++11 ABI, from the names it exports: functions
+/// taking `std::string` mangle it as `std::__cxx11::basic_string` under the new ABI and as
+/// `Ss` under the old one. `None` for a file that is not a readable ELF library or exports
+/// no C++ function that names either.
+pub fn cxx11_abi_of_library(path: &Path) -> Option<bool> {
+    let syms = crate::foundation::solib::dynamic_symbols(path).ok()?;
+    let cxx = || syms.defined.iter().filter(|n| n.starts_with("_Z"));
+    if cxx().any(|n| n.contains("St7__cxx11")) {
+        return Some(true);
+    }
+    // Old-ABI std::string is the abbreviation `Ss`, which demangles to `std::string`
+    // (new-ABI names demangle to `std::__cxx11::basic_string<...>`). Checking the first
+    // few thousand C++ names is enough: a C++ library passes strings everywhere.
+    let old = cxx().take(20_000).any(|n| {
+        n.contains("Ss")
+            && cpp_demangle::Symbol::new(n.as_bytes())
+                .ok()
+                .and_then(|s| s.demangle().ok())
+                .is_some_and(|d| d.contains("std::string"))
+    });
+    old.then_some(false)
 }
 
 /// The major version of a `libcudnn.so.N` bundled in torch/lib.

@@ -703,6 +703,57 @@ pub struct ResultRecord {
     /// Command benches: each run's exit code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_codes: Option<Vec<i32>>,
+    /// Python-call benches (`[run] function`): the call, its reference's timing, the speedup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PyCall>,
+}
+
+/// A Python call timed against its reference (`[run] function` in a torch-extension recipe).
+/// The record's own `samples` are the function's; the reference's are here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PyCall {
+    /// `module.function` timed.
+    pub function: String,
+    /// `module.function` it was checked against and timed beside, if any.
+    pub reference: Option<String>,
+    /// "cuda" or "cpu".
+    pub device: String,
+    /// The device's name as PyTorch gives it ("cpu" on the CPU).
+    pub device_name: String,
+    /// The interpreter that ran it.
+    pub interpreter: String,
+    /// PyTorch's version in that interpreter.
+    pub torch: String,
+    /// How samples were timed ("cuda-events", "cpu-wall-clock (time.perf_counter_ns)").
+    pub timer: Option<String>,
+    /// Bytes overwritten before each sample (0 in hot mode).
+    pub flush_bytes: u64,
+    /// Warm-up calls of the function before its samples.
+    pub warmup_calls: Option<u64>,
+    /// The reference's samples (us).
+    pub reference_samples: Vec<f64>,
+    /// Their summary.
+    pub reference_summary: Option<Summary>,
+    /// Whether the reference's timing met the noise target.
+    pub reference_converged: bool,
+    /// The function's speed relative to the reference's (reference median / function
+    /// median: above 1 is faster than the reference).
+    pub speedup: Option<Speedup>,
+}
+
+/// A ratio of medians with its bootstrap interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Speedup {
+    /// Reference median / function median.
+    pub ratio: f64,
+    /// Lower end of the interval.
+    pub low: f64,
+    /// Upper end of the interval.
+    pub high: f64,
+    /// Its confidence level (0.95).
+    pub level: f64,
 }
 
 impl ResultRecord {
@@ -780,6 +831,7 @@ impl ResultRecord {
             user_s: None,
             system_s: None,
             exit_codes: None,
+            python: None,
         }
     }
 

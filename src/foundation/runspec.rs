@@ -30,6 +30,8 @@
 //! Parsing keeps spans so errors name the file, line, column and key; resolution against
 //! concrete parameter values turns expressions into numbers and names the offending text.
 
+pub mod call;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -214,6 +216,40 @@ pub struct Sections {
     pub check: Option<Check>,
     /// `[work]`.
     pub work: Work,
+    /// `[run] function`: a Python callable and its reference, instead of a kernel.
+    pub call: Option<call::Call>,
+}
+
+impl RawRun {
+    /// The first kernel-only key given (`kernel`, `grid`, `block`, `shared-mem`), if any.
+    pub(crate) fn kernel_parts(&self) -> Option<&'static str> {
+        [
+            ("kernel", self.kernel.is_some()),
+            ("grid", self.grid.is_some()),
+            ("block", self.block.is_some()),
+            ("shared-mem", self.shared_mem.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(k, given)| given.then_some(k))
+    }
+    /// The arguments.
+    pub(crate) fn into_args(self) -> Vec<Spanned<RawArg>> {
+        self.args
+    }
+}
+
+impl RawCheck {
+    /// The first kernel-only key given (`kernel`, `grid`, `block`, `shared-mem`), if any.
+    pub(crate) fn kernel_parts(&self) -> Option<&'static str> {
+        [
+            ("kernel", self.kernel.is_some()),
+            ("grid", self.grid.is_some()),
+            ("block", self.block.is_some()),
+            ("shared-mem", self.shared_mem.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(k, given)| given.then_some(k))
+    }
 }
 
 /// A TOML value that is an expression: a string, or a number.
@@ -229,49 +265,59 @@ pub struct RawDims(pub Spanned<toml::Value>);
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawRun {
-    kernel: Spanned<String>,
-    grid: RawDims,
-    block: RawDims,
+    kernel: Option<Spanned<String>>,
+    grid: Option<RawDims>,
+    block: Option<RawDims>,
     shared_mem: Option<RawExpr>,
     #[serde(default)]
     args: Vec<Spanned<RawArg>>,
+    /// A Python callable instead of a kernel (see [`call`]).
+    pub(crate) function: Option<Spanned<String>>,
+    /// Where a Python call's tensors live: "cuda" (default) or "cpu".
+    pub(crate) device: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct RawArg {
-    name: Spanned<String>,
-    buffer: Option<Spanned<String>>,
-    scalar: Option<Spanned<String>>,
-    count: Option<RawExpr>,
-    value: Option<RawExpr>,
-    init: Option<Spanned<String>>,
-    seed: Option<u64>,
-    low: Option<f64>,
-    high: Option<f64>,
-    mean: Option<f64>,
-    std: Option<f64>,
-    output: Option<bool>,
+pub(crate) struct RawArg {
+    pub(crate) name: Spanned<String>,
+    pub(crate) buffer: Option<Spanned<String>>,
+    /// A tensor of a Python call (with `shape`).
+    pub(crate) tensor: Option<Spanned<String>>,
+    /// A tensor's shape: a list of expressions.
+    pub(crate) shape: Option<Spanned<toml::Value>>,
+    pub(crate) scalar: Option<Spanned<String>>,
+    pub(crate) count: Option<RawExpr>,
+    pub(crate) value: Option<RawExpr>,
+    pub(crate) init: Option<Spanned<String>>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) low: Option<f64>,
+    pub(crate) high: Option<f64>,
+    pub(crate) mean: Option<f64>,
+    pub(crate) std: Option<f64>,
+    pub(crate) output: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawCheck {
-    kernel: Spanned<String>,
-    grid: Option<RawDims>,
-    block: Option<RawDims>,
-    shared_mem: Option<RawExpr>,
-    atol: Option<f64>,
-    rtol: Option<f64>,
+    kernel: Option<Spanned<String>>,
+    /// The reference callable of a Python call.
+    pub(crate) function: Option<Spanned<String>>,
+    pub(crate) grid: Option<RawDims>,
+    pub(crate) block: Option<RawDims>,
+    pub(crate) shared_mem: Option<RawExpr>,
+    pub(crate) atol: Option<f64>,
+    pub(crate) rtol: Option<f64>,
     #[serde(default)]
-    tolerance: BTreeMap<Spanned<String>, RawTolerance>,
+    pub(crate) tolerance: BTreeMap<Spanned<String>, RawTolerance>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawTolerance {
-    atol: Option<f64>,
-    rtol: Option<f64>,
+pub(crate) struct RawTolerance {
+    pub(crate) atol: Option<f64>,
+    pub(crate) rtol: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -367,7 +413,7 @@ pub const DEFAULT_ATOL: f64 = 1e-5;
 /// See [`DEFAULT_ATOL`].
 pub const DEFAULT_RTOL: f64 = 1e-5;
 
-fn expr(
+pub(crate) fn expr(
     raw: &RawExpr,
     what: &str,
     params: &BTreeMap<String, Vec<Value>>,
@@ -445,8 +491,48 @@ fn dims(
 /// Validates the raw sections against the build's entry points.
 /// `src` is the recipe's text, for the line and column that evaluation errors name.
 pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Problem> {
+    let params = validate_params(raw.params)?;
+    let call_run = raw
+        .run
+        .as_ref()
+        .is_some_and(|r| r.get_ref().function.is_some());
+    if call_run {
+        let run = raw.run.expect("checked above");
+        let call = call::validate(run, raw.check, &params, src)?;
+        return Ok(Sections {
+            work: validate_work(raw.work, &params, src)?,
+            params,
+            run: None,
+            check: None,
+            call: Some(call),
+        });
+    }
+    let run = match raw.run {
+        None => None,
+        Some(r) => Some(validate_run(r, entries, &params, src)?),
+    };
+    let check = match (raw.check, &run) {
+        (None, _) => None,
+        (Some(c), None) => {
+            return Err((Some(c.span()), "[check] needs a [run] section".into(), None));
+        }
+        (Some(c), Some(run)) => Some(validate_check(c, run, entries, &params, src)?),
+    };
+    Ok(Sections {
+        work: validate_work(raw.work, &params, src)?,
+        params,
+        run,
+        check,
+        call: None,
+    })
+}
+
+/// `[params]`: numbers or lists of numbers, within the sweep limit.
+fn validate_params(
+    raw: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
+) -> Result<BTreeMap<String, Vec<Value>>, Problem> {
     let mut params = BTreeMap::new();
-    if let Some(p) = raw.params {
+    if let Some(p) = raw {
         let p_span = p.span();
         for (name, v) in p.into_inner() {
             let span = v.span();
@@ -481,269 +567,374 @@ pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Pro
             )
         })?;
     }
-    let entry = |k: &Spanned<String>, section: &str| -> Result<String, Problem> {
-        if entries.contains(k.get_ref()) {
-            Ok(k.get_ref().clone())
-        } else {
-            Err((
-                Some(k.span()),
+    Ok(params)
+}
+
+/// A `[run]` or `[check]` `kernel` must be one of the build's entries.
+fn entry(entries: &[String], k: &Spanned<String>, section: &str) -> Result<String, Problem> {
+    if entries.contains(k.get_ref()) {
+        Ok(k.get_ref().clone())
+    } else {
+        Err((
+            Some(k.span()),
+            format!(
+                "[{section}] `kernel`: `{}` is not one of the build's entries",
+                k.get_ref()
+            ),
+            Some(if entries.is_empty() {
+                "a compile-only recipe (no `entries`) runs nothing: name the kernel in [build] `entries`".to_string()
+            } else {
+                format!("entries: {}", entries.join(", "))
+            }),
+        ))
+    }
+}
+
+/// A required key of a kernel's `[run]` or `[check]`.
+fn required<'a, T>(
+    v: &'a Option<T>,
+    key: &str,
+    span: &std::ops::Range<usize>,
+) -> Result<&'a T, Problem> {
+    v.as_ref().ok_or_else(|| {
+        (
+            Some(span.clone()),
+            format!("{key} is missing"),
+            Some("a kernel's [run] names `kernel`, `grid` and `block`; a Python call's names `function`".into()),
+        )
+    })
+}
+
+/// A kernel's `[run]`: its launch and its arguments.
+fn validate_run(
+    r: Spanned<RawRun>,
+    entries: &[String],
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Run, Problem> {
+    let span = r.span();
+    let r = r.into_inner();
+    if r.device.is_some() {
+        return Err((
+            Some(span),
+            "[run] `device` is for a Python call (`function`), not a kernel".into(),
+            Some("a kernel runs on the GPU that --device names".into()),
+        ));
+    }
+    let launch = Launch {
+        kernel: entry(
+            entries,
+            required(&r.kernel, "[run] `kernel`", &span)?,
+            "run",
+        )?,
+        grid: dims(
+            required(&r.grid, "[run] `grid`", &span)?,
+            "[run] grid",
+            params,
+            src,
+        )?,
+        block: dims(
+            required(&r.block, "[run] `block`", &span)?,
+            "[run] block",
+            params,
+            src,
+        )?,
+        shared_mem: match &r.shared_mem {
+            Some(e) => expr(e, "[run] shared-mem", params, src)?,
+            None => Expr::parse("0").expect("a literal parses"),
+        },
+    };
+    let mut args = Vec::new();
+    for (i, a) in r.args.into_iter().enumerate() {
+        let span = a.span();
+        let a = a.into_inner();
+        let name = a.name.get_ref().clone();
+        if args.iter().any(|x: &Arg| x.name() == name) {
+            return Err((
+                Some(a.name.span()),
+                format!("[run] args: `{name}` is used twice"),
+                None,
+            ));
+        }
+        if a.tensor.is_some() || a.shape.is_some() {
+            return Err((
+                Some(span),
                 format!(
-                    "[{section}] `kernel`: `{}` is not one of the build's entries",
-                    k.get_ref()
+                    "[run] args[{i}] ({name}): `tensor` and `shape` are for a Python call (`function`); a kernel takes `buffer` and `count`"
                 ),
-                Some(if entries.is_empty() {
-                    "a compile-only recipe (no `entries`) runs nothing: name the kernel in [build] `entries`".to_string()
-                } else {
-                    format!("entries: {}", entries.join(", "))
-                }),
-            ))
+                None,
+            ));
         }
-    };
-    let run = match raw.run {
-        None => None,
-        Some(r) => {
-            let r = r.into_inner();
-            let launch = Launch {
-                kernel: entry(&r.kernel, "run")?,
-                grid: dims(&r.grid, "[run] grid", &params, src)?,
-                block: dims(&r.block, "[run] block", &params, src)?,
-                shared_mem: match &r.shared_mem {
-                    Some(e) => expr(e, "[run] shared-mem", &params, src)?,
-                    None => Expr::parse("0").expect("a literal parses"),
-                },
-            };
-            let mut args = Vec::new();
-            for (i, a) in r.args.into_iter().enumerate() {
-                let span = a.span();
-                let a = a.into_inner();
-                let name = a.name.get_ref().clone();
-                if args.iter().any(|x: &Arg| x.name() == name) {
-                    return Err((
-                        Some(a.name.span()),
-                        format!("[run] args: `{name}` is used twice"),
-                        None,
-                    ));
-                }
-                let label = name.clone();
-                let what = |k: &str| format!("[run] args[{i}] ({label}) `{k}`");
-                let arg = match (&a.buffer, &a.scalar) {
-                    (Some(t), None) => {
-                        let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
-                            (
-                                Some(t.span()),
-                                format!("{}: unknown type `{}`", what("buffer"), t.get_ref()),
-                                Some("types: f16, bf16, f32, f64, i32, u32, i64, u64, u8".into()),
-                            )
-                        })?;
-                        let count = a.count.as_ref().ok_or_else(|| {
-                            (
-                                Some(span.clone()),
-                                format!("{} is missing", what("count")),
-                                None,
-                            )
-                        })?;
-                        if a.value.is_some() {
-                            return Err((
-                                Some(span),
-                                format!("{}: a buffer takes `count`, not `value`", what("value")),
-                                None,
-                            ));
-                        }
-                        let init = match a.init.as_ref().map(|s| s.get_ref().as_str()) {
-                            None => None,
-                            Some("zeros") => Some(Init::Zeros),
-                            Some("iota") => Some(Init::Iota),
-                            Some("constant") => Some(Init::Constant {
-                                value: a.mean.or(a.low).unwrap_or(0.0),
-                            }),
-                            Some("uniform") => {
-                                let (low, high) = (a.low.unwrap_or(0.0), a.high.unwrap_or(1.0));
-                                if !(low.is_finite() && high.is_finite() && low <= high) {
-                                    return Err((
-                                        Some(span),
-                                        format!(
-                                            "{}: `low` {low} must not exceed `high` {high}, and both must be finite",
-                                            what("init")
-                                        ),
-                                        None,
-                                    ));
-                                }
-                                Some(Init::Uniform { low, high })
-                            }
-                            Some("normal") => {
-                                let (mean, std) = (a.mean.unwrap_or(0.0), a.std.unwrap_or(1.0));
-                                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
-                                    return Err((
-                                        Some(span),
-                                        format!(
-                                            "{}: `std` {std} must be finite and not negative, `mean` {mean} finite",
-                                            what("init")
-                                        ),
-                                        None,
-                                    ));
-                                }
-                                Some(Init::Normal { mean, std })
-                            }
-                            Some(other) => {
-                                let s = a.init.as_ref().expect("matched Some").span();
-                                return Err((Some(s), format!("{}: unknown init `{other}`", what("init")), Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into())));
-                            }
-                        };
-                        let output = a.output.unwrap_or(false);
-                        if !output && init.is_none() {
-                            return Err((
-                                Some(span),
-                                format!("{}: an input buffer needs an `init`", what("init")),
-                                Some("e.g. init = \"normal\", or output = true".into()),
-                            ));
-                        }
-                        // A fixed seed per argument (its position) unless given: reruns see the same data.
-                        let seed = a.seed.unwrap_or(1000 + i as u64);
-                        Arg::Buffer {
-                            name,
-                            dtype,
-                            count: expr(count, &what("count"), &params, src)?,
-                            init,
-                            seed,
-                            output,
-                        }
-                    }
-                    (None, Some(t)) => {
-                        let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
-                            (
-                                Some(t.span()),
-                                format!("{}: unknown type `{}`", what("scalar"), t.get_ref()),
-                                None,
-                            )
-                        })?;
-                        if dtype == DType::F16 || dtype == DType::Bf16 {
-                            return Err((
-                                Some(t.span()),
-                                format!(
-                                    "{}: half-precision scalars are not supported",
-                                    what("scalar")
-                                ),
-                                Some("pass f32 and convert in the kernel".into()),
-                            ));
-                        }
-                        let value = a.value.as_ref().ok_or_else(|| {
-                            (
-                                Some(span.clone()),
-                                format!("{} is missing", what("value")),
-                                None,
-                            )
-                        })?;
-                        if a.count.is_some() || a.init.is_some() || a.output.is_some() {
-                            return Err((
-                                Some(span),
-                                format!("[run] args[{i}] ({name}): a scalar takes only `value`"),
-                                None,
-                            ));
-                        }
-                        Arg::Scalar {
-                            name,
-                            dtype,
-                            value: expr(value, &what("value"), &params, src)?,
-                        }
-                    }
-                    _ => {
-                        return Err((
-                            Some(span),
-                            format!(
-                                "[run] args[{i}] ({name}): say either `buffer = TYPE` or `scalar = TYPE`"
-                            ),
-                            None,
-                        ));
-                    }
-                };
-                args.push(arg);
-            }
-            Some(Run { launch, args })
-        }
-    };
-    let check = match raw.check {
-        None => None,
-        Some(c) => {
-            let span = c.span();
-            let c = c.into_inner();
-            let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
-                c.tolerance
-                    .values()
-                    .flat_map(|t| [("atol", t.atol), ("rtol", t.rtol)]),
-            );
-            for (key, v) in tolerances {
-                if let Some(v) = v
-                    && !(v.is_finite() && v >= 0.0)
-                {
-                    return Err((
-                        Some(span),
-                        format!(
-                            "[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"
-                        ),
-                        None,
-                    ));
-                }
-            }
-            let Some(run) = &run else {
-                return Err((Some(span), "[check] needs a [run] section".into(), None));
-            };
-            let outputs: Vec<&str> = run
-                .args
-                .iter()
-                .filter_map(|a| match a {
-                    Arg::Buffer {
-                        name, output: true, ..
-                    } => Some(name.as_str()),
-                    _ => None,
-                })
-                .collect();
-            if outputs.is_empty() {
+        let arg = match (&a.buffer, &a.scalar) {
+            (Some(t), None) => buffer_arg(i, &a, t, span, params, src)?,
+            (None, Some(t)) => scalar_arg(i, &a, t, span, params, src)?,
+            _ => {
                 return Err((
                     Some(span),
-                    "[check] has nothing to compare: no argument is `output = true`".into(),
+                    format!(
+                        "[run] args[{i}] ({name}): say either `buffer = TYPE` or `scalar = TYPE`"
+                    ),
                     None,
                 ));
             }
-            let mut per_output = BTreeMap::new();
-            for (name, t) in c.tolerance {
-                if !outputs.contains(&name.get_ref().as_str()) {
-                    return Err((
-                        Some(name.span()),
-                        format!("[check] tolerance: `{}` is not an output", name.get_ref()),
-                        Some(format!("outputs: {}", outputs.join(", "))),
-                    ));
-                }
-                per_output.insert(
-                    name.into_inner(),
-                    (
-                        t.atol.unwrap_or(c.atol.unwrap_or(DEFAULT_ATOL)),
-                        t.rtol.unwrap_or(c.rtol.unwrap_or(DEFAULT_RTOL)),
-                    ),
-                );
-            }
-            Some(Check {
-                launch: Launch {
-                    kernel: entry(&c.kernel, "check")?,
-                    grid: match &c.grid {
-                        Some(g) => dims(g, "[check] grid", &params, src)?,
-                        None => run.launch.grid.clone(),
-                    },
-                    block: match &c.block {
-                        Some(b) => dims(b, "[check] block", &params, src)?,
-                        None => run.launch.block.clone(),
-                    },
-                    shared_mem: match &c.shared_mem {
-                        Some(e) => expr(e, "[check] shared-mem", &params, src)?,
-                        None => run.launch.shared_mem.clone(),
-                    },
-                },
-                atol: c.atol.unwrap_or(DEFAULT_ATOL),
-                rtol: c.rtol.unwrap_or(DEFAULT_RTOL),
-                per_output,
-            })
-        }
+        };
+        args.push(arg);
+    }
+    Ok(Run { launch, args })
+}
+
+/// A `buffer = TYPE` argument of a kernel.
+fn buffer_arg(
+    i: usize,
+    a: &RawArg,
+    t: &Spanned<String>,
+    span: std::ops::Range<usize>,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Arg, Problem> {
+    let name = a.name.get_ref().clone();
+    let what = |k: &str| format!("[run] args[{i}] ({name}) `{k}`");
+    let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
+        (
+            Some(t.span()),
+            format!("{}: unknown type `{}`", what("buffer"), t.get_ref()),
+            Some("types: f16, bf16, f32, f64, i32, u32, i64, u64, u8".into()),
+        )
+    })?;
+    let count = a.count.as_ref().ok_or_else(|| {
+        (
+            Some(span.clone()),
+            format!("{} is missing", what("count")),
+            None,
+        )
+    })?;
+    if a.value.is_some() {
+        return Err((
+            Some(span.clone()),
+            format!("{}: a buffer takes `count`, not `value`", what("value")),
+            None,
+        ));
+    }
+    let init = init_of(a, &span, &what)?;
+    let output = a.output.unwrap_or(false);
+    if !output && init.is_none() {
+        return Err((
+            Some(span.clone()),
+            format!("{}: an input buffer needs an `init`", what("init")),
+            Some("e.g. init = \"normal\", or output = true".into()),
+        ));
+    }
+    // A fixed seed per argument (its position) unless given: reruns see the same data.
+    let seed = a.seed.unwrap_or(1000 + i as u64);
+    let arg = Arg::Buffer {
+        name: name.clone(),
+        dtype,
+        count: expr(count, &what("count"), params, src)?,
+        init,
+        seed,
+        output,
     };
-    let work = match raw.work {
+    Ok(arg)
+}
+
+/// How an argument is filled (`init` with its `low`/`high`/`mean`/`std`), for kernel buffers
+/// and Python tensors alike.
+pub(crate) fn init_of(
+    a: &RawArg,
+    span: &std::ops::Range<usize>,
+    what: &dyn Fn(&str) -> String,
+) -> Result<Option<Init>, Problem> {
+    Ok(match a.init.as_ref().map(|s| s.get_ref().as_str()) {
+        None => None,
+        Some("zeros") => Some(Init::Zeros),
+        Some("iota") => Some(Init::Iota),
+        Some("constant") => Some(Init::Constant {
+            value: a.mean.or(a.low).unwrap_or(0.0),
+        }),
+        Some("uniform") => {
+            let (low, high) = (a.low.unwrap_or(0.0), a.high.unwrap_or(1.0));
+            if !(low.is_finite() && high.is_finite() && low <= high) {
+                return Err((
+                    Some(span.clone()),
+                    format!(
+                        "{}: `low` {low} must not exceed `high` {high}, and both must be finite",
+                        what("init")
+                    ),
+                    None,
+                ));
+            }
+            Some(Init::Uniform { low, high })
+        }
+        Some("normal") => {
+            let (mean, std) = (a.mean.unwrap_or(0.0), a.std.unwrap_or(1.0));
+            if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+                return Err((
+                    Some(span.clone()),
+                    format!(
+                        "{}: `std` {std} must be finite and not negative, `mean` {mean} finite",
+                        what("init")
+                    ),
+                    None,
+                ));
+            }
+            Some(Init::Normal { mean, std })
+        }
+        Some(other) => {
+            let s = a.init.as_ref().expect("matched Some").span();
+            return Err((Some(s), format!("{}: unknown init `{other}`", what("init")), Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into())));
+        }
+    })
+}
+
+/// A `scalar = TYPE` argument of a kernel.
+fn scalar_arg(
+    i: usize,
+    a: &RawArg,
+    t: &Spanned<String>,
+    span: std::ops::Range<usize>,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Arg, Problem> {
+    let name = a.name.get_ref().clone();
+    let what = |k: &str| format!("[run] args[{i}] ({name}) `{k}`");
+    let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
+        (
+            Some(t.span()),
+            format!("{}: unknown type `{}`", what("scalar"), t.get_ref()),
+            None,
+        )
+    })?;
+    if dtype == DType::F16 || dtype == DType::Bf16 {
+        return Err((
+            Some(t.span()),
+            format!(
+                "{}: half-precision scalars are not supported",
+                what("scalar")
+            ),
+            Some("pass f32 and convert in the kernel".into()),
+        ));
+    }
+    let value = a.value.as_ref().ok_or_else(|| {
+        (
+            Some(span.clone()),
+            format!("{} is missing", what("value")),
+            None,
+        )
+    })?;
+    if a.count.is_some() || a.init.is_some() || a.output.is_some() {
+        return Err((
+            Some(span.clone()),
+            format!("[run] args[{i}] ({name}): a scalar takes only `value`"),
+            None,
+        ));
+    }
+    Ok(Arg::Scalar {
+        name: name.clone(),
+        dtype,
+        value: expr(value, &what("value"), params, src)?,
+    })
+}
+
+/// A kernel's `[check]`: the reference kernel and the tolerances of the outputs.
+fn validate_check(
+    c: Spanned<RawCheck>,
+    run: &Run,
+    entries: &[String],
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Check, Problem> {
+    let span = c.span();
+    let c = c.into_inner();
+    if c.function.is_some() {
+        return Err((
+            Some(span),
+            "[check] `function` is for a Python call: [run] names a kernel, so [check] names a `kernel`".into(),
+            None,
+        ));
+    }
+    let tolerances = [("atol", c.atol), ("rtol", c.rtol)].into_iter().chain(
+        c.tolerance
+            .values()
+            .flat_map(|t| [("atol", t.atol), ("rtol", t.rtol)]),
+    );
+    for (key, v) in tolerances {
+        if let Some(v) = v
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err((
+                Some(span),
+                format!("[check] `{key}` is {v}; a tolerance is a finite number, 0 or more"),
+                None,
+            ));
+        }
+    }
+    let outputs: Vec<&str> = run
+        .args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Buffer {
+                name, output: true, ..
+            } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    if outputs.is_empty() {
+        return Err((
+            Some(span),
+            "[check] has nothing to compare: no argument is `output = true`".into(),
+            None,
+        ));
+    }
+    let mut per_output = BTreeMap::new();
+    for (name, t) in c.tolerance {
+        if !outputs.contains(&name.get_ref().as_str()) {
+            return Err((
+                Some(name.span()),
+                format!("[check] tolerance: `{}` is not an output", name.get_ref()),
+                Some(format!("outputs: {}", outputs.join(", "))),
+            ));
+        }
+        per_output.insert(
+            name.into_inner(),
+            (
+                t.atol.unwrap_or(c.atol.unwrap_or(DEFAULT_ATOL)),
+                t.rtol.unwrap_or(c.rtol.unwrap_or(DEFAULT_RTOL)),
+            ),
+        );
+    }
+    Ok(Check {
+        launch: Launch {
+            kernel: entry(
+                entries,
+                required(&c.kernel, "[check] `kernel`", &span)?,
+                "check",
+            )?,
+            grid: match &c.grid {
+                Some(g) => dims(g, "[check] grid", params, src)?,
+                None => run.launch.grid.clone(),
+            },
+            block: match &c.block {
+                Some(b) => dims(b, "[check] block", params, src)?,
+                None => run.launch.block.clone(),
+            },
+            shared_mem: match &c.shared_mem {
+                Some(e) => expr(e, "[check] shared-mem", params, src)?,
+                None => run.launch.shared_mem.clone(),
+            },
+        },
+        atol: c.atol.unwrap_or(DEFAULT_ATOL),
+        rtol: c.rtol.unwrap_or(DEFAULT_RTOL),
+        per_output,
+    })
+}
+
+/// `[work]`: bytes and flops of one launch.
+fn validate_work(
+    raw: Option<Spanned<RawWork>>,
+    params: &BTreeMap<String, Vec<Value>>,
+    src: &str,
+) -> Result<Work, Problem> {
+    Ok(match raw {
         None => Work::default(),
         Some(w) => {
             let w = w.into_inner();
@@ -751,21 +942,15 @@ pub fn validate(raw: Raw, entries: &[String], src: &str) -> Result<Sections, Pro
                 bytes: w
                     .bytes
                     .as_ref()
-                    .map(|e| expr(e, "[work] bytes", &params, src))
+                    .map(|e| expr(e, "[work] bytes", params, src))
                     .transpose()?,
                 flops: w
                     .flops
                     .as_ref()
-                    .map(|e| expr(e, "[work] flops", &params, src))
+                    .map(|e| expr(e, "[work] flops", params, src))
                     .transpose()?,
             }
         }
-    };
-    Ok(Sections {
-        params,
-        run,
-        check,
-        work,
     })
 }
 

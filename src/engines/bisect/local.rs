@@ -7,6 +7,8 @@
 //! device measures its own baseline of the good end, so that every statistical decision
 //! compares samples taken on one card.
 
+pub(crate) mod pycall;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -481,6 +483,7 @@ impl<'a> Ctx<'a> {
             // The bisection installed the toolchain before its first step; a step that
             // still has to (a Slurm node's own cache) does it without a progress bar.
             quiet: true,
+            python: self.plan.python.clone(),
             ..Options::default()
         };
         let built = match build::build(root, &self.store, &r, &opts) {
@@ -496,6 +499,16 @@ impl<'a> Ctx<'a> {
         let timeout = self.plan.timeout;
         let question = self.plan.question.clone();
         let store = self.store.clone();
+        if r.sections.call.is_some() && matches!(question, Question::Check | Question::Bench(_)) {
+            let cx = pycall::Context {
+                root,
+                python: self.plan.python.as_deref(),
+                timeout,
+                device: self.plan.devices.first().copied().unwrap_or(0),
+            };
+            let answer = pycall::answer(&question, &mut r, &built, &cx, &mut self.baseline, step);
+            return still_there(&dir, answer);
+        }
         let answer = answer_built(
             &question,
             &mut r,

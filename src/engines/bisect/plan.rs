@@ -102,6 +102,8 @@ pub struct Plan {
     pub devices: Vec<usize>,
     /// The project's pinned toolchains, for the builds the steps run in this process.
     pub pins: crate::engines::toolchain::Pins,
+    /// `--python`: the interpreter of torch-extension builds and Python-call steps.
+    pub python: Option<std::path::PathBuf>,
 }
 
 impl Plan {

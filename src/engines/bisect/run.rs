@@ -546,6 +546,7 @@ mod tests {
             keep_going: false,
             devices: vec![0],
             pins: Default::default(),
+            python: None,
         }
     }
 

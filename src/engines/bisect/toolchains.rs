@@ -595,6 +595,7 @@ fn driven_plan(
         keep_going,
         devices: vec![device],
         pins: Default::default(),
+        python: None,
     }
 }
 

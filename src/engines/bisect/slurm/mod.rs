@@ -206,6 +206,8 @@ impl PlanSpec {
                 table: self.toolchains.clone(),
                 project: self.project.clone(),
             },
+            // A node finds its interpreter itself (repro.toml, VIRTUAL_ENV, python3).
+            python: None,
         })
     }
 }
@@ -1203,6 +1205,7 @@ mod plan_spec_tests {
                 table: toolchains.clone(),
                 project: Some(PathBuf::from("/shared/project")),
             },
+            python: None,
         };
         let text = serde_json::to_string(&PlanSpec::of(&plan)).unwrap();
         let back: PlanSpec = serde_json::from_str(&text).unwrap();

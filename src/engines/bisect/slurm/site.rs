@@ -366,6 +366,7 @@ mod tests {
             keep_going: false,
             devices: vec![0],
             pins: Default::default(),
+            python: None,
         };
         assert_eq!(derived_limit(&plan), Duration::from_secs(120));
         assert_eq!(minutes_arg(derived_limit(&plan)), "--time=2");
