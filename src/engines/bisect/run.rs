@@ -165,93 +165,133 @@ pub fn drive(
     commits: &[Oid],
     events: &(dyn Fn(Event<'_>) + Sync),
 ) -> Result<Report, BisectError> {
-    let progress = |m: &str| events(Event::Status(m));
     let n = commits.len();
     if n < 2 {
         return Err(BisectError::Inconsistent(format!(
             "bisection needs at least 2 commits (a good and a bad end), got {n}"
         )));
     }
-    let bench = matches!(plan.question, Question::Bench(_));
     // Bench steps are judged against the good end, measured where each step runs.
-    let good_end = bench.then_some((0, commits[0]));
-    // In search terms the older end answers Good and the newer Bad; --find fixed flips the
-    // raw answers so that the first "bad" commit is the first fixed one.
-    let flip = |a: Answer| {
-        if plan.find_fixed {
-            match a {
-                Answer::Good => Answer::Bad,
-                Answer::Bad => Answer::Good,
-                s => s,
-            }
-        } else {
-            a
-        }
+    let bench = matches!(plan.question, Question::Bench(_));
+    let mut d = Drive {
+        executor,
+        plan,
+        commits,
+        events,
+        steps: BTreeMap::new(),
+        evaluated: 0,
+        good_end: bench.then_some((0, commits[0])),
     };
-    let raw = |s: &Step| s.verdict;
-    let mut steps: BTreeMap<usize, Step> = BTreeMap::new();
-    let mut evaluated = 0;
+    d.ends()?;
+    let mut search = Search::new(n).map_err(|e| BisectError::Inconsistent(e.to_string()))?;
     let width = executor.width().max(1);
+    loop {
+        match search.next() {
+            Next::Done(outcome) => {
+                let recheck = match (&outcome, &plan.question) {
+                    (Outcome::FirstBad { index }, Question::Bench(b)) => {
+                        recheck(executor, b, commits, *index, &d.steps, events)?
+                    }
+                    _ => None,
+                };
+                return Ok(Report {
+                    outcome,
+                    commits: n,
+                    steps: d.steps.into_values().collect(),
+                    evaluated: d.evaluated,
+                    recheck,
+                });
+            }
+            Next::Test(_) if width > 1 => d.multisection(&mut search, width)?,
+            Next::Test(i) => d.one_step(&mut search, i)?,
+        }
+    }
+}
 
-    // The ends first: the good end must be good and the bad end bad, or the search means
-    // nothing. With two workers both are evaluated at once (the bad end's worker measures
-    // its own baseline of the good end).
-    let (older_state, newer_state) = if plan.find_fixed {
-        ("bad", "good")
-    } else {
-        ("good", "bad")
-    };
-    let ends = [
-        (0, Answer::Good, older_state, None),
-        (n - 1, Answer::Bad, newer_state, good_end),
-    ];
-    let check_end = |i: usize, expected: Answer, which: &'static str, s: &Step| {
-        if flip(raw(s)) != expected {
-            let expected_word = if which == "good" { "good" } else { "bad" };
-            return Err(BisectError::BadEnd {
-                which,
-                commit: executor.label(commits[i]),
-                expected: expected_word,
-                detail: format!(
-                    "it is {}{}",
-                    s.verdict,
-                    s.detail
-                        .as_deref()
-                        .map(|d| format!(" ({d})"))
-                        .unwrap_or_default()
-                ),
-            });
+/// The state of one search: what it runs on, and the steps taken so far.
+struct Drive<'a> {
+    executor: &'a dyn Executor,
+    plan: &'a Plan,
+    commits: &'a [Oid],
+    events: &'a (dyn Fn(Event<'_>) + Sync),
+    steps: BTreeMap<usize, Step>,
+    evaluated: usize,
+    /// The good end, the baseline of bench steps.
+    good_end: Option<(usize, Oid)>,
+}
+
+impl Drive<'_> {
+    fn progress(&self, m: &str) {
+        (self.events)(Event::Status(m));
+    }
+
+    /// In search terms the older end answers Good and the newer Bad; --find fixed flips the
+    /// raw answers so that the first "bad" commit is the first fixed one.
+    fn flip(&self, a: Answer) -> Answer {
+        match (self.plan.find_fixed, a) {
+            (true, Answer::Good) => Answer::Bad,
+            (true, Answer::Bad) => Answer::Good,
+            (_, a) => a,
         }
+    }
+
+    fn keep(&mut self, i: usize, s: Step) {
+        self.evaluated += usize::from(!s.cached);
+        self.steps.insert(i, s);
+    }
+
+    /// Records a step of the search proper.
+    fn record(&mut self, search: &mut Search, i: usize, s: Step) -> Result<(), BisectError> {
+        search
+            .record(i, self.flip(s.verdict))
+            .map_err(|e| BisectError::Inconsistent(e.to_string()))?;
+        self.keep(i, s);
         Ok(())
-    };
-    if width >= 2 {
-        progress(&format!(
-            "checking the {older_state} end {} and the {newer_state} end {}",
-            executor.label(commits[0]),
-            executor.label(commits[n - 1])
-        ));
-        let requests: Vec<StepRequest> = ends
-            .iter()
-            .enumerate()
-            .map(|(slot, &(i, _, _, baseline))| StepRequest {
-                index: i,
-                commit: commits[i],
-                slot,
-                baseline,
-            })
-            .collect();
-        let mut results = run_round(executor, &requests, events).into_iter();
-        // The older end's answer comes first: a bad end measured against a broken good end
-        // fails for the good end's reason.
-        for (i, expected, which, _) in ends {
-            let s = results.next().expect("one result per end")?;
-            evaluated += usize::from(!s.cached);
-            check_end(i, expected, which, &s)?;
-            steps.insert(i, s);
+    }
+
+    /// The ends first: the good end must be good and the bad end bad, or the search means
+    /// nothing. With two workers both are evaluated at once (the bad end's worker measures
+    /// its own baseline of the good end).
+    fn ends(&mut self) -> Result<(), BisectError> {
+        let (executor, commits, n) = (self.executor, self.commits, self.commits.len());
+        let (older_state, newer_state) = if self.plan.find_fixed {
+            ("bad", "good")
+        } else {
+            ("good", "bad")
+        };
+        let ends = [
+            (0, Answer::Good, older_state, None),
+            (n - 1, Answer::Bad, newer_state, self.good_end),
+        ];
+        if executor.width().max(1) >= 2 {
+            self.progress(&format!(
+                "checking the {older_state} end {} and the {newer_state} end {}",
+                executor.label(commits[0]),
+                executor.label(commits[n - 1])
+            ));
+            let requests: Vec<StepRequest> = ends
+                .iter()
+                .enumerate()
+                .map(|(slot, &(i, _, _, baseline))| StepRequest {
+                    index: i,
+                    commit: commits[i],
+                    slot,
+                    baseline,
+                })
+                .collect();
+            let mut results = run_round(executor, &requests, self.events).into_iter();
+            // The older end's answer comes first: a bad end measured against a broken good
+            // end fails for the good end's reason.
+            for (i, expected, which, _) in ends {
+                let s = results.next().expect("one result per end")?;
+                self.evaluated += usize::from(!s.cached);
+                self.check_end(i, expected, which, &s)?;
+                self.steps.insert(i, s);
+            }
+            return Ok(());
         }
-    } else {
         for (i, expected, which, baseline) in ends {
-            progress(&format!(
+            self.progress(&format!(
                 "checking the {which} end {}",
                 executor.label(commits[i])
             ));
@@ -262,97 +302,101 @@ pub fn drive(
                     slot: 0,
                     baseline,
                 },
-                events,
+                self.events,
             )?;
-            evaluated += usize::from(!s.cached);
-            check_end(i, expected, which, &s)?;
-            steps.insert(i, s);
+            self.evaluated += usize::from(!s.cached);
+            self.check_end(i, expected, which, &s)?;
+            self.steps.insert(i, s);
         }
+        Ok(())
     }
-    let mut search = Search::new(n).map_err(|e| BisectError::Inconsistent(e.to_string()))?;
-    loop {
-        match search.next() {
-            Next::Done(outcome) => {
-                let recheck = match (&outcome, &plan.question) {
-                    (Outcome::FirstBad { index }, Question::Bench(b)) => {
-                        recheck(executor, b, commits, *index, &steps, events)?
-                    }
-                    _ => None,
-                };
-                return Ok(Report {
-                    outcome,
-                    commits: n,
-                    steps: steps.into_values().collect(),
-                    evaluated,
-                    recheck,
-                });
-            }
-            Next::Test(i) => {
-                let (lo, hi) = search.bracket();
-                if width > 1 {
-                    // Multisection: several commits of the bracket at once, one per worker.
-                    let points = multisection_points(&search, width);
-                    progress(&format!(
-                        "testing {} ({} commits left, about {} rounds)",
-                        points
-                            .iter()
-                            .map(|p| executor.label(commits[*p]))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        hi - lo - 1,
-                        search.steps_left().div_ceil(width.ilog2().max(1) as usize)
-                    ));
-                    let requests: Vec<StepRequest> = points
-                        .iter()
-                        .enumerate()
-                        .map(|(slot, &p)| StepRequest {
-                            index: p,
-                            commit: commits[p],
-                            slot,
-                            baseline: good_end,
-                        })
-                        .collect();
-                    let results = run_round(executor, &requests, events);
-                    for (req, r) in requests.iter().zip(results) {
-                        let s = keep_going(plan, executor, req, r)?;
-                        evaluated += usize::from(!s.cached);
-                        search
-                            .record(s.index, flip(raw(&s)))
-                            .map_err(|e| BisectError::Inconsistent(e.to_string()))?;
-                        steps.insert(s.index, s);
-                    }
-                    continue;
-                }
-                progress(&format!(
-                    "testing {} ({} commits left, about {} steps)",
-                    executor.label(commits[i]),
-                    hi - lo - 1,
-                    search.steps_left()
-                ));
-                // While this commit is evaluated, the executor may prepare both possible
-                // next midpoints (builds, while a GPU measures).
-                let req = StepRequest {
-                    index: i,
-                    commit: commits[i],
-                    slot: 0,
-                    baseline: good_end,
-                };
-                let s = std::thread::scope(|scope| {
-                    let (if_good, if_bad) = search.speculate();
-                    for j in [if_good, if_bad].into_iter().flatten() {
-                        let oid = commits[j];
-                        scope.spawn(move || executor.prefetch(oid));
-                    }
-                    executor.run(&req, events)
-                });
-                let s = keep_going(plan, executor, &req, s)?;
-                evaluated += usize::from(!s.cached);
-                search
-                    .record(i, flip(raw(&s)))
-                    .map_err(|e| BisectError::Inconsistent(e.to_string()))?;
-                steps.insert(i, s);
-            }
+
+    fn check_end(
+        &self,
+        i: usize,
+        expected: Answer,
+        which: &'static str,
+        s: &Step,
+    ) -> Result<(), BisectError> {
+        if self.flip(s.verdict) == expected {
+            return Ok(());
         }
+        let expected_word = if which == "good" { "good" } else { "bad" };
+        Err(BisectError::BadEnd {
+            which,
+            commit: self.executor.label(self.commits[i]),
+            expected: expected_word,
+            detail: format!(
+                "it is {}{}",
+                s.verdict,
+                s.detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            ),
+        })
+    }
+
+    /// Multisection: several commits of the bracket at once, one per worker.
+    fn multisection(&mut self, search: &mut Search, width: usize) -> Result<(), BisectError> {
+        let (executor, commits) = (self.executor, self.commits);
+        let (lo, hi) = search.bracket();
+        let points = multisection_points(search, width);
+        self.progress(&format!(
+            "testing {} ({} commits left, about {} rounds)",
+            points
+                .iter()
+                .map(|p| executor.label(commits[*p]))
+                .collect::<Vec<_>>()
+                .join(", "),
+            hi - lo - 1,
+            search.steps_left().div_ceil(width.ilog2().max(1) as usize)
+        ));
+        let requests: Vec<StepRequest> = points
+            .iter()
+            .enumerate()
+            .map(|(slot, &p)| StepRequest {
+                index: p,
+                commit: commits[p],
+                slot,
+                baseline: self.good_end,
+            })
+            .collect();
+        let results = run_round(executor, &requests, self.events);
+        for (req, r) in requests.iter().zip(results) {
+            let s = keep_going(self.plan, executor, req, r)?;
+            self.record(search, s.index, s)?;
+        }
+        Ok(())
+    }
+
+    /// One midpoint. While it is evaluated, the executor may prepare both possible next
+    /// midpoints (builds, while a GPU measures).
+    fn one_step(&mut self, search: &mut Search, i: usize) -> Result<(), BisectError> {
+        let (executor, commits, events) = (self.executor, self.commits, self.events);
+        let (lo, hi) = search.bracket();
+        self.progress(&format!(
+            "testing {} ({} commits left, about {} steps)",
+            executor.label(commits[i]),
+            hi - lo - 1,
+            search.steps_left()
+        ));
+        let req = StepRequest {
+            index: i,
+            commit: commits[i],
+            slot: 0,
+            baseline: self.good_end,
+        };
+        let s = std::thread::scope(|scope| {
+            let (if_good, if_bad) = search.speculate();
+            for j in [if_good, if_bad].into_iter().flatten() {
+                let oid = commits[j];
+                scope.spawn(move || executor.prefetch(oid));
+            }
+            executor.run(&req, events)
+        });
+        let s = keep_going(self.plan, executor, &req, s)?;
+        self.record(search, i, s)
     }
 }
 
