@@ -201,6 +201,22 @@ fn a_python_call_is_checked_against_its_reference_and_timed_beside_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
+    // `plot` draws the call's results across commits as any recipe's: one point, its median.
+    let svg = tmp.path().join("attn.svg");
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["plot", "attn", "-o"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        drawn.starts_with("<svg") && drawn.matches("<circle").count() == 1,
+        "{drawn}"
+    );
+
     // A tighter tolerance than float32 attention meets is a wrong result, not a success.
     let strict = call_recipe("myattn.attention", "cpu", SDPA)
         .replace("atol = 1e-5\nrtol = 1e-4", "atol = 0.0\nrtol = 0.0");
