@@ -332,16 +332,17 @@ fn pick_target(
     }
 }
 
-/// Builds the recipe; the build and the module to load (a CUBIN, else PTX).
-fn build_module(
+/// Builds the recipe for a bench with `--toolchain`'s choice; a failed build is exit 5 with
+/// the compiler's log (the kernel and the Python-call bench alike).
+pub(crate) fn build_for_bench(
     g: &Globals,
-    a: &Args,
+    toolchain: Option<crate::foundation::toolchain_spec::Spec>,
     root: &std::path::Path,
     store: &crate::foundation::store::Store,
     r: &recipe::Recipe,
-) -> anyhow::Result<(build::Outcome, build::OutputInfo)> {
+) -> anyhow::Result<build::Outcome> {
     let opts = Options {
-        toolchain: a.toolchain.clone(),
+        toolchain,
         pins: Some(g.pins()?),
         offline: g.offline,
         quiet: g.quiet || g.json,
@@ -363,6 +364,18 @@ fn build_module(
         )
         .into());
     }
+    Ok(built)
+}
+
+/// Builds the recipe; the build and the module to load (a CUBIN, else PTX).
+fn build_module(
+    g: &Globals,
+    a: &Args,
+    root: &std::path::Path,
+    store: &crate::foundation::store::Store,
+    r: &recipe::Recipe,
+) -> anyhow::Result<(build::Outcome, build::OutputInfo)> {
+    let built = build_for_bench(g, a.toolchain.clone(), root, store, r)?;
     let module = built
         .outputs
         .get("cubin")

@@ -683,6 +683,17 @@ fn validate_run(
     Ok(Run { launch, args })
 }
 
+/// The element type an argument names (`buffer = "f32"`), or the problem at its span.
+fn arg_type(t: &Spanned<String>, what: &str, hint: Option<&str>) -> Result<DType, Problem> {
+    DType::parse(t.get_ref()).ok_or_else(|| {
+        (
+            Some(t.span()),
+            format!("{what}: unknown type `{}`", t.get_ref()),
+            hint.map(str::to_string),
+        )
+    })
+}
+
 /// A `buffer = TYPE` argument of a kernel.
 fn buffer_arg(
     i: usize,
@@ -694,13 +705,11 @@ fn buffer_arg(
 ) -> Result<Arg, Problem> {
     let name = a.name.get_ref().clone();
     let what = |k: &str| format!("[run] args[{i}] ({name}) `{k}`");
-    let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
-        (
-            Some(t.span()),
-            format!("{}: unknown type `{}`", what("buffer"), t.get_ref()),
-            Some("types: f16, bf16, f32, f64, i32, u32, i64, u64, u8".into()),
-        )
-    })?;
+    let dtype = arg_type(
+        t,
+        &what("buffer"),
+        Some("types: f16, bf16, f32, f64, i32, u32, i64, u64, u8"),
+    )?;
     let count = a.count.as_ref().ok_or_else(|| {
         (
             Some(span.clone()),
@@ -797,13 +806,7 @@ fn scalar_arg(
 ) -> Result<Arg, Problem> {
     let name = a.name.get_ref().clone();
     let what = |k: &str| format!("[run] args[{i}] ({name}) `{k}`");
-    let dtype = DType::parse(t.get_ref()).ok_or_else(|| {
-        (
-            Some(t.span()),
-            format!("{}: unknown type `{}`", what("scalar"), t.get_ref()),
-            None,
-        )
-    })?;
+    let dtype = arg_type(t, &what("scalar"), None)?;
     if dtype == DType::F16 || dtype == DType::Bf16 {
         return Err((
             Some(t.span()),

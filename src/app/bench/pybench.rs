@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::app::context::{Globals, emit};
 use crate::engines::bench;
-use crate::engines::build::{self, Options};
+use crate::engines::build;
 use crate::engines::catalog;
 use crate::engines::fingerprint::Fingerprint;
 use crate::engines::pyrun::{self, Job};
@@ -95,29 +95,7 @@ pub fn run(
         points.push((params, args));
     }
     let env = environment(g, root, r, call)?;
-    let opts = Options {
-        toolchain: o.toolchain.clone(),
-        pins: Some(g.pins()?),
-        offline: g.offline,
-        quiet: g.quiet || g.json,
-        python: g.python.clone(),
-        ..Options::default()
-    };
-    let built = build::build(root, store, r, &opts)
-        .with_context(|| format!("failed to build recipe `{}`", r.name))?;
-    if built.status != "ok" {
-        let log: Vec<String> = built.log.lines().map(|l| format!("  | {l}")).collect();
-        say!("{}", log.join("\n"));
-        return Err(UserError::with_code(
-            exit::BUILD_FAILED,
-            format!(
-                "recipe `{}` does not build (key {})",
-                r.name,
-                keys::short(&built.key)
-            ),
-        )
-        .into());
-    }
+    let built = super::build_for_bench(g, o.toolchain.clone(), root, store, r)?;
     let (dir, artifact) = module_dir(&built)?;
     let must = bench::must_match(fp);
     let mut results = Vec::new();
