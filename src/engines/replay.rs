@@ -1142,7 +1142,9 @@ fn retime(
         timing: Some(bench::timing(&settings)),
         time_on_failure: false,
     };
-    let report = bench::run_child(&job, std::time::Duration::from_secs(300))?;
+    // The same run-and-judge as `repro bench` and the bisection (bench::bench_job).
+    let exec = bench::ProcessExecutor::current()?;
+    let report = bench::bench_job(&exec, &job, std::time::Duration::from_secs(300))?.report;
     Ok(
         match crate::foundation::stats::compare(&r.samples, &report.samples_us, 0.01, threshold, 17)
         {
