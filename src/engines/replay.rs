@@ -1145,26 +1145,14 @@ fn retime(
     // The same run-and-judge as `repro bench` and the bisection (bench::bench_job).
     let exec = bench::ProcessExecutor::current()?;
     let report = bench::bench_job(&exec, &job, std::time::Duration::from_secs(300))?.report;
-    Ok(
-        match crate::foundation::stats::compare(&r.samples, &report.samples_us, 0.01, threshold, 17)
-        {
-            Some(c) => {
-                let ci = (c.ratio_ci_low, c.ratio_ci_high);
-                Retimed::Compared(TimingCheck {
-                    ratio: c.ratio,
-                    ratio_ci: ci,
-                    p: c.p,
-                    verdict: TimingVerdict::judge(c.p, c.ratio, ci, threshold),
-                    threshold,
-                    samples: report.samples_us.len(),
-                })
-            }
-            None => Retimed::NoSamples(format!(
-                "the re-run gave no usable samples: {}",
-                report.error.map(|e| e.to_string()).unwrap_or_default()
-            )),
-        },
-    )
+    // A run with no usable samples says why (its error, or nothing after the colon).
+    let why = report.error.map(|e| e.to_string()).unwrap_or_default();
+    Ok(compared(
+        &r.samples,
+        report.samples_us,
+        threshold,
+        Some(why),
+    ))
 }
 
 /// Re-times a Python call (the rebuilt torch extension's module on its path) in the
@@ -1238,11 +1226,12 @@ fn retime_python(
             )));
         }
     };
-    Ok(compared(&r.samples, samples, req.threshold))
+    Ok(compared(&r.samples, samples, req.threshold, None))
 }
 
-/// The recorded samples against the re-run's.
-fn compared(recorded: &[f64], samples: Vec<f64>, threshold: f64) -> Retimed {
+/// The recorded samples against the re-run's; `why` is added to the message when the re-run
+/// gave no usable samples.
+fn compared(recorded: &[f64], samples: Vec<f64>, threshold: f64, why: Option<String>) -> Retimed {
     match crate::foundation::stats::compare(recorded, &samples, 0.01, threshold, 17) {
         Some(c) => {
             let ci = (c.ratio_ci_low, c.ratio_ci_high);
@@ -1255,7 +1244,10 @@ fn compared(recorded: &[f64], samples: Vec<f64>, threshold: f64) -> Retimed {
                 samples: samples.len(),
             })
         }
-        None => Retimed::NoSamples("the re-run gave no usable samples".into()),
+        None => Retimed::NoSamples(match why {
+            Some(w) => format!("the re-run gave no usable samples: {w}"),
+            None => "the re-run gave no usable samples".into(),
+        }),
     }
 }
 

@@ -220,17 +220,23 @@ pub struct Sections {
     pub call: Option<call::Call>,
 }
 
+/// The first of `kernel`, `grid`, `block`, `shared-mem` that is given, in that order.
+fn first_kernel_part(given: [bool; 4]) -> Option<&'static str> {
+    ["kernel", "grid", "block", "shared-mem"]
+        .into_iter()
+        .zip(given)
+        .find_map(|(k, g)| g.then_some(k))
+}
+
 impl RawRun {
     /// The first kernel-only key given (`kernel`, `grid`, `block`, `shared-mem`), if any.
     pub(crate) fn kernel_parts(&self) -> Option<&'static str> {
-        [
-            ("kernel", self.kernel.is_some()),
-            ("grid", self.grid.is_some()),
-            ("block", self.block.is_some()),
-            ("shared-mem", self.shared_mem.is_some()),
-        ]
-        .into_iter()
-        .find_map(|(k, given)| given.then_some(k))
+        first_kernel_part([
+            self.kernel.is_some(),
+            self.grid.is_some(),
+            self.block.is_some(),
+            self.shared_mem.is_some(),
+        ])
     }
     /// The arguments.
     pub(crate) fn into_args(self) -> Vec<Spanned<RawArg>> {
@@ -241,14 +247,12 @@ impl RawRun {
 impl RawCheck {
     /// The first kernel-only key given (`kernel`, `grid`, `block`, `shared-mem`), if any.
     pub(crate) fn kernel_parts(&self) -> Option<&'static str> {
-        [
-            ("kernel", self.kernel.is_some()),
-            ("grid", self.grid.is_some()),
-            ("block", self.block.is_some()),
-            ("shared-mem", self.shared_mem.is_some()),
-        ]
-        .into_iter()
-        .find_map(|(k, given)| given.then_some(k))
+        first_kernel_part([
+            self.kernel.is_some(),
+            self.grid.is_some(),
+            self.block.is_some(),
+            self.shared_mem.is_some(),
+        ])
     }
 }
 
