@@ -680,25 +680,24 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
 
 /// Arguments of the internal `repro gpu-job`.
 #[derive(Debug, clap::Args)]
-pub struct GpuJobArgs {}
+pub struct GpuJobArgs {
+    /// Answer jobs one per line until stdin closes, in one process and one CUDA context
+    /// (the reused worker of a bisection); exits after a job whose report holds an error.
+    #[arg(long)]
+    serve: bool,
+}
 
-/// Runs one GPU job read from stdin and prints its report (the child of `repro bench`).
-pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
+/// Runs one GPU job read from stdin and prints its report (the child of `repro bench`),
+/// or with `--serve` one job per line.
+pub fn gpu_job(_g: &Globals, a: GpuJobArgs) -> anyhow::Result<u8> {
+    if a.serve {
+        need_driver()?;
+        return serve_gpu_jobs();
+    }
     let mut input = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
-    // A job is written by `repro bench`; anything else on stdin is a usage error.
-    let job: crate::engines::gpurun::Job = serde_json::from_slice(&input).map_err(|e| {
-        UserError::usage(format!(
-            "the job on stdin does not read as a GPU job: {e} (`repro gpu-job` is the child `repro bench` starts, not a command to run by hand)"
-        ))
-    })?;
-    crate::foundation::driverlib::ensure();
-    // SAFETY: only probes for the library by name.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(
-            UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine").into(),
-        );
-    }
+    let job = read_gpu_job(&input)?;
+    need_driver()?;
     let report = crate::engines::gpurun::run(&job);
     crate::app::context::emit_json_text(&serde_json::to_string(&report)?)?;
     Ok(if report.error.is_some() {
@@ -706,6 +705,63 @@ pub fn gpu_job(_g: &Globals, _a: GpuJobArgs) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// Finds the driver library, or says that there is none (exit 3).
+fn need_driver() -> anyhow::Result<()> {
+    crate::foundation::driverlib::ensure();
+    // SAFETY: only probes for the library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            UserError::with_code(exit::ENVIRONMENT, "no NVIDIA driver on this machine").into(),
+        );
+    }
+    Ok(())
+}
+
+/// A job as `repro bench` writes it; anything else is a usage error.
+fn read_gpu_job(input: &[u8]) -> anyhow::Result<crate::engines::gpurun::Job> {
+    serde_json::from_slice(input).map_err(|e| {
+        UserError::usage(format!(
+            "the job on stdin does not read as a GPU job: {e} (`repro gpu-job` is the child `repro bench` starts, not a command to run by hand)"
+        ))
+        .into()
+    })
+}
+
+/// At most this many bytes of one job line: a job is a few kilobytes.
+const JOB_LINE_LIMIT: u64 = 16 << 20;
+
+/// The worker loop: a report line per job line. The device's primary context is retained
+/// across jobs (each job's own context is then the same one, not created again); a job's
+/// module and buffers go with the job. After a job whose report holds an error the context
+/// may be broken (a trap makes it unusable), so the worker ends and its parent starts a
+/// new one for the next job.
+fn serve_gpu_jobs() -> anyhow::Result<u8> {
+    use std::io::{BufRead, Read, Write};
+    let mut stdin = std::io::stdin().lock();
+    let mut kept: Option<(usize, std::sync::Arc<cudarc::driver::CudaContext>)> = None;
+    loop {
+        let mut line = Vec::new();
+        (&mut stdin).take(JOB_LINE_LIMIT).read_until(b'\n', &mut line)?;
+        if line.is_empty() {
+            return Ok(exit::OK);
+        }
+        let job = read_gpu_job(&line)?;
+        if kept.as_ref().is_none_or(|(d, _)| *d != job.device) {
+            // A failure here is the job's own to report, when it creates its context.
+            kept = cudarc::driver::CudaContext::new(job.device)
+                .ok()
+                .map(|c| (job.device, c));
+        }
+        let report = crate::engines::gpurun::run(&job);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        out.flush()?;
+        if report.error.is_some() {
+            return Ok(exit::MISMATCH);
+        }
+    }
 }
 
 /// `path: message`, or `path:line:column: ...` when the message starts with a location.

@@ -335,6 +335,22 @@ impl Cmd {
     /// The `Command` to spawn: piped output, stdin only when given, a process group of its
     /// own, killed with its parent, in the directory and environment asked for.
     fn command(&self) -> Command {
+        let mut command = self.command_unguarded();
+        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
+        command
+    }
+
+    /// [`Cmd::command`] without the death signal, which follows the *thread* that spawned
+    /// the child: a server outlives the thread that started it, and is still killed with
+    /// repro by the guardian.
+    fn command_unguarded(&self) -> Command {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -349,14 +365,6 @@ impl Cmd {
             .process_group(0);
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
-        }
-        // SAFETY: the closure runs between fork and exec and calls only prctl, which is
-        // async-signal-safe.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                Ok(())
-            });
         }
         for (k, v) in &self.env {
             match v {
@@ -892,5 +900,177 @@ mod tests {
         let t = tail("line\n".repeat(1000).as_bytes());
         assert!(t.starts_with("[...]\nline\n"));
         assert!(t.len() <= TAIL_BYTES + 10);
+    }
+}
+
+/// A child that answers requests, one line in and one line out, until its stdin closes:
+/// the reused GPU worker of a bisection. Its stdout is read line by line on a thread (so a
+/// request can wait with a timeout), its stderr's last bytes are kept for a failure's tail,
+/// and its process group is registered with the guardian like every other child's.
+pub struct Server {
+    argv: String,
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Vec<u8>>,
+    stderr: Arc<Mutex<Capture>>,
+    _group: Group,
+}
+
+/// Why a [`Server`] gave no answer to a request. Either way it is gone: it was killed
+/// (timeout) or it ended by itself (crash, exit), and the caller starts a new one.
+#[derive(Debug)]
+pub enum ServerEnd {
+    /// No answer within the time limit: the child and its group were killed.
+    Timeout,
+    /// The child ended without answering: its status and the tail of its stderr.
+    Ended {
+        /// How it ended.
+        status: ExitStatus,
+        /// The last bytes of its stderr.
+        stderr: Vec<u8>,
+    },
+}
+
+/// At most this many bytes of one answer line: a GPU job's report is far smaller.
+const SERVER_LINE_LIMIT: u64 = 256 << 20;
+
+impl Cmd {
+    /// Starts the command as a [`Server`] (stdin, stdout and stderr piped; any stdin bytes
+    /// and timeout given to the command are ignored: each request has its own).
+    pub fn serve(&self) -> Result<Server, ProcessError> {
+        let argv = self.display();
+        let mut command = self.command_unguarded();
+        command.stdin(Stdio::piped());
+        let mut child = command.spawn().map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                ProcessError::NotFound {
+                    program: self.program.to_string_lossy().into_owned(),
+                }
+            } else {
+                ProcessError::Spawn {
+                    argv: argv.clone(),
+                    source,
+                }
+            }
+        })?;
+        let group = Group::register(child.id());
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().expect("stdout is piped");
+        let mut err = child.stderr.take().expect("stderr is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut reader = std::io::BufReader::new(out);
+            loop {
+                let mut line = Vec::new();
+                match (&mut reader)
+                    .take(SERVER_LINE_LIMIT)
+                    .read_until(b'\n', &mut line)
+                {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) if tx.send(line).is_err() => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Capture {
+            bytes: Vec::new(),
+            dropped: 0,
+            ended: false,
+        }));
+        let keep = self.keep.min(TAIL_BYTES * 4);
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut c = sink.lock().unwrap_or_else(|e| e.into_inner());
+                c.push(&buf[..n], keep);
+            }
+        });
+        Ok(Server {
+            argv,
+            child,
+            stdin,
+            lines,
+            stderr,
+            _group: group,
+        })
+    }
+}
+
+impl Server {
+    /// Sends `request` (one line; a newline is added) and waits at most `timeout` for one
+    /// line of answer (returned without its newline). On [`ServerEnd`] the child is gone.
+    pub fn request(&mut self, request: &[u8], timeout: Duration) -> Result<Vec<u8>, ServerEnd> {
+        use std::io::Write;
+        // A write error means the child is gone; what it said last, or how it ended, is
+        // what the read below finds.
+        if let Some(pipe) = self.stdin.as_mut() {
+            let _ = pipe
+                .write_all(request)
+                .and_then(|()| pipe.write_all(b"\n"))
+                .and_then(|()| pipe.flush());
+        }
+        match self.lines.recv_timeout(timeout) {
+            Ok(mut line) if line.ends_with(b"\n") => {
+                line.pop();
+                Ok(line)
+            }
+            // A line cut off by the end of the stream or by the limit is no answer.
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(self.ended()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                kill_tree(&mut self.child);
+                Err(ServerEnd::Timeout)
+            }
+        }
+    }
+
+    /// The child's end once its stdout closed: waited for (briefly), else killed.
+    fn ended(&mut self) -> ServerEnd {
+        let status = match self.child.wait_timeout(DRAIN_LIMIT) {
+            Ok(Some(s)) => s,
+            _ => {
+                kill_tree(&mut self.child);
+                self.child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL))
+            }
+        };
+        // The stderr reader may still be copying the last bytes the child wrote.
+        std::thread::sleep(Duration::from_millis(20));
+        let stderr = self
+            .stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes
+            .clone();
+        ServerEnd::Ended { status, stderr }
+    }
+
+    /// Whether the child still runs (a server that ended between requests is replaced,
+    /// not charged to the next request).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The command line, for messages.
+    pub fn display(&self) -> &str {
+        &self.argv
+    }
+}
+
+impl Drop for Server {
+    /// Closes the child's stdin (its signal to finish) and gives it a moment to exit before
+    /// its group is killed, so that no worker outlives its bisection.
+    fn drop(&mut self) {
+        self.stdin = None;
+        if !matches!(self.child.wait_timeout(DRAIN_LIMIT), Ok(Some(_))) {
+            kill_tree(&mut self.child);
+        }
     }
 }

@@ -307,12 +307,26 @@ pub struct Comparison {
 /// Returns `None` unless both sample sets are non-empty with all samples finite and greater
 /// than 0 (times), `alpha` is within [0, 1] and `threshold` is finite and not negative.
 pub fn compare(a: &[f64], b: &[f64], alpha: f64, threshold: f64, seed: u64) -> Option<Comparison> {
+    compare_at(a, b, alpha, threshold, CI_LEVEL, seed)
+}
+
+/// [`compare`] with the ratio's interval at confidence `level` instead of 95% (a sequential
+/// test that looks many times spends its error over its looks with a wider interval).
+/// `None` also when `level` is not within [0, 1].
+pub fn compare_at(
+    a: &[f64],
+    b: &[f64],
+    alpha: f64,
+    threshold: f64,
+    level: f64,
+    seed: u64,
+) -> Option<Comparison> {
     let settings_valid = (0.0..=1.0).contains(&alpha) && threshold.is_finite() && threshold >= 0.0;
     if !settings_valid {
         return None;
     }
     let (ratio_ci_low, ratio_ci_high) =
-        bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, CI_LEVEL, seed)?;
+        bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, level, seed)?;
     let ratio = median(b)? / median(a)?;
     let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
     let (_, p_ks) = kolmogorov_smirnov(a, b)?;

@@ -512,7 +512,7 @@ fn bisect_bench_on_two_gpus_judges_each_against_its_own_baseline() {
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
     let steps = v["steps"].as_array().unwrap();
     for s in steps {
-        let m = s["median"].as_f64().unwrap();
+        let m = s["median"].as_f64().unwrap_or_else(|| panic!("{s}"));
         let bad = s["verdict"] == "bad";
         // Both GPUs measured: the median of the medians lies between the two cards' times.
         let (fast, slow) = if bad { (200.0, 220.0) } else { (160.0, 176.0) };

@@ -32,7 +32,8 @@
  *   FAKEGPU_FAIL             comma-separated functions that fail: `name`, `name=code`,
  *                            `name@index` (only for that device), `name@index=code`;
  *                            the code defaults to 999 (CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN)
- *   FAKEGPU_LOG              a file each call appends its function's name to
+ *   FAKEGPU_LOG              a file each call appends its function's name to (and
+ *                            `process` once per process, at its first cuInit)
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -249,6 +250,12 @@ EXPORT CUresult cuDriverGetVersion(int *version) {
 }
 
 EXPORT CUresult cuInit(unsigned flags) {
+    /* Once per process: how many processes used the driver (a reused GPU worker is one). */
+    static int seen;
+    if (!seen) {
+        seen = 1;
+        log_call("process");
+    }
     CU_FAIL("cuInit", -1);
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;

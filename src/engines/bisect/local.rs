@@ -43,6 +43,20 @@ struct Shared {
     renames: OnceLock<Vec<Rename>>,
     /// The newest commit of the range: renames are followed back from there.
     newest: git2::Oid,
+    /// The GPU worker processes that check and bench steps reuse (one per device), started
+    /// on the first GPU job and ended with the bisection.
+    gpu: OnceLock<bench::WorkerExecutor>,
+}
+
+impl Shared {
+    /// The reused GPU workers (see [`bench::WorkerExecutor`]).
+    fn gpu(&self) -> Result<&bench::WorkerExecutor, StepFail> {
+        if let Some(g) = self.gpu.get() {
+            return Ok(g);
+        }
+        let g = bench::WorkerExecutor::current().map_err(|e| StepFail::Fatal(e.into()))?;
+        Ok(self.gpu.get_or_init(|| g))
+    }
 }
 
 struct Ctx<'a> {
@@ -509,6 +523,10 @@ impl<'a> Ctx<'a> {
             let answer = pycall::answer(&question, &mut r, &built, &cx, &mut self.baseline, step);
             return still_there(&dir, answer);
         }
+        let gpu = match self.shared.gpu() {
+            Ok(g) => g,
+            Err(e) => return still_there(&dir, Err(e)),
+        };
         let answer = answer_built(
             &question,
             &mut r,
@@ -519,6 +537,7 @@ impl<'a> Ctx<'a> {
             step,
             // A check runs on this worker's GPU (`--devices`), as bench steps do.
             self.plan.devices.first().copied().unwrap_or(0),
+            gpu,
         );
         still_there(&dir, answer)
     }
@@ -670,7 +689,7 @@ pub(crate) fn fill_from_record(rec: StepRecord, step: &mut Step) {
 /// made with another toolchain): the check run on the GPU, or the kernel timed in separate
 /// processes and judged against `baseline` (which the good end's step fills). A build
 /// question only looks at the build's status. A check runs on `check_device`; a bench step
-/// on its settings' device.
+/// on its settings' device. GPU jobs go through `exec` (a bisection's reused workers).
 #[expect(
     clippy::too_many_arguments,
     reason = "one step's context: a commit's or a release's, from different executors"
@@ -684,6 +703,7 @@ pub(crate) fn answer_built(
     baseline: &mut Option<Vec<f64>>,
     step: &mut Step,
     check_device: usize,
+    exec: &dyn bench::Executor,
 ) -> Result<(Answer, Option<String>), StepFail> {
     let build_failed = built.status != "ok";
     let run_entry = r.sections.run.as_ref().map(|x| x.launch.kernel.clone());
@@ -738,8 +758,7 @@ pub(crate) fn answer_built(
                 Ok(p) => p,
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
-            let exec = bench::ProcessExecutor::current().map_err(|e| StepFail::Fatal(e.into()))?;
-            check_points(&exec, &points, timeout).map_err(|e| StepFail::Fatal(e.into()))
+            check_points(exec, &points, timeout).map_err(|e| StepFail::Fatal(e.into()))
         }
         Question::Bench(b) => {
             if build_failed {
@@ -766,7 +785,7 @@ pub(crate) fn answer_built(
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
             };
             let job = points.into_iter().next().expect("one point").job;
-            measure_job(&job, built, store, timeout, baseline, step, b)
+            measure_job(exec, &job, built, store, timeout, baseline, step, b)
         }
         Question::Script(_) => unreachable!("handled above"),
     }
@@ -775,7 +794,12 @@ pub(crate) fn answer_built(
 /// A bench step's answer: the job measured in separate processes (each giving its median,
 /// kept in the store per experiment, so commits whose builds are identical share them) and
 /// judged against `baseline` (see [`judge`]).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one bench step's context, as answer_built received it"
+)]
 fn measure_job(
+    exec: &dyn bench::Executor,
     job: &crate::engines::gpurun::Job,
     built: &build::Outcome,
     store: &Store,
@@ -802,7 +826,7 @@ fn measure_job(
                 .map(|r| r.samples)
                 .unwrap_or_default();
             while cached.len() < taken + n {
-                let ran = bench::bench_job(&bench::ProcessExecutor::current()?, job, timeout)?;
+                let ran = bench::bench_job(exec, job, timeout)?;
                 // A run whose check failed, crashed or timed out gives no sample.
                 if ran.verdict != crate::foundation::records::ResultVerdict::Ok {
                     return Err(MeasureError::Verdict {
@@ -857,29 +881,47 @@ pub(crate) fn check_points(
     Ok((Answer::Good, None))
 }
 
-/// Measures a commit in `first_attempts` processes, doubling while the decision against
-/// the baseline is unknown, up to `max_attempts`.
+/// Measures a commit and judges it against the baseline, stopping as soon as the verdict
+/// is certain: at the looks of [`decide::Looks`] (a few processes first, then a quarter
+/// more at a time, up to `max_attempts`), each on the interval that keeps the error rates
+/// of the rule of old (`first_attempts` processes, doubled while undecided; the argument
+/// is on `Looks`). The good end itself is measured in `first_attempts` processes and
+/// becomes the baseline.
 pub(crate) fn judge(
     baseline: &mut Option<Vec<f64>>,
     step: &mut Step,
     mut measure: impl FnMut(usize) -> Result<Vec<f64>, MeasureError>,
     b: &BenchQuestion,
 ) -> Result<(Answer, Option<String>), StepFail> {
-    let mut samples = match measure(b.first_attempts) {
-        Ok(s) => s,
-        Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
-    };
     let Some(base) = baseline.clone() else {
         // This is the good end itself: it becomes the baseline.
+        let samples = match measure(b.first_attempts) {
+            Ok(s) => s,
+            Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
+        };
         step.median = crate::foundation::stats::median(&samples);
         step.attempts = samples.len();
         step.samples = samples.clone();
         *baseline = Some(samples);
         return Ok((Answer::Good, Some("the baseline".into())));
     };
-    loop {
+    let looks = decide::Looks::new(b.first_attempts, b.max_attempts);
+    let mut samples: Vec<f64> = Vec::new();
+    for &n in &looks.at {
+        match measure(n - samples.len()) {
+            Ok(s) => samples.extend(s),
+            Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
+        }
         let seed = samples.len() as u64;
-        let j = decide::decide(&base, &samples, b.threshold, b.direction, 0.01, seed);
+        let j = decide::decide_at(
+            &base,
+            &samples,
+            b.threshold,
+            b.direction,
+            0.01,
+            looks.level,
+            seed,
+        );
         step.median = crate::foundation::stats::median(&samples);
         step.attempts = samples.len();
         step.samples = samples.clone();
@@ -901,21 +943,14 @@ pub(crate) fn judge(
                 Decision::Unknown => {}
             }
         }
-        if samples.len() >= b.max_attempts {
-            return Ok((
-                Answer::Skip,
-                Some(format!(
-                    "undecided after {} processes: the difference is near the threshold or the noise too large",
-                    samples.len()
-                )),
-            ));
-        }
-        let more = samples.len().min(b.max_attempts - samples.len());
-        match measure(more) {
-            Ok(s) => samples.extend(s),
-            Err(e) => return Ok((Answer::Bad, Some(e.to_string()))),
-        }
     }
+    Ok((
+        Answer::Skip,
+        Some(format!(
+            "undecided after {} processes: the difference is near the threshold or the noise too large",
+            samples.len()
+        )),
+    ))
 }
 
 /// Why a commit's samples could not be taken: the commit is then bad, for this reason.
@@ -1188,6 +1223,7 @@ impl LocalExecutor {
                     .collect(),
                 renames: OnceLock::new(),
                 newest,
+                gpu: OnceLock::new(),
             },
             baselines: Mutex::new(BTreeMap::new()),
             salt: None,

@@ -452,7 +452,17 @@ fn recheck(
         .filter(|(p, c)| p.len() >= 2 && c.len() >= 2)
         .filter_map(|(p, c)| decide::decide(p, c, b.threshold, b.direction, 0.01, 11))
         .collect();
-    if !judged.is_empty() {
+    // A step stops measuring once its own verdict is certain (a few processes, for a clear
+    // change), which may be too few for the pair to show its difference significantly:
+    // then the pair is measured anew (the samples already stored are used again), unless
+    // every place's judgement is already bad.
+    let enough = parent
+        .by_place
+        .iter()
+        .filter_map(|(place, p)| Some((p, culprit.by_place.get(place)?)))
+        .all(|(p, c)| p.len().min(c.len()) >= b.first_attempts);
+    let conclusive = enough || judged.iter().all(|j| j.decision == Decision::Bad);
+    if !judged.is_empty() && conclusive {
         let k = judged.len() as f64;
         let ratio = (judged.iter().map(|j| j.ratio.ln()).sum::<f64>() / k).exp();
         let lo = judged

@@ -1068,6 +1068,8 @@ impl<'a> ReleaseExecutor<'a> {
             if bench { "timing" } else { "checking" }
         )));
         let mut r = self.recipe.clone();
+        let exec = crate::engines::bench::ProcessExecutor::current()
+            .map_err(|e| self.fatal(index, e.into()))?;
         Ok(
             match local::answer_built(
                 &question,
@@ -1078,6 +1080,7 @@ impl<'a> ReleaseExecutor<'a> {
                 &mut base,
                 step,
                 self.device,
+                &exec,
             ) {
                 Ok((a, why)) => (a, why, true),
                 Err(StepFail::Answer(a, why)) => (a, Some(why), true),
