@@ -567,9 +567,25 @@ struct Loaded<'j> {
     params: Vec<Vec<u8>>,
     arg_ptrs: Vec<*mut c_void>,
     stream: sys::CUstream,
+    /// Unloaded with the stream when the job ends (a reused worker runs many jobs).
+    module: sys::CUmodule,
     kernel: sys::CUfunction,
     reference: Option<sys::CUfunction>,
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+}
+
+impl Drop for Loaded<'_> {
+    /// The job's stream and module go with it, so that a worker that runs many jobs in one
+    /// context does not collect them (its buffers are freed by `Buffers` after this).
+    fn drop(&mut self) {
+        // SAFETY: the stream and module were created by `load` and are released once; a
+        // failure (a context broken by a trap) changes nothing the report has not said.
+        unsafe {
+            let _ = cu::stream::synchronize(self.stream);
+            let _ = cu::stream::destroy(self.stream);
+            let _ = cu::module::unload(self.module);
+        }
+    }
 }
 
 impl<'j> Loaded<'j> {
@@ -598,7 +614,7 @@ impl<'j> Loaded<'j> {
         )?;
         let func = |name: &str| {
             ck(
-                // SAFETY: the module was loaded above and is never unloaded.
+                // SAFETY: the module was loaded above and is unloaded only when the job ends.
                 unsafe {
                     cu::module::get_function(
                         module,
@@ -623,6 +639,7 @@ impl<'j> Loaded<'j> {
             params: Vec::new(),
             arg_ptrs: Vec::new(),
             stream,
+            module,
             kernel,
             reference,
             ctx,

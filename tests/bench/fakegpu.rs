@@ -493,6 +493,86 @@ fn a_hanging_kernel_in_a_check_bisection_is_a_timeout_verdict() {
     }
 }
 
+/// The functions the fake saw called in `log`, one a line.
+fn calls(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A bench bisection runs its GPU jobs in one reused worker process: far fewer processes
+/// use the driver than jobs are loaded (before: one process a job).
+#[test]
+fn a_bench_bisection_reuses_one_gpu_worker() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
+    });
+    let log = gpu.path("calls.log");
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    let (code, v) = bisect(&gpu, &root, &["--mode", "bench", "--min-time", "30ms"], &vars);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
+    let seen = calls(&log);
+    let processes = seen.iter().filter(|c| *c == "process").count();
+    let jobs = seen.iter().filter(|c| *c == "cuModuleLoadData").count();
+    // The bisection's own driver probe and one worker; every job's module is unloaded.
+    assert!(jobs >= 10, "{jobs} jobs");
+    assert!(processes <= 3, "{processes} processes for {jobs} jobs");
+    let unloaded = seen.iter().filter(|c| *c == "cuModuleUnload").count();
+    assert_eq!(unloaded, jobs, "every job's module is unloaded");
+}
+
+/// A kernel that traps leaves its context broken (the fake's error is sticky, as a real
+/// GPU's is): in a reused worker that would make every later commit crash too. The trap is
+/// a verdict for its own commit only; the next job starts in a fresh worker, so the good
+/// commits after a trapping bad end are still good and the culprit is right.
+#[test]
+fn a_trap_in_a_reused_worker_is_a_verdict_for_its_commit_only() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        format!("__device__ int fakegpu_trap_scale;\n{t}")
+    });
+    let log = gpu.path("calls.log");
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    for mode in ["check", "bench"] {
+        let _ = std::fs::remove_file(&log);
+        let args: &[&str] = if mode == "bench" {
+            &["--mode", "bench", "--min-time", "30ms"]
+        } else {
+            &["--mode", "check"]
+        };
+        let (code, v) = bisect(&gpu, &root, args, &vars);
+        assert_eq!(code, 0, "{mode}: {v}");
+        assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{mode}: {v}");
+        let steps = v["steps"].as_array().unwrap();
+        let verdict = |i: usize| {
+            steps
+                .iter()
+                .find(|s| s["commit"] == ids[i].as_str())
+                .map(|s| s["verdict"].as_str().unwrap().to_string())
+        };
+        assert_eq!(verdict(3).as_deref(), Some("good"), "{mode}: {v}");
+        assert_eq!(verdict(4).as_deref(), Some("bad"), "{mode}: {v}");
+        for s in steps.iter().filter(|s| s["verdict"] == "bad") {
+            let d = s["detail"].as_str().unwrap_or_default();
+            assert!(d.contains("crash"), "{mode}: {s}");
+        }
+        // A fresh worker after each trapping job, one worker for the good ones.
+        let seen = calls(&log);
+        let processes = seen.iter().filter(|c| *c == "process").count();
+        let bad = steps.iter().filter(|s| s["verdict"] == "bad").count();
+        assert!(processes > bad, "{mode}: {processes} processes, {bad} traps");
+        assert!(processes <= bad + 3, "{mode}: {processes} processes, {bad} traps");
+    }
+}
+
 /// With two GPUs, each commit's processes are spread over both and each GPU judges its
 /// samples against its own baseline of the good end: GPU 1 is 10% slower than GPU 0 here,
 /// which must not read as a regression, while the commit that makes the kernel 25% slower
