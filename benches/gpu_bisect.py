@@ -13,8 +13,9 @@
 4. Acceptance of #29 (`--acceptance`): for a big kernel (about 160 us, cold) and a small one
    (a few us, `--timing graph`), N random histories of 40 to 160 commits with a random culprit
    that makes the kernel 1.5 times the threshold slower and two broken builds near it (skips),
-   and N A/A histories (the culprit only edits a comment): right culprits, A/A runs with no
-   culprit, evaluations and wall time. Every commit is a distinct build (`--shared-builds`:
+   N with a change of 0.6 times the threshold, and N A/A histories (the culprit only edits a
+   comment): right culprits, histories of no real change where something was named,
+   evaluations, the bad end's measured ratio and wall time, then the summary table. Every commit is a distinct build (`--shared-builds`:
    only the culprit changes the build, so identical builds share their measurements).
 
 Usage: python3 benches/gpu_bisect.py [--repro PATH] [--runs N] [--acceptance] [--seed S]
@@ -132,6 +133,8 @@ def main():
     ap.add_argument("--acceptance", action="store_true", help="#29's random histories, big and small kernel")
     ap.add_argument("--seed", type=int, default=29)
     ap.add_argument("--shared-builds", action="store_true", help="acceptance: only the culprit changes the build")
+    ap.add_argument("--min-time", default="100ms", help="acceptance: each run samples for at least this long")
+    ap.add_argument("--time-limit", type=float, default=0, help="acceptance: start no run after this many seconds")
     a = ap.parse_args()
     if a.speedup:
         return speedup(a)
@@ -177,56 +180,92 @@ def main():
 BROKEN = "\n#error this commit does not build\n"
 
 
+def make_fast(base, name, n, files):
+    """A history of n commits through one `git fast-import` (seconds for 160 commits)."""
+    root = os.path.join(base, name)
+    os.makedirs(root)
+    git(root, "init", "-q")
+    stream = []
+    for i in range(1, n + 1):
+        stream.append(f"commit refs/heads/main\ncommitter b <b@b> {1700000000 + i} +0000\n")
+        msg = f"commit {i}".encode()
+        stream.append(f"data {len(msg)}\n{msg.decode()}\n")
+        for path, text in {**files(i), "NOTES.md": f"note {i}\n"}.items():
+            data = text.encode()
+            stream.append(f"M 100644 inline {path}\ndata {len(data)}\n{text}\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=root, env=ENV, check=True,
+                   input="".join(stream).encode(), capture_output=True)
+    git(root, "symbolic-ref", "HEAD", "refs/heads/main")
+    git(root, "reset", "-q", "--hard", "main")
+    return root
+
+
 def acceptance(a):
-    """#29's acceptance: random histories, a big and a small kernel, runs and A/A runs."""
+    """#29's acceptance: random histories, a big and a small kernel, runs and A/A runs.
+
+    Per run and kernel three histories: `slow` (the culprit makes the kernel 1.5 times the
+    threshold slower: it must be named), `under` (0.6 times the threshold: it must not be
+    named) and `aa` (the culprit only edits a comment: nothing may be named). With
+    --time-limit the runs stop when the time is spent; the table says how many ran."""
     import random
+    import statistics
     rng = random.Random(a.seed)
     repro = os.path.abspath(a.repro)
     base = tempfile.mkdtemp(prefix="repro-gpu-accept-")
-    # (label, iterations, iterations after the culprit, threshold, extra bisect options)
-    kernels = [("big", 20000, 20600, "2%", ["--min-time", "150ms"]),
-               ("small", 400, 416, "2%", ["--min-time", "150ms", "--timing", "graph"])]
-    print(f"{'kernel':6} {'history':7} {'run':>3} {'N':>4} {'culprit':>7} {'exit':>4} {'found':12} {'evals':>5} {'ratio':>7} {'seconds':>8}")
+    # (label, iterations, after a 1.5x change, after a 0.6x change, threshold, options)
+    kernels = [("big", 20000, 20600, 20240, "2%", ["--min-time", a.min_time]),
+               ("small", 400, 416, 406, "2%", ["--min-time", a.min_time, "--timing", "graph"])]
+    print(f"{'kernel':6} {'history':7} {'run':>3} {'N':>4} {'culprit':>7} {'exit':>4} {'found':12} {'evals':>5} {'bad-end':>8} {'seconds':>8}", flush=True)
+    tally = {(k[0], kind): [0, 0, []] for k in kernels for kind in ("slow", "under", "aa")}
+    start = time.time()
     try:
-        for label, iters, slow_iters, threshold, extra in kernels:
-            tally = {"slow": [0, 0], "aa": [0, 0]}
-            secs_all = []
-            for run in range(a.runs):
-                for kind in ["slow", "aa"]:
+        for run in range(a.runs):
+            if a.time_limit and time.time() - start > a.time_limit:
+                break
+            for label, iters, slow_iters, under_iters, threshold, extra in kernels:
+                for kind in ["slow", "under", "aa"]:
                     n = rng.randint(40, 160)
                     culprit = rng.randint(4, n - 3)
                     broken = {culprit - 2, culprit + 2}
+                    changed = {"slow": slow_iters, "under": under_iters, "aa": iters}[kind]
 
-                    def files(i, kind=kind, culprit=culprit, broken=broken):
+                    def files(i, kind=kind, culprit=culprit, broken=broken, changed=changed):
                         after = i >= culprit
                         # Every commit a distinct build (its version line), so that every
                         # step is measured, none answered by an identical build's samples.
-                        text = SPIN.format(i=0 if a.shared_builds else i, iters=slow_iters if (after and kind == "slow") else iters,
+                        text = SPIN.format(i=0 if a.shared_builds else i, iters=changed if after else iters,
                                            comment=" // tidied" if (after and kind == "aa") else "")
                         if i in broken:
                             text += BROKEN
                         return {"kernels/spin.cu": text, "recipes/spin.toml": SPIN_RECIPE}
-                    root = make(base, f"{label}-{kind}-{run}", n, files)
+                    root = make_fast(base, f"{label}-{kind}-{run}", n, files)
                     args = ["--good", f"HEAD~{n - 1}", "--bad", "HEAD", "--recipe", "spin", "--mode", "bench",
                             "--threshold", threshold, *extra]
                     store = os.path.join(base, f"store-{label}-{kind}-{run}")
                     code, out, err, secs = bisect(repro, root, store, args)
                     found = out["culprit"]["subject"] if out and out.get("culprit") else "-"
-                    ratio = (out or {}).get("recheck", {}) or {}
-                    ratio = f"{ratio['ratio']:.4f}" if ratio.get("ratio") else "-"
+                    end = [s for s in (out or {}).get("steps", []) if s.get("index") == n - 1 and s.get("ratio")]
+                    end_ratio = f"{end[0]['ratio'][0]:.4f}" if end else "-"
                     ok = found == f"commit {culprit}" if kind == "slow" else found == "-"
-                    tally[kind][0] += ok
-                    tally[kind][1] += 1
-                    secs_all.append(secs)
+                    t = tally[(label, kind)]
+                    t[0] += ok
+                    t[1] += 1
+                    t[2].append(secs)
                     note = "" if ok else ("  <- " + (err.strip().splitlines() or [""])[-1][:90])
-                    print(f"{label:6} {kind:7} {run:3} {n:4} {culprit:7} {code:4} {found:12} {(out or {}).get('evaluated', '-'):>5} {ratio:>7} {secs:8.1f}{note}", flush=True)
+                    print(f"{label:6} {kind:7} {run:3} {n:4} {culprit:7} {code:4} {found:12} {(out or {}).get('evaluated', '-'):>5} {end_ratio:>8} {secs:8.1f}{note}", flush=True)
                     shutil.rmtree(store, ignore_errors=True)
                     shutil.rmtree(root, ignore_errors=True)
-            import statistics
-            print(f"{label}: right culprit in {tally['slow'][0]} of {tally['slow'][1]}; A/A without a culprit in "
-                  f"{tally['aa'][0]} of {tally['aa'][1]}; median wall time {statistics.median(secs_all):.1f} s\n", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    print(f"\n| kernel | history | goal | result | median wall time | max wall time |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    goals = {"slow": "culprit named in >= 19 of 20", "under": "named in <= 1 of 20", "aa": "named in <= 1 of 20"}
+    for (label, kind), (ok, total, secs) in tally.items():
+        if not total:
+            continue
+        res = f"right culprit {ok} of {total}" if kind == "slow" else f"named {total - ok} of {total}"
+        print(f"| {label} | {kind} | {goals[kind]} | {res} | {statistics.median(secs):.1f} s | {max(secs):.1f} s |")
+    print(f"\n{time.time() - start:.0f} s in all", flush=True)
 
 
 def speedup(a):

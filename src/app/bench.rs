@@ -740,10 +740,27 @@ const JOB_LINE_LIMIT: u64 = 16 << 20;
 fn serve_gpu_jobs() -> anyhow::Result<u8> {
     use std::io::{BufRead, Read, Write};
     let mut stdin = std::io::stdin().lock();
+    // The answers go to a private copy of stdout, and stdout itself becomes stderr: a
+    // kernel's printf (flushed to stdout at a synchronisation) can never be read as an
+    // answer or put the parent one answer behind.
+    // SAFETY: dup and dup2 on the process's own standard descriptors; the new descriptor
+    // is owned by the File alone.
+    let mut out = unsafe {
+        let fd = libc::dup(1);
+        if fd < 0 || libc::dup2(2, 1) < 0 {
+            anyhow::bail!(
+                "cannot set up the worker's output: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+    };
     let mut kept: Option<(usize, std::sync::Arc<cudarc::driver::CudaContext>)> = None;
     loop {
         let mut line = Vec::new();
-        (&mut stdin).take(JOB_LINE_LIMIT).read_until(b'\n', &mut line)?;
+        (&mut stdin)
+            .take(JOB_LINE_LIMIT)
+            .read_until(b'\n', &mut line)?;
         if line.is_empty() {
             return Ok(exit::OK);
         }
@@ -755,7 +772,6 @@ fn serve_gpu_jobs() -> anyhow::Result<u8> {
                 .map(|c| (job.device, c));
         }
         let report = crate::engines::gpurun::run(&job);
-        let mut out = std::io::stdout().lock();
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
         out.flush()?;
         if report.error.is_some() {

@@ -1278,6 +1278,22 @@ pub struct Step {
     /// Where the step ran as a cluster job: its id, queue wait, run time and GPU-hours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobUsage>,
+    /// Where the step's time went (shown with `-v`; not stored).
+    #[serde(skip)]
+    pub times: StepTimes,
+}
+
+/// Where one step's wall time went: waiting for the build of the same commit that a
+/// speculative build had begun, building (or finding the build in the store), and
+/// measuring or checking on the GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTimes {
+    /// Waiting for a speculative build of this commit to finish, ms.
+    pub wait_ms: f64,
+    /// Building (a store hit included), ms.
+    pub build_ms: f64,
+    /// Running the check or the timing, ms.
+    pub measure_ms: f64,
 }
 
 /// What a cluster job of one step cost, as the cluster's accounting (or, without it, its
@@ -1322,6 +1338,7 @@ impl Step {
             samples: Vec::new(),
             by_place: BTreeMap::new(),
             job: None,
+            times: StepTimes::default(),
         }
     }
 }

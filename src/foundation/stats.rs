@@ -325,8 +325,7 @@ pub fn compare_at(
     if !settings_valid {
         return None;
     }
-    let (ratio_ci_low, ratio_ci_high) =
-        bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, level, seed)?;
+    let (ratio_ci_low, ratio_ci_high) = bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, level, seed)?;
     let ratio = median(b)? / median(a)?;
     let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
     let (_, p_ks) = kolmogorov_smirnov(a, b)?;

@@ -514,7 +514,12 @@ fn a_bench_bisection_reuses_one_gpu_worker() {
     });
     let log = gpu.path("calls.log");
     let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
-    let (code, v) = bisect(&gpu, &root, &["--mode", "bench", "--min-time", "30ms"], &vars);
+    let (code, v) = bisect(
+        &gpu,
+        &root,
+        &["--mode", "bench", "--min-time", "30ms"],
+        &vars,
+    );
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["culprit"]["hash"], ids[4].as_str(), "{v}");
     let seen = calls(&log);
@@ -568,8 +573,14 @@ fn a_trap_in_a_reused_worker_is_a_verdict_for_its_commit_only() {
         let seen = calls(&log);
         let processes = seen.iter().filter(|c| *c == "process").count();
         let bad = steps.iter().filter(|s| s["verdict"] == "bad").count();
-        assert!(processes > bad, "{mode}: {processes} processes, {bad} traps");
-        assert!(processes <= bad + 3, "{mode}: {processes} processes, {bad} traps");
+        assert!(
+            processes > bad,
+            "{mode}: {processes} processes, {bad} traps"
+        );
+        assert!(
+            processes <= bad + 3,
+            "{mode}: {processes} processes, {bad} traps"
+        );
     }
 }
 

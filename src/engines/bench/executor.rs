@@ -190,7 +190,9 @@ impl Executor for WorkerExecutor {
         let slot = self.slot(visible);
         // One job at a time per worker; jobs for other devices use other workers.
         let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let live = held.take().and_then(|(mut w, done)| w.alive().then_some((w, done)));
+        let live = held
+            .take()
+            .and_then(|(mut w, done)| w.alive().then_some((w, done)));
         let (mut server, done) = match live {
             Some(w) => w,
             None => (self.spawn(visible)?, 0),

@@ -316,7 +316,8 @@ mod tests {
         assert!((new.level - (1.0 - 2.0 * 3.0 * 0.025 / new.at.len() as f64)).abs() < 1e-12);
         let old = [10, 20, 40];
         let mut rng = Normal(29);
-        for (true_ratio, want_bad) in [(1.0, false), (1.0 + 0.6 * t, false), (1.0 + 1.5 * t, true)] {
+        for (true_ratio, want_bad) in [(1.0, false), (1.0 + 0.6 * t, false), (1.0 + 1.5 * t, true)]
+        {
             let (mut right, mut n_new, mut right_old, mut n_old) = (0, 0, 0, 0);
             for _ in 0..trials {
                 let base: Vec<f64> = (0..10).map(|_| rng.next(100.0, sd)).collect();
@@ -329,17 +330,31 @@ mod tests {
                 right_old += usize::from((d == Decision::Bad) == want_bad);
                 n_old += n;
             }
-            eprintln!("ratio {true_ratio}: early stop right {right}/{trials} in {n_new} processes; old rule {right_old}/{trials} in {n_old}");
+            eprintln!(
+                "ratio {true_ratio}: early stop right {right}/{trials} in {n_new} processes; old rule {right_old}/{trials} in {n_old}"
+            );
             // Within sampling error of the old rule's rate (two standard errors of 60
             // trials near 95%: 6 trials), and never worse than its acceptance (19 of 20).
-            assert!(right + 3 >= right_old, "{right} vs {right_old} at {true_ratio}");
-            assert!(right * 20 >= trials * 19, "{right} of {trials} at {true_ratio}");
+            assert!(
+                right + 3 >= right_old,
+                "{right} vs {right_old} at {true_ratio}"
+            );
+            assert!(
+                right * 20 >= trials * 19,
+                "{right} of {trials} at {true_ratio}"
+            );
             // Clear cases stop early; a change near the threshold, where both rules often run
             // to the maximum, costs the wider intervals' price (at most a quarter more).
             if true_ratio == 1.0 + 0.6 * t {
-                assert!(n_new * 4 <= n_old * 5, "{n_new} against {n_old} at {true_ratio}");
+                assert!(
+                    n_new * 4 <= n_old * 5,
+                    "{n_new} against {n_old} at {true_ratio}"
+                );
             } else {
-                assert!(n_new < n_old, "{n_new} processes against {n_old} at {true_ratio}");
+                assert!(
+                    n_new < n_old,
+                    "{n_new} processes against {n_old} at {true_ratio}"
+                );
             }
         }
     }

@@ -46,9 +46,35 @@ struct Shared {
     /// The GPU worker processes that check and bench steps reuse (one per device), started
     /// on the first GPU job and ended with the bisection.
     gpu: OnceLock<bench::WorkerExecutor>,
+    /// Commits whose speculative build runs now: a step of one of them waits for it (and
+    /// then finds the build in the store) instead of building it a second time at once.
+    prefetching: (Mutex<std::collections::BTreeSet<Oid>>, std::sync::Condvar),
 }
 
 impl Shared {
+    /// Waits while a speculative build of `oid` runs; returns how long it waited.
+    fn wait_for_prefetch(&self, oid: Oid) -> std::time::Duration {
+        let start = std::time::Instant::now();
+        let (set, cv) = &self.prefetching;
+        let mut held = set.lock().unwrap_or_else(|e| e.into_inner());
+        while held.contains(&oid) {
+            held = cv.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        start.elapsed()
+    }
+
+    /// Marks a speculative build of `oid` as running (`true`) or done.
+    fn prefetching(&self, oid: Oid, running: bool) {
+        let (set, cv) = &self.prefetching;
+        let mut held = set.lock().unwrap_or_else(|e| e.into_inner());
+        if running {
+            held.insert(oid);
+        } else {
+            held.remove(&oid);
+            cv.notify_all();
+        }
+    }
+
     /// The reused GPU workers (see [`bench::WorkerExecutor`]).
     fn gpu(&self) -> Result<&bench::WorkerExecutor, StepFail> {
         if let Some(g) = self.gpu.get() {
@@ -500,7 +526,15 @@ impl<'a> Ctx<'a> {
             python: self.plan.python.clone(),
             ..Options::default()
         };
-        let built = match build::build(root, &self.store, &r, &opts) {
+        // A speculative build is itself a build question, which never waits (for itself).
+        if !matches!(self.plan.question, Question::Build) {
+            step.times.wait_ms = self.shared.wait_for_prefetch(oid).as_secs_f64() * 1e3;
+        }
+        let build_start = std::time::Instant::now();
+        let built = build::build(root, &self.store, &r, &opts);
+        step.times.build_ms = build_start.elapsed().as_secs_f64() * 1e3;
+        let measure_start = std::time::Instant::now();
+        let built = match built {
             Ok(b) => b,
             Err(BuildError::Inputs { source, .. }) => {
                 return Ok((Answer::Bad, Some(source.to_string())));
@@ -539,6 +573,7 @@ impl<'a> Ctx<'a> {
             self.plan.devices.first().copied().unwrap_or(0),
             gpu,
         );
+        step.times.measure_ms = measure_start.elapsed().as_secs_f64() * 1e3;
         still_there(&dir, answer)
     }
 
@@ -1193,6 +1228,16 @@ fn prefetch_build(repo_path: &Path, store: &Store, plan: &Plan, shared: &Shared,
     };
     let mut scratch = Step::new(0, oid, String::new());
     // Build questions only ever write sparse trees, so the shared worktrees stay untouched.
+    // The answer is thrown away: only the build lands in the store (under its own lock),
+    // never a step, so nothing not asked for is recorded as a commit's answer.
+    struct Running<'a>(&'a Shared, Oid);
+    impl Drop for Running<'_> {
+        fn drop(&mut self) {
+            self.0.prefetching(self.1, false);
+        }
+    }
+    shared.prefetching(oid, true);
+    let _running = Running(shared, oid);
     let _ = ctx.evaluate_fresh(&files, oid, &mut scratch);
 }
 
@@ -1224,6 +1269,7 @@ impl LocalExecutor {
                 renames: OnceLock::new(),
                 newest,
                 gpu: OnceLock::new(),
+                prefetching: Default::default(),
             },
             baselines: Mutex::new(BTreeMap::new()),
             salt: None,
