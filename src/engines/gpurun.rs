@@ -1369,6 +1369,8 @@ fn diagnose(path: &str, method: &Sampling, report: &Report, settled: usize) {
         "sm-clock": report.sm_clock_mhz,
         "settle-samples": settled,
         "median": crate::foundation::stats::median(&report.samples_us),
+        "early-median": crate::foundation::stats::median(&report.samples_us[..report.samples_us.len().min(8)]),
+        "launches": report.launches_per_sample,
         "samples": report.samples_us.len(),
     });
     use std::io::Write;
