@@ -706,10 +706,11 @@ impl Loaded<'_> {
         let (mut out, mut n, mut seed, mut fix, mut cap) = (p, count, seed, h.fix, FIXUP_CAP);
         let (mut dt, mut size, mut f16) = (dtype_code(dtype), dtype.size() as i32, h.f16mode);
         let (mut kind, mut a, mut b) = init_code(init);
-        let zero = [0u64];
+        // On the job's stream, so the kernel sees the count's reset (a synchronous copy
+        // from pageable memory may still be in flight when it returns).
         // SAFETY: the fix buffer holds at least one word.
         ck(
-            unsafe { cu::memcpy_htod_sync(fix, &zero) },
+            unsafe { cu::memset_d8_async(fix, 0, 8, self.stream) },
             "generating inputs",
         )?;
         let mut args: Vec<*mut c_void> = vec![
@@ -740,9 +741,10 @@ impl Loaded<'_> {
     fn patch(&self, p: sys::CUdeviceptr, f: &Fill) -> Result<(), CudaFailure> {
         if let Fill::Device { dtype, patches, .. } = f {
             for (i, b) in patches {
-                // SAFETY: element `i` lies inside the buffer.
+                // SAFETY: element `i` lies inside the buffer; a pageable source is staged
+                // before the call returns, and the copy is ordered on the job's stream.
                 ck(
-                    unsafe { cu::memcpy_htod_sync(p + i * dtype.size() as u64, b) },
+                    unsafe { cu::memcpy_htod_async(p + i * dtype.size() as u64, b, self.stream) },
                     "writing an input's element",
                 )?;
             }
@@ -856,7 +858,11 @@ impl Loaded<'_> {
         // SAFETY: freed below; every range lies inside the allocation.
         let words = ck(unsafe { cu::malloc_sync(start.len().max(1) * 8) }, during)?;
         let _free = super::Buffers { ptrs: vec![words] };
-        ck(unsafe { cu::memcpy_htod_sync(words, &start) }, during)?;
+        // SAFETY: as above; ordered before the kernels on the job's stream.
+        ck(
+            unsafe { cu::memcpy_htod_async(words, &start, self.stream) },
+            during,
+        )?;
         for (k, (i, name, dtype, count)) in outs.iter().enumerate() {
             let (atol, rtol) = self.tolerance(name);
             let (mut got, mut w, mut n) = (self.buffer(*i), want.ptrs[k], *count);
