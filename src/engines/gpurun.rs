@@ -561,6 +561,12 @@ fn run_inner(job: &Job, report: &mut Report, laps: &mut Laps) -> Result<(), Cuda
     let leave = helpers_wanted() && ondevice::any_cached();
     std::thread::scope(|s| {
         let early = (input_bytes <= EARLY_FILL_BYTES).then(|| s.spawn(|| host_inputs(job, leave)));
+        // NVML's start (it opens every GPU of the machine) overlaps the context's, rather
+        // than leaving the GPU idle between the warm-up and the samples.
+        let nvml = job
+            .timing
+            .is_some()
+            .then(|| s.spawn(|| crate::engines::fingerprint::nvml::open().ok()));
         let mut g = Loaded::load(job, laps)?;
         g.check_memory()?;
         let inputs = match early {
@@ -569,6 +575,7 @@ fn run_inner(job: &Job, report: &mut Report, laps: &mut Laps) -> Result<(), Cuda
         };
         let path = g.alloc(inputs)?;
         laps.lap_on("inputs", path);
+        g.nvml = nvml.and_then(|h| h.join().ok()).flatten();
         g.run(report, laps)?;
         drop(g);
         laps.lap("release");
@@ -628,6 +635,8 @@ struct Loaded<'j> {
     reference: Option<sys::CUfunction>,
     /// repro's fill and compare kernels, or why they are not loaded.
     helpers: Result<ondevice::Helpers, String>,
+    /// NVML, for the SM clock before and after sampling.
+    nvml: Option<nvml_wrapper::Nvml>,
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
 
@@ -692,6 +701,7 @@ impl<'j> Loaded<'j> {
             kernel,
             reference,
             helpers,
+            nvml: None,
             ctx,
         })
     }
@@ -1016,10 +1026,8 @@ impl Loaded<'_> {
         laps.lap("warm-up");
         let knobs = Knobs::get();
         let method = self.method(t, single_us, &ev, report, &knobs)?;
-        let settled = self.settle(&method, &ev, report, &knobs)?;
         laps.lap("set-up");
-        // One NVML session for both readings: its start opens every GPU of the machine.
-        let nvml = crate::engines::fingerprint::nvml::open().ok();
+        let nvml = self.nvml.as_ref();
         let uuid = {
             // SAFETY: a plain query into a local.
             let mut u: sys::CUuuid = unsafe { std::mem::zeroed() };
@@ -1027,18 +1035,33 @@ impl Loaded<'_> {
                 == sys::CUresult::CUDA_SUCCESS)
                 .then(|| crate::engines::fingerprint::cuda::format_uuid(&u.bytes.map(|b| b as u8)))
         };
-        let before = nvml_clocks(nvml.as_ref(), uuid.as_deref());
+        let before = nvml_clocks(nvml, uuid.as_deref());
         laps.lap("clocks");
+        // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
+        let settled = self.settle(&method, &ev, report, &knobs)?;
+        if settled > 0 {
+            laps.lap("settle");
+        }
+        if knobs.gap_ms > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(knobs.gap_ms / 1e3));
+        }
         self.sample(t, &method, &ev, report)?;
         laps.lap("sampling");
-        let after = nvml_clocks(nvml.as_ref(), uuid.as_deref());
+        let after = nvml_clocks(nvml, uuid.as_deref());
+        let reasons = knobs.diag.as_ref().and_then(|_| {
+            let dev = nvml?.device_by_uuid(uuid.as_deref()?).ok()?;
+            let mem = dev
+                .clock_info(nvml_wrapper::enum_wrappers::device::Clock::Memory)
+                .ok();
+            Some((dev.current_throttle_reasons().ok()?.bits(), mem))
+        });
         if let (Some((b, max)), Some((a, _))) = (before, after) {
             report.sm_clock_mhz = Some((b, a, max));
             report.throttled = f64::from(a) < 0.75 * f64::from(max);
         }
         laps.lap("clocks");
         if let Some(path) = &knobs.diag {
-            diagnose(path, &method, report, settled);
+            diagnose(path, &method, report, settled, reasons);
         }
         method.destroy();
         Ok(())
@@ -1072,7 +1095,9 @@ impl Loaded<'_> {
                     med(&seen[n - 2 * SETTLE_WINDOW..n - SETTLE_WINDOW]),
                     med(&seen[n - SETTLE_WINDOW..]),
                 );
-                if (b - a).abs() <= SETTLE_TOLERANCE * b {
+                if (b - a).abs() <= SETTLE_TOLERANCE * b
+                    && start.elapsed().as_secs_f64() * 1e3 >= SETTLE_MIN_MS
+                {
                     break;
                 }
             }
@@ -1317,6 +1342,7 @@ struct Knobs {
     placements: usize,
     graph_us: f64,
     settle: bool,
+    gap_ms: f64,
     diag: Option<String>,
 }
 
@@ -1334,6 +1360,11 @@ impl Knobs {
                 .unwrap_or(GRAPH_SAMPLE_US)
                 .clamp(100.0, 1e6),
             settle: var("REPRO_TIMING_SETTLE").map_or(SETTLE, |v| v == "1"),
+            gap_ms: var("REPRO_TIMING_GAP_MS")
+                .and_then(|v| v.parse().ok())
+                .filter(|v: &f64| v.is_finite())
+                .unwrap_or(0.0)
+                .clamp(0.0, 10_000.0),
             diag: var("REPRO_TIMING_DIAG"),
         }
     }
@@ -1344,15 +1375,23 @@ const PLACEMENTS: usize = 1;
 /// Whether graph mode settles by default.
 const SETTLE: bool = false;
 /// Samples per window of the settling warm-up.
-const SETTLE_WINDOW: usize = 8;
+const SETTLE_WINDOW: usize = 16;
 /// How close two windows' medians must be for the settling warm-up to end.
-const SETTLE_TOLERANCE: f64 = 0.0005;
+const SETTLE_TOLERANCE: f64 = 0.001;
+/// The settling warm-up's least length (ms): the GPU runs faster for a while after idling.
+const SETTLE_MIN_MS: f64 = 100.0;
 /// The settling warm-up's limit (ms).
 const SETTLE_MAX_MS: f64 = 1000.0;
 
 /// Appends a line of a graph-mode job's figures to `path` (for the bench script): each
 /// placement's median, the empty graph's costs, the clocks, the settling samples.
-fn diagnose(path: &str, method: &Sampling, report: &Report, settled: usize) {
+fn diagnose(
+    path: &str,
+    method: &Sampling,
+    report: &Report,
+    settled: usize,
+    reasons: Option<(u64, Option<u32>)>,
+) {
     let Sampling::Graph { costs, .. } = method else {
         return;
     };
@@ -1371,6 +1410,8 @@ fn diagnose(path: &str, method: &Sampling, report: &Report, settled: usize) {
         "median": crate::foundation::stats::median(&report.samples_us),
         "early-median": crate::foundation::stats::median(&report.samples_us[..report.samples_us.len().min(8)]),
         "launches": report.launches_per_sample,
+        "throttle-reasons-after": reasons.map(|r| r.0),
+        "memory-clock-after": reasons.and_then(|r| r.1),
         "samples": report.samples_us.len(),
     });
     use std::io::Write;
