@@ -132,20 +132,26 @@ def table3(binaries, base, runs):
     print(f"{'variant':24} {'median us':>9} {'CV':>7} {'in-run spread':>13} {'early/all':>9} {'launches':>8} "
           f"{'overhead us':>11} {'its CV':>7} {'share':>7} {'SM MHz before-after':>19}")
     variants = [
-        ("default", {}),
-        ("settle", {"REPRO_TIMING_SETTLE": "1"}),
-        ("graph 20 ms", {"REPRO_TIMING_GRAPH_US": "20000"}),
-        ("8 placements", {"REPRO_TIMING_PLACEMENTS": "8"}),
-        ("8 placements + settle", {"REPRO_TIMING_PLACEMENTS": "8", "REPRO_TIMING_SETTLE": "1"}),
-        ("16 placements + settle", {"REPRO_TIMING_PLACEMENTS": "16", "REPRO_TIMING_SETTLE": "1"}),
+        ("default", "graph", {}),
+        ("settle", "graph", {"REPRO_TIMING_SETTLE": "1"}),
+        ("settle, 20 ms idle", "graph", {"REPRO_TIMING_SETTLE": "1", "REPRO_TIMING_GAP_MS": "20"}),
+        ("settle, 8 placements", "graph", {"REPRO_TIMING_SETTLE": "1", "REPRO_TIMING_PLACEMENTS": "8"}),
+        ("no settle", "graph", {"REPRO_TIMING_SETTLE": "0"}),
+        ("hot", "hot", {}),
     ]
-    for name, env in variants:
+    for name, mode, env in variants:
         diag = os.path.join(base, f"diag-{len(name)}-{abs(hash(name))}.jsonl")
-        meds = []
+        meds, series = [], []
         for _ in range(runs):
-            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph",
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", mode,
                            env=dict(env, REPRO_TIMING_DIAG=diag))
-            meds.append(out["results"][0]["summary"]["median"])
+            res = out["results"][0]
+            meds.append(res["summary"]["median"])
+            xs = res.get("samples") or []
+            # The run's samples in five consecutive parts: each part's median over the whole's.
+            k = max(1, len(xs) // 5)
+            series.append(" ".join(f"{statistics.median(xs[i:i + k]) / meds[-1]:.3f}"
+                                   for i in range(0, k * 5, k) if xs[i:i + k]))
         lines = [json.loads(l) for l in open(diag)] if os.path.exists(diag) else []
         cv = statistics.stdev(meds) / statistics.mean(meds) if len(meds) > 1 else float("nan")
         spread = [(max(d["placement-medians"]) - min(d["placement-medians"])) / d["median"]
@@ -161,6 +167,9 @@ def table3(binaries, base, runs):
               f"{statistics.mean(over or [0]):11.3f} {100 * ocv:6.2f}% {100 * statistics.mean(share or [0]):6.3f}% {clk:>19}",
               flush=True)
         print("   medians: " + " ".join(f"{m:.4f}" for m in meds))
+        print("   fifths of each run, over its median: " + " | ".join(series))
+        print("   throttle reasons after, memory clock: " + " ".join(
+            f"{d.get('throttle-reasons-after')}/{d.get('memory-clock-after')}" for d in lines))
 
 
 def main():

@@ -173,7 +173,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
     let mut timed = Timed {
-        run: vec![Phase::new("fingerprint", started.elapsed().as_secs_f64() * 1e3)],
+        run: vec![Phase::new(
+            "fingerprint",
+            started.elapsed().as_secs_f64() * 1e3,
+        )],
         points: Vec::new(),
     };
     let results = match &a.command {
@@ -218,7 +221,11 @@ struct Timed {
 fn phase_table(name: &str, run: &[Phase], point: &[Phase], rec: &ResultRecord) -> String {
     let mut out = format!("phases of {name} {} (ms):\n", rec.params_text());
     for p in run.iter().chain(point) {
-        let on = p.path.as_deref().map(|w| format!("  ({w})")).unwrap_or_default();
+        let on = p
+            .path
+            .as_deref()
+            .map(|w| format!("  ({w})"))
+            .unwrap_or_default();
         out.push_str(&format!("  {:<12} {:>9.1}{on}\n", p.name, p.ms));
     }
     let total: f64 = run.iter().chain(point).map(|p| p.ms).sum();
@@ -431,7 +438,9 @@ fn recipe_bench(
     let mut laps = Instant::now();
     let mut lap = |name: &str, timed: &mut Timed| {
         let now = Instant::now();
-        timed.run.push(Phase::new(name, (now - laps).as_secs_f64() * 1e3));
+        timed
+            .run
+            .push(Phase::new(name, (now - laps).as_secs_f64() * 1e3));
         laps = now;
     };
     let r = bench_recipe(a, root)?;

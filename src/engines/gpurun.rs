@@ -1018,11 +1018,16 @@ impl Loaded<'_> {
         // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
         self.reset_outputs(false)?;
         let warm_start = Instant::now();
-        let mut single_us = 0.0;
+        let mut recent = std::collections::VecDeque::new();
         while warm_start.elapsed().as_secs_f64() * 1e3 < t.warmup_ms || report.warmup_launches < 3 {
-            single_us = self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?;
+            recent.push_back(self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?);
+            if recent.len() > 16 {
+                recent.pop_front();
+            }
             report.warmup_launches += 1;
         }
+        // The median of the last launches, so one slow launch does not size the graph.
+        let single_us = crate::foundation::stats::median(recent.make_contiguous()).unwrap_or(1.0);
         laps.lap("warm-up");
         let knobs = Knobs::get();
         let method = self.method(t, single_us, &ev, report, &knobs)?;
@@ -1108,15 +1113,14 @@ impl Loaded<'_> {
     /// One graph-mode sample (µs per launch) on placement `k` modulo the placements.
     fn graph_sample(&self, method: &Sampling, k: usize, ev: &Events) -> Result<f64, CudaFailure> {
         let Sampling::Graph {
-            graphs,
-            batch,
-            overhead,
-            ..
+            batch, overhead, ..
         } = method
         else {
             unreachable!("graph samples come from graph mode");
         };
-        let graph = graphs[k % graphs.len()];
+        // The last graph is the empty one: never sampled.
+        let sampled = method.sampled();
+        let graph = sampled[k % sampled.len()];
         let us = self.timed(ev, || {
             // SAFETY: a live graph on a live stream.
             ck(
@@ -1129,7 +1133,7 @@ impl Loaded<'_> {
 
     /// Parameter pointers for `k` placements of the job's buffers: the job's own, and
     /// `k - 1` copies of every buffer at other addresses (scalars are shared). Fewer where
-    /// the copies would take more than a quarter of the free memory.
+    /// the copies would take more than a quarter of the free memory or [`PLACEMENT_BYTES`].
     fn placements(&mut self, k: usize) -> Result<Vec<Vec<*mut c_void>>, CudaFailure> {
         let mut sets = vec![self.arg_ptrs.clone()];
         let bytes: u64 = self
@@ -1142,7 +1146,7 @@ impl Loaded<'_> {
             })
             .sum();
         let (free, _) = ck(cu::mem_get_info(), "querying memory")?;
-        let fit = (free as u64 / 4) / bytes.max(1);
+        let fit = (free as u64 / 4).min(PLACEMENT_BYTES) / bytes.max(1);
         for _ in 1..k.min(fit as usize + 1) {
             let mut set = Vec::new();
             for (i, a) in self.job.args.iter().enumerate() {
@@ -1215,7 +1219,10 @@ impl Loaded<'_> {
             Mode::Graph => {
                 // Enough launches per sample to make the sample about GRAPH_SAMPLE_US long, so
                 // that an event tick (0.5 µs at worst) is under 0.01% of it.
-                let batch = ((knobs.graph_us / single_us.max(0.5)) as u32).clamp(10, 10_000);
+                // A power of two, so that invocations whose launch times differ a little
+                // still time the same batch.
+                let batch = ((knobs.graph_us / single_us.max(0.5)) as u32).clamp(16, 8192);
+                let batch = 1u32 << (31 - batch.leading_zeros());
                 report.launches_per_sample = batch;
                 let mut graphs = Vec::new();
                 for set in self.placements(knobs.placements)? {
@@ -1268,9 +1275,7 @@ impl Loaded<'_> {
                     }
                     self.timed(ev, || self.launch(self.kernel, &self.job.kernel))?
                 }
-                Sampling::Graph { .. } => {
-                    self.graph_sample(method, report.samples_us.len(), ev)?
-                }
+                Sampling::Graph { .. } => self.graph_sample(method, report.samples_us.len(), ev)?,
             };
             report.samples_us.push(us);
             let n = report.samples_us.len();
@@ -1370,10 +1375,14 @@ impl Knobs {
     }
 }
 
-/// Graph mode's placements of the buffers by default.
-const PLACEMENTS: usize = 1;
+/// Graph mode's placements of the buffers by default: the medians of one small kernel on
+/// different buffers differ by up to 0.3% (H100, #29), and a new process gets new ones.
+const PLACEMENTS: usize = 8;
+/// The most device memory the extra placements take: a kernel whose buffers are larger
+/// streams them from DRAM, where their addresses matter less.
+const PLACEMENT_BYTES: u64 = 1 << 30;
 /// Whether graph mode settles by default.
-const SETTLE: bool = false;
+const SETTLE: bool = true;
 /// Samples per window of the settling warm-up.
 const SETTLE_WINDOW: usize = 16;
 /// How close two windows' medians must be for the settling warm-up to end.
@@ -1398,7 +1407,13 @@ fn diagnose(
     let k = method.sampled().len().max(1);
     let medians: Vec<f64> = (0..k)
         .map(|p| {
-            let s: Vec<f64> = report.samples_us.iter().skip(p).step_by(k).copied().collect();
+            let s: Vec<f64> = report
+                .samples_us
+                .iter()
+                .skip(p)
+                .step_by(k)
+                .copied()
+                .collect();
             crate::foundation::stats::median(&s).unwrap_or(f64::NAN)
         })
         .collect();
@@ -1415,7 +1430,11 @@ fn diagnose(
         "samples": report.samples_us.len(),
     });
     use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).create(true).open(path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
         let _ = writeln!(f, "{line}");
     }
 }

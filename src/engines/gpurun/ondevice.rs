@@ -305,7 +305,13 @@ pub fn fill_like_device(
 /// Writes the CPU generator's element `i` over `bytes` (the host's patch of a listed element).
 pub fn patch(dtype: DType, init: &Init, seed: u64, i: u64, bytes: &mut [u8]) {
     let s = dtype.size();
-    super::fill_range(dtype, init, seed, i, &mut bytes[i as usize * s..(i as usize + 1) * s]);
+    super::fill_range(
+        dtype,
+        init,
+        seed,
+        i,
+        &mut bytes[i as usize * s..(i as usize + 1) * s],
+    );
 }
 
 /// The device comparison's result words, combined as the kernel's atomics combine them.
@@ -390,7 +396,11 @@ pub fn compare_like_device(
 /// digest, so a changed source is compiled again. `None` without a cache directory.
 pub fn module_path(arch: &str) -> Option<std::path::PathBuf> {
     let key = &crate::foundation::keys::sha256_hex(SOURCE.as_bytes())[..16];
-    Some(crate::foundation::fsutil::cache_dir()?.join("gpu-helpers").join(format!("{key}-{arch}.cubin")))
+    Some(
+        crate::foundation::fsutil::cache_dir()?
+            .join("gpu-helpers")
+            .join(format!("{key}-{arch}.cubin")),
+    )
 }
 
 /// Whether any compiled helper module of this source is cached (for any architecture): the
@@ -400,7 +410,9 @@ pub fn any_cached() -> bool {
     let Some(p) = module_path("sm") else {
         return false;
     };
-    let prefix = p.file_name().map(|n| n.to_string_lossy().replace("-sm.cubin", "-"));
+    let prefix = p
+        .file_name()
+        .map(|n| n.to_string_lossy().replace("-sm.cubin", "-"));
     let (Some(dir), Some(prefix)) = (p.parent(), prefix) else {
         return false;
     };
@@ -435,7 +447,8 @@ pub fn ensure_module(
         files: std::collections::BTreeMap::from([(c.source.clone(), SOURCE.as_bytes().to_vec())]),
         headers: std::collections::BTreeMap::new(),
     };
-    let art = crate::engines::build::nvrtc::compile(&c, pins, &closure).map_err(|e| e.to_string())?;
+    let art =
+        crate::engines::build::nvrtc::compile(&c, pins, &closure).map_err(|e| e.to_string())?;
     let cubin = art
         .outputs
         .into_iter()
@@ -580,7 +593,9 @@ impl Loaded<'_> {
         src: &[u8],
         during: &str,
     ) -> Result<(), CudaFailure> {
-        let stage = (src.len() >= STAGE_FROM).then(|| self.staging.get()).flatten();
+        let stage = (src.len() >= STAGE_FROM)
+            .then(|| self.staging.get())
+            .flatten();
         let Some(stage) = stage else {
             if src.is_empty() {
                 return Ok(());
@@ -613,7 +628,9 @@ impl Loaded<'_> {
         src: sys::CUdeviceptr,
     ) -> Result<(), CudaFailure> {
         let during = "reading an output";
-        let stage = (dst.len() >= STAGE_FROM).then(|| self.staging.get()).flatten();
+        let stage = (dst.len() >= STAGE_FROM)
+            .then(|| self.staging.get())
+            .flatten();
         let Some(stage) = stage else {
             if dst.is_empty() {
                 return Ok(());
@@ -809,7 +826,8 @@ impl Loaded<'_> {
             let bytes = (*count as usize * dtype.size()).max(1);
             // SAFETY: freed by `want`; the copy stays inside both buffers.
             unsafe {
-                want.ptrs.push(ck(cu::malloc_sync(bytes), "allocating a buffer")?);
+                want.ptrs
+                    .push(ck(cu::malloc_sync(bytes), "allocating a buffer")?);
                 let w = *want.ptrs.last().expect("pushed");
                 ck(
                     cu::memcpy_dtod_async(w, self.buffer(*i), bytes, self.stream),
@@ -952,7 +970,11 @@ mod tests {
                     assert_eq!(fix.len() as u64, n, "{dtype:?} {init:?}");
                     continue;
                 }
-                assert!((fix.len() as u64) < FIXUP_CAP, "{dtype:?} {init:?}: {}", fix.len());
+                assert!(
+                    (fix.len() as u64) < FIXUP_CAP,
+                    "{dtype:?} {init:?}: {}",
+                    fix.len()
+                );
                 if !matches!(init, Init::Normal { .. }) {
                     assert!(fix.is_empty(), "{dtype:?} {init:?}");
                 }
@@ -975,7 +997,10 @@ mod tests {
         let (got, fix) = fill_like_device(DType::F32, 5000, &init, 3, &far);
         let want = fill(DType::F32, 5000, &init, 3);
         let differ: Vec<u64> = (0..5000u64)
-            .filter(|i| got[*i as usize * 4..*i as usize * 4 + 4] != want[*i as usize * 4..*i as usize * 4 + 4])
+            .filter(|i| {
+                got[*i as usize * 4..*i as usize * 4 + 4]
+                    != want[*i as usize * 4..*i as usize * 4 + 4]
+            })
             .collect();
         assert!(!differ.is_empty(), "the test must move some encodings");
         // A bound of 2^-44 does not cover a 1e-9 error: the listing is only as good as the
@@ -999,7 +1024,14 @@ mod tests {
     #[test]
     fn the_devices_comparison_reports_what_compare_output_reports() {
         let n = 3000usize;
-        for dtype in [DType::F32, DType::F16, DType::Bf16, DType::F64, DType::I32, DType::U8] {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::Bf16,
+            DType::F64,
+            DType::I32,
+            DType::U8,
+        ] {
             let want = fill(dtype, n as u64, &Init::Iota, 0);
             let mut got = want.clone();
             let s = dtype.size();
