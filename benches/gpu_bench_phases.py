@@ -13,7 +13,8 @@
 3. With --investigate (the last binary only): what moves the small kernel's median between
    invocations. Graph mode under the runner's timing settings (REPRO_TIMING_PLACEMENTS: the
    buffers copied to K placements, sampled in turn; REPRO_TIMING_SETTLE=1: warm up with graph
-   samples until two windows' medians agree; REPRO_TIMING_GRAPH_US: the sample's length),
+   samples until two windows' medians agree; REPRO_TIMING_GRAPH_US: the sample's length;
+   REPRO_TIMING_GAP_MS: the GPU left idle before the samples),
    each over N invocations, with the figures each job appends to REPRO_TIMING_DIAG: the
    spread of the placements' medians inside one invocation, the first samples' median
    against the whole (clock ramp), the empty graph's cost and its share of a sample, the SM
@@ -133,10 +134,10 @@ def table3(binaries, base, runs):
           f"{'overhead us':>11} {'its CV':>7} {'share':>7} {'SM MHz before-after':>19}")
     variants = [
         ("default", "graph", {}),
-        ("settle", "graph", {"REPRO_TIMING_SETTLE": "1"}),
-        ("settle, 20 ms idle", "graph", {"REPRO_TIMING_SETTLE": "1", "REPRO_TIMING_GAP_MS": "20"}),
-        ("settle, 8 placements", "graph", {"REPRO_TIMING_SETTLE": "1", "REPRO_TIMING_PLACEMENTS": "8"}),
-        ("no settle", "graph", {"REPRO_TIMING_SETTLE": "0"}),
+        ("1 placement", "graph", {"REPRO_TIMING_PLACEMENTS": "1"}),
+        ("no settling", "graph", {"REPRO_TIMING_SETTLE": "0"}),
+        ("1 placement, no settle", "graph", {"REPRO_TIMING_PLACEMENTS": "1", "REPRO_TIMING_SETTLE": "0"}),
+        ("20 ms idle before", "graph", {"REPRO_TIMING_GAP_MS": "20"}),
         ("hot", "hot", {}),
     ]
     for name, mode, env in variants:
