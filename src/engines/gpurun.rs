@@ -597,8 +597,10 @@ impl Loaded<'_> {
 }
 
 /// How a buffer's initial bytes are made, and made again before each run of an output.
+#[derive(Default)]
 enum Fill {
     /// A scalar, or a buffer without an init.
+    #[default]
     None,
     /// Bytes generated on the host.
     Host(Vec<u8>),
@@ -934,11 +936,6 @@ impl<'j> Loaded<'j> {
     }
 }
 
-impl Default for Fill {
-    fn default() -> Self {
-        Fill::None
-    }
-}
 /// A pair of events around what is timed.
 struct Events {
     start: sys::CUevent,
