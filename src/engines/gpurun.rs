@@ -636,7 +636,7 @@ struct Loaded<'j> {
     kernel: sys::CUfunction,
     reference: Option<sys::CUfunction>,
     /// repro's fill and compare kernels, or why they are not loaded.
-    helpers: Result<ondevice::Helpers, String>,
+    helpers: Result<ondevice::Helpers, ondevice::HelperError>,
     /// NVML, for the SM clock before and after sampling.
     nvml: Option<nvml_wrapper::Nvml>,
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
@@ -687,7 +687,7 @@ impl<'j> Loaded<'j> {
         let helpers = if helpers_wanted() {
             ondevice::Helpers::load(&ctx)
         } else {
-            Err("REPRO_GPU_HELPERS=0".into())
+            Err(ondevice::HelperError::Off)
         };
         laps.lap("module");
         Ok(Loaded {

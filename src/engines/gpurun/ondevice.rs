@@ -392,6 +392,38 @@ pub fn compare_like_device(
     })
 }
 
+/// Why repro's helper kernels are not there: it never reaches the user as an error (the
+/// job runs on the CPU path instead), but says why in the phase table or with `-v`.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// `REPRO_GPU_HELPERS=0`.
+    #[error("REPRO_GPU_HELPERS=0")]
+    Off,
+    /// Neither XDG_CACHE_HOME nor HOME is set.
+    #[error("no cache directory (set XDG_CACHE_HOME)")]
+    NoCache,
+    /// Nothing compiled for this architecture yet.
+    #[error("no helper module for {arch}")]
+    NotCached {
+        /// The device's architecture.
+        arch: String,
+    },
+    /// NVRTC refused, or the module could not be written.
+    #[error("the helper kernels did not compile for {arch}: {detail}")]
+    Compile {
+        /// The architecture.
+        arch: String,
+        /// NVRTC's or the file system's words.
+        detail: String,
+    },
+    /// The driver refused the module, a kernel in it, or memory for it.
+    #[error("helper module: {name}")]
+    Driver {
+        /// The CUDA error's name.
+        name: String,
+    },
+}
+
 /// The compiled kernels' file for `arch` (`sm_90`) in repro's cache, named by the source's
 /// digest, so a changed source is compiled again. `None` without a cache directory.
 pub fn module_path(arch: &str) -> Option<std::path::PathBuf> {
@@ -426,8 +458,12 @@ pub fn any_cached() -> bool {
 pub fn ensure_module(
     arch: &str,
     pins: &crate::engines::toolchain::Pins,
-) -> Result<std::path::PathBuf, String> {
-    let path = module_path(arch).ok_or("no cache directory (set XDG_CACHE_HOME)")?;
+) -> Result<std::path::PathBuf, HelperError> {
+    let path = module_path(arch).ok_or(HelperError::NoCache)?;
+    let failed = |detail: String| HelperError::Compile {
+        arch: arch.to_string(),
+        detail,
+    };
     if path.is_file() {
         return Ok(path);
     }
@@ -447,14 +483,15 @@ pub fn ensure_module(
         files: std::collections::BTreeMap::from([(c.source.clone(), SOURCE.as_bytes().to_vec())]),
         headers: std::collections::BTreeMap::new(),
     };
-    let art =
-        crate::engines::build::nvrtc::compile(&c, pins, &closure).map_err(|e| e.to_string())?;
+    let art = crate::engines::build::nvrtc::compile(&c, pins, &closure)
+        .map_err(|e| failed(e.to_string()))?;
     let cubin = art
         .outputs
         .into_iter()
         .find(|(o, _)| *o == crate::foundation::recipe::Output::Cubin)
-        .ok_or("NVRTC gave no cubin")?;
-    crate::foundation::fsutil::write_atomic(&path, &cubin.1, true).map_err(|e| e.to_string())?;
+        .ok_or_else(|| failed("NVRTC gave no cubin".into()))?;
+    crate::foundation::fsutil::write_atomic(&path, &cubin.1, true)
+        .map_err(|e| failed(e.to_string()))?;
     Ok(path)
 }
 
@@ -490,22 +527,24 @@ const MODULE_MAX_BYTES: u64 = 16 << 20;
 impl Helpers {
     /// Loads the cached module for this context's device. `Err` says why not (no module
     /// cached for the architecture, or the driver refused it), for the phase table.
-    pub fn load(ctx: &cudarc::driver::CudaContext) -> Result<Helpers, String> {
+    pub fn load(ctx: &cudarc::driver::CudaContext) -> Result<Helpers, HelperError> {
         use std::io::Read;
         use sys::CUdevice_attribute as A;
-        let cc = |a| ctx.attribute(a).map_err(|e| format!("{:?}", e.0));
+        let err = |e: cu::DriverError| HelperError::Driver {
+            name: format!("{:?}", e.0),
+        };
+        let cc = |a| ctx.attribute(a).map_err(err);
         let arch = format!(
             "sm_{}{}",
             cc(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             cc(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
         );
-        let path = module_path(&arch).ok_or("no cache directory")?;
+        let path = module_path(&arch).ok_or(HelperError::NoCache)?;
         let mut image = Vec::new();
         std::fs::File::open(&path)
             .and_then(|f| f.take(MODULE_MAX_BYTES).read_to_end(&mut image))
-            .map_err(|_| format!("no helper module for {arch}"))?;
+            .map_err(|_| HelperError::NotCached { arch: arch.clone() })?;
         image.push(0);
-        let err = |e: cu::DriverError| format!("helper module: {:?}", e.0);
         // SAFETY: a live, NUL-terminated image; the module stays loaded with the context.
         let module = unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(err)?;
         let func = |name: &str| {
