@@ -109,6 +109,9 @@ impl Executor for ProcessExecutor {
 /// in the context (an event, a graph, fragmented memory) stays bounded.
 const JOBS_PER_WORKER: usize = 64;
 
+/// One device's worker, if live, with the jobs it has answered.
+type WorkerSlot = Arc<Mutex<Option<(Server, usize)>>>;
+
 /// An executor whose GPU jobs run in one reused child, `repro gpu-job --serve`, per set of
 /// visible devices: one process and one CUDA context for a whole bisection, instead of a
 /// process start, a driver start and a context creation for every job (about 0.3 s each).
@@ -120,7 +123,7 @@ const JOBS_PER_WORKER: usize = 64;
 pub struct WorkerExecutor {
     inner: ProcessExecutor,
     /// Per `CUDA_VISIBLE_DEVICES` (`None`: unset), the live worker and its job count.
-    workers: Mutex<BTreeMap<Option<String>, Arc<Mutex<Option<(Server, usize)>>>>>,
+    workers: Mutex<BTreeMap<Option<String>, WorkerSlot>>,
     /// Workers started so far (for tests and `-v`).
     started: std::sync::atomic::AtomicUsize,
 }
@@ -145,7 +148,7 @@ impl WorkerExecutor {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn slot(&self, visible: Option<&str>) -> Arc<Mutex<Option<(Server, usize)>>> {
+    fn slot(&self, visible: Option<&str>) -> WorkerSlot {
         let mut all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         all.entry(visible.map(str::to_string)).or_default().clone()
     }
