@@ -2,8 +2,8 @@
 # #29 goals 1-3 on the GPU machine, before and after in one run: the phase/overhead and
 # small-kernel tables (benches/gpu_bench_phases.py) for both binaries, then the acceptance
 # bisections (benches/gpu_bisect.py --acceptance) for each binary given in BISECT (default:
-# the after binary only; RUNS bisections and RUNS A/A bisections per kernel; BISECT_ARGS
-# passes more options, e.g. --shared-builds).
+# the after binary only; RUNS histories of each kind (1.5x, 0.6x the threshold, A/A) per
+# kernel; BISECT_ARGS passes more options, e.g. --shared-builds or --time-limit SECONDS).
 #
 #   benches/gpu_perf29.sh BEFORE_BINARY AFTER_BINARY
 #
