@@ -736,6 +736,45 @@ fn shell_quote(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A server answers line by line in one process; a request past its timeout kills it,
+    /// and a server that ends without answering says how it ended.
+    #[test]
+    fn a_server_answers_times_out_and_ends() {
+        let script = r#"while read -r l; do case "$l" in
+            sleep) sleep 30 ;;
+            die) echo dying >&2; exit 7 ;;
+            *) echo "pid $$ $l" ;;
+        esac; done"#;
+        let mut s = Cmd::new("sh").arg("-c").arg(script).serve().unwrap();
+        let a = s.request(b"one", Duration::from_secs(5)).unwrap();
+        let b = s.request(b"two", Duration::from_secs(5)).unwrap();
+        let pid = |x: &[u8]| {
+            String::from_utf8_lossy(x)
+                .split(' ')
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        assert!(a.ends_with(b" one") && b.ends_with(b" two"), "{a:?} {b:?}");
+        assert_eq!(pid(&a), pid(&b), "one process answers both");
+        let started = Instant::now();
+        assert!(matches!(
+            s.request(b"sleep", Duration::from_millis(300)),
+            Err(ServerEnd::Timeout)
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!s.alive());
+        let mut s = Cmd::new("sh").arg("-c").arg(script).serve().unwrap();
+        match s.request(b"die", Duration::from_secs(5)) {
+            Err(ServerEnd::Ended { status, stderr }) => {
+                assert_eq!(status.code(), Some(7));
+                assert!(String::from_utf8_lossy(&stderr).contains("dying"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     use super::*;
 
     #[test]
