@@ -945,3 +945,43 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn nvml_starts_without_attaching_and_falls_back_where_the_driver_cannot() {
+    let Some(gpu) = FakeGpu::new("580.159.04") else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    let log_s = log.to_str().unwrap();
+    let lock_path = lock(&gpu, "lock.toml", &[]);
+    let count = |seen: &[String], name: &str| seen.iter().filter(|c| *c == name).count();
+    for no_lazy in [false, true] {
+        let mut vars = vec![("FAKEGPU_LOG", log_s)];
+        if no_lazy {
+            vars.push(("FAKEGPU_NVML_NO_LAZY_ATTACH", "1"));
+        }
+        let (code, report) = check(&gpu, &lock_path, &[], &vars);
+        assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
+        let seen = calls(&log);
+        // NVML is started without attaching the GPUs; a driver that then cannot answer gets
+        // a second, ordinary start, and its answers are the real ones (no problem above).
+        assert_eq!(count(&seen, "nvmlInitWithFlags:no-attach"), 1, "{seen:?}");
+        assert_eq!(count(&seen, "nvmlInit_v2"), 1 + usize::from(no_lazy), "{seen:?}");
+        // Each live setting that changed is caught, however NVML was started.
+        for (var, value, field) in [
+            ("FAKEGPU_PERSISTENCE", "0", "gpu.persistence-mode"),
+            ("FAKEGPU_MIG", "1", "gpu.mig-mode"),
+            ("FAKEGPU_POWER_W", "300", "gpu.power-limit-w"),
+        ] {
+            let mut changed = vars.clone();
+            changed.push((var, value));
+            let (code, report) = check(&gpu, &lock_path, &[], &changed);
+            assert_eq!(
+                (code, problems(&report)),
+                (0, vec![format!("{field} warn")]),
+                "{var}={value} (no lazy attach: {no_lazy}): {report}"
+            );
+        }
+        calls(&log);
+    }
+}

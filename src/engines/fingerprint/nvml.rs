@@ -98,10 +98,44 @@ fn only(f: Fields, wanted: &[&str]) -> Fields {
         .collect()
 }
 
-/// Opens NVML and asks every device for the named fields.
+/// How NVML is started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// `nvmlInitWithFlags(NVML_INIT_FLAG_NO_ATTACH)`: the GPUs are not attached at start-up
+    /// (attaching is most of `nvmlInit`'s cost on a GPU machine), only when a query needs one.
+    NoAttach,
+    /// `nvmlInit`: every GPU attached at start-up.
+    Full,
+}
+
+/// Opens NVML and asks every device for the named fields: first started without attaching
+/// the GPUs; if any answer is then an error (a driver that does not attach on demand), NVML
+/// is started again the usual way and every field asked again, so that a start-up mode can
+/// never turn a real answer into an unavailable one.
 fn query(names: &[&str]) -> Fields {
+    let (f, failed) = query_with(names, Start::NoAttach);
+    if failed {
+        return query_with(names, Start::Full).0;
+    }
+    f
+}
+
+/// The fields, and whether anything failed other than a field the device does not support
+/// (which fails alike however NVML was started).
+fn query_with(names: &[&str], start: Start) -> (Fields, bool) {
     let mut f = Fields::new();
-    let nvml = match open() {
+    let mut failed = false;
+    let opened = match start {
+        Start::NoAttach => {
+            crate::foundation::driverlib::ensure_one("libnvidia-ml.so.1");
+            Nvml::builder()
+                .lib_path("libnvidia-ml.so.1".as_ref())
+                .flags(nvml_wrapper::bitmasks::InitFlags::NO_ATTACH)
+                .init()
+        }
+        Start::Full => open(),
+    };
+    let nvml = match opened {
         Ok(n) => n,
         Err(e) => {
             let reason = match e {
@@ -111,7 +145,7 @@ fn query(names: &[&str]) -> Fields {
                 other => format!("NVML failed to start: {other}"),
             };
             f.insert("nvml".into(), Field::Unavailable(reason));
-            return f;
+            return (f, start == Start::NoAttach);
         }
     };
     let count = match nvml.device_count() {
@@ -121,23 +155,38 @@ fn query(names: &[&str]) -> Fields {
                 "nvml".into(),
                 Field::Unavailable(format!("NVML device count failed: {e}")),
             );
-            return f;
+            return (f, start == Start::NoAttach);
         }
     };
     for i in 0..count {
         let Ok(dev) = nvml.device_by_index(i) else {
+            failed = true;
+            f.insert(
+                format!("nvml-device.{i}"),
+                Field::Unavailable("NVML gave no handle".into()),
+            );
             continue;
         };
-        let Ok(uuid) = dev.uuid() else { continue };
+        let Ok(uuid) = dev.uuid() else {
+            failed = true;
+            f.insert(
+                format!("nvml-device.{i}"),
+                Field::Unavailable("NVML gave no UUID".into()),
+            );
+            continue;
+        };
         for name in names {
-            f.insert(format!("nvml.{uuid}.{name}"), field(&dev, name));
+            let (v, bad) = field(&dev, name);
+            failed |= bad;
+            f.insert(format!("nvml.{uuid}.{name}"), v);
         }
     }
-    f
+    (f, failed && start == Start::NoAttach)
 }
 
-/// One NVML field of one device.
-fn field(dev: &nvml_wrapper::Device, name: &str) -> Field {
+/// One NVML field of one device, and whether asking failed for a reason other than the
+/// device not supporting it.
+fn field(dev: &nvml_wrapper::Device, name: &str) -> (Field, bool) {
     let r = match name {
         "ecc" => dev
             .is_ecc_enabled()
@@ -158,9 +207,13 @@ fn field(dev: &nvml_wrapper::Device, name: &str) -> Field {
             dev.running_compute_processes()
                 .map(|ps| ps.iter().filter(|p| p.pid != own_pid).count().to_string())
         }
-        other => return Field::Unavailable(format!("no NVML field `{other}`")),
+        other => return (Field::Unavailable(format!("no NVML field `{other}`")), false),
     };
-    r.map_or_else(|e| Field::Unavailable(e.to_string()), Field::Value)
+    let failed = matches!(&r, Err(e) if !matches!(e, nvml_wrapper::error::NvmlError::NotSupported));
+    (
+        r.map_or_else(|e| Field::Unavailable(e.to_string()), Field::Value),
+        failed,
+    )
 }
 
 /// Moves NVML answers onto the CUDA devices with the same UUID. Devices NVML did not
