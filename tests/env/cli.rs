@@ -579,3 +579,61 @@ fn a_driver_the_loader_cannot_find_is_found_in_the_host_directories() {
     let fp = capture(&empty);
     assert!(fp["driver"]["unavailable"].is_string(), "{fp}");
 }
+
+/// The machine's nvcc answers `env check` from a cache keyed by its binary: asked once,
+/// asked again when the binary is replaced or another one is found.
+#[test]
+fn nvcc_version_is_cached_under_its_binary_and_a_changed_one_is_asked_again() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let calls = tmp.path().join("calls");
+    let nvcc = |dir: &str, version: &str| {
+        let bin = tmp.path().join(dir).join("nvcc");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        let script = format!(
+            "#!/bin/sh\necho run >> '{}'\necho 'Cuda compilation tools, release 12.4, V{version}'\n",
+            calls.display()
+        );
+        // Written beside and renamed over, as an upgrade replaces a binary.
+        let next = bin.with_extension("new");
+        std::fs::write(&next, script).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&next, &bin).unwrap();
+        bin
+    };
+    let lock = project.join("lock.toml");
+    std::fs::write(
+        &lock,
+        "schema = 1\n[fields]\n\"toolchain.nvcc.version\" = { policy = \"exact\", value = \"12.4.131\" }\n",
+    )
+    .unwrap();
+    let runs = || {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let check = |bin: &Path| {
+        let out = repro(&cache)
+            .current_dir(&project)
+            .env("REPRO_NVCC", bin)
+            .args(["env", "check", "--lock", lock.to_str().unwrap()])
+            .output()
+            .unwrap();
+        out.status.code().unwrap()
+    };
+    let a = nvcc("a", "12.4.131");
+    assert_eq!((check(&a), runs()), (0, 1));
+    assert_eq!((check(&a), runs()), (0, 1), "the second check is answered by the cache");
+    // The same path, another binary: asked again, and the change is caught.
+    let a = nvcc("a", "12.6.20");
+    assert_eq!((check(&a), runs()), (1, 2));
+    // Another nvcc found: asked too.
+    let b = nvcc("b", "12.4.131");
+    assert_eq!((check(&b), runs()), (0, 3));
+    assert_eq!((check(&b), runs()), (0, 3));
+}
