@@ -637,3 +637,60 @@ fn nvcc_version_is_cached_under_its_binary_and_a_changed_one_is_asked_again() {
     assert_eq!((check(&b), runs()), (0, 3));
     assert_eq!((check(&b), runs()), (0, 3));
 }
+
+/// `env check` refreshes the index's stat data as `git status` does (so a copied or touched
+/// tree is not hashed again on every check), never its contents or staging, still catches a
+/// change made after a refresh, and still answers where the index is locked.
+#[test]
+fn repo_dirty_survives_touched_files_and_catches_later_edits() {
+    let (_tmp, root) = repo_with(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
+    let cache = tempfile::tempdir().unwrap();
+    let lock = root.join("../lock.toml");
+    std::fs::write(
+        &lock,
+        "schema = 1\n[fields]\n\"repo.dirty\" = { policy = \"exact\", value = \"false\" }\n",
+    )
+    .unwrap();
+    let check = || {
+        repro(cache.path())
+            .current_dir(&root)
+            .args(["env", "check", "--json", "--lock", lock.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            .unwrap()
+    };
+    let touch = |name: &str, secs: u64| {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(root.join(name))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .unwrap();
+    };
+    // Touched, not changed: clean, twice (the second from the refreshed index).
+    touch("a.txt", 1_600_000_000);
+    touch("b.txt", 1_600_000_000);
+    assert_eq!(check(), 0);
+    assert_eq!(check(), 0);
+    // The same size and the same modification time as the refreshed entry: still caught.
+    std::fs::write(root.join("a.txt"), "One\n").unwrap();
+    touch("a.txt", 1_600_000_000);
+    assert_eq!(check(), 1, "an edit after the refresh is a dirty tree");
+    // Staging is left as the user made it.
+    git(&root, &["add", "a.txt"]);
+    std::fs::write(root.join("b.txt"), "TWO\n").unwrap();
+    assert_eq!(check(), 1);
+    assert_eq!(git(&root, &["diff", "--cached", "--name-only"]).trim(), "a.txt");
+    assert_eq!(git(&root, &["diff", "--name-only"]).trim(), "b.txt");
+    // A locked index (a git command running): answered without writing it.
+    git(&root, &["checkout", "--", "b.txt"]);
+    git(&root, &["reset", "-q", "--hard"]);
+    std::fs::write(root.join(".git/index.lock"), "").unwrap();
+    touch("b.txt", 1_600_000_001);
+    assert_eq!(check(), 0);
+    std::fs::write(root.join("b.txt"), "twO\n").unwrap();
+    assert_eq!(check(), 1);
+    assert_eq!(std::fs::read(root.join(".git/index.lock")).unwrap(), b"");
+}

@@ -21,9 +21,6 @@
  *   FAKEGPU_MEM_MHZ, FAKEGPU_TEMP_C, FAKEGPU_VBIOS, FAKEGPU_OTHER_PROCS
  *   FAKEGPU_NVML_COUNT       devices NVML lists (default FAKEGPU_COUNT)
  *   FAKEGPU_NVML_REVERSE=1   NVML lists the devices in the reverse of CUDA's order
- *   FAKEGPU_NVML_NO_LAZY_ATTACH=1  after nvmlInitWithFlags(NVML_INIT_FLAG_NO_ATTACH), device
- *                            queries fail with NVML_ERROR_UNINITIALIZED (a driver that does
- *                            not attach a GPU on demand); by default they attach and answer
  *   FAKEGPU_TIME_SCALE       kernel times on this device are multiplied by this (default 1)
  *
  * CUDA honours CUDA_VISIBLE_DEVICES (indices or GPU-UUID prefixes) as the real driver does;
@@ -880,7 +877,6 @@ typedef struct {
 } nvmlProcessInfo_t;
 
 static int nvml_initialised;
-static int nvml_attached;
 
 static int nvml_count(void) {
     long n = number("NVML_COUNT", -1, device_count());
@@ -904,8 +900,6 @@ static int handle_device(nvmlDevice_t h) { return (int)(uintptr_t)h - 1; }
         log_call(name);                                                                     \
         if (!nvml_initialised)                                                              \
             return NVML_ERROR_UNINITIALIZED;                                                \
-        if (!nvml_attached && getenv("FAKEGPU_NVML_NO_LAZY_ATTACH"))                        \
-            return NVML_ERROR_UNINITIALIZED;                                                \
         if (dev < 0 || dev >= device_count())                                               \
             return NVML_ERROR_INVALID_ARGUMENT;                                             \
         int code_ = failure(name, dev);                                                     \
@@ -919,17 +913,12 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
     if (code)
         return code;
     nvml_initialised = 1;
-    nvml_attached = 1;
     return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
-    nvmlReturn_t r = nvmlInit_v2();
-    if (r == NVML_SUCCESS && (flags & 2u)) { /* NVML_INIT_FLAG_NO_ATTACH */
-        log_call("nvmlInitWithFlags:no-attach");
-        nvml_attached = 0;
-    }
-    return r;
+    (void)flags;
+    return nvmlInit_v2();
 }
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {

@@ -98,45 +98,16 @@ fn only(f: Fields, wanted: &[&str]) -> Fields {
         .collect()
 }
 
-/// How NVML is started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Start {
-    /// `nvmlInitWithFlags(NVML_INIT_FLAG_NO_ATTACH)`: the GPUs are not attached at start-up
-    /// (attaching is most of `nvmlInit`'s cost on a GPU machine), only when a query needs one.
-    NoAttach,
-    /// `nvmlInit`: every GPU attached at start-up.
-    Full,
-}
-
-/// Opens NVML and asks every device for the named fields: first started without attaching
-/// the GPUs; if any answer is then an error (a driver that does not attach on demand), NVML
-/// is started again the usual way and every field asked again, so that a start-up mode can
-/// never turn a real answer into an unavailable one.
+/// Opens NVML and asks every device for the named fields. NVML is not shut down afterwards
+/// (`nvmlShutdown` detaches every GPU: 3.5 ms of a 25 ms start-up on an H100): the handle is
+/// kept for the life of the process, whose exit releases it, and a later start in the same
+/// process only counts one more user of the already started library.
+/// (Starting it with `NVML_INIT_FLAG_NO_ATTACH` was measured there too: NVML then lists no
+/// device, so the live fields could not be read.)
 fn query(names: &[&str]) -> Fields {
-    let (f, failed) = query_with(names, Start::NoAttach);
-    if failed {
-        return query_with(names, Start::Full).0;
-    }
-    f
-}
-
-/// The fields, and whether anything failed other than a field the device does not support
-/// (which fails alike however NVML was started).
-fn query_with(names: &[&str], start: Start) -> (Fields, bool) {
     let mut f = Fields::new();
-    let mut failed = false;
-    let opened = match start {
-        Start::NoAttach => {
-            crate::foundation::driverlib::ensure_one("libnvidia-ml.so.1");
-            Nvml::builder()
-                .lib_path("libnvidia-ml.so.1".as_ref())
-                .flags(nvml_wrapper::bitmasks::InitFlags::NO_ATTACH)
-                .init()
-        }
-        Start::Full => open(),
-    };
-    let nvml = match opened {
-        Ok(n) => n,
+    let nvml = match open() {
+        Ok(n) => std::mem::ManuallyDrop::new(n),
         Err(e) => {
             let reason = match e {
                 nvml_wrapper::error::NvmlError::LibloadingError(_) => {
@@ -145,7 +116,7 @@ fn query_with(names: &[&str], start: Start) -> (Fields, bool) {
                 other => format!("NVML failed to start: {other}"),
             };
             f.insert("nvml".into(), Field::Unavailable(reason));
-            return (f, start == Start::NoAttach);
+            return f;
         }
     };
     let count = match nvml.device_count() {
@@ -155,38 +126,23 @@ fn query_with(names: &[&str], start: Start) -> (Fields, bool) {
                 "nvml".into(),
                 Field::Unavailable(format!("NVML device count failed: {e}")),
             );
-            return (f, start == Start::NoAttach);
+            return f;
         }
     };
     for i in 0..count {
         let Ok(dev) = nvml.device_by_index(i) else {
-            failed = true;
-            f.insert(
-                format!("nvml-device.{i}"),
-                Field::Unavailable("NVML gave no handle".into()),
-            );
             continue;
         };
-        let Ok(uuid) = dev.uuid() else {
-            failed = true;
-            f.insert(
-                format!("nvml-device.{i}"),
-                Field::Unavailable("NVML gave no UUID".into()),
-            );
-            continue;
-        };
+        let Ok(uuid) = dev.uuid() else { continue };
         for name in names {
-            let (v, bad) = field(&dev, name);
-            failed |= bad;
-            f.insert(format!("nvml.{uuid}.{name}"), v);
+            f.insert(format!("nvml.{uuid}.{name}"), field(&dev, name));
         }
     }
-    (f, failed && start == Start::NoAttach)
+    f
 }
 
-/// One NVML field of one device, and whether asking failed for a reason other than the
-/// device not supporting it.
-fn field(dev: &nvml_wrapper::Device, name: &str) -> (Field, bool) {
+/// One NVML field of one device.
+fn field(dev: &nvml_wrapper::Device, name: &str) -> Field {
     let r = match name {
         "ecc" => dev
             .is_ecc_enabled()
@@ -207,13 +163,9 @@ fn field(dev: &nvml_wrapper::Device, name: &str) -> (Field, bool) {
             dev.running_compute_processes()
                 .map(|ps| ps.iter().filter(|p| p.pid != own_pid).count().to_string())
         }
-        other => return (Field::Unavailable(format!("no NVML field `{other}`")), false),
+        other => return Field::Unavailable(format!("no NVML field `{other}`")),
     };
-    let failed = matches!(&r, Err(e) if !matches!(e, nvml_wrapper::error::NvmlError::NotSupported));
-    (
-        r.map_or_else(|e| Field::Unavailable(e.to_string()), Field::Value),
-        failed,
-    )
+    r.map_or_else(|e| Field::Unavailable(e.to_string()), Field::Value)
 }
 
 /// Moves NVML answers onto the CUDA devices with the same UUID. Devices NVML did not
