@@ -628,7 +628,11 @@ fn nvcc_version_is_cached_under_its_binary_and_a_changed_one_is_asked_again() {
     };
     let a = nvcc("a", "12.4.131");
     assert_eq!((check(&a), runs()), (0, 1));
-    assert_eq!((check(&a), runs()), (0, 1), "the second check is answered by the cache");
+    assert_eq!(
+        (check(&a), runs()),
+        (0, 1),
+        "the second check is answered by the cache"
+    );
     // The same path, another binary: asked again, and the change is caught.
     let a = nvcc("a", "12.6.20");
     assert_eq!((check(&a), runs()), (1, 2));
@@ -682,7 +686,10 @@ fn repo_dirty_survives_touched_files_and_catches_later_edits() {
     git(&root, &["add", "a.txt"]);
     std::fs::write(root.join("b.txt"), "TWO\n").unwrap();
     assert_eq!(check(), 1);
-    assert_eq!(git(&root, &["diff", "--cached", "--name-only"]).trim(), "a.txt");
+    assert_eq!(
+        git(&root, &["diff", "--cached", "--name-only"]).trim(),
+        "a.txt"
+    );
     assert_eq!(git(&root, &["diff", "--name-only"]).trim(), "b.txt");
     // A locked index (a git command running): answered without writing it.
     git(&root, &["checkout", "--", "b.txt"]);

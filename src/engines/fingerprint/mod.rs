@@ -160,10 +160,7 @@ fn probe_jobs<'a>(ctx: &'a Context, demand: &'a Demand) -> Vec<Job<'a>> {
     }
     if d(Probe::Nvcc) {
         let pins = pins.clone();
-        jobs.push((
-            "nvcc".into(),
-            Box::new(move || probe_nvcc_cached(&pins)),
-        ));
+        jobs.push(("nvcc".into(), Box::new(move || probe_nvcc_cached(&pins))));
     }
     if d(Probe::Host) {
         jobs.push(("host".into(), Box::new(host::probe)));
