@@ -642,11 +642,13 @@ fn nvcc_version_is_cached_under_its_binary_and_a_changed_one_is_asked_again() {
     assert_eq!((check(&b), runs()), (0, 3));
 }
 
-/// `env check` refreshes the index's stat data as `git status` does (so a copied or touched
-/// tree is not hashed again on every check), never its contents or staging, still catches a
-/// change made after a refresh, and still answers where the index is locked.
+/// `env check` never writes the repository's index: a touched file is clean, an edit after
+/// that is caught, the user's staging and the index are left as they were, and a locked
+/// index does not stop the check. (Letting libgit2 write refreshed stat data back, as `git
+/// status` does, was tried: it recorded an edited file's new stat data under its old blob,
+/// so git itself no longer saw the edit. This test caught it.)
 #[test]
-fn repo_dirty_survives_touched_files_and_catches_later_edits() {
+fn repo_dirty_never_writes_the_index_and_catches_edits_to_touched_files() {
     let (_tmp, root) = repo_with(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
     let cache = tempfile::tempdir().unwrap();
     let lock = root.join("../lock.toml");
@@ -673,15 +675,19 @@ fn repo_dirty_survives_touched_files_and_catches_later_edits() {
         f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
             .unwrap();
     };
-    // Touched, not changed: clean, twice (the second from the refreshed index).
+    let index = || std::fs::read(root.join(".git/index")).unwrap();
+    let before = index();
+    // Touched, not changed: clean, twice.
     touch("a.txt", 1_600_000_000);
     touch("b.txt", 1_600_000_000);
     assert_eq!(check(), 0);
     assert_eq!(check(), 0);
-    // The same size and the same modification time as the refreshed entry: still caught.
+    // The same size and modification time as at the last check: still caught.
     std::fs::write(root.join("a.txt"), "One\n").unwrap();
     touch("a.txt", 1_600_000_000);
-    assert_eq!(check(), 1, "an edit after the refresh is a dirty tree");
+    assert_eq!(check(), 1, "an edit after a check is a dirty tree");
+    assert_eq!(index(), before, "the index is never written");
+    assert_eq!(git(&root, &["status", "--porcelain"]).trim(), "M a.txt");
     // Staging is left as the user made it.
     git(&root, &["add", "a.txt"]);
     std::fs::write(root.join("b.txt"), "TWO\n").unwrap();

@@ -197,26 +197,12 @@ pub fn probe(dir: &Path) -> Fields {
 
 /// The sha256 of every uncommitted change (path, status, current content), or `None` when
 /// the tree is clean. Ignored files do not count.
-///
-/// Like `git status`, it writes the refreshed stat data of files whose content it had to
-/// hash back into the index (`GIT_STATUS_OPT_UPDATE_INDEX`; contents and staging are never
-/// changed): without that, a tree whose files were copied or touched since the index was
-/// written has every file hashed again on every check (60 ms for repro's own 300 files on the
-/// CPU machine, 3 ms once refreshed). Where the index cannot be written (locked by a running
-/// git, a read-only repository) the status is taken without writing.
 fn dirty_digest(repo: &Repository, root: &Path) -> Result<Option<String>, git2::Error> {
-    let options = |update_index: bool| {
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false)
-            .update_index(update_index);
-        opts
-    };
-    let statuses = match repo.statuses(Some(&mut options(true))) {
-        Ok(s) => s,
-        Err(_) => repo.statuses(Some(&mut options(false)))?,
-    };
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts))?;
     let mut changes: Vec<(String, Status)> = statuses
         .iter()
         .filter(|s| s.status() != Status::CURRENT && !s.status().contains(Status::IGNORED))
