@@ -207,7 +207,7 @@ pub fn exit_status(codes: &[(u8, &str)]) -> String {
 }
 
 /// The global options, checked: `-C DIR` must be a directory.
-fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
+pub(crate) fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
     let cwd = match &g.dir {
         Some(dir) => {
             let meta = std::fs::metadata(dir);
