@@ -15,8 +15,7 @@ use clap::Parser as _;
 use serde_json::{Value, json};
 
 use crate::app::bundle::Done as BundleDone;
-use crate::app::context::{Globals, emit, emit_json};
-use crate::app::{Cli, Command};
+use crate::app::context::{GlobalArgs, Globals, emit, emit_json, globals};
 use crate::engines::demo::{BREAKS, COMMITS, Machine, SLOWER, WRONG, make_history};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
@@ -30,31 +29,37 @@ pub struct Args {
     keep: Option<PathBuf>,
 }
 
-/// The options and command of `repro -C ROOT ARGS --json`, parsed as that command line
-/// would be (REPRO_STORE, REPRO_PYTHON and REPRO_OFFLINE from the environment included), so
+/// The options and arguments of `repro -C ROOT COMMAND ARGS --json` (`T` the command's
+/// arguments, `args` what follows the command's name), parsed as that command line would be (REPRO_STORE, REPRO_PYTHON and REPRO_OFFLINE from the environment included), so
 /// that each step runs in this process as the command would run on its own. No step needs
 /// a process of its own: the GPU work of a check or bench bisection runs in the GPU
 /// children the bisection itself starts (`repro gpu-job`), so a kernel that faults or hangs
 /// is a verdict there, not the end of the demo.
-fn step(root: &Path, args: &[&str]) -> anyhow::Result<(Globals, Command)> {
+fn step<T: clap::Args>(root: &Path, args: &[&str]) -> anyhow::Result<(Globals, T)> {
+    /// One command's global options and arguments.
+    #[derive(clap::Parser)]
+    struct Step<T: clap::Args> {
+        #[command(flatten)]
+        globals: GlobalArgs,
+        #[command(flatten)]
+        args: T,
+    }
     let argv = ["repro".as_ref(), "-C".as_ref(), root.as_os_str()]
         .into_iter()
         .chain(args.iter().map(std::ffi::OsStr::new))
         .chain(["--json".as_ref()]);
-    let cli = Cli::try_parse_from(argv).context("the demo's step does not parse")?;
-    let mut g = crate::app::globals(cli.globals)?;
+    let step = Step::<T>::try_parse_from(argv).context("the demo's step does not parse")?;
+    let mut g = globals(step.globals)?;
     // What the step would say on stderr (a bisection's step lines, notes) is not the demo's
     // story, which tells each step's outcome itself.
     g.quiet = true;
-    Ok((g, cli.command))
+    Ok((g, step.args))
 }
 
 /// A bisection's record as `repro bisect` stores it (`None` if it failed), and why it
 /// failed (the error, as the command would print it).
 fn bisect(root: &Path, args: &[&str]) -> anyhow::Result<(Report, String)> {
-    let (g, Command::Bisect(a)) = step(root, &[&["bisect"], args].concat())? else {
-        anyhow::bail!("not a bisection");
-    };
+    let (g, a) = step(root, args)?;
     Ok(match crate::app::bisect::bisect_quietly(&g, a) {
         Ok(done) => (Some(done.doc), String::new()),
         Err(e) => (None, format!("error: {e:#}")),
@@ -229,20 +234,16 @@ fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Res
     if nvrtc.is_some() {
         return Ok(json!({ "nvrtc": nvrtc }));
     }
-    let (g, Command::Toolchain(a)) = step(
+    let (g, a) = step(
         &demo.root,
         &[
-            "toolchain",
             "install",
             "--nvrtc",
             "13.0.88",
             "--sha256",
             "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
         ],
-    )?
-    else {
-        anyhow::bail!("not a toolchain install");
-    };
+    )?;
     let installed = crate::app::toolchain::install_report(&g, a);
     let code = i32::from(installed.is_err());
     let first_line = match &installed {
@@ -373,23 +374,19 @@ struct Bundle {
 
 /// `repro bundle create ...` or `bundle verify ...` in this process.
 fn bundle_step(root: &Path, args: &[&str]) -> anyhow::Result<BundleDone> {
-    let (g, Command::Bundle(a)) = step(root, args)? else {
-        anyhow::bail!("not a bundle command");
-    };
+    let (g, a) = step(root, args)?;
     crate::app::bundle::run_quietly(&g, a)
 }
 
 /// Part 5: records, a bundle, its verification, and a replay in an empty directory.
 fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
-    let (g, Command::Build(a)) = step(&demo.root, &["build", "--all"])? else {
-        anyhow::bail!("not a build");
-    };
+    let (g, a) = step(&demo.root, &["--all"])?;
     let keys: Vec<String> = crate::app::build::build_outcomes(&g, a)
         .map(|b| b.into_iter().map(|o| o.key).collect())
         .unwrap_or_default();
     let path = demo.base.join("demo-bundle.tar.zst");
     let bundle = path.to_str().unwrap_or("demo-bundle.tar.zst");
-    let mut args: Vec<&str> = vec!["bundle", "create"];
+    let mut args: Vec<&str> = vec!["create"];
     args.extend(keys.iter().map(String::as_str));
     args.extend(["-o", bundle, "--force"]);
     let created = match bundle_step(&demo.root, &args) {
@@ -397,15 +394,13 @@ fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
         _ => None,
     };
     let verified = matches!(
-        bundle_step(&demo.root, &["bundle", "verify", bundle]),
+        bundle_step(&demo.root, &["verify", bundle]),
         Ok(BundleDone::Verified(v)) if v.ok()
     );
     let empty = demo.base.join("empty");
     std::fs::create_dir_all(&empty)?;
     let first_key = keys.first().cloned().unwrap_or_default();
-    let (g, Command::Replay(a)) = step(&empty, &["replay", &first_key, "--bundle", bundle])? else {
-        anyhow::bail!("not a replay");
-    };
+    let (g, a) = step(&empty, &[&first_key, "--bundle", bundle])?;
     let replay = crate::app::replay::replay_quietly(&g, a).ok();
     let replayed = replay
         .as_ref()
@@ -429,4 +424,45 @@ fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
         replayed,
         verdict,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step's command line parses as its command's (a global option and an argument
+    /// of the same name would panic in clap's checks), the GPU steps' too.
+    #[test]
+    fn every_steps_command_line_parses() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let ends = ["--good", "a", "--bad", "b"];
+        for extra in [
+            &["--recipe", "vector_add"][..],
+            &["--recipe", "vector_add", "--find", "fixed"],
+            &["--recipe", "vector_add", "--mode", "check"],
+            &[
+                "--recipe",
+                "spin",
+                "--mode",
+                "bench",
+                "--threshold",
+                "2%",
+                "--min-time",
+                "150ms",
+            ],
+        ] {
+            let (g, _) = step::<crate::app::bisect::Args>(root, &[&ends[..], extra].concat())
+                .unwrap_or_else(|e| panic!("{extra:?}: {e:#}"));
+            assert!(g.json && g.quiet);
+            assert_eq!(g.cwd, root);
+        }
+        step::<crate::app::toolchain::Args>(root, &["install", "--nvrtc", "13.0.88"]).unwrap();
+        step::<crate::app::build::Args>(root, &["--all"]).unwrap();
+        step::<crate::app::bundle::Args>(root, &["create", "k", "-o", "b.tar.zst", "--force"])
+            .unwrap();
+        step::<crate::app::bundle::Args>(root, &["verify", "b.tar.zst"]).unwrap();
+        step::<crate::app::replay::Args>(root, &["k", "--bundle", "b.tar.zst"]).unwrap();
+        assert!(step::<crate::app::build::Args>(root, &["--no-such-flag"]).is_err());
+    }
 }
