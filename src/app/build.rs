@@ -372,16 +372,8 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
         let root = g.project_root();
         let (recipes, mut unbuilt) = load_recipes(&root, a)?;
         let opts = Options {
-            force: a.force,
-            explain: a.explain,
             nix: Some(info.clone()),
-            nix_fallback: None,
-            commit: a.at_commit.clone(),
-            toolchain: a.toolchain.clone(),
-            pins: Some(g.pins()?),
-            offline: g.offline,
-            quiet: g.quiet || g.json,
-            python: g.python.clone(),
+            ..options(g, a)?
         };
         let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
         unbuilt.extend(failures);

@@ -323,6 +323,20 @@ fn build_bisections(n: &Narrator, demo: &Demo) -> anyhow::Result<(Report, Report
     Ok((broke, fixed))
 }
 
+/// What the wrong-result bisection asks, after its ends.
+const CHECK: [&str; 4] = ["--recipe", "vector_add", "--mode", "check"];
+/// What the slowdown bisection asks, after its ends.
+const BENCH: [&str; 8] = [
+    "--recipe",
+    "spin",
+    "--mode",
+    "bench",
+    "--threshold",
+    "2%",
+    "--min-time",
+    "150ms",
+];
+
 /// Part 4: wrong results and slowdowns, which need a GPU; returns the summary's culprits.
 fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(Value, Value)> {
     let (first, last) = (demo.short(1), demo.short(COMMITS));
@@ -336,19 +350,8 @@ fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(V
         return Ok((json!("needs a GPU"), json!("needs a GPU")));
     }
     let ends = ["--good", first.as_str(), "--bad", last.as_str()];
-    let check = ["--recipe", "vector_add", "--mode", "check"];
-    let (w, _) = bisect(&demo.root, &[&ends[..], &check[..]].concat())?;
-    let bench = [
-        "--recipe",
-        "spin",
-        "--mode",
-        "bench",
-        "--threshold",
-        "2%",
-        "--min-time",
-        "150ms",
-    ];
-    let (s, _) = bisect(&demo.root, &[&ends[..], &bench[..]].concat())?;
+    let (w, _) = bisect(&demo.root, &[&ends[..], &CHECK[..]].concat())?;
+    let (s, _) = bisect(&demo.root, &[&ends[..], &BENCH[..]].concat())?;
     n.say(
         "repro bisect --mode check / --mode bench",
         &format!(
@@ -440,17 +443,8 @@ mod tests {
         for extra in [
             &["--recipe", "vector_add"][..],
             &["--recipe", "vector_add", "--find", "fixed"],
-            &["--recipe", "vector_add", "--mode", "check"],
-            &[
-                "--recipe",
-                "spin",
-                "--mode",
-                "bench",
-                "--threshold",
-                "2%",
-                "--min-time",
-                "150ms",
-            ],
+            &CHECK,
+            &BENCH,
         ] {
             let (g, _) = step::<crate::app::bisect::Args>(root, &[&ends[..], extra].concat())
                 .unwrap_or_else(|e| panic!("{extra:?}: {e:#}"));
