@@ -475,6 +475,11 @@ fn a_bench_result_and_its_profile_point_to_each_other() {
         .find(|l| l.starts_with("results"))
         .unwrap_or_else(|| panic!("{shown}"));
     assert!(row.contains(&result[..12]), "{row}");
+    // `show --json` carries the same links, as full IDs.
+    let shown: Value = serde_json::from_str(&run(&["--json", "show", &result[..12]])).unwrap();
+    assert_eq!(shown["profiles"], serde_json::json!([profile]), "{shown}");
+    let shown: Value = serde_json::from_str(&run(&["--json", "show", &profile[..12]])).unwrap();
+    assert_eq!(shown["results"], serde_json::json!([result]), "{shown}");
     // A bundle of the result carries its profile and the profile's report.
     let bundle = tmp.path().join("b.tar.zst");
     let bundle_s = bundle.to_str().unwrap();

@@ -56,6 +56,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::bench::MetricError,
             crate::engines::bench::ArityError,
             crate::foundation::runspec::ParamError,
+            crate::engines::pyrun::PyRunError,
         );
     }
     None

@@ -275,6 +275,16 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
         let mut v = r.to_json();
         v["id"] = json!(id);
         v["kind"] = json!(entry.kind.word());
+        // The links `show` prints as rows: a result's profiles, a profile's results (full IDs).
+        match &r {
+            catalog::Record::Result(res) => {
+                v["profiles"] = json!(crate::engines::profile::profiles_of_result(&store, res));
+            }
+            catalog::Record::Profile(p) => {
+                v["results"] = json!(crate::engines::profile::results_of_profile(&store, p));
+            }
+            _ => {}
+        }
         emit_json(&v)?;
         return Ok(exit::OK);
     }

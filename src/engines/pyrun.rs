@@ -385,11 +385,11 @@ fn failure_text(interpreter: &str, f: &Failure) -> String {
     }
 }
 
-impl PyRunError {
+impl crate::foundation::error::Diagnose for PyRunError {
     /// The exit code: a missing function or a reference of another shape is the recipe's
     /// mistake (usage, 2); PyTorch or CUDA missing is the environment's (3); the extension
     /// failing at run time is a mismatch (1).
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         use crate::foundation::exit;
         match self {
             PyRunError::Failed { failure, .. } => match failure.kind {
@@ -408,7 +408,7 @@ impl PyRunError {
     }
 
     /// What to do about it.
-    pub fn hint(&self) -> Option<String> {
+    fn hint(&self) -> Option<String> {
         let PyRunError::Failed {
             failure,
             interpreter,
@@ -611,6 +611,7 @@ pub fn speedup(function: &[f64], reference: &[f64]) -> Option<crate::foundation:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::foundation::error::Diagnose as _;
 
     fn job() -> Job {
         Job {

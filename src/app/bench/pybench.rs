@@ -108,15 +108,8 @@ pub fn run(
             o.check_only,
             o.time_anyway,
         );
-        let report = pyrun::run(&env.located.interpreter, &job, o.timeout).map_err(|e| {
-            let code = e.exit_code();
-            let hint = e.hint();
-            let err = UserError::with_code(code, format!("recipe `{}`: {e}", r.name));
-            match hint {
-                Some(h) => err.hint(h),
-                None => err,
-            }
-        })?;
+        let report = pyrun::run(&env.located.interpreter, &job, o.timeout)
+            .with_context(|| format!("recipe `{}`", r.name))?;
         let experiment = json!({
             "build-key": built.key, "must-match": must, "params": bench::params_json(&params),
             "settings": o.settings, "check-only": o.check_only, "function": call.function,
