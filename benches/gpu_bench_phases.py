@@ -10,7 +10,21 @@
    at most 0.2%), the launches per sample, the empty-graph cost subtracted, and the
    resolution (CUDA events tick in 0.5 us at best: tick / (launches x median)).
 
+3. With --investigate (the last binary only): what moves the small kernel's median between
+   invocations. Graph mode under the runner's timing settings (REPRO_TIMING_PLACEMENTS: the
+   buffers copied to K placements, sampled in turn; REPRO_TIMING_SETTLE=1: warm up with graph
+   samples until two windows' medians agree; REPRO_TIMING_GRAPH_US: the sample's length;
+   REPRO_TIMING_GAP_MS: the GPU left idle before the samples),
+   each over N invocations, with the figures each job appends to REPRO_TIMING_DIAG: the
+   spread of the placements' medians inside one invocation, the first samples' median
+   against the whole (clock ramp), the empty graph's cost and its share of a sample, the SM
+   clock before and after sampling.
+
+With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
+check on the CPU, through its pinned staging buffers).
+
 Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
+       [--small-runs N] [--investigate] [--cpu-path]
 Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
 from the machine's CUDA), with its own store.
 """
@@ -42,10 +56,10 @@ def project(base):
     return root
 
 
-def bench(repro, root, store, *args):
+def bench(repro, root, store, *args, env=None):
     t = time.perf_counter()
     r = subprocess.run([repro, "-C", root, "--store", store, "bench", "vector_add", "--json", *args],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     wall = time.perf_counter() - t
     try:
         out = json.loads(r.stdout)
@@ -58,19 +72,22 @@ def kernel_s(res):
     return sum(res.get("samples") or []) * (res.get("launches-per-sample") or 1) / 1e6
 
 
-def table1(binaries, base, runs):
+def table1(binaries, base, runs, cpu_path):
     print("\n1. one sweep point of vector_add: wall time against the kernel's own timed runs")
     print(f"{'binary':8} {'n':>9} {'run':>3} {'verdict':7} {'samples':>7} {'wall s':>7} {'kernel s':>8} {'beyond s':>8}")
     summary = {}
-    for label, repro in binaries:
+    variants = [(label, repro, {}) for label, repro in binaries]
+    if cpu_path:
+        variants.append((binaries[-1][0] + "-cpu", binaries[-1][1], {"REPRO_GPU_HELPERS": "0"}))
+    for label, repro, env in variants:
         root = project(os.path.join(base, label))
         store = os.path.join(base, label, "store")
-        bench(repro, root, store, "--param", "n=1024")  # builds once, outside the timings
+        bench(repro, root, store, "--param", "n=1024", env=env)  # builds once, outside the timings
         for n in [67108864, 1048576]:
             beyond = []
             last = None
             for run in range(runs):
-                wall, out = bench(repro, root, store, "--param", f"n={n}")
+                wall, out = bench(repro, root, store, "--param", f"n={n}", env=env)
                 res = out["results"][0]
                 k = kernel_s(res)
                 beyond.append(wall - k)
@@ -80,7 +97,8 @@ def table1(binaries, base, runs):
             out, res = last
             if res.get("phases"):
                 print(f"   phases of the last run (ms): " + ", ".join(
-                    f"{p['name']} {p['ms']:.0f}" for p in out.get("phases", []) + res["phases"]))
+                    f"{p['name']} {p['ms']:.0f}" + (f" [{p['path']}]" if p.get("path") else "")
+                    for p in out.get("phases", []) + res["phases"]))
     print("\nmedian time beyond the kernel's timed runs (goal: <= 1 s)")
     for (label, n), v in summary.items():
         print(f"  {label:8} n={n:<9} {v:6.2f} s")
@@ -107,17 +125,74 @@ def table2(binaries, base, runs):
                   f"{'-' if over is None else f'{over:.3f}':>11} {100 * reso:9.3f}%", flush=True)
 
 
+def table3(binaries, base, runs):
+    label, repro = binaries[-1]
+    root = os.path.join(base, label, "proj")
+    store = os.path.join(base, label, "store")
+    print(f"\n3. what moves the small kernel's median ({label}, vector_add n = 1M, graph mode, {runs} invocations each)")
+    print(f"{'variant':24} {'median us':>9} {'CV':>7} {'in-run spread':>13} {'early/all':>9} {'launches':>8} "
+          f"{'overhead us':>11} {'its CV':>7} {'share':>7} {'SM MHz before-after':>19}")
+    variants = [
+        ("default", "graph", {}),
+        ("1 placement", "graph", {"REPRO_TIMING_PLACEMENTS": "1"}),
+        ("no settling", "graph", {"REPRO_TIMING_SETTLE": "0"}),
+        ("1 placement, no settle", "graph", {"REPRO_TIMING_PLACEMENTS": "1", "REPRO_TIMING_SETTLE": "0"}),
+        ("20 ms idle before", "graph", {"REPRO_TIMING_GAP_MS": "20"}),
+        ("hot", "hot", {}),
+    ]
+    for name, mode, env in variants:
+        diag = os.path.join(base, f"diag-{len(name)}-{abs(hash(name))}.jsonl")
+        meds, series = [], []
+        for _ in range(runs):
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", mode,
+                           env=dict(env, REPRO_TIMING_DIAG=diag))
+            res = out["results"][0]
+            meds.append(res["summary"]["median"])
+            xs = res.get("samples") or []
+            # The run's samples in five consecutive parts: each part's median over the whole's.
+            k = max(1, len(xs) // 5)
+            series.append(" ".join(f"{statistics.median(xs[i:i + k]) / meds[-1]:.3f}"
+                                   for i in range(0, k * 5, k) if xs[i:i + k]))
+        lines = [json.loads(l) for l in open(diag)] if os.path.exists(diag) else []
+        cv = statistics.stdev(meds) / statistics.mean(meds) if len(meds) > 1 else float("nan")
+        spread = [(max(d["placement-medians"]) - min(d["placement-medians"])) / d["median"]
+                  for d in lines if d.get("median")]
+        early = [d["early-median"] / d["median"] for d in lines if d.get("median")]
+        over = [statistics.median(d["overhead-costs"]) for d in lines if d.get("overhead-costs")]
+        share = [o / (d["launches"] * d["median"]) for o, d in zip(over, lines) if d.get("median")]
+        clocks = [d["sm-clock"] for d in lines if d.get("sm-clock")]
+        ocv = statistics.stdev(over) / statistics.mean(over) if len(over) > 1 else float("nan")
+        clk = f"{min(c[0] for c in clocks)}-{max(c[0] for c in clocks)}/{min(c[1] for c in clocks)}-{max(c[1] for c in clocks)}" if clocks else "-"
+        print(f"{name:24} {statistics.median(meds):9.4f} {100 * cv:6.3f}% {100 * statistics.mean(spread or [0]):12.3f}% "
+              f"{statistics.mean(early or [0]):9.4f} {lines[-1]['launches'] if lines else '-':>8} "
+              f"{statistics.mean(over or [0]):11.3f} {100 * ocv:6.2f}% {100 * statistics.mean(share or [0]):6.3f}% {clk:>19}",
+              flush=True)
+        print("   medians: " + " ".join(f"{m:.4f}" for m in meds))
+        print("   fifths of each run, over its median: " + " | ".join(series))
+        print("   throttle reasons after, memory clock: " + " ".join(
+            f"{d.get('throttle-reasons-after')}/{d.get('memory-clock-after')}" for d in lines))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--small-runs", type=int, default=5)
+    ap.add_argument("--investigate", action="store_true")
+    ap.add_argument("--cpu-path", action="store_true")
+    ap.add_argument("--skip-table1", action="store_true")
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
     try:
-        table1(binaries, base, a.runs)
+        if a.skip_table1:
+            for label, _ in binaries:
+                project(os.path.join(base, label))
+        else:
+            table1(binaries, base, a.runs, a.cpu_path)
         table2(binaries, base, a.small_runs)
+        if a.investigate:
+            table3(binaries, base, a.small_runs)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -173,10 +173,10 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let store = g.store();
     store.check_schema()?;
     let mut timed = Timed {
-        run: vec![Phase {
-            name: "fingerprint".into(),
-            ms: started.elapsed().as_secs_f64() * 1e3,
-        }],
+        run: vec![Phase::new(
+            "fingerprint",
+            started.elapsed().as_secs_f64() * 1e3,
+        )],
         points: Vec::new(),
     };
     let results = match &a.command {
@@ -221,7 +221,12 @@ struct Timed {
 fn phase_table(name: &str, run: &[Phase], point: &[Phase], rec: &ResultRecord) -> String {
     let mut out = format!("phases of {name} {} (ms):\n", rec.params_text());
     for p in run.iter().chain(point) {
-        out.push_str(&format!("  {:<12} {:>9.1}\n", p.name, p.ms));
+        let on = p
+            .path
+            .as_deref()
+            .map(|w| format!("  ({w})"))
+            .unwrap_or_default();
+        out.push_str(&format!("  {:<12} {:>9.1}{on}\n", p.name, p.ms));
     }
     let total: f64 = run.iter().chain(point).map(|p| p.ms).sum();
     let launches = f64::from(rec.launches_per_sample.unwrap_or(1));
@@ -433,10 +438,9 @@ fn recipe_bench(
     let mut laps = Instant::now();
     let mut lap = |name: &str, timed: &mut Timed| {
         let now = Instant::now();
-        timed.run.push(Phase {
-            name: name.into(),
-            ms: (now - laps).as_secs_f64() * 1e3,
-        });
+        timed
+            .run
+            .push(Phase::new(name, (now - laps).as_secs_f64() * 1e3));
         laps = now;
     };
     let r = bench_recipe(a, root)?;
@@ -461,6 +465,7 @@ fn recipe_bench(
     lap("resolve", timed);
     let s = settings(a);
     let peaks = roofline_peaks(g, fp, a.device, &points);
+    gpu_helpers(g, fp, a.device);
     let ctx = bench::RecipeBench {
         fp,
         root,
@@ -487,10 +492,7 @@ fn recipe_bench(
         let t = Instant::now();
         let id = catalog::put_result(store, &rec)?;
         let mut phases = ran.phases();
-        phases.push(Phase {
-            name: "record".into(),
-            ms: t.elapsed().as_secs_f64() * 1e3,
-        });
+        phases.push(Phase::new("record", t.elapsed().as_secs_f64() * 1e3));
         // -q prints only problems: a result that is not ok.
         if !g.json && (!g.quiet || rec.verdict != ResultVerdict::Ok) {
             bar.suspend(|| emit(&render(&id, &rec, g)))?;
@@ -714,6 +716,27 @@ fn located(path: &str, message: &str) -> String {
         format!("{path}:{message}")
     } else {
         format!("{path}: {message}")
+    }
+}
+
+/// Makes sure repro's own fill and compare kernels are compiled for the device (once per
+/// architecture, into the cache), so the GPU child generates inputs and compares outputs on
+/// the device. Without them it does both on the CPU and says so in the phase table: a
+/// failure here costs time, never the bench.
+fn gpu_helpers(g: &Globals, fp: &fingerprint::Fingerprint, device: usize) {
+    let field = fp.get(&format!("gpu.devices.{device}.compute-capability"));
+    let Some(cc) = field.value() else {
+        return;
+    };
+    let arch = format!("sm_{}", cc.replace('.', ""));
+    if crate::engines::gpurun::ondevice::module_path(&arch).is_some_and(|p| p.is_file()) {
+        return;
+    }
+    if let Ok(pins) = g.pins()
+        && let Err(e) = crate::engines::gpurun::ondevice::ensure_module(&arch, &pins)
+        && g.verbose > 0
+    {
+        say!("note: inputs and checks on the CPU: repro's GPU helpers did not compile: {e}");
     }
 }
 

@@ -4,4 +4,5 @@
 mod cli;
 mod coverage;
 mod fakegpu;
+mod ondevice;
 mod recipe;

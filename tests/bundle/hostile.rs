@@ -648,6 +648,37 @@ fn finding_10_dirty_builds_are_marked_and_not_bundled_or_replayed() {
     let (code, out, err) = run(tmp.path(), &root, &["replay", &key[..12]]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("uncommitted changes"), "{err}");
+    // The refusal's hint, followed: commit, build again (a cache hit, the same key), bundle.
+    git(&root, &["commit", "-qam", "the change"]);
+    assert_eq!(build_key(tmp.path(), &root), key);
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert!(rec["dirty"].is_null(), "{rec}");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "bundle",
+            "create",
+            &key[..12],
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // repro.toml chooses the compiler and a replay reads it at the commit: an uncommitted
+    // one makes the build dirty, as an uncommitted source does.
+    std::fs::write(root.join("repro.toml"), "schema = 1\n").unwrap();
+    std::fs::write(root.join("src/k.txt"), "committed again\n").unwrap();
+    git(&root, &["commit", "-qm", "source", "--", "src/k.txt"]);
+    let key = build_key(tmp.path(), &root);
+    let rec: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".repro/builds/{key}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert!(rec["dirty"].is_string(), "{rec}");
 
     // A failed build replays as "nothing to compare", never as "reproduced".
     let (tmp, root) = repo_with(&[

@@ -360,10 +360,7 @@ impl JobRun {
     pub fn phases(&self) -> Vec<Phase> {
         let mut v = self.report.phases.clone();
         let inside: f64 = v.iter().map(|p| p.ms).sum();
-        v.push(Phase {
-            name: "process".into(),
-            ms: (self.process_ms - inside).max(0.0),
-        });
+        v.push(Phase::new("process", (self.process_ms - inside).max(0.0)));
         v
     }
 }

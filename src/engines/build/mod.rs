@@ -716,6 +716,7 @@ pub fn build(
         && let Some(rec) = existing
         && let Some(mut hit) = cache_hit(store, recipe, &key, &rec, &mut repaired)
     {
+        cleaned(store, root, opts, &inputs, rec);
         hit.duration_ms = start.elapsed().as_secs_f64() * 1e3;
         hit.explain = explanation;
         hit.repaired = repaired;
@@ -863,6 +864,22 @@ fn existing(
     // A record this repro cannot read (another schema, a field of the wrong type) is built
     // again and replaced.
     Ok(existing.and_then(|v| BuildRecord::from_json(&v, key).ok()))
+}
+
+/// A hit on a record made from uncommitted changes, now that the tree holds them committed
+/// (the same key: the same inputs): the record names the commit and is no longer dirty, so
+/// bundle and replay take it (their refusal says "commit the changes and build again").
+fn cleaned(store: &Store, root: &Path, opts: &Options, inputs: &Inputs, mut rec: BuildRecord) {
+    if rec.dirty.is_none() || dirty(root, store, opts, inputs).is_some() {
+        return;
+    }
+    let Some(head) = crate::foundation::git::head_commit(root) else {
+        return;
+    };
+    rec.dirty = None;
+    rec.commit = Some(head);
+    // A read-only store still serves the hit; the record stays as it was.
+    let _ = store.put_record(records::BUILDS, &rec.key.clone(), &records::to_json(&rec));
 }
 
 /// A cache hit: the stored record's outcome, when every output it names is intact (the
@@ -1047,11 +1064,27 @@ fn checked(recipe: &Recipe) -> Option<records::Checked> {
 /// The digest of the build's inputs that differ from `commit` (uncommitted edits): the
 /// sources are then not those of `commit`, and bundle and replay refuse the record. (A
 /// checkout of a given commit, or one in the store's scratch space, is not the user's tree.)
+/// `repro.toml` counts as an input here: its pins choose the compiler, and a replay reads
+/// them at the record's commit (the recipe itself is recorded whole, so it need not).
 fn dirty(root: &Path, store: &Store, opts: &Options, inputs: &Inputs) -> Option<String> {
+    use crate::foundation::git::changed_from_head;
     if opts.commit.is_some() || root.starts_with(store.root()) {
-        None
-    } else {
-        crate::foundation::git::changed_from_head(root, &inputs.files)
+        return None;
+    }
+    let sources = changed_from_head(root, &inputs.files);
+    let config = match std::fs::read(root.join(crate::foundation::config::FILE)) {
+        Ok(bytes) => changed_from_head(
+            root,
+            &[(crate::foundation::config::FILE.to_string(), bytes)].into(),
+        ),
+        Err(_) => None,
+    };
+    match (sources, config) {
+        (None, None) => None,
+        (Some(d), None) | (None, Some(d)) => Some(d),
+        (Some(a), Some(b)) => Some(crate::foundation::keys::sha256_hex(
+            format!("{a}{b}").as_bytes(),
+        )),
     }
 }
 
