@@ -9,6 +9,9 @@ in ms, and each binary's `env check -v` probe line (where the time goes). Usage:
 
 The build case builds recipes/vector_add.toml into a temporary store once (untimed), then
 times `repro build vector_add` hits; it is left out where the build fails (no NVRTC).
+Two floor rows follow: `/bin/true` (what this script's fork, exec and wait cost) and
+`repro --version` (repro's own start-up: loading and relocating the binary, parsing the
+command line).
 """
 import argparse
 import os
@@ -63,6 +66,11 @@ def main():
             print("repro build vector_add failed here (no NVRTC?): build rows left out")
     finally:
         shutil.rmtree(store, ignore_errors=True)
+    # What starting any process costs from here (Python's fork, exec and wait are in every
+    # row above), and what starting repro itself costs: the floor under every repro row.
+    rows.update(interleaved({"/bin/true (process start-up)": ["/bin/true"],
+                             "repro --version (after; repro's start-up)": [bins["after"], "--version"]},
+                            a.runs))
     print(f"\n{'case':48} {'runs':>4} {'median ms':>10} {'min':>8} {'max':>8}")
     for name, xs in rows.items():
         print(f"{name:48} {len(xs):>4} {statistics.median(xs):10.1f} {min(xs):8.1f} {max(xs):8.1f}")

@@ -440,6 +440,29 @@ pub fn probe_nvrtc(pins: &Pins) -> Fields {
     f
 }
 
+/// The nvcc fields of the project's pinned nvcc, when it is installed (from its install
+/// stamp: no process is started).
+pub fn probe_pinned_nvcc(pins: &Pins) -> Option<Fields> {
+    let r = pins.table.nvcc_default.as_ref()?;
+    let spec = install::Spec::Release {
+        family: install::Family::Nvcc,
+        release: r.clone(),
+    };
+    let t = resolve::plan_for(pins, &spec)
+        .and_then(|p| install::find(&p))
+        .ok()?;
+    let mut f = Fields::new();
+    f.insert(
+        "toolchain.nvcc.path".into(),
+        Field::Value(t.compiler().display().to_string()),
+    );
+    f.insert(
+        "toolchain.nvcc.version".into(),
+        Field::Value(t.stamp.reports.clone()),
+    );
+    Some(f)
+}
+
 /// Finds nvcc: REPRO_NVCC, the PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda*.
 pub fn find_nvcc() -> Option<PathBuf> {
     let mut c: Vec<PathBuf> = Vec::new();
@@ -477,24 +500,10 @@ pub fn parse_nvcc_version(text: &str) -> Option<String> {
 /// The fingerprint probe for nvcc: the project's pinned nvcc when it is installed, else the
 /// machine's.
 pub fn probe_nvcc(pins: &Pins) -> Fields {
-    let mut f = Fields::new();
-    if let Some(r) = &pins.table.nvcc_default {
-        let spec = install::Spec::Release {
-            family: install::Family::Nvcc,
-            release: r.clone(),
-        };
-        if let Ok(t) = resolve::plan_for(pins, &spec).and_then(|p| install::find(&p)) {
-            f.insert(
-                "toolchain.nvcc.path".into(),
-                Field::Value(t.compiler().display().to_string()),
-            );
-            f.insert(
-                "toolchain.nvcc.version".into(),
-                Field::Value(t.stamp.reports.clone()),
-            );
-            return f;
-        }
+    if let Some(f) = probe_pinned_nvcc(pins) {
+        return f;
     }
+    let mut f = Fields::new();
     let Some(path) = find_nvcc() else {
         f.insert(
             "toolchain.nvcc".into(),

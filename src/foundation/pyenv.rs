@@ -472,7 +472,7 @@ pub fn normalize_name(name: &str) -> String {
 /// Every `*.dist-info` (and `*.egg-info`) in the site directories: name → version from
 /// its METADATA's headers (bounded; a malformed one is skipped).
 fn distributions(sites: &[PathBuf]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
+    let mut metas: Vec<PathBuf> = Vec::new();
     for site in sites {
         let Ok(rd) = std::fs::read_dir(site) else {
             continue;
@@ -480,20 +480,69 @@ fn distributions(sites: &[PathBuf]) -> BTreeMap<String, String> {
         let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
         entries.sort();
         for dir in entries {
-            let meta = match dir.extension().and_then(|e| e.to_str()) {
-                Some("dist-info") => dir.join("METADATA"),
-                Some("egg-info") if dir.is_dir() => dir.join("PKG-INFO"),
-                Some("egg-info") => dir.clone(),
-                _ => continue,
-            };
-            if let Some((name, version)) =
-                read_bounded(&meta, 16 * 1024).and_then(|t| name_version(&t))
-            {
-                out.entry(name).or_insert(version);
+            match dir.extension().and_then(|e| e.to_str()) {
+                Some("dist-info") => metas.push(dir.join("METADATA")),
+                Some("egg-info") if dir.is_dir() => metas.push(dir.join("PKG-INFO")),
+                Some("egg-info") => metas.push(dir),
+                _ => {}
             }
         }
     }
+    // A large environment has hundreds of distributions: their headers are read on a few
+    // threads (each is an open, a read or two and a close), then merged in the order above
+    // so that the first of two with one name wins as before.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(metas.len().div_ceil(32).max(1));
+    let chunk = metas.len().div_ceil(threads).max(1);
+    let found: Vec<Option<(String, String)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = metas
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|m| read_header(m).and_then(|t| name_version(&t)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut out = BTreeMap::new();
+    for (name, version) in found.into_iter().flatten() {
+        out.entry(name).or_insert(version);
+    }
     out
+}
+
+/// The header block of a METADATA or PKG-INFO file (up to its first blank line, at most
+/// 16 KiB), read a few KiB at a time: the description after it can be long and is not
+/// needed. Bytes that are not UTF-8 are replaced, never a reason to skip the file.
+fn read_header(path: &Path) -> Option<String> {
+    const MAX: usize = 16 * 1024;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        let n = f.read(&mut buf[len..]).ok()?;
+        len += n;
+        let end = buf[..len].windows(2).position(|w| w == b"\n\n");
+        if let Some(end) = end {
+            len = end + 1;
+            break;
+        }
+        if n == 0 || len >= MAX {
+            break;
+        }
+        if len == buf.len() {
+            buf.resize((buf.len() * 2).min(MAX), 0);
+        }
+    }
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
 /// `Name` and `Version` from a METADATA's header block.
@@ -755,6 +804,35 @@ mod tests {
             locate(None, None, &path).unwrap().interpreter,
             root.join("versions/3.11.7/bin/python3")
         );
+    }
+
+    #[test]
+    fn many_distributions_and_long_or_odd_metadata_are_read() {
+        let t = tempfile::tempdir().unwrap();
+        let site = t.path().join("site-packages");
+        for i in 0..150 {
+            write(
+                &site.join(format!("pkg{i}-1.{i}.dist-info/METADATA")),
+                &format!("Metadata-Version: 2.1\nName: pkg{i}\nVersion: 1.{i}\n\nbody\n"),
+            );
+        }
+        // A description of 40 KB whose 16 KiB cut falls inside a multi-byte character, and
+        // bytes that are not UTF-8 after the header: the header still reads.
+        let mut long = b"Name: long\nVersion: 2.0\n\n".to_vec();
+        long.extend(std::iter::repeat_n("\u{e9}".as_bytes(), 20_000).flatten());
+        long.extend([0xff, 0xfe]);
+        std::fs::create_dir_all(site.join("long-2.0.dist-info")).unwrap();
+        std::fs::write(site.join("long-2.0.dist-info/METADATA"), &long).unwrap();
+        // Name and Version after 5 KB of other header lines (read past the first chunk).
+        let mut late = "Metadata-Version: 2.1\n".to_string();
+        late.push_str(&"Classifier: Programming Language :: Python\n".repeat(120));
+        late.push_str("Name: late\nVersion: 3.0\n\nbody\n");
+        write(&site.join("late-3.0.dist-info/METADATA"), &late);
+        let d = distributions(std::slice::from_ref(&site));
+        assert_eq!(d.len(), 152, "{d:?}");
+        assert_eq!(d["pkg149"], "1.149");
+        assert_eq!(d["long"], "2.0");
+        assert_eq!(d["late"], "3.0");
     }
 
     #[test]

@@ -579,3 +579,131 @@ fn a_driver_the_loader_cannot_find_is_found_in_the_host_directories() {
     let fp = capture(&empty);
     assert!(fp["driver"]["unavailable"].is_string(), "{fp}");
 }
+
+/// The machine's nvcc answers `env check` from a cache keyed by its binary: asked once,
+/// asked again when the binary is replaced or another one is found.
+#[test]
+fn nvcc_version_is_cached_under_its_binary_and_a_changed_one_is_asked_again() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let calls = tmp.path().join("calls");
+    let nvcc = |dir: &str, version: &str| {
+        let bin = tmp.path().join(dir).join("nvcc");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        let script = format!(
+            "#!/bin/sh\necho run >> '{}'\necho 'Cuda compilation tools, release 12.4, V{version}'\n",
+            calls.display()
+        );
+        // Written beside and renamed over, as an upgrade replaces a binary.
+        let next = bin.with_extension("new");
+        std::fs::write(&next, script).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&next, &bin).unwrap();
+        bin
+    };
+    let lock = project.join("lock.toml");
+    std::fs::write(
+        &lock,
+        "schema = 1\n[fields]\n\"toolchain.nvcc.version\" = { policy = \"exact\", value = \"12.4.131\" }\n",
+    )
+    .unwrap();
+    let runs = || {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let check = |bin: &Path| {
+        let out = repro(&cache)
+            .current_dir(&project)
+            .env("REPRO_NVCC", bin)
+            .args(["env", "check", "--lock", lock.to_str().unwrap()])
+            .output()
+            .unwrap();
+        out.status.code().unwrap()
+    };
+    let a = nvcc("a", "12.4.131");
+    assert_eq!((check(&a), runs()), (0, 1));
+    assert_eq!(
+        (check(&a), runs()),
+        (0, 1),
+        "the second check is answered by the cache"
+    );
+    // The same path, another binary: asked again, and the change is caught.
+    let a = nvcc("a", "12.6.20");
+    assert_eq!((check(&a), runs()), (1, 2));
+    // Another nvcc found: asked too.
+    let b = nvcc("b", "12.4.131");
+    assert_eq!((check(&b), runs()), (0, 3));
+    assert_eq!((check(&b), runs()), (0, 3));
+}
+
+/// `env check` never writes the repository's index: a touched file is clean, an edit after
+/// that is caught, the user's staging and the index are left as they were, and a locked
+/// index does not stop the check. (Letting libgit2 write refreshed stat data back, as `git
+/// status` does, was tried: it recorded an edited file's new stat data under its old blob,
+/// so git itself no longer saw the edit. This test caught it.)
+#[test]
+fn repo_dirty_never_writes_the_index_and_catches_edits_to_touched_files() {
+    let (_tmp, root) = repo_with(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
+    let cache = tempfile::tempdir().unwrap();
+    let lock = root.join("../lock.toml");
+    std::fs::write(
+        &lock,
+        "schema = 1\n[fields]\n\"repo.dirty\" = { policy = \"exact\", value = \"false\" }\n",
+    )
+    .unwrap();
+    let check = || {
+        repro(cache.path())
+            .current_dir(&root)
+            .args(["env", "check", "--json", "--lock", lock.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            .unwrap()
+    };
+    let touch = |name: &str, secs: u64| {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(root.join(name))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .unwrap();
+    };
+    let index = || std::fs::read(root.join(".git/index")).unwrap();
+    let before = index();
+    // Touched, not changed: clean, twice.
+    touch("a.txt", 1_600_000_000);
+    touch("b.txt", 1_600_000_000);
+    assert_eq!(check(), 0);
+    assert_eq!(check(), 0);
+    // The same size and modification time as at the last check: still caught.
+    std::fs::write(root.join("a.txt"), "One\n").unwrap();
+    touch("a.txt", 1_600_000_000);
+    assert_eq!(check(), 1, "an edit after a check is a dirty tree");
+    assert_eq!(index(), before, "the index is never written");
+    assert_eq!(git(&root, &["status", "--porcelain"]).trim(), "M a.txt");
+    // Staging is left as the user made it.
+    git(&root, &["add", "a.txt"]);
+    std::fs::write(root.join("b.txt"), "TWO\n").unwrap();
+    assert_eq!(check(), 1);
+    assert_eq!(
+        git(&root, &["diff", "--cached", "--name-only"]).trim(),
+        "a.txt"
+    );
+    assert_eq!(git(&root, &["diff", "--name-only"]).trim(), "b.txt");
+    // A locked index (a git command running): answered without writing it.
+    git(&root, &["checkout", "--", "b.txt"]);
+    git(&root, &["reset", "-q", "--hard"]);
+    std::fs::write(root.join(".git/index.lock"), "").unwrap();
+    touch("b.txt", 1_600_000_001);
+    assert_eq!(check(), 0);
+    std::fs::write(root.join("b.txt"), "twO\n").unwrap();
+    assert_eq!(check(), 1);
+    assert_eq!(std::fs::read(root.join(".git/index.lock")).unwrap(), b"");
+}

@@ -148,7 +148,6 @@ pub fn probe_tool_cached(key: &'static str, tool: &'static str) -> Fields {
 /// What identifies the compiler binary `tool` names on the PATH, if the PATH finds the
 /// compiler itself (its resolved file is named after it, and is not ccache).
 fn binary_stamp(tool: &str) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
     let found = std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(tool))
         .find(|p| p.is_file())?;
@@ -157,14 +156,25 @@ fn binary_stamp(tool: &str) -> Option<String> {
     if !name.contains(tool) || name.contains("ccache") {
         return None;
     }
+    file_stamp(&found)
+}
+
+/// What identifies the file at `found`: that path, the file it resolves to, and that file's
+/// size, modification and change times and inode (another, replaced or rewritten binary
+/// gives another stamp).
+pub fn file_stamp(found: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(found).ok()?;
     let m = std::fs::metadata(&real).ok()?;
     Some(format!(
-        "{}|{}|{}|{}.{}|{}",
+        "{}|{}|{}|{}.{}|{}.{}|{}",
         found.display(),
         real.display(),
         m.len(),
         m.mtime(),
         m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
         m.ino()
     ))
 }

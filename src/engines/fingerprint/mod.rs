@@ -144,10 +144,7 @@ fn probe_jobs<'a>(ctx: &'a Context, demand: &'a Demand) -> Vec<Job<'a>> {
     }
     if d(Probe::Nvcc) {
         let pins = pins.clone();
-        jobs.push((
-            "nvcc".into(),
-            Box::new(move || crate::engines::toolchain::probe_nvcc(&pins)),
-        ));
+        jobs.push(("nvcc".into(), Box::new(move || probe_nvcc_cached(&pins))));
     }
     if d(Probe::Host) {
         jobs.push(("host".into(), Box::new(host::probe)));
@@ -254,6 +251,39 @@ fn probe_nvrtc_cached(pins: &crate::engines::toolchain::Pins) -> Fields {
     }
     let fields = crate::engines::toolchain::probe_nvrtc(pins);
     cuda::write_cache(&path, &stamp, &fields);
+    fields
+}
+
+/// The nvcc fields. The project's pinned nvcc, when installed, answers from its install
+/// stamp; otherwise the machine's nvcc would be started (`nvcc --version`, a few
+/// milliseconds), so its answer is cached under the binary found (its path, the file it
+/// resolves to, size, times and inode): another or a replaced nvcc is asked again.
+fn probe_nvcc_cached(pins: &crate::engines::toolchain::Pins) -> Fields {
+    if let Some(f) = crate::engines::toolchain::probe_pinned_nvcc(pins) {
+        return f;
+    }
+    let found = crate::engines::toolchain::find_nvcc();
+    let stamp = found.as_deref().and_then(host::file_stamp);
+    let path = crate::foundation::fsutil::cache_dir().map(|d| d.join("nvcc-version.json"));
+    let (Some(found), Some(stamp), Some(path)) = (found, stamp, path) else {
+        return crate::engines::toolchain::probe_nvcc(pins);
+    };
+    let at = Field::Value(found.display().to_string());
+    if let Some(hit) = cuda::read_cache(&path, &stamp)
+        && hit.get("toolchain.nvcc.path") == Some(&at)
+    {
+        return hit;
+    }
+    let fields = crate::engines::toolchain::probe_nvcc(pins);
+    // Only the answer of the nvcc the stamp names, and only a version (a failed or timed
+    // out run is asked again next time).
+    if fields.get("toolchain.nvcc.path") == Some(&at)
+        && fields
+            .get("toolchain.nvcc.version")
+            .is_some_and(|v| v.value().is_some())
+    {
+        cuda::write_cache(&path, &stamp, &fields);
+    }
     fields
 }
 
