@@ -219,3 +219,19 @@ fn has_tree(cache: &std::path::Path, release: &str) -> bool {
                 && e.path().is_dir()
         })
 }
+
+/// The demo runs each step's work in its own process (parsed as the command line, typed
+/// outcomes), never `repro` again as a child whose printed JSON it reads back; the GPU
+/// children the bisection itself starts are the bisection's business.
+#[test]
+fn the_demo_starts_no_repro_commands_of_its_own() {
+    let src = std::fs::read_to_string(common::crate_dir().join("src/app/demo.rs")).unwrap();
+    for banned in [
+        "current_exe",
+        "process::Cmd",
+        "Cmd::new",
+        "serde_json::from_",
+    ] {
+        assert!(!src.contains(banned), "src/app/demo.rs uses {banned}");
+    }
+}

@@ -339,14 +339,19 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
     assert!(err.contains("`mkl` is not a component"), "{err}");
     assert!(!root.join("repro.toml").exists());
 
-    // init writes once; a second run without --force changes nothing.
+    // init writes once; a second run without --force changes nothing: neither repro.toml
+    // (its pins are replaced only by `init --force` without recipes) nor the recipe.
     let (code, out, err) = run(cache.path(), &root, None, &["init", "--recipe", "k.cu"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("wrote repro.toml"), "{out}");
     let before = std::fs::read(root.join("repro.toml")).unwrap();
-    let (code, _, err) = run(cache.path(), &root, None, &["init", "--recipe", "k.cu"]);
+    let (code, _, err) = run(cache.path(), &root, None, &["init"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("repro.toml exists already"), "{err}");
+    assert!(err.contains("hint: pass --force"), "{err}");
+    let (code, _, err) = run(cache.path(), &root, None, &["init", "--recipe", "k.cu"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("recipes/k.toml exists already"), "{err}");
     assert!(err.contains("hint: pass --force"), "{err}");
     assert_eq!(std::fs::read(root.join("repro.toml")).unwrap(), before);
     let (code, out, err) = run(
@@ -355,6 +360,11 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
         None,
         &["init", "--recipe", "k.cu", "--force"],
     );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replaced recipes/k.toml"), "{out}");
+    assert!(out.contains("kept repro.toml"), "{out}");
+    assert_eq!(std::fs::read(root.join("repro.toml")).unwrap(), before);
+    let (code, out, err) = run(cache.path(), &root, None, &["init", "--force"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("replaced repro.toml"), "{out}");
 
@@ -441,4 +451,218 @@ fn pin_resolves_a_release_the_table_lacks_through_pip() {
         "{err}"
     );
     assert!(err.contains("12.4.99"), "{err}");
+}
+
+/// The recipe text at `root/recipes/NAME.toml`, checked to be a recipe with these entries.
+fn recipe_with_entries(root: &Path, name: &str, entries: &[&str]) -> String {
+    let text = std::fs::read_to_string(root.join(format!("recipes/{name}.toml"))).unwrap();
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    let got: Vec<&str> = v["build"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(got, entries, "{text}");
+    text
+}
+
+/// After `repro init`, its own "next:" line followed word for word (`FILE.cu` a file of the
+/// repository) writes the recipe beside repro.toml and leaves repro.toml byte for byte as it
+/// was, as do several files at once, offline (no pin is resolved). An existing recipe, a
+/// file that does not exist, two files that would share a recipe, pin options and a
+/// broken repro.toml are refused, each named, and nothing is written.
+#[test]
+fn init_recipe_beside_an_existing_repro_toml_keeps_it_byte_for_byte() {
+    let nvrtc_kernel = "extern \"C\" __global__ void k(float* a) { a[0] = 1.0f; }\n";
+    let (tmp, root) = repo_with(&[
+        ("kernels/a.cu", nvrtc_kernel),
+        ("kernels/b.cu", &nvrtc_kernel.replace("void k(", "void b1(")),
+        ("src/c.cu", KERNEL),
+        ("x/k.cu", nvrtc_kernel),
+        ("y/k.cu", nvrtc_kernel),
+    ]);
+    let cache = tmp.path().join("cache");
+    let (code, out, err) = run(&cache, &root, None, &["init"]);
+    assert_eq!(code, 0, "{err}");
+    let next = out
+        .lines()
+        .find_map(|l| l.strip_prefix("next: "))
+        .unwrap_or_else(|| panic!("no next line: {out}"));
+    let hinted = next.split(" (").next().unwrap();
+    assert_eq!(hinted, "repro init --recipe FILE.cu", "{out}");
+    // The user's own additions to repro.toml must survive too.
+    let mut text = std::fs::read_to_string(root.join("repro.toml")).unwrap();
+    text.push_str("\n# our site's settings\n[slurm]\noptions = [\"--partition=gpu\"]\n");
+    std::fs::write(root.join("repro.toml"), &text).unwrap();
+    let before = std::fs::read(root.join("repro.toml")).unwrap();
+    let unchanged = || assert_eq!(std::fs::read(root.join("repro.toml")).unwrap(), before);
+
+    // The hint, word for word, with a file of this repository for FILE.cu.
+    let words: Vec<String> = hinted
+        .replace("FILE.cu", "kernels/a.cu")
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    let (code, out, err) = run(&cache, &root, None, &args(&words));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kept repro.toml: its pins are unchanged (nvcc "),
+        "{out}"
+    );
+    assert!(
+        out.contains("wrote recipes/a.toml: nvrtc recipe for kernels/a.cu, kernels k"),
+        "{out}"
+    );
+    assert!(out.contains("next: repro build recipes/a.toml"), "{out}");
+    assert!(!out.contains("wrote repro.toml") && !out.contains("replaced repro.toml"));
+    unchanged();
+    recipe_with_entries(&root, "a", &["k"]);
+
+    // Several files at once, offline, with --json: nothing is resolved, only recipes written.
+    let (code, out, err) = run(
+        &cache,
+        &root,
+        None,
+        &[
+            "--offline",
+            "--json",
+            "init",
+            "--recipe",
+            "kernels/b.cu",
+            "--recipe",
+            "src/c.cu",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let written: Vec<&str> = v["written"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(written, ["recipes/b.toml", "recipes/c.toml"], "{v}");
+    assert_eq!(v["kept"], serde_json::json!(["repro.toml"]), "{v}");
+    assert!(v["nvcc"].is_string() && v["nvrtc"].is_string(), "{v}");
+    // c.cu includes cuBLAS, which the nvcc pinned by a plain `repro init` does not carry.
+    let note = v["notes"][0].as_str().unwrap_or_default();
+    assert!(note.contains("src/c.cu includes cublas headers"), "{v}");
+    assert!(note.contains("--with cublas --force"), "{v}");
+    unchanged();
+    recipe_with_entries(&root, "b", &["b1"]);
+    assert!(recipe_with_entries(&root, "c", &["scale"]).contains("kind = \"nvcc\""));
+
+    // Refusals: each names what is wrong, exits 2 and writes nothing.
+    let refused = |argv: &[&str], says: &[&str]| {
+        let (code, out, err) = run(&cache, &root, None, argv);
+        assert_eq!(code, 2, "{argv:?}: {out}{err}");
+        for s in says {
+            assert!(err.contains(s), "{argv:?}: wanted {s:?} in {err}");
+        }
+        assert!(err.contains("hint: "), "{err}");
+        assert!(!root.join("recipes/k.toml").exists(), "{argv:?}");
+        unchanged();
+    };
+    let a_before = std::fs::read(root.join("recipes/a.toml")).unwrap();
+    refused(
+        &["init", "--recipe", "x/k.cu", "--recipe", "kernels/a.cu"],
+        &[
+            "recipes/a.toml exists already",
+            "pass --force to replace it",
+        ],
+    );
+    refused(
+        &[
+            "init",
+            "--recipe",
+            "kernels/a.cu",
+            "--recipe",
+            "kernels/b.cu",
+        ],
+        &[
+            "recipes/a.toml, ",
+            "recipes/b.toml exist already",
+            "replace them",
+        ],
+    );
+    refused(
+        &["init", "--recipe", "kernels/nope.cu"],
+        &["kernels/nope.cu does not exist", "name a .cu file"],
+    );
+    refused(
+        &["init", "--recipe", "x/k.cu", "--recipe", "y/k.cu"],
+        &["x/k.cu and y/k.cu would both be written as recipes/k.toml"],
+    );
+    refused(
+        &["init", "--recipe", "x/k.cu", "--nvcc", "13.0"],
+        &["repro.toml exists already, and --nvcc, --nvrtc and --with change its pins"],
+    );
+    assert_eq!(
+        std::fs::read(root.join("recipes/a.toml")).unwrap(),
+        a_before
+    );
+
+    // --force replaces the existing recipe, and still not repro.toml.
+    let (code, out, err) = run(
+        &cache,
+        &root,
+        None,
+        &[
+            "init",
+            "--recipe",
+            "kernels/a.cu",
+            "--recipe",
+            "x/k.cu",
+            "--force",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("replaced recipes/a.toml"), "{out}");
+    assert!(out.contains("wrote recipes/k.toml"), "{out}");
+    unchanged();
+
+    // A broken repro.toml is named with its line and key, and nothing is written.
+    let broken = "schema = 1\n\n[toolchain]\nnvcc-defualt = \"13.0\"\n";
+    std::fs::write(root.join("repro.toml"), broken).unwrap();
+    let (code, _, err) = run(&cache, &root, None, &["init", "--recipe", "y/k.cu"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("repro.toml:4:1"), "{err}");
+    assert!(err.contains("nvcc-defualt"), "{err}");
+    assert!(err.contains("hint: "), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("repro.toml")).unwrap(),
+        broken
+    );
+    let recipes: Vec<_> = std::fs::read_dir(root.join("recipes")).unwrap().collect();
+    assert_eq!(recipes.len(), 4, "a, b, c and k only");
+}
+
+/// The guide's "Recipes for a repository that has `repro.toml`", command for command.
+#[test]
+fn the_guides_init_then_recipes_sequence_runs() {
+    let commands = documented(
+        "docs/src/guide/start.md",
+        "## Recipes for a repository that has",
+    );
+    let reduce = "extern \"C\" __global__ void reduce(float* a) { a[0] += 1.0f; }\n";
+    let (tmp, root) = repo_with(&[("kernels/k.cu", KERNEL), ("kernels/reduce.cu", reduce)]);
+    let cache = tmp.path().join("cache");
+    let [init, recipes] = &commands[..] else {
+        panic!("two commands: {commands:?}");
+    };
+    let (code, _, err) = run(&cache, &root, None, &args(init));
+    assert_eq!(code, 0, "{err}");
+    let before = std::fs::read(root.join("repro.toml")).unwrap();
+    let (code, out, err) = run(&cache, &root, None, &args(recipes));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kept repro.toml"), "{out}");
+    assert!(
+        out.contains("note: kernels/k.cu includes cublas headers"),
+        "{out}"
+    );
+    recipe_with_entries(&root, "k", &["scale"]);
+    recipe_with_entries(&root, "reduce", &["reduce"]);
+    assert_eq!(std::fs::read(root.join("repro.toml")).unwrap(), before);
 }

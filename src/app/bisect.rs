@@ -358,8 +358,81 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
             .hint("for example `repro bisect --good v1.0 --bad HEAD --script CMD`, or `--toolchains nvrtc@12.8.93..nvrtc@13.0.88 --recipe NAME` to search compiler releases")
             .into());
     };
-    let question = question(&a)?;
-    refuse_slurm_only(&a)?;
+    let prepared = prepare(g, &a, good, bad)?;
+    if a.detach {
+        if a.executor != ExecutorKind::Slurm {
+            return Err(
+                UserError::usage("--detach submits the bisection's driver as a Slurm job")
+                    .hint("add --executor slurm")
+                    .into(),
+            );
+        }
+        return detach_driver(g, &a, &prepared.plan);
+    }
+    let done = drive_and_record(g, &a, &prepared)?;
+    if g.json {
+        let mut doc = records::to_json(&done.doc);
+        doc["id"] = json!(done.id);
+        emit_json(&doc)?;
+    } else if !g.quiet {
+        // -q: the exit code says whether a culprit was found.
+        let mut text = render(
+            &done.report,
+            &prepared.commits,
+            done.culprit.as_ref(),
+            done.parent.as_ref(),
+            &a,
+        );
+        if let Some(c) = &done.doc.cluster {
+            text.push('\n');
+            text.push_str(&cluster_text(c, &done.doc.steps));
+        }
+        emit(&text)?;
+    }
+    Ok(done.code)
+}
+
+/// A commit bisection about to run: the repository, the candidate commits, the plan.
+struct Prepared {
+    repo: git2::Repository,
+    commits: Vec<git2::Oid>,
+    plan: Plan,
+}
+
+/// A commit bisection run and recorded.
+pub(crate) struct Bisected {
+    /// The driver's report.
+    report: run::Report,
+    /// The culprit and its parent, described.
+    culprit: Option<git::repo::CommitInfo>,
+    parent: Option<git::repo::CommitInfo>,
+    /// The record stored.
+    pub doc: records::BisectRecord,
+    /// Its ID in the store.
+    pub id: String,
+    /// The exit code: OK with a culprit, MISMATCH without.
+    pub code: u8,
+}
+
+/// `repro bisect --good A --bad B ...` in this process, without printing (`repro demo`'s
+/// bisection steps): the bisection run and recorded as the command runs and records it.
+pub(crate) fn bisect_quietly(g: &Globals, a: Args) -> anyhow::Result<Bisected> {
+    g.config()?;
+    let (Some(good), Some(bad)) = (&a.good, &a.bad) else {
+        anyhow::bail!("a commit bisection needs --good and --bad");
+    };
+    if a.detach || a.toolchains.is_some() {
+        anyhow::bail!("--detach and --toolchains are not run in process");
+    }
+    let prepared = prepare(g, &a, good, bad)?;
+    drive_and_record(g, &a, &prepared)
+}
+
+/// The commits between `good` and `bad`, the plan, and the held-fixed recipe's toolchain
+/// installed.
+fn prepare(g: &Globals, a: &Args, good: &str, bad: &str) -> anyhow::Result<Prepared> {
+    let question = question(a)?;
+    refuse_slurm_only(a)?;
     let repo = git::open(&g.cwd)?;
     let good = git::resolve(&repo, good)?;
     let bad = git::resolve(&repo, bad)?;
@@ -375,23 +448,28 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
             "note: the working tree has uncommitted changes; the bisection reads committed trees only and leaves them alone"
         );
     }
-    let recipe = recipe_source(g, &repo, &a)?;
-    let plan = plan(g, &a, recipe, question)?;
+    let recipe = recipe_source(g, &repo, a)?;
+    let plan = plan(g, a, recipe, question)?;
     provision_toolchain(g, &plan)?;
-    if a.detach {
-        if a.executor != ExecutorKind::Slurm {
-            return Err(
-                UserError::usage("--detach submits the bisection's driver as a Slurm job")
-                    .hint("add --executor slurm")
-                    .into(),
-            );
-        }
-        return detach_driver(g, &a, &plan);
-    }
+    Ok(Prepared {
+        repo,
+        commits,
+        plan,
+    })
+}
+
+/// Runs the prepared bisection (here, or through Slurm with `--executor slurm`) and records
+/// its report in the store.
+fn drive_and_record(g: &Globals, a: &Args, p: &Prepared) -> anyhow::Result<Bisected> {
+    let Prepared {
+        repo,
+        commits,
+        plan,
+    } = p;
     // Slurm: the options are checked, and the plan told, before any step runs.
     let slurm = match a.executor {
         ExecutorKind::Local => None,
-        ExecutorKind::Slurm => Some(slurm_executor(&repo, g, &a, &plan, &commits)?),
+        ExecutorKind::Slurm => Some(slurm_executor(repo, g, a, plan, commits)?),
     };
     if let Some(e) = &slurm
         && !g.quiet
@@ -405,18 +483,18 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let progress = Progress::new(g, expected_steps(commits.len()));
     let events = |e: run::Event<'_>| progress.event(e);
     let report = match &slurm {
-        None => crate::engines::bisect::bisect(&repo, g.store(), &plan, &commits, &events),
-        Some(executor) => run::drive(executor, &plan, &commits, &events),
+        None => crate::engines::bisect::bisect(repo, g.store(), plan, commits, &events),
+        Some(executor) => run::drive(executor, plan, commits, &events),
     };
     progress.finish();
     let report = report?;
-    let describe = |i: usize| git::describe(&repo, commits[i]).ok();
+    let describe = |i: usize| git::describe(repo, commits[i]).ok();
     let (culprit, parent) = match &report.outcome {
         Outcome::FirstBad { index } => (describe(*index), describe(index - 1)),
         Outcome::Untestable { .. } => (None, None),
     };
-    let doc = bisect_record(&a, &report, &commits, (&culprit, &parent), slurm.as_ref());
-    let question = question_record(&a, &commits);
+    let doc = bisect_record(a, &report, commits, (&culprit, &parent), slurm.as_ref());
+    let question = question_record(a, commits);
     let id = crate::engines::catalog::record_bisection(&g.store(), question, &doc)
         .context("failed to record the bisection's report")?;
     let code = match report.outcome {
@@ -427,20 +505,14 @@ fn run_bisection(g: &Globals, a: Args) -> anyhow::Result<u8> {
         detach::finish(&absolute_store(g), d, Some(id.clone()), code, None)
             .context("failed to record the detached bisection's end")?;
     }
-    if g.json {
-        let mut doc = records::to_json(&doc);
-        doc["id"] = json!(id);
-        emit_json(&doc)?;
-    } else if !g.quiet {
-        // -q: the exit code says whether a culprit was found.
-        let mut text = render(&report, &commits, culprit.as_ref(), parent.as_ref(), &a);
-        if let Some(c) = &doc.cluster {
-            text.push('\n');
-            text.push_str(&cluster_text(c, &doc.steps));
-        }
-        emit(&text)?;
-    }
-    Ok(code)
+    Ok(Bisected {
+        report,
+        culprit,
+        parent,
+        doc,
+        id,
+        code,
+    })
 }
 
 /// The plan of a commit bisection: what each step asks, and how steps run.

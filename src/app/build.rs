@@ -93,17 +93,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let cfg = g.config()?;
     let recipes = load_recipes(&root, &a)?;
     let use_nix = (a.nix || cfg.nix.build) && !a.no_nix;
-    let mut opts = Options {
-        force: a.force,
-        explain: a.explain,
-        toolchain: a.toolchain.clone(),
-        commit: a.at_commit.clone(),
-        pins: Some(g.pins()?),
-        offline: g.offline,
-        quiet: g.quiet || g.json,
-        python: g.python.clone(),
-        ..Options::default()
-    };
+    let mut opts = options(g, &a)?;
     if use_nix {
         if nix::has_flake(&root) {
             return run_through_shell(g, &root, &cfg.nix.shell, &a);
@@ -118,6 +108,34 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
     unbuilt.extend(failures);
     finish(g, outcomes, unbuilt)
+}
+
+/// The build options of a command line.
+fn options(g: &Globals, a: &Args) -> anyhow::Result<Options> {
+    Ok(Options {
+        force: a.force,
+        explain: a.explain,
+        toolchain: a.toolchain.clone(),
+        commit: a.at_commit.clone(),
+        pins: Some(g.pins()?),
+        offline: g.offline,
+        quiet: g.quiet || g.json,
+        python: g.python.clone(),
+        ..Options::default()
+    })
+}
+
+/// `repro build ...` in this process, without printing: the outcome of every build that
+/// ran (`repro demo`'s build step); recipes that could not be built are left out, as the
+/// `builds` of `--json` leaves them out. A build inside the Nix dev shell needs a process
+/// of its own (it runs in `nix develop`), so it is refused here.
+pub(crate) fn build_outcomes(g: &Globals, a: Args) -> anyhow::Result<Vec<Outcome>> {
+    let root = g.project_root();
+    if (a.nix || g.config()?.nix.build) && !a.no_nix {
+        anyhow::bail!("a build inside the Nix dev shell runs as its own command");
+    }
+    let (recipes, _) = load_recipes(&root, &a)?;
+    Ok(build_all(g, &root, &recipes, &options(g, &a)?).0)
 }
 
 /// A recipe that could not be built at all (its toolchain is missing, it does not parse
@@ -354,16 +372,8 @@ fn run_in_shell_child(g: &Globals, a: &Args) -> anyhow::Result<u8> {
         let root = g.project_root();
         let (recipes, mut unbuilt) = load_recipes(&root, a)?;
         let opts = Options {
-            force: a.force,
-            explain: a.explain,
             nix: Some(info.clone()),
-            nix_fallback: None,
-            commit: a.at_commit.clone(),
-            toolchain: a.toolchain.clone(),
-            pins: Some(g.pins()?),
-            offline: g.offline,
-            quiet: g.quiet || g.json,
-            python: g.python.clone(),
+            ..options(g, a)?
         };
         let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
         unbuilt.extend(failures);

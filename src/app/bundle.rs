@@ -63,6 +63,43 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     }
 }
 
+/// A bundle written: what it holds, its digest and sizes.
+pub(crate) struct Created {
+    /// The results, builds and profiles it holds.
+    pub contents: Contents,
+    /// The archive's sha256.
+    pub digest: String,
+    /// Files in it, MANIFEST included.
+    pub files: usize,
+    /// Bytes before compression.
+    pub bytes_in: usize,
+    /// The archive's size.
+    pub bytes: u64,
+}
+
+/// What `repro bundle create ...` or `bundle verify ...` did, run in this process without
+/// printing (`repro demo`'s bundle step).
+pub(crate) enum Done {
+    /// `create`: the bundle written.
+    Created(Created),
+    /// `verify`: the check against MANIFEST.
+    Verified(archive::Verification),
+}
+
+/// Runs `repro bundle create` or `verify` in this process, without printing.
+pub(crate) fn run_quietly(g: &Globals, a: Args) -> anyhow::Result<Done> {
+    match a.command {
+        BundleCommand::Create {
+            ids,
+            output,
+            inputs_only,
+            force,
+        } => create_bundle(g, &ids, &g.cwd.join(output), inputs_only, force).map(Done::Created),
+        BundleCommand::Verify { file } => verify_bundle(g, &g.cwd.join(file)).map(Done::Verified),
+        BundleCommand::Show { .. } => anyhow::bail!("`repro bundle show` only prints"),
+    }
+}
+
 fn create(
     g: &Globals,
     ids: &[String],
@@ -70,6 +107,47 @@ fn create(
     inputs_only: bool,
     force: bool,
 ) -> anyhow::Result<u8> {
+    let Created {
+        contents,
+        digest,
+        files,
+        bytes_in: bytes,
+        bytes: size,
+    } = create_bundle(g, ids, output, inputs_only, force)?;
+    let count = files - 1;
+    if g.json {
+        emit_json(
+            &json!({"schema": 1, "bundle": g.shown(output), "sha256": digest, "files": count + 1, "bytes-in": bytes, "bytes": size,
+            "results": contents.results.keys().collect::<Vec<_>>(), "builds": contents.builds.keys().collect::<Vec<_>>(),
+            "profiles": contents.profiles.keys().collect::<Vec<_>>()}),
+        )?;
+    } else if !g.quiet {
+        let profiles = match contents.profiles.len() {
+            0 => String::new(),
+            n => format!(", {n} profiles"),
+        };
+        emit(&format!(
+            "wrote {} ({} results, {} builds{profiles}, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
+            g.shown(output),
+            contents.results.len(),
+            contents.builds.len(),
+            count + 1,
+            size as f64 / 1024.0,
+            bytes as f64 / 1024.0,
+            keys::short(&digest)
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+/// Writes the bundle of `ids` to `output`, with the progress bar unless `--json` or `-q`.
+fn create_bundle(
+    g: &Globals,
+    ids: &[String],
+    output: &std::path::Path,
+    inputs_only: bool,
+    force: bool,
+) -> anyhow::Result<Created> {
     if output.exists() && !force {
         return Err(crate::foundation::fsutil::WriteError::Exists {
             path: output.to_path_buf(),
@@ -135,29 +213,13 @@ fn create(
     .with_context(|| format!("failed to write bundle {}", g.shown(output)))?;
     bar.finish_and_clear();
     let size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
-    if g.json {
-        emit_json(
-            &json!({"schema": 1, "bundle": g.shown(output), "sha256": digest, "files": count + 1, "bytes-in": bytes, "bytes": size,
-            "results": contents.results.keys().collect::<Vec<_>>(), "builds": contents.builds.keys().collect::<Vec<_>>(),
-            "profiles": contents.profiles.keys().collect::<Vec<_>>()}),
-        )?;
-    } else if !g.quiet {
-        let profiles = match contents.profiles.len() {
-            0 => String::new(),
-            n => format!(", {n} profiles"),
-        };
-        emit(&format!(
-            "wrote {} ({} results, {} builds{profiles}, {} files, {:.1} KiB from {:.1} KiB; sha256 {})\n",
-            g.shown(output),
-            contents.results.len(),
-            contents.builds.len(),
-            count + 1,
-            size as f64 / 1024.0,
-            bytes as f64 / 1024.0,
-            keys::short(&digest)
-        ))?;
-    }
-    Ok(exit::OK)
+    Ok(Created {
+        contents,
+        digest,
+        files: count + 1,
+        bytes_in: bytes,
+        bytes: size,
+    })
 }
 
 /// Every profile of the store, by ID (damaged ones are left out: `repro store verify` names them).
@@ -175,14 +237,7 @@ fn bundle_profiles(
 }
 
 fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
-    let bar =
-        crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "verifying the bundle");
-    let v = archive::verify_with(file, &|done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })
-    .with_context(|| format!("failed to verify {}", g.shown(file)))?;
-    bar.finish_and_clear();
+    let v = verify_bundle(g, file)?;
     if g.json {
         emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "verification": v}))?;
     } else {
@@ -209,6 +264,20 @@ fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
         }
     }
     Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
+}
+
+/// Verifies the bundle `file` against its MANIFEST, with the progress bar unless `--json`
+/// or `-q`.
+fn verify_bundle(g: &Globals, file: &std::path::Path) -> anyhow::Result<archive::Verification> {
+    let bar =
+        crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "verifying the bundle");
+    let v = archive::verify_with(file, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .with_context(|| format!("failed to verify {}", g.shown(file)))?;
+    bar.finish_and_clear();
+    Ok(v)
 }
 
 fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {

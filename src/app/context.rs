@@ -139,3 +139,60 @@ pub fn emit_json(value: &serde_json::Value) -> anyhow::Result<()> {
 pub fn emit_json_text(text: &str) -> anyhow::Result<()> {
     write_stdout(&crate::foundation::output::json_safe(text))
 }
+
+/// The options every command takes, before or after the subcommand.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
+    /// Act as if started in DIR (like `git -C`).
+    #[arg(short = 'C', value_name = "DIR", global = true)]
+    pub dir: Option<PathBuf>,
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print less: only problems.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more (repeat for even more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Use no network: a pinned toolchain that is not installed is an error instead of
+    /// installing itself, and a partial clone's missing blobs are not fetched (also
+    /// REPRO_OFFLINE=1).
+    #[arg(long, global = true)]
+    pub offline: bool,
+    /// The store directory [default: .repro at the project root].
+    #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
+    pub store: Option<PathBuf>,
+    /// The Python interpreter (or environment directory) to describe and build torch
+    /// extensions for [default: repro.toml's [python] interpreter, the active venv or conda
+    /// environment, python3 on PATH].
+    #[arg(long, global = true, value_name = "PATH", env = "REPRO_PYTHON")]
+    pub python: Option<PathBuf>,
+}
+
+/// The global options, checked: `-C DIR` must be a directory.
+pub(crate) fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
+    let cwd = match &g.dir {
+        Some(dir) => {
+            let meta = std::fs::metadata(dir);
+            if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
+                let why = match meta {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "not a directory".into(),
+                };
+                return Err(crate::foundation::error::UserError::usage(format!(
+                    "cannot use -C {}: {why}",
+                    dir.display()
+                ))
+                .hint("pass an existing directory")
+                .into());
+            }
+            std::path::absolute(dir)?
+        }
+        None => std::env::current_dir()?,
+    };
+    let python = g.python.map(|p| cwd.join(p));
+    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python);
+    globals.offline |= g.offline;
+    Ok(globals)
+}

@@ -3,19 +3,22 @@
 //! The repository is made from data embedded in the binary: about 60 commits of a small kernel
 //! project in which one commit breaks the build (fixed some commits later), one makes a kernel
 //! return a wrong result, one makes a kernel measurably slower, and most change nothing that
-//! matters (documentation, other files). Every step runs the real `repro` commands on it.
+//! matters (documentation, other files). Every step runs what the real `repro` command runs,
+//! in this process: its command line parsed as the command parses it, the work done by the
+//! same functions, the typed outcome read instead of the command's printed JSON.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
+use clap::Parser as _;
 use serde_json::{Value, json};
 
-use crate::app::context::{Globals, emit, emit_json};
+use crate::app::bundle::Done as BundleDone;
+use crate::app::context::{GlobalArgs, Globals, emit, emit_json, globals};
 use crate::engines::demo::{BREAKS, COMMITS, Machine, SLOWER, WRONG, make_history};
 use crate::foundation::exit;
 use crate::foundation::output::Style;
-use crate::foundation::process::Cmd;
 use crate::foundation::records::BisectRecord;
 
 /// Arguments of `repro demo`.
@@ -26,61 +29,45 @@ pub struct Args {
     keep: Option<PathBuf>,
 }
 
-/// Runs `repro ARGS --json` in `root` and returns its exit code, its JSON read as `T` (the
-/// type of that command's output; `None` if it printed none that reads) and its stderr.
-fn repro<T: serde::de::DeserializeOwned>(
-    root: &Path,
-    args: &[&str],
-) -> anyhow::Result<(i32, Option<T>, String)> {
-    let exe = std::env::current_exe().context("failed to find the repro executable")?;
-    let out = Cmd::new(exe)
-        .arg("-C")
-        .arg(root)
-        .args(args)
-        .arg("--json")
-        .timeout(Duration::from_secs(1800))
-        .output()?;
-    let v = serde_json::from_slice(&out.stdout).ok();
-    Ok((out.status.code().unwrap_or(-1), v, out.stderr_str()))
+/// The options and arguments of `repro -C ROOT COMMAND ARGS --json` (`T` the command's
+/// arguments, `args` what follows the command's name), parsed as that command line would be (REPRO_STORE, REPRO_PYTHON and REPRO_OFFLINE from the environment included), so
+/// that each step runs in this process as the command would run on its own. No step needs
+/// a process of its own: the GPU work of a check or bench bisection runs in the GPU
+/// children the bisection itself starts (`repro gpu-job`), so a kernel that faults or hangs
+/// is a verdict there, not the end of the demo.
+fn step<T: clap::Args>(root: &Path, args: &[&str]) -> anyhow::Result<(Globals, T)> {
+    /// One command's global options and arguments.
+    #[derive(clap::Parser)]
+    struct Step<T: clap::Args> {
+        #[command(flatten)]
+        globals: GlobalArgs,
+        #[command(flatten)]
+        args: T,
+    }
+    let argv = ["repro".as_ref(), "-C".as_ref(), root.as_os_str()]
+        .into_iter()
+        .chain(args.iter().map(std::ffi::OsStr::new))
+        .chain(["--json".as_ref()]);
+    let step = Step::<T>::try_parse_from(argv).context("the demo's step does not parse")?;
+    let mut g = globals(step.globals)?;
+    // What the step would say on stderr (a bisection's step lines, notes) is not the demo's
+    // story, which tells each step's outcome itself.
+    g.quiet = true;
+    Ok((g, step.args))
 }
 
-/// A bisection's report as `repro bisect --json` printed it (`None` if it printed none),
-/// and the command's stderr.
+/// A bisection's record as `repro bisect` stores it (`None` if it failed), and why it
+/// failed (the error, as the command would print it).
 fn bisect(root: &Path, args: &[&str]) -> anyhow::Result<(Report, String)> {
-    let (_, v, err) = repro::<Value>(root, &[&["bisect"], args].concat())?;
-    Ok((
-        v.and_then(|v| BisectRecord::from_report(&v, "the bisection's report").ok()),
-        err,
-    ))
+    let (g, a) = step(root, args)?;
+    Ok(match crate::app::bisect::bisect_quietly(&g, a) {
+        Ok(done) => (Some(done.doc), String::new()),
+        Err(e) => (None, format!("error: {e:#}")),
+    })
 }
 
 /// A bisection's report, if there was one.
 type Report = Option<BisectRecord>;
-
-/// What `repro build --all --json` prints that the demo reads: each build's key.
-#[derive(serde::Deserialize)]
-struct BuiltAll {
-    #[serde(default)]
-    builds: Vec<Built>,
-}
-
-/// One build of `repro build --all --json`.
-#[derive(serde::Deserialize)]
-struct Built {
-    key: Option<String>,
-}
-
-/// What `repro bundle create --json` prints that the demo reads.
-#[derive(serde::Deserialize)]
-struct Bundled {
-    files: Option<u64>,
-}
-
-/// What `repro replay --json` prints that the demo reads.
-#[derive(serde::Deserialize)]
-struct Replayed {
-    verdict: Option<String>,
-}
 
 /// The subject of a report's culprit, or `?`.
 fn culprit_subject(r: &Report) -> &str {
@@ -247,10 +234,9 @@ fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Res
     if nvrtc.is_some() {
         return Ok(json!({ "nvrtc": nvrtc }));
     }
-    let (code, inst, err) = repro::<Value>(
+    let (g, a) = step(
         &demo.root,
         &[
-            "toolchain",
             "install",
             "--nvrtc",
             "13.0.88",
@@ -258,11 +244,15 @@ fn toolchain_part(n: &Narrator, demo: &Demo, nvrtc: Option<&str>) -> anyhow::Res
             "ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575",
         ],
     )?;
-    let first_line = err.lines().next().unwrap_or_default().to_string();
-    let detail = if code == 0 {
-        inst.unwrap_or(Value::Null)
-    } else {
-        Value::from(first_line.clone())
+    let installed = crate::app::toolchain::install_report(&g, a);
+    let code = i32::from(installed.is_err());
+    let first_line = match &installed {
+        Ok(_) => String::new(),
+        Err(e) => format!("error: {e}"),
+    };
+    let detail = match installed {
+        Ok(v) => v,
+        Err(_) => Value::from(first_line.clone()),
     };
     n.say(
         "repro toolchain install",
@@ -333,6 +323,20 @@ fn build_bisections(n: &Narrator, demo: &Demo) -> anyhow::Result<(Report, Report
     Ok((broke, fixed))
 }
 
+/// What the wrong-result bisection asks, after its ends.
+const CHECK: [&str; 4] = ["--recipe", "vector_add", "--mode", "check"];
+/// What the slowdown bisection asks, after its ends.
+const BENCH: [&str; 8] = [
+    "--recipe",
+    "spin",
+    "--mode",
+    "bench",
+    "--threshold",
+    "2%",
+    "--min-time",
+    "150ms",
+];
+
 /// Part 4: wrong results and slowdowns, which need a GPU; returns the summary's culprits.
 fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(Value, Value)> {
     let (first, last) = (demo.short(1), demo.short(COMMITS));
@@ -346,19 +350,8 @@ fn gpu_bisections(n: &Narrator, demo: &Demo, has_gpu: bool) -> anyhow::Result<(V
         return Ok((json!("needs a GPU"), json!("needs a GPU")));
     }
     let ends = ["--good", first.as_str(), "--bad", last.as_str()];
-    let check = ["--recipe", "vector_add", "--mode", "check"];
-    let (w, _) = bisect(&demo.root, &[&ends[..], &check[..]].concat())?;
-    let bench = [
-        "--recipe",
-        "spin",
-        "--mode",
-        "bench",
-        "--threshold",
-        "2%",
-        "--min-time",
-        "150ms",
-    ];
-    let (s, _) = bisect(&demo.root, &[&ends[..], &bench[..]].concat())?;
+    let (w, _) = bisect(&demo.root, &[&ends[..], &CHECK[..]].concat())?;
+    let (s, _) = bisect(&demo.root, &[&ends[..], &BENCH[..]].concat())?;
     n.say(
         "repro bisect --mode check / --mode bench",
         &format!(
@@ -382,43 +375,88 @@ struct Bundle {
     verdict: Option<String>,
 }
 
+/// `repro bundle create ...` or `bundle verify ...` in this process.
+fn bundle_step(root: &Path, args: &[&str]) -> anyhow::Result<BundleDone> {
+    let (g, a) = step(root, args)?;
+    crate::app::bundle::run_quietly(&g, a)
+}
+
 /// Part 5: records, a bundle, its verification, and a replay in an empty directory.
 fn bundle_part(n: &Narrator, demo: &Demo) -> anyhow::Result<Bundle> {
-    let (_, builds, _) = repro::<BuiltAll>(&demo.root, &["build", "--all"])?;
-    let keys: Vec<String> = builds
-        .map(|b| b.builds.into_iter().filter_map(|b| b.key).collect())
+    let (g, a) = step(&demo.root, &["--all"])?;
+    let keys: Vec<String> = crate::app::build::build_outcomes(&g, a)
+        .map(|b| b.into_iter().map(|o| o.key).collect())
         .unwrap_or_default();
     let path = demo.base.join("demo-bundle.tar.zst");
     let bundle = path.to_str().unwrap_or("demo-bundle.tar.zst");
-    let mut args: Vec<&str> = vec!["bundle", "create"];
+    let mut args: Vec<&str> = vec!["create"];
     args.extend(keys.iter().map(String::as_str));
     args.extend(["-o", bundle, "--force"]);
-    let (_, created, _) = repro::<Bundled>(&demo.root, &args)?;
-    let (verify_code, _, _) = repro::<Value>(&demo.root, &["bundle", "verify", bundle])?;
+    let created = match bundle_step(&demo.root, &args) {
+        Ok(BundleDone::Created(c)) => Some(c),
+        _ => None,
+    };
+    let verified = matches!(
+        bundle_step(&demo.root, &["verify", bundle]),
+        Ok(BundleDone::Verified(v)) if v.ok()
+    );
     let empty = demo.base.join("empty");
     std::fs::create_dir_all(&empty)?;
     let first_key = keys.first().cloned().unwrap_or_default();
-    let (replay_code, replay, _) =
-        repro::<Replayed>(&empty, &["replay", &first_key, "--bundle", bundle])?;
-    let verdict = replay.and_then(|r| r.verdict);
+    let (g, a) = step(&empty, &[&first_key, "--bundle", bundle])?;
+    let replay = crate::app::replay::replay_quietly(&g, a).ok();
+    let replayed = replay
+        .as_ref()
+        .is_some_and(|r| r.verdict.exit_code() == exit::OK);
+    let verdict = replay.map(|r| r.verdict.as_str().to_string());
     n.say(
         "repro build --all / bundle create / bundle verify / replay",
         &format!(
             "  {} builds recorded; bundle {} ({} files), verify: {}\n  replay of build {} from the bundle in an empty directory: {}\n",
             keys.len(),
             path.display(),
-            created
-                .and_then(|c| c.files)
-                .map_or("?".into(), |f| f.to_string()),
-            if verify_code == 0 { "ok" } else { "FAILED" },
+            created.map_or("?".into(), |c| c.files.to_string()),
+            if verified { "ok" } else { "FAILED" },
             &first_key[..12.min(first_key.len())],
             verdict.as_deref().unwrap_or("?"),
         ),
     )?;
     Ok(Bundle {
         path,
-        verified: verify_code == 0,
-        replayed: replay_code == 0,
+        verified,
+        replayed,
         verdict,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step's command line parses as its command's (a global option and an argument
+    /// of the same name would panic in clap's checks), the GPU steps' too.
+    #[test]
+    fn every_steps_command_line_parses() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let ends = ["--good", "a", "--bad", "b"];
+        for extra in [
+            &["--recipe", "vector_add"][..],
+            &["--recipe", "vector_add", "--find", "fixed"],
+            &CHECK,
+            &BENCH,
+        ] {
+            let (g, _) = step::<crate::app::bisect::Args>(root, &[&ends[..], extra].concat())
+                .unwrap_or_else(|e| panic!("{extra:?}: {e:#}"));
+            assert!(g.json && g.quiet);
+            assert_eq!(g.cwd, root);
+        }
+        step::<crate::app::toolchain::Args>(root, &["install", "--nvrtc", "13.0.88"]).unwrap();
+        step::<crate::app::build::Args>(root, &["--all"]).unwrap();
+        step::<crate::app::bundle::Args>(root, &["create", "k", "-o", "b.tar.zst", "--force"])
+            .unwrap();
+        step::<crate::app::bundle::Args>(root, &["verify", "b.tar.zst"]).unwrap();
+        step::<crate::app::replay::Args>(root, &["k", "--bundle", "b.tar.zst"]).unwrap();
+        assert!(step::<crate::app::build::Args>(root, &["--no-such-flag"]).is_err());
+    }
 }

@@ -37,7 +37,9 @@ pub struct Args {
     /// The GPU target of the recipes written.
     #[arg(long, default_value = "sm_90", value_name = "SM")]
     target: String,
-    /// Replace an existing repro.toml's pins and existing recipes.
+    /// Replace existing recipes; and an existing repro.toml's pins when no --recipe is
+    /// given or --nvcc, --nvrtc or --with say what to pin (otherwise repro.toml is kept as
+    /// it is).
     #[arg(long)]
     force: bool,
 }
@@ -48,6 +50,8 @@ struct Planned {
     text: String,
     existed: bool,
     what: String,
+    /// A recipe (not repro.toml).
+    recipe: bool,
 }
 
 /// Runs `repro init`.
@@ -67,11 +71,112 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 .into(),
         );
     }
-    let kernels: Vec<KernelFile> = a
-        .recipes
-        .iter()
-        .map(|f| init::read_kernel_file(&root, &g.cwd, f))
-        .collect::<Result<_, _>>()?;
+    let kernels = read_kernels(&root, &g.cwd, &a.recipes)?;
+    let plan = match config_mode(&root, &a)? {
+        ConfigMode::Write => plan_with_pins(g, &root, &a, &kernels)?,
+        ConfigMode::Keep(config) => plan_recipes_only(&root, &a, &kernels, &config)?,
+    };
+    write_all(&plan.files)?;
+    report(g, &plan, &kernels)?;
+    Ok(exit::OK)
+}
+
+/// The kernel files named by `--recipe`, each read once (a file named twice is one recipe);
+/// two files that would write the same recipe are refused before anything is written.
+fn read_kernels(root: &Path, cwd: &Path, files: &[PathBuf]) -> anyhow::Result<Vec<KernelFile>> {
+    let mut kernels: Vec<KernelFile> = Vec::new();
+    for f in files {
+        let k = init::read_kernel_file(root, cwd, f)?;
+        if kernels.iter().any(|o| o.source == k.source) {
+            continue;
+        }
+        if let Some(o) = kernels
+            .iter()
+            .find(|o| recipe_name(&o.source) == recipe_name(&k.source))
+        {
+            return Err(UserError::usage(format!(
+                "{} and {} would both be written as {}/{}.toml",
+                o.source,
+                k.source,
+                crate::foundation::recipe::DIR,
+                recipe_name(&k.source)
+            ))
+            .hint("write one recipe per run and rename it before writing the other (nothing was written)")
+            .into());
+        }
+        kernels.push(k);
+    }
+    Ok(kernels)
+}
+
+/// What `repro init` does with repro.toml.
+enum ConfigMode {
+    /// Write it (there is none, or `--force` replaces its pins).
+    Write,
+    /// Leave it as it is (it exists and only recipes are asked for); its settings, checked.
+    Keep(Box<config::Config>),
+}
+
+/// Whether to write repro.toml. An existing one is kept byte for byte when recipes are all
+/// that is asked for; its pins are replaced only with `--force`, and only when no recipe is
+/// asked for or a pin option (`--nvcc`, `--nvrtc`, `--with`) says what to pin.
+fn config_mode(root: &Path, a: &Args) -> anyhow::Result<ConfigMode> {
+    let path = root.join(config::FILE);
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ConfigMode::Write),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
+        }
+        Ok(_) => {}
+    }
+    let pin_options = a.nvcc.is_some() || a.nvrtc.is_some() || !a.with.is_empty();
+    if a.recipes.is_empty() || pin_options {
+        if a.force {
+            return Ok(ConfigMode::Write);
+        }
+        let (what, hint) = if a.recipes.is_empty() {
+            (
+                format!("{} exists already", path.display()),
+                "pass --force to replace its pins, or --recipe FILE.cu to write a recipe beside it (nothing was written)",
+            )
+        } else {
+            (
+                format!(
+                    "{} exists already, and --nvcc, --nvrtc and --with change its pins",
+                    path.display()
+                ),
+                "pass --force to replace its pins, or leave those options out to write only the recipes (nothing was written)",
+            )
+        };
+        return Err(UserError::usage(what).hint(hint).into());
+    }
+    // Recipes beside an existing file: it is read and checked (a broken one is named with
+    // its line and key), never written.
+    std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::Error::new(e).context(format!("failed to read {}", path.display())))?;
+    Ok(ConfigMode::Keep(Box::new(config::load(root)?)))
+}
+
+/// What one run writes, and what it reports.
+struct Plan {
+    /// The files to write, repro.toml first when it is written.
+    files: Vec<Planned>,
+    /// The nvcc release and NVRTC release pinned (written now, or already in repro.toml).
+    nvcc: Option<String>,
+    nvrtc: Option<String>,
+    /// repro.toml when it was left as it was.
+    kept: Option<PathBuf>,
+    /// What the user should know about the pins the recipes will use.
+    notes: Vec<String>,
+}
+
+/// repro.toml with both pins resolved (from the table or pip), then the recipes.
+fn plan_with_pins(
+    g: &Globals,
+    root: &Path,
+    a: &Args,
+    kernels: &[KernelFile],
+) -> anyhow::Result<Plan> {
     let mut components: Vec<String> = a.with.clone();
     components.extend(kernels.iter().flat_map(|k| k.components.iter().cloned()));
     components.sort();
@@ -86,13 +191,101 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .unwrap_or_else(|| releases::newest(Family::Nvrtc));
     let nvcc = releases::resolve_pin(Family::Nvcc, &nvcc_release, &components, g.offline)?;
     let nvrtc = releases::resolve_pin(Family::Nvrtc, &nvrtc_release, &[], g.offline)?;
-    let mut plan = vec![plan_config(&root, &nvcc, &nvrtc, a.force)?];
-    for k in &kernels {
-        plan.push(plan_recipe(&root, k, &a.target, a.force)?);
+    let mut files = vec![plan_config(root, &nvcc, &nvrtc, a.force)?];
+    files.extend(plan_recipes(root, kernels, &a.target, a.force)?);
+    Ok(Plan {
+        files,
+        nvcc: Some(nvcc.release),
+        nvrtc: Some(nvrtc.release),
+        kept: None,
+        notes: Vec::new(),
+    })
+}
+
+/// Only the recipes, beside an existing repro.toml that stays as it is: no pin is resolved,
+/// so this works offline. A kernel whose includes name a component the pinned nvcc release
+/// lacks gets a note naming the command that adds it.
+fn plan_recipes_only(
+    root: &Path,
+    a: &Args,
+    kernels: &[KernelFile],
+    config: &config::Config,
+) -> anyhow::Result<Plan> {
+    let files = plan_recipes(root, kernels, &a.target, a.force)?;
+    let t = &config.toolchain;
+    let nvcc = t.nvcc_default.clone();
+    let pinned = nvcc.as_ref().and_then(|r| t.nvcc.get(r));
+    let mut notes = Vec::new();
+    for k in kernels.iter().filter(|k| k.kind == "nvcc") {
+        let (Some(release), Some(pinned)) = (&nvcc, pinned) else {
+            continue;
+        };
+        let missing: Vec<&str> = k
+            .components
+            .iter()
+            .filter(|c| !pinned.wheels.iter().any(|w| w.package.contains(c.as_str())))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "{} includes {} headers, which the pinned nvcc {release} does not carry: `repro toolchain pin nvcc@{release} --with {} --force` adds them",
+                k.source,
+                missing.join(", "),
+                missing.join(",")
+            ));
+        }
     }
-    write_all(&plan)?;
-    report(g, &plan, &kernels, &nvcc, &nvrtc)?;
-    Ok(exit::OK)
+    let nvrtc = t.nvrtc.as_ref().map(|p| {
+        let mut parts = p.version.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(a), Some(b)) => format!("{a}.{b}"),
+            _ => p.version.clone(),
+        }
+    });
+    Ok(Plan {
+        files,
+        nvcc,
+        nvrtc,
+        kept: Some(root.join(config::FILE)),
+        notes,
+    })
+}
+
+/// A recipe per kernel file; every existing one is named at once, and none is replaced
+/// without `force`.
+fn plan_recipes(
+    root: &Path,
+    kernels: &[KernelFile],
+    target: &str,
+    force: bool,
+) -> anyhow::Result<Vec<Planned>> {
+    let planned: Vec<Planned> = kernels
+        .iter()
+        .map(|k| plan_recipe(root, k, target))
+        .collect::<anyhow::Result<_>>()?;
+    let existing: Vec<String> = planned
+        .iter()
+        .filter(|p| p.existed)
+        .map(|p| p.path.display().to_string())
+        .collect();
+    if !existing.is_empty() && !force {
+        return Err(UserError::usage(format!(
+            "{} {} already",
+            existing.join(", "),
+            if existing.len() == 1 {
+                "exists"
+            } else {
+                "exist"
+            }
+        ))
+        .hint(if existing.len() == 1 {
+            "pass --force to replace it (nothing was written)"
+        } else {
+            "pass --force to replace them (nothing was written)"
+        })
+        .into());
+    }
+    Ok(planned)
 }
 
 fn valid_target(t: &str) -> bool {
@@ -116,7 +309,11 @@ fn plan_config(
         }
     };
     if old.is_some() && !force {
-        return Err(exists(&path));
+        return Err(
+            UserError::usage(format!("{} exists already", path.display()))
+                .hint("pass --force to replace it (nothing was written)")
+                .into(),
+        );
     }
     let text = config::with_pin(
         old.as_deref().unwrap_or_default(),
@@ -142,6 +339,7 @@ fn plan_config(
         text
     };
     Ok(Planned {
+        recipe: false,
         existed: old.is_some(),
         what: format!(
             "nvcc {} ({}), NVRTC {}",
@@ -162,18 +360,13 @@ fn wheel_names(r: &Resolved) -> String {
         .join(", ")
 }
 
-fn exists(path: &Path) -> anyhow::Error {
-    UserError::usage(format!("{} exists already", path.display()))
-        .hint("pass --force to replace it (nothing was written)")
-        .into()
-}
-
-fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow::Result<Planned> {
-    let stem = Path::new(&k.source)
+/// The recipe name of a kernel file: its stem, with anything but letters, digits, `_` and
+/// `-` made `_`.
+fn recipe_name(source: &str) -> String {
+    Path::new(source)
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let name: String = stem
+        .unwrap_or_default()
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -182,14 +375,16 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+fn plan_recipe(root: &Path, k: &KernelFile, target: &str) -> anyhow::Result<Planned> {
+    let name = recipe_name(&k.source);
     let path = root
         .join(crate::foundation::recipe::DIR)
         .join(format!("{name}.toml"));
-    let existed = path.exists();
-    if existed && !force {
-        return Err(exists(&path));
-    }
+    // A link or a directory in the way counts as existing: it is not replaced silently.
+    let existed = std::fs::symlink_metadata(&path).is_ok();
     let text = init::recipe_text(k, target);
     // What is written must load as a recipe: a check against a bug here, not a user error.
     crate::foundation::recipe::parse_detached(
@@ -211,6 +406,7 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str, force: bool) -> anyhow
         text,
         existed,
         what,
+        recipe: true,
     })
 }
 
@@ -254,14 +450,8 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report(
-    g: &Globals,
-    plan: &[Planned],
-    kernels: &[KernelFile],
-    nvcc: &Resolved,
-    nvrtc: &Resolved,
-) -> anyhow::Result<()> {
-    let next = match plan.get(1) {
+fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()> {
+    let next = match plan.files.iter().find(|p| p.recipe) {
         Some(p) => format!("repro build {}", g.shown(&p.path)),
         None => {
             "repro init --recipe FILE.cu (a recipe per kernel file), then repro build RECIPE".into()
@@ -270,14 +460,16 @@ fn report(
     if g.json {
         emit_json(&json!({
             "schema": 1,
-            "written": plan.iter().map(|p| json!({
+            "written": plan.files.iter().map(|p| json!({
                 "path": g.shown(&p.path), "replaced": p.existed, "what": p.what,
             })).collect::<Vec<_>>(),
-            "nvcc": nvcc.release, "nvrtc": nvrtc.release,
+            "kept": plan.kept.iter().map(|p| g.shown(p)).collect::<Vec<_>>(),
+            "nvcc": plan.nvcc, "nvrtc": plan.nvrtc,
             "kernels": kernels.iter().map(|k| json!({
                 "source": k.source, "kind": k.kind, "entries": k.kernels,
                 "templates": k.templates, "include-dirs": k.include_dirs, "components": k.components,
             })).collect::<Vec<_>>(),
+            "notes": plan.notes,
             "next": next,
         }))?;
         return Ok(());
@@ -286,7 +478,15 @@ fn report(
         return Ok(());
     }
     let mut out = String::new();
-    for p in plan {
+    if let Some(kept) = &plan.kept {
+        out.push_str(&format!(
+            "kept {}: its pins are unchanged (nvcc {}, NVRTC {})\n",
+            g.shown(kept),
+            plan.nvcc.as_deref().unwrap_or("not pinned"),
+            plan.nvrtc.as_deref().unwrap_or("not pinned"),
+        ));
+    }
+    for p in &plan.files {
         out.push_str(&format!(
             "{} {}: {}\n",
             if p.existed { "replaced" } else { "wrote" },
@@ -294,9 +494,15 @@ fn report(
             p.what
         ));
     }
-    out.push_str(&format!(
-        "the toolchains install themselves on first use (every wheel checked by sha256)\nnext: {next}\n"
-    ));
+    for n in &plan.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    if plan.kept.is_none() {
+        out.push_str(
+            "the toolchains install themselves on first use (every wheel checked by sha256)\n",
+        );
+    }
+    out.push_str(&format!("next: {next}\n"));
     emit(&out)?;
     Ok(())
 }

@@ -28,15 +28,14 @@ pub mod shell;
 pub mod store;
 pub mod toolchain;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::foundation::error::UserError;
 use crate::foundation::exit;
-use context::Globals;
+pub use context::GlobalArgs;
+use context::globals;
 
 /// Reproducible GPU-kernel work: fingerprint the machine and check it against a pinned
 /// lockfile, build kernels hermetically, bisect, replay and archive results.
@@ -54,36 +53,6 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// The options every command takes, before or after the subcommand.
-#[derive(Debug, clap::Args)]
-pub struct GlobalArgs {
-    /// Act as if started in DIR (like `git -C`).
-    #[arg(short = 'C', value_name = "DIR", global = true)]
-    pub dir: Option<PathBuf>,
-    /// Print machine-readable JSON on stdout instead of text.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Print less: only problems.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
-    pub quiet: bool,
-    /// Print more (repeat for even more).
-    #[arg(short, long, global = true, action = ArgAction::Count)]
-    pub verbose: u8,
-    /// Use no network: a pinned toolchain that is not installed is an error instead of
-    /// installing itself, and a partial clone's missing blobs are not fetched (also
-    /// REPRO_OFFLINE=1).
-    #[arg(long, global = true)]
-    pub offline: bool,
-    /// The store directory [default: .repro at the project root].
-    #[arg(long, global = true, value_name = "DIR", env = "REPRO_STORE")]
-    pub store: Option<PathBuf>,
-    /// The Python interpreter (or environment directory) to describe and build torch
-    /// extensions for [default: repro.toml's [python] interpreter, the active venv or conda
-    /// environment, python3 on PATH].
-    #[arg(long, global = true, value_name = "PATH", env = "REPRO_PYTHON")]
-    pub python: Option<PathBuf>,
 }
 
 /// The commands repro runs itself, as its own child processes: not for users, so not in
@@ -204,32 +173,6 @@ pub fn exit_status(codes: &[(u8, &str)]) -> String {
         text.push_str(&line);
     }
     text
-}
-
-/// The global options, checked: `-C DIR` must be a directory.
-fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
-    let cwd = match &g.dir {
-        Some(dir) => {
-            let meta = std::fs::metadata(dir);
-            if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
-                let why = match meta {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "not a directory".into(),
-                };
-                return Err(
-                    UserError::usage(format!("cannot use -C {}: {why}", dir.display()))
-                        .hint("pass an existing directory")
-                        .into(),
-                );
-            }
-            std::path::absolute(dir)?
-        }
-        None => std::env::current_dir()?,
-    };
-    let python = g.python.map(|p| cwd.join(p));
-    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python);
-    globals.offline |= g.offline;
-    Ok(globals)
 }
 
 /// Runs the parsed command line and returns the exit code.

@@ -31,6 +31,29 @@ pub struct Args {
 /// Runs `repro replay`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let style = Style::for_stdout();
+    let say = |m: &str| {
+        if !g.quiet && !g.json {
+            say!("{m}");
+        }
+    };
+    let rep = replay_with(g, &a, &say)?;
+    let code = rep.verdict.exit_code();
+    if g.json {
+        emit_json(&rep.to_json())?;
+    } else {
+        print_report(&rep, &style, g.quiet)?;
+    }
+    Ok(code)
+}
+
+/// `repro replay ...` in this process, without printing (`repro demo`'s replay step): the
+/// report, whose verdict gives the exit code.
+pub(crate) fn replay_quietly(g: &Globals, a: Args) -> anyhow::Result<replay::Replay> {
+    replay_with(g, &a, &|_| {})
+}
+
+/// Replays what `a` names; `say` hears the notes on the way.
+fn replay_with(g: &Globals, a: &Args, say: &dyn Fn(&str)) -> anyhow::Result<replay::Replay> {
     let bundle = a.bundle.as_ref().map(|b| g.cwd.join(b));
     let store = g.store();
     let req = Request {
@@ -43,19 +66,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         quiet: g.quiet || g.json,
         python: g.python.as_deref(),
     };
-    let say = |m: &str| {
-        if !g.quiet && !g.json {
-            say!("{m}");
-        }
-    };
-    let rep = replay::replay(&req, &say)?;
-    let code = rep.verdict.exit_code();
-    if g.json {
-        emit_json(&rep.to_json())?;
-    } else {
-        print_report(&rep, &style, g.quiet)?;
-    }
-    Ok(code)
+    Ok(replay::replay(&req, say)?)
 }
 
 /// Prints the report as text; with `-q` only a replay that did not reproduce prints it.

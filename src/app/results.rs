@@ -265,8 +265,11 @@ pub fn show(g: &Globals, a: ShowArgs) -> anyhow::Result<u8> {
     {
         return show_detached(g, &store, &d);
     }
-    let (entry, r) =
-        found.map_err(|e| Hinted::new(e, "`repro log` lists every record with its ID"))?;
+    let (entry, r) = found.map_err(|e| match e {
+        // A record that is there but does not read has its own hint.
+        catalog::FindError::Unreadable { .. } => anyhow::Error::new(e),
+        e => Hinted::new(e, "`repro log` lists every record with its ID").into(),
+    })?;
     let id = entry.id.clone();
     if g.json {
         let mut v = r.to_json();

@@ -108,6 +108,67 @@ fn install_cmd(
     cfg: &crate::foundation::config::Config,
     a: InstallArgs,
 ) -> anyhow::Result<u8> {
+    let (spec, plan, done) = install_toolchain(g, cfg, a)?;
+    let t = &done.installed;
+    let label = match plan.family {
+        Family::Nvrtc => format!("NVRTC {}", plan.release),
+        Family::Nvcc => format!("nvcc {}", plan.release),
+    };
+    if g.json {
+        emit_json(&install_json(&spec, &done))?;
+    } else if !g.quiet {
+        if done.fresh {
+            let n = t.stamp.wheels.len();
+            emit(&format!(
+                "installed {label} (reports {}) at {}; {n} wheel{} verified by sha256 ({})\n",
+                t.stamp.reports,
+                t.dir.display(),
+                if n == 1 { "" } else { "s" },
+                t.stamp
+                    .wheels
+                    .iter()
+                    .map(|w| keys::short(&w.sha256))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))?;
+        } else {
+            emit(&format!(
+                "{label} is already installed at {}\n",
+                t.dir.display()
+            ))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `repro toolchain install ...` in this process, without printing: its `--json` report
+/// (`repro demo`'s toolchain step).
+pub(crate) fn install_report(g: &Globals, a: Args) -> anyhow::Result<serde_json::Value> {
+    let ToolchainCommand::Install(i) = a.command else {
+        anyhow::bail!("not a `repro toolchain install` command line");
+    };
+    let (spec, _, done) = install_toolchain(g, &g.config()?, i)?;
+    Ok(install_json(&spec, &done))
+}
+
+/// What `repro toolchain install --json` prints.
+fn install_json(spec: &Spec, done: &install::Done) -> serde_json::Value {
+    let t = &done.installed;
+    json!({
+        "schema": 1, "toolchain": spec.to_string(), "path": t.dir.display().to_string(),
+        "installed": done.fresh, "already-installed": !done.fresh, "replaced": done.replaced,
+        "reports": t.stamp.reports, "wheels": t.stamp.wheels, "bytes": t.stamp.bytes,
+        "compiler": t.compiler().display().to_string(),
+    })
+}
+
+/// Installs what `a` names (a spec, an NVRTC version, or the pinned NVRTC), with the
+/// progress bar unless `--json` or `-q`, and notes the project the tree serves.
+fn install_toolchain(
+    g: &Globals,
+    cfg: &crate::foundation::config::Config,
+    a: InstallArgs,
+) -> anyhow::Result<(Spec, install::Plan, install::Done)> {
     let spec = match (&a.spec, &a.nvrtc, &cfg.toolchain.nvrtc) {
         (Some(s), _, _) => Spec::parse(s).map_err(|e| InstallError::BadSpec(e.to_string()))?,
         (None, Some(v), _) => {
@@ -141,40 +202,7 @@ fn install_cmd(
     if let Some(name) = t.dir.file_name() {
         install::note_project(&name.to_string_lossy(), &g.project_root());
     }
-    let label = match plan.family {
-        Family::Nvrtc => format!("NVRTC {}", plan.release),
-        Family::Nvcc => format!("nvcc {}", plan.release),
-    };
-    if g.json {
-        emit_json(&json!({
-            "schema": 1, "toolchain": spec.to_string(), "path": t.dir.display().to_string(),
-            "installed": done.fresh, "already-installed": !done.fresh, "replaced": done.replaced,
-            "reports": t.stamp.reports, "wheels": t.stamp.wheels, "bytes": t.stamp.bytes,
-            "compiler": t.compiler().display().to_string(),
-        }))?;
-    } else if !g.quiet {
-        if done.fresh {
-            let n = t.stamp.wheels.len();
-            emit(&format!(
-                "installed {label} (reports {}) at {}; {n} wheel{} verified by sha256 ({})\n",
-                t.stamp.reports,
-                t.dir.display(),
-                if n == 1 { "" } else { "s" },
-                t.stamp
-                    .wheels
-                    .iter()
-                    .map(|w| keys::short(&w.sha256))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))?;
-        } else {
-            emit(&format!(
-                "{label} is already installed at {}\n",
-                t.dir.display()
-            ))?;
-        }
-    }
-    Ok(exit::OK)
+    Ok((spec, plan, done))
 }
 
 fn mib(bytes: u64) -> String {

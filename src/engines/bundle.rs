@@ -789,8 +789,8 @@ fn readme_claims(s: &mut String, contents: &Contents, bundle_name: &str) {
             med,
             r.samples.len(),
             r.machine,
-            r.fingerprint_field("driver", "version").unwrap_or("-"),
-            r.fingerprint_field("driver", "cuda-version").unwrap_or("-"),
+            r.fingerprint_field("driver.version").unwrap_or("-"),
+            r.fingerprint_field("driver.cuda-version").unwrap_or("-"),
             keys::short(id),
         );
     }
@@ -840,20 +840,20 @@ fn readme_builds(s: &mut String, contents: &Contents, bundle_name: &str) {
 /// line, sorted), from its fingerprint's `python.dist`: `pip install -r` recreates it.
 /// Entries whose name or version holds anything but the characters of Python package names
 /// and versions are left out (a fingerprint is another machine's file).
-pub fn python_requirements(fingerprint: &serde_json::Value) -> Option<String> {
-    let dists = fingerprint.get("python")?.get("dist")?.as_object()?;
+pub fn python_requirements(
+    fingerprint: &Option<crate::foundation::fingerprint::Fingerprint>,
+) -> Option<String> {
     let safe = |s: &str| {
         !s.is_empty()
             && s.len() <= 100
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '!'))
     };
-    let mut lines: Vec<String> = dists
-        .iter()
-        .filter_map(|(name, v)| {
-            let v = v.as_str()?;
-            (safe(name) && safe(v)).then(|| format!("{name}=={v}"))
-        })
+    let mut lines: Vec<String> = fingerprint
+        .as_ref()?
+        .python_dists()
+        .filter(|(name, v)| safe(name) && safe(v))
+        .map(|(name, v)| format!("{name}=={v}"))
         .collect();
     if lines.is_empty() {
         return None;

@@ -91,6 +91,13 @@ pub enum FindError {
         /// The prefix.
         prefix: String,
     },
+    /// No readable record matches, but a stored one does that does not read (a hostile
+    /// or damaged file): why, naming the file and the member.
+    #[error("{reason}")]
+    Unreadable {
+        /// The record's error (`results/ID.json: fingerprint: ...`).
+        reason: String,
+    },
     /// Several records match.
     #[error("{prefix} is ambiguous: {count} {nouns} match ({examples})")]
     Ambiguous {
@@ -113,6 +120,11 @@ impl crate::foundation::error::Diagnose for FindError {
         let noun = match self {
             FindError::NotAnId { noun, .. } | FindError::None { noun, .. } => *noun,
             FindError::Ambiguous { nouns, .. } => nouns.trim_end_matches('s'),
+            FindError::Unreadable { .. } => {
+                return Some(
+                    "`repro store verify` lists every record that does not read; remove the file, or pull or unpack it again from where it came".into(),
+                );
+            }
         };
         Some(if noun == "result" {
             "`repro log` lists results with their IDs".into()
@@ -409,6 +421,25 @@ pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Record)> {
     out
 }
 
+/// The error of the first stored record of `kinds` whose ID starts with `prefix` that does
+/// not read, if there is one: what `find` says instead of "no record" about a file that is
+/// there but hostile or damaged.
+fn unreadable(store: &Store, kinds: &[Kind], prefix: &str) -> Option<FindError> {
+    kinds.iter().find_map(|kind| {
+        store
+            .records(kind.dir())
+            .into_iter()
+            .filter(|(id, _, _)| id.starts_with(prefix))
+            .find_map(|(id, _, parsed)| {
+                let reason = match parsed {
+                    Err(e) => e.to_string(),
+                    Ok(v) => Record::from_json(*kind, &id, &v).err()?.to_string(),
+                };
+                Some(FindError::Unreadable { reason })
+            })
+    })
+}
+
 /// Writes a result record; its ID is the sha256 of its content.
 pub fn put_result(store: &Store, rec: &ResultRecord) -> Result<String, StoreError> {
     let v = records::to_json(rec);
@@ -458,10 +489,12 @@ pub fn find_result(store: &Store, prefix: &str) -> Result<(String, ResultRecord)
         .filter(|(id, _)| id.starts_with(&prefix.to_lowercase()))
         .collect();
     match matches.len() {
-        0 => Err(FindError::None {
-            noun: "result",
-            prefix: prefix.to_string(),
-        }),
+        0 => Err(
+            unreadable(store, &[Kind::Result], &prefix.to_lowercase()).unwrap_or(FindError::None {
+                noun: "result",
+                prefix: prefix.to_string(),
+            }),
+        ),
         1 => Ok(matches.remove(0)),
         count => Err(FindError::Ambiguous {
             nouns: "results",
@@ -491,10 +524,12 @@ pub fn find(store: &Store, prefix: &str) -> Result<(Entry, Record), FindError> {
         .filter(|(e, _)| e.id.starts_with(&p))
         .collect();
     match matches.len() {
-        0 => Err(FindError::None {
-            noun: "record",
-            prefix: prefix.to_string(),
-        }),
+        0 => Err(
+            unreadable(store, &Kind::ALL, &p).unwrap_or(FindError::None {
+                noun: "record",
+                prefix: prefix.to_string(),
+            }),
+        ),
         1 => Ok(matches.remove(0)),
         count => Err(FindError::Ambiguous {
             nouns: "records",

@@ -1,8 +1,8 @@
 //! The demo's throwaway repository and its story: about 60 commits of a small kernel
 //! project made from data embedded in the binary, in which one commit breaks the build
 //! (fixed some commits later), one makes a kernel return a wrong result, one makes a kernel
-//! measurably slower, and most change nothing that matters. `app/demo.rs` runs the real
-//! `repro` commands on it and tells the story.
+//! measurably slower, and most change nothing that matters. `app/demo.rs` runs the
+//! commands' work on it, in process, and tells the story.
 
 use std::path::Path;
 

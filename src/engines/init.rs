@@ -45,6 +45,12 @@ pub struct KernelFile {
 /// Why a kernel file cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// Nothing is at the path given.
+    #[error("{} does not exist", .path.display())]
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The file is not there, or not inside the repository.
     #[error("{} is not a file inside the repository {}", .path.display(), .root.display())]
     NotInRepo {
@@ -79,6 +85,10 @@ impl Diagnose for InitError {
     }
     fn hint(&self) -> Option<String> {
         match self {
+            InitError::Missing { .. } => Some(
+                "name a .cu file of this repository (relative to the current directory), e.g. `repro init --recipe kernels/k.cu`"
+                    .into(),
+            ),
             InitError::NotInRepo { .. } => Some(
                 "name a .cu file of this repository, e.g. `repro init --recipe kernels/k.cu`"
                     .into(),
@@ -260,7 +270,17 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         path: file.to_path_buf(),
         root: root.to_path_buf(),
     };
-    let canon = abs.canonicalize().map_err(|_| not_in())?;
+    let canon = match abs.canonicalize() {
+        Ok(c) => c,
+        // A path inside the repository that names nothing is missing; one outside it is
+        // outside, whether or not it exists.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && lexically_inside(root, &abs) => {
+            return Err(InitError::Missing {
+                path: file.to_path_buf(),
+            });
+        }
+        Err(_) => return Err(not_in()),
+    };
     let root_canon = root.canonicalize().map_err(|_| not_in())?;
     let rel = canon
         .strip_prefix(&root_canon)
@@ -329,6 +349,23 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         include_dirs,
         components: components.into_iter().collect(),
     })
+}
+
+/// Whether `path` is under `root` once `.` and `..` are resolved by name alone (for a path
+/// that does not exist and so cannot be canonicalised).
+fn lexically_inside(root: &Path, path: &Path) -> bool {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out.starts_with(root) || root.canonicalize().is_ok_and(|r| out.starts_with(r))
 }
 
 /// For each quoted include not found beside the including file, the repository directory

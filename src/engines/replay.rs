@@ -1049,13 +1049,10 @@ fn environment_diffs(
     );
     let mut environment = Vec::new();
     let mut gpu_here = live.get("gpu.count").value().is_some();
-    if let Some(fp) = result
-        .map(|r| &r.fingerprint)
-        .filter(|f| f.is_object())
-        .and_then(|f| Fingerprint::from_json(f).ok())
-        && !lock_policy(root, &fp, &live, &mut environment, &mut gpu_here)
+    if let Some(fp) = result.and_then(|r| r.fingerprint.as_ref())
+        && !lock_policy(root, fp, &live, &mut environment, &mut gpu_here)
     {
-        let (was, now) = (bench::must_match(&fp), bench::must_match(&live));
+        let (was, now) = (bench::must_match(fp), bench::must_match(&live));
         for (k, v) in was.as_object().into_iter().flatten() {
             let n = &now[k];
             let unavailable = n.as_array().is_some_and(|a| a.iter().all(Value::is_null));

@@ -337,16 +337,29 @@ pub struct Loaded {
     _lib: libloading::Library,
 }
 
-/// The NVRTC this process loaded: a library stays loaded, so the first search decides.
-static NVRTC: OnceLock<Result<Loaded, NvrtcError>> = OnceLock::new();
+/// The NVRTC this process loaded: a library stays loaded, so the first search that finds
+/// one decides. A failed search is not kept: a process that installs NVRTC after one
+/// (`repro demo` fingerprints the machine, then installs the pinned NVRTC and builds, all
+/// in one process) finds it on the next search.
+static NVRTC: OnceLock<Loaded> = OnceLock::new();
+
+/// Held while a search loads NVRTC, so that two threads never load two libraries.
+static LOADING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Finds (with the project's `pins`) and loads NVRTC once per process. The error says what
 /// was searched.
 pub fn nvrtc(pins: &Pins) -> Result<&'static Loaded, NvrtcError> {
-    NVRTC
-        .get_or_init(|| find_nvrtc(pins).and_then(load_at))
-        .as_ref()
-        .map_err(Clone::clone)
+    if let Some(l) = NVRTC.get() {
+        return Ok(l);
+    }
+    let _held = LOADING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(l) = NVRTC.get() {
+        return Ok(l);
+    }
+    let loaded = find_nvrtc(pins).and_then(load_at)?;
+    Ok(NVRTC.get_or_init(|| loaded))
 }
 
 /// Loads the NVRTC at `found` (its builtins first) and asks its version.

@@ -16,6 +16,7 @@ pub mod exit;
 pub mod expr;
 pub mod fatbin;
 pub mod fields;
+pub mod fingerprint;
 pub mod fsutil;
 pub mod git;
 pub mod keys;

@@ -14,6 +14,7 @@
 //! members it always wrote (a member that may be `null` stays present as `null`; a member
 //! a kind of record does not have is left out).
 
+use crate::foundation::fingerprint::Fingerprint;
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
@@ -587,8 +588,9 @@ pub struct ResultRecord {
     pub schema: u32,
     /// Always `result`.
     pub kind: String,
-    /// The machine's fingerprint (its own schema: see the fingerprint module).
-    pub fingerprint: Value,
+    /// The machine's fingerprint (its own schema: see the fingerprint module); `null` for a
+    /// measurement read from another tool's output.
+    pub fingerprint: Option<Fingerprint>,
     /// The GPU's name, or `no GPU`.
     pub machine: String,
     /// The commit of the tree, if in a repository.
@@ -768,7 +770,7 @@ impl ResultRecord {
         summary: Option<Summary>,
         machine: String,
     ) -> Self {
-        let mut r = ResultRecord::new(Value::Null, machine, None, false, String::new(), name, unit);
+        let mut r = ResultRecord::new(None, machine, None, false, String::new(), name, unit);
         r.kind = kind.to_string();
         r.created_at = String::new();
         r.repro_version = String::new();
@@ -782,7 +784,7 @@ impl ResultRecord {
     /// A result measured now by this repro, with nothing measured yet: the caller fills in
     /// what its kind of bench has (recipe or command).
     pub fn new(
-        fingerprint: Value,
+        fingerprint: Option<Fingerprint>,
         machine: String,
         commit: Option<String>,
         dirty: bool,
@@ -847,9 +849,9 @@ impl ResultRecord {
         shape(v, what)
     }
 
-    /// A string field of one section of the machine's fingerprint (`driver`, `version`).
-    pub fn fingerprint_field(&self, section: &str, field: &str) -> Option<&str> {
-        self.fingerprint.get(section)?.get(field)?.as_str()
+    /// A field of the machine's fingerprint (`driver.version`), if it was probed.
+    pub fn fingerprint_field(&self, key: &str) -> Option<&str> {
+        self.fingerprint.as_ref()?.value(key)
     }
 
     /// The median, if there were samples.
@@ -1506,6 +1508,34 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A result whose fingerprint is another machine's hostile file is refused, naming the
+    /// record and the fingerprint's key; one from another tool (`null`) reads as none.
+    #[test]
+    fn a_result_with_a_hostile_fingerprint_is_refused_naming_file_and_key() {
+        let mut v = fixture("result-recipe.json");
+        v["fingerprint"]["host"]["cpu"] = Value::from("x".repeat(100_000));
+        let e = ResultRecord::from_json(&v, "results/0123abcd.json").unwrap_err();
+        let e = format!("{e}");
+        assert!(
+            e.starts_with("results/0123abcd.json: fingerprint: `host.cpu` is 100000 bytes long"),
+            "{e}"
+        );
+        let mut v = fixture("result-recipe.json");
+        v["fingerprint"]["schema"] = Value::from("one");
+        let e = ResultRecord::from_json(&v, "results/0123abcd.json").unwrap_err();
+        assert!(
+            format!("{e}").contains("results/0123abcd.json: fingerprint: missing `schema`"),
+            "{e}"
+        );
+        let mut v = fixture("result-recipe.json");
+        v["fingerprint"] = Value::Null;
+        let r = ResultRecord::from_json(&v, "r").unwrap();
+        assert!(r.fingerprint.is_none());
+        assert_eq!(to_json(&r), v);
+        let r = ResultRecord::from_json(&fixture("result-recipe.json"), "r").unwrap();
+        assert_eq!(r.fingerprint_field("host.arch"), Some("x86_64"));
     }
 
     /// A typed round trip writes back exactly what was read: IDs (hashes of the JSON)

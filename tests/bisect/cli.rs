@@ -36,6 +36,34 @@ fn history(
     (tmp, root)
 }
 
+/// `n` commits of a kernel that always builds, whose `state.txt` says `fine` before commit
+/// `breaks` and `broken` from it on (what `grep -q fine state.txt` bisects).
+fn state_history(n: usize, breaks: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    history(
+        n,
+        |i| kernel(true, i),
+        |i| {
+            vec![(
+                "state.txt".into(),
+                if i >= breaks { "broken\n" } else { "fine\n" }.into(),
+            )]
+        },
+    )
+}
+
+/// Commit `i`'s `state.txt` for the skip tests: `broken` from commit 11 on, and a second
+/// line `untestable` where `untestable(i)` (the script exits 125 there).
+fn state_with_untestable(i: usize, untestable: impl Fn(usize) -> bool) -> Vec<(String, String)> {
+    vec![(
+        "state.txt".into(),
+        format!(
+            "{}\n{}\n",
+            if i >= 11 { "broken" } else { "fine" },
+            if untestable(i) { "untestable" } else { "ok" }
+        ),
+    )]
+}
+
 fn kernel(ok: bool, i: usize) -> String {
     format!(
         "// version {i}\nextern \"C\" __global__ void k(float* a) {{ a[0] = {i}{} }}\n",
@@ -182,20 +210,7 @@ fn script_mode_follows_git_bisect_run_exit_codes() {
     let (tmp, root) = history(
         16,
         |i| kernel(true, i),
-        |i| {
-            vec![(
-                "state.txt".into(),
-                format!(
-                    "{}\n{}\n",
-                    if i >= 11 { "broken" } else { "fine" },
-                    if [8, 13].contains(&i) {
-                        "untestable"
-                    } else {
-                        "ok"
-                    }
-                ),
-            )]
-        },
+        |i| state_with_untestable(i, |i| [8, 13].contains(&i)),
     );
     let script = "grep -q untestable state.txt && exit 125; grep -q fine state.txt";
     let (code, v, stderr) = bisect(
@@ -221,20 +236,7 @@ fn script_mode_follows_git_bisect_run_exit_codes() {
     let (tmp2, root2) = history(
         16,
         |i| kernel(true, i),
-        |i| {
-            vec![(
-                "state.txt".into(),
-                format!(
-                    "{}\n{}\n",
-                    if i >= 11 { "broken" } else { "fine" },
-                    if (9..=12).contains(&i) {
-                        "untestable"
-                    } else {
-                        "ok"
-                    }
-                ),
-            )]
-        },
+        |i| state_with_untestable(i, |i| (9..=12).contains(&i)),
     );
     let (code, v, _) = bisect(
         tmp2.path(),
@@ -485,20 +487,7 @@ fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
 
 #[test]
 fn killing_a_bisection_leaves_the_repository_alone_and_the_rerun_resumes() {
-    let (tmp, root) = history(
-        24,
-        |i| kernel(true, i),
-        |i| {
-            vec![(
-                "state.txt".into(),
-                if i >= 17 {
-                    "broken\n".into()
-                } else {
-                    "fine\n".into()
-                },
-            )]
-        },
-    );
+    let (tmp, root) = state_history(24, 17);
     let before = snapshot(&root);
     let script = "sleep 0.4; grep -q fine state.txt";
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("repro"))
@@ -557,20 +546,7 @@ fn killing_a_bisection_leaves_the_repository_alone_and_the_rerun_resumes() {
 
 #[test]
 fn multisection_with_several_jobs_finds_the_same_commit_in_fewer_rounds() {
-    let (tmp, root) = history(
-        40,
-        |i| kernel(true, i),
-        |i| {
-            vec![(
-                "state.txt".into(),
-                if i >= 27 {
-                    "broken\n".into()
-                } else {
-                    "fine\n".into()
-                },
-            )]
-        },
-    );
+    let (tmp, root) = state_history(40, 27);
     let script = "grep -q fine state.txt";
     let (code, one, _) = bisect(
         tmp.path(),
@@ -578,20 +554,7 @@ fn multisection_with_several_jobs_finds_the_same_commit_in_fewer_rounds() {
         &["--good", "HEAD~39", "--bad", "HEAD", "--script", script],
     );
     assert_eq!(code, 0);
-    let (tmp4, root4) = history(
-        40,
-        |i| kernel(true, i),
-        |i| {
-            vec![(
-                "state.txt".into(),
-                if i >= 27 {
-                    "broken\n".into()
-                } else {
-                    "fine\n".into()
-                },
-            )]
-        },
-    );
+    let (tmp4, root4) = state_history(40, 27);
     // Each step writes when it ran (start and end, seconds) to a log outside the
     // repository; sleeping 1 s, steps of one round overlap, and the log shows how many
     // workers there really were.

@@ -134,6 +134,11 @@ fn two_devices_judge_each_against_its_own_baseline() {
 /// Slurm tests submit to one cluster and cancel its jobs: one at a time.
 static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The cluster, held for this test alone, if one answers here (else the test skips).
+fn slurm() -> Option<std::sync::MutexGuard<'static, ()>> {
+    slurm_up().then(|| SLURM.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Whether a Slurm cluster answers here. Without one the Slurm tests skip, saying why,
 /// unless REPRO_TEST_REQUIRE_SLURM is set (CI starts one with .ci/slurm-up).
 fn slurm_up() -> bool {
@@ -214,10 +219,9 @@ fn spawn_repro(tmp: &Path, root: &Path, store: &Path, args: &[&str]) -> std::pro
 
 #[test]
 fn slurm_jobs_find_the_local_answer_and_survive_a_cancelled_job() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = state_history();
     let range = [
         "--good",
@@ -324,10 +328,9 @@ fn jobs_known(store: &Path) -> usize {
 
 #[test]
 fn ctrl_c_cancels_every_job() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = state_history();
     let store = tmp.path().join("store");
     let mut child = spawn_repro(
@@ -433,10 +436,9 @@ fn slurm_bad_input_is_named() {
 
 #[test]
 fn slurm_jobs_answer_bench_questions_and_pass_an_abort_back() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     // A 10% slowdown at commit 5 of 8, measured by a command in Slurm jobs.
     let (tmp, root) = history(8, |i| {
         vec![
@@ -532,10 +534,9 @@ fn hang_history() -> (tempfile::TempDir, std::path::PathBuf) {
 
 #[test]
 fn a_hanging_commit_gets_the_same_verdict_here_and_on_slurm() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = hang_history();
     let range = [
         "--good",
@@ -685,10 +686,9 @@ fn in_sbatch(tmp: &Path, sbatch_args: &[&str], args: &[&str]) -> (String, i32, S
 
 #[test]
 fn a_driver_inside_sbatch_submits_each_step_as_a_job_of_its_own() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = short_history();
     let store = tmp.path().join("store");
     let args = [
@@ -707,25 +707,15 @@ fn a_driver_inside_sbatch_submits_each_step_as_a_job_of_its_own() {
         "--script",
         "grep -q fine state.txt",
     ];
-    let (driver, code, stdout, stderr) = in_sbatch(tmp.path(), &[], &args);
-    assert_eq!(code, 0, "{stderr}");
-    let v: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
-    assert!(
-        stderr.contains(&format!(
-            "plan: each step a Slurm job of its own (repro runs inside job {driver}, whose SLURM_* variables are not passed on)"
-        )),
-        "{stderr}"
+    let (driver, v) = commit_6_in_sbatch(
+        tmp.path(),
+        &[],
+        &args,
+        "plan: each step a Slurm job of its own (repro runs inside job {driver}, whose SLURM_* variables are not passed on)",
     );
     // Every step was a job of its own, none of them the driver's.
-    let out = std::process::Command::new("scontrol")
-        .args(["-o", "show", "job"])
-        .output()
-        .unwrap();
-    let needle = format!("WorkDir={}", store.display());
-    let ids: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(&needle))
+    let ids: std::collections::BTreeSet<String> = jobs_shown(&store)
+        .iter()
         .filter_map(|l| {
             l.split_whitespace()
                 .next()?
@@ -762,23 +752,32 @@ fn a_driver_inside_sbatch_submits_each_step_as_a_job_of_its_own() {
             }
         })
         .collect();
-    let (driver, code, stdout, stderr) = in_sbatch(tmp.path(), &["--gres=gpu:1"], &steps);
+    commit_6_in_sbatch(
+        tmp.path(),
+        &["--gres=gpu:1"],
+        &steps,
+        "plan: each step a job step of allocation {driver}",
+    );
+    // No job but the driver's worked in the second store.
+    assert!(jobs_shown(&store2).is_empty());
+}
+
+/// Runs the bisection `args` of [`short_history`] inside an sbatch job submitted with
+/// `sbatch_args`: it must name commit 6 and say `plan` (with `{driver}` the driver's job
+/// ID) on stderr. Returns the driver's job ID and the report.
+fn commit_6_in_sbatch(
+    tmp: &Path,
+    sbatch_args: &[&str],
+    args: &[&str],
+    plan: &str,
+) -> (String, Value) {
+    let (driver, code, stdout, stderr) = in_sbatch(tmp, sbatch_args, args);
     assert_eq!(code, 0, "{stderr}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["culprit"]["subject"], "commit 6", "{v}");
-    assert!(
-        stderr.contains(&format!(
-            "plan: each step a job step of allocation {driver}"
-        )),
-        "{stderr}"
-    );
-    // No job but the driver's worked in the second store.
-    let out = std::process::Command::new("scontrol")
-        .args(["-o", "show", "job"])
-        .output()
-        .unwrap();
-    let needle = format!("WorkDir={}", store2.display());
-    assert!(!String::from_utf8_lossy(&out.stdout).contains(&needle));
+    let plan = plan.replace("{driver}", &driver);
+    assert!(stderr.contains(&plan), "{plan}\n{stderr}");
+    (driver, v)
 }
 
 /// The controller's view of every job that worked under `store`: one `scontrol -o` line each.
@@ -797,10 +796,9 @@ fn jobs_shown(store: &Path) -> Vec<String> {
 
 #[test]
 fn site_options_reach_every_job_and_the_record() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = short_history();
     std::fs::write(
         root.join("repro.toml"),
@@ -997,10 +995,9 @@ fn site_options_slurm_refuses_are_named_before_any_job() {
 
 #[test]
 fn a_path_the_node_cannot_see_is_named_before_any_step() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = short_history();
     // A directory only this test's private mount namespace sees: a tmpfs mounted over it
     // there, while slurmd (the node) sees the empty directory beneath.
@@ -1095,10 +1092,9 @@ fn sacct_answers() -> bool {
 
 #[test]
 fn the_record_gives_queue_wait_run_time_and_gpu_hours_per_step_and_in_total() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     // Four commits, broken from the third: three steps, each a job that waits.
     let (tmp, root) = history(4, |i| {
         vec![(
@@ -1210,10 +1206,9 @@ fn the_record_gives_queue_wait_run_time_and_gpu_hours_per_step_and_in_total() {
 
 #[test]
 fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_culprit() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let (tmp, root) = short_history();
     let store = tmp.path().join("store");
     let range = [
@@ -1362,10 +1357,9 @@ fn detach_is_refused_without_slurm_or_with_options_slurm_refuses() {
 
 #[test]
 fn the_documented_cluster_session_runs() {
-    if !slurm_up() {
+    let Some(_one) = slurm() else {
         return;
-    }
-    let _one = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let page = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/guide/cluster.md"),
     )

@@ -49,6 +49,20 @@ fn read_json(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
+/// The sample command result of tests/fixtures.
+fn command_result() -> Value {
+    serde_json::from_str(include_str!("../fixtures/records/result-command.json")).unwrap()
+}
+
+/// Files `rec` as a result in the store of `root`, under the ID its content hashes to.
+fn put_result(root: &Path, rec: &Value) -> String {
+    let id = repro::keys::key_of(rec);
+    repro::store::Store::at(root.join(".repro"))
+        .put_record("results", &id, rec)
+        .unwrap();
+    id
+}
+
 /// Writes a record as the store files it (sealed), or without its seal.
 fn write_record(path: &Path, mut rec: Value, sealed: bool) {
     rec.as_object_mut().unwrap().remove("record-sha256");
@@ -302,16 +316,12 @@ fn every_command_that_opens_a_store_keeps_it_out_of_git_status() {
 #[test]
 fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
     let (tmp, root) = project();
-    let store = repro::store::Store::at(root.join(".repro"));
-    let fixture: Value =
-        serde_json::from_str(include_str!("../fixtures/records/result-command.json")).unwrap();
+    let fixture = command_result();
     let mut ids = Vec::new();
     for samples in [json!([0.0, 0.0, 0.0]), json!([-1.0, -2.0, -3.0])] {
         let mut rec = fixture.clone();
         rec["samples"] = samples;
-        let id = repro::keys::key_of(&rec);
-        store.put_record("results", &id, &rec).unwrap();
-        ids.push(id);
+        ids.push(put_result(&root, &rec));
     }
     let (code, _, err) = run(tmp.path(), &root, &["compare", &ids[0], &ids[1]]);
     assert_eq!(code, 2, "not 70 (looks like a bug): {err}");
@@ -368,4 +378,56 @@ fn a_step_whose_tree_vanished_is_never_stored_as_an_answer() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(stored, 0, "a step of a vanished tree was stored: {err}");
+}
+
+/// A stored result whose fingerprint is hostile (a huge string, a wrong type) is named with
+/// its file and the fingerprint's key by `show`, and by `store verify`; the same record
+/// with its fingerprint intact shows.
+#[test]
+fn a_result_with_a_hostile_fingerprint_is_named_with_its_file_and_key() {
+    let (tmp, root) = project();
+    let fixture = command_result();
+    let id = put_result(&root, &fixture);
+    let (code, out, err) = run(tmp.path(), &root, &["show", &id]);
+    assert_eq!(code, 0, "{out}{err}");
+    for (key, value, says) in [
+        (
+            "host",
+            json!({"cpu": "x".repeat(1 << 20)}),
+            "`host.cpu` is 1048576 bytes long",
+        ),
+        (
+            "probe-ms",
+            json!({"gpu": "fast"}),
+            "`probe-ms.gpu` is a string, not a number",
+        ),
+        (
+            "repro-version",
+            json!({"a": 1}),
+            "`repro-version` is an object, not a string",
+        ),
+    ] {
+        let mut rec = fixture.clone();
+        rec["fingerprint"][key] = value;
+        let id = put_result(&root, &rec);
+        let (code, _, err) = run(tmp.path(), &root, &["show", &id]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("results/{id}.json: fingerprint: {says}")),
+            "{err}"
+        );
+        assert!(err.contains("hint: `repro store verify` lists"), "{err}");
+        assert!(err.len() < 4096, "the message stays short: {}", err.len());
+        // compare finds results through its own look-up: the same message.
+        let (code, _, err) = run(tmp.path(), &root, &["compare", &id, &id[..8]]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("results/{id}.json: fingerprint: {says}")),
+            "{err}"
+        );
+        let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains(says), "{out}");
+        std::fs::remove_file(root.join(format!(".repro/results/{id}.json"))).unwrap();
+    }
 }

@@ -87,6 +87,14 @@ fn tree_dir(cache: &Path, release: &str) -> PathBuf {
     toolchains(cache).join(name.trim_end_matches(".lock"))
 }
 
+/// `repro -C ROOT ARGS` exits with `code` and says each of `says` on stderr.
+fn refused(cache: &Path, root: &Path, args: &[&str], code: i32, says: &[&str]) {
+    let mut a = cmd(cache, root).args(args).assert().code(code);
+    for s in says {
+        a = a.stderr(predicate::str::contains(*s));
+    }
+}
+
 fn cmd(cache: &Path, root: &Path) -> assert_cmd::Command {
     let mut c = repro(cache);
     c.arg("-C").arg(root).env_remove("REPRO_WHEELHOUSE");
@@ -102,16 +110,16 @@ fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
     let cache = tmp.path().join("cache");
     // Not installed yet, and --offline: the build refuses to fall back to another nvcc or
     // to install it, and says how to fix it.
-    cmd(&cache, &root)
-        .args(["--offline", "build", "wmma_gemm_nvcc"])
-        .assert()
-        .code(3)
-        .stderr(predicate::str::contains(
+    refused(
+        &cache,
+        &root,
+        &["--offline", "build", "wmma_gemm_nvcc"],
+        3,
+        &[
             "nvcc@13.0 is pinned but not installed, and --offline (or REPRO_OFFLINE) forbids installing it",
-        ))
-        .stderr(predicate::str::contains(
             "`repro toolchain install nvcc@13.0`",
-        ));
+        ],
+    );
     cmd(&cache, &root)
         .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
         .arg(&wh)
@@ -283,11 +291,13 @@ fn an_interrupted_install_is_detected_and_redone() {
     child.wait().unwrap();
     // Nothing a build would use: the staging tree is not the toolchain.
     assert!(!tree_dir(&cache, "nvcc-13.0").exists());
-    cmd(&cache, &root)
-        .args(["--offline", "build", "wmma_gemm_nvcc"])
-        .assert()
-        .code(3)
-        .stderr(predicate::str::contains("not installed"));
+    refused(
+        &cache,
+        &root,
+        &["--offline", "build", "wmma_gemm_nvcc"],
+        3,
+        &["not installed"],
+    );
 
     // A tree in place without its stamp (say, from a crash in an older repro) is named as
     // incomplete, never used, and replaced.
@@ -373,23 +383,23 @@ fn two_concurrent_installs_leave_one_good_tree() {
 fn bad_requests_get_clear_errors() {
     let (tmp, root) = nvcc_repo();
     let cache = tmp.path().join("cache");
-    cmd(&cache, &root)
-        .args(["toolchain", "install", "nvcc@12.4"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
+    refused(
+        &cache,
+        &root,
+        &["toolchain", "install", "nvcc@12.4"],
+        2,
+        &[
             "nvcc@12.4 is not a release this project pins",
-        ))
-        .stderr(predicate::str::contains(
             "pinned here: nvcc@13.0, nvrtc@13.0.88",
-        ));
-    cmd(&cache, &root)
-        .args(["toolchain", "install", "gcc@13"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "`gcc` is not a compiler repro installs",
-        ));
+        ],
+    );
+    refused(
+        &cache,
+        &root,
+        &["toolchain", "install", "gcc@13"],
+        2,
+        &["`gcc` is not a compiler repro installs"],
+    );
     // A package index that cannot be reached: pip's own error, and nothing left behind.
     cmd(&cache, &root)
         .args(["toolchain", "install", "nvcc@13.0"])
@@ -466,13 +476,13 @@ fn env_check_warns_until_the_pinned_toolchain_is_installed_and_fails_only_when_s
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["toolchains"][0]["installs-on-first-use"], true, "{v}");
     // A failure with --strict.
-    cmd(&cache, &root)
-        .args(["env", "check", "--strict"])
-        .assert()
-        .code(3)
-        .stderr(predicate::str::contains(
-            "hint: run `repro toolchain install nvcc@13.0`",
-        ));
+    refused(
+        &cache,
+        &root,
+        &["env", "check", "--strict"],
+        3,
+        &["hint: run `repro toolchain install nvcc@13.0`"],
+    );
     cmd(&cache, &root)
         .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
         .arg(&wh)
@@ -590,13 +600,13 @@ fn toolchain_bisection_names_the_nvrtc_release_that_dropped_sm_70() {
         .success()
         .stdout(predicate::str::contains(&key[..8]))
         .stdout(predicate::str::contains("found"));
-    cmd(&cache, &root)
-        .args(["plot", "--output", "b.svg", "--bisect", short])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "is a bisection over toolchain releases, which is not plotted",
-        ));
+    refused(
+        &cache,
+        &root,
+        &["plot", "--output", "b.svg", "--bisect", short],
+        2,
+        &["is a bisection over toolchain releases, which is not plotted"],
+    );
     assert!(!root.join("b.svg").exists());
     let again = cmd(&cache, &root)
         .args([
@@ -679,11 +689,13 @@ fn a_full_disk_is_a_clear_error_and_leaves_no_tree() {
         ))
         .stderr(predicate::str::contains("nothing half-installed was left"));
     assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
-    cmd(&cache, &root)
-        .args(["--offline", "build", "wmma_gemm_nvcc"])
-        .assert()
-        .code(3)
-        .stderr(predicate::str::contains("not installed"));
+    refused(
+        &cache,
+        &root,
+        &["--offline", "build", "wmma_gemm_nvcc"],
+        3,
+        &["not installed"],
+    );
 }
 
 #[test]
@@ -741,22 +753,12 @@ fn check_and_bench_bisections_over_toolchains_build_each_release_then_need_the_g
     ]);
     let cache = tmp.path().join("cache");
     for mode in ["check", "bench"] {
-        let out = cmd(&cache, &root)
-            .args([
-                "bisect",
-                "--toolchains",
-                "nvrtc@12.9.86..nvrtc@13.0.88",
-                "--recipe",
-                "va",
-                "--param",
-                "n=4096",
-                "--mode",
-                mode,
-                "--wheels",
-            ])
-            .arg(&wh)
-            .output()
-            .unwrap();
+        let out = bisect_releases(
+            &cache,
+            &root,
+            &wh,
+            &["--recipe", "va", "--param", "n=4096", "--mode", mode],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         // The good end was installed and built with its own release; the GPU stage is
         // where it stops, with the documented exit code for a missing driver.
@@ -902,13 +904,13 @@ fn nvcc_releases_nobody_pinned_are_fetched_through_pip_and_bisected() {
         "{err}"
     );
     // CUDA 12's nvcc wheels carry no nvcc driver: said, not attempted.
-    cmd(&cache, &root)
-        .args(["toolchain", "install", "nvcc@12.9"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "nvcc@12.9 is not a release this project pins",
-        ));
+    refused(
+        &cache,
+        &root,
+        &["toolchain", "install", "nvcc@12.9"],
+        2,
+        &["nvcc@12.9 is not a release this project pins"],
+    );
 }
 
 /// Runs `repro ARGS` on a terminal (util-linux `script`), returning what the terminal showed,
@@ -1011,6 +1013,23 @@ fn bisection_repo() -> (tempfile::TempDir, PathBuf) {
     ])
 }
 
+/// `repro bisect --toolchains nvrtc@12.9.86..nvrtc@13.0.88 ARGS --wheels WHEELS`: the
+/// release range every toolchain bisection test searches.
+fn bisect_releases(
+    cache: &Path,
+    root: &Path,
+    wheels: &Path,
+    args: &[&str],
+) -> std::process::Output {
+    cmd(cache, root)
+        .args(["bisect", "--toolchains", "nvrtc@12.9.86..nvrtc@13.0.88"])
+        .args(args)
+        .arg("--wheels")
+        .arg(wheels)
+        .output()
+        .unwrap()
+}
+
 /// The records of toolchain bisections under `root`.
 fn bisection_records(root: &Path) -> usize {
     std::fs::read_dir(root.join(".repro/bisections"))
@@ -1024,20 +1043,7 @@ fn toolchain_bisection_reports_each_target_and_its_evidence_to_a_person() {
     let Some(wh) = wheelhouse(&need) else { return };
     let (tmp, root) = bisection_repo();
     let cache = tmp.path().join("cache");
-    let run = |recipe: &str| {
-        cmd(&cache, &root)
-            .args([
-                "bisect",
-                "--toolchains",
-                "nvrtc@12.9.86..nvrtc@13.0.88",
-                "--recipe",
-                recipe,
-                "--wheels",
-            ])
-            .arg(&wh)
-            .output()
-            .unwrap()
-    };
+    let run = |recipe: &str| bisect_releases(&cache, &root, &wh, &["--recipe", recipe]);
     let out = run("va");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1118,22 +1124,8 @@ fn toolchain_bisection_whose_good_end_does_not_build_is_refused_in_every_mode() 
     let Some(wh) = wheelhouse(&need) else { return };
     let (tmp, root) = bisection_repo();
     let cache = tmp.path().join("cache");
-    let run = |mode: &str| {
-        cmd(&cache, &root)
-            .args([
-                "bisect",
-                "--toolchains",
-                "nvrtc@12.9.86..nvrtc@13.0.88",
-                "--recipe",
-                "broken",
-                "--mode",
-                mode,
-                "--wheels",
-            ])
-            .arg(&wh)
-            .output()
-            .unwrap()
-    };
+    let run =
+        |mode: &str| bisect_releases(&cache, &root, &wh, &["--recipe", "broken", "--mode", mode]);
     // Build mode: the good end is bad for the target, with the compiler's first error.
     let out = run("build");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1183,18 +1175,7 @@ fn a_release_whose_wheel_is_damaged_stops_the_bisection_and_installs_nothing_of_
         }
     }
     assert_eq!(found, 2, "both wheels in {}", wh.display());
-    let out = cmd(&cache, &root)
-        .args([
-            "bisect",
-            "--toolchains",
-            "nvrtc@12.9.86..nvrtc@13.0.88",
-            "--recipe",
-            "va",
-            "--wheels",
-        ])
-        .arg(&damaged)
-        .output()
-        .unwrap();
+    let out = bisect_releases(&cache, &root, &damaged, &["--recipe", "va"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(out.stdout.is_empty());

@@ -439,7 +439,7 @@ pub fn base_record(
     unit: &str,
 ) -> ResultRecord {
     ResultRecord::new(
-        fp.to_json(),
+        Some(fp.clone()),
         fp.lookup("gpu.name")
             .first()
             .and_then(|f| f.value().map(str::to_string))
