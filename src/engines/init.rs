@@ -12,16 +12,8 @@ use crate::foundation::exit;
 /// The largest kernel file read.
 const MAX_SOURCE: u64 = 4 << 20;
 
-/// Headers NVRTC provides itself: a file that includes only these (and its own files)
-/// needs no host headers.
-const NVRTC_HEADERS: [&str; 6] = [
-    "cuda_fp16.h",
-    "cuda_bf16.h",
-    "cuda_fp8.h",
-    "cuda_fp4.h",
-    "cuda_fp6.h",
-    "mma.h",
-];
+/// The most repository entries the include search walks (a bound for huge trees).
+const MAX_WALK: usize = 200_000;
 
 /// What a kernel file holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -304,22 +296,19 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         });
     }
     let incs = includes(&src);
-    let mut components = BTreeSet::new();
-    let mut host: Vec<String> = Vec::new();
-    for (h, angle) in &incs {
-        if let Some(c) = component_of(h) {
-            components.insert(c.to_string());
-        }
-        if *angle && !NVRTC_HEADERS.contains(&h.as_str()) {
-            host.push(h.clone());
-        }
-    }
+    let components: BTreeSet<String> = incs
+        .iter()
+        .filter_map(|(h, _)| component_of(h).map(str::to_string))
+        .collect();
     let dir = rel.parent().unwrap_or(Path::new(""));
-    let include_dirs = quoted_include_dirs(&root_canon, dir, &incs);
+    let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs);
     let (kind, why) = if !host.is_empty() {
         (
             "nvcc",
-            format!("it includes host headers (<{}>)", host.join(">, <")),
+            format!(
+                "it includes headers from outside the repository (<{}>): the host's or the CUDA toolkit's, which nvcc's toolchain provides and NVRTC's does not",
+                host.join(">, <")
+            ),
         )
     } else if has_host_code(&src) {
         (
@@ -368,35 +357,67 @@ fn lexically_inside(root: &Path, path: &Path) -> bool {
     out.starts_with(root) || root.canonicalize().is_ok_and(|r| out.starts_with(r))
 }
 
-/// For each quoted include not found beside the including file, the repository directory
-/// that holds it (the shallowest match), as an include directory.
-fn quoted_include_dirs(root: &Path, dir: &Path, incs: &[(String, bool)]) -> Vec<String> {
+/// Where each include comes from. A quoted include beside the including file needs nothing;
+/// any other include (quoted, or in angle brackets as CMake's `include_directories` style
+/// has it) that a repository file answers gets that file's directory (the shallowest match)
+/// as an include directory; the rest come from outside the repository (the host's headers
+/// or the CUDA toolkit's: `<cuda_fp16.h>`, `<mma.h>`), which NVRTC's wheel does not ship.
+/// Returns the include directories and the outside headers.
+fn resolve_includes(
+    root: &Path,
+    dir: &Path,
+    incs: &[(String, bool)],
+) -> (Vec<String>, Vec<String>) {
     let mut dirs = BTreeSet::new();
+    let mut outside = Vec::new();
+    let mut files: Option<Vec<(usize, String)>> = None;
     for (h, angle) in incs {
-        if *angle || h.contains("..") || root.join(dir).join(h).is_file() {
+        if !*angle && root.join(dir).join(h).is_file() {
             continue;
         }
-        let hit = walkdir::WalkDir::new(root)
-            .max_depth(8)
-            .sort_by_file_name()
-            .into_iter()
-            .filter_entry(|e| {
-                let n = e.file_name().to_string_lossy();
-                !(n.starts_with('.') && e.depth() > 0) && n != "target" && n != "node_modules"
-            })
-            .flatten()
-            .filter(|e| e.file_type().is_file() && e.path().ends_with(h))
-            .min_by_key(|e| e.depth());
-        if let Some(e) = hit {
-            let base = e.path().to_string_lossy();
-            let base = &base[..base.len() - h.len()];
-            if let Ok(rel) = Path::new(base.trim_end_matches('/')).strip_prefix(root) {
-                let rel = rel.to_string_lossy().into_owned();
-                dirs.insert(if rel.is_empty() { ".".into() } else { rel });
+        if h.contains("..") || h.starts_with('/') {
+            outside.push(h.clone());
+            continue;
+        }
+        let files = files.get_or_insert_with(|| repository_files(root));
+        let hit = files
+            .iter()
+            .filter(|(_, p)| p == h || p.ends_with(&format!("/{h}")))
+            .min_by_key(|(depth, _)| *depth);
+        match hit {
+            Some((_, p)) => {
+                let base = p[..p.len() - h.len()].trim_end_matches('/');
+                dirs.insert(if base.is_empty() {
+                    ".".into()
+                } else {
+                    base.to_string()
+                });
             }
+            None => outside.push(h.clone()),
         }
     }
-    dirs.into_iter().collect()
+    (dirs.into_iter().collect(), outside)
+}
+
+/// The repository's files, relative to `root`, with their depth: hidden directories,
+/// `target` and `node_modules` left out, at most [`MAX_WALK`] entries 8 levels deep.
+fn repository_files(root: &Path) -> Vec<(usize, String)> {
+    walkdir::WalkDir::new(root)
+        .max_depth(8)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| {
+            let n = e.file_name().to_string_lossy();
+            !(n.starts_with('.') && e.depth() > 0) && n != "target" && n != "node_modules"
+        })
+        .take(MAX_WALK)
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .filter_map(|e| {
+            let rel = e.path().strip_prefix(root).ok()?;
+            Some((e.depth(), rel.to_string_lossy().replace('\\', "/")))
+        })
+        .collect()
 }
 
 /// The text of a recipe for `k`, building for `target`.
@@ -487,13 +508,34 @@ int main() { plain<<<1, 1>>>(nullptr); }
         std::fs::write(root.join("include/lib/util.h"), "").unwrap();
         std::fs::write(
             root.join("src/a.cu"),
-            "#include <cuda_fp16.h>\n#include \"lib/util.h\"\n__global__ void a(__half* x) {}\n",
+            "#include <cfg.h>\n#include \"lib/util.h\"\n#include \"../src/a.cu\"\n__global__ void a(float* x) {}\n",
         )
         .unwrap();
+        std::fs::create_dir_all(root.join("third_party/cfg")).unwrap();
+        std::fs::write(root.join("third_party/cfg/cfg.h"), "").unwrap();
+        // Angle includes the repository answers (CMake's include_directories style) and
+        // quoted ones found elsewhere in it: include directories, and NVRTC still.
         let k = read_kernel_file(root, root, Path::new("src/a.cu")).unwrap();
         assert_eq!(k.kind, "nvrtc", "{k:?}");
-        assert_eq!(k.include_dirs, ["include"]);
+        assert_eq!(k.include_dirs, ["include", "third_party/cfg"]);
         assert_eq!(k.kernels, ["a"]);
+        // Toolkit headers, angled or quoted, are not in NVRTC's wheel: nvcc.
+        for inc in [
+            "<cuda_fp16.h>",
+            "\"cuda_bf16.h\"",
+            "<mma.h>",
+            "\"../../outside.h\"",
+        ] {
+            std::fs::write(
+                root.join("src/t.cu"),
+                format!("#include {inc}\n__global__ void t(float* x) {{}}\n"),
+            )
+            .unwrap();
+            let k = read_kernel_file(root, root, Path::new("src/t.cu")).unwrap();
+            assert_eq!(k.kind, "nvcc", "{inc}: {k:?}");
+            let name = inc.trim_matches(|c| "<>\"".contains(c));
+            assert!(k.why.contains(&format!("<{name}>")), "{}", k.why);
+        }
         std::fs::write(
             root.join("src/b.cu"),
             "#include <cuda_runtime.h>\n#include <cublas_v2.h>\n__global__ void b() {}\n",

@@ -34,11 +34,11 @@ pub const SCHEMA: i64 = 1;
 pub const FILE: &str = "repro.toml";
 
 /// The project's settings.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
-    /// Always 1 for now.
-    #[serde(default)]
+    /// Always 1 for now; a file that leaves it out is read as 1.
+    #[serde(default = "default_schema")]
     pub schema: i64,
     /// Pinned toolchains.
     #[serde(default)]
@@ -52,6 +52,22 @@ pub struct Config {
     /// The Python environment the project uses.
     #[serde(default)]
     pub python: PythonSettings,
+}
+
+fn default_schema() -> i64 {
+    SCHEMA
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            schema: SCHEMA,
+            toolchain: Toolchains::default(),
+            nix: NixSettings::default(),
+            slurm: SlurmSettings::default(),
+            python: PythonSettings::default(),
+        }
+    }
 }
 
 /// `[slurm]`: what every job of `--executor slurm` is submitted with.
@@ -237,6 +253,8 @@ pub struct ConfigError {
     pub column: usize,
     /// What is wrong.
     pub message: String,
+    /// What to do, where the general pointer to the reference does not say it.
+    pub hint: Option<String>,
 }
 
 impl Diagnose for ConfigError {
@@ -244,7 +262,9 @@ impl Diagnose for ConfigError {
         exit::USAGE
     }
     fn hint(&self) -> Option<String> {
-        Some("repro's book documents repro.toml (docs/src/reference/repro-toml.md)".into())
+        Some(self.hint.clone().unwrap_or_else(|| {
+            "repro's book documents repro.toml (docs/src/reference/repro-toml.md)".into()
+        }))
     }
 }
 
@@ -260,8 +280,23 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
             line,
             column,
             message,
+            hint: None,
         }
     };
+    // A file from a newer repro is named as such before its keys are checked: they may
+    // mean what this build cannot know.
+    let declared = text
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("schema").and_then(toml::Value::as_integer));
+    if let Some(n) = declared.filter(|n| *n > SCHEMA) {
+        let mut e = err(
+            schema_key(&text),
+            format!("written by a newer repro (schema {n}; this repro reads {SCHEMA})"),
+        );
+        e.hint = Some("upgrade repro".into());
+        return Err(e);
+    }
     let cfg: Config = toml::from_str(&text)
         .map_err(|e| err(e.span(), crate::foundation::spans::user_message(&e)))?;
     if let Some((span, message)) = validate(&text, &cfg) {
@@ -269,11 +304,32 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
     }
     if cfg.schema != SCHEMA {
         return Err(err(
-            None,
+            schema_key(&text),
             format!("`schema` must be {SCHEMA} (found {})", cfg.schema),
         ));
     }
     Ok(cfg)
+}
+
+/// Where the top-level `schema` key is written (its line's first non-blank byte), if it is.
+fn schema_key(text: &str) -> Option<std::ops::Range<usize>> {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let key = line.trim_start();
+        if key.starts_with('[') {
+            // Keys below a table header are not the top-level one.
+            return None;
+        }
+        if key
+            .strip_prefix("schema")
+            .is_some_and(|r| r.trim_start().starts_with('='))
+        {
+            let start = at + (line.len() - key.len());
+            return Some(start..start + "schema".len());
+        }
+        at += line.len();
+    }
+    None
 }
 
 /// Names that reach pip's command line or the file system must be plain: a package or a
@@ -500,6 +556,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
             line: 1,
             column: 1,
             message: crate::foundation::spans::user_message(&e),
+            hint: None,
         })
     })?;
     if let Some((_, message)) = validate(&out, &cfg) {
@@ -508,6 +565,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
             line: 1,
             column: 1,
             message,
+            hint: None,
         }));
     }
     Ok(out)
@@ -556,6 +614,36 @@ fn pin_nvcc(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file without `schema` reads as schema 1; one from a newer repro is named as such
+    /// (even with keys this build does not know) with the hint to upgrade; any other
+    /// value is refused where it is written.
+    #[test]
+    fn schema_absent_newer_or_wrong() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(FILE), "[nix]\nbuild = true\n").unwrap();
+        let cfg = load(d.path()).unwrap();
+        assert_eq!(cfg.schema, SCHEMA);
+        assert!(cfg.nix.build);
+        std::fs::write(
+            d.path().join(FILE),
+            "# schema notes\n\n  schema = 3\n[future]\nkey = 1\n",
+        )
+        .unwrap();
+        let e = load(d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "repro.toml:3:3: written by a newer repro (schema 3; this repro reads 1)"
+        );
+        assert_eq!(e.hint().as_deref(), Some("upgrade repro"));
+        std::fs::write(d.path().join(FILE), "schema = 0\n").unwrap();
+        let e = load(d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "repro.toml:1:1: `schema` must be 1 (found 0)"
+        );
+        assert!(e.hint().unwrap().contains("repro-toml.md"));
+    }
 
     #[test]
     fn parses_and_rejects_unknown_keys() {

@@ -180,7 +180,7 @@ fn every_repro_toml_mistake_is_named_where_it_is() {
         "{ package = \"nvidia-cuda-nvcc\", version = \"13.0.88\", sha256 = { x86_64 = \"00\" } }";
     // (repro.toml, line:column, message)
     let cases = [
-        ("schema = 2\n".to_string(), "1:1", "`schema` must be 1 (found 2)".to_string()),
+        ("schema = 2\n".to_string(), "1:1", "written by a newer repro (schema 2; this repro reads 1)".to_string()),
         (
             format!("schema = 1\n[toolchain.nvcc.\"13.x\"]\nwheels = [{wheel}]\n"),
             "2:12",
@@ -219,10 +219,12 @@ fn every_repro_toml_mistake_is_named_where_it_is() {
                 format!("error: repro.toml:{at}: {message}"),
                 "{args:?}"
             );
-            assert!(
-                err.contains("hint: repro's book documents repro.toml"),
-                "{err}"
-            );
+            let hint = if message.starts_with("written by a newer repro") {
+                "hint: upgrade repro"
+            } else {
+                "hint: repro's book documents repro.toml"
+            };
+            assert!(err.contains(hint), "{err}");
         }
     }
 }
