@@ -237,7 +237,21 @@ fn argv(cmd: &str) -> Vec<String> {
 /// The subcommand a command line names (`repro env check ...` -> `env check`), and the
 /// flags (long and short) it accepts, global options included.
 fn command_of(line: &[String]) -> (String, Vec<String>) {
-    let mut cmd = repro::cli::Cli::command();
+    // The internal commands (`repro gpu-job --serve`) are checked against their own
+    // definitions.
+    let first = line.iter().skip(1).find(|w| !w.starts_with('-'));
+    let public = repro::cli::Cli::command();
+    let mut cmd = match first {
+        Some(w) if public.find_subcommand(w).is_none() => {
+            let internal = repro::cli::Internal::command();
+            if internal.find_subcommand(w).is_some() {
+                internal
+            } else {
+                public
+            }
+        }
+        _ => public,
+    };
     cmd.build();
     let mut flags = flags_of(&cmd);
     let mut names = Vec::new();

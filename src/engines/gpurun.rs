@@ -959,6 +959,17 @@ struct Events {
     end: sys::CUevent,
 }
 
+impl Drop for Events {
+    fn drop(&mut self) {
+        // SAFETY: created by `events` and destroyed once; a reused worker runs many jobs in
+        // one context, so nothing of a job may outlive it.
+        unsafe {
+            let _ = cu::event::destroy(self.start);
+            let _ = cu::event::destroy(self.end);
+        }
+    }
+}
+
 impl Loaded<'_> {
     fn events(&self) -> Result<Events, CudaFailure> {
         let ev = || {
@@ -1014,10 +1025,14 @@ impl Loaded<'_> {
                 self.launch_with(self.kernel, &self.job.kernel, args)?;
             }
             let g = ck(cu::stream::end_capture(self.stream), "capturing a graph")?;
-            ck(
+            let exec = ck(
                 cu::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)),
                 "instantiating a graph",
-            )
+            );
+            // The executable graph does not need the captured one (a reused worker would
+            // otherwise keep every job's graphs).
+            let _ = cu::graph::destroy(g);
+            exec
         }
     }
 

@@ -744,6 +744,7 @@ mod tests {
         let script = r#"while read -r l; do case "$l" in
             sleep) sleep 30 ;;
             die) echo dying >&2; exit 7 ;;
+            noisy) echo "earlier job's output" >&2; echo "pid $$ noisy" ;;
             *) echo "pid $$ $l" ;;
         esac; done"#;
         let mut s = Cmd::new("sh").arg("-c").arg(script).serve().unwrap();
@@ -766,10 +767,16 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(!s.alive());
         let mut s = Cmd::new("sh").arg("-c").arg(script).serve().unwrap();
+        s.request(b"noisy", Duration::from_secs(5)).unwrap();
+        // Let the stderr reader take the earlier request's line before the next request.
+        std::thread::sleep(Duration::from_millis(100));
         match s.request(b"die", Duration::from_secs(5)) {
             Err(ServerEnd::Ended { status, stderr }) => {
                 assert_eq!(status.code(), Some(7));
-                assert!(String::from_utf8_lossy(&stderr).contains("dying"));
+                let stderr = String::from_utf8_lossy(&stderr);
+                assert!(stderr.contains("dying"), "{stderr}");
+                // A failure quotes its own request's stderr, not an earlier one's.
+                assert!(!stderr.contains("earlier job"), "{stderr}");
             }
             other => panic!("{other:?}"),
         }
@@ -1045,6 +1052,13 @@ impl Server {
     /// line of answer (returned without its newline). On [`ServerEnd`] the child is gone.
     pub fn request(&mut self, request: &[u8], timeout: Duration) -> Result<Vec<u8>, ServerEnd> {
         use std::io::Write;
+        // The stderr a failure quotes is this request's: what earlier ones wrote (another
+        // commit's kernel output, say) is dropped.
+        {
+            let mut c = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+            c.bytes.clear();
+            c.dropped = 0;
+        }
         // A write error means the child is gone; what it said last, or how it ended, is
         // what the read below finds.
         if let Some(pipe) = self.stdin.as_mut() {

@@ -687,6 +687,27 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
         &[("FAKEGPU_LOG", log_s), ("CUDA_VISIBLE_DEVICES", "0")],
     );
     assert!(calls(&log).contains(&"cuInit".to_string()));
+    check(
+        &gpu,
+        &lock_path,
+        &[],
+        &[("FAKEGPU_LOG", log_s), ("CUDA_VISIBLE_DEVICES", "0")],
+    );
+    assert!(!calls(&log).contains(&"cuInit".to_string()), "now cached");
+    // A container runtime's choice of GPUs (the same CUDA_VISIBLE_DEVICES, another
+    // NVIDIA_VISIBLE_DEVICES) is another key: two containers sharing a cache directory
+    // never take each other's device.
+    check(
+        &gpu,
+        &lock_path,
+        &[],
+        &[
+            ("FAKEGPU_LOG", log_s),
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("NVIDIA_VISIBLE_DEVICES", "1"),
+        ],
+    );
+    assert!(calls(&log).contains(&"cuInit".to_string()));
 
     // An incomplete answer is never cached: the next check asks again.
     std::fs::remove_file(&cache_file).unwrap();
@@ -854,7 +875,9 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
     ] {
         assert!(has(&seen, asked), "{asked} not in {seen:?}");
     }
-    // The second: the per-boot NVML fields are cached too; the live ones are asked again.
+    // The second: the per-boot NVML fields are cached too; the live ones are asked again,
+    // the ECC mode among them (a new one takes effect at a GPU reset, which no cache key
+    // can see).
     let (code, _) = check(&gpu, &lock_path, &[], &vars);
     assert_eq!(code, 0);
     let seen = calls(&log);
@@ -863,11 +886,11 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
         "cuDriverGetVersion",
         "nvmlDeviceGetVbiosVersion",
         "nvmlDeviceGetMaxClockInfo",
-        "nvmlDeviceGetEccMode",
     ] {
         assert!(!has(&seen, never), "{never} in {seen:?}");
     }
     for asked in [
+        "nvmlDeviceGetEccMode",
         "nvmlDeviceGetPersistenceMode",
         "nvmlDeviceGetMigMode",
         "nvmlDeviceGetEnforcedPowerLimit",

@@ -126,6 +126,7 @@ impl<'a> Ctx<'a> {
             Question::Bench(b) => json!({
                 "mode": "bench", "threshold": b.threshold, "direction": b.direction, "params": b.params,
                 "command": b.command.as_ref().map(|(c, m)| json!([c, m.text()])), "settings": b.settings,
+                "machine": machine(b.settings.device),
             }),
         };
         let mut v = json!({"schema": 1, "question": q, "recipe": self.plan.recipe.as_ref().map(RecipeSource::key_json), "nix": self.plan.nix});
@@ -826,6 +827,36 @@ pub(crate) fn answer_built(
     }
 }
 
+/// How samples are taken: raised whenever what a sample means changes (graph mode's
+/// settling and fastest placement, say), so that samples of another method are never
+/// compared with new ones.
+const TIMING_METHOD: u32 = 2;
+
+/// What a bench step's samples depend on beyond the experiment: the GPU that took them (by
+/// UUID, from the per-boot device cache), the driver, and the timing method. A store copied
+/// or pulled to another machine, or kept across a driver or repro upgrade, never hands back
+/// samples or step answers of another card, driver or method.
+fn machine(device: usize) -> Value {
+    use crate::engines::fingerprint::cuda;
+    use crate::foundation::fields::Field;
+    // Asked once per process and device: every step key of a bisection needs it.
+    static SEEN: OnceLock<Mutex<BTreeMap<usize, Value>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Mutex::default);
+    let mut seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    seen.entry(device)
+        .or_insert_with(|| {
+            let devices = cuda::probe_devices_cached();
+            let uuid = match devices.get(&format!("gpu.devices.{device}.uuid")) {
+                Some(Field::Value(v)) => Some(v.clone()),
+                _ => None,
+            };
+            json!({"gpu": uuid, "driver": cuda::loaded_driver_version(), "timing-method": TIMING_METHOD})
+        })
+        .clone()
+}
+
 /// A bench step's answer: the job measured in separate processes (each giving its median,
 /// kept in the store per experiment, so commits whose builds are identical share them) and
 /// judged against `baseline` (see [`judge`]).
@@ -845,9 +876,10 @@ fn measure_job(
 ) -> Result<(Answer, Option<String>), StepFail> {
     // Commits whose builds are identical share measurements: the samples are
     // kept per experiment (build key, launch, settings), not per commit.
-    let exp = keys::key_of(
-        &json!({"build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings}),
-    );
+    let exp = keys::key_of(&json!({
+        "build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings,
+        "machine": machine(b.settings.device),
+    }));
     let mut taken = 0usize;
     judge(
         baseline,

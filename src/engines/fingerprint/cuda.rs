@@ -184,6 +184,11 @@ fn is_driver_version(v: &str) -> bool {
     v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
+/// The loaded kernel module's version (`580.159.04`), if a driver is loaded.
+pub fn loaded_driver_version() -> Option<String> {
+    parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)
+}
+
 /// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..." → "580.159.04".
 pub fn parse_proc_version(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
@@ -205,18 +210,37 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// What identifies a valid cache of device attributes: the boot, the loaded driver, and the
-/// variables that decide which devices CUDA shows and in what order.
+/// What identifies a valid cache of device attributes: the boot, the loaded driver, which
+/// devices this process is given (the variables CUDA and the container runtime read, the
+/// process's control group, which a Slurm job or a container has of its own, and the GPU
+/// device nodes it can see), and the repro binary that wrote it (a replaced binary may probe
+/// otherwise).
 pub fn cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
     let var =
         |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut nodes: Vec<String> = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("nvidia"))
+                .collect()
+        })
+        .unwrap_or_default();
+    nodes.sort();
+    let exe = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| file_stamp(&p.to_string_lossy()));
     Some(format!(
-        "boot {} driver {driver} CUDA_VISIBLE_DEVICES{} CUDA_DEVICE_ORDER{}",
+        "boot {} driver {driver} CUDA_VISIBLE_DEVICES{} CUDA_DEVICE_ORDER{} NVIDIA_VISIBLE_DEVICES{} cgroup {:?} dev {} exe {exe:?}",
         boot.trim(),
         var("CUDA_VISIBLE_DEVICES"),
-        var("CUDA_DEVICE_ORDER")
+        var("CUDA_DEVICE_ORDER"),
+        var("NVIDIA_VISIBLE_DEVICES"),
+        cgroup.trim(),
+        nodes.join(","),
     ))
 }
 

@@ -28,13 +28,13 @@ pub fn all_names() -> Vec<&'static str> {
 }
 
 /// NVML fields that cannot change while the same driver stays loaded on the same boot:
-/// the VBIOS and the hardware's maximum clocks are the board's, and a new ECC mode takes
-/// effect only at a reboot or a GPU reset (`nvidia-smi -e` leaves it pending). They are
-/// cached per boot like the CUDA device attributes; the settings an administrator can change
-/// at any time (persistence mode, MIG mode, the power limit) and the volatile readings are
-/// always asked afresh. On Hopper every NVML query is a call into the GPU's firmware that
+/// the VBIOS and the hardware's maximum clocks are the board's. They are cached per boot
+/// like the CUDA device attributes; the ECC mode (a new one takes effect at a GPU reset,
+/// which no cheap signal tells), the settings an administrator can change at any time
+/// (persistence mode, MIG mode, the power limit) and the volatile readings are always asked
+/// afresh. On Hopper every NVML query is a call into the GPU's firmware that
 /// costs about a millisecond, so `env check` asks only for what its lockfile checks.
-pub const PER_BOOT: [&str; 4] = ["ecc", "max-sm-clock-mhz", "max-mem-clock-mhz", "vbios"];
+pub const PER_BOOT: [&str; 3] = ["max-sm-clock-mhz", "max-mem-clock-mhz", "vbios"];
 
 /// Probes every NVML device for the fields named in `wanted` (names under `gpu.`); keys are
 /// `nvml.<uuid>.<field>`, or `nvml` when unavailable. Fields in [`PER_BOOT`] come from the

@@ -505,6 +505,9 @@ use super::{CudaFailure, Fill, Laps, Loaded, ck, decode, fill};
 /// repro's kernels, loaded into a job's context, and the device words the fill kernel lists
 /// the elements the host must write in.
 pub struct Helpers {
+    /// The loaded module: unloaded with the job, since a reused worker runs many jobs in
+    /// one context.
+    module: sys::CUmodule,
     fill: sys::CUfunction,
     compare: sys::CUfunction,
     /// `1 + FIXUP_CAP` words: a count, then indices.
@@ -514,9 +517,11 @@ pub struct Helpers {
 
 impl Drop for Helpers {
     fn drop(&mut self) {
-        // SAFETY: allocated by `load` and freed once, before the context goes.
+        // SAFETY: allocated and loaded by `load`, freed and unloaded once, before the
+        // context goes; no launch of its kernels is pending (the job synchronised).
         unsafe {
             let _ = cu::free_sync(self.fix);
+            let _ = cu::module::unload(self.module);
         }
     }
 }
@@ -545,22 +550,35 @@ impl Helpers {
             .and_then(|f| f.take(MODULE_MAX_BYTES).read_to_end(&mut image))
             .map_err(|_| HelperError::NotCached { arch: arch.clone() })?;
         image.push(0);
-        // SAFETY: a live, NUL-terminated image; the module stays loaded with the context.
+        // SAFETY: a live, NUL-terminated image; unloaded by Drop, or below on failure.
         let module = unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(err)?;
         let func = |name: &str| {
             // SAFETY: the module was loaded above.
             unsafe { cu::module::get_function(module, CString::new(name).expect("identifier")) }
                 .map_err(err)
         };
-        let (fill, compare) = (func(ENTRIES[0])?, func(ENTRIES[1])?);
-        // SAFETY: freed by Drop.
-        let fix = unsafe { cu::malloc_sync(((1 + FIXUP_CAP) * 8) as usize) }.map_err(err)?;
-        Ok(Helpers {
-            fill,
-            compare,
-            fix,
-            f16mode: f16_mode().unwrap_or(0),
-        })
+        let rest = || -> Result<_, HelperError> {
+            let (fill, compare) = (func(ENTRIES[0])?, func(ENTRIES[1])?);
+            // SAFETY: freed by Drop.
+            let fix = unsafe { cu::malloc_sync(((1 + FIXUP_CAP) * 8) as usize) }.map_err(err)?;
+            Ok((fill, compare, fix))
+        };
+        match rest() {
+            Ok((fill, compare, fix)) => Ok(Helpers {
+                module,
+                fill,
+                compare,
+                fix,
+                f16mode: f16_mode().unwrap_or(0),
+            }),
+            Err(e) => {
+                // SAFETY: loaded above, not used after.
+                unsafe {
+                    let _ = cu::module::unload(module);
+                }
+                Err(e)
+            }
+        }
     }
 }
 
