@@ -391,7 +391,10 @@ impl Drive<'_> {
             let (if_good, if_bad) = search.speculate();
             for j in [if_good, if_bad].into_iter().flatten() {
                 let oid = commits[j];
-                scope.spawn(move || executor.prefetch(oid));
+                scope.spawn(move || {
+                    crate::foundation::process::lower_this_threads_priority();
+                    executor.prefetch(oid)
+                });
             }
             executor.run(&req, events)
         });
