@@ -20,6 +20,9 @@
    against the whole (clock ramp), the empty graph's cost and its share of a sample, the SM
    clock before and after sampling.
 
+4. With --placements 8,16,32: graph mode's CV of medians by the number of buffer placements
+   it samples the fastest of (REPRO_TIMING_PLACEMENTS), invocations interleaved.
+
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
 
@@ -173,6 +176,25 @@ def table3(binaries, base, runs):
             f"{d.get('throttle-reasons-after')}/{d.get('memory-clock-after')}" for d in lines))
 
 
+def table4(binaries, base, runs, counts):
+    """Graph mode's CV of medians by the number of buffer placements it chooses the fastest
+    of (REPRO_TIMING_PLACEMENTS), the variants interleaved invocation by invocation."""
+    label, repro = binaries[-1]
+    root = os.path.join(base, label, "proj")
+    store = os.path.join(base, label, "store")
+    print(f"\n4. graph mode by placements ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
+    meds = {c: [] for c in counts}
+    for _ in range(runs):
+        for c in counts:
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph",
+                           env={"REPRO_TIMING_PLACEMENTS": str(c)})
+            meds[c].append(out["results"][0]["summary"]["median"])
+    print(f"{'placements':10} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7}")
+    for c, xs in meds.items():
+        cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
+        print(f"{c:10} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}%", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH")
@@ -181,6 +203,8 @@ def main():
     ap.add_argument("--investigate", action="store_true")
     ap.add_argument("--cpu-path", action="store_true")
     ap.add_argument("--skip-table1", action="store_true")
+    ap.add_argument("--placements", default="",
+                    help="comma-separated placement counts: table 4 (graph mode's CV by placements)")
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
@@ -193,6 +217,8 @@ def main():
         table2(binaries, base, a.small_runs)
         if a.investigate:
             table3(binaries, base, a.small_runs)
+        if a.placements:
+            table4(binaries, base, a.small_runs, [int(c) for c in a.placements.split(",")])
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -1443,8 +1443,12 @@ impl Knobs {
 }
 
 /// Graph mode's placements of the buffers by default: the medians of one small kernel on
-/// different buffers differ by up to 0.3% (H100, #29), and a new process gets new ones.
-const PLACEMENTS: usize = 8;
+/// different buffers differ by up to 3% (H100, #29), and a new process gets new ones. The
+/// fastest of 16 varied less between invocations than the fastest of 8 (H200, 10
+/// invocations each, interleaved: CV 0.30 and 0.22% against 0.28 to 0.52% in four runs;
+/// `benches/gpu_bench_phases.py --placements`); 32 was worse (0.51%: too few settling samples
+/// per placement to choose by).
+const PLACEMENTS: usize = 16;
 /// The most device memory the extra placements take: a kernel whose buffers are larger
 /// streams them from DRAM, where their addresses matter less.
 const PLACEMENT_BYTES: u64 = 1 << 30;

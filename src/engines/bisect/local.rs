@@ -830,7 +830,7 @@ pub(crate) fn answer_built(
 /// How samples are taken: raised whenever what a sample means changes (graph mode's
 /// settling and fastest placement, say), so that samples of another method are never
 /// compared with new ones.
-const TIMING_METHOD: u32 = 2;
+const TIMING_METHOD: u32 = 3;
 
 /// What a bench step's samples depend on beyond the experiment: the GPU that took them (by
 /// UUID, from the per-boot device cache), the driver, and the timing method. A store copied
