@@ -436,6 +436,40 @@ fn bisect_bench_finds_the_commit_that_made_the_kernel_slower() {
     );
 }
 
+/// Bench samples and step answers are the card's, the driver's and the timing method's: the
+/// same bisection again reuses them all, but in a store carried to another machine (another
+/// GPU, as a cache of device facts made there says) every commit is measured afresh.
+#[test]
+fn bench_samples_of_another_gpu_are_never_reused() {
+    let Some((gpu, tmp, root)) = setup(&kernel(160_000, "")) else {
+        return;
+    };
+    let ids = history(&root, |t| {
+        t.replace("fakegpu_ns_160000", "fakegpu_ns_200000")
+    });
+    let args = ["--mode", "bench", "--min-time", "30ms"];
+    let (code, first) = bisect(&gpu, &root, &args, &[]);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["culprit"]["hash"], ids[4].as_str(), "{first}");
+    assert!(first["evaluated"].as_u64().unwrap() > 0, "{first}");
+    let (code, again) = bisect(&gpu, &root, &args, &[]);
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(again["evaluated"], 0, "the same card: {again}");
+    // Another machine: its own cache of device facts, another GPU.
+    let elsewhere = tmp.path().join("other-machine-cache");
+    let vars = [
+        ("XDG_CACHE_HOME", elsewhere.to_str().unwrap()),
+        ("FAKEGPU_UUID", "GPU-0123abcd-0000-0000-0000-000000000001"),
+    ];
+    let (code, other) = bisect(&gpu, &root, &args, &vars);
+    assert_eq!(code, 0, "{other}");
+    assert_eq!(other["culprit"]["hash"], ids[4].as_str(), "{other}");
+    assert_eq!(
+        other["evaluated"], first["evaluated"],
+        "another card measures every step again: {other}"
+    );
+}
+
 #[test]
 fn bisect_check_finds_the_commit_that_made_the_kernel_wrong() {
     let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
