@@ -1222,6 +1222,7 @@ fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_cu
     // Submitted from a shell of its own that is hung up on as soon as the ID is out: an
     // SSH logout.
     let repro_bin = assert_cmd::cargo::cargo_bin("repro");
+    let started = std::time::Instant::now();
     let mut shell = std::process::Command::new("setsid")
         .args(["sh", "-c", "\"$@\"; sleep 600", "sh"])
         .arg(&repro_bin)
@@ -1248,6 +1249,7 @@ fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_cu
             break;
         }
     }
+    let returned = started.elapsed();
     // SAFETY: the shell runs in a session and process group of its own (setsid), which
     // this test started; SIGHUP to it is what a closed terminal sends.
     unsafe {
@@ -1272,13 +1274,16 @@ fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_cu
         let out = c.args(["show", &id[..12]]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    // It has not finished when the command returned: five steps of two seconds each.
+    // It has not finished when the command returned: five steps of two seconds each. (On a
+    // loaded machine it may have finished by the time `show` answers; then the record's own
+    // times must say that it ran longer than the command took to return.)
     let now: Value = serde_json::from_str(&show(true)).unwrap();
-    assert!(now["record"].is_null(), "{now}");
-    assert!(
-        ["PENDING", "RUNNING", "CONFIGURING"].contains(&now["state"].as_str().unwrap()),
-        "{now}"
-    );
+    if now["record"].is_null() {
+        assert!(
+            ["PENDING", "RUNNING", "CONFIGURING"].contains(&now["state"].as_str().unwrap()),
+            "{now}"
+        );
+    }
     let log = repro(tmp.path())
         .arg("-C")
         .arg(&root)
@@ -1298,6 +1303,17 @@ fn a_detached_bisection_returns_at_once_survives_its_shell_and_finds_the_same_cu
         std::thread::sleep(std::time::Duration::from_millis(500));
     };
     assert_eq!(done["exit"], 0, "{done}");
+    let at = |v: &Value| {
+        humantime::parse_rfc3339(v.as_str().unwrap_or_else(|| panic!("no time: {done}")))
+            .unwrap_or_else(|e| panic!("{e}: {done}"))
+    };
+    let ran = at(&done["bisection"]["created-at"])
+        .duration_since(at(&done["submitted-at"]))
+        .unwrap_or_default();
+    assert!(
+        returned < ran,
+        "the command took {returned:?} to return, the bisection {ran:?} to run: {done}"
+    );
     assert_eq!(
         done["bisection"]["culprit"]["subject"], "commit 6",
         "{done}"
