@@ -708,6 +708,20 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
         ],
     );
     assert!(calls(&log).contains(&"cuInit".to_string()));
+    // So is Slurm's: each job of a node sees its own GPU as device 0, which Slurm names.
+    for gpus in ["2", "3"] {
+        check(
+            &gpu,
+            &lock_path,
+            &[],
+            &[
+                ("FAKEGPU_LOG", log_s),
+                ("CUDA_VISIBLE_DEVICES", "0"),
+                ("SLURM_STEP_GPUS", gpus),
+            ],
+        );
+        assert!(calls(&log).contains(&"cuInit".to_string()), "{gpus}");
+    }
 
     // An incomplete answer is never cached: the next check asks again.
     std::fs::remove_file(&cache_file).unwrap();

@@ -211,16 +211,27 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
 }
 
 /// What identifies a valid cache of device attributes: the boot, the loaded driver, which
-/// devices this process is given (the variables CUDA and the container runtime read, the
-/// process's control group, which a Slurm job or a container has of its own, and the GPU
-/// device nodes it can see), and the repro binary that wrote it (a replaced binary may probe
-/// otherwise).
+/// devices this process is given (the variables CUDA, the container runtime and Slurm set:
+/// two jobs of one node each see their own GPU as device 0, but Slurm names it in
+/// `SLURM_STEP_GPUS`; and the GPU device nodes it can see), and the repro binary that wrote
+/// it (a replaced binary may probe otherwise). Not the control group: every terminal of a
+/// desktop session can have its own, and the cache holds one answer.
 pub fn cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
     let var =
         |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let vars: Vec<String> = [
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "NVIDIA_VISIBLE_DEVICES",
+        "SLURM_JOB_GPUS",
+        "SLURM_STEP_GPUS",
+        "GPU_DEVICE_ORDINAL",
+    ]
+    .iter()
+    .map(|k| format!("{k}{}", var(k)))
+    .collect();
     let mut nodes: Vec<String> = std::fs::read_dir("/dev")
         .map(|d| {
             d.flatten()
@@ -234,12 +245,9 @@ pub fn cache_key() -> Option<String> {
         .ok()
         .and_then(|p| file_stamp(&p.to_string_lossy()));
     Some(format!(
-        "boot {} driver {driver} CUDA_VISIBLE_DEVICES{} CUDA_DEVICE_ORDER{} NVIDIA_VISIBLE_DEVICES{} cgroup {:?} dev {} exe {exe:?}",
+        "boot {} driver {driver} {} dev {} exe {exe:?}",
         boot.trim(),
-        var("CUDA_VISIBLE_DEVICES"),
-        var("CUDA_DEVICE_ORDER"),
-        var("NVIDIA_VISIBLE_DEVICES"),
-        cgroup.trim(),
+        vars.join(" "),
         nodes.join(","),
     ))
 }
