@@ -283,22 +283,32 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
             hint: None,
         }
     };
-    // A file from a newer repro is named as such before its keys are checked: they may
-    // mean what this build cannot know.
-    let declared = text
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|t| t.get("schema").and_then(toml::Value::as_integer));
-    if let Some(n) = declared.filter(|n| *n > SCHEMA) {
+    let newer = |n: i64| {
         let mut e = err(
             schema_key(&text),
             format!("written by a newer repro (schema {n}; this repro reads {SCHEMA})"),
         );
         e.hint = Some("upgrade repro".into());
-        return Err(e);
+        e
+    };
+    let cfg: Config = match toml::from_str(&text) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // A file from a newer repro is named as such, not by a key this build does not
+            // know: read its `schema` alone (only on this path, so a good file is parsed once).
+            let declared = text
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|t| t.get("schema").and_then(toml::Value::as_integer));
+            return Err(match declared.filter(|n| *n > SCHEMA) {
+                Some(n) => newer(n),
+                None => err(e.span(), crate::foundation::spans::user_message(&e)),
+            });
+        }
+    };
+    if cfg.schema > SCHEMA {
+        return Err(newer(cfg.schema));
     }
-    let cfg: Config = toml::from_str(&text)
-        .map_err(|e| err(e.span(), crate::foundation::spans::user_message(&e)))?;
     if let Some((span, message)) = validate(&text, &cfg) {
         return Err(err(span, message));
     }

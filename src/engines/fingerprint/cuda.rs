@@ -157,9 +157,9 @@ fn driver_cache_key() -> Option<String> {
         .ok()
         .and_then(|m| m.modified().ok())
         .map(|t| format!("{t:?}"));
-    let exe = std::fs::read_link("/proc/self/exe").ok();
+    // The repro binary is in cache_key already.
     Some(format!(
-        "{} LD_LIBRARY_PATH {:?} REPRO_DRIVER_LIB_DIRS {:?} ld.so.cache {ld_cache:?} exe {exe:?}",
+        "{} LD_LIBRARY_PATH {:?} REPRO_DRIVER_LIB_DIRS {:?} ld.so.cache {ld_cache:?}",
         cache_key()?,
         var("LD_LIBRARY_PATH"),
         var("REPRO_DRIVER_LIB_DIRS"),
@@ -217,8 +217,15 @@ pub fn loaded_library_path(prefix: &str) -> Option<String> {
 /// it (a replaced binary may probe otherwise). Not the control group: every terminal of a
 /// desktop session can have its own, and the cache holds one answer.
 pub fn cache_key() -> Option<String> {
+    // Read once per process: a check asks for it from each cache it reads (driver, devices,
+    // NVML, peaks), and nothing it depends on changes while repro runs.
+    static KEY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    KEY.get_or_init(read_cache_key).clone()
+}
+
+fn read_cache_key() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let driver = parse_proc_version(&std::fs::read_to_string(module_version_file()).ok()?)?;
+    let driver = loaded_driver_version()?;
     let var =
         |k: &str| std::env::var(k).map_or_else(|_| "<unset>".to_string(), |v| format!("={v}"));
     let vars: Vec<String> = [
