@@ -16,6 +16,7 @@ pub mod context;
 pub mod demo;
 pub mod env;
 pub mod init;
+mod lean;
 pub mod plot;
 pub mod probe;
 pub mod profile;
@@ -214,9 +215,12 @@ fn run_internal(internal: Internal) -> anyhow::Result<u8> {
 /// The whole program: parse, run, report, exit.
 pub fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let parsed = command()
-        .try_get_matches_from(&argv)
-        .and_then(|m| Cli::from_arg_matches(&m));
+    let parsed = match lean::parse(&argv) {
+        Some(cli) => Ok(cli),
+        None => command()
+            .try_get_matches_from(&argv)
+            .and_then(|m| Cli::from_arg_matches(&m)),
+    };
     let result = match parsed {
         Ok(cli) => run(cli),
         Err(e) => match Internal::try_parse_from(&argv) {

@@ -1,0 +1,216 @@
+//! The command line parsed against the named command's definitions alone.
+//!
+//! Building clap's whole tree (every command's arguments, the global options copied into
+//! each, every command's exit-code table) is most of a short command's start-up: a warm
+//! `repro build` hit spends more there than in finding its artifact. [`parse`] builds only
+//! the global options and the one command the command line names, and answers only when
+//! that parses; anything else (help, `--version`, a mistake, an unknown or internal command)
+//! is left to the whole tree, so users see the same help and the same errors.
+
+use std::ffi::OsString;
+
+use clap::{Args, FromArgMatches};
+
+use super::{Cli, GlobalArgs};
+
+/// The command line as [`Cli`], when the named command's tree alone parses it.
+pub fn parse(argv: &[OsString]) -> Option<Cli> {
+    let name = command_name(argv)?;
+    let sub = command(name)?;
+    let root = root().subcommand(sub).subcommand_required(true);
+    let matches = root.try_get_matches_from(argv).ok()?;
+    Cli::from_arg_matches(&matches).ok()
+}
+
+/// The top of the tree: the global options, and `--version` as [`Cli`] gives every command.
+fn root() -> clap::Command {
+    GlobalArgs::augment_args(clap::Command::new("repro"))
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(true)
+}
+
+/// The command a command line names: its first word that is neither a global option nor
+/// a global option's value. None where that is not certain (`--`, an option only a command
+/// takes, an option without its value).
+fn command_name(argv: &[OsString]) -> Option<&str> {
+    let globals = GlobalArgs::augment_args(clap::Command::new("repro"));
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        let word = word.to_str()?;
+        if word == "--" || word == "-" {
+            return None;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (long, inline) = match long.split_once('=') {
+                Some((l, _)) => (l, true),
+                None => (long, false),
+            };
+            let arg = globals
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))?;
+            if takes_value(arg) && !inline {
+                words.next()?;
+            }
+            continue;
+        }
+        if let Some(shorts) = word.strip_prefix('-') {
+            for (i, c) in shorts.char_indices() {
+                let arg = globals.get_arguments().find(|a| a.get_short() == Some(c))?;
+                if takes_value(arg) {
+                    // `-C DIR`, `-CDIR`, `-vC DIR`: the value is the rest or the next word.
+                    if i + c.len_utf8() == shorts.len() {
+                        words.next()?;
+                    }
+                    break;
+                }
+            }
+            continue;
+        }
+        return Some(word);
+    }
+    None
+}
+
+/// One command's tree, as [`super::Command`]'s derive builds it for the whole one.
+fn command(name: &str) -> Option<clap::Command> {
+    use super::{
+        bench, bisect, build, bundle, demo, env, init, plot, profile, pull, push, replay, results,
+        store, toolchain,
+    };
+    type Augment = fn(clap::Command) -> clap::Command;
+    // completions and man print the whole tree anyway.
+    const COMMANDS: [(&str, Augment); 17] = [
+        ("init", init::Args::augment_args),
+        ("env", env::Args::augment_args),
+        ("build", build::Args::augment_args),
+        ("toolchain", toolchain::Args::augment_args),
+        ("store", store::Args::augment_args),
+        ("bench", bench::Args::augment_args),
+        ("profile", profile::Args::augment_args),
+        ("log", results::LogArgs::augment_args),
+        ("show", results::ShowArgs::augment_args),
+        ("compare", results::CompareArgs::augment_args),
+        ("bisect", bisect::Args::augment_args),
+        ("push", push::Args::augment_args),
+        ("pull", pull::Args::augment_args),
+        ("replay", replay::Args::augment_args),
+        ("bundle", bundle::Args::augment_args),
+        ("plot", plot::Args::augment_args),
+        ("demo", demo::Args::augment_args),
+    ];
+    let (name, augment) = COMMANDS.iter().find(|(n, _)| *n == name)?;
+    Some(augment(clap::Command::new(*name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// Every argument of a command and of the commands below it, as clap describes it
+    /// once built, by path.
+    fn shape(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            out.push(format!("{path}: {a:?}"));
+        }
+        for s in cmd.get_subcommands() {
+            out.push(format!(
+                "{path} {}: required {} args-conflict {}",
+                s.get_name(),
+                s.is_subcommand_required_set(),
+                s.is_args_conflicts_with_subcommands_set()
+            ));
+            shape(s, &format!("{path} {}", s.get_name()), out);
+        }
+    }
+
+    /// Each command's lean tree has the arguments the whole tree gives it, so a command
+    /// added to [`super::super::Command`] or changed there cannot parse differently here
+    /// (one not listed in `command` only goes the slow way).
+    #[test]
+    fn each_lean_tree_is_the_whole_trees_command() {
+        let mut whole = Cli::command();
+        whole.build();
+        let mut listed = 0;
+        for sub in whole.get_subcommands() {
+            let name = sub.get_name();
+            let Some(lean) = command(name) else {
+                assert!(
+                    ["completions", "man", "help"].contains(&name),
+                    "`{name}` has no lean tree in app/lean.rs"
+                );
+                continue;
+            };
+            let mut root = root().subcommand(lean);
+            root.build();
+            let lean = root.find_subcommand(name).unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            shape(sub, name, &mut a);
+            shape(lean, name, &mut b);
+            assert_eq!(a, b, "{name}");
+            listed += 1;
+        }
+        assert!(listed >= 17, "{listed}");
+    }
+
+    fn argv(words: &str) -> Vec<OsString> {
+        words.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_command_name_skips_global_options_and_their_values() {
+        let cases = [
+            ("repro build vector_add", Some("build")),
+            ("repro --store build build", Some("build")),
+            ("repro --store=x -v env check", Some("env")),
+            ("repro -C dir --json log", Some("log")),
+            ("repro -vC dir show", Some("show")),
+            ("repro -Cdir show", Some("show")),
+            ("repro -vvq --offline bench", Some("bench")),
+            ("repro --python py --store s plot", Some("plot")),
+            ("repro --store", None),
+            ("repro -C", None),
+            ("repro --", None),
+            ("repro --lock x env", None),
+            ("repro -x build", None),
+            ("repro", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(command_name(&argv(line)), want, "{line}");
+        }
+    }
+
+    /// What parses lean parses as the whole tree does; what does not is left to it.
+    #[test]
+    fn lean_parses_agree_with_the_whole_tree() {
+        for line in [
+            "repro build vector_add",
+            "repro -v --store s build vector_add --json",
+            "repro env check --lock l.toml",
+            "repro -C /tmp log",
+            "repro --store build build build",
+            "repro bench vector_add -p n=1024",
+        ] {
+            let a = argv(line);
+            let whole = Cli::try_parse_from(&a).map(|c| format!("{c:?}"));
+            let lean = parse(&a).map(|c| format!("{c:?}"));
+            match whole {
+                Ok(w) => assert_eq!(lean.as_deref(), Some(w.as_str()), "{line}"),
+                Err(_) => assert!(lean.is_none(), "{line}"),
+            }
+        }
+        for line in [
+            "repro build --help",
+            "repro --version",
+            "repro build --version",
+            "repro help build",
+            "repro biuld vector_add",
+            "repro gpu-job",
+            "repro completions bash",
+            "repro build --no-such-flag",
+        ] {
+            assert!(parse(&argv(line)).is_none(), "{line}");
+        }
+    }
+}
