@@ -18,6 +18,7 @@ pub mod fatbin;
 pub mod fields;
 pub mod fingerprint;
 pub mod fsutil;
+pub mod fswatch;
 pub mod git;
 pub mod keys;
 pub mod nix;

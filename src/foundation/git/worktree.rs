@@ -163,6 +163,19 @@ pub struct Worktree {
     /// An update began and did not finish: what is on disk is not what `files` says, so
     /// nothing is kept for a later process.
     torn: bool,
+    /// What touched the tree since the last whole-tree update ended (None: not watched, so
+    /// the next one looks at every file).
+    watch: Option<crate::foundation::fswatch::TreeWatch>,
+    /// Whether to watch at all (`REPRO_WORKTREE_WATCH=0` says not).
+    watching: bool,
+    /// How the last whole-tree update found what the last use did: the number of touched
+    /// paths the watch named, or `None` for a walk of every file.
+    last_touched: Option<usize>,
+}
+
+/// Whether worktrees watch for what touched them (`REPRO_WORKTREE_WATCH=0`: no).
+fn watching() -> bool {
+    std::env::var_os("REPRO_WORKTREE_WATCH").is_none_or(|v| v != "0")
 }
 
 /// Where a worktree's files live.
@@ -288,6 +301,9 @@ impl Worktree {
             files,
             tree,
             torn: false,
+            watch: None,
+            watching: watching(),
+            last_touched: None,
         }))
     }
 }
@@ -326,6 +342,9 @@ impl Worktree {
             files: HashMap::new(),
             tree: None,
             torn: false,
+            watch: None,
+            watching: watching(),
+            last_touched: None,
         }
     }
 
@@ -354,9 +373,11 @@ impl Worktree {
     ) -> Result<Update, CheckoutError> {
         let repo = files.repo();
         let root = self.dir.path().to_path_buf();
-        // A sparse update leaves no whole tree to diff against later.
+        // A sparse update leaves no whole tree to diff against later, and its own writes
+        // would read as a script's.
         self.tree = None;
         self.torn = true;
+        self.watch = None;
         let want: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
         let mut dirs_wanted: HashSet<&str> = HashSet::new();
         for e in entries {
@@ -547,6 +568,7 @@ impl Worktree {
             fetch(&self.new_blobs(&entries))?;
             let up = self.update(files, &entries)?;
             self.tree = Some(new_id);
+            self.arm();
             return Ok(up);
         };
         let repo = files.repo();
@@ -564,7 +586,14 @@ impl Worktree {
             tree_changes(repo, &old_tree, &new_tree).map_err(git)?
         };
         self.torn = true;
-        let stale = self.stale_files();
+        let (stale, touched) = match self.watch.as_mut().and_then(|w| w.touched()) {
+            Some(touched) => match self.stale_among(&touched) {
+                Some(stale) => (stale, Some(touched)),
+                None => (self.stale_files(), None),
+            },
+            None => (self.stale_files(), None),
+        };
+        self.last_touched = touched.as_ref().map(Vec::len);
         let root = self.dir.path().to_path_buf();
         let mut up = Update::default();
         let io = |path: &Path, source: std::io::Error| {
@@ -577,9 +606,7 @@ impl Worktree {
         let mut restore: Vec<Entry> = Vec::new();
         for rel in &stale {
             let at = root.join(rel);
-            if at.symlink_metadata().is_ok() {
-                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
-            }
+            remove_path(&at).map_err(|e| io(&at, e))?;
             let known = self.files.remove(rel).is_some();
             match new_tree.get_path(Path::new(rel)) {
                 Ok(e) if e.kind() == Some(git2::ObjectType::Blob) && !pending.contains(rel) => {
@@ -596,9 +623,7 @@ impl Worktree {
         }
         for rel in &removed {
             let at = root.join(rel);
-            if at.symlink_metadata().is_ok() {
-                std::fs::remove_file(&at).map_err(|e| io(&at, e))?;
-            }
+            remove_path(&at).map_err(|e| io(&at, e))?;
             self.files.remove(rel);
             up.removed += 1;
         }
@@ -606,11 +631,117 @@ impl Worktree {
         fetch(&changed)?;
         up.written = self.write_all(repo, &changed).map_err(E::from)?;
         if !stale.is_empty() || !removed.is_empty() {
-            up.removed += remove_empty_dirs(&root);
+            up.removed += match &touched {
+                Some(touched) => {
+                    remove_empty_dirs_near(&root, touched, stale.iter().chain(&removed))
+                }
+                None => remove_empty_dirs(&root),
+            };
         }
         self.tree = Some(new_id);
         self.torn = false;
+        self.arm();
         Ok(up)
+    }
+
+    /// Watches every directory of the tree now written, and forgets the events of the
+    /// update itself, so the next update learns what the step's script touched from the
+    /// kernel instead of an `lstat` of every file. `REPRO_WORKTREE_WATCH=0` turns this off.
+    fn arm(&mut self) {
+        if !self.watching {
+            self.watch = None;
+            return;
+        }
+        let root = self.dir.path().to_path_buf();
+        if self.watch.is_none() {
+            self.watch = crate::foundation::fswatch::TreeWatch::new(&root);
+        }
+        let Some(w) = self.watch.as_mut() else { return };
+        let mut dirs: HashSet<&str> = HashSet::new();
+        for p in self.files.keys() {
+            let mut p = p.as_str();
+            while let Some((parent, _)) = p.rsplit_once('/') {
+                if !dirs.insert(parent) {
+                    break;
+                }
+                p = parent;
+            }
+        }
+        w.watch(dirs.into_iter());
+        w.settle();
+    }
+
+    /// What the last use did, from the paths it touched ([`TreeWatch`]'s answer): as
+    /// [`Worktree::stale_files`], looking only under those paths. `None` when a touched
+    /// path lies under something that is not a directory (the answer would be read through
+    /// a link the script made): the caller then walks the whole tree.
+    ///
+    /// [`TreeWatch`]: crate::foundation::fswatch::TreeWatch
+    fn stale_among(&mut self, touched: &[String]) -> Option<Vec<String>> {
+        let root = self.dir.path().to_path_buf();
+        let set: HashSet<&str> = touched.iter().map(String::as_str).collect();
+        let covered = |p: &str| {
+            let mut at = p;
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                if set.contains(parent) {
+                    return true;
+                }
+                at = parent;
+            }
+            false
+        };
+        let mut stale: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        for t in touched.iter().filter(|t| !covered(t)) {
+            // Every directory above it must still be one (not a link the script put there).
+            let mut at = t.as_str();
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                if !root
+                    .join(parent)
+                    .symlink_metadata()
+                    .is_ok_and(|m| m.is_dir())
+                {
+                    return None;
+                }
+                at = parent;
+            }
+            for item in walkdir::WalkDir::new(root.join(t))
+                .follow_root_links(false)
+                .into_iter()
+                .flatten()
+            {
+                if item.file_type().is_dir() {
+                    continue;
+                }
+                let Ok(rel) = item.path().strip_prefix(&root) else {
+                    continue;
+                };
+                let rel = rel.to_string_lossy().into_owned();
+                let meta = item.path().symlink_metadata().ok();
+                if meta.as_ref().is_some_and(|m| m.is_file() && m.nlink() > 1) {
+                    // A second name for a file (a hard link the script made): what was
+                    // written through it changed the other name, which no event named.
+                    return None;
+                }
+                match self.files.get(&rel) {
+                    Some((_, _, stamp)) if meta.is_some_and(|m| Stamp::of(&m) == *stamp) => {}
+                    _ => stale.push(rel.clone()),
+                }
+                seen.insert(rel);
+            }
+        }
+        // Known files at or under a touched path that are not there now were deleted.
+        let gone: Vec<String> = self
+            .files
+            .keys()
+            .filter(|k| !seen.contains(*k) && (set.contains(k.as_str()) || covered(k)))
+            .cloned()
+            .collect();
+        for p in gone {
+            self.files.remove(&p);
+            stale.push(p);
+        }
+        Some(stale)
     }
 
     /// What the last use did to the worktree: files it edited, replaced, created or
@@ -724,6 +855,51 @@ fn remove_empty_dirs(root: &Path) -> usize {
         .into_iter()
         .flatten()
         .filter(|item| item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok())
+        .count()
+}
+
+/// Removes whatever is at `at`: a file, a link (not what it points to), or a directory
+/// that a step's script put where a file was, with everything in it; nothing there is fine.
+fn remove_path(at: &Path) -> std::io::Result<()> {
+    match at.symlink_metadata() {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(at),
+        Ok(_) => std::fs::remove_file(at),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`remove_empty_dirs`] where a watch says what changed: the directories at or under the
+/// touched paths, and those above the files removed; returns how many were removed.
+fn remove_empty_dirs_near<'a>(
+    root: &Path,
+    touched: &[String],
+    removed: impl Iterator<Item = &'a String>,
+) -> usize {
+    let mut dirs: HashSet<PathBuf> = HashSet::new();
+    for t in touched {
+        for item in walkdir::WalkDir::new(root.join(t))
+            .follow_root_links(false)
+            .into_iter()
+            .flatten()
+        {
+            if item.file_type().is_dir() {
+                dirs.insert(item.into_path());
+            }
+        }
+    }
+    for r in removed {
+        let mut at = r.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            dirs.insert(root.join(parent));
+            at = parent;
+        }
+    }
+    // Deepest first, so a directory emptied by removing its empty children goes too.
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().filter(|d| d != root).collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    dirs.iter()
+        .filter(|d| std::fs::remove_dir(d).is_ok())
         .count()
 }
 
@@ -925,5 +1101,178 @@ mod tests {
         assert_eq!(up.written, 1);
         assert_eq!(read("c/z.txt").as_deref(), Some("4"));
         assert_eq!(wt.update_tree(&fb, &mut fetch).unwrap(), Update::default());
+    }
+
+    /// Every file under `dir` with its text (or link target) and executable bit.
+    fn on_disk(dir: &Path) -> Vec<(String, String, bool)> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut out: Vec<_> = walkdir::WalkDir::new(dir)
+            .min_depth(1)
+            .into_iter()
+            .flatten()
+            .filter(|i| !i.file_type().is_dir())
+            .map(|i| {
+                let rel = i
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let m = i.path().symlink_metadata().unwrap();
+                let text = if m.file_type().is_symlink() {
+                    format!("-> {}", std::fs::read_link(i.path()).unwrap().display())
+                } else {
+                    std::fs::read_to_string(i.path()).unwrap()
+                };
+                (rel, text, m.permissions().mode() & 0o111 != 0)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// What a step's script may do to the tree, each checked with the watch and without:
+    /// the next update leaves exactly the next commit's files, nothing outside the tree
+    /// is touched, and with the watch only the touched paths were looked at.
+    #[test]
+    fn whatever_a_script_did_the_next_update_leaves_exactly_the_commit() {
+        type Act = fn(&Path, &Path);
+        let acts: [(&str, Act); 12] = [
+            ("append", |t, _| {
+                use std::io::Write as _;
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(t.join("a/x.txt"))
+                    .unwrap();
+                f.write_all(b"more").unwrap();
+            }),
+            ("truncate", |t, _| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(t.join("a/x.txt"))
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+            }),
+            ("delete", |t, _| {
+                std::fs::remove_file(t.join("a/x.txt")).unwrap()
+            }),
+            ("create", |t, _| {
+                std::fs::write(t.join("a/new.o"), "o").unwrap()
+            }),
+            ("nested", |t, _| {
+                std::fs::create_dir_all(t.join("build/x/y")).unwrap();
+                std::fs::write(t.join("build/x/y/f"), "f").unwrap();
+                std::fs::create_dir_all(t.join("a/empty/dir")).unwrap();
+            }),
+            ("remove a directory", |t, _| {
+                std::fs::remove_dir_all(t.join("a")).unwrap()
+            }),
+            ("rename a directory", |t, _| {
+                std::fs::rename(t.join("a"), t.join("a2")).unwrap()
+            }),
+            ("file becomes a directory", |t, _| {
+                std::fs::remove_file(t.join("a/x.txt")).unwrap();
+                std::fs::create_dir(t.join("a/x.txt")).unwrap();
+                std::fs::write(t.join("a/x.txt/in"), "i").unwrap();
+            }),
+            ("directory becomes a link out", |t, out| {
+                std::fs::remove_dir_all(t.join("a")).unwrap();
+                std::os::unix::fs::symlink(out, t.join("a")).unwrap();
+            }),
+            ("chmod", |t, _| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(t.join("a/x.txt"), std::fs::Permissions::from_mode(0o755))
+                    .unwrap();
+            }),
+            ("hard link written through", |t, _| {
+                use std::io::Write as _;
+                std::fs::hard_link(t.join("a/x.txt"), t.join("hl")).unwrap();
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(t.join("hl"))
+                    .unwrap();
+                f.write_all(b"via link").unwrap();
+            }),
+            ("memory-mapped write", |t, _| {
+                use std::os::fd::AsRawFd;
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(t.join("a/x.txt"))
+                    .unwrap();
+                // SAFETY: a one-byte shared mapping of a one-byte file, unmapped at once.
+                unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        1,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        f.as_raw_fd(),
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    *(p.cast::<u8>()) = b'9';
+                    libc::munmap(p, 1);
+                }
+            }),
+        ];
+        let (_d, repo, a, b) = two_commits();
+        let mut none = |_: &[Entry]| -> Result<(), CheckoutError> { Ok(()) };
+        let fa = CommitFiles::new(&repo, a).unwrap();
+        let fb = CommitFiles::new(&repo, b).unwrap();
+        let want = |f: &CommitFiles| {
+            let d = tempfile::tempdir().unwrap();
+            f.materialize(d.path()).unwrap();
+            on_disk(d.path())
+        };
+        let (want_a, want_b) = (want(&fa), want(&fb));
+        for watching in [true, false] {
+            for (name, act) in &acts {
+                for (next, want_next) in [(&fb, &want_b), (&fa, &want_a)] {
+                    let outside = tempfile::tempdir().unwrap();
+                    std::fs::write(outside.path().join("x.txt"), "outside").unwrap();
+                    let mut wt = Worktree::new(crate::foundation::scratch::Scratch::unleased(
+                        tempfile::tempdir().unwrap(),
+                    ));
+                    wt.watching = watching;
+                    wt.update_tree(&fa, &mut none).unwrap();
+                    assert_eq!(on_disk(wt.path()), want_a);
+                    act(wt.path(), outside.path());
+                    wt.update_tree(next, &mut none).unwrap();
+                    let case = format!(
+                        "{name}, watching {watching}, then {}",
+                        if std::ptr::eq(next, &fb) {
+                            "b"
+                        } else {
+                            "a again"
+                        }
+                    );
+                    assert_eq!(&on_disk(wt.path()), want_next, "{case}");
+                    assert_eq!(
+                        on_disk(outside.path()),
+                        [("x.txt".into(), "outside".into(), false)],
+                        "{case}"
+                    );
+                    let looked = wt.last_touched;
+                    if !watching || *name == "hard link written through" {
+                        assert_eq!(looked, None, "{case}: a walk of every file");
+                    } else {
+                        // The three files this test read back, and what the act touched.
+                        assert!(looked.is_some_and(|n| n <= 6), "{case}: {looked:?}");
+                    }
+                    // And nothing done: nothing to write.
+                    assert_eq!(
+                        wt.update_tree(next, &mut none).unwrap(),
+                        Update::default(),
+                        "{case}"
+                    );
+                    if watching {
+                        // Only the files this test read back (opened) were looked at.
+                        assert!(wt.last_touched.is_some_and(|n| n <= 3), "{case}");
+                    }
+                }
+            }
+        }
     }
 }
