@@ -171,6 +171,8 @@ pub struct Worktree {
     /// How the last whole-tree update found what the last use did: the number of touched
     /// paths the watch named, or `None` for a walk of every file.
     last_touched: Option<usize>,
+    /// Every directory of the files written while watched (some may be gone since).
+    dirs: HashSet<String>,
 }
 
 /// Whether worktrees watch for what touched them (`REPRO_WORKTREE_WATCH=0`: no).
@@ -304,6 +306,7 @@ impl Worktree {
             watch: None,
             watching: watching(),
             last_touched: None,
+            dirs: HashSet::new(),
         }))
     }
 }
@@ -345,6 +348,7 @@ impl Worktree {
             watch: None,
             watching: watching(),
             last_touched: None,
+            dirs: HashSet::new(),
         }
     }
 
@@ -568,7 +572,7 @@ impl Worktree {
             fetch(&self.new_blobs(&entries))?;
             let up = self.update(files, &entries)?;
             self.tree = Some(new_id);
-            self.arm();
+            self.arm(None);
             return Ok(up);
         };
         let repo = files.repo();
@@ -640,34 +644,45 @@ impl Worktree {
         }
         self.tree = Some(new_id);
         self.torn = false;
-        self.arm();
+        self.arm(Some(&changed));
         Ok(up)
     }
 
     /// Watches every directory of the tree now written, and forgets the events of the
     /// update itself, so the next update learns what the step's script touched from the
-    /// kernel instead of an `lstat` of every file. `REPRO_WORKTREE_WATCH=0` turns this off.
-    fn arm(&mut self) {
+    /// kernel instead of an `lstat` of every file. `written`: the files this update wrote,
+    /// whose directories may be new (`None`: every file). `REPRO_WORKTREE_WATCH=0` turns
+    /// this off.
+    fn arm(&mut self, written: Option<&[Entry]>) {
         if !self.watching {
             self.watch = None;
             return;
         }
         let root = self.dir.path().to_path_buf();
-        if self.watch.is_none() {
+        let fresh = self.watch.is_none();
+        if fresh {
             self.watch = crate::foundation::fswatch::TreeWatch::new(&root);
         }
         let Some(w) = self.watch.as_mut() else { return };
-        let mut dirs: HashSet<&str> = HashSet::new();
-        for p in self.files.keys() {
-            let mut p = p.as_str();
+        let paths: Vec<&str> = match written {
+            Some(entries) if !fresh => entries.iter().map(|e| e.path.as_str()).collect(),
+            _ => self.files.keys().map(String::as_str).collect(),
+        };
+        let mut new_dirs: Vec<&str> = Vec::new();
+        for mut p in paths {
             while let Some((parent, _)) = p.rsplit_once('/') {
-                if !dirs.insert(parent) {
+                if self.dirs.contains(parent) && !fresh {
                     break;
+                }
+                if self.dirs.insert(parent.to_string()) || fresh {
+                    new_dirs.push(parent);
                 }
                 p = parent;
             }
         }
-        w.watch(dirs.into_iter());
+        new_dirs.sort_unstable();
+        new_dirs.dedup();
+        w.watch(new_dirs.into_iter());
         w.settle();
     }
 
@@ -730,13 +745,21 @@ impl Worktree {
                 seen.insert(rel);
             }
         }
-        // Known files at or under a touched path that are not there now were deleted.
-        let gone: Vec<String> = self
-            .files
-            .keys()
-            .filter(|k| !seen.contains(*k) && (set.contains(k.as_str()) || covered(k)))
+        // Known files at or under a touched path that are not there now were deleted. Only
+        // a touched path that was a directory can have known files under it.
+        let mut gone: Vec<String> = touched
+            .iter()
+            .filter(|t| !seen.contains(*t) && self.files.contains_key(*t))
             .cloned()
             .collect();
+        if touched.iter().any(|t| self.dirs.contains(t)) {
+            gone.extend(
+                self.files
+                    .keys()
+                    .filter(|k| !seen.contains(*k) && !set.contains(k.as_str()) && covered(k))
+                    .cloned(),
+            );
+        }
         for p in gone {
             self.files.remove(&p);
             stale.push(p);
@@ -825,26 +848,98 @@ fn tree_changes(
 ) -> Result<(Vec<Entry>, Vec<String>), git2::Error> {
     let mut changed: Vec<Entry> = Vec::new();
     let mut removed: Vec<String> = Vec::new();
-    let diff = repo.diff_tree_to_tree(Some(old), Some(new), None)?;
-    for d in diff.deltas() {
-        let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
-        match d.status() {
-            git2::Delta::Deleted => removed.extend(path(d.old_file())),
-            git2::Delta::Added | git2::Delta::Modified | git2::Delta::Typechange => {
-                if let Some(p) = path(d.new_file())
-                    && i32::from(d.new_file().mode()) != 0o160000
-                {
-                    changed.push(Entry {
-                        path: p,
-                        id: d.new_file().id(),
-                        mode: i32::from(d.new_file().mode()),
-                    });
-                }
+    diff_level(repo, Some(old), Some(new), "", &mut changed, &mut removed)?;
+    Ok((changed, removed))
+}
+
+/// One level of [`tree_changes`]: the entries of two trees (either may be absent) by name;
+/// a subtree whose id did not change is not read.
+fn diff_level(
+    repo: &Repository,
+    old: Option<&git2::Tree>,
+    new: Option<&git2::Tree>,
+    prefix: &str,
+    changed: &mut Vec<Entry>,
+    removed: &mut Vec<String>,
+) -> Result<(), git2::Error> {
+    const TREE: i32 = 0o040000;
+    const GITLINK: i32 = 0o160000;
+    let entries = |t: Option<&git2::Tree>| -> HashMap<Vec<u8>, (Oid, i32)> {
+        t.map(|t| {
+            t.iter()
+                .map(|e| (e.name_bytes().to_vec(), (e.id(), e.filemode())))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let (o, n) = (entries(old), entries(new));
+    let path = |name: &[u8]| {
+        let name = String::from_utf8_lossy(name);
+        if prefix.is_empty() {
+            name.into_owned()
+        } else {
+            format!("{prefix}/{name}")
+        }
+    };
+    // Everything under an old entry that the new tree does not keep as it was.
+    let drop_old = |name: &[u8],
+                    (id, mode): (Oid, i32),
+                    changed: &mut Vec<Entry>,
+                    removed: &mut Vec<String>| {
+        if mode == TREE {
+            diff_level(
+                repo,
+                Some(&repo.find_tree(id)?),
+                None,
+                &path(name),
+                changed,
+                removed,
+            )
+        } else {
+            if mode != GITLINK {
+                removed.push(path(name));
             }
-            _ => {}
+            Ok(())
+        }
+    };
+    for (name, &(nid, nmode)) in &n {
+        let before = o.get(name).copied();
+        match before {
+            Some((oid, omode)) if oid == nid && omode == nmode => continue,
+            Some((oid, TREE)) if nmode == TREE => {
+                let (ot, nt) = (repo.find_tree(oid)?, repo.find_tree(nid)?);
+                diff_level(repo, Some(&ot), Some(&nt), &path(name), changed, removed)?;
+                continue;
+            }
+            // A file that stays a file is written over; anything else goes first.
+            Some((_, omode))
+                if omode != TREE && omode != GITLINK && nmode != TREE && nmode != GITLINK => {}
+            Some(was) => drop_old(name, was, changed, removed)?,
+            None => {}
+        }
+        if nmode == TREE {
+            diff_level(
+                repo,
+                None,
+                Some(&repo.find_tree(nid)?),
+                &path(name),
+                changed,
+                removed,
+            )?;
+        } else if nmode != GITLINK {
+            changed.push(Entry {
+                path: path(name),
+                id: nid,
+                mode: nmode,
+            });
         }
     }
-    Ok((changed, removed))
+    for (name, &was) in &o {
+        if !n.contains_key(name) {
+            drop_old(name, was, changed, removed)?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes directories left empty (by a deletion, or made by a script); returns how many.
@@ -1273,6 +1368,102 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// libgit2's tree diff, as `tree_changes` answered before it skipped unchanged subtrees.
+    fn libgit2_changes(
+        repo: &Repository,
+        old: &git2::Tree,
+        new: &git2::Tree,
+    ) -> (Vec<Entry>, Vec<String>) {
+        let mut changed: Vec<Entry> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        let diff = repo.diff_tree_to_tree(Some(old), Some(new), None).unwrap();
+        for d in diff.deltas() {
+            let path = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
+            match d.status() {
+                git2::Delta::Deleted => removed.extend(path(d.old_file())),
+                _ => changed.push(Entry {
+                    path: path(d.new_file()).unwrap(),
+                    id: d.new_file().id(),
+                    mode: i32::from(d.new_file().mode()),
+                }),
+            }
+        }
+        (changed, removed)
+    }
+
+    /// Random pairs of trees (files, executables and links, a file where a directory was and
+    /// the other way round, whole directories added and removed): the same changes as
+    /// libgit2's diff finds.
+    #[test]
+    fn tree_changes_agree_with_libgit2s_diff() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
+        let pool = [
+            "a", "a/x", "a/y", "a/d/z", "a/d/w", "b", "b/q", "c", "d/e/f", "d/e/g", "a.b", "a-",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let tree = |next: &mut dyn FnMut() -> u64| {
+            let mut chosen: Vec<&str> = pool
+                .iter()
+                .copied()
+                .filter(|_| next().is_multiple_of(2))
+                .collect();
+            // A path cannot be a file and hold others.
+            let files = chosen.clone();
+            chosen.retain(|p| !files.iter().any(|f| p.starts_with(&format!("{f}/"))));
+            let mut index = git2::Index::new().unwrap();
+            for p in &chosen {
+                let text = ["one", "two", "three"][(next() % 3) as usize];
+                let mode = [0o100644, 0o100755, 0o120000][(next() % 3) as usize];
+                let mut entry = git2::IndexEntry {
+                    ctime: git2::IndexTime::new(0, 0),
+                    mtime: git2::IndexTime::new(0, 0),
+                    dev: 0,
+                    ino: 0,
+                    mode,
+                    uid: 0,
+                    gid: 0,
+                    file_size: text.len() as u32,
+                    id: repo.blob(text.as_bytes()).unwrap(),
+                    flags: (p.len() as u16) & 0xfff,
+                    flags_extended: 0,
+                    path: p.as_bytes().to_vec(),
+                };
+                entry.flags = (p.len() as u16) & 0xfff;
+                index.add(&entry).unwrap();
+            }
+            index.write_tree_to(&repo).unwrap()
+        };
+        // libgit2 splits a file's change of kind (a link now) into a deletion and an
+        // addition; either way the file is written anew.
+        let sorted = |(mut c, mut r): (Vec<Entry>, Vec<String>)| {
+            c.sort_by(|x, y| x.path.cmp(&y.path));
+            r.retain(|p| !c.iter().any(|e| e.path == *p));
+            r.sort();
+            (
+                c.into_iter()
+                    .map(|e| (e.path, e.id, e.mode))
+                    .collect::<Vec<_>>(),
+                r,
+            )
+        };
+        for case in 0..300 {
+            let (a, b) = (tree(&mut next), tree(&mut next));
+            let (a, b) = (repo.find_tree(a).unwrap(), repo.find_tree(b).unwrap());
+            assert_eq!(
+                sorted(tree_changes(&repo, &a, &b).unwrap()),
+                sorted(libgit2_changes(&repo, &a, &b)),
+                "case {case}"
+            );
         }
     }
 }
