@@ -646,8 +646,11 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
     // `env lock` queried the driver and wrote the cache under the boot and driver.
     assert!(calls(&log).contains(&"cuInit".to_string()));
     let cached: Value = serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
-    assert_eq!(cached["fields"]["gpu.devices.0.name"], "NVIDIA Fake GPU");
-    let key = cached["key"].as_str().unwrap();
+    assert_eq!(
+        cached["entries"][0]["fields"]["gpu.devices.0.name"],
+        "NVIDIA Fake GPU"
+    );
+    let key = cached["entries"][0]["key"].as_str().unwrap();
     assert!(key.contains("driver 580.159.04"), "{key}");
 
     // The model changes but the boot and the driver do not: `check` trusts the cache and
@@ -694,6 +697,12 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
         &[("FAKEGPU_LOG", log_s), ("CUDA_VISIBLE_DEVICES", "0")],
     );
     assert!(!calls(&log).contains(&"cuInit".to_string()), "now cached");
+    // The cache keeps several keys: going back to the whole machine's view is still a hit.
+    check(&gpu, &lock_path, &[], &[("FAKEGPU_LOG", log_s)]);
+    assert!(
+        !calls(&log).contains(&"cuInit".to_string()),
+        "the earlier key is kept beside the new one"
+    );
     // A container runtime's choice of GPUs (the same CUDA_VISIBLE_DEVICES, another
     // NVIDIA_VISIBLE_DEVICES) is another key: two containers sharing a cache directory
     // never take each other's device. So is Slurm's: each job of a node sees its own GPU
@@ -735,7 +744,7 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
     assert!(calls(&log).contains(&"cuInit".to_string()));
     let cached: Value = serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
     assert!(
-        cached["key"]
+        cached["entries"][0]["key"]
             .as_str()
             .unwrap()
             .contains("driver 580.200.01")

@@ -273,46 +273,70 @@ fn cache_path_named(name: &str) -> Option<std::path::PathBuf> {
     Some(fsutil::cache_dir()?.join(name))
 }
 
-/// A per-boot cache file: the fields a probe answered, under the key they are valid for.
+/// A per-boot cache file: the fields a probe answered, each set under the key it is valid
+/// for, the most recently written first. Several keys are kept (two repro binaries used in
+/// turn, terminals that see other GPUs) so that they do not evict each other at every run.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CacheFile {
+    entries: Vec<CacheEntry>,
+    schema: u32,
+}
+
+/// One key's fields.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheEntry {
     fields: std::collections::BTreeMap<String, String>,
     key: String,
-    schema: u32,
 }
 
 /// The largest cache file read back.
 const MAX_CACHE_BYTES: u64 = 1 << 20;
 
-/// Reads cached fields if they were written under `key`.
-pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
-    let bytes = fsutil::read_regular(path, MAX_CACHE_BYTES).ok()?;
-    let file: CacheFile = serde_json::from_slice(&bytes).ok()?;
-    (file.schema == 1 && file.key == key).then(|| {
-        file.fields
-            .into_iter()
-            .map(|(k, v)| (k, Field::Value(v)))
-            .collect()
-    })
+/// The most keys a cache file keeps.
+const MAX_CACHE_KEYS: usize = 4;
+
+/// The cache file's entries (none if it is missing, unreadable or of another schema).
+fn read_entries(path: &std::path::Path) -> Vec<CacheEntry> {
+    fsutil::read_regular(path, MAX_CACHE_BYTES)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<CacheFile>(&b).ok())
+        .filter(|f| f.schema == 2)
+        .map(|f| f.entries)
+        .unwrap_or_default()
 }
 
-/// Writes fields under `key`. Only complete answers (every field a value) are cached.
+/// Reads cached fields if they were written under `key`.
+pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
+    let entry = read_entries(path).into_iter().find(|e| e.key == key)?;
+    Some(
+        entry
+            .fields
+            .into_iter()
+            .map(|(k, v)| (k, Field::Value(v)))
+            .collect(),
+    )
+}
+
+/// Writes fields under `key`, first, keeping the most recent other keys. Only complete
+/// answers (every field a value) are cached.
 pub fn write_cache(path: &std::path::Path, key: &str, fields: &Fields) {
     let values: Option<std::collections::BTreeMap<String, String>> = fields
         .iter()
         .map(|(k, f)| Some((k.clone(), f.value()?.to_string())))
         .collect();
-    if let Some(fields) = values {
-        let file = CacheFile {
-            fields,
-            key: key.to_string(),
-            schema: 1,
-        };
-        if let Ok(bytes) = serde_json::to_vec(&file) {
-            // A cache that cannot be written only costs the next run the probe.
-            let _ = fsutil::write_atomic(path, &bytes, true);
-        }
+    let Some(fields) = values else { return };
+    let mut entries = vec![CacheEntry {
+        fields,
+        key: key.to_string(),
+    }];
+    entries.extend(read_entries(path).into_iter().filter(|e| e.key != key));
+    entries.truncate(MAX_CACHE_KEYS);
+    let file = CacheFile { entries, schema: 2 };
+    if let Ok(bytes) = serde_json::to_vec(&file) {
+        // A cache that cannot be written only costs the next run the probe.
+        let _ = fsutil::write_atomic(path, &bytes, true);
     }
 }
 
