@@ -45,6 +45,8 @@ pub struct TreeWatch {
     touched: HashSet<String>,
     /// Something happened that no path in `touched` tells.
     lost: bool,
+    /// Directories that could not be watched: until they are, nothing is known.
+    blind: HashSet<String>,
 }
 
 impl TreeWatch {
@@ -65,45 +67,50 @@ impl TreeWatch {
             watched: HashMap::new(),
             touched: HashSet::new(),
             lost: false,
+            blind: HashSet::new(),
         };
-        w.watch([""].into_iter());
-        (!w.lost).then_some(w)
+        w.watch(std::iter::empty());
+        w.blind.is_empty().then_some(w)
     }
 
-    /// Watches these directories (relative to the root) too, those not watched yet. One
-    /// that cannot be watched (gone, or the per-user limit of watches reached) makes the
-    /// answer incomplete until it is.
+    /// Watches these directories (relative to the root) too, those not watched yet, and
+    /// tries again those that could not be watched before. One that cannot be watched (gone,
+    /// or the per-user limit of watches reached) leaves the answer unknown until it is.
     pub fn watch<'a>(&mut self, rels: impl Iterator<Item = &'a str>) {
+        // The root always (a watch the kernel dropped is made again), and those that failed.
+        let retry: Vec<String> = self.blind.drain().collect();
+        let rels = std::iter::once(String::new())
+            .chain(rels.map(str::to_string))
+            .chain(retry)
+            .collect::<Vec<String>>();
         for rel in rels {
-            if self.watched.contains_key(rel) {
+            if self.watched.contains_key(&rel) {
                 continue;
             }
             let path = if rel.is_empty() {
                 self.root.clone()
             } else {
-                self.root.join(rel)
+                self.root.join(&rel)
             };
-            let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-                self.lost = true;
-                continue;
-            };
-            // SAFETY: a valid descriptor and a NUL-terminated path.
-            let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
+            let wd = CString::new(path.as_os_str().as_bytes()).map_or(-1, |c| {
+                // SAFETY: a valid descriptor and a NUL-terminated path.
+                unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) }
+            });
             if wd < 0 {
-                self.lost = true;
+                self.blind.insert(rel);
                 continue;
             }
-            if let Some(old) = self.dirs.insert(wd, rel.to_string()) {
+            if let Some(old) = self.dirs.insert(wd, rel.clone()) {
                 // The same directory under two names (a hard-linked or moved directory).
                 self.watched.remove(&old);
                 self.lost = true;
             }
-            self.watched.insert(rel.to_string(), wd);
+            self.watched.insert(rel, wd);
         }
     }
 
-    /// Reads the events so far and forgets them: what the caller itself just did. An
-    /// incomplete answer stays incomplete until every directory is watched again.
+    /// Reads the events so far and forgets them: what the caller itself just did. A
+    /// directory that could not be watched still leaves the answer unknown.
     pub fn settle(&mut self) {
         self.read();
         self.touched.clear();
@@ -114,7 +121,7 @@ impl TreeWatch {
     /// directory's path stands for everything under it), or `None` when that is not known.
     pub fn touched(&mut self) -> Option<Vec<String>> {
         self.read();
-        if self.lost {
+        if self.lost || !self.blind.is_empty() {
             return None;
         }
         let mut out: Vec<String> = self.touched.iter().cloned().collect();
@@ -191,10 +198,11 @@ impl TreeWatch {
             if !gone && mask & libc::IN_ATTRIB == 0 {
                 return;
             }
+            if dir.is_empty() {
+                // The root itself changed (its mode, or it moved): look at everything.
+                self.lost = true;
+            }
             if gone {
-                if dir.is_empty() {
-                    self.lost = true;
-                }
                 // Moved away or gone: its watch would name another place's events by this
                 // path, so it is dropped, and the directory watched again when it is made.
                 self.unwatch(wd);
@@ -206,9 +214,13 @@ impl TreeWatch {
             // A subdirectory opened for reading (`ls`, `find`): nothing changed.
             return;
         }
-        let name = String::from_utf8_lossy(name);
+        let Ok(name) = std::str::from_utf8(name) else {
+            // A name no path of the tree can have: the directory is looked at whole.
+            self.touched.insert(dir);
+            return;
+        };
         let path = if dir.is_empty() {
-            name.into_owned()
+            name.to_string()
         } else {
             format!("{dir}/{name}")
         };
@@ -302,7 +314,15 @@ mod tests {
         w.watch(["no/such/dir"].into_iter());
         assert_eq!(w.touched(), None);
         w.settle();
-        assert_eq!(w.touched(), Some(vec![]), "settled: known again");
+        assert_eq!(w.touched(), None, "still unwatched: still unknown");
+        std::fs::create_dir_all(d.path().join("no/such/dir")).unwrap();
+        w.watch(std::iter::empty());
+        w.settle();
+        assert_eq!(
+            w.touched(),
+            Some(vec![]),
+            "watched at the retry: known again"
+        );
         let moved = d.path().with_extension("moved");
         std::fs::rename(d.path(), &moved).unwrap();
         assert_eq!(w.touched(), None);

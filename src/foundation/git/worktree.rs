@@ -693,6 +693,10 @@ impl Worktree {
     ///
     /// [`TreeWatch`]: crate::foundation::fswatch::TreeWatch
     fn stale_among(&mut self, touched: &[String]) -> Option<Vec<String>> {
+        if touched.iter().any(String::is_empty) {
+            // The root stands for everything: the walk of every file is the answer.
+            return None;
+        }
         let root = self.dir.path().to_path_buf();
         let set: HashSet<&str> = touched.iter().map(String::as_str).collect();
         let covered = |p: &str| {
@@ -725,13 +729,9 @@ impl Worktree {
                 .into_iter()
                 .flatten()
             {
-                if item.file_type().is_dir() {
-                    continue;
-                }
-                let Ok(rel) = item.path().strip_prefix(&root) else {
+                let Some(rel) = tree_path(&root, &item) else {
                     continue;
                 };
-                let rel = rel.to_string_lossy().into_owned();
                 let meta = item.path().symlink_metadata().ok();
                 if meta.as_ref().is_some_and(|m| m.is_file() && m.nlink() > 1) {
                     // A second name for a file (a hard link the script made): what was
@@ -778,27 +778,23 @@ impl Worktree {
             .into_iter()
             .flatten()
         {
-            if item.file_type().is_dir() {
-                continue;
-            }
-            let Ok(rel) = item.path().strip_prefix(&root) else {
+            let Some(rel) = tree_path(&root, &item) else {
                 continue;
             };
-            let rel = rel.to_string_lossy();
-            match self.files.get(rel.as_ref()) {
+            match self.files.get(&rel) {
                 Some((_, _, stamp))
                     if item
                         .path()
                         .symlink_metadata()
                         .is_ok_and(|m| Stamp::of(&m) == *stamp) =>
                 {
-                    seen.insert(rel.into_owned());
+                    seen.insert(rel);
                 }
                 Some(_) => {
-                    seen.insert(rel.to_string());
-                    stale.push(rel.into_owned());
+                    seen.insert(rel.clone());
+                    stale.push(rel);
                 }
-                None => stale.push(rel.into_owned()),
+                None => stale.push(rel),
             }
         }
         if seen.len() < self.files.len() {
@@ -951,6 +947,21 @@ fn remove_empty_dirs(root: &Path) -> usize {
         .flatten()
         .filter(|item| item.file_type().is_dir() && std::fs::remove_dir(item.path()).is_ok())
         .count()
+}
+
+/// A walked file's path in the tree, or `None` for a directory and for a name that is not
+/// UTF-8, which no path of the tree has: such a file or directory (a step's script made it)
+/// is removed here, by its own name.
+fn tree_path(root: &Path, item: &walkdir::DirEntry) -> Option<String> {
+    let rel = item.path().strip_prefix(root).ok()?;
+    match rel.to_str() {
+        Some(_) if item.file_type().is_dir() => None,
+        Some(rel) => Some(rel.to_string()),
+        None => {
+            let _ = remove_path(item.path());
+            None
+        }
+    }
 }
 
 /// Removes whatever is at `at`: a file, a link (not what it points to), or a directory
@@ -1232,7 +1243,7 @@ mod tests {
     #[test]
     fn whatever_a_script_did_the_next_update_leaves_exactly_the_commit() {
         type Act = fn(&Path, &Path);
-        let acts: [(&str, Act); 12] = [
+        let acts: [(&str, Act); 14] = [
             ("append", |t, _| {
                 use std::io::Write as _;
                 let mut f = std::fs::OpenOptions::new()
@@ -1288,6 +1299,18 @@ mod tests {
                     .open(t.join("hl"))
                     .unwrap();
                 f.write_all(b"via link").unwrap();
+            }),
+            ("names that are not UTF-8", |t, _| {
+                use std::os::unix::ffi::OsStrExt;
+                let name = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+                std::fs::write(t.join("a").join(name(b"junk\xff")), "j").unwrap();
+                std::fs::create_dir(t.join(name(b"d\xfe"))).unwrap();
+                std::fs::write(t.join(name(b"d\xfe")).join("f"), "f").unwrap();
+            }),
+            ("the root's mode", |t, _| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::write(t.join("a/new"), "n").unwrap();
+                std::fs::set_permissions(t, std::fs::Permissions::from_mode(0o750)).unwrap();
             }),
             ("memory-mapped write", |t, _| {
                 use std::os::fd::AsRawFd;
@@ -1350,7 +1373,14 @@ mod tests {
                         "{case}"
                     );
                     let looked = wt.last_touched;
-                    if !watching || *name == "hard link written through" {
+                    // Walked in full: a second name of a file, the root itself touched (its
+                    // mode; an entry of it whose name is not UTF-8).
+                    let walked = [
+                        "hard link written through",
+                        "the root's mode",
+                        "names that are not UTF-8",
+                    ];
+                    if !watching || walked.contains(name) {
                         assert_eq!(looked, None, "{case}: a walk of every file");
                     } else {
                         // The three files this test read back, and what the act touched.
