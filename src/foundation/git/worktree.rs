@@ -1237,6 +1237,12 @@ mod tests {
         out
     }
 
+    fn append(path: &Path, bytes: &[u8]) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
     /// What a step's script may do to the tree, each checked with the watch and without:
     /// the next update leaves exactly the next commit's files, nothing outside the tree
     /// is touched, and with the watch only the touched paths were looked at.
@@ -1244,14 +1250,7 @@ mod tests {
     fn whatever_a_script_did_the_next_update_leaves_exactly_the_commit() {
         type Act = fn(&Path, &Path);
         let acts: [(&str, Act); 14] = [
-            ("append", |t, _| {
-                use std::io::Write as _;
-                let mut f = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(t.join("a/x.txt"))
-                    .unwrap();
-                f.write_all(b"more").unwrap();
-            }),
+            ("append", |t, _| append(&t.join("a/x.txt"), b"more")),
             ("truncate", |t, _| {
                 std::fs::OpenOptions::new()
                     .write(true)
@@ -1292,13 +1291,8 @@ mod tests {
                     .unwrap();
             }),
             ("hard link written through", |t, _| {
-                use std::io::Write as _;
                 std::fs::hard_link(t.join("a/x.txt"), t.join("hl")).unwrap();
-                let mut f = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(t.join("hl"))
-                    .unwrap();
-                f.write_all(b"via link").unwrap();
+                append(&t.join("hl"), b"via link");
             }),
             ("names that are not UTF-8", |t, _| {
                 use std::os::unix::ffi::OsStrExt;
