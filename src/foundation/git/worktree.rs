@@ -175,6 +175,11 @@ pub struct Worktree {
     dirs: HashSet<String>,
 }
 
+/// The most directories a worktree watches: a larger tree is walked at each update rather
+/// than take much of the user's inotify watches (often 8,192 to a few hundred thousand in
+/// all), which editors and other file watchers need too.
+const MAX_WATCHED_DIRS: usize = 8192;
+
 /// Whether worktrees watch for what touched them (`REPRO_WORKTREE_WATCH=0`: no).
 fn watching() -> bool {
     std::env::var_os("REPRO_WORKTREE_WATCH").is_none_or(|v| v != "0")
@@ -679,6 +684,11 @@ impl Worktree {
                 }
                 p = parent;
             }
+        }
+        if self.dirs.len() > MAX_WATCHED_DIRS {
+            // Watches are a per-user budget that editors and file watchers share.
+            self.watch = None;
+            return;
         }
         new_dirs.sort_unstable();
         new_dirs.dedup();
