@@ -1522,7 +1522,12 @@ mod tests {
         ));
         let t = wt.path().to_path_buf();
         // Each step: what its script does, then the commit the worktree is made next.
-        let steps: [(&CommitFiles, &Vec<(String, String, bool)>, &dyn Fn()); 8] = [
+        type Step<'s> = (
+            &'s CommitFiles<'s>,
+            &'s Vec<(String, String, bool)>,
+            &'s dyn Fn(),
+        );
+        let steps: [Step; 8] = [
             (&fa, &want_a, &|| {
                 std::fs::remove_dir_all(t.join("a")).unwrap()
             }),
