@@ -9,21 +9,21 @@
 
 use std::ffi::OsString;
 
-use clap::{Args, FromArgMatches};
+use clap::Args;
 
-use super::{Cli, GlobalArgs};
+use super::context::GlobalArgs;
 
-/// The command line as [`Cli`], when the named command's tree alone parses it.
-pub fn parse(argv: &[OsString]) -> Option<Cli> {
+/// The command line's matches, when the named command's tree alone parses it (`Cli` reads
+/// them as it reads the whole tree's).
+pub fn matches(argv: &[OsString]) -> Option<clap::ArgMatches> {
     let name = command_name(argv)?;
     let sub = command(name)?;
     let root = root().subcommand(sub).subcommand_required(true);
-    let matches = root.try_get_matches_from(argv).ok()?;
-    Cli::from_arg_matches(&matches).ok()
+    root.try_get_matches_from(argv).ok()
 }
 
-/// The top of the tree: the global options, and `--version` as [`Cli`] gives every command.
-fn root() -> clap::Command {
+/// The top of the tree: the global options, and `--version` as `Cli` gives every command.
+pub(super) fn root() -> clap::Command {
     GlobalArgs::augment_args(clap::Command::new("repro"))
         .version(env!("CARGO_PKG_VERSION"))
         .propagate_version(true)
@@ -72,8 +72,8 @@ fn command_name(argv: &[OsString]) -> Option<&str> {
     None
 }
 
-/// One command's tree, as [`super::Command`]'s derive builds it for the whole one.
-fn command(name: &str) -> Option<clap::Command> {
+/// One command's tree, as `Command`'s derive builds it for the whole one.
+pub(super) fn command(name: &str) -> Option<clap::Command> {
     use super::{
         bench, bisect, build, bundle, demo, env, init, plot, profile, pull, push, replay, results,
         store, toolchain,
@@ -106,53 +106,6 @@ fn command(name: &str) -> Option<clap::Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, Parser};
-
-    /// Every argument of a command and of the commands below it, as clap describes it
-    /// once built, by path.
-    fn shape(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
-        for a in cmd.get_arguments() {
-            out.push(format!("{path}: {a:?}"));
-        }
-        for s in cmd.get_subcommands() {
-            out.push(format!(
-                "{path} {}: required {} args-conflict {}",
-                s.get_name(),
-                s.is_subcommand_required_set(),
-                s.is_args_conflicts_with_subcommands_set()
-            ));
-            shape(s, &format!("{path} {}", s.get_name()), out);
-        }
-    }
-
-    /// Each command's lean tree has the arguments the whole tree gives it, so a command
-    /// added to [`super::super::Command`] or changed there cannot parse differently here
-    /// (one not listed in `command` only goes the slow way).
-    #[test]
-    fn each_lean_tree_is_the_whole_trees_command() {
-        let mut whole = Cli::command();
-        whole.build();
-        let mut listed = 0;
-        for sub in whole.get_subcommands() {
-            let name = sub.get_name();
-            let Some(lean) = command(name) else {
-                assert!(
-                    ["completions", "man", "help"].contains(&name),
-                    "`{name}` has no lean tree in app/lean.rs"
-                );
-                continue;
-            };
-            let mut root = root().subcommand(lean);
-            root.build();
-            let lean = root.find_subcommand(name).unwrap();
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            shape(sub, name, &mut a);
-            shape(lean, name, &mut b);
-            assert_eq!(a, b, "{name}");
-            listed += 1;
-        }
-        assert!(listed >= 17, "{listed}");
-    }
 
     fn argv(words: &str) -> Vec<OsString> {
         words.split_whitespace().map(OsString::from).collect()
@@ -178,39 +131,6 @@ mod tests {
         ];
         for (line, want) in cases {
             assert_eq!(command_name(&argv(line)), want, "{line}");
-        }
-    }
-
-    /// What parses lean parses as the whole tree does; what does not is left to it.
-    #[test]
-    fn lean_parses_agree_with_the_whole_tree() {
-        for line in [
-            "repro build vector_add",
-            "repro -v --store s build vector_add --json",
-            "repro env check --lock l.toml",
-            "repro -C /tmp log",
-            "repro --store build build build",
-            "repro bench vector_add -p n=1024",
-        ] {
-            let a = argv(line);
-            let whole = Cli::try_parse_from(&a).map(|c| format!("{c:?}"));
-            let lean = parse(&a).map(|c| format!("{c:?}"));
-            match whole {
-                Ok(w) => assert_eq!(lean.as_deref(), Some(w.as_str()), "{line}"),
-                Err(_) => assert!(lean.is_none(), "{line}"),
-            }
-        }
-        for line in [
-            "repro build --help",
-            "repro --version",
-            "repro build --version",
-            "repro help build",
-            "repro biuld vector_add",
-            "repro gpu-job",
-            "repro completions bash",
-            "repro build --no-such-flag",
-        ] {
-            assert!(parse(&argv(line)).is_none(), "{line}");
         }
     }
 }

@@ -215,7 +215,7 @@ fn run_internal(internal: Internal) -> anyhow::Result<u8> {
 /// The whole program: parse, run, report, exit.
 pub fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let parsed = match lean::parse(&argv) {
+    let parsed = match lean::matches(&argv).and_then(|m| Cli::from_arg_matches(&m).ok()) {
         Some(cli) => Ok(cli),
         None => command()
             .try_get_matches_from(&argv)
@@ -296,5 +296,93 @@ mod tests {
             .collect();
         assert!(!names.contains(&"gpu-job".to_string()), "{names:?}");
         assert!(!names.contains(&"bisect-step".to_string()), "{names:?}");
+    }
+
+    /// Every argument of a command and of the commands below it, as clap describes it
+    /// once built, by path.
+    fn shape(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            out.push(format!("{path}: {a:?}"));
+        }
+        for s in cmd.get_subcommands() {
+            out.push(format!(
+                "{path} {}: required {} args-conflict {}",
+                s.get_name(),
+                s.is_subcommand_required_set(),
+                s.is_args_conflicts_with_subcommands_set()
+            ));
+            shape(s, &format!("{path} {}", s.get_name()), out);
+        }
+    }
+
+    /// Each command's lean tree has the arguments the whole tree gives it, so a command
+    /// added to [`Command`] or changed there cannot parse differently here
+    /// (one not listed in `command` only goes the slow way).
+    #[test]
+    fn each_lean_tree_is_the_whole_trees_command() {
+        let mut whole = Cli::command();
+        whole.build();
+        let mut listed = 0;
+        for sub in whole.get_subcommands() {
+            let name = sub.get_name();
+            let Some(lean) = lean::command(name) else {
+                assert!(
+                    ["completions", "man", "help"].contains(&name),
+                    "`{name}` has no lean tree in app/lean.rs"
+                );
+                continue;
+            };
+            let mut root = lean::root().subcommand(lean);
+            root.build();
+            let lean = root.find_subcommand(name).unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            shape(sub, name, &mut a);
+            shape(lean, name, &mut b);
+            assert_eq!(a, b, "{name}");
+            listed += 1;
+        }
+        assert!(listed >= 17, "{listed}");
+    }
+
+    fn argv(words: &str) -> Vec<std::ffi::OsString> {
+        words
+            .split_whitespace()
+            .map(std::ffi::OsString::from)
+            .collect()
+    }
+
+    /// What parses lean parses as the whole tree does; what does not is left to it.
+    #[test]
+    fn lean_parses_agree_with_the_whole_tree() {
+        for line in [
+            "repro build vector_add",
+            "repro -v --store s build vector_add --json",
+            "repro env check --lock l.toml",
+            "repro -C /tmp log",
+            "repro --store build build build",
+            "repro bench vector_add -p n=1024",
+        ] {
+            let a = argv(line);
+            let whole = Cli::try_parse_from(&a).map(|c| format!("{c:?}"));
+            let lean = lean::matches(&a)
+                .and_then(|m| Cli::from_arg_matches(&m).ok())
+                .map(|c| format!("{c:?}"));
+            match whole {
+                Ok(w) => assert_eq!(lean.as_deref(), Some(w.as_str()), "{line}"),
+                Err(_) => assert!(lean.is_none(), "{line}"),
+            }
+        }
+        for line in [
+            "repro build --help",
+            "repro --version",
+            "repro build --version",
+            "repro help build",
+            "repro biuld vector_add",
+            "repro gpu-job",
+            "repro completions bash",
+            "repro build --no-such-flag",
+        ] {
+            assert!(lean::matches(&argv(line)).is_none(), "{line}");
+        }
     }
 }
