@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository};
 
 use super::repo::GitError;
 
@@ -79,18 +79,30 @@ impl<'r> CommitFiles<'r> {
     }
 
     /// Every file in the tree with its blob id and mode, from one walk (no blob is read).
+    /// A name that is not UTF-8 is given with U+FFFD in place of its bad bytes (libgit2's
+    /// own walk stopped at the first such directory, leaving the rest of the tree out).
     pub fn all_entries(&self) -> Vec<Entry> {
-        let mut out = Vec::new();
-        let _ = self.tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-            if entry.kind() == Some(ObjectType::Blob) {
-                out.push(Entry {
-                    path: format!("{dir}{}", entry.name().unwrap_or_default()),
-                    id: entry.id(),
-                    mode: entry.filemode(),
-                });
+        fn walk(repo: &Repository, tree: &git2::Tree, dir: &str, out: &mut Vec<Entry>) {
+            for entry in tree.iter() {
+                let name = String::from_utf8_lossy(entry.name_bytes());
+                let path = format!("{dir}{name}");
+                match entry.kind() {
+                    Some(ObjectType::Blob) => out.push(Entry {
+                        path,
+                        id: entry.id(),
+                        mode: entry.filemode(),
+                    }),
+                    Some(ObjectType::Tree) => {
+                        if let Ok(sub) = repo.find_tree(entry.id()) {
+                            walk(repo, &sub, &format!("{path}/"), out);
+                        }
+                    }
+                    _ => {}
+                }
             }
-            TreeWalkResult::Ok
-        });
+        }
+        let mut out = Vec::new();
+        walk(self.repo, &self.tree, "", &mut out);
         out
     }
 

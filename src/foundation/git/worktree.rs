@@ -1561,4 +1561,40 @@ mod tests {
             "1evil"
         );
     }
+
+    /// A tree whose names are not all UTF-8 is listed whole (libgit2's walk stopped at such
+    /// a directory, and a whole-tree step then saw an empty tree), the bad bytes as U+FFFD.
+    #[test]
+    fn every_file_is_listed_when_a_name_is_not_utf8() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(d.path().join("r.git")).unwrap();
+        let mut index = git2::Index::new().unwrap();
+        for p in [&b"a/x"[..], b"d\xfe/f", b"n\xff", b"z"] {
+            let id = repo.blob(b"t").unwrap();
+            index
+                .add(&git2::IndexEntry {
+                    ctime: git2::IndexTime::new(0, 0),
+                    mtime: git2::IndexTime::new(0, 0),
+                    dev: 0,
+                    ino: 0,
+                    mode: 0o100644,
+                    uid: 0,
+                    gid: 0,
+                    file_size: 1,
+                    id,
+                    flags: (p.len() as u16) & 0xfff,
+                    flags_extended: 0,
+                    path: p.to_vec(),
+                })
+                .unwrap();
+        }
+        let tree = index.write_tree_to(&repo).unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let c = repo.commit(None, &sig, &sig, "c", &tree, &[]).unwrap();
+        let files = CommitFiles::new(&repo, c).unwrap();
+        assert_eq!(files.paths(), ["a/x", "d\u{fffd}/f", "n\u{fffd}", "z"]);
+        let out = tempfile::tempdir().unwrap();
+        assert_eq!(files.materialize(out.path()).unwrap(), 4);
+    }
 }
