@@ -261,7 +261,8 @@ pub fn run_step(_g: &Globals, a: StepArgs) -> anyhow::Result<u8> {
     );
     let bench = matches!(plan.question, Question::Bench(_));
     let executor = crate::engines::bisect::local::LocalExecutor::new(&repo, store, &plan, newest)
-        .with_salt(bench.then(|| place.clone()));
+        .with_salt(bench.then(|| place.clone()))
+        .one_step();
     let events = |e: run::Event<'_>| {
         if let run::Event::Status(m) = e {
             say!("bisect-step: {m}");

@@ -49,6 +49,8 @@ struct Shared {
     /// Commits whose speculative build runs now: a step of one of them waits for it (and
     /// then finds the build in the store) instead of building it a second time at once.
     prefetching: (Mutex<std::collections::BTreeSet<Oid>>, std::sync::Condvar),
+    /// One step only (a cluster job): worktrees are not watched for a next step.
+    one_step: bool,
 }
 
 impl Shared {
@@ -328,10 +330,11 @@ impl<'a> Ctx<'a> {
             } else {
                 None
             };
-            *guard = Some(match kept {
+            let wt = match kept {
                 Some(wt) => wt,
                 None => Worktree::new(self.store.scratch_dir("bisecttree").map_err(io)?),
-            });
+            };
+            *guard = Some(if shared.one_step { wt.unwatched() } else { wt });
         }
         let wt = guard.as_mut().expect("just made");
         if self.plan.paths.is_empty() {
@@ -1302,10 +1305,19 @@ impl LocalExecutor {
                 newest,
                 gpu: OnceLock::new(),
                 prefetching: Default::default(),
+                one_step: false,
             },
             baselines: Mutex::new(BTreeMap::new()),
             salt: None,
         }
+    }
+
+    /// An executor that evaluates one step and ends (a cluster job's): its worktree is not
+    /// watched for a next step that never comes (watching a 20,000-file tree costs tens of
+    /// milliseconds).
+    pub fn one_step(mut self) -> Self {
+        self.shared.one_step = true;
+        self
     }
 
     /// Bench samples taken by this executor are keyed by `salt` (a cluster job's place),

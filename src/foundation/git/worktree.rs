@@ -357,6 +357,14 @@ impl Worktree {
         }
     }
 
+    /// The same worktree, never watched: for a single update, whose next one is in another
+    /// process (a cluster job's step).
+    pub fn unwatched(mut self) -> Self {
+        self.watching = false;
+        self.watch = None;
+        self
+    }
+
     /// Its directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
