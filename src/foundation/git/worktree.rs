@@ -1039,6 +1039,24 @@ impl CommitFiles<'_> {
 mod tests {
     use super::*;
 
+    /// An index entry for a blob at `path` (bytes: any name git allows).
+    fn index_entry(path: &[u8], id: Oid, mode: u32, size: usize) -> git2::IndexEntry {
+        git2::IndexEntry {
+            ctime: git2::IndexTime::new(0, 0),
+            mtime: git2::IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode,
+            uid: 0,
+            gid: 0,
+            file_size: size as u32,
+            id,
+            flags: (path.len() as u16) & 0xfff,
+            flags_extended: 0,
+            path: path.to_vec(),
+        }
+    }
+
     fn commit(repo: &Repository, files: &[(&str, &str)], parent: Option<Oid>) -> Oid {
         let mut tb = repo.treebuilder(None).unwrap();
         // Nested paths need subtrees: build them with an index instead.
@@ -1046,22 +1064,9 @@ mod tests {
         let mut index = git2::Index::new().unwrap();
         for (p, text) in files {
             let id = repo.blob(text.as_bytes()).unwrap();
-            let mut entry = git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode: 0o100644,
-                uid: 0,
-                gid: 0,
-                file_size: text.len() as u32,
-                id,
-                flags: 0,
-                flags_extended: 0,
-                path: p.as_bytes().to_vec(),
-            };
-            entry.flags = (p.len() as u16) & 0xfff;
-            index.add(&entry).unwrap();
+            index
+                .add(&index_entry(p.as_bytes(), id, 0o100644, text.len()))
+                .unwrap();
         }
         let tree = index.write_tree_to(repo).unwrap();
         let tree = repo.find_tree(tree).unwrap();
@@ -1254,6 +1259,13 @@ mod tests {
         out
     }
 
+    /// What `on_disk` gives for a fresh directory holding the commit's files.
+    fn committed(f: &CommitFiles) -> Vec<(String, String, bool)> {
+        let d = tempfile::tempdir().unwrap();
+        f.materialize(d.path()).unwrap();
+        on_disk(d.path())
+    }
+
     fn append(path: &Path, bytes: &[u8]) {
         use std::io::Write as _;
         let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
@@ -1350,12 +1362,7 @@ mod tests {
         let mut none = |_: &[Entry]| -> Result<(), CheckoutError> { Ok(()) };
         let fa = CommitFiles::new(&repo, a).unwrap();
         let fb = CommitFiles::new(&repo, b).unwrap();
-        let want = |f: &CommitFiles| {
-            let d = tempfile::tempdir().unwrap();
-            f.materialize(d.path()).unwrap();
-            on_disk(d.path())
-        };
-        let (want_a, want_b) = (want(&fa), want(&fb));
+        let (want_a, want_b) = (committed(&fa), committed(&fb));
         for watching in [true, false] {
             for (name, act) in &acts {
                 for (next, want_next) in [(&fb, &want_b), (&fa, &want_a)] {
@@ -1466,22 +1473,10 @@ mod tests {
             for p in &chosen {
                 let text = ["one", "two", "three"][(next() % 3) as usize];
                 let mode = [0o100644, 0o100755, 0o120000][(next() % 3) as usize];
-                let mut entry = git2::IndexEntry {
-                    ctime: git2::IndexTime::new(0, 0),
-                    mtime: git2::IndexTime::new(0, 0),
-                    dev: 0,
-                    ino: 0,
-                    mode,
-                    uid: 0,
-                    gid: 0,
-                    file_size: text.len() as u32,
-                    id: repo.blob(text.as_bytes()).unwrap(),
-                    flags: (p.len() as u16) & 0xfff,
-                    flags_extended: 0,
-                    path: p.as_bytes().to_vec(),
-                };
-                entry.flags = (p.len() as u16) & 0xfff;
-                index.add(&entry).unwrap();
+                let id = repo.blob(text.as_bytes()).unwrap();
+                index
+                    .add(&index_entry(p.as_bytes(), id, mode, text.len()))
+                    .unwrap();
             }
             index.write_tree_to(&repo).unwrap()
         };
@@ -1518,12 +1513,7 @@ mod tests {
         let mut none = |_: &[Entry]| -> Result<(), CheckoutError> { Ok(()) };
         let fa = CommitFiles::new(&repo, a).unwrap();
         let fb = CommitFiles::new(&repo, b).unwrap();
-        let want = |f: &CommitFiles| {
-            let d = tempfile::tempdir().unwrap();
-            f.materialize(d.path()).unwrap();
-            on_disk(d.path())
-        };
-        let (want_a, want_b) = (want(&fa), want(&fb));
+        let (want_a, want_b) = (committed(&fa), committed(&fb));
         let outside = tempfile::tempdir().unwrap();
         let mut wt = Worktree::new(crate::foundation::scratch::Scratch::unleased(
             tempfile::tempdir().unwrap(),
@@ -1579,22 +1569,7 @@ mod tests {
         let mut index = git2::Index::new().unwrap();
         for p in [&b"a/x"[..], b"d\xfe/f", b"n\xff", b"z"] {
             let id = repo.blob(b"t").unwrap();
-            index
-                .add(&git2::IndexEntry {
-                    ctime: git2::IndexTime::new(0, 0),
-                    mtime: git2::IndexTime::new(0, 0),
-                    dev: 0,
-                    ino: 0,
-                    mode: 0o100644,
-                    uid: 0,
-                    gid: 0,
-                    file_size: 1,
-                    id,
-                    flags: (p.len() as u16) & 0xfff,
-                    flags_extended: 0,
-                    path: p.to_vec(),
-                })
-                .unwrap();
+            index.add(&index_entry(p, id, 0o100644, 1)).unwrap();
         }
         let tree = index.write_tree_to(&repo).unwrap();
         let tree = repo.find_tree(tree).unwrap();
