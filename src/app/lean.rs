@@ -16,10 +16,13 @@ use super::context::GlobalArgs;
 /// The command line's matches, when the named command's tree alone parses it (`Cli` reads
 /// them as it reads the whole tree's).
 pub fn matches(argv: &[OsString]) -> Option<clap::ArgMatches> {
-    let name = command_name(argv)?;
+    let root = root();
+    let name = command_name(argv, &root)?;
     let sub = command(name)?;
-    let root = root().subcommand(sub).subcommand_required(true);
-    root.try_get_matches_from(argv).ok()
+    root.subcommand(sub)
+        .subcommand_required(true)
+        .try_get_matches_from(argv)
+        .ok()
 }
 
 /// The top of the tree: the global options, and `--version` as `Cli` gives every command.
@@ -31,9 +34,8 @@ pub(super) fn root() -> clap::Command {
 
 /// The command a command line names: its first word that is neither a global option nor
 /// a global option's value. None where that is not certain (`--`, an option only a command
-/// takes, an option without its value).
-fn command_name(argv: &[OsString]) -> Option<&str> {
-    let globals = GlobalArgs::augment_args(clap::Command::new("repro"));
+/// takes, an option without its value). `globals`: the top of the tree, whose options are the global ones.
+fn command_name<'a>(argv: &'a [OsString], globals: &clap::Command) -> Option<&'a str> {
     let takes_value = |a: &clap::Arg| a.get_action().takes_values();
     let mut words = argv.iter().skip(1);
     while let Some(word) = words.next() {
@@ -130,7 +132,7 @@ mod tests {
             ("repro", None),
         ];
         for (line, want) in cases {
-            assert_eq!(command_name(&argv(line)), want, "{line}");
+            assert_eq!(command_name(&argv(line), &root()), want, "{line}");
         }
     }
 }

@@ -96,11 +96,7 @@ fn write_entry(
     {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    match std::fs::symlink_metadata(&target) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&target).map_err(io)?,
-        Ok(_) => std::fs::remove_file(&target).map_err(io)?,
-        Err(_) => {}
-    }
+    remove_path(&target).map_err(io)?;
     if e.mode == 0o120000 {
         let link = String::from_utf8_lossy(blob.content()).into_owned();
         std::os::unix::fs::symlink(link, &target).map_err(io)?;
