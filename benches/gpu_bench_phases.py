@@ -4,7 +4,8 @@
 1. Wall time of `repro bench vector_add` at one sweep point (n = 64M and n = 1M floats), in
    separate invocations, against the kernel's own timed runs (the sum of its samples times
    the launches per sample): goal 1 is at most 1 s beyond them. For a binary that reports
-   them (`--json` results carry `phases`), the phase table of its last invocation.
+   them (`--json` results carry `phases`), the phase table of its last invocation. Then the
+   recipe's whole sweep (both points in one invocation), the binaries in turn.
 2. A small kernel (vector_add over 1M floats, about 7.6 us on an H200): the median of N
    separate invocations per mode (cold, graph), their coefficient of variation (goal 3:
    at most 0.2%), the launches per sample, the empty-graph cost subtracted, and the
@@ -27,7 +28,8 @@ With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inp
 check on the CPU, through its pinned staging buffers).
 
 Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
-       [--small-runs N] [--investigate] [--cpu-path]
+       [--small-runs N] [--investigate] [--cpu-path] [--gap SECONDS] [--placements 8,16]
+       [--graph-us 5000,20000]
 Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
 from the machine's CUDA), with its own store.
 """
@@ -59,10 +61,18 @@ def project(base):
     return root
 
 
+# Each binary's own cache directory (XDG_CACHE_HOME, set in main): binaries used in turn
+# would otherwise share per-boot cache files (device facts, roofline peaks) whose key names
+# the binary, as two versions of repro on one machine do; each is timed as a user of that
+# one binary runs it.
+CACHES = {}
+
+
 def bench(repro, root, store, *args, env=None):
     t = time.perf_counter()
+    own = {"XDG_CACHE_HOME": CACHES[repro]} if repro in CACHES else {}
     r = subprocess.run([repro, "-C", root, "--store", store, "bench", "vector_add", "--json", *args],
-                       capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+                       capture_output=True, text=True, env=dict(os.environ, **own, **(env or {})))
     wall = time.perf_counter() - t
     try:
         out = json.loads(r.stdout)
@@ -75,8 +85,9 @@ def kernel_s(res):
     return sum(res.get("samples") or []) * (res.get("launches-per-sample") or 1) / 1e6
 
 
-def table1(binaries, base, runs, cpu_path):
-    print("\n1. one sweep point of vector_add: wall time against the kernel's own timed runs")
+def table1(binaries, base, runs, cpu_path, gap):
+    print("\n1. one sweep point of vector_add: wall time against the kernel's own timed runs"
+          + (f", {gap:g} s idle before each invocation" if gap else ", invocations back to back"))
     print(f"{'binary':8} {'n':>9} {'run':>3} {'verdict':7} {'samples':>7} {'wall s':>7} {'kernel s':>8} {'beyond s':>8}")
     summary = {}
     variants = [(label, repro, {}) for label, repro in binaries]
@@ -90,6 +101,7 @@ def table1(binaries, base, runs, cpu_path):
             beyond = []
             last = None
             for run in range(runs):
+                time.sleep(gap)
                 wall, out = bench(repro, root, store, "--param", f"n={n}", env=env)
                 res = out["results"][0]
                 k = kernel_s(res)
@@ -105,6 +117,19 @@ def table1(binaries, base, runs, cpu_path):
     print("\nmedian time beyond the kernel's timed runs (goal: <= 1 s)")
     for (label, n), v in summary.items():
         print(f"  {label:8} n={n:<9} {v:6.2f} s")
+    # The recipe's whole sweep (both points in one invocation), the binaries taken in turn
+    # run by run so that a drift of the machine touches each alike.
+    walls = {label: [] for label, _, _ in variants}
+    for _ in range(runs):
+        for label, repro, env in variants:
+            root = os.path.join(base, label, "proj")
+            store = os.path.join(base, label, "store")
+            time.sleep(gap)
+            wall, _ = bench(repro, root, store, env=env)
+            walls[label].append(wall)
+    print(f"\nthe whole sweep (n = 1M and 64M in one `repro bench vector_add`), {runs} runs")
+    for label, xs in walls.items():
+        print(f"  {label:8} median {statistics.median(xs):6.2f} s  (" + " ".join(f"{x:.2f}" for x in xs) + ")")
 
 
 def table2(binaries, base, runs):
@@ -176,20 +201,21 @@ def table3(binaries, base, runs):
             f"{d.get('throttle-reasons-after')}/{d.get('memory-clock-after')}" for d in lines))
 
 
-def table4(binaries, base, runs, counts):
+def table4(binaries, base, runs, counts, var="REPRO_TIMING_PLACEMENTS", title="placements"):
     """Graph mode's CV of medians by the number of buffer placements it chooses the fastest
-    of (REPRO_TIMING_PLACEMENTS), the variants interleaved invocation by invocation."""
+    of (REPRO_TIMING_PLACEMENTS), or by another of the runner's settings (`var`), the
+    variants interleaved invocation by invocation."""
     label, repro = binaries[-1]
     root = os.path.join(base, label, "proj")
     store = os.path.join(base, label, "store")
-    print(f"\n4. graph mode by placements ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
+    print(f"\n4. graph mode by {title} ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
     meds = {c: [] for c in counts}
     for _ in range(runs):
         for c in counts:
             _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph",
-                           env={"REPRO_TIMING_PLACEMENTS": str(c)})
+                           env={var: str(c)})
             meds[c].append(out["results"][0]["summary"]["median"])
-    print(f"{'placements':10} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7}")
+    print(f"{title:10} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7}")
     for c, xs in meds.items():
         cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
         print(f"{c:10} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}%", flush=True)
@@ -203,22 +229,32 @@ def main():
     ap.add_argument("--investigate", action="store_true")
     ap.add_argument("--cpu-path", action="store_true")
     ap.add_argument("--skip-table1", action="store_true")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="seconds of idle before each invocation of table 1 (0: back to back, where "
+                         "an invocation's start can overlap the end of the one before)")
     ap.add_argument("--placements", default="",
                     help="comma-separated placement counts: table 4 (graph mode's CV by placements)")
+    ap.add_argument("--graph-us", default="",
+                    help="comma-separated graph sample lengths in us: table 4 by REPRO_TIMING_GRAPH_US")
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
+    for label, repro in binaries:
+        CACHES.setdefault(repro, os.path.join(base, "cache-" + label))
     try:
         if a.skip_table1:
             for label, _ in binaries:
                 project(os.path.join(base, label))
         else:
-            table1(binaries, base, a.runs, a.cpu_path)
+            table1(binaries, base, a.runs, a.cpu_path, a.gap)
         table2(binaries, base, a.small_runs)
         if a.investigate:
             table3(binaries, base, a.small_runs)
         if a.placements:
             table4(binaries, base, a.small_runs, [int(c) for c in a.placements.split(",")])
+        if a.graph_us:
+            table4(binaries, base, a.small_runs, [int(c) for c in a.graph_us.split(",")],
+                   var="REPRO_TIMING_GRAPH_US", title="sample us")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -167,6 +167,16 @@ pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
 /// Runs `repro bench`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let started = Instant::now();
+    // A recipe's points run in one reused GPU worker (one process start, one driver start,
+    // one context for them all), started first, so that the driver starts while the
+    // fingerprint is taken and the kernel builds. A job that fails ends its worker, and the
+    // next point starts a fresh one; a worker that was not needed is ended unused.
+    let exec = bench::WorkerExecutor::current()
+        .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
+    if a.command.is_none() && crate::engines::fingerprint::cuda::driver_present() {
+        let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        exec.prestart(bench::only_device(parent.as_deref(), a.device).as_deref());
+    }
     let root = g.project_root();
     g.config()?;
     let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
@@ -181,7 +191,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     };
     let results = match &a.command {
         Some(cmd) => command_bench(g, &a, cmd, &fp, &store)?,
-        None => recipe_bench(g, &a, &root, &fp, &store, &mut timed)?,
+        None => recipe_bench(g, &a, &root, &fp, &store, &exec, &mut timed)?,
     };
     let rows: Vec<export::Row> = results
         .iter()
@@ -433,6 +443,7 @@ fn recipe_bench(
     root: &std::path::Path,
     fp: &fingerprint::Fingerprint,
     store: &crate::foundation::store::Store,
+    exec: &bench::WorkerExecutor,
     timed: &mut Timed,
 ) -> anyhow::Result<Vec<(String, ResultRecord)>> {
     let mut laps = Instant::now();
@@ -475,8 +486,6 @@ fn recipe_bench(
         check_only: a.check_only,
         peaks: peaks.as_ref(),
     };
-    let exec = bench::ProcessExecutor::current()
-        .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
     let mut out = Vec::new();
     // A sweep's points each take seconds on the GPU: a bar with an ETA on a terminal.
     let bar = crate::foundation::output::progress(g.quiet || g.json, points.len() as u64, "points");
@@ -486,7 +495,7 @@ fn recipe_bench(
             r.name,
             crate::foundation::records::params_text(&bench::params_json(&p.params))
         ));
-        let ran = bench::bench_job(&exec, &p.job, a.timeout)
+        let ran = bench::bench_job(exec, &p.job, a.timeout)
             .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
         let rec = bench::recipe_record(&ctx, &p, &ran);
         let t = Instant::now();
@@ -687,6 +696,10 @@ pub struct GpuJobArgs {
     /// (the reused worker of a bisection); exits after a job whose report holds an error.
     #[arg(long)]
     serve: bool,
+    /// With `--serve`: create this device's context before the first job arrives, so that
+    /// the driver's start overlaps whatever the parent does before it sends one.
+    #[arg(long, requires = "serve", value_name = "ORDINAL")]
+    warm: Option<usize>,
 }
 
 /// Runs one GPU job read from stdin and prints its report (the child of `repro bench`),
@@ -694,7 +707,7 @@ pub struct GpuJobArgs {
 pub fn gpu_job(_g: &Globals, a: GpuJobArgs) -> anyhow::Result<u8> {
     if a.serve {
         need_driver()?;
-        return serve_gpu_jobs();
+        return serve_gpu_jobs(a.warm);
     }
     let mut input = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
@@ -739,7 +752,7 @@ const JOB_LINE_LIMIT: u64 = 16 << 20;
 /// module and buffers go with the job. After a job whose report holds an error the context
 /// may be broken (a trap makes it unusable), so the worker ends and its parent starts a
 /// new one for the next job.
-fn serve_gpu_jobs() -> anyhow::Result<u8> {
+fn serve_gpu_jobs(warm: Option<usize>) -> anyhow::Result<u8> {
     use std::io::{BufRead, Read, Write};
     let mut stdin = std::io::stdin().lock();
     // The answers go to a private copy of stdout, and stdout itself becomes stderr: a
@@ -757,7 +770,10 @@ fn serve_gpu_jobs() -> anyhow::Result<u8> {
         }
         <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
     };
-    let mut kept: Option<(usize, std::sync::Arc<cudarc::driver::CudaContext>)> = None;
+    // A device that cannot be opened now fails the first job that asks for it, with the
+    // job's own report.
+    let mut kept: Option<(usize, std::sync::Arc<cudarc::driver::CudaContext>)> =
+        warm.and_then(|d| cudarc::driver::CudaContext::new(d).ok().map(|c| (d, c)));
     loop {
         let mut line = Vec::new();
         (&mut stdin)

@@ -371,43 +371,25 @@ pub fn calibrate(
     })
 }
 
-/// The cache of calibrations: every device's, under the device cache's key.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-struct Cache {
-    schema: u32,
-    key: String,
-    /// By device UUID.
-    devices: BTreeMap<String, Calibration>,
-}
-
 fn cache_path() -> Option<PathBuf> {
     Some(crate::foundation::fsutil::cache_dir()?.join("gpu-peaks.json"))
 }
 
-fn read_cache(key: &str) -> Cache {
-    let fresh = || Cache {
-        schema: 1,
-        key: key.to_string(),
-        devices: BTreeMap::new(),
-    };
-    let Some(path) = cache_path() else {
-        return fresh();
-    };
-    // A cache is this user's own file, but it is still read with a bound and checked.
-    match crate::foundation::fsutil::read_bounded(&path, 1 << 20)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
-    {
-        Some(c) if c.schema == 1 && c.key == key => c,
-        _ => fresh(),
-    }
+/// The calibration cache's schema (`fsutil`'s keyed cache: the devices' calibrations by
+/// UUID under each device cache key; schema 1 held one key).
+const CACHE_SCHEMA: u32 = 2;
+
+/// Every device's calibration cached under `key`, by UUID.
+fn read_cache(key: &str) -> BTreeMap<String, Calibration> {
+    cache_path()
+        .and_then(|p| crate::foundation::fsutil::read_keyed(&p, CACHE_SCHEMA, key))
+        .unwrap_or_default()
 }
 
 /// The cached calibration of a device (by UUID) for this boot and driver, if any.
 pub fn cached(uuid: &str) -> Option<Calibration> {
     let key = crate::engines::fingerprint::cuda::device_cache_key()?;
-    read_cache(&key).devices.get(uuid).cloned()
+    read_cache(&key).remove(uuid)
 }
 
 /// Keeps a calibration for this boot and driver. A cache that cannot be written only costs
@@ -419,11 +401,9 @@ pub fn remember(c: &Calibration) {
     ) else {
         return;
     };
-    let mut cache = read_cache(&key);
-    cache.devices.insert(c.uuid.clone(), c.clone());
-    if let Ok(text) = serde_json::to_vec_pretty(&cache) {
-        let _ = crate::foundation::fsutil::write_atomic(&path, &text, true);
-    }
+    let mut devices = read_cache(&key);
+    devices.insert(c.uuid.clone(), c.clone());
+    crate::foundation::fsutil::write_keyed(&path, CACHE_SCHEMA, &key, devices);
 }
 
 /// The device's calibration: cached, or measured now and cached.

@@ -143,6 +143,77 @@ pub fn cache_dir() -> Option<PathBuf> {
     Some(base.join("repro"))
 }
 
+/// A cache file of values each valid under a key (a boot, a driver, a binary), the most
+/// recently written first. Several keys are kept, so that two repro binaries used in turn,
+/// or terminals that see other GPUs, do not evict each other at every run.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyedFile<T> {
+    entries: Vec<KeyedEntry<T>>,
+    schema: u32,
+}
+
+/// One key's value.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyedEntry<T> {
+    key: String,
+    value: T,
+}
+
+/// The most keys a keyed cache file keeps.
+pub const KEYED_CACHE_KEYS: usize = 4;
+
+/// The largest keyed cache file read back.
+const KEYED_CACHE_BYTES: u64 = 1 << 20;
+
+/// A keyed cache file's entries: none if it is missing, not a regular file, too large,
+/// unreadable or of another schema (a cache is this user's own file, but it is still read
+/// with a bound and checked).
+fn keyed_entries<T: serde::de::DeserializeOwned>(path: &Path, schema: u32) -> Vec<KeyedEntry<T>> {
+    read_regular(path, KEYED_CACHE_BYTES)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<KeyedFile<T>>(&b).ok())
+        .filter(|f| f.schema == schema)
+        .map(|f| f.entries)
+        .unwrap_or_default()
+}
+
+/// The value cached under `key` in the keyed cache file `path` of `schema`, if any.
+pub fn read_keyed<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    schema: u32,
+    key: &str,
+) -> Option<T> {
+    keyed_entries(path, schema)
+        .into_iter()
+        .find(|e| e.key == key)
+        .map(|e| e.value)
+}
+
+/// Writes `value` under `key`, first, keeping the [`KEYED_CACHE_KEYS`] most recent keys in
+/// all. A cache that cannot be written only costs a later run the work again.
+pub fn write_keyed<T: serde::Serialize + serde::de::DeserializeOwned>(
+    path: &Path,
+    schema: u32,
+    key: &str,
+    value: T,
+) {
+    let mut entries = vec![KeyedEntry {
+        key: key.to_string(),
+        value,
+    }];
+    entries.extend(
+        keyed_entries::<T>(path, schema)
+            .into_iter()
+            .filter(|e| e.key != key),
+    );
+    entries.truncate(KEYED_CACHE_KEYS);
+    if let Ok(bytes) = serde_json::to_vec(&KeyedFile { entries, schema }) {
+        let _ = write_atomic(path, &bytes, true);
+    }
+}
+
 /// Writes `bytes` to `path` atomically, creating parent directories.
 /// With `overwrite` false, an existing file is left alone and reported.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), WriteError> {
@@ -379,6 +450,47 @@ mod tests {
                 .file_type()
                 .is_symlink()
         );
+    }
+
+    /// A keyed cache keeps the most recent keys, newest first, each with its own value, and
+    /// reads nothing from a file of another schema, a broken one or a FIFO planted there.
+    #[test]
+    fn a_keyed_cache_keeps_several_keys_and_reads_only_its_own_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        assert_eq!(read_keyed::<u32>(&path, 1, "a"), None);
+        // Two binaries used in turn: each finds its own value every time.
+        for round in 0..3u32 {
+            write_keyed(&path, 1, "a", round);
+            write_keyed(&path, 1, "b", 100 + round);
+            assert_eq!(read_keyed::<u32>(&path, 1, "a"), Some(round));
+            assert_eq!(read_keyed::<u32>(&path, 1, "b"), Some(100 + round));
+        }
+        for k in ["c", "d", "e"] {
+            write_keyed(&path, 1, k, 7u32);
+        }
+        // Five keys written: the oldest ("a") is gone, the newest four stay.
+        assert_eq!(read_keyed::<u32>(&path, 1, "a"), None);
+        for k in ["b", "c", "d", "e"] {
+            assert!(read_keyed::<u32>(&path, 1, k).is_some(), "{k}");
+        }
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(file["entries"][0]["key"], "e");
+        assert_eq!(file["entries"].as_array().unwrap().len(), KEYED_CACHE_KEYS);
+        // Another schema, another type, or no JSON at all: a miss, and the next write
+        // replaces it.
+        assert_eq!(read_keyed::<u32>(&path, 2, "e"), None);
+        assert_eq!(read_keyed::<String>(&path, 1, "e"), None);
+        std::fs::write(&path, "{ not json").unwrap();
+        assert_eq!(read_keyed::<u32>(&path, 1, "e"), None);
+        write_keyed(&path, 1, "e", 8u32);
+        assert_eq!(read_keyed::<u32>(&path, 1, "e"), Some(8));
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a plain mkfifo on a path of our own temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_keyed::<u32>(&path, 1, "e"), None);
     }
 
     #[test]

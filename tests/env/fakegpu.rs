@@ -647,7 +647,7 @@ fn env_check_reads_device_attributes_from_the_per_boot_cache() {
     assert!(calls(&log).contains(&"cuInit".to_string()));
     let cached: Value = serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
     assert_eq!(
-        cached["entries"][0]["fields"]["gpu.devices.0.name"],
+        cached["entries"][0]["value"]["gpu.devices.0.name"],
         "NVIDIA Fake GPU"
     );
     let key = cached["entries"][0]["key"].as_str().unwrap();

@@ -148,6 +148,20 @@ impl WorkerExecutor {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Starts the worker for `visible` now, if none is live, so that its process and its
+    /// driver start while the caller does other work (a build, say); the first job then
+    /// finds it ready. A worker that cannot start is not an error here: the first job
+    /// tries again and reports why.
+    pub fn prestart(&self, visible: Option<&str>) {
+        let slot = self.slot(visible);
+        let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if held.is_none()
+            && let Ok(server) = self.spawn(visible)
+        {
+            *held = Some((server, 0));
+        }
+    }
+
     fn slot(&self, visible: Option<&str>) -> WorkerSlot {
         let mut all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         all.entry(visible.map(str::to_string)).or_default().clone()
@@ -164,7 +178,9 @@ impl WorkerExecutor {
             .arg("--serve")
             .keep_tail(crate::foundation::process::STEP_KEEP);
         if let Some(v) = visible {
-            cmd = cmd.env("CUDA_VISIBLE_DEVICES", v);
+            // The child sees one device, its ordinal 0: its context is made at once, while
+            // the parent builds, resolves and writes the first job.
+            cmd = cmd.env("CUDA_VISIBLE_DEVICES", v).arg("--warm").arg("0");
         }
         let server = cmd.serve()?;
         self.started

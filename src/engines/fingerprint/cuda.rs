@@ -273,46 +273,16 @@ fn cache_path_named(name: &str) -> Option<std::path::PathBuf> {
     Some(fsutil::cache_dir()?.join(name))
 }
 
-/// A per-boot cache file: the fields a probe answered, each set under the key it is valid
-/// for, the most recently written first. Several keys are kept (two repro binaries used in
-/// turn, terminals that see other GPUs) so that they do not evict each other at every run.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CacheFile {
-    entries: Vec<CacheEntry>,
-    schema: u32,
-}
-
-/// One key's fields.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CacheEntry {
-    fields: std::collections::BTreeMap<String, String>,
-    key: String,
-}
-
-/// The largest cache file read back.
-const MAX_CACHE_BYTES: u64 = 1 << 20;
-
-/// The most keys a cache file keeps.
-const MAX_CACHE_KEYS: usize = 4;
-
-/// The cache file's entries (none if it is missing, unreadable or of another schema).
-fn read_entries(path: &std::path::Path) -> Vec<CacheEntry> {
-    fsutil::read_regular(path, MAX_CACHE_BYTES)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<CacheFile>(&b).ok())
-        .filter(|f| f.schema == 2)
-        .map(|f| f.entries)
-        .unwrap_or_default()
-}
+/// The per-boot cache files' schema (`fsutil`'s keyed cache of field sets; 3 since the
+/// container became the one all caches share, 2 was the same shape with `fields`).
+const CACHE_SCHEMA: u32 = 3;
 
 /// Reads cached fields if they were written under `key`.
 pub fn read_cache(path: &std::path::Path, key: &str) -> Option<Fields> {
-    let entry = read_entries(path).into_iter().find(|e| e.key == key)?;
+    let fields: std::collections::BTreeMap<String, String> =
+        fsutil::read_keyed(path, CACHE_SCHEMA, key)?;
     Some(
-        entry
-            .fields
+        fields
             .into_iter()
             .map(|(k, v)| (k, Field::Value(v)))
             .collect(),
@@ -326,17 +296,8 @@ pub fn write_cache(path: &std::path::Path, key: &str, fields: &Fields) {
         .iter()
         .map(|(k, f)| Some((k.clone(), f.value()?.to_string())))
         .collect();
-    let Some(fields) = values else { return };
-    let mut entries = vec![CacheEntry {
-        fields,
-        key: key.to_string(),
-    }];
-    entries.extend(read_entries(path).into_iter().filter(|e| e.key != key));
-    entries.truncate(MAX_CACHE_KEYS);
-    let file = CacheFile { entries, schema: 2 };
-    if let Ok(bytes) = serde_json::to_vec(&file) {
-        // A cache that cannot be written only costs the next run the probe.
-        let _ = fsutil::write_atomic(path, &bytes, true);
+    if let Some(fields) = values {
+        fsutil::write_keyed(path, CACHE_SCHEMA, key, fields);
     }
 }
 
