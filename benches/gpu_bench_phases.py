@@ -24,12 +24,15 @@
 4. With --placements 8,16,32: graph mode's CV of medians by the number of buffer placements
    it samples the fastest of (REPRO_TIMING_PLACEMENTS), invocations interleaved.
 
+5. With --variants "NAME:K=V,K=V;NAME:...": graph mode's CV of medians under each named set of
+   the runner's settings (an empty set is the defaults), invocations interleaved.
+
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
 
 Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
        [--small-runs N] [--investigate] [--cpu-path] [--gap SECONDS] [--placements 8,16]
-       [--graph-us 5000,20000]
+       [--graph-us 5000,20000] [--variants SPEC]
 Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
 from the machine's CUDA), with its own store.
 """
@@ -221,6 +224,34 @@ def table4(binaries, base, runs, counts, var="REPRO_TIMING_PLACEMENTS", title="p
         print(f"{c:10} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}%", flush=True)
 
 
+def table5(binaries, base, runs, spec):
+    """Graph mode's CV of medians under named sets of the runner's settings, e.g.
+    `fastest16:;round32:REPRO_TIMING_ROUND=1,REPRO_TIMING_PLACEMENTS=32`, interleaved."""
+    label, repro = binaries[-1]
+    root = os.path.join(base, label, "proj")
+    store = os.path.join(base, label, "store")
+    variants = []
+    for part in spec.split(";"):
+        name, _, envs = part.partition(":")
+        env = dict(kv.split("=", 1) for kv in envs.split(",") if kv)
+        variants.append((name, env))
+    print(f"\n5. graph mode under settings ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
+    meds = {name: [] for name, _ in variants}
+    launches = {}
+    for _ in range(runs):
+        for name, env in variants:
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph", env=env)
+            res = out["results"][0]
+            meds[name].append(res["summary"]["median"])
+            launches[name] = res.get("launches-per-sample")
+    print(f"{'variant':14} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7} {'launches':>8}  settings")
+    for name, env in variants:
+        xs = meds[name]
+        cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
+        print(f"{name:14} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}% "
+              f"{launches[name] or '-':>8}  {' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH")
@@ -236,6 +267,8 @@ def main():
                     help="comma-separated placement counts: table 4 (graph mode's CV by placements)")
     ap.add_argument("--graph-us", default="",
                     help="comma-separated graph sample lengths in us: table 4 by REPRO_TIMING_GRAPH_US")
+    ap.add_argument("--variants", default="",
+                    help="NAME:K=V,K=V;NAME:...: table 5, graph mode's CV under each set of settings")
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
@@ -252,6 +285,8 @@ def main():
             table3(binaries, base, a.small_runs)
         if a.placements:
             table4(binaries, base, a.small_runs, [int(c) for c in a.placements.split(",")])
+        if a.variants:
+            table5(binaries, base, a.small_runs, a.variants)
         if a.graph_us:
             table4(binaries, base, a.small_runs, [int(c) for c in a.graph_us.split(",")],
                    var="REPRO_TIMING_GRAPH_US", title="sample us")
