@@ -566,6 +566,55 @@ fn a_bench_bisection_reuses_one_gpu_worker() {
     assert_eq!(unloaded, jobs, "every job's module is unloaded");
 }
 
+/// A recipe bench's sweep runs its points in one GPU worker (started before the fingerprint,
+/// its context made at once): one process uses the driver for three points, each point's
+/// module is loaded and unloaded, and every point is timed and checked. A trapping kernel
+/// ends the worker with its own verdict (`wrong_trapping_and_hanging_kernels_get_verdicts`).
+#[test]
+fn a_recipe_bench_sweep_runs_in_one_gpu_worker() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    let out = gpu
+        .cmd(&vars)
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "bench",
+            "--json",
+            "scale",
+            "--min-time",
+            "30ms",
+            "--warmup",
+            "10ms",
+        ])
+        .args(["--param", "n=1024,2048,4096"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{v}");
+    for (r, n) in results.iter().zip([1024, 2048, 4096]) {
+        assert_eq!(r["verdict"], "ok", "{r}");
+        assert_eq!(r["check"][0]["elements"], n, "{r}");
+        // The first point waited for the worker's start, the later ones for nothing.
+        let phases = r["phases"].as_array().unwrap();
+        assert!(phases.iter().any(|p| p["name"] == "process"), "{r}");
+    }
+    let seen = calls(&log);
+    let processes = seen.iter().filter(|c| *c == "process").count();
+    let jobs = seen.iter().filter(|c| *c == "cuModuleLoadData").count();
+    let unloaded = seen.iter().filter(|c| *c == "cuModuleUnload").count();
+    // The parent's own driver probe (when its per-boot cache misses) and one worker.
+    assert!(processes <= 2, "{processes} processes: {seen:?}");
+    assert!(jobs >= 3, "{jobs} modules loaded");
+    assert_eq!(unloaded, jobs, "every point's module is unloaded");
+}
+
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real
 /// GPU's is): in a reused worker that would make every later commit crash too. The trap is
 /// a verdict for its own commit only; the next job starts in a fresh worker, so the good
