@@ -167,17 +167,23 @@ pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
 /// Runs `repro bench`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let started = Instant::now();
-    // A recipe's points run in one reused GPU worker (one process start, one driver start,
-    // one context for them all), started first, so that the driver starts while the
-    // fingerprint is taken and the kernel builds. A job that fails ends its worker, and the
-    // next point starts a fresh one; a worker that was not needed is ended unused.
+    let root = g.project_root();
+    // A kernel recipe's points (and its roofline calibration) run in one reused GPU worker
+    // (one process start, one driver start, one context for them all), started first, so
+    // that the driver starts while the fingerprint is taken and the kernel builds. A job
+    // that fails ends its worker, and the next point starts a fresh one; a worker that was
+    // not needed (a recipe error, a failed build) is ended unused. Command benches and
+    // Python-call recipes start none: their own processes use the GPU, which may take one
+    // context at a time. A recipe that does not read is read again, and reported, below.
     let exec = bench::WorkerExecutor::current()
         .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
-    if a.command.is_none() && crate::engines::fingerprint::cuda::driver_present() {
+    if a.command.is_none()
+        && bench_recipe(&a, &root).is_ok_and(|r| r.sections.call.is_none())
+        && crate::engines::fingerprint::cuda::driver_present()
+    {
         let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         exec.prestart(bench::only_device(parent.as_deref(), a.device).as_deref());
     }
-    let root = g.project_root();
     g.config()?;
     let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
     let store = g.store();
@@ -475,7 +481,7 @@ fn recipe_bench(
     bench::gpu_ready(fp, a.device)?;
     lap("resolve", timed);
     let s = settings(a);
-    let peaks = roofline_peaks(g, fp, a.device, &points);
+    let peaks = roofline_peaks(g, fp, a.device, &points, exec);
     gpu_helpers(g, fp, a.device);
     let ctx = bench::RecipeBench {
         fp,
@@ -836,6 +842,7 @@ fn roofline_peaks(
     fp: &crate::engines::fingerprint::Fingerprint,
     device: usize,
     points: &[bench::Point],
+    exec: &bench::WorkerExecutor,
 ) -> Option<crate::foundation::roofline::Peaks> {
     if points
         .iter()
@@ -854,7 +861,9 @@ fn roofline_peaks(
     if !g.quiet {
         say!("calibrating device {device} for roofline figures (once per boot)");
     }
-    match crate::engines::roofline::peaks_for(&fp.fields, device, &pins) {
+    // Through the bench's own worker: a second process could not make a context on a GPU
+    // in exclusive-process mode while the worker holds one.
+    match crate::engines::roofline::peaks_for(&fp.fields, device, &pins, exec) {
         Ok(c) => Some(c.peaks),
         Err(e) => {
             say!("warning: no roofline figures: {e}");

@@ -233,14 +233,15 @@ fn timing() -> Timing {
     }
 }
 
-/// Times one calibration kernel through the GPU child; its median in microseconds.
-fn median_us(job: &Job) -> Result<f64, CalibrationError> {
+/// Times one calibration kernel through `exec`'s GPU child (the bench's own worker, which
+/// may hold the device's only context); its median in microseconds.
+fn median_us(exec: &dyn bench::Executor, job: &Job) -> Result<f64, CalibrationError> {
     let failed = |detail: String| CalibrationError::Run {
         kernel: job.kernel.kernel.clone(),
         detail,
     };
-    let report =
-        bench::run_child(job, Duration::from_secs(120)).map_err(|e| failed(e.to_string()))?;
+    let report = bench::run_child_with(exec, job, Duration::from_secs(120))
+        .map_err(|e| failed(e.to_string()))?;
     if let Some(e) = report.error {
         return Err(failed(e.to_string()));
     }
@@ -293,6 +294,7 @@ pub fn calibrate(
     fields: &Fields,
     ordinal: usize,
     pins: &Pins,
+    exec: &dyn bench::Executor,
 ) -> Result<Calibration, CalibrationError> {
     let d = device(fields, ordinal)?;
     let cubin = compile(&d.arch, pins)?;
@@ -321,7 +323,7 @@ pub fn calibrate(
             scalar("n", DType::I64, n4 as f64),
         ],
     );
-    let copy_median_us = median_us(&copy)?;
+    let copy_median_us = median_us(exec, &copy)?;
     let read = job(
         ordinal,
         &module,
@@ -333,7 +335,7 @@ pub fn calibrate(
             scalar("n", DType::I64, n4 as f64),
         ],
     );
-    let read_median_us = median_us(&read)?;
+    let read_median_us = median_us(exec, &read)?;
     let fma_grid = d.sms * FMA_BLOCKS_PER_SM;
     let threads = u64::from(fma_grid) * u64::from(THREADS);
     let fma = job(
@@ -347,7 +349,7 @@ pub fn calibrate(
             scalar("seed", DType::F32, 1.0),
         ],
     );
-    let fma_median_us = median_us(&fma)?;
+    let fma_median_us = median_us(exec, &fma)?;
     let copy_bytes = 2 * bytes_each;
     let fma_flops = 2 * FMA_PER_ITER * FMA_ITERS * threads;
     Ok(Calibration {
@@ -411,12 +413,13 @@ pub fn peaks_for(
     fields: &Fields,
     ordinal: usize,
     pins: &Pins,
+    exec: &dyn bench::Executor,
 ) -> Result<Calibration, CalibrationError> {
     let d = device(fields, ordinal)?;
     if let Some(c) = cached(&d.uuid) {
         return Ok(c);
     }
-    let c = calibrate(fields, ordinal, pins)?;
+    let c = calibrate(fields, ordinal, pins, exec)?;
     remember(&c);
     Ok(c)
 }

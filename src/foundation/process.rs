@@ -752,6 +752,58 @@ fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
 
+    /// A dropped server's child is killed at once and reaped (no zombie, no orphan), without
+    /// the drop waiting for it; `finish` lets a child that exits on its stdin's end do so, and
+    /// kills one that does not within the limit.
+    #[test]
+    fn a_dropped_server_is_killed_and_reaped_and_finish_waits_a_bounded_time() {
+        let gone = |pid: u32| {
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                // A reaped child has no /proc entry; a zombie still has one.
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        };
+        // Ignores its stdin's end: only a kill ends it.
+        let stubborn = r#"trap '' TERM; while :; do read -r l || sleep 0.05; [ -n "$l" ] && echo "got $l"; l=; done"#;
+        let mut s = Cmd::new("sh").arg("-c").arg(stubborn).serve().unwrap();
+        assert_eq!(s.request(b"x", Duration::from_secs(5)).unwrap(), b"got x");
+        let pid = s.child().id();
+        let t = Instant::now();
+        drop(s);
+        assert!(t.elapsed() < Duration::from_millis(500), "the drop waited");
+        assert!(gone(pid), "a dropped server's child is killed and reaped");
+
+        let s = Cmd::new("sh").arg("-c").arg(stubborn).serve().unwrap();
+        let mut s = s;
+        let pid = s.child().id();
+        let t = Instant::now();
+        s.finish(Duration::from_millis(300));
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "finish gave it its time"
+        );
+        assert!(gone(pid), "finish kills what does not exit");
+
+        let mut s = Cmd::new("sh")
+            .arg("-c")
+            .arg("while read -r l; do echo \"got $l\"; done")
+            .serve()
+            .unwrap();
+        let pid = s.child().id();
+        let t = Instant::now();
+        s.finish(Duration::from_secs(5));
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "it exits when its stdin ends"
+        );
+        assert!(gone(pid));
+    }
+
     /// A server answers line by line in one process; a request past its timeout kills it,
     /// and a server that ends without answering says how it ended.
     #[test]
@@ -1005,7 +1057,8 @@ mod tests {
 /// and its process group is registered with the guardian like every other child's.
 pub struct Server {
     argv: String,
-    child: std::process::Child,
+    /// Taken only when the server is dropped (to be reaped on a thread of its own).
+    child: Option<std::process::Child>,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<Vec<u8>>,
     stderr: Arc<Mutex<Capture>>,
@@ -1088,7 +1141,7 @@ impl Cmd {
         });
         Ok(Server {
             argv,
-            child,
+            child: Some(child),
             stdin,
             lines,
             stderr,
@@ -1125,7 +1178,7 @@ impl Server {
             // A line cut off by the end of the stream or by the limit is no answer.
             Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(self.ended()),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                kill_tree(&mut self.child);
+                kill_tree(self.child());
                 Err(ServerEnd::Timeout)
             }
         }
@@ -1133,11 +1186,12 @@ impl Server {
 
     /// The child's end once its stdout closed: waited for (briefly), else killed.
     fn ended(&mut self) -> ServerEnd {
-        let status = match self.child.wait_timeout(DRAIN_LIMIT) {
+        let child = self.child();
+        let status = match child.wait_timeout(DRAIN_LIMIT) {
             Ok(Some(s)) => s,
             _ => {
-                kill_tree(&mut self.child);
-                self.child
+                kill_tree(child);
+                child
                     .try_wait()
                     .ok()
                     .flatten()
@@ -1155,10 +1209,29 @@ impl Server {
         ServerEnd::Ended { status, stderr }
     }
 
+    /// The child (present until the server is dropped).
+    fn child(&mut self) -> &mut std::process::Child {
+        self.child
+            .as_mut()
+            .expect("the child is taken only when the server is dropped")
+    }
+
+    /// Closes the child's stdin (its signal to finish) and waits at most `limit` for it
+    /// to exit, then ends it with its group: for a server replaced by another that will use
+    /// what this one releases as it exits (a GPU worker's context, on a GPU that may allow
+    /// one context at a time).
+    pub fn finish(mut self, limit: Duration) {
+        self.stdin = None;
+        let child = self.child();
+        if !matches!(child.wait_timeout(limit), Ok(Some(_))) {
+            kill_tree(child);
+        }
+    }
+
     /// Whether the child still runs (a server that ended between requests is replaced,
     /// not charged to the next request).
     pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        matches!(self.child().try_wait(), Ok(None))
     }
 
     /// The command line, for messages.
@@ -1171,22 +1244,25 @@ impl Drop for Server {
     /// Ends the child at once, with its group, and reaps it on a thread of its own: every
     /// request it took was answered or timed out, so nothing it would still do is wanted,
     /// and no worker outlives its caller. Its end is not waited for: a GPU worker's exit
-    /// tears down its CUDA context (about 0.1 s), which its caller need not sit through.
+    /// tears down its CUDA context (about 0.1 s), which its caller need not sit through
+    /// (where something follows on the same GPU, [`Server::finish`] waits instead). A child
+    /// already reaped (it ended, or timed out) is neither signalled nor waited for again.
     fn drop(&mut self) {
         self.stdin = None;
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: killpg only sends a signal; the group id is the child's pid (it was
-        // started with process_group(0)); a group already gone gives ESRCH.
-        unsafe {
-            libc::killpg(pid, libc::SIGKILL);
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
         }
-        // The child is not waited for anywhere else once its Server is gone, so this thread
-        // alone reaps it; a process that ends first simply leaves the thread unfinished.
+        // SAFETY: killpg only sends a signal; the group id is the live child's pid (it was
+        // started with process_group(0)).
+        unsafe {
+            libc::killpg(child.id() as libc::pid_t, libc::SIGKILL);
+        }
+        // The standard library's own wait, so the child is reaped once and only here.
         std::thread::spawn(move || {
-            // SAFETY: waits for this one child, which no other code waits for.
-            unsafe {
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
+            let _ = child.wait();
         });
     }
 }

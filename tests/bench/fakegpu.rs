@@ -613,6 +613,28 @@ fn a_recipe_bench_sweep_runs_in_one_gpu_worker() {
     assert!(processes <= 2, "{processes} processes: {seen:?}");
     assert!(jobs >= 3, "{jobs} modules loaded");
     assert_eq!(unloaded, jobs, "every point's module is unloaded");
+
+    // A command bench starts no worker: its command is what uses the GPU (the per-boot
+    // cache is warm now, so nothing of repro's own calls cuInit).
+    std::fs::remove_file(&log).unwrap();
+    let out = gpu
+        .cmd(&vars)
+        .arg("-C")
+        .arg(&root)
+        .args(["bench", "--command", "true", "--runs", "3", "--warmup", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = calls(&log);
+    assert!(
+        !seen.iter().any(|c| c == "process"),
+        "a command bench made a context: {seen:?}"
+    );
 }
 
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real

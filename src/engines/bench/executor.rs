@@ -109,6 +109,10 @@ impl Executor for ProcessExecutor {
 /// in the context (an event, a graph, fragmented memory) stays bounded.
 const JOBS_PER_WORKER: usize = 64;
 
+/// How long a worker replaced after a failed job (or its last one) may take to exit before it
+/// is killed.
+const RETIRE_LIMIT: Duration = Duration::from_secs(5);
+
 /// One device's worker, if live, with the jobs it has answered.
 type WorkerSlot = Arc<Mutex<Option<(Server, usize)>>>;
 
@@ -228,6 +232,11 @@ impl Executor for WorkerExecutor {
                     .unwrap_or(false);
                 if healthy && done + 1 < JOBS_PER_WORKER {
                     *held = Some((server, done + 1));
+                } else {
+                    // The next job's worker would otherwise start while this one still
+                    // releases its context: on a GPU that allows one context at a time the
+                    // new one could not make its own.
+                    server.finish(RETIRE_LIMIT);
                 }
                 Ok(Output {
                     status: ok,
