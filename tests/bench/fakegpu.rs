@@ -71,6 +71,18 @@ fn bench(
     extra: &[&str],
     vars: &[(&str, &str)],
 ) -> (i32, Value) {
+    let (code, v) = bench_all(gpu, root, recipe, extra, vars);
+    (code, v["results"][0].clone())
+}
+
+/// [`bench`], with the whole JSON answer (every point's result).
+fn bench_all(
+    gpu: &FakeGpu,
+    root: &Path,
+    recipe: &str,
+    extra: &[&str],
+    vars: &[(&str, &str)],
+) -> (i32, Value) {
     let out = gpu
         .cmd(vars)
         .arg("-C")
@@ -91,7 +103,7 @@ fn bench(
     assert!(!stderr.contains("panicked"), "repro panicked: {stderr}");
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{stderr}", stdout(&out)));
-    (out.status.code().unwrap(), v["results"][0].clone())
+    (out.status.code().unwrap(), v)
 }
 
 fn median(result: &Value) -> f64 {
@@ -577,25 +589,14 @@ fn a_recipe_bench_sweep_runs_in_one_gpu_worker() {
     };
     let log = gpu.path("calls.log");
     let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
-    let out = gpu
-        .cmd(&vars)
-        .arg("-C")
-        .arg(&root)
-        .args([
-            "bench",
-            "--json",
-            "scale",
-            "--min-time",
-            "30ms",
-            "--warmup",
-            "10ms",
-        ])
-        .args(["--param", "n=1024,2048,4096"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(out.status.code(), Some(0), "{v}");
+    let (code, v) = bench_all(
+        &gpu,
+        &root,
+        "scale",
+        &["--param", "n=1024,2048,4096"],
+        &vars,
+    );
+    assert_eq!(code, 0, "{v}");
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{v}");
     for (r, n) in results.iter().zip([1024, 2048, 4096]) {
