@@ -22,10 +22,10 @@
    clock before and after sampling.
 
 4. With --placements 8,16,32: graph mode's CV of medians by the number of buffer placements
-   it samples the fastest of (REPRO_TIMING_PLACEMENTS), invocations interleaved.
-
-5. With --variants "NAME:K=V,K=V;NAME:...": graph mode's CV of medians under each named set of
-   the runner's settings (an empty set is the defaults), invocations interleaved.
+   it samples the fastest of (REPRO_TIMING_PLACEMENTS); with --graph-us 5000,20000, by the
+   sample's length (REPRO_TIMING_GRAPH_US); with --variants "NAME:K=V,K=V;NAME:...", under
+   each named set of the runner's settings (an empty set is the defaults). Invocations
+   interleaved.
 
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
@@ -204,38 +204,13 @@ def table3(binaries, base, runs):
             f"{d.get('throttle-reasons-after')}/{d.get('memory-clock-after')}" for d in lines))
 
 
-def table4(binaries, base, runs, counts, var="REPRO_TIMING_PLACEMENTS", title="placements"):
-    """Graph mode's CV of medians by the number of buffer placements it chooses the fastest
-    of (REPRO_TIMING_PLACEMENTS), or by another of the runner's settings (`var`), the
-    variants interleaved invocation by invocation."""
+def table4(binaries, base, runs, variants, title):
+    """Graph mode's CV of medians under each (name, settings) of `variants` (the runner's
+    REPRO_TIMING_* settings; empty settings are the defaults), invocations interleaved."""
     label, repro = binaries[-1]
     root = os.path.join(base, label, "proj")
     store = os.path.join(base, label, "store")
     print(f"\n4. graph mode by {title} ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
-    meds = {c: [] for c in counts}
-    for _ in range(runs):
-        for c in counts:
-            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph",
-                           env={var: str(c)})
-            meds[c].append(out["results"][0]["summary"]["median"])
-    print(f"{title:10} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7}")
-    for c, xs in meds.items():
-        cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
-        print(f"{c:10} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}%", flush=True)
-
-
-def table5(binaries, base, runs, spec):
-    """Graph mode's CV of medians under named sets of the runner's settings, e.g.
-    `fastest16:;round32:REPRO_TIMING_ROUND=1,REPRO_TIMING_PLACEMENTS=32`, interleaved."""
-    label, repro = binaries[-1]
-    root = os.path.join(base, label, "proj")
-    store = os.path.join(base, label, "store")
-    variants = []
-    for part in spec.split(";"):
-        name, _, envs = part.partition(":")
-        env = dict(kv.split("=", 1) for kv in envs.split(",") if kv)
-        variants.append((name, env))
-    print(f"\n5. graph mode under settings ({label}, vector_add n = 1M, {runs} invocations each, interleaved)")
     meds = {name: [] for name, _ in variants}
     launches = {}
     for _ in range(runs):
@@ -244,12 +219,26 @@ def table5(binaries, base, runs, spec):
             res = out["results"][0]
             meds[name].append(res["summary"]["median"])
             launches[name] = res.get("launches-per-sample")
-    print(f"{'variant':14} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7} {'launches':>8}  settings")
+    print(f"{title:14} {'median us':>9} {'min':>8} {'max':>8} {'CV':>7} {'launches':>8}  settings")
     for name, env in variants:
         xs = meds[name]
         cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
         print(f"{name:14} {statistics.median(xs):9.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}% "
               f"{launches[name] or '-':>8}  {' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'}", flush=True)
+
+
+def one_setting(var, values):
+    """Variants that differ in one setting: `var` at each of the comma-separated `values`."""
+    return [(v, {var: v}) for v in values.split(",")]
+
+
+def named_settings(spec):
+    """Variants from `NAME:K=V,K=V;NAME:...`."""
+    variants = []
+    for part in spec.split(";"):
+        name, _, envs = part.partition(":")
+        variants.append((name, dict(kv.split("=", 1) for kv in envs.split(",") if kv)))
+    return variants
 
 
 def main():
@@ -268,7 +257,7 @@ def main():
     ap.add_argument("--graph-us", default="",
                     help="comma-separated graph sample lengths in us: table 4 by REPRO_TIMING_GRAPH_US")
     ap.add_argument("--variants", default="",
-                    help="NAME:K=V,K=V;NAME:...: table 5, graph mode's CV under each set of settings")
+                    help="NAME:K=V,K=V;NAME:...: table 4 under each named set of settings")
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
@@ -284,12 +273,13 @@ def main():
         if a.investigate:
             table3(binaries, base, a.small_runs)
         if a.placements:
-            table4(binaries, base, a.small_runs, [int(c) for c in a.placements.split(",")])
-        if a.variants:
-            table5(binaries, base, a.small_runs, a.variants)
+            table4(binaries, base, a.small_runs,
+                   one_setting("REPRO_TIMING_PLACEMENTS", a.placements), "placements")
         if a.graph_us:
-            table4(binaries, base, a.small_runs, [int(c) for c in a.graph_us.split(",")],
-                   var="REPRO_TIMING_GRAPH_US", title="sample us")
+            table4(binaries, base, a.small_runs,
+                   one_setting("REPRO_TIMING_GRAPH_US", a.graph_us), "sample us")
+        if a.variants:
+            table4(binaries, base, a.small_runs, named_settings(a.variants), "variant")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

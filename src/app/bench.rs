@@ -174,15 +174,15 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     // that fails ends its worker, and the next point starts a fresh one; a worker that was
     // not needed (a recipe error, a failed build) is ended unused. Command benches and
     // Python-call recipes start none: their own processes use the GPU, which may take one
-    // context at a time. A recipe that does not read is read again, and reported, below.
+    // context at a time. A recipe that does not read is reported after the configuration
+    // and the fingerprint, as before the worker.
+    let recipe = a.command.is_none().then(|| bench_recipe(&a, &root));
     let exec = bench::WorkerExecutor::current()
         .map_err(|e| UserError::with_code(exit::ENVIRONMENT, e.to_string()))?;
-    if a.command.is_none()
-        && bench_recipe(&a, &root).is_ok_and(|r| r.sections.call.is_none())
+    if matches!(&recipe, Some(Ok(r)) if r.sections.call.is_none())
         && crate::engines::fingerprint::cuda::driver_present()
     {
-        let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        exec.prestart(bench::only_device(parent.as_deref(), a.device).as_deref());
+        exec.prestart(a.device);
     }
     g.config()?;
     let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
@@ -195,9 +195,12 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         )],
         points: Vec::new(),
     };
-    let results = match &a.command {
-        Some(cmd) => command_bench(g, &a, cmd, &fp, &store)?,
-        None => recipe_bench(g, &a, &root, &fp, &store, &exec, &mut timed)?,
+    let results = match (&a.command, recipe) {
+        (Some(cmd), _) => command_bench(g, &a, cmd, &fp, &store)?,
+        (None, r) => {
+            let r = r.expect("a recipe is read whenever there is no --command")?;
+            recipe_bench(g, &a, r, &fp, &store, &exec, &mut timed)?
+        }
     };
     let rows: Vec<export::Row> = results
         .iter()
@@ -446,7 +449,7 @@ fn points(
 fn recipe_bench(
     g: &Globals,
     a: &Args,
-    root: &std::path::Path,
+    r: recipe::Recipe,
     fp: &fingerprint::Fingerprint,
     store: &crate::foundation::store::Store,
     exec: &bench::WorkerExecutor,
@@ -460,7 +463,7 @@ fn recipe_bench(
             .push(Phase::new(name, (now - laps).as_secs_f64() * 1e3));
         laps = now;
     };
-    let r = bench_recipe(a, root)?;
+    let root = &g.project_root();
     if r.sections.call.is_some() {
         let base = |key: String, name: String| bench::base_record(fp, root, key, name, "us");
         let o = crate::app::bench::pybench::CallOptions {

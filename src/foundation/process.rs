@@ -778,8 +778,7 @@ mod tests {
         assert!(t.elapsed() < Duration::from_millis(500), "the drop waited");
         assert!(gone(pid), "a dropped server's child is killed and reaped");
 
-        let s = Cmd::new("sh").arg("-c").arg(stubborn).serve().unwrap();
-        let mut s = s;
+        let mut s = Cmd::new("sh").arg("-c").arg(stubborn).serve().unwrap();
         let pid = s.child().id();
         let t = Instant::now();
         s.finish(Duration::from_millis(300));
@@ -1245,24 +1244,18 @@ impl Drop for Server {
     /// request it took was answered or timed out, so nothing it would still do is wanted,
     /// and no worker outlives its caller. Its end is not waited for: a GPU worker's exit
     /// tears down its CUDA context (about 0.1 s), which its caller need not sit through
-    /// (where something follows on the same GPU, [`Server::finish`] waits instead). A child
-    /// already reaped (it ended, or timed out) is neither signalled nor waited for again.
+    /// (where something follows on the same GPU, [`Server::finish`] waits instead). The
+    /// group is killed by `_group`'s drop, right after this; a child already reaped (it
+    /// ended, or timed out) is not waited for again.
     fn drop(&mut self) {
         self.stdin = None;
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if !matches!(child.try_wait(), Ok(None)) {
-            return;
+        if let Some(mut child) = self.child.take()
+            && matches!(child.try_wait(), Ok(None))
+        {
+            // The standard library's own wait, so the child is reaped once and only here.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
         }
-        // SAFETY: killpg only sends a signal; the group id is the live child's pid (it was
-        // started with process_group(0)).
-        unsafe {
-            libc::killpg(child.id() as libc::pid_t, libc::SIGKILL);
-        }
-        // The standard library's own wait, so the child is reaped once and only here.
-        std::thread::spawn(move || {
-            let _ = child.wait();
-        });
     }
 }

@@ -152,11 +152,14 @@ impl WorkerExecutor {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Starts the worker for `visible` now, if none is live, so that its process and its
-    /// driver start while the caller does other work (a build, say); the first job then
-    /// finds it ready. A worker that cannot start is not an error here: the first job
-    /// tries again and reports why.
-    pub fn prestart(&self, visible: Option<&str>) {
+    /// Starts the worker for device `device` now (the one its jobs' [`run_child_with`]
+    /// sends them to), if none is live, so that its process and its driver start while the
+    /// caller does other work (a build, say); the first job then finds it ready. A worker
+    /// that cannot start is not an error here: the first job tries again and reports why.
+    pub fn prestart(&self, device: usize) {
+        let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let visible = only_device(parent.as_deref(), device);
+        let visible = visible.as_deref();
         let slot = self.slot(visible);
         let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
         if held.is_none()
