@@ -632,8 +632,13 @@ struct Loaded<'j> {
     /// The parameters' bytes of the extra placements' buffers (graph mode); the pointers
     /// into them stay valid, the inner vectors never change.
     extra_params: Vec<Vec<u8>>,
+    /// Where every copy, fill and launch of the job goes: the legacy default stream (null).
+    /// See [`Loaded::load`].
     stream: sys::CUstream,
-    /// Unloaded with the stream when the job ends (a reused worker runs many jobs).
+    /// A stream of the job's own, only to capture graphs on (the legacy stream cannot be
+    /// captured); nothing runs on it.
+    capture: sys::CUstream,
+    /// Unloaded with the capture stream when the job ends (a reused worker runs many jobs).
     module: sys::CUmodule,
     kernel: sys::CUfunction,
     reference: Option<sys::CUfunction>,
@@ -648,11 +653,11 @@ impl Drop for Loaded<'_> {
     /// The job's stream and module go with it, so that a worker that runs many jobs in one
     /// context does not collect them (its buffers are freed by `Buffers` after this).
     fn drop(&mut self) {
-        // SAFETY: the stream and module were created by `load` and are released once; a
+        // SAFETY: the capture stream and module were created by `load` and are released once; a
         // failure (a context broken by a trap) changes nothing the report has not said.
         unsafe {
             let _ = cu::stream::synchronize(self.stream);
-            let _ = cu::stream::destroy(self.stream);
+            let _ = cu::stream::destroy(self.capture);
             let _ = cu::module::unload(self.module);
         }
     }
@@ -666,10 +671,17 @@ impl<'j> Loaded<'j> {
             "creating the context",
         )?;
         ck(ctx.bind_to_thread(), "binding the context")?;
-        let stream = ck(
+        let capture = ck(
             cu::stream::create(cu::stream::StreamKind::NonBlocking),
             "creating a stream",
         )?;
+        // Everything else goes to the legacy default stream. Ordinary launches and memsets on
+        // a created stream make the context's later launches slower, from about a second on
+        // and for as long as the context lives: a 2.6 us kernel's graph samples 7% slower and
+        // its cold samples 1.7%, in every job of a reused worker after the first (H200, #29;
+        // `benches/gpu_bench_phases.py`, table 5). Launches on the legacy stream, and graphs
+        // launched anywhere, leave every job timed as the first one is.
+        let stream: sys::CUstream = std::ptr::null_mut();
         laps.lap("context");
         let mut image = std::fs::read(&job.module).map_err(|e| CudaFailure {
             name: "MODULE_UNREADABLE".into(),
@@ -716,6 +728,7 @@ impl<'j> Loaded<'j> {
             arg_ptrs: Vec::new(),
             extra_params: Vec::new(),
             stream,
+            capture,
             module,
             kernel,
             reference,
@@ -878,6 +891,17 @@ impl<'j> Loaded<'j> {
         l: &LaunchSpec,
         args: &[*mut c_void],
     ) -> Result<(), CudaFailure> {
+        self.launch_on(self.stream, f, l, args)
+    }
+
+    /// Launches `f` on `stream` (the job's, or the capture stream while capturing).
+    fn launch_on(
+        &self,
+        stream: sys::CUstream,
+        f: sys::CUfunction,
+        l: &LaunchSpec,
+        args: &[*mut c_void],
+    ) -> Result<(), CudaFailure> {
         let mut args = args.to_vec();
         ck(
             // SAFETY: the parameters match the kernel's (checked against its PTX by the
@@ -888,7 +912,7 @@ impl<'j> Loaded<'j> {
                     (l.grid[0], l.grid[1], l.grid[2]),
                     (l.block[0], l.block[1], l.block[2]),
                     l.shared_mem,
-                    self.stream,
+                    stream,
                     &mut args,
                 )
             },
@@ -1012,19 +1036,19 @@ impl Loaded<'_> {
     /// Captures `launches` launches of the kernel (none: the empty graph) into a graph, with
     /// the parameters `args` (a placement's buffers).
     fn graph(&self, launches: u32, args: &[*mut c_void]) -> Result<sys::CUgraphExec, CudaFailure> {
-        // SAFETY: the stream is live; capture ends before anything else uses it.
+        // SAFETY: the capture stream is live and only ever captured on.
         unsafe {
             ck(
                 cu::stream::begin_capture(
-                    self.stream,
+                    self.capture,
                     sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 ),
                 "capturing a graph",
             )?;
             for _ in 0..launches {
-                self.launch_with(self.kernel, &self.job.kernel, args)?;
+                self.launch_on(self.capture, self.kernel, &self.job.kernel, args)?;
             }
-            let g = ck(cu::stream::end_capture(self.stream), "capturing a graph")?;
+            let g = ck(cu::stream::end_capture(self.capture), "capturing a graph")?;
             let exec = ck(
                 cu::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)),
                 "instantiating a graph",

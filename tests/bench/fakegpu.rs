@@ -638,6 +638,36 @@ fn a_recipe_bench_sweep_runs_in_one_gpu_worker() {
     );
 }
 
+/// Every launch and memset of a job goes to the legacy default stream, and graphs are
+/// captured on a stream of the job's own: ordinary work on a created stream makes a real
+/// context's later kernels slower (#29: a 2.6 us kernel 7% slower in every job of a reused
+/// worker after the first). The fake logs such work; each mode's sweep does none.
+#[test]
+fn jobs_launch_only_on_the_legacy_stream_and_capture_on_their_own() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    for mode in ["cold", "hot", "graph"] {
+        let _ = std::fs::remove_file(&log);
+        let (code, v) = bench_all(
+            &gpu,
+            &root,
+            "scale",
+            &["--param", "n=1024,2048", "--mode", mode],
+            &vars,
+        );
+        assert_eq!(code, 0, "{mode}: {v}");
+        let seen = calls(&log);
+        let count = |name: &str| seen.iter().filter(|c| *c == name).count();
+        assert!(count("cuLaunchKernel") > 4, "{mode}: {seen:?}");
+        assert_eq!(count("work on a created stream"), 0, "{mode}: {seen:?}");
+        let captured = count("cuStreamBeginCapture_v2");
+        assert_eq!(captured > 0, mode == "graph", "{mode}: {captured} captures");
+    }
+}
+
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real
 /// GPU's is): in a reused worker that would make every later commit crash too. The trap is
 /// a verdict for its own commit only; the next job starts in a fresh worker, so the good
