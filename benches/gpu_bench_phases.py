@@ -27,12 +27,17 @@
    each named set of the runner's settings (an empty set is the defaults). Invocations
    interleaved.
 
+5. With --worker-jobs N: one point (n = 1M) as N jobs of one GPU worker (a sweep over a
+   parameter the launch ignores), in graph and cold mode: the first job's median against the
+   later jobs' (a reused worker must time every job alike; #29 found the later ones 7% slower
+   while jobs launched on a created stream).
+
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
 
 Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
        [--small-runs N] [--investigate] [--cpu-path] [--gap SECONDS] [--placements 8,16]
-       [--graph-us 5000,20000] [--variants SPEC]
+       [--graph-us 5000,20000] [--variants SPEC] [--worker-jobs N]
 Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
 from the machine's CUDA), with its own store.
 """
@@ -227,6 +232,38 @@ def table4(binaries, base, runs, variants, title):
               f"{launches[name] or '-':>8}  {' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'}", flush=True)
 
 
+def table5(binaries, base, runs, jobs):
+    """The same point as `jobs` jobs of one worker (a sweep over a parameter the launch
+    ignores): each job's median against the first job's, per mode and binary."""
+    print(f"\n5. one point as {jobs} jobs of one worker (vector_add n = 1M; a sweep over an unused "
+          f"parameter), {runs} invocations: later jobs' medians over the first job's")
+    print(f"{'binary':8} {'mode':6} {'first us':>9} {'later us':>9} {'later/first':>11} {'later min-max':>17}")
+    for label, repro in binaries:
+        root = os.path.join(base, label, "proj")
+        store = os.path.join(base, label, "store")
+        with open(os.path.join(root, "recipes/vector_add.toml")) as f:
+            recipe = f.read()
+        reps = ", ".join(str(i) for i in range(1, jobs + 1))
+        recipe = recipe.replace("n = [1048576, 67108864]", f"n = [1048576]\nrep = [{reps}]")
+        recipe = recipe.replace('grid = "ceil_div(n, 1024)"', 'grid = "ceil_div(n, 1024) + 0 * rep"')
+        with open(os.path.join(root, "recipes/va_jobs.toml"), "w") as f:
+            f.write(recipe)
+        for mode in ["graph", "cold"]:
+            first, later = [], []
+            for _ in range(runs):
+                own = {"XDG_CACHE_HOME": CACHES[repro]} if repro in CACHES else {}
+                r = subprocess.run([repro, "-C", root, "--store", store, "bench", "va_jobs", "--json", "--mode", mode],
+                                   capture_output=True, text=True, env=dict(os.environ, **own))
+                try:
+                    meds = [x["summary"]["median"] for x in json.loads(r.stdout)["results"]]
+                except (json.JSONDecodeError, KeyError):
+                    raise SystemExit(f"{repro} bench va_jobs failed ({r.returncode}):\n{r.stderr[-2000:]}")
+                first.append(meds[0])
+                later += meds[1:]
+            f0, l0 = statistics.median(first), statistics.median(later)
+            print(f"{label:8} {mode:6} {f0:9.4f} {l0:9.4f} {l0 / f0:11.4f} {min(later):8.4f}-{max(later):.4f}", flush=True)
+
+
 def one_setting(var, values):
     """Variants that differ in one setting: `var` at each of the comma-separated `values`."""
     return [(v, {var: v}) for v in values.split(",")]
@@ -256,6 +293,8 @@ def main():
                     help="comma-separated placement counts: table 4 (graph mode's CV by placements)")
     ap.add_argument("--graph-us", default="",
                     help="comma-separated graph sample lengths in us: table 4 by REPRO_TIMING_GRAPH_US")
+    ap.add_argument("--worker-jobs", type=int, default=0,
+                    help="table 5: the same point as this many jobs of one worker, first against later")
     ap.add_argument("--variants", default="",
                     help="NAME:K=V,K=V;NAME:...: table 4 under each named set of settings")
     a = ap.parse_args()
@@ -280,6 +319,8 @@ def main():
                    one_setting("REPRO_TIMING_GRAPH_US", a.graph_us), "sample us")
         if a.variants:
             table4(binaries, base, a.small_runs, named_settings(a.variants), "variant")
+        if a.worker_jobs:
+            table5(binaries, base, a.small_runs, a.worker_jobs)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -1,0 +1,142 @@
+/* What ordinary work on a created CUDA stream does to a context's later kernels (#29).
+ *
+ * One context; each iteration allocates a, b and c (1M floats), does one piece of other work
+ * (the mode), then times a CUDA graph of 512 launches of kernel.cu's vector add on a created
+ * non-blocking stream (20 launches of the graph to warm up, then 200 samples between events;
+ * prints the median per launch in us), and frees everything. Modes, the other work:
+ *
+ *   none      nothing
+ *   stream    one ordinary launch of the kernel on a created non-blocking stream, synchronised
+ *   memset    one cuMemsetD8Async of c on a created non-blocking stream, synchronised
+ *   legacy    the ordinary launch on the legacy default stream (NULL), synchronised
+ *   captured  the ordinary launch captured into a graph on a created stream, then launched
+ *
+ * Usage: stream_state MODE ITERATIONS   (run in the folder that holds kernel.cubin)
+ * Build: nvcc -cubin -arch=sm_90 -O3 -o kernel.cubin kernel.cu
+ *        gcc -O2 -o stream_state stream_state.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64/stubs -lcuda
+ */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                               \
+    do {                                                                                    \
+        CUresult r_ = (x);                                                                  \
+        if (r_) {                                                                           \
+            const char *s_ = "?";                                                           \
+            cuGetErrorString(r_, &s_);                                                      \
+            fprintf(stderr, "%s: %s\n", #x, s_);                                            \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static int N = 1 << 20;
+enum { BATCH = 512, SAMPLES = 200 };
+
+static int by_value(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median time of one launch (us) in graphs of BATCH launches on stream s. */
+static float graph_median(CUfunction f, CUstream s, CUdeviceptr *buf) {
+    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
+    CUgraph g;
+    CUgraphExec ge;
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < BATCH; i++)
+        CK(cuLaunchKernel(f, N / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
+    CK(cuStreamEndCapture(s, &g));
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphDestroy(g));
+    CUevent e0, e1;
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    for (int i = 0; i < 20; i++)
+        CK(cuGraphLaunch(ge, s));
+    float xs[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) {
+        CK(cuEventRecord(e0, s));
+        CK(cuGraphLaunch(ge, s));
+        CK(cuEventRecord(e1, s));
+        CK(cuEventSynchronize(e1));
+        CK(cuEventElapsedTime(&xs[i], e0, e1));
+        xs[i] = xs[i] * 1000.0f / BATCH;
+    }
+    qsort(xs, SAMPLES, sizeof xs[0], by_value);
+    CK(cuGraphExecDestroy(ge));
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    return xs[SAMPLES / 2];
+}
+
+/* One ordinary launch over the buffers (the reference check's kind of work). */
+static void launch(CUfunction f, CUstream s, CUdeviceptr *buf) {
+    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
+    CK(cuLaunchKernel(f, N / 256, 1, 1, 256, 1, 1, 0, s, args, 0));
+}
+
+static void other_work(const char *mode, CUfunction f, CUstream s, CUdeviceptr *buf) {
+    if (!strcmp(mode, "stream")) {
+        launch(f, s, buf);
+        CK(cuStreamSynchronize(s));
+    } else if (!strcmp(mode, "memset")) {
+        CK(cuMemsetD8Async(buf[2], 0xff, (size_t)N * 4, s));
+        CK(cuStreamSynchronize(s));
+    } else if (!strcmp(mode, "legacy")) {
+        launch(f, NULL, buf);
+        CK(cuStreamSynchronize(NULL));
+    } else if (!strcmp(mode, "captured")) {
+        CUgraph g;
+        CUgraphExec ge;
+        CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        launch(f, s, buf);
+        CK(cuStreamEndCapture(s, &g));
+        CK(cuGraphInstantiate(&ge, g, 0));
+        CK(cuGraphLaunch(ge, s));
+        CK(cuStreamSynchronize(s));
+        CK(cuGraphExecDestroy(ge));
+        CK(cuGraphDestroy(g));
+    } else if (strcmp(mode, "none")) {
+        fprintf(stderr, "unknown mode %s (none, stream, memset, legacy, captured)\n", mode);
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: stream_state MODE ITERATIONS\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    int iterations = atoi(argv[2]);
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule m;
+    CUfunction f;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuModuleLoad(&m, "kernel.cubin"));
+    CK(cuModuleGetFunction(&f, m, "vadd"));
+    printf("%-9s", mode);
+    for (int it = 0; it < iterations; it++) {
+        CUstream s;
+        CUdeviceptr buf[3];
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        for (int i = 0; i < 3; i++) {
+            CK(cuMemAlloc(&buf[i], (size_t)N * 4));
+            CK(cuMemsetD32(buf[i], 0x3f800000, N)); /* 1.0f */
+        }
+        other_work(mode, f, s, buf);
+        printf(" %.4f", graph_median(f, s, buf));
+        fflush(stdout);
+        for (int i = 0; i < 3; i++)
+            CK(cuMemFree(buf[i]));
+        CK(cuStreamDestroy(s));
+    }
+    printf("\n");
+    return 0;
+}
