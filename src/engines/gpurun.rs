@@ -635,10 +635,10 @@ struct Loaded<'j> {
     /// Where every copy, fill and launch of the job goes: the legacy default stream (null).
     /// See [`Loaded::load`].
     stream: sys::CUstream,
-    /// A stream of the job's own, only to capture graphs on (the legacy stream cannot be
-    /// captured); nothing runs on it.
-    capture: sys::CUstream,
-    /// Unloaded with the capture stream when the job ends (a reused worker runs many jobs).
+    /// Graph mode's stream of the job's own, made when the first graph is captured and
+    /// only ever captured on (the legacy stream cannot be); nothing runs on it.
+    capture: Option<sys::CUstream>,
+    /// Unloaded when the job ends (a reused worker runs many jobs).
     module: sys::CUmodule,
     kernel: sys::CUfunction,
     reference: Option<sys::CUfunction>,
@@ -650,35 +650,36 @@ struct Loaded<'j> {
 }
 
 impl Drop for Loaded<'_> {
-    /// The job's stream and module go with it, so that a worker that runs many jobs in one
-    /// context does not collect them (its buffers are freed by `Buffers` after this).
+    /// The job's work is waited for, and its capture stream and module go with it, so that
+    /// a worker that runs many jobs in one context does not collect them (its buffers are
+    /// freed by `Buffers` after this).
     fn drop(&mut self) {
-        // SAFETY: the capture stream and module were created by `load` and are released once; a
-        // failure (a context broken by a trap) changes nothing the report has not said.
+        // SAFETY: the capture stream and the module were created by this job and are
+        // released once; a failure (a context broken by a trap) changes nothing the report
+        // has not said.
         unsafe {
             let _ = cu::stream::synchronize(self.stream);
-            let _ = cu::stream::destroy(self.capture);
+            if let Some(capture) = self.capture.take() {
+                let _ = cu::stream::destroy(capture);
+            }
             let _ = cu::module::unload(self.module);
         }
     }
 }
 
 impl<'j> Loaded<'j> {
-    /// Creates the context and stream and loads the module's kernels.
+    /// Creates the context and loads the module's kernels.
     fn load(job: &'j Job, laps: &mut Laps) -> Result<Self, CudaFailure> {
         let ctx = ck(
             cudarc::driver::CudaContext::new(job.device),
             "creating the context",
         )?;
         ck(ctx.bind_to_thread(), "binding the context")?;
-        let capture = ck(
-            cu::stream::create(cu::stream::StreamKind::NonBlocking),
-            "creating a stream",
-        )?;
-        // Everything else goes to the legacy default stream. Ordinary launches and memsets on
-        // a created stream make the context's later launches slower, from about a second on
-        // and for as long as the context lives: a 2.6 us kernel's graph samples 7% slower and
-        // its cold samples 1.7%, in every job of a reused worker after the first (H200, #29;
+        // Every copy, fill and launch goes to the legacy default stream; graph mode captures
+        // on a stream of its own. Ordinary launches and memsets on a created stream make the
+        // context's later launches slower, from about a second on and for as long as the
+        // context lives: a 2.6 us kernel's graph samples 7% slower and its cold samples 2%,
+        // in every job of a reused worker after the first (H200, #29;
         // `benches/gpu_bench_phases.py`, table 5). Launches on the legacy stream, and graphs
         // launched anywhere, leave every job timed as the first one is.
         let stream: sys::CUstream = std::ptr::null_mut();
@@ -706,12 +707,19 @@ impl<'j> Loaded<'j> {
                 &format!("finding kernel {name}"),
             )
         };
-        let kernel = func(&job.kernel.kernel)?;
-        let reference = job
-            .reference
-            .as_ref()
-            .map(|r| func(&r.kernel))
-            .transpose()?;
+        let found = func(&job.kernel.kernel).and_then(|kernel| {
+            let reference = job.reference.as_ref().map(|r| func(&r.kernel));
+            Ok((kernel, reference.transpose()?))
+        });
+        let (kernel, reference) = match found {
+            Ok(k) => k,
+            Err(e) => {
+                // SAFETY: loaded above, used by nothing else (a worker runs its next job in
+                // the same context).
+                let _ = unsafe { cu::module::unload(module) };
+                return Err(e);
+            }
+        };
         let helpers = if helpers_wanted() {
             ondevice::Helpers::load(&ctx)
         } else {
@@ -728,7 +736,7 @@ impl<'j> Loaded<'j> {
             arg_ptrs: Vec::new(),
             extra_params: Vec::new(),
             stream,
-            capture,
+            capture: None,
             module,
             kernel,
             reference,
@@ -1033,22 +1041,47 @@ impl Loaded<'_> {
         }
     }
 
-    /// Captures `launches` launches of the kernel (none: the empty graph) into a graph, with
-    /// the parameters `args` (a placement's buffers).
-    fn graph(&self, launches: u32, args: &[*mut c_void]) -> Result<sys::CUgraphExec, CudaFailure> {
+    /// The job's capture stream, made on first use.
+    fn capture_stream(&mut self) -> Result<sys::CUstream, CudaFailure> {
+        if let Some(s) = self.capture {
+            return Ok(s);
+        }
+        let s = ck(
+            cu::stream::create(cu::stream::StreamKind::NonBlocking),
+            "creating a capture stream",
+        )?;
+        self.capture = Some(s);
+        Ok(s)
+    }
+
+    /// Captures `launches` launches of the kernel (none: the empty graph) into a graph on
+    /// `capture`, with the parameters `args` (a placement's buffers).
+    fn graph(
+        &self,
+        capture: sys::CUstream,
+        launches: u32,
+        args: &[*mut c_void],
+    ) -> Result<sys::CUgraphExec, CudaFailure> {
         // SAFETY: the capture stream is live and only ever captured on.
         unsafe {
             ck(
                 cu::stream::begin_capture(
-                    self.capture,
+                    capture,
                     sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 ),
                 "capturing a graph",
             )?;
             for _ in 0..launches {
-                self.launch_on(self.capture, self.kernel, &self.job.kernel, args)?;
+                if let Err(e) = self.launch_on(capture, self.kernel, &self.job.kernel, args) {
+                    // An open capture forbids this thread the calls that free the job's
+                    // memory: it is closed before the failure is reported.
+                    if let Ok(g) = cu::stream::end_capture(capture) {
+                        let _ = cu::graph::destroy(g);
+                    }
+                    return Err(e);
+                }
             }
-            let g = ck(cu::stream::end_capture(self.capture), "capturing a graph")?;
+            let g = ck(cu::stream::end_capture(capture), "capturing a graph")?;
             let exec = ck(
                 cu::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)),
                 "instantiating a graph",
@@ -1301,11 +1334,12 @@ impl Loaded<'_> {
                 let batch = ((knobs.graph_us / single_us.max(0.5)) as u32).clamp(16, 8192);
                 let batch = 1u32 << (31 - batch.leading_zeros());
                 report.launches_per_sample = batch;
+                let capture = self.capture_stream()?;
                 let mut graphs = Vec::new();
                 for set in self.placements(knobs.placements)? {
-                    graphs.push(self.graph(batch, &set)?);
+                    graphs.push(self.graph(capture, batch, &set)?);
                 }
-                let empty = self.graph(0, &[])?;
+                let empty = self.graph(capture, 0, &[])?;
                 let mut costs = Vec::new();
                 for _ in 0..GRAPH_OVERHEAD_RUNS {
                     // SAFETY: a live graph on a live stream.

@@ -638,33 +638,54 @@ fn a_recipe_bench_sweep_runs_in_one_gpu_worker() {
     );
 }
 
-/// Every launch and memset of a job goes to the legacy default stream, and graphs are
-/// captured on a stream of the job's own: ordinary work on a created stream makes a real
-/// context's later kernels slower (#29: a 2.6 us kernel 7% slower in every job of a reused
-/// worker after the first). The fake logs such work; each mode's sweep does none.
+/// Every copy, memset, launch, event and graph launch of a job goes to the legacy default
+/// stream, and only graph mode makes a stream, to capture on: ordinary work on a created
+/// stream makes a real context's later kernels slower (#29: a 2.6 us kernel 7% slower in
+/// every job of a reused worker after the first). The fake logs such work; no mode does any,
+/// with repro's device helpers or on the CPU path through the pinned staging buffers.
 #[test]
-fn jobs_launch_only_on_the_legacy_stream_and_capture_on_their_own() {
+fn jobs_work_only_on_the_legacy_stream_and_capture_on_their_own() {
     let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
         return;
     };
     let log = gpu.path("calls.log");
-    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
-    for mode in ["cold", "hot", "graph"] {
+    let cases: [(&str, &str, &str); 4] = [
+        ("cold", "1024,2048", "1"),
+        ("hot", "1024,2048", "1"),
+        ("graph", "1024,2048", "1"),
+        // Large enough (2 MiB a buffer) for the CPU path's pinned staging copies.
+        ("graph", "524288", "0"),
+    ];
+    for (mode, n, helpers) in cases {
         let _ = std::fs::remove_file(&log);
+        let vars = [
+            ("FAKEGPU_LOG", log.to_str().unwrap()),
+            ("REPRO_GPU_HELPERS", helpers),
+        ];
         let (code, v) = bench_all(
             &gpu,
             &root,
             "scale",
-            &["--param", "n=1024,2048", "--mode", mode],
+            &["--param", &format!("n={n}"), "--mode", mode],
             &vars,
         );
-        assert_eq!(code, 0, "{mode}: {v}");
+        let case = format!("{mode}, n={n}, helpers {helpers}");
+        assert_eq!(code, 0, "{case}: {v}");
         let seen = calls(&log);
         let count = |name: &str| seen.iter().filter(|c| *c == name).count();
-        assert!(count("cuLaunchKernel") > 4, "{mode}: {seen:?}");
-        assert_eq!(count("work on a created stream"), 0, "{mode}: {seen:?}");
-        let captured = count("cuStreamBeginCapture_v2");
-        assert_eq!(captured > 0, mode == "graph", "{mode}: {captured} captures");
+        let jobs = count("cuModuleLoadData");
+        assert!(count("cuLaunchKernel") > 4, "{case}: {seen:?}");
+        assert_eq!(count("work on a created stream"), 0, "{case}: {seen:?}");
+        if helpers == "0" {
+            assert!(count("cuMemHostAlloc") > 0, "{case}: no staging: {seen:?}");
+        }
+        let (made, captured) = (count("cuStreamCreate"), count("cuStreamBeginCapture_v2"));
+        if mode == "graph" {
+            assert!(captured > 0 && made > 0 && made <= jobs, "{case}: {seen:?}");
+            assert_eq!(count("cuStreamDestroy_v2"), made, "{case}: {seen:?}");
+        } else {
+            assert_eq!((made, captured), (0, 0), "{case}: {seen:?}");
+        }
     }
 }
 

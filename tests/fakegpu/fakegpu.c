@@ -689,9 +689,10 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
     return CUDA_SUCCESS;
 }
 
-/* Work launched on a created stream, outside a capture: the real driver then runs the
- * context's later kernels slower (#29), so repro launches only on the legacy stream (NULL)
- * and captures on a stream of its own; the log line lets a test hold it to that. */
+/* Work on a created stream, outside a capture (a launch, memset, copy, event or graph
+ * launch): ordinary launches and memsets there make a real context's later kernels slower
+ * (#29), so repro does all its work on the legacy stream (NULL) and only captures on a stream
+ * of its own; the log line lets a test hold it to that. */
 static void note_stream_work(const fake_stream *s) {
     if (s && !s->capturing)
         log_call("work on a created stream");
@@ -723,18 +724,18 @@ EXPORT CUresult cuMemFreeHost(void *p) {
 }
 
 EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, void *stream) {
-    (void)stream;
+    note_stream_work(stream);
     return cuMemcpyHtoD_v2(dst, src, bytes);
 }
 
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t bytes, void *stream) {
-    (void)stream;
+    note_stream_work(stream);
     return cuMemcpyDtoH_v2(dst, src, bytes);
 }
 
 EXPORT CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
     CU_FAIL("cuMemcpyDtoDAsync_v2", -1);
-    (void)stream;
+    note_stream_work(stream);
     if (sticky)
         return sticky;
     if (!allocation_of(dst, bytes) || !allocation_of(src, bytes))
@@ -835,7 +836,7 @@ EXPORT CUresult cuEventDestroy_v2(fake_event *e) {
 
 EXPORT CUresult cuEventRecord(fake_event *e, fake_stream *s) {
     CU_FAIL("cuEventRecord", -1);
-    (void)s;
+    note_stream_work(s);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     e->t = clock_ns;
@@ -893,7 +894,7 @@ EXPORT CUresult cuGraphInstantiateWithFlags(fake_graph **exec, fake_graph *g,
 
 EXPORT CUresult cuGraphLaunch(fake_graph *exec, fake_stream *s) {
     CU_FAIL("cuGraphLaunch", -1);
-    (void)s;
+    note_stream_work(s);
     if (sticky)
         return sticky;
     clock_ns += exec->ns;
