@@ -76,16 +76,16 @@ def project(base):
 CACHES = {}
 
 
-def bench(repro, root, store, *args, env=None):
+def bench(repro, root, store, *args, env=None, recipe="vector_add"):
     t = time.perf_counter()
     own = {"XDG_CACHE_HOME": CACHES[repro]} if repro in CACHES else {}
-    r = subprocess.run([repro, "-C", root, "--store", store, "bench", "vector_add", "--json", *args],
+    r = subprocess.run([repro, "-C", root, "--store", store, "bench", recipe, "--json", *args],
                        capture_output=True, text=True, env=dict(os.environ, **own, **(env or {})))
     wall = time.perf_counter() - t
     try:
         out = json.loads(r.stdout)
     except json.JSONDecodeError:
-        raise SystemExit(f"{repro} bench {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        raise SystemExit(f"{repro} bench {recipe} {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
     return wall, out
 
 
@@ -251,13 +251,8 @@ def table5(binaries, base, runs, jobs):
         for mode in ["graph", "cold"]:
             first, later = [], []
             for _ in range(runs):
-                own = {"XDG_CACHE_HOME": CACHES[repro]} if repro in CACHES else {}
-                r = subprocess.run([repro, "-C", root, "--store", store, "bench", "va_jobs", "--json", "--mode", mode],
-                                   capture_output=True, text=True, env=dict(os.environ, **own))
-                try:
-                    meds = [x["summary"]["median"] for x in json.loads(r.stdout)["results"]]
-                except (json.JSONDecodeError, KeyError):
-                    raise SystemExit(f"{repro} bench va_jobs failed ({r.returncode}):\n{r.stderr[-2000:]}")
+                _, out = bench(repro, root, store, "--mode", mode, recipe="va_jobs")
+                meds = [x["summary"]["median"] for x in out["results"]]
                 first.append(meds[0])
                 later += meds[1:]
             f0, l0 = statistics.median(first), statistics.median(later)

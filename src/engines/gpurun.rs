@@ -615,7 +615,16 @@ enum Fill {
     },
 }
 
-/// A job on the GPU: its context, stream, kernels and buffers.
+/// Where every copy, fill and launch of a job goes: the legacy default stream; graph mode
+/// captures on a stream of its own (`Loaded::capture`). Ordinary launches and memsets on a
+/// created stream make the context's later launches slower, from about a second on and for
+/// as long as the context lives: a 2.6 us kernel's graph samples 7% slower and its cold
+/// samples 2%, in every job of a reused worker after the first (H200, #29;
+/// `benches/gpu_bench_phases.py`, table 5). Launches on the legacy stream, and graphs
+/// launched anywhere, leave every job timed as the first one is.
+const STREAM: sys::CUstream = std::ptr::null_mut();
+
+/// A job on the GPU: its context, capture stream, kernels and buffers.
 struct Loaded<'j> {
     job: &'j Job,
     /// Dropped before the context (fields drop in order).
@@ -632,9 +641,6 @@ struct Loaded<'j> {
     /// The parameters' bytes of the extra placements' buffers (graph mode); the pointers
     /// into them stay valid, the inner vectors never change.
     extra_params: Vec<Vec<u8>>,
-    /// Where every copy, fill and launch of the job goes: the legacy default stream (null).
-    /// See [`Loaded::load`].
-    stream: sys::CUstream,
     /// Graph mode's stream of the job's own, made when the first graph is captured and
     /// only ever captured on (the legacy stream cannot be); nothing runs on it.
     capture: Option<sys::CUstream>,
@@ -658,7 +664,7 @@ impl Drop for Loaded<'_> {
         // released once; a failure (a context broken by a trap) changes nothing the report
         // has not said.
         unsafe {
-            let _ = cu::stream::synchronize(self.stream);
+            let _ = cu::stream::synchronize(STREAM);
             if let Some(capture) = self.capture.take() {
                 let _ = cu::stream::destroy(capture);
             }
@@ -675,14 +681,6 @@ impl<'j> Loaded<'j> {
             "creating the context",
         )?;
         ck(ctx.bind_to_thread(), "binding the context")?;
-        // Every copy, fill and launch goes to the legacy default stream; graph mode captures
-        // on a stream of its own. Ordinary launches and memsets on a created stream make the
-        // context's later launches slower, from about a second on and for as long as the
-        // context lives: a 2.6 us kernel's graph samples 7% slower and its cold samples 2%,
-        // in every job of a reused worker after the first (H200, #29;
-        // `benches/gpu_bench_phases.py`, table 5). Launches on the legacy stream, and graphs
-        // launched anywhere, leave every job timed as the first one is.
-        let stream: sys::CUstream = std::ptr::null_mut();
         laps.lap("context");
         let mut image = std::fs::read(&job.module).map_err(|e| CudaFailure {
             name: "MODULE_UNREADABLE".into(),
@@ -735,7 +733,6 @@ impl<'j> Loaded<'j> {
             params: Vec::new(),
             arg_ptrs: Vec::new(),
             extra_params: Vec::new(),
-            stream,
             capture: None,
             module,
             kernel,
@@ -879,7 +876,7 @@ impl<'j> Loaded<'j> {
                 _ => ck(
                     // SAFETY: the buffer holds `bytes` bytes, on this job's stream.
                     unsafe {
-                        cu::memset_d8_async(p, if poison { POISON } else { 0 }, bytes, self.stream)
+                        cu::memset_d8_async(p, if poison { POISON } else { 0 }, bytes, STREAM)
                     },
                     "poisoning an output",
                 )?,
@@ -899,7 +896,7 @@ impl<'j> Loaded<'j> {
         l: &LaunchSpec,
         args: &[*mut c_void],
     ) -> Result<(), CudaFailure> {
-        self.launch_on(self.stream, f, l, args)
+        self.launch_on(STREAM, f, l, args)
     }
 
     /// Launches `f` on `stream` (the job's, or the capture stream while capturing).
@@ -930,7 +927,7 @@ impl<'j> Loaded<'j> {
 
     fn sync(&self, during: &str) -> Result<(), CudaFailure> {
         // SAFETY: the stream is live.
-        ck(unsafe { cu::stream::synchronize(self.stream) }, during)
+        ck(unsafe { cu::stream::synchronize(STREAM) }, during)
     }
 
     fn read_outputs(&mut self) -> Result<Vec<Vec<u8>>, CudaFailure> {
@@ -1024,12 +1021,9 @@ impl Loaded<'_> {
     ) -> Result<f64, CudaFailure> {
         // SAFETY: the events and the stream are live.
         unsafe {
-            ck(
-                cu::event::record(ev.start, self.stream),
-                "recording an event",
-            )?;
+            ck(cu::event::record(ev.start, STREAM), "recording an event")?;
             what()?;
-            ck(cu::event::record(ev.end, self.stream), "recording an event")?;
+            ck(cu::event::record(ev.end, STREAM), "recording an event")?;
             ck(
                 cu::event::synchronize(ev.end),
                 &format!("running {}", self.job.kernel.kernel),
@@ -1234,7 +1228,7 @@ impl Loaded<'_> {
         let us = self.timed(ev, || {
             // SAFETY: a live graph on a live stream.
             ck(
-                unsafe { cu::graph::launch(graph, self.stream) },
+                unsafe { cu::graph::launch(graph, STREAM) },
                 "launching the graph",
             )
         })?;
@@ -1270,7 +1264,7 @@ impl Loaded<'_> {
                     let p = ck(cu::malloc_sync(n), "allocating a placement")?;
                     self.bufs.ptrs.push(p);
                     ck(
-                        cu::memcpy_dtod_async(p, self.buffer_of(i), n, self.stream),
+                        cu::memcpy_dtod_async(p, self.buffer_of(i), n, STREAM),
                         "copying a placement",
                     )?;
                     p
@@ -1345,7 +1339,7 @@ impl Loaded<'_> {
                     // SAFETY: a live graph on a live stream.
                     costs.push(self.timed(ev, || {
                         ck(
-                            unsafe { cu::graph::launch(empty, self.stream) },
+                            unsafe { cu::graph::launch(empty, STREAM) },
                             "launching a graph",
                         )
                     })?);
@@ -1382,7 +1376,7 @@ impl Loaded<'_> {
                         flush_byte = flush_byte.wrapping_add(1);
                         // SAFETY: the flush buffer holds `l2` bytes.
                         ck(
-                            unsafe { cu::memset_d8_async(p, flush_byte, l2, self.stream) },
+                            unsafe { cu::memset_d8_async(p, flush_byte, l2, STREAM) },
                             "flushing L2",
                         )?;
                     }

@@ -671,8 +671,8 @@ impl Loaded<'_> {
                 std::ptr::copy_nonoverlapping(chunk.as_ptr(), buf, chunk.len());
                 let pinned = std::slice::from_raw_parts(buf, chunk.len());
                 let at = dst + (k * STAGE_BYTES) as u64;
-                ck(cu::memcpy_htod_async(at, pinned, self.stream), during)?;
-                ck(cu::event::record(ev, self.stream), during)?;
+                ck(cu::memcpy_htod_async(at, pinned, super::STREAM), during)?;
+                ck(cu::event::record(ev, super::STREAM), during)?;
             }
         }
         self.sync(during)
@@ -705,8 +705,8 @@ impl Loaded<'_> {
                     let len = STAGE_BYTES.min(dst.len() - k * STAGE_BYTES);
                     let pinned = std::slice::from_raw_parts_mut(buf, len);
                     let at = src + (k * STAGE_BYTES) as u64;
-                    ck(cu::memcpy_dtoh_async(pinned, at, self.stream), during)?;
-                    ck(cu::event::record(ev, self.stream), during)?;
+                    ck(cu::memcpy_dtoh_async(pinned, at, super::STREAM), during)?;
+                    ck(cu::event::record(ev, super::STREAM), during)?;
                 }
                 if k > 0 {
                     let (buf, ev) = stage[(k - 1) % 2];
@@ -784,7 +784,7 @@ impl Loaded<'_> {
         // from pageable memory may still be in flight when it returns).
         // SAFETY: the fix buffer holds at least one word.
         ck(
-            unsafe { cu::memset_d8_async(fix, 0, 8, self.stream) },
+            unsafe { cu::memset_d8_async(fix, 0, 8, super::STREAM) },
             "generating inputs",
         )?;
         let mut args: Vec<*mut c_void> = vec![
@@ -800,7 +800,7 @@ impl Loaded<'_> {
             (&raw mut fix).cast(),
             (&raw mut cap).cast(),
         ];
-        launch(h.fill, count, self.stream, &mut args, "generating inputs")?;
+        launch(h.fill, count, super::STREAM, &mut args, "generating inputs")?;
         let mut listed = [0u64];
         self.sync("generating inputs")?;
         // SAFETY: one word.
@@ -818,7 +818,7 @@ impl Loaded<'_> {
                 // SAFETY: element `i` lies inside the buffer; a pageable source is staged
                 // before the call returns, and the copy is ordered on the job's stream.
                 ck(
-                    unsafe { cu::memcpy_htod_async(p + i * dtype.size() as u64, b, self.stream) },
+                    unsafe { cu::memcpy_htod_async(p + i * dtype.size() as u64, b, super::STREAM) },
                     "writing an input's element",
                 )?;
             }
@@ -887,7 +887,7 @@ impl Loaded<'_> {
                     .push(ck(cu::malloc_sync(bytes), "allocating a buffer")?);
                 let w = *want.ptrs.last().expect("pushed");
                 ck(
-                    cu::memcpy_dtod_async(w, self.buffer(*i), bytes, self.stream),
+                    cu::memcpy_dtod_async(w, self.buffer(*i), bytes, super::STREAM),
                     "keeping the reference's output",
                 )?;
             }
@@ -935,7 +935,7 @@ impl Loaded<'_> {
         let _free = super::Buffers { ptrs: vec![words] };
         // SAFETY: as above; ordered before the kernels on the job's stream.
         ck(
-            unsafe { cu::memcpy_htod_async(words, &start, self.stream) },
+            unsafe { cu::memcpy_htod_async(words, &start, super::STREAM) },
             during,
         )?;
         for (k, (i, name, dtype, count)) in outs.iter().enumerate() {
@@ -953,7 +953,7 @@ impl Loaded<'_> {
                 (&raw mut rtol).cast(),
                 (&raw mut out).cast(),
             ];
-            launch(h.compare, n, self.stream, &mut args, during)?;
+            launch(h.compare, n, super::STREAM, &mut args, during)?;
         }
         self.sync(during)?;
         let mut back = vec![0u64; start.len()];
