@@ -458,13 +458,36 @@ impl Drop for Buffers {
 /// The SM clock and its maximum (MHz) of the device with this UUID. NVML numbers devices
 /// by PCI order and ignores `CUDA_VISIBLE_DEVICES` (the child sees only its own device, as
 /// ordinal 0), so the device is found by its UUID, never by an ordinal.
-fn nvml_clocks(nvml: Option<&nvml_wrapper::Nvml>, uuid: Option<&str>) -> Option<(u32, u32)> {
+fn nvml_clocks(uuid: Option<&str>) -> Option<(u32, u32)> {
     use nvml_wrapper::enum_wrappers::device::Clock;
-    let dev = nvml?.device_by_uuid(uuid?).ok()?;
-    Some((
-        dev.clock_info(Clock::SM).ok()?,
-        dev.max_clock_info(Clock::SM).ok()?,
-    ))
+    with_nvml_device(uuid?, |dev| {
+        Some((
+            dev.clock_info(Clock::SM).ok()?,
+            dev.max_clock_info(Clock::SM).ok()?,
+        ))
+    })
+    .flatten()
+}
+
+/// NVML, started once per process: a reused worker's later jobs find it started (its start
+/// costs about 9 ms on Hopper).
+fn worker_nvml() -> Option<&'static nvml_wrapper::Nvml> {
+    static NVML: std::sync::OnceLock<Option<nvml_wrapper::Nvml>> = std::sync::OnceLock::new();
+    NVML.get_or_init(|| crate::engines::fingerprint::nvml::open().ok())
+        .as_ref()
+}
+
+/// Calls `f` with NVML's handle of the device with this UUID, kept for the life of the
+/// process (a device's first handle costs about 7 ms on Hopper, every job of a worker asks).
+fn with_nvml_device<R>(uuid: &str, f: impl FnOnce(&nvml_wrapper::Device<'static>) -> R) -> Option<R> {
+    type Devices = Vec<(String, nvml_wrapper::Device<'static>)>;
+    static DEVICES: std::sync::Mutex<Devices> = std::sync::Mutex::new(Vec::new());
+    let nvml = worker_nvml()?;
+    let mut devices = DEVICES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !devices.iter().any(|(u, _)| u == uuid) {
+        devices.push((uuid.to_string(), nvml.device_by_uuid(uuid).ok()?));
+    }
+    devices.iter().find(|(u, _)| u == uuid).map(|(_, d)| f(d))
 }
 
 /// The wall time of a job's phases, in order: each lap closes the phase that ran since the
@@ -562,11 +585,8 @@ fn run_inner(job: &Job, report: &mut Report, laps: &mut Laps) -> Result<(), Cuda
     std::thread::scope(|s| {
         let early = (input_bytes <= EARLY_FILL_BYTES).then(|| s.spawn(|| host_inputs(job, leave)));
         // NVML's start (it opens every GPU of the machine) overlaps the context's, rather
-        // than leaving the GPU idle between the warm-up and the samples.
-        let nvml = job
-            .timing
-            .is_some()
-            .then(|| s.spawn(|| crate::engines::fingerprint::nvml::open().ok()));
+        // than leaving the GPU idle between the warm-up and the samples (once a process).
+        let nvml = job.timing.is_some().then(|| s.spawn(worker_nvml));
         let mut g = Loaded::load(job, laps)?;
         g.check_memory()?;
         let inputs = match early {
@@ -575,7 +595,9 @@ fn run_inner(job: &Job, report: &mut Report, laps: &mut Laps) -> Result<(), Cuda
         };
         let path = g.alloc(inputs)?;
         laps.lap_on("inputs", path);
-        g.nvml = nvml.and_then(|h| h.join().ok()).flatten();
+        if let Some(h) = nvml {
+            let _ = h.join();
+        }
         g.run(report, laps)?;
         drop(g);
         laps.lap("release");
@@ -615,13 +637,15 @@ enum Fill {
     },
 }
 
-/// Where every copy, fill and launch of a job goes: the legacy default stream; graph mode
-/// captures on a stream of its own (`Loaded::capture`). Ordinary launches and memsets on a
-/// created stream make the context's later launches slower, from about a second on and for
-/// as long as the context lives: a 2.6 us kernel's graph samples 7% slower and its cold
-/// samples 2%, in every job of a reused worker after the first (H200, #29;
-/// `benches/gpu_bench_phases.py`, table 5). Launches on the legacy stream, and graphs
-/// launched anywhere, leave every job timed as the first one is.
+/// Where every copy, fill and ordinary launch of a job goes: the legacy default stream;
+/// graph mode captures, launches and times its graphs on a stream of its own
+/// (`Loaded::capture`). Ordinary launches and memsets on a created stream make the context's
+/// later launches slower, from about a second on and for as long as the context lives: a
+/// 2.6 us kernel's graph samples 7% slower and its cold samples 2%, in every job of a reused
+/// worker after the first (H200, #29; `benches/gpu_bench_phases.py`, table 5). Launches on
+/// the legacy stream, and graphs launched anywhere, leave every job timed as the first one
+/// is; graphs launched on the legacy stream vary more between processes than on a created
+/// one (`benches/gpu_level_spread.sh`).
 const STREAM: sys::CUstream = std::ptr::null_mut();
 
 /// A job on the GPU: its context, capture stream, kernels and buffers.
@@ -641,8 +665,8 @@ struct Loaded<'j> {
     /// The parameters' bytes of the extra placements' buffers (graph mode); the pointers
     /// into them stay valid, the inner vectors never change.
     extra_params: Vec<Vec<u8>>,
-    /// Graph mode's stream of the job's own, made when the first graph is captured and
-    /// only ever captured on (the legacy stream cannot be); nothing runs on it.
+    /// Graph mode's stream of the job's own, made when the first graph is captured (the
+    /// legacy stream cannot be captured on); the graphs run there, nothing else does.
     capture: Option<sys::CUstream>,
     /// Unloaded when the job ends (a reused worker runs many jobs).
     module: sys::CUmodule,
@@ -650,8 +674,6 @@ struct Loaded<'j> {
     reference: Option<sys::CUfunction>,
     /// repro's fill and compare kernels, or why they are not loaded.
     helpers: Result<ondevice::Helpers, ondevice::HelperError>,
-    /// NVML, for the SM clock before and after sampling.
-    nvml: Option<nvml_wrapper::Nvml>,
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
 
@@ -666,6 +688,8 @@ impl Drop for Loaded<'_> {
         unsafe {
             let _ = cu::stream::synchronize(STREAM);
             if let Some(capture) = self.capture.take() {
+                // It does not wait for the legacy stream, nor the legacy stream for it.
+                let _ = cu::stream::synchronize(capture);
                 let _ = cu::stream::destroy(capture);
             }
             let _ = cu::module::unload(self.module);
@@ -738,7 +762,6 @@ impl<'j> Loaded<'j> {
             kernel,
             reference,
             helpers,
-            nvml: None,
             ctx,
         })
     }
@@ -1019,11 +1042,21 @@ impl Loaded<'_> {
         ev: &Events,
         what: impl FnOnce() -> Result<(), CudaFailure>,
     ) -> Result<f64, CudaFailure> {
+        self.timed_on(ev, STREAM, what)
+    }
+
+    /// [`Loaded::timed`] for work that `what` puts on `stream`.
+    fn timed_on(
+        &self,
+        ev: &Events,
+        stream: sys::CUstream,
+        what: impl FnOnce() -> Result<(), CudaFailure>,
+    ) -> Result<f64, CudaFailure> {
         // SAFETY: the events and the stream are live.
         unsafe {
-            ck(cu::event::record(ev.start, STREAM), "recording an event")?;
+            ck(cu::event::record(ev.start, stream), "recording an event")?;
             what()?;
-            ck(cu::event::record(ev.end, STREAM), "recording an event")?;
+            ck(cu::event::record(ev.end, stream), "recording an event")?;
             ck(
                 cu::event::synchronize(ev.end),
                 &format!("running {}", self.job.kernel.kernel),
@@ -1095,24 +1128,28 @@ impl Loaded<'_> {
         laps: &mut Laps,
     ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
+        let knobs = Knobs::get();
         // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
+        // Graph mode's settling phase warms up better (graphs back to back, not single
+        // launches with a wait after each) and lasts at least the warm-up time: the single
+        // launches before it only size the graph, and the rest of the warm-up is settled.
+        let (single_ms, settle_min_ms) = if t.mode == Mode::Graph && knobs.settle {
+            (
+                t.warmup_ms.min(GRAPH_SIZING_MS),
+                t.warmup_ms.max(SETTLE_MIN_MS),
+            )
+        } else {
+            (t.warmup_ms, SETTLE_MIN_MS)
+        };
         self.reset_outputs(false)?;
         let warm_start = Instant::now();
-        let mut recent = std::collections::VecDeque::new();
-        while warm_start.elapsed().as_secs_f64() * 1e3 < t.warmup_ms || report.warmup_launches < 3 {
-            recent.push_back(self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?);
-            if recent.len() > 16 {
-                recent.pop_front();
-            }
+        while warm_start.elapsed().as_secs_f64() * 1e3 < single_ms || report.warmup_launches < 3 {
+            self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?;
             report.warmup_launches += 1;
         }
-        // The median of the last launches, so one slow launch does not size the graph.
-        let single_us = crate::foundation::stats::median(recent.make_contiguous()).unwrap_or(1.0);
         laps.lap("warm-up");
-        let knobs = Knobs::get();
-        let mut method = self.method(t, single_us, &ev, report, &knobs)?;
+        let mut method = self.method(t, &ev, report, &knobs)?;
         laps.lap("set-up");
-        let nvml = self.nvml.as_ref();
         let uuid = {
             // SAFETY: a plain query into a local.
             let mut u: sys::CUuuid = unsafe { std::mem::zeroed() };
@@ -1120,10 +1157,10 @@ impl Loaded<'_> {
                 == sys::CUresult::CUDA_SUCCESS)
                 .then(|| crate::engines::fingerprint::cuda::format_uuid(&u.bytes.map(|b| b as u8)))
         };
-        let before = nvml_clocks(nvml, uuid.as_deref());
+        let before = nvml_clocks(uuid.as_deref());
         laps.lap("clocks");
         // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
-        let settled = self.settle(&mut method, &ev, report, &knobs)?;
+        let settled = self.settle(&mut method, &ev, report, &knobs, settle_min_ms)?;
         if settled > 0 {
             laps.lap("settle");
         }
@@ -1132,13 +1169,14 @@ impl Loaded<'_> {
         }
         self.sample(t, &method, &ev, report)?;
         laps.lap("sampling");
-        let after = nvml_clocks(nvml, uuid.as_deref());
+        let after = nvml_clocks(uuid.as_deref());
         let reasons = knobs.diag.as_ref().and_then(|_| {
-            let dev = nvml?.device_by_uuid(uuid.as_deref()?).ok()?;
-            let mem = dev
-                .clock_info(nvml_wrapper::enum_wrappers::device::Clock::Memory)
-                .ok();
-            Some((dev.current_throttle_reasons().ok()?.bits(), mem))
+            with_nvml_device(uuid.as_deref()?, |dev| {
+                let mem = dev
+                    .clock_info(nvml_wrapper::enum_wrappers::device::Clock::Memory)
+                    .ok();
+                Some((dev.current_throttle_reasons().ok()?.bits(), mem))
+            })?
         });
         if let (Some((b, max)), Some((a, _))) = (before, after) {
             report.sm_clock_mhz = Some((b, a, max));
@@ -1154,15 +1192,16 @@ impl Loaded<'_> {
 
     /// Graph mode with [`Knobs::settle`]: takes samples (not kept), the placements in turn,
     /// until the median of the last [`SETTLE_WINDOW`] is within [`SETTLE_TOLERANCE`] of the
-    /// window before (and [`SETTLE_MIN_MS`] passed), or for at most [`SETTLE_MAX_MS`]; then
-    /// chooses the placement whose samples' median is the lowest, for every sample after.
-    /// How many samples it took.
+    /// window before (and `min_ms` passed), or for at most [`SETTLE_MAX_MS`] beyond
+    /// `min_ms`; then chooses the placement whose samples' median is the lowest, for every
+    /// sample after. How many samples it took.
     fn settle(
         &self,
         method: &mut Sampling,
         ev: &Events,
         report: &mut Report,
         knobs: &Knobs,
+        min_ms: f64,
     ) -> Result<usize, CudaFailure> {
         let Sampling::Graph { batch, .. } = method else {
             return Ok(0);
@@ -1175,7 +1214,7 @@ impl Loaded<'_> {
         }
         let start = Instant::now();
         let mut seen = Vec::new();
-        while start.elapsed().as_secs_f64() * 1e3 < SETTLE_MAX_MS {
+        while start.elapsed().as_secs_f64() * 1e3 < min_ms + SETTLE_MAX_MS {
             seen.push(self.graph_sample(method, seen.len(), ev)?);
             report.warmup_launches += u64::from(batch);
             let n = seen.len();
@@ -1186,7 +1225,7 @@ impl Loaded<'_> {
                     med(&seen[n - SETTLE_WINDOW..]),
                 );
                 if (b - a).abs() <= SETTLE_TOLERANCE * b
-                    && start.elapsed().as_secs_f64() * 1e3 >= SETTLE_MIN_MS
+                    && start.elapsed().as_secs_f64() * 1e3 >= min_ms
                 {
                     break;
                 }
@@ -1195,10 +1234,14 @@ impl Loaded<'_> {
         // Which pages a buffer gets moves an L2-resident kernel by up to 3% (H100, #29),
         // and each process gets others: the fastest of several placements is the one that
         // the next invocation finds again.
+        // The choice is made on the settled half of the samples (a whole number of rounds
+        // over the placements): the first samples of a job are the GPU still warming up,
+        // and whichever placements they fell on would look slower for it.
         let k = method.sampled().len();
+        let from = (seen.len() / 2) / k * k;
         let pilot: Vec<f64> = (0..k)
             .map(|p| {
-                let s: Vec<f64> = seen.iter().skip(p).step_by(k).copied().collect();
+                let s: Vec<f64> = seen[from..].iter().skip(p).step_by(k).copied().collect();
                 crate::foundation::stats::median(&s).unwrap_or(f64::INFINITY)
             })
             .collect();
@@ -1209,10 +1252,41 @@ impl Loaded<'_> {
         Ok(seen.len())
     }
 
+    /// The time per launch (µs) inside a graph of [`SIZING_LAUNCHES`] launches on the job's
+    /// own buffers, launched on `capture` (the median of three, its launch cost included).
+    fn per_launch_us(&self, capture: sys::CUstream, ev: &Events) -> Result<f64, CudaFailure> {
+        let graph = self.graph(capture, SIZING_LAUNCHES, &self.arg_ptrs)?;
+        let mut times = Vec::new();
+        let mut timed = || -> Result<(), CudaFailure> {
+            for _ in 0..3 {
+                // SAFETY: a live graph on a live stream.
+                times.push(self.timed_on(ev, capture, || {
+                    ck(
+                        unsafe { cu::graph::launch(graph, capture) },
+                        "launching a graph",
+                    )
+                })?);
+            }
+            Ok(())
+        };
+        let result = timed();
+        // SAFETY: instantiated above and used no more once its launches are done.
+        unsafe {
+            let _ = cu::stream::synchronize(capture);
+            let _ = cu::graph::exec_destroy(graph);
+        }
+        result?;
+        let median = crate::foundation::stats::median(&times).unwrap_or(1.0);
+        Ok(median / f64::from(SIZING_LAUNCHES))
+    }
+
     /// One graph-mode sample (µs per launch) on placement `k` modulo the placements.
     fn graph_sample(&self, method: &Sampling, k: usize, ev: &Events) -> Result<f64, CudaFailure> {
         let Sampling::Graph {
-            batch, overhead, ..
+            batch,
+            overhead,
+            stream,
+            ..
         } = method
         else {
             unreachable!("graph samples come from graph mode");
@@ -1225,10 +1299,10 @@ impl Loaded<'_> {
             } => sampled[*c],
             _ => sampled[k % sampled.len()],
         };
-        let us = self.timed(ev, || {
+        let us = self.timed_on(ev, *stream, || {
             // SAFETY: a live graph on a live stream.
             ck(
-                unsafe { cu::graph::launch(graph, STREAM) },
+                unsafe { cu::graph::launch(graph, *stream) },
                 "launching the graph",
             )
         })?;
@@ -1290,7 +1364,6 @@ impl Loaded<'_> {
     fn method(
         &mut self,
         t: &Timing,
-        single_us: f64,
         ev: &Events,
         report: &mut Report,
         knobs: &Knobs,
@@ -1322,24 +1395,34 @@ impl Loaded<'_> {
             }
             Mode::Graph => {
                 // Enough launches per sample to make the sample about GRAPH_SAMPLE_US long, so
-                // that an event tick (0.5 µs at worst) is under 0.01% of it.
+                // that an event tick (0.5 µs at worst) is under 0.03% of it.
                 // A power of two, so that invocations whose launch times differ a little
-                // still time the same batch.
-                let batch = ((knobs.graph_us / single_us.max(0.5)) as u32).clamp(16, 8192);
-                let batch = 1u32 << (31 - batch.leading_zeros());
-                report.launches_per_sample = batch;
+                // still time the same batch. The time per launch is taken inside a graph:
+                // a single launch's time includes the CPU's launch latency, which moved one
+                // kernel's batch between 64 and 512 from one process to the next (H100).
                 let capture = self.capture_stream()?;
+                let per_launch = self.per_launch_us(capture, ev)?;
+                let batch = ((knobs.graph_us / per_launch.max(0.5)) as u32).clamp(16, 8192);
+                let batch = 1u32 << (31 - batch.leading_zeros());
+                let batch = steady_batch(
+                    format!("{}|{:?}|{:?}", self.job.device, self.job.kernel, self.job.args),
+                    batch,
+                );
+                report.launches_per_sample = batch;
                 let mut graphs = Vec::new();
                 for set in self.placements(knobs.placements)? {
                     graphs.push(self.graph(capture, batch, &set)?);
                 }
                 let empty = self.graph(capture, 0, &[])?;
+                // The legacy stream's work is done (the warm-up and the placements' copies
+                // were waited for): the capture stream, which does not wait for it, runs
+                // the graphs from here on.
                 let mut costs = Vec::new();
                 for _ in 0..GRAPH_OVERHEAD_RUNS {
                     // SAFETY: a live graph on a live stream.
-                    costs.push(self.timed(ev, || {
+                    costs.push(self.timed_on(ev, capture, || {
                         ck(
-                            unsafe { cu::graph::launch(empty, STREAM) },
+                            unsafe { cu::graph::launch(empty, capture) },
                             "launching a graph",
                         )
                     })?);
@@ -1349,6 +1432,7 @@ impl Loaded<'_> {
                 graphs.push(empty);
                 Ok(Sampling::Graph {
                     graphs,
+                    stream: capture,
                     batch,
                     overhead,
                     costs,
@@ -1401,8 +1485,13 @@ impl Loaded<'_> {
     }
 }
 
-/// The length of a graph-mode sample (µs): 5 ms, a 0.5 µs event tick being 0.01% of it.
-const GRAPH_SAMPLE_US: f64 = 5000.0;
+/// The length of a graph-mode sample (µs): 2 to 4 ms, a 0.5 µs event tick being at most
+/// 0.025% of it. (Until the batch was sized inside a graph this was 5 ms of single launches,
+/// whose CPU launch latency made the samples of a 3 us kernel about 1.4 ms.)
+const GRAPH_SAMPLE_US: f64 = 2000.0;
+
+/// Launches in the graph whose time per launch sizes graph mode's batch.
+const SIZING_LAUNCHES: u32 = 16;
 
 /// Launches of the empty graph whose median time is a graph sample's fixed cost.
 const GRAPH_OVERHEAD_RUNS: usize = 21;
@@ -1418,6 +1507,8 @@ enum Sampling {
     /// empty one.
     Graph {
         graphs: Vec<sys::CUgraphExec>,
+        /// The capture stream, where the graphs run and are timed.
+        stream: sys::CUstream,
         batch: u32,
         overhead: f64,
         costs: Vec<f64>,
@@ -1447,14 +1538,46 @@ impl Sampling {
 
     /// Destroys the graphs (a reused child keeps its context across jobs).
     fn destroy(&self) {
-        if let Sampling::Graph { graphs, .. } = self {
-            for g in graphs {
-                // SAFETY: each was instantiated once and is not used again.
-                unsafe {
+        if let Sampling::Graph { graphs, stream, .. } = self {
+            // SAFETY: the stream outlives the sampling (the job's drop destroys it); each
+            // graph was instantiated once and is not used again.
+            unsafe {
+                let _ = cu::stream::synchronize(*stream);
+                for g in graphs {
                     let _ = cu::graph::exec_destroy(*g);
                 }
             }
         }
+    }
+}
+
+/// The batch for graph mode's samples of a launch (`key`: the device, the kernel and its
+/// launch and arguments) whose single launches suggest `natural`: the batch this process
+/// used for the same launch before, where `natural` is within a power of two of it. A
+/// launch time near a power of two's boundary would otherwise time the same kernel in
+/// batches of 256 in one job and 512 in the next (vector_add over 1M floats on an H100,
+/// #29), and a batch's size moves the time per launch: a bisection's worker times every
+/// commit in the batch of its first, unless a commit's kernel is more than twice as fast
+/// or slow.
+fn steady_batch(key: String, natural: u32) -> u32 {
+    static BATCHES: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+    let mut batches = BATCHES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let i = batches.iter().position(|(k, _)| *k == key);
+    let batch = kept_batch(i.map(|i| batches[i].1), natural);
+    match i {
+        Some(i) => batches[i].1 = batch,
+        None => batches.push((key, batch)),
+    }
+    batch
+}
+
+/// `before` where `natural` is within a factor of two of it, else `natural`.
+fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
+    match before {
+        Some(b) if natural / 2 <= b && b <= natural.saturating_mul(2) => b,
+        _ => natural,
     }
 }
 
@@ -1511,9 +1634,14 @@ const SETTLE_WINDOW: usize = 16;
 /// How close two windows' medians must be for the settling warm-up to end.
 const SETTLE_TOLERANCE: f64 = 0.001;
 /// The settling warm-up's least length (ms): the GPU runs faster for a while after idling.
+/// A longer `--warmup` lengthens it.
 const SETTLE_MIN_MS: f64 = 100.0;
-/// The settling warm-up's limit (ms).
+/// How much longer than its least length the settling warm-up may run (ms).
 const SETTLE_MAX_MS: f64 = 1000.0;
+/// Graph mode's single launches before the settling warm-up (ms): long enough for the
+/// clocks to leave idle before the batch is sized. The rest of `--warmup` is spent
+/// settling.
+const GRAPH_SIZING_MS: f64 = 20.0;
 
 /// Appends a line of a graph-mode job's figures to `path` (for the bench script): each
 /// placement's median, the empty graph's costs, the clocks, the settling samples.
@@ -1564,6 +1692,23 @@ fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_is_kept_within_a_power_of_two() {
+        assert_eq!(kept_batch(None, 512), 512);
+        assert_eq!(kept_batch(Some(512), 256), 512);
+        assert_eq!(kept_batch(Some(512), 512), 512);
+        assert_eq!(kept_batch(Some(512), 1024), 512);
+        assert_eq!(kept_batch(Some(512), 128), 128);
+        assert_eq!(kept_batch(Some(512), 2048), 2048);
+        // Per launch: the first job's batch is kept, another launch has its own.
+        let (a, b) = ("test|a".to_string(), "test|b".to_string());
+        assert_eq!(steady_batch(a.clone(), 512), 512);
+        assert_eq!(steady_batch(a.clone(), 256), 512);
+        assert_eq!(steady_batch(b, 256), 256);
+        assert_eq!(steady_batch(a.clone(), 64), 64);
+        assert_eq!(steady_batch(a, 128), 64);
+    }
 
     #[test]
     fn fills_are_deterministic_and_typed() {

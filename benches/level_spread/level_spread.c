@@ -1,0 +1,130 @@
+/* #29 goal 3: which of a process's choices sets a small kernel's level? (outside repro)
+ *
+ * One process times stream_state/kernel.cu's vector add (1M floats, about 2.6 us on an H200)
+ * in CUDA graphs of 512 launches, the way repro's graph mode does (a warm-up, then SAMPLES
+ * samples between events on the capture stream; the median per launch in us), for every
+ * combination of
+ *
+ *   C contexts    each made with cuCtxCreate and destroyed after its measurements
+ *   M modules     kernel.cubin loaded M times into the context (the code at M addresses)
+ *   G graphs      the graph captured and instantiated G times per module, each on a new stream
+ *
+ * with one set of buffers per context. Prints one line per context: its C*M*G medians in
+ * order (module-major). Two variants, from the environment, to compare with repro's way:
+ * LEVEL_LEGACY=1 launches the graphs and records the events on the legacy default stream
+ * (the graph still captured on its own stream), LEVEL_RANDOM=1 fills a and b with
+ * pseudo-random floats instead of 1.0. gpu_level_spread.sh runs it in several processes and splits the
+ * spread by level.
+ *
+ * Usage: level_spread C M G SAMPLES   (run in the folder that holds kernel.cubin, built from
+ *        stream_state/kernel.cu)
+ */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                               \
+    do {                                                                                    \
+        CUresult r_ = (x);                                                                  \
+        if (r_) {                                                                           \
+            const char *s_ = "?";                                                           \
+            cuGetErrorString(r_, &s_);                                                      \
+            fprintf(stderr, "%s: %s\n", #x, s_);                                            \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static int N = 1 << 20;
+enum { BATCH = 512 };
+
+static int by_value(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int legacy;
+
+static float graph_median(CUfunction f, CUdeviceptr *buf, int samples) {
+    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
+    CUstream s, run;
+    CUgraph g;
+    CUgraphExec ge;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < BATCH; i++)
+        CK(cuLaunchKernel(f, N / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
+    CK(cuStreamEndCapture(s, &g));
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphDestroy(g));
+    run = legacy ? NULL : s;
+    CUevent e0, e1;
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    for (int i = 0; i < 20; i++)
+        CK(cuGraphLaunch(ge, run));
+    float *xs = malloc(sizeof(float) * samples);
+    for (int i = 0; i < samples; i++) {
+        CK(cuEventRecord(e0, run));
+        CK(cuGraphLaunch(ge, run));
+        CK(cuEventRecord(e1, run));
+        CK(cuEventSynchronize(e1));
+        CK(cuEventElapsedTime(&xs[i], e0, e1));
+        xs[i] = xs[i] * 1000.0f / BATCH;
+    }
+    qsort(xs, samples, sizeof xs[0], by_value);
+    float m = xs[samples / 2];
+    free(xs);
+    CK(cuGraphExecDestroy(ge));
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    CK(cuStreamDestroy(s));
+    return m;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: level_spread CONTEXTS MODULES GRAPHS SAMPLES\n");
+        return 2;
+    }
+    int nc = atoi(argv[1]), nm = atoi(argv[2]), ng = atoi(argv[3]), samples = atoi(argv[4]);
+    legacy = getenv("LEVEL_LEGACY") && !strcmp(getenv("LEVEL_LEGACY"), "1");
+    int random = getenv("LEVEL_RANDOM") && !strcmp(getenv("LEVEL_RANDOM"), "1");
+    float *host = malloc(sizeof(float) * N);
+    unsigned x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        host[i] = random ? (float)(x >> 8) / 16777216.0f * 2.0f - 1.0f : 1.0f;
+    }
+    CUdevice dev;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    for (int c = 0; c < nc; c++) {
+        CUcontext ctx;
+        CK(cuCtxCreate(&ctx, NULL, 0, dev));
+        CUdeviceptr buf[3];
+        for (int i = 0; i < 3; i++) {
+            CK(cuMemAlloc(&buf[i], (size_t)N * 4));
+            CK(cuMemcpyHtoD(buf[i], host, (size_t)N * 4));
+        }
+        CUmodule *mods = malloc(sizeof(CUmodule) * nm);
+        for (int m = 0; m < nm; m++)
+            CK(cuModuleLoad(&mods[m], "kernel.cubin"));
+        for (int m = 0; m < nm; m++) {
+            CUfunction f;
+            CK(cuModuleGetFunction(&f, mods[m], "vadd"));
+            for (int g = 0; g < ng; g++) {
+                printf("%s%.4f", m + g ? " " : "", graph_median(f, buf, samples));
+                fflush(stdout);
+            }
+        }
+        printf("\n");
+        for (int m = 0; m < nm; m++)
+            CK(cuModuleUnload(mods[m]));
+        free(mods);
+        for (int i = 0; i < 3; i++)
+            CK(cuMemFree(buf[i]));
+        CK(cuCtxDestroy(ctx));
+    }
+    return 0;
+}
