@@ -479,11 +479,16 @@ fn worker_nvml() -> Option<&'static nvml_wrapper::Nvml> {
 
 /// Calls `f` with NVML's handle of the device with this UUID, kept for the life of the
 /// process (a device's first handle costs about 7 ms on Hopper, every job of a worker asks).
-fn with_nvml_device<R>(uuid: &str, f: impl FnOnce(&nvml_wrapper::Device<'static>) -> R) -> Option<R> {
+fn with_nvml_device<R>(
+    uuid: &str,
+    f: impl FnOnce(&nvml_wrapper::Device<'static>) -> R,
+) -> Option<R> {
     type Devices = Vec<(String, nvml_wrapper::Device<'static>)>;
     static DEVICES: std::sync::Mutex<Devices> = std::sync::Mutex::new(Vec::new());
     let nvml = worker_nvml()?;
-    let mut devices = DEVICES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut devices = DEVICES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !devices.iter().any(|(u, _)| u == uuid) {
         devices.push((uuid.to_string(), nvml.device_by_uuid(uuid).ok()?));
     }
@@ -1405,7 +1410,10 @@ impl Loaded<'_> {
                 let batch = ((knobs.graph_us / per_launch.max(0.5)) as u32).clamp(16, 8192);
                 let batch = 1u32 << (31 - batch.leading_zeros());
                 let batch = steady_batch(
-                    format!("{}|{:?}|{:?}", self.job.device, self.job.kernel, self.job.args),
+                    format!(
+                        "{}|{:?}|{:?}",
+                        self.job.device, self.job.kernel, self.job.args
+                    ),
                     batch,
                 );
                 report.launches_per_sample = batch;
