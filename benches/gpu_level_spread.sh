@@ -7,20 +7,18 @@
 #
 # Prints every process's medians, then, across the processes, the coefficient of variation of
 # what one process would report if it averaged (mean of medians) over: its first measurement
-# only (one context, module and graph: what repro does today), the first module's graphs, the
-# first context's modules and graphs, and everything; and the spread within each level (the
-# standard deviation of the level's means inside its parent, as a percent of the grand mean).
+# only (one context, module and graph: one measurement, as repro takes it, though repro uses
+# the primary context), the first module's graphs, the first context's modules and graphs, and
+# everything; and the spread within each level (the standard deviation of the level's means
+# inside its parent, as a percent of the grand mean).
 set -euo pipefail
 processes="${1:-8}"; contexts="${2:-4}"; modules="${3:-4}"; graphs="${4:-2}"; samples="${5:-100}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-arch="sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
-"$cuda/bin/nvcc" -cubin -arch="$arch" -O3 -o "$work/kernel.cubin" "$here/stream_state/kernel.cu"
-gcc -O2 -o "$work/level_spread" "$here/level_spread/level_spread.c" -I"$cuda/include" \
-  -L"$cuda/lib64/stubs" -lcuda
-cd "$work"
+if [ "$processes" -lt 2 ]; then
+  echo "gpu_level_spread.sh: at least 2 processes, to compare them" >&2
+  exit 2
+fi
+. "$(dirname "$0")/stream_state/build.sh"
+build_program level_spread/level_spread.c level_spread
 for p in $(seq "$processes"); do
   ./level_spread "$contexts" "$modules" "$graphs" "$samples" > "p$p.txt"
   echo "process $p:"; sed 's/^/  /' "p$p.txt"

@@ -11,15 +11,8 @@
 set -euo pipefail
 iterations="${1:-8}"
 repeats="${2:-2}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-arch="sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
-"$cuda/bin/nvcc" -cubin -arch="$arch" -O3 -o "$work/kernel.cubin" "$here/stream_state/kernel.cu"
-gcc -O2 -o "$work/stream_state" "$here/stream_state/stream_state.c" -I"$cuda/include" \
-  -L"$cuda/lib64/stubs" -lcuda
-cd "$work"
+. "$(dirname "$0")/stream_state/build.sh"
+build_program stream_state/stream_state.c stream_state
 for r in $(seq "$repeats"); do
   for mode in none stream memset legacy captured; do
     ./stream_state "$mode" "$iterations"

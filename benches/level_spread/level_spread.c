@@ -5,7 +5,8 @@
  * samples between events on the capture stream; the median per launch in us), for every
  * combination of
  *
- *   C contexts    each made with cuCtxCreate and destroyed after its measurements
+ *   C contexts    each made with cuCtxCreate and destroyed after its measurements (repro
+ *                 uses the device's primary context, one a process)
  *   M modules     kernel.cubin loaded M times into the context (the code at M addresses)
  *   G graphs      the graph captured and instantiated G times per module, each on a new stream
  *
@@ -17,31 +18,16 @@
  * spread by level.
  *
  * Usage: level_spread C M G SAMPLES   (run in the folder that holds kernel.cubin, built from
- *        stream_state/kernel.cu)
+ *        stream_state/kernel.cu; gpu_level_spread.sh builds both)
  */
+#include "ck.h"
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        CUresult r_ = (x);                                                                  \
-        if (r_) {                                                                           \
-            const char *s_ = "?";                                                           \
-            cuGetErrorString(r_, &s_);                                                      \
-            fprintf(stderr, "%s: %s\n", #x, s_);                                            \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
-
 static int N = 1 << 20;
 enum { BATCH = 512 };
-
-static int by_value(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 static int legacy;
 
@@ -101,7 +87,11 @@ int main(int argc, char **argv) {
     CK(cuDeviceGet(&dev, 0));
     for (int c = 0; c < nc; c++) {
         CUcontext ctx;
+#if CUDA_VERSION >= 13000
         CK(cuCtxCreate(&ctx, NULL, 0, dev));
+#else
+        CK(cuCtxCreate(&ctx, 0, dev));
+#endif
         CUdeviceptr buf[3];
         for (int i = 0; i < 3; i++) {
             CK(cuMemAlloc(&buf[i], (size_t)N * 4));

@@ -13,31 +13,17 @@
  *
  * Usage: stream_state MODE ITERATIONS   (run in the folder that holds kernel.cubin)
  * Build: nvcc -cubin -arch=sm_90 -O3 -o kernel.cubin kernel.cu
- *        gcc -O2 -o stream_state stream_state.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64/stubs -lcuda
+ *        gcc -O2 -o stream_state stream_state.c -I. -I$CUDA_HOME/include -L$CUDA_HOME/lib64/stubs -lcuda
+ *        (gpu_stream_state.sh does both)
  */
+#include "ck.h"
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        CUresult r_ = (x);                                                                  \
-        if (r_) {                                                                           \
-            const char *s_ = "?";                                                           \
-            cuGetErrorString(r_, &s_);                                                      \
-            fprintf(stderr, "%s: %s\n", #x, s_);                                            \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
-
 static int N = 1 << 20;
 enum { BATCH = 512, SAMPLES = 200 };
-
-static int by_value(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* The median time of one launch (us) in graphs of BATCH launches on stream s. */
 static float graph_median(CUfunction f, CUstream s, CUdeviceptr *buf) {

@@ -470,11 +470,16 @@ fn nvml_clocks(uuid: Option<&str>) -> Option<(u32, u32)> {
 }
 
 /// NVML, started once per process: a reused worker's later jobs find it started (its start
-/// costs about 9 ms on Hopper).
+/// costs about 9 ms on Hopper). A start that failed is tried again by the next job.
 fn worker_nvml() -> Option<&'static nvml_wrapper::Nvml> {
-    static NVML: std::sync::OnceLock<Option<nvml_wrapper::Nvml>> = std::sync::OnceLock::new();
-    NVML.get_or_init(|| crate::engines::fingerprint::nvml::open().ok())
-        .as_ref()
+    static NVML: std::sync::OnceLock<nvml_wrapper::Nvml> = std::sync::OnceLock::new();
+    if let Some(nvml) = NVML.get() {
+        return Some(nvml);
+    }
+    let started = crate::engines::fingerprint::nvml::open().ok()?;
+    // Two threads that both started it keep the first; the other is shut down.
+    let _ = NVML.set(started);
+    NVML.get()
 }
 
 /// Calls `f` with NVML's handle of the device with this UUID, kept for the life of the
@@ -1136,13 +1141,11 @@ impl Loaded<'_> {
         let knobs = Knobs::get();
         // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
         // Graph mode's settling phase warms up better (graphs back to back, not single
-        // launches with a wait after each) and lasts at least the warm-up time: the single
-        // launches before it only size the graph, and the rest of the warm-up is settled.
+        // launches with a wait after each): after a few single launches, the rest of the
+        // warm-up is settled (at least SETTLE_MIN_MS of it).
         let (single_ms, settle_min_ms) = if t.mode == Mode::Graph && knobs.settle {
-            (
-                t.warmup_ms.min(GRAPH_SIZING_MS),
-                t.warmup_ms.max(SETTLE_MIN_MS),
-            )
+            let single = t.warmup_ms.min(GRAPH_SIZING_MS);
+            (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
         } else {
             (t.warmup_ms, SETTLE_MIN_MS)
         };
@@ -1399,8 +1402,9 @@ impl Loaded<'_> {
                 })
             }
             Mode::Graph => {
-                // Enough launches per sample to make the sample about GRAPH_SAMPLE_US long, so
-                // that an event tick (0.5 µs at worst) is under 0.03% of it.
+                // Enough launches per sample to make the sample at most GRAPH_SAMPLE_US long
+                // and more than half of it, so that an event tick (0.5 µs at worst) is at
+                // most 0.05% of it.
                 // A power of two, so that invocations whose launch times differ a little
                 // still time the same batch. The time per launch is taken inside a graph:
                 // a single launch's time includes the CPU's launch latency, which moved one
@@ -1493,9 +1497,10 @@ impl Loaded<'_> {
     }
 }
 
-/// The length of a graph-mode sample (µs): 2 to 4 ms, a 0.5 µs event tick being at most
-/// 0.025% of it. (Until the batch was sized inside a graph this was 5 ms of single launches,
-/// whose CPU launch latency made the samples of a 3 us kernel about 1.4 ms.)
+/// The longest graph-mode sample (µs): samples are 1 to 2 ms (the batch is a power of two),
+/// a 0.5 µs event tick at most 0.05% of one. (Until the batch was sized inside a graph this
+/// was 5 ms of single launches, whose CPU launch latency made the samples of a 3 us kernel
+/// about 1.4 ms.)
 const GRAPH_SAMPLE_US: f64 = 2000.0;
 
 /// Launches in the graph whose time per launch sizes graph mode's batch.
@@ -1648,7 +1653,7 @@ const SETTLE_MIN_MS: f64 = 100.0;
 const SETTLE_MAX_MS: f64 = 1000.0;
 /// Graph mode's single launches before the settling warm-up (ms): long enough for the
 /// clocks to leave idle before the batch is sized. The rest of `--warmup` is spent
-/// settling.
+/// settling, at least [`SETTLE_MIN_MS`].
 const GRAPH_SIZING_MS: f64 = 20.0;
 
 /// Appends a line of a graph-mode job's figures to `path` (for the bench script): each

@@ -139,8 +139,8 @@ fn a_recipe_bench_checks_and_times_the_kernel_on_the_fake_gpu() {
         assert_eq!(r["settings"]["mode"], mode);
         let per_sample = r["launches-per-sample"].as_u64().unwrap();
         if mode == "graph" {
-            // A graph of enough launches to make about 5 ms (5000 / 160 = 31), rounded down to
-            // a power of two, at least 16, less the fake's empty graph, which costs nothing.
+            // A graph of enough launches to make at most 2 ms (2000 / 160 = 12), rounded down
+            // to a power of two, at least 16, less the fake's empty graph, which costs nothing.
             assert_eq!(per_sample, 16, "{r}");
             assert_eq!(r["graph-overhead-us"], 0.0, "{r}");
         } else {
@@ -685,17 +685,41 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
             count("cuGraphLaunch"),
             count("graph launch on a created stream"),
         );
+        // Nothing on the legacy stream, no free and no graph or stream destroyed while a
+        // created stream runs graphs nobody waited for (the two do not wait for each other).
+        let unordered: Vec<_> = seen.iter().filter(|c| c.starts_with("unordered")).collect();
+        assert!(unordered.is_empty(), "{case}: {unordered:?} in {seen:?}");
+        // One worker ran both points: it started NVML's handle of the device once.
+        assert_eq!(count("nvmlDeviceGetHandleByUUID"), 1, "{case}: {seen:?}");
         if mode == "graph" {
             assert!(captured > 0 && made > 0 && made <= jobs, "{case}: {seen:?}");
             assert_eq!(count("cuStreamDestroy_v2"), made, "{case}: {seen:?}");
+            assert_eq!(count("a non-blocking stream"), made, "{case}: {seen:?}");
             // Every graph runs, and is timed, on the stream it was captured on.
             assert!(launched > 0 && on_own == launched, "{case}: {seen:?}");
-            assert_eq!(count("event on a created stream"), 2 * launched, "{case}: {seen:?}");
+            assert_eq!(
+                count("event on a created stream"),
+                2 * launched,
+                "{case}: {seen:?}"
+            );
         } else {
             assert_eq!((made, captured, launched), (0, 0, 0), "{case}: {seen:?}");
             assert_eq!(count("event on a created stream"), 0, "{case}: {seen:?}");
         }
     }
+}
+
+/// Graph mode sizes its batch by the time per launch inside a graph (a single launch's time
+/// includes the CPU's launch latency): a 20 µs kernel gets 2000 / 20 = 100 launches, rounded
+/// down to a power of two, for samples of at most 2 ms.
+#[test]
+fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let (code, r) = bench(&gpu, &root, "scale", &["--mode", "graph"], &[]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["launches-per-sample"], 64, "{r}");
 }
 
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real

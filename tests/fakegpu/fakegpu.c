@@ -407,12 +407,35 @@ typedef struct {
 typedef struct {
     int capturing;
     double captured_ns;
+    /* Graph launches on it, and how many of them a synchronisation has waited for. */
+    unsigned long launched, waited;
 } fake_stream;
 
 typedef struct {
     double t;
     int recorded;
+    /* The stream it was recorded on, and that stream's graph launches before it. */
+    fake_stream *on;
+    unsigned long upto;
 } fake_event;
+
+/* The created streams, to tell when one still runs graphs nobody waited for: a real created
+ * (non-blocking) stream does not wait for the legacy stream, nor the legacy stream for it, so
+ * legacy work, frees and graph destruction while one is busy are unordered. The fake runs
+ * everything at once; it logs "unordered: WHAT" instead, for a test to count. */
+enum { MAX_STREAMS = 64 };
+static fake_stream *streams[MAX_STREAMS];
+
+static void note_unordered(const char *what) {
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (streams[i] && streams[i]->launched > streams[i]->waited) {
+            char line[96];
+            snprintf(line, sizeof line, "unordered: %s", what);
+            log_call(line);
+            return;
+        }
+    }
+}
 
 typedef struct {
     double ns;
@@ -497,6 +520,9 @@ EXPORT CUresult cuCtxSetCurrent(fake_ctx *ctx) {
 
 EXPORT CUresult cuCtxSynchronize(void) {
     CU_FAIL("cuCtxSynchronize", -1);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i])
+            streams[i]->waited = streams[i]->launched;
     return sticky;
 }
 
@@ -655,6 +681,7 @@ EXPORT CUresult cuMemAlloc_v2(uint64_t *ptr, size_t bytes) {
 
 EXPORT CUresult cuMemFree_v2(uint64_t ptr) {
     CU_FAIL("cuMemFree_v2", -1);
+    note_unordered("a free");
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].base && (uint64_t)(uintptr_t)allocs[i].base == ptr) {
             free(allocs[i].base);
@@ -668,6 +695,7 @@ EXPORT CUresult cuMemFree_v2(uint64_t ptr) {
 
 EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) {
     CU_FAIL("cuMemcpyHtoD_v2", -1);
+    note_unordered("a copy");
     if (sticky)
         return sticky;
     if (!allocation_of(dst, bytes))
@@ -680,6 +708,7 @@ static CUresult wait_for_kernels(void);
 
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
     CU_FAIL("cuMemcpyDtoH_v2", -1);
+    note_unordered("a copy");
     CUresult r = wait_for_kernels();
     if (r)
         return r;
@@ -695,6 +724,8 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
 static void note_stream_work(const fake_stream *s) {
     if (s && !s->capturing)
         log_call("work on a created stream");
+    if (!s)
+        note_unordered("work on the legacy stream");
 }
 
 /* Graphs and the events that time them may run on a created stream: graph mode launches its
@@ -757,13 +788,25 @@ EXPORT CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, v
 EXPORT CUresult cuStreamCreate(fake_stream **s, unsigned flags) {
     CU_FAIL("cuStreamCreate", -1);
     CU_CONTEXT();
-    (void)flags;
+    if (flags & 1) /* CU_STREAM_NON_BLOCKING */
+        log_call("a non-blocking stream");
     *s = calloc(1, sizeof **s);
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (!streams[i]) {
+            streams[i] = *s;
+            break;
+        }
+    }
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuStreamDestroy_v2(fake_stream *s) {
     CU_FAIL("cuStreamDestroy_v2", -1);
+    if (s && s->launched > s->waited)
+        log_call("unordered: a stream destroyed while it runs graphs");
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (streams[i] == s)
+            streams[i] = NULL;
     free(s);
     return CUDA_SUCCESS;
 }
@@ -784,7 +827,8 @@ static CUresult wait_for_kernels(void) {
 
 EXPORT CUresult cuStreamSynchronize(fake_stream *s) {
     CU_FAIL("cuStreamSynchronize", -1);
-    (void)s;
+    if (s)
+        s->waited = s->launched;
     return wait_for_kernels();
 }
 
@@ -851,6 +895,8 @@ EXPORT CUresult cuEventRecord(fake_event *e, fake_stream *s) {
         return CUDA_ERROR_INVALID_HANDLE;
     e->t = clock_ns;
     e->recorded = 1;
+    e->on = s;
+    e->upto = s ? s->launched : 0;
     return CUDA_SUCCESS;
 }
 
@@ -858,6 +904,8 @@ EXPORT CUresult cuEventSynchronize(fake_event *e) {
     CU_FAIL("cuEventSynchronize", -1);
     if (!e || !e->recorded)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (e->on && e->upto > e->on->waited)
+        e->on->waited = e->upto;
     return wait_for_kernels();
 }
 
@@ -907,6 +955,10 @@ EXPORT CUresult cuGraphLaunch(fake_graph *exec, fake_stream *s) {
     note_graph_work(s, "graph launch");
     if (sticky)
         return sticky;
+    if (s && !s->capturing)
+        s->launched++;
+    else if (!s)
+        note_unordered("a graph launched on the legacy stream");
     clock_ns += exec->ns;
     return CUDA_SUCCESS;
 }
@@ -919,6 +971,7 @@ EXPORT CUresult cuGraphDestroy(fake_graph *g) {
 
 EXPORT CUresult cuGraphExecDestroy(fake_graph *g) {
     CU_FAIL("cuGraphExecDestroy", -1);
+    note_unordered("a graph destroyed");
     free(g);
     return CUDA_SUCCESS;
 }
