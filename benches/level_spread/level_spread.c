@@ -31,39 +31,12 @@ enum { BATCH = 512 };
 
 static int legacy;
 
-static float graph_median(CUfunction f, CUdeviceptr *buf, int samples) {
-    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
-    CUstream s, run;
-    CUgraph g;
-    CUgraphExec ge;
+/* One measurement: a graph captured on a stream of its own, launched there (or on the legacy
+ * stream with LEVEL_LEGACY=1). */
+static float measure(CUfunction f, CUdeviceptr *buf, int samples) {
+    CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    for (int i = 0; i < BATCH; i++)
-        CK(cuLaunchKernel(f, N / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
-    CK(cuStreamEndCapture(s, &g));
-    CK(cuGraphInstantiate(&ge, g, 0));
-    CK(cuGraphDestroy(g));
-    run = legacy ? NULL : s;
-    CUevent e0, e1;
-    CK(cuEventCreate(&e0, 0));
-    CK(cuEventCreate(&e1, 0));
-    for (int i = 0; i < 20; i++)
-        CK(cuGraphLaunch(ge, run));
-    float *xs = malloc(sizeof(float) * samples);
-    for (int i = 0; i < samples; i++) {
-        CK(cuEventRecord(e0, run));
-        CK(cuGraphLaunch(ge, run));
-        CK(cuEventRecord(e1, run));
-        CK(cuEventSynchronize(e1));
-        CK(cuEventElapsedTime(&xs[i], e0, e1));
-        xs[i] = xs[i] * 1000.0f / BATCH;
-    }
-    qsort(xs, samples, sizeof xs[0], by_value);
-    float m = xs[samples / 2];
-    free(xs);
-    CK(cuGraphExecDestroy(ge));
-    CK(cuEventDestroy(e0));
-    CK(cuEventDestroy(e1));
+    float m = graph_median(f, s, legacy ? NULL : s, buf, &N, BATCH, samples);
     CK(cuStreamDestroy(s));
     return m;
 }
@@ -104,7 +77,7 @@ int main(int argc, char **argv) {
             CUfunction f;
             CK(cuModuleGetFunction(&f, mods[m], "vadd"));
             for (int g = 0; g < ng; g++) {
-                printf("%s%.4f", m + g ? " " : "", graph_median(f, buf, samples));
+                printf("%s%.4f", m + g ? " " : "", measure(f, buf, samples));
                 fflush(stdout);
             }
         }

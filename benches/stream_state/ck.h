@@ -1,5 +1,5 @@
-/* What the C programs of benches/ share: a driver call that must succeed, and a float
- * comparison for qsort. */
+/* What the C programs of benches/ share: a driver call that must succeed, and the median
+ * time of one launch of kernel.cu's vector add timed in CUDA graphs. */
 #ifndef BENCHES_CK_H
 #define BENCHES_CK_H
 
@@ -21,6 +21,43 @@
 static int by_value(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* The median time of one launch (us) over `samples` samples, each a graph of `batch` launches
+ * of f (vadd over the n floats of buf[0..3]) captured on `capture` and launched and timed
+ * between events on `run`, after 20 launches of the graph to warm up. */
+static float graph_median(CUfunction f, CUstream capture, CUstream run, CUdeviceptr *buf, int *n,
+                          int batch, int samples) {
+    void *args[] = {&buf[0], &buf[1], &buf[2], n};
+    CUgraph g;
+    CUgraphExec ge;
+    CK(cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < batch; i++)
+        CK(cuLaunchKernel(f, *n / 1024, 1, 1, 256, 1, 1, 0, capture, args, 0));
+    CK(cuStreamEndCapture(capture, &g));
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphDestroy(g));
+    CUevent e0, e1;
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    for (int i = 0; i < 20; i++)
+        CK(cuGraphLaunch(ge, run));
+    float *xs = malloc(sizeof(float) * samples);
+    for (int i = 0; i < samples; i++) {
+        CK(cuEventRecord(e0, run));
+        CK(cuGraphLaunch(ge, run));
+        CK(cuEventRecord(e1, run));
+        CK(cuEventSynchronize(e1));
+        CK(cuEventElapsedTime(&xs[i], e0, e1));
+        xs[i] = xs[i] * 1000.0f / batch;
+    }
+    qsort(xs, samples, sizeof xs[0], by_value);
+    float m = xs[samples / 2];
+    free(xs);
+    CK(cuGraphExecDestroy(ge));
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    return m;
 }
 
 #endif

@@ -25,38 +25,6 @@
 static int N = 1 << 20;
 enum { BATCH = 512, SAMPLES = 200 };
 
-/* The median time of one launch (us) in graphs of BATCH launches on stream s. */
-static float graph_median(CUfunction f, CUstream s, CUdeviceptr *buf) {
-    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
-    CUgraph g;
-    CUgraphExec ge;
-    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    for (int i = 0; i < BATCH; i++)
-        CK(cuLaunchKernel(f, N / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
-    CK(cuStreamEndCapture(s, &g));
-    CK(cuGraphInstantiate(&ge, g, 0));
-    CK(cuGraphDestroy(g));
-    CUevent e0, e1;
-    CK(cuEventCreate(&e0, 0));
-    CK(cuEventCreate(&e1, 0));
-    for (int i = 0; i < 20; i++)
-        CK(cuGraphLaunch(ge, s));
-    float xs[SAMPLES];
-    for (int i = 0; i < SAMPLES; i++) {
-        CK(cuEventRecord(e0, s));
-        CK(cuGraphLaunch(ge, s));
-        CK(cuEventRecord(e1, s));
-        CK(cuEventSynchronize(e1));
-        CK(cuEventElapsedTime(&xs[i], e0, e1));
-        xs[i] = xs[i] * 1000.0f / BATCH;
-    }
-    qsort(xs, SAMPLES, sizeof xs[0], by_value);
-    CK(cuGraphExecDestroy(ge));
-    CK(cuEventDestroy(e0));
-    CK(cuEventDestroy(e1));
-    return xs[SAMPLES / 2];
-}
-
 /* One ordinary launch over the buffers (the reference check's kind of work). */
 static void launch(CUfunction f, CUstream s, CUdeviceptr *buf) {
     void *args[] = {&buf[0], &buf[1], &buf[2], &N};
@@ -117,7 +85,7 @@ int main(int argc, char **argv) {
             CK(cuMemsetD32(buf[i], 0x3f800000, N)); /* 1.0f */
         }
         other_work(mode, f, s, buf);
-        printf(" %.4f", graph_median(f, s, buf));
+        printf(" %.4f", graph_median(f, s, s, buf, &N, BATCH, SAMPLES));
         fflush(stdout);
         for (int i = 0; i < 3; i++)
             CK(cuMemFree(buf[i]));
