@@ -77,8 +77,9 @@ pub struct Args {
     /// Stop sampling after this long even if the noise target is not met.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, conflicts_with = "command")]
     budget: Duration,
-    /// Warm up: a recipe for this long (default 100ms); a command bench this many untimed
-    /// runs first (hyperfine's --warmup N; default 0).
+    /// Warm up: a recipe for this long (default 100ms; in `--mode graph`, 20 ms of single
+    /// launches and the rest, at least 100 ms, in graph samples until they settle); a command
+    /// bench this many untimed runs first (hyperfine's --warmup N; default 0).
     #[arg(long, value_name = "TIME|N", value_parser = parse_warmup)]
     warmup: Option<Warmup>,
     /// Kill a benchmark process (or command run) that takes longer than this.
