@@ -494,10 +494,14 @@ fn with_nvml_device<R>(
     let mut devices = DEVICES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !devices.iter().any(|(u, _)| u == uuid) {
-        devices.push((uuid.to_string(), nvml.device_by_uuid(uuid).ok()?));
-    }
-    devices.iter().find(|(u, _)| u == uuid).map(|(_, d)| f(d))
+    let i = match devices.iter().position(|(u, _)| u == uuid) {
+        Some(i) => i,
+        None => {
+            devices.push((uuid.to_string(), nvml.device_by_uuid(uuid).ok()?));
+            devices.len() - 1
+        }
+    };
+    Some(f(&devices[i].1))
 }
 
 /// The wall time of a job's phases, in order: each lap closes the phase that ran since the
@@ -1055,6 +1059,22 @@ impl Loaded<'_> {
         self.timed_on(ev, STREAM, what)
     }
 
+    /// [`Loaded::timed`] for one launch of `graph` on `stream`.
+    fn timed_graph(
+        &self,
+        ev: &Events,
+        graph: sys::CUgraphExec,
+        stream: sys::CUstream,
+    ) -> Result<f64, CudaFailure> {
+        self.timed_on(ev, stream, || {
+            // SAFETY: a live graph on a live stream.
+            ck(
+                unsafe { cu::graph::launch(graph, stream) },
+                "launching a graph",
+            )
+        })
+    }
+
     /// [`Loaded::timed`] for work that `what` puts on `stream`.
     fn timed_on(
         &self,
@@ -1264,27 +1284,15 @@ impl Loaded<'_> {
     /// own buffers, launched on `capture` (the median of three, its launch cost included).
     fn per_launch_us(&self, capture: sys::CUstream, ev: &Events) -> Result<f64, CudaFailure> {
         let graph = self.graph(capture, SIZING_LAUNCHES, &self.arg_ptrs)?;
-        let mut times = Vec::new();
-        let mut timed = || -> Result<(), CudaFailure> {
-            for _ in 0..3 {
-                // SAFETY: a live graph on a live stream.
-                times.push(self.timed_on(ev, capture, || {
-                    ck(
-                        unsafe { cu::graph::launch(graph, capture) },
-                        "launching a graph",
-                    )
-                })?);
-            }
-            Ok(())
-        };
-        let result = timed();
+        let times: Result<Vec<f64>, _> = (0..3)
+            .map(|_| self.timed_graph(ev, graph, capture))
+            .collect();
         // SAFETY: instantiated above and used no more once its launches are done.
         unsafe {
             let _ = cu::stream::synchronize(capture);
             let _ = cu::graph::exec_destroy(graph);
         }
-        result?;
-        let median = crate::foundation::stats::median(&times).unwrap_or(1.0);
+        let median = crate::foundation::stats::median(&times?).unwrap_or(1.0);
         Ok(median / f64::from(SIZING_LAUNCHES))
     }
 
@@ -1307,13 +1315,7 @@ impl Loaded<'_> {
             } => sampled[*c],
             _ => sampled[k % sampled.len()],
         };
-        let us = self.timed_on(ev, *stream, || {
-            // SAFETY: a live graph on a live stream.
-            ck(
-                unsafe { cu::graph::launch(graph, *stream) },
-                "launching the graph",
-            )
-        })?;
+        let us = self.timed_graph(ev, graph, *stream)?;
         Ok((us - overhead).max(0.0) / f64::from(*batch))
     }
 
@@ -1429,16 +1431,9 @@ impl Loaded<'_> {
                 // The legacy stream's work is done (the warm-up and the placements' copies
                 // were waited for): the capture stream, which does not wait for it, runs
                 // the graphs from here on.
-                let mut costs = Vec::new();
-                for _ in 0..GRAPH_OVERHEAD_RUNS {
-                    // SAFETY: a live graph on a live stream.
-                    costs.push(self.timed_on(ev, capture, || {
-                        ck(
-                            unsafe { cu::graph::launch(empty, capture) },
-                            "launching a graph",
-                        )
-                    })?);
-                }
+                let costs = (0..GRAPH_OVERHEAD_RUNS)
+                    .map(|_| self.timed_graph(ev, empty, capture))
+                    .collect::<Result<Vec<f64>, _>>()?;
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
                 report.graph_overhead_us = Some(overhead);
                 graphs.push(empty);
