@@ -12,6 +12,6 @@ build_program() {
   arch="sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
   "$cuda/bin/nvcc" -cubin -arch="$arch" -O3 -o "$work/kernel.cubin" "$here/stream_state/kernel.cu"
   gcc -O2 -o "$work/$2" "$here/$1" -I"$cuda/include" -I"$here/stream_state" \
-    -L"$cuda/lib64/stubs" -lcuda
+    -L"$cuda/lib64/stubs" -lcuda -lpthread
   cd "$work"
 }

@@ -1164,7 +1164,13 @@ impl Loaded<'_> {
         // launches with a wait after each): after a few single launches, the rest of the
         // warm-up is settled (at least SETTLE_MIN_MS of it).
         let (single_ms, settle_min_ms) = if t.mode == Mode::Graph && knobs.settle {
-            let single = t.warmup_ms.min(GRAPH_SIZING_MS);
+            // Where this worker's last job sampled until moments ago, the clocks have not
+            // gone back to idle: the settling alone warms up (a bisection's later jobs).
+            let single = if gpu_busy_lately() {
+                0.0
+            } else {
+                t.warmup_ms.min(GRAPH_SIZING_MS)
+            };
             (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
         } else {
             (t.warmup_ms, SETTLE_MIN_MS)
@@ -1196,6 +1202,7 @@ impl Loaded<'_> {
             std::thread::sleep(std::time::Duration::from_secs_f64(knobs.gap_ms / 1e3));
         }
         self.sample(t, &method, &ev, report)?;
+        note_gpu_busy();
         laps.lap("sampling");
         let after = nvml_clocks(uuid.as_deref());
         let reasons = knobs.diag.as_ref().and_then(|_| {
@@ -1231,26 +1238,31 @@ impl Loaded<'_> {
         knobs: &Knobs,
         min_ms: f64,
     ) -> Result<usize, CudaFailure> {
-        let Sampling::Graph { batch, .. } = method else {
+        let Sampling::Graph {
+            batch, pilot_batch, ..
+        } = method
+        else {
             return Ok(0);
         };
-        let batch = *batch;
+        let launches = *pilot_batch;
+        // A window spans as much GPU time as SETTLE_WINDOW samples of the whole batch.
+        let window = SETTLE_WINDOW * (*batch / *pilot_batch).max(1) as usize;
         if !knobs.settle {
             // Without a pilot to choose by, the job's own buffers.
-            method.choose(0, Vec::new());
+            self.choose(method, 0, Vec::new())?;
             return Ok(0);
         }
         let start = Instant::now();
         let mut seen = Vec::new();
         while start.elapsed().as_secs_f64() * 1e3 < min_ms + SETTLE_MAX_MS {
             seen.push(self.graph_sample(method, seen.len(), ev)?);
-            report.warmup_launches += u64::from(batch);
+            report.warmup_launches += u64::from(launches);
             let n = seen.len();
-            if n >= 2 * SETTLE_WINDOW {
+            if n >= 2 * window {
                 let med = |s: &[f64]| crate::foundation::stats::median(s).unwrap_or(0.0);
                 let (a, b) = (
-                    med(&seen[n - 2 * SETTLE_WINDOW..n - SETTLE_WINDOW]),
-                    med(&seen[n - SETTLE_WINDOW..]),
+                    med(&seen[n - 2 * window..n - window]),
+                    med(&seen[n - window..]),
                 );
                 if (b - a).abs() <= SETTLE_TOLERANCE * b
                     && start.elapsed().as_secs_f64() * 1e3 >= min_ms
@@ -1265,7 +1277,7 @@ impl Loaded<'_> {
         // The choice is made on the settled half of the samples (a whole number of rounds
         // over the placements): the first samples of a job are the GPU still warming up,
         // and whichever placements they fell on would look slower for it.
-        let k = method.sampled().len();
+        let k = method.placements();
         let from = (seen.len() / 2) / k * k;
         let pilot: Vec<f64> = (0..k)
             .map(|p| {
@@ -1276,7 +1288,7 @@ impl Loaded<'_> {
         let best = (0..k)
             .min_by(|a, b| pilot[*a].total_cmp(&pilot[*b]))
             .unwrap_or(0);
-        method.choose(best, pilot);
+        self.choose(method, best, pilot)?;
         Ok(seen.len())
     }
 
@@ -1296,27 +1308,29 @@ impl Loaded<'_> {
         Ok(median / f64::from(SIZING_LAUNCHES))
     }
 
-    /// One graph-mode sample (µs per launch) on placement `k` modulo the placements.
+    /// One graph-mode sample (µs per launch): of the chosen placement's graph once chosen,
+    /// before that of placement `k` modulo the placements' pilot graphs.
     fn graph_sample(&self, method: &Sampling, k: usize, ev: &Events) -> Result<f64, CudaFailure> {
         let Sampling::Graph {
+            pilots,
+            pilot_batch,
+            graph,
             batch,
             overhead,
             stream,
+            chosen,
             ..
         } = method
         else {
             unreachable!("graph samples come from graph mode");
         };
-        // The last graph is the empty one: never sampled.
-        let sampled = method.sampled();
-        let graph = match method {
-            Sampling::Graph {
-                chosen: Some(c), ..
-            } => sampled[*c],
-            _ => sampled[k % sampled.len()],
+        let (graph, launches) = match (chosen, graph) {
+            (Some(_), Some(g)) => (*g, *batch),
+            (Some(c), None) => (pilots[*c], *pilot_batch),
+            (None, _) => (pilots[k % pilots.len()], *pilot_batch),
         };
         let us = self.timed_graph(ev, graph, *stream)?;
-        Ok((us - overhead).max(0.0) / f64::from(*batch))
+        Ok((us - overhead).max(0.0) / f64::from(launches))
     }
 
     /// Parameter pointers for `k` placements of the job's buffers: the job's own, and
@@ -1423,9 +1437,16 @@ impl Loaded<'_> {
                     batch,
                 );
                 report.launches_per_sample = batch;
-                let mut graphs = Vec::new();
-                for set in self.placements(knobs.placements)? {
-                    graphs.push(self.graph(capture, batch, &set)?);
+                // The settling warm-up compares the placements in short graphs (a graph's
+                // instantiation costs about 3 us a launch: 16 graphs of 512 took 23 to 33
+                // ms of a 0.28 s job on an H200, of 64 launches 2.7 ms;
+                // `benches/gpu_graph_build.sh`); only the chosen placement gets a graph of
+                // the whole batch.
+                let pilot_batch = (batch / PILOT_DIVISOR).max(SIZING_LAUNCHES).min(batch);
+                let sets = self.placements(knobs.placements)?;
+                let mut pilots = Vec::new();
+                for set in &sets {
+                    pilots.push(self.graph(capture, pilot_batch, set)?);
                 }
                 let empty = self.graph(capture, 0, &[])?;
                 // The legacy stream's work is done (the warm-up and the placements' copies
@@ -1436,9 +1457,12 @@ impl Loaded<'_> {
                     .collect::<Result<Vec<f64>, _>>()?;
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
                 report.graph_overhead_us = Some(overhead);
-                graphs.push(empty);
                 Ok(Sampling::Graph {
-                    graphs,
+                    pilots,
+                    pilot_batch,
+                    sets,
+                    graph: None,
+                    empty,
                     stream: capture,
                     batch,
                     overhead,
@@ -1448,6 +1472,59 @@ impl Loaded<'_> {
                 })
             }
         }
+    }
+
+    /// Samples placement `which` of graph mode from now on (`medians`: the settling
+    /// warm-up's, one per placement): its graph of the whole batch is made (the pilot's
+    /// graph, where that is the whole batch), while the pilot's graphs keep the GPU busy.
+    fn choose(
+        &self,
+        method: &mut Sampling,
+        which: usize,
+        medians: Vec<f64>,
+    ) -> Result<(), CudaFailure> {
+        let Sampling::Graph {
+            pilots,
+            pilot_batch,
+            sets,
+            graph,
+            stream,
+            batch,
+            chosen,
+            pilot,
+            ..
+        } = method
+        else {
+            return Ok(());
+        };
+        *chosen = Some(which);
+        *pilot = medians;
+        if *pilot_batch == *batch {
+            return Ok(());
+        }
+        // Enough of the pilot's graphs queued to cover the instantiation (about 3 us a
+        // launch), so that the GPU does not idle and cool down before the samples.
+        let pilot_us = pilot.get(which).copied().unwrap_or(f64::INFINITY) * f64::from(*pilot_batch);
+        let cover = if pilot_us.is_finite() {
+            (INSTANTIATE_US_PER_LAUNCH * f64::from(*batch) / pilot_us.max(1.0)).ceil() as u32
+        } else {
+            0
+        };
+        for _ in 0..cover.min(4096) {
+            // SAFETY: a live graph on the live capture stream.
+            ck(
+                unsafe { cu::graph::launch(pilots[which], *stream) },
+                "launching a graph",
+            )?;
+        }
+        let g = self.graph(*stream, *batch, &sets[which])?;
+        *graph = Some(g);
+        // Its first launch uploads it: not a sample.
+        // SAFETY: as above.
+        ck(
+            unsafe { cu::graph::launch(g, *stream) },
+            "launching a graph",
+        )
     }
 
     /// Takes samples until the noise target is met with enough samples and time, or a limit.
@@ -1501,6 +1578,14 @@ const GRAPH_SAMPLE_US: f64 = 2000.0;
 /// Launches in the graph whose time per launch sizes graph mode's batch.
 const SIZING_LAUNCHES: u32 = 16;
 
+/// The settling warm-up's graphs (one per placement) hold this fraction of the batch, at
+/// least [`SIZING_LAUNCHES`]: 64 launches for a batch of 512.
+const PILOT_DIVISOR: u32 = 8;
+
+/// About how long capturing and instantiating a graph take per launch in it (µs; 2.7 to
+/// 3.8 on an H200, `benches/gpu_graph_build.sh`, rounded up).
+const INSTANTIATE_US_PER_LAUNCH: f64 = 4.0;
+
 /// Launches of the empty graph whose median time is a graph sample's fixed cost.
 const GRAPH_OVERHEAD_RUNS: usize = 21;
 
@@ -1510,11 +1595,18 @@ enum Sampling {
     Single {
         flush: Option<(sys::CUdeviceptr, usize)>,
     },
-    /// Graphs of `batch` launches, one per placement of the buffers, taken in turn, less
-    /// the empty graph's `overhead` (µs, the median of `costs`). The last graph is the
-    /// empty one.
+    /// Graphs of `batch` launches of the chosen placement of the buffers, less the empty
+    /// graph's `overhead` (µs, the median of `costs`); before the choice (the settling
+    /// warm-up), graphs of `pilot_batch` launches, one per placement, taken in turn.
     Graph {
-        graphs: Vec<sys::CUgraphExec>,
+        /// One per placement (`sets`: its parameters), of `pilot_batch` launches.
+        pilots: Vec<sys::CUgraphExec>,
+        pilot_batch: u32,
+        sets: Vec<Vec<*mut c_void>>,
+        /// The chosen placement's graph of `batch` launches, once chosen (None while
+        /// `pilot_batch` is the whole batch: its pilot is sampled).
+        graph: Option<sys::CUgraphExec>,
+        empty: sys::CUgraphExec,
         /// The capture stream, where the graphs run and are timed.
         stream: sys::CUstream,
         batch: u32,
@@ -1528,36 +1620,58 @@ enum Sampling {
 }
 
 impl Sampling {
-    /// Samples placement `which` from now on; `medians` are the pilot's, one per placement.
-    fn choose(&mut self, which: usize, medians: Vec<f64>) {
-        if let Sampling::Graph { chosen, pilot, .. } = self {
-            *chosen = Some(which);
-            *pilot = medians;
-        }
-    }
-
-    /// The graphs to sample from (the empty one left out).
-    fn sampled(&self) -> &[sys::CUgraphExec] {
+    /// How many placements the settling warm-up compares (none but in graph mode).
+    fn placements(&self) -> usize {
         match self {
-            Sampling::Graph { graphs, .. } => &graphs[..graphs.len() - 1],
-            Sampling::Single { .. } => &[],
+            Sampling::Graph { pilots, .. } => pilots.len(),
+            Sampling::Single { .. } => 0,
         }
     }
 
     /// Destroys the graphs (a reused child keeps its context across jobs).
     fn destroy(&self) {
-        if let Sampling::Graph { graphs, stream, .. } = self {
+        if let Sampling::Graph {
+            pilots,
+            graph,
+            empty,
+            stream,
+            ..
+        } = self
+        {
             // SAFETY: the stream outlives the sampling (the job's drop destroys it); each
             // graph was instantiated once and is not used again.
             unsafe {
                 let _ = cu::stream::synchronize(*stream);
-                for g in graphs {
+                for g in pilots.iter().chain(graph).chain([empty]) {
                     let _ = cu::graph::exec_destroy(*g);
                 }
             }
         }
     }
 }
+
+/// When this process last finished sampling on the GPU.
+static LAST_SAMPLED: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+/// Notes that sampling ended now (the GPU was busy until now).
+fn note_gpu_busy() {
+    if let Ok(mut last) = LAST_SAMPLED.lock() {
+        *last = Some(Instant::now());
+    }
+}
+
+/// Whether this process finished sampling less than [`BUSY_LATELY_MS`] ago.
+fn gpu_busy_lately() -> bool {
+    LAST_SAMPLED
+        .lock()
+        .ok()
+        .and_then(|l| *l)
+        .is_some_and(|t| t.elapsed().as_secs_f64() * 1e3 < BUSY_LATELY_MS)
+}
+
+/// How recent a worker's last sampling must be for graph mode to skip its single launches
+/// before sizing (ms): the next job of a bisection starts within tens of milliseconds.
+const BUSY_LATELY_MS: f64 = 500.0;
 
 /// The batch for graph mode's samples of a launch (`key`: the device, the kernel and its
 /// launch and arguments) whose single launches suggest `natural`: the batch this process

@@ -695,12 +695,21 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
             assert!(captured > 0 && made > 0 && made <= jobs, "{case}: {seen:?}");
             assert_eq!(count("cuStreamDestroy_v2"), made, "{case}: {seen:?}");
             assert_eq!(count("a non-blocking stream"), made, "{case}: {seen:?}");
-            // Every graph runs, and is timed, on the stream it was captured on.
+            // Every graph runs, and is timed, on the stream it was captured on; the few
+            // launches not timed (the chosen placement's first, which uploads its graph,
+            // and the settling graphs queued while it is instantiated) are there too.
             assert!(launched > 0 && on_own == launched, "{case}: {seen:?}");
+            let timed = count("timed graph launch");
+            let untimed = launched - timed.min(launched);
+            assert!(
+                untimed > 0 && untimed * 10 < launched,
+                "{case}: {untimed} untimed"
+            );
             assert_eq!(
                 count("event on a created stream"),
-                2 * launched,
-                "{case}: {seen:?}"
+                2 * timed,
+                "{case}: {} events, {launched} launches, {timed} timed",
+                count("event on a created stream")
             );
         } else {
             assert_eq!((made, captured, launched), (0, 0, 0), "{case}: {seen:?}");
@@ -711,15 +720,27 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
 
 /// Graph mode sizes its batch by the time per launch inside a graph (a single launch's time
 /// includes the CPU's launch latency): a 20 µs kernel gets 2000 / 20 = 100 launches, rounded
-/// down to a power of two, for samples of at most 2 ms.
+/// down to a power of two, for samples of at most 2 ms. The settling warm-up compares the
+/// placements in graphs of an eighth of that, at least 16 launches (a graph's instantiation
+/// costs by the launch): one graph of the whole batch is made, the chosen placement's.
 #[test]
 fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
         return;
     };
-    let (code, r) = bench(&gpu, &root, "scale", &["--mode", "graph"], &[]);
+    let log = gpu.path("calls.log");
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    let (code, r) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
     assert_eq!(code, 0, "{r}");
     assert_eq!(r["launches-per-sample"], 64, "{r}");
+    let seen = calls(&log);
+    let graphs = |n: u32| {
+        let line = format!("a graph of {n} launches");
+        seen.iter().filter(|c| **c == line).count()
+    };
+    // The sizing graph and one per placement (16) of 16 launches, the empty graph, and
+    // the chosen placement's of 64.
+    assert_eq!((graphs(16), graphs(0), graphs(64)), (17, 1, 1), "{seen:?}");
 }
 
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real
