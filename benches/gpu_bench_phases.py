@@ -30,7 +30,8 @@
 5. With --worker-jobs N: one point (n = 1M) as N jobs of one GPU worker (a sweep over a
    parameter the launch ignores), in graph and cold mode: the first job's median against the
    later jobs' (a reused worker must time every job alike; #29 found the later ones 7% slower
-   while jobs launched on a created stream).
+   while jobs launched on a created stream), and the later jobs' phases (the median of each,
+   for a binary that reports them): what a bisection's run costs beyond its sampling.
 
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
@@ -250,13 +251,23 @@ def table5(binaries, base, runs, jobs):
             f.write(recipe)
         for mode in ["graph", "cold"]:
             first, later = [], []
+            phases = {}  # the later jobs' phases: name -> [ms]
             for _ in range(runs):
                 _, out = bench(repro, root, store, "--mode", mode, recipe="va_jobs")
                 meds = [x["summary"]["median"] for x in out["results"]]
                 first.append(meds[0])
                 later += meds[1:]
+                for x in out["results"][1:]:
+                    job = {}
+                    for p in x.get("phases") or []:
+                        job[p["name"]] = job.get(p["name"], 0.0) + p["ms"]
+                    for name, ms in job.items():
+                        phases.setdefault(name, []).append(ms)
             f0, l0 = statistics.median(first), statistics.median(later)
             print(f"{label:8} {mode:6} {f0:9.4f} {l0:9.4f} {l0 / f0:11.4f} {min(later):8.4f}-{max(later):.4f}", flush=True)
+            if phases:
+                print("         later jobs' phases, median ms: " + ", ".join(
+                    f"{n} {statistics.median(ms):.1f}" for n, ms in phases.items()), flush=True)
 
 
 def one_setting(var, values):

@@ -4,6 +4,9 @@ machine:
 
     python3 benches/gpu_bisect_steps.py --binary before=OLD --binary after=NEW [--seed S]
 
+(`--binary LABEL=PATH,VAR=VALUE` runs that binary with the variable set, e.g. one of the
+runner's REPRO_TIMING_* settings.)
+
 One slow history per kernel from `gpu_bisect.py --acceptance`'s generator (90 to 110 commits,
 a random culprit whose kernel does 4% (small) or 3% (big) more iterations, measured 2.5 to 3%
 slower, against a 2% threshold; broken builds two commits either side, every commit a
@@ -32,11 +35,16 @@ import gpu_bisect as gb  # noqa: E402  (the history generator)
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", action="append", required=True, help="LABEL=PATH, in order")
+    ap.add_argument("--binary", action="append", required=True,
+                    help="LABEL=PATH[,VAR=VALUE...] (the binary, run with those environment variables), in order")
     ap.add_argument("--seed", type=int, default=31)
     ap.add_argument("--keep", help="a folder for each bisection's -v lines")
     a = ap.parse_args()
-    bins = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
+    bins = []
+    for b in a.binary:
+        label, _, rest = b.partition("=")
+        path, *envs = rest.split(",")
+        bins.append((label, os.path.abspath(path), dict(e.split("=", 1) for e in envs)))
     rng = random.Random(a.seed)
     base = tempfile.mkdtemp(prefix="repro-bisect-steps-")
     print(f"{'kernel':6} {'N':>4} {'culprit':>7} {'binary':8} {'found':12} {'evals':>5} {'runs':>4} {'s/run':>6} {'recheck s':>8} {'wall s':>7}")
@@ -53,13 +61,14 @@ def main():
                     text += gb.BROKEN
                 return {"kernels/spin.cu": text, "recipes/spin.toml": gb.SPIN_RECIPE}
             root = gb.make_fast(base, label, n, files)
-            for name, repro in (bins if turn % 2 == 0 else bins[::-1]):
+            for name, repro, env in (bins if turn % 2 == 0 else bins[::-1]):
                 store = os.path.join(base, f"store-{label}-{name}")
                 args = [repro, "-v", "-C", root, "--store", store, "bisect", "--good", f"HEAD~{n - 1}",
                         "--bad", "HEAD", "--recipe", "spin", "--mode", "bench", "--threshold", "2%",
                         "--min-time", "100ms", *extra]
                 start = time.time()
-                p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, **env))
                 lines = [f"{time.time() - start:8.3f} {line}" for line in p.stdout]
                 p.wait()
                 wall = time.time() - start

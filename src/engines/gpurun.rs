@@ -1162,18 +1162,19 @@ impl Loaded<'_> {
         // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
         // Graph mode's settling phase warms up better (graphs back to back, not single
         // launches with a wait after each): after a few single launches, the rest of the
-        // warm-up is settled (at least SETTLE_MIN_MS of it).
-        let (single_ms, settle_min_ms) = if t.mode == Mode::Graph && knobs.settle {
-            // Where this worker's last job sampled until moments ago, the clocks have not
-            // gone back to idle: the settling alone warms up (a bisection's later jobs).
-            let single = if gpu_busy_lately() {
-                0.0
-            } else {
-                t.warmup_ms.min(GRAPH_SIZING_MS)
-            };
-            (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
-        } else {
-            (t.warmup_ms, SETTLE_MIN_MS)
+        // warm-up is settled (at least SETTLE_MIN_MS of it). Where this worker's last job
+        // kept the GPU busy until moments ago (a bisection's or a sweep's later jobs), that
+        // busy time counts toward the warm-up: the clocks have not gone back to idle, no
+        // single launches are needed, and the settling lasts at least `settle_busy_ms`
+        // (its two windows must agree besides).
+        let busy = gpu_busy_lately();
+        let (single_ms, settle_min_ms) = match (t.mode == Mode::Graph && knobs.settle, busy) {
+            (true, Some(busy_ms)) => (0.0, (t.warmup_ms - busy_ms).max(knobs.settle_busy_ms)),
+            (true, None) => {
+                let single = t.warmup_ms.min(GRAPH_SIZING_MS);
+                (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
+            }
+            (false, _) => (t.warmup_ms, SETTLE_MIN_MS),
         };
         self.reset_outputs(false)?;
         let warm_start = Instant::now();
@@ -1194,6 +1195,7 @@ impl Loaded<'_> {
         let before = nvml_clocks(uuid.as_deref());
         laps.lap("clocks");
         // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
+        let busy_from = Instant::now();
         let settled = self.settle(&mut method, &ev, report, &knobs, settle_min_ms)?;
         if settled > 0 {
             laps.lap("settle");
@@ -1202,7 +1204,7 @@ impl Loaded<'_> {
             std::thread::sleep(std::time::Duration::from_secs_f64(knobs.gap_ms / 1e3));
         }
         self.sample(t, &method, &ev, report)?;
-        note_gpu_busy();
+        note_gpu_busy(busy_from);
         laps.lap("sampling");
         let after = nvml_clocks(uuid.as_deref());
         let reasons = knobs.diag.as_ref().and_then(|_| {
@@ -1650,27 +1652,26 @@ impl Sampling {
     }
 }
 
-/// When this process last finished sampling on the GPU.
-static LAST_SAMPLED: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+/// When this process last finished sampling on the GPU, and for how long (ms) it had kept
+/// the GPU busy before (the settling and the sampling).
+static LAST_BUSY: std::sync::Mutex<Option<(Instant, f64)>> = std::sync::Mutex::new(None);
 
-/// Notes that sampling ended now (the GPU was busy until now).
-fn note_gpu_busy() {
-    if let Ok(mut last) = LAST_SAMPLED.lock() {
-        *last = Some(Instant::now());
+/// Notes that the GPU was kept busy from `from` until now.
+fn note_gpu_busy(from: Instant) {
+    if let Ok(mut last) = LAST_BUSY.lock() {
+        *last = Some((Instant::now(), from.elapsed().as_secs_f64() * 1e3));
     }
 }
 
-/// Whether this process finished sampling less than [`BUSY_LATELY_MS`] ago.
-fn gpu_busy_lately() -> bool {
-    LAST_SAMPLED
-        .lock()
-        .ok()
-        .and_then(|l| *l)
-        .is_some_and(|t| t.elapsed().as_secs_f64() * 1e3 < BUSY_LATELY_MS)
+/// How long (ms) this process's last job kept the GPU busy, where that ended less than
+/// [`BUSY_LATELY_MS`] ago.
+fn gpu_busy_lately() -> Option<f64> {
+    let (at, ms) = (*LAST_BUSY.lock().ok()?)?;
+    (at.elapsed().as_secs_f64() * 1e3 < BUSY_LATELY_MS).then_some(ms)
 }
 
-/// How recent a worker's last sampling must be for graph mode to skip its single launches
-/// before sizing (ms): the next job of a bisection starts within tens of milliseconds.
+/// How recent a worker's last sampling must be to count toward the next job's warm-up
+/// (ms): a bisection's next job starts within tens of milliseconds.
 const BUSY_LATELY_MS: f64 = 500.0;
 
 /// The batch for graph mode's samples of a launch (`key`: the device, the kernel and its
@@ -1706,11 +1707,15 @@ fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
 /// How graph-mode samples are taken: settings that benches/gpu_bench_phases.py varies to
 /// find what moves a small kernel's median between invocations (#29), from the
 /// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
-/// and `REPRO_TIMING_DIAG`, a file each job appends a line of its figures to).
+/// `REPRO_TIMING_SETTLE_BUSY_MS`, and `REPRO_TIMING_DIAG`, a file each job appends a line of
+/// its figures to).
 struct Knobs {
     placements: usize,
     graph_us: f64,
     settle: bool,
+    /// The settling's least length (ms) in a job whose worker kept the GPU busy until
+    /// moments ago (`REPRO_TIMING_SETTLE_BUSY_MS`).
+    settle_busy_ms: f64,
     gap_ms: f64,
     diag: Option<String>,
 }
@@ -1729,6 +1734,11 @@ impl Knobs {
                 .unwrap_or(GRAPH_SAMPLE_US)
                 .clamp(100.0, 1e6),
             settle: var("REPRO_TIMING_SETTLE").map_or(SETTLE, |v| v == "1"),
+            settle_busy_ms: var("REPRO_TIMING_SETTLE_BUSY_MS")
+                .and_then(|v| v.parse().ok())
+                .filter(|v: &f64| v.is_finite())
+                .unwrap_or(SETTLE_BUSY_MIN_MS)
+                .clamp(0.0, 10_000.0),
             gap_ms: var("REPRO_TIMING_GAP_MS")
                 .and_then(|v| v.parse().ok())
                 .filter(|v: &f64| v.is_finite())
@@ -1758,6 +1768,10 @@ const SETTLE_TOLERANCE: f64 = 0.001;
 /// The settling warm-up's least length (ms): the GPU runs faster for a while after idling.
 /// A longer `--warmup` lengthens it.
 const SETTLE_MIN_MS: f64 = 100.0;
+/// The settling warm-up's least length (ms) where the worker's last job kept the GPU busy
+/// until moments ago: its two windows (128 samples of 64 launches for a 2.6 us kernel, about
+/// 50 ms) must agree besides.
+const SETTLE_BUSY_MIN_MS: f64 = 30.0;
 /// How much longer than its least length the settling warm-up may run (ms).
 const SETTLE_MAX_MS: f64 = 1000.0;
 /// Graph mode's single launches before the settling warm-up (ms): long enough for the
