@@ -1164,20 +1164,25 @@ impl Loaded<'_> {
         // launches with a wait after each): after a few single launches, the rest of the
         // warm-up is settled (at least SETTLE_MIN_MS of it). Where this worker's last job
         // kept the GPU busy until moments ago (a bisection's or a sweep's later jobs), that
-        // busy time counts toward the warm-up: the clocks have not gone back to idle, no
-        // single launches are needed, and the settling lasts at least `settle_busy_ms`
-        // (its two windows must agree besides).
+        // busy time counts toward the warm-up, which lasts at least `busy_min_ms`: the
+        // clocks have not gone back to idle. Graph mode then needs no single launches (its
+        // settling's two windows must agree besides).
         let busy = gpu_busy_lately();
         let (single_ms, settle_min_ms) = match (t.mode == Mode::Graph && knobs.settle, busy) {
-            (true, Some(busy_ms)) => (0.0, (t.warmup_ms - busy_ms).max(knobs.settle_busy_ms)),
+            (true, Some(busy_ms)) => (0.0, (t.warmup_ms - busy_ms).max(knobs.busy_min_ms)),
             (true, None) => {
                 let single = t.warmup_ms.min(GRAPH_SIZING_MS);
                 (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
             }
-            (false, _) => (t.warmup_ms, SETTLE_MIN_MS),
+            (false, Some(busy_ms)) => (
+                (t.warmup_ms - busy_ms).max(knobs.busy_min_ms),
+                SETTLE_MIN_MS,
+            ),
+            (false, None) => (t.warmup_ms, SETTLE_MIN_MS),
         };
         self.reset_outputs(false)?;
         let warm_start = Instant::now();
+        let busy_from = warm_start;
         while warm_start.elapsed().as_secs_f64() * 1e3 < single_ms || report.warmup_launches < 3 {
             self.timed(&ev, || self.launch(self.kernel, &self.job.kernel))?;
             report.warmup_launches += 1;
@@ -1195,7 +1200,6 @@ impl Loaded<'_> {
         let before = nvml_clocks(uuid.as_deref());
         laps.lap("clocks");
         // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
-        let busy_from = Instant::now();
         let settled = self.settle(&mut method, &ev, report, &knobs, settle_min_ms)?;
         if settled > 0 {
             laps.lap("settle");
@@ -1653,17 +1657,18 @@ impl Sampling {
 }
 
 /// When this process last finished sampling on the GPU, and for how long (ms) it had kept
-/// the GPU busy before (the settling and the sampling).
+/// the GPU busy before (from its warm-up on).
 static LAST_BUSY: std::sync::Mutex<Option<(Instant, f64)>> = std::sync::Mutex::new(None);
 
-/// Notes that the GPU was kept busy from `from` until now.
+/// Notes that the GPU was kept busy from `from` (the job's warm-up) until now.
 fn note_gpu_busy(from: Instant) {
     if let Ok(mut last) = LAST_BUSY.lock() {
         *last = Some((Instant::now(), from.elapsed().as_secs_f64() * 1e3));
     }
 }
 
-/// How long (ms) this process's last job kept the GPU busy, where that ended less than
+/// How long (ms) this process's last job kept the GPU busy (its warm-up to the end of its
+/// sampling), where that ended less than
 /// [`BUSY_LATELY_MS`] ago.
 fn gpu_busy_lately() -> Option<f64> {
     let (at, ms) = (*LAST_BUSY.lock().ok()?)?;
@@ -1707,15 +1712,15 @@ fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
 /// How graph-mode samples are taken: settings that benches/gpu_bench_phases.py varies to
 /// find what moves a small kernel's median between invocations (#29), from the
 /// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
-/// `REPRO_TIMING_SETTLE_BUSY_MS`, and `REPRO_TIMING_DIAG`, a file each job appends a line of
+/// `REPRO_TIMING_BUSY_MIN_MS`, and `REPRO_TIMING_DIAG`, a file each job appends a line of
 /// its figures to).
 struct Knobs {
     placements: usize,
     graph_us: f64,
     settle: bool,
-    /// The settling's least length (ms) in a job whose worker kept the GPU busy until
-    /// moments ago (`REPRO_TIMING_SETTLE_BUSY_MS`).
-    settle_busy_ms: f64,
+    /// The least warm-up (ms; graph mode's settling) of a job whose worker kept the GPU
+    /// busy until moments ago (`REPRO_TIMING_BUSY_MIN_MS`).
+    busy_min_ms: f64,
     gap_ms: f64,
     diag: Option<String>,
 }
@@ -1734,10 +1739,10 @@ impl Knobs {
                 .unwrap_or(GRAPH_SAMPLE_US)
                 .clamp(100.0, 1e6),
             settle: var("REPRO_TIMING_SETTLE").map_or(SETTLE, |v| v == "1"),
-            settle_busy_ms: var("REPRO_TIMING_SETTLE_BUSY_MS")
+            busy_min_ms: var("REPRO_TIMING_BUSY_MIN_MS")
                 .and_then(|v| v.parse().ok())
                 .filter(|v: &f64| v.is_finite())
-                .unwrap_or(SETTLE_BUSY_MIN_MS)
+                .unwrap_or(BUSY_MIN_MS)
                 .clamp(0.0, 10_000.0),
             gap_ms: var("REPRO_TIMING_GAP_MS")
                 .and_then(|v| v.parse().ok())
@@ -1768,10 +1773,10 @@ const SETTLE_TOLERANCE: f64 = 0.001;
 /// The settling warm-up's least length (ms): the GPU runs faster for a while after idling.
 /// A longer `--warmup` lengthens it.
 const SETTLE_MIN_MS: f64 = 100.0;
-/// The settling warm-up's least length (ms) where the worker's last job kept the GPU busy
-/// until moments ago: its two windows (128 samples of 64 launches for a 2.6 us kernel, about
-/// 50 ms) must agree besides.
-const SETTLE_BUSY_MIN_MS: f64 = 30.0;
+/// The least warm-up (ms) where the worker's last job kept the GPU busy until moments ago:
+/// graph mode's settling, whose two windows (128 samples of 64 launches for a 2.6 us
+/// kernel, about 50 ms) must agree besides, or the single launches of the other modes.
+const BUSY_MIN_MS: f64 = 30.0;
 /// How much longer than its least length the settling warm-up may run (ms).
 const SETTLE_MAX_MS: f64 = 1000.0;
 /// Graph mode's single launches before the settling warm-up (ms): long enough for the
