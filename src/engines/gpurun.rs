@@ -1159,27 +1159,12 @@ impl Loaded<'_> {
     ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
         let knobs = Knobs::get();
-        // Warm-up: launch until warmup_ms has passed (clocks ramp up, caches and TLBs fill).
-        // Graph mode's settling phase warms up better (graphs back to back, not single
-        // launches with a wait after each): after a few single launches, the rest of the
-        // warm-up is settled (at least SETTLE_MIN_MS of it). Where this worker's last job
-        // kept the GPU busy until moments ago (a bisection's or a sweep's later jobs), that
-        // busy time counts toward the warm-up, which lasts at least `busy_min_ms`: the
-        // clocks have not gone back to idle. Graph mode then needs no single launches (its
-        // settling's two windows must agree besides).
-        let busy = gpu_busy_lately();
-        let (single_ms, settle_min_ms) = match (t.mode == Mode::Graph && knobs.settle, busy) {
-            (true, Some(busy_ms)) => (0.0, (t.warmup_ms - busy_ms).max(knobs.busy_min_ms)),
-            (true, None) => {
-                let single = t.warmup_ms.min(GRAPH_SIZING_MS);
-                (single, (t.warmup_ms - single).max(SETTLE_MIN_MS))
-            }
-            (false, Some(busy_ms)) => (
-                (t.warmup_ms - busy_ms).max(knobs.busy_min_ms),
-                SETTLE_MIN_MS,
-            ),
-            (false, None) => (t.warmup_ms, SETTLE_MIN_MS),
-        };
+        let (single_ms, settle_min_ms) = warm_up_plan(
+            t.mode == Mode::Graph && knobs.settle,
+            t.warmup_ms,
+            gpu_busy_lately(),
+            knobs.busy_min_ms,
+        );
         self.reset_outputs(false)?;
         let warm_start = Instant::now();
         let busy_from = warm_start;
@@ -1656,6 +1641,32 @@ impl Sampling {
     }
 }
 
+/// How a job warms up: the single launches' time and graph mode's least settling (ms),
+/// for a warm-up of `warmup_ms` (`settles`: graph mode with its settling). Warm-up is
+/// launching until warmup_ms has passed (clocks ramp up, caches and TLBs fill). Graph
+/// mode's settling warms up better (graphs back to back, not single launches with a wait
+/// after each): after [`GRAPH_SIZING_MS`] of single launches, the rest of the warm-up is
+/// settled, at least [`SETTLE_MIN_MS`]. Where this worker's last job kept the GPU busy
+/// until moments ago for `busy` ms (a bisection's or a sweep's later jobs), that time
+/// counts toward the warm-up, which lasts at least `busy_min_ms` more: the clocks have not
+/// gone back to idle. Graph mode then needs no single launches (its settling's two windows
+/// must agree besides); the single launches of the other modes never last longer than the
+/// warm-up asked for (`--warmup 0ms` has none).
+fn warm_up_plan(settles: bool, warmup_ms: f64, busy: Option<f64>, busy_min_ms: f64) -> (f64, f64) {
+    match (settles, busy) {
+        (true, Some(busy_ms)) => (0.0, (warmup_ms - busy_ms).max(busy_min_ms)),
+        (true, None) => {
+            let single = warmup_ms.min(GRAPH_SIZING_MS);
+            (single, (warmup_ms - single).max(SETTLE_MIN_MS))
+        }
+        (false, Some(busy_ms)) => (
+            (warmup_ms - busy_ms).max(busy_min_ms.min(warmup_ms)),
+            SETTLE_MIN_MS,
+        ),
+        (false, None) => (warmup_ms, SETTLE_MIN_MS),
+    }
+}
+
 /// When this process last finished sampling on the GPU, and for how long (ms) it had kept
 /// the GPU busy before (from its warm-up on).
 static LAST_BUSY: std::sync::Mutex<Option<(Instant, f64)>> = std::sync::Mutex::new(None);
@@ -1833,6 +1844,25 @@ fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A first job warms up for --warmup (graph mode: 20 ms of single launches, then at least
+    /// 100 ms settling); a later job of a worker whose GPU was busy until moments ago counts
+    /// that time, and warms up at least 30 ms more, never more than asked for.
+    #[test]
+    fn a_busy_gpus_time_counts_toward_the_warm_up() {
+        assert_eq!(
+            warm_up_plan(false, 100.0, None, 30.0),
+            (100.0, SETTLE_MIN_MS)
+        );
+        assert_eq!(warm_up_plan(false, 100.0, Some(600.0), 30.0).0, 30.0);
+        assert_eq!(warm_up_plan(false, 2000.0, Some(600.0), 30.0).0, 1400.0);
+        assert_eq!(warm_up_plan(false, 0.0, Some(600.0), 30.0).0, 0.0);
+        assert_eq!(warm_up_plan(false, 10.0, Some(600.0), 30.0).0, 10.0);
+        assert_eq!(warm_up_plan(true, 100.0, None, 30.0), (20.0, 100.0));
+        assert_eq!(warm_up_plan(true, 1000.0, None, 30.0), (20.0, 980.0));
+        assert_eq!(warm_up_plan(true, 100.0, Some(600.0), 30.0), (0.0, 30.0));
+        assert_eq!(warm_up_plan(true, 2000.0, Some(600.0), 30.0), (0.0, 1400.0));
+    }
 
     #[test]
     fn a_batch_is_kept_within_a_power_of_two() {
