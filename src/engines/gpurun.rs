@@ -1162,7 +1162,7 @@ impl Loaded<'_> {
         let (single_ms, settle_min_ms) = warm_up_plan(
             t.mode == Mode::Graph && knobs.settle,
             t.warmup_ms,
-            gpu_busy_lately(),
+            gpu_busy_lately(self.job.device),
             knobs.busy_min_ms,
         );
         self.reset_outputs(false)?;
@@ -1193,7 +1193,7 @@ impl Loaded<'_> {
             std::thread::sleep(std::time::Duration::from_secs_f64(knobs.gap_ms / 1e3));
         }
         self.sample(t, &method, &ev, report)?;
-        note_gpu_busy(busy_from);
+        note_gpu_busy(self.job.device, busy_from);
         laps.lap("sampling");
         let after = nvml_clocks(uuid.as_deref());
         let reasons = knobs.diag.as_ref().and_then(|_| {
@@ -1667,23 +1667,22 @@ fn warm_up_plan(settles: bool, warmup_ms: f64, busy: Option<f64>, busy_min_ms: f
     }
 }
 
-/// When this process last finished sampling on the GPU, and for how long (ms) it had kept
-/// the GPU busy before (from its warm-up on).
-static LAST_BUSY: std::sync::Mutex<Option<(Instant, f64)>> = std::sync::Mutex::new(None);
+/// The device this process last finished sampling on, when, and for how long (ms) it had
+/// kept that GPU busy before (from its warm-up on).
+static LAST_BUSY: std::sync::Mutex<Option<(usize, Instant, f64)>> = std::sync::Mutex::new(None);
 
-/// Notes that the GPU was kept busy from `from` (the job's warm-up) until now.
-fn note_gpu_busy(from: Instant) {
+/// Notes that `device` was kept busy from `from` (the job's warm-up) until now.
+fn note_gpu_busy(device: usize, from: Instant) {
     if let Ok(mut last) = LAST_BUSY.lock() {
-        *last = Some((Instant::now(), from.elapsed().as_secs_f64() * 1e3));
+        *last = Some((device, Instant::now(), from.elapsed().as_secs_f64() * 1e3));
     }
 }
 
-/// How long (ms) this process's last job kept the GPU busy (its warm-up to the end of its
-/// sampling), where that ended less than
-/// [`BUSY_LATELY_MS`] ago.
-fn gpu_busy_lately() -> Option<f64> {
-    let (at, ms) = (*LAST_BUSY.lock().ok()?)?;
-    (at.elapsed().as_secs_f64() * 1e3 < BUSY_LATELY_MS).then_some(ms)
+/// How long (ms) this process's last job kept `device` busy (its warm-up to the end of its
+/// sampling), where that job ran on `device` and ended less than [`BUSY_LATELY_MS`] ago.
+fn gpu_busy_lately(device: usize) -> Option<f64> {
+    let (on, at, ms) = (*LAST_BUSY.lock().ok()?)?;
+    (on == device && at.elapsed().as_secs_f64() * 1e3 < BUSY_LATELY_MS).then_some(ms)
 }
 
 /// How recent a worker's last sampling must be to count toward the next job's warm-up
