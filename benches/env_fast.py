@@ -13,7 +13,9 @@ every tracked file (repro never writes the index): where the script finds that, 
 row as found, then refreshes the index (`git update-index --refresh`, as `git status` would).
 
 The build case builds recipes/vector_add.toml into a temporary store once (untimed), then
-times `repro build vector_add` hits; it is left out where the build fails (no NVRTC).
+times `repro build vector_add` hits, then the same in the checkout's default store (`.repro`,
+which repro checks the repository does not track); it is left out where the build fails (no
+NVRTC).
 Two floor rows follow: `/bin/true` (what this script's fork, exec and wait cost) and
 `repro --version` (repro's own start-up: loading and relocating the binary, parsing the
 command line).
@@ -92,6 +94,12 @@ def main():
             rows.update(interleaved({f"repro build vector_add, cache hit ({k})":
                                      [b, "--store", os.path.join(store, k), "build", "vector_add"]
                                      for k, b in bins.items()}, a.runs))
+            # The default store, `.repro` at the repository's root: repro checks that the
+            # repository does not track it (the index is read, or its answer cached).
+            if all(subprocess.run([b, "build", "vector_add"], capture_output=True).returncode == 0
+                   for b in bins.values()):
+                rows.update(interleaved({f"the same hit, default store .repro ({k})":
+                                         [b, "build", "vector_add"] for k, b in bins.items()}, a.runs))
         else:
             print("repro build vector_add failed here (no NVRTC?): build rows left out")
     finally:

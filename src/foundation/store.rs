@@ -319,7 +319,7 @@ impl Store {
         }
         if let Some(file) = self
             .committed
-            .get_or_init(|| crate::foundation::git::tracked_under(&self.root))
+            .get_or_init(|| crate::foundation::git::tracked_under_cached(&self.root))
         {
             return Err(StoreError::Committed {
                 path: self.root.clone(),

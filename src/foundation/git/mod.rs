@@ -63,6 +63,87 @@ pub fn tracked_under(dir: &Path) -> Option<PathBuf> {
     })
 }
 
+/// [`tracked_under`], answered from this user's cache while the repository's index file is
+/// the same file, unchanged (its device, inode, size, modification and change times): on a
+/// warm `repro build` hit, discovering the repository and reading its index took about a
+/// third of the command's own time. Only a "nothing tracked" answer is kept.
+pub fn tracked_under_cached(dir: &Path) -> Option<PathBuf> {
+    let cache = crate::foundation::fsutil::cache_dir().map(|d| d.join("untracked-stores.json"));
+    tracked_under_cached_in(dir, cache.as_deref())
+}
+
+/// [`tracked_under_cached`] with the cache file `cache` (None: no cache).
+fn tracked_under_cached_in(dir: &Path, cache: Option<&Path>) -> Option<PathBuf> {
+    use crate::foundation::fsutil::{read_keyed, write_keyed};
+    let key = || index_stamp(dir).map(|s| format!("{}|{s}", dir.display()));
+    let before = cache.and(key());
+    if let (Some(cache), Some(k)) = (cache, &before)
+        && read_keyed::<bool>(cache, UNTRACKED_SCHEMA, k) == Some(true)
+    {
+        return None;
+    }
+    let found = tracked_under(dir);
+    // Kept only when the index did not change while it was read.
+    if let (None, Some(cache), Some(k)) = (&found, cache, &before)
+        && key().as_ref() == Some(k)
+    {
+        write_keyed(cache, UNTRACKED_SCHEMA, k, true);
+    }
+    found
+}
+
+/// The schema of the cache file of stores found untracked.
+const UNTRACKED_SCHEMA: u32 = 1;
+
+/// The index file of the repository whose working tree holds `dir`'s parent (found as
+/// libgit2's discovery finds it: the nearest `.git` directory, or `.git` file naming one)
+/// and its identity: the path, device, inode, size, and modification and change times.
+/// None where the environment redirects git (GIT_DIR and its kin), where no index exists,
+/// or where `.git` is anything else: the caller then asks libgit2.
+fn index_stamp(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    const REDIRECTS: [&str; 6] = [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    ];
+    if REDIRECTS.iter().any(|v| std::env::var_os(v).is_some()) {
+        return None;
+    }
+    let start = dir.parent()?.canonicalize().ok()?;
+    let (top, dotgit, meta) = start.ancestors().find_map(|d| {
+        let g = d.join(".git");
+        let m = std::fs::symlink_metadata(&g).ok()?;
+        Some((d.to_path_buf(), g, m))
+    })?;
+    let gitdir = if meta.is_dir() {
+        dotgit
+    } else if meta.is_file() {
+        // A linked worktree's or a submodule's `.git` file: `gitdir: PATH`.
+        let text = crate::foundation::fsutil::read_regular(&dotgit, 4096).ok()?;
+        let text = String::from_utf8(text).ok()?;
+        top.join(text.strip_prefix("gitdir:")?.trim())
+    } else {
+        return None;
+    };
+    let index = gitdir.join("index");
+    let m = std::fs::metadata(&index).ok()?;
+    Some(format!(
+        "{}|{}:{}:{}:{}.{}:{}.{}",
+        index.display(),
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
 /// Whether the working tree has changes (ignored files and repro's store excluded).
 pub fn is_dirty(dir: &Path) -> bool {
     let Ok(repo) = Repository::discover(dir) else {
@@ -230,4 +311,58 @@ fn dirty_digest(repo: &Repository, root: &Path) -> Result<Option<String>, git2::
         }
     }
     Ok(Some(hex::encode(h.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store found untracked is not looked up in the index again while the index file is
+    /// unchanged; once the index changes (the store committed), it is, and is refused.
+    #[test]
+    fn an_untracked_store_is_cached_until_the_index_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repository::init(d.path()).unwrap();
+        std::fs::write(d.path().join("a.txt"), "a").unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("a.txt")).unwrap();
+        index.write().unwrap();
+        let store = d.path().join(".repro");
+        std::fs::create_dir(&store).unwrap();
+        std::fs::write(store.join("store.json"), "{}").unwrap();
+        let cache = d.path().join("cache.json");
+        assert_eq!(tracked_under_cached_in(&store, Some(&cache)), None);
+        let key = format!("{}|{}", store.display(), index_stamp(&store).unwrap());
+        assert_eq!(
+            crate::foundation::fsutil::read_keyed::<bool>(&cache, UNTRACKED_SCHEMA, &key),
+            Some(true)
+        );
+        assert_eq!(tracked_under_cached_in(&store, Some(&cache)), None);
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new(".repro/store.json")).unwrap();
+        index.write().unwrap();
+        assert_ne!(
+            format!("{}|{}", store.display(), index_stamp(&store).unwrap()),
+            key
+        );
+        let found = tracked_under_cached_in(&store, Some(&cache));
+        assert!(found.is_some_and(|f| f.ends_with(".repro/store.json")));
+    }
+
+    /// A linked worktree's `.git` file names its index's directory.
+    #[test]
+    fn a_worktrees_index_is_found_through_its_git_file() {
+        let d = tempfile::tempdir().unwrap();
+        let gitdir = d.path().join("main.git/worktrees/w");
+        std::fs::create_dir_all(&gitdir).unwrap();
+        std::fs::write(gitdir.join("index"), "DIRC").unwrap();
+        let tree = d.path().join("w");
+        std::fs::create_dir_all(tree.join(".repro")).unwrap();
+        std::fs::write(tree.join(".git"), format!("gitdir: {}\n", gitdir.display())).unwrap();
+        let stamp = index_stamp(&tree.join(".repro")).unwrap();
+        assert!(
+            stamp.starts_with(&format!("{}|", gitdir.join("index").display())),
+            "{stamp}"
+        );
+    }
 }
