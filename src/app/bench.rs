@@ -78,8 +78,9 @@ pub struct Args {
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, conflicts_with = "command")]
     budget: Duration,
     /// Warm up: a recipe for this long (default 100ms; in `--mode graph`, 20 ms of single
-    /// launches and the rest, at least 100 ms, in graph samples until they settle; a sweep's
-    /// later points count the GPU time of the point before, at least 30 ms more); a command
+    /// launches and the rest, at least 100 ms, in graph samples until they settle; a worker's
+    /// later jobs (a sweep's points, a bisection's runs) count the GPU time of the job before
+    /// on the same GPU, if it ended less than 0.5 s earlier, and warm up at least 30 ms more); a command
     /// bench this many untimed runs first (hyperfine's --warmup N; default 0).
     #[arg(long, value_name = "TIME|N", value_parser = parse_warmup)]
     warmup: Option<Warmup>,

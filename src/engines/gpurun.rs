@@ -1429,8 +1429,8 @@ impl Loaded<'_> {
                 );
                 report.launches_per_sample = batch;
                 // The settling warm-up compares the placements in short graphs (a graph's
-                // instantiation costs about 3 us a launch: 16 graphs of 512 took 23 to 33
-                // ms of a 0.28 s job on an H200, of 64 launches 2.7 ms;
+                // instantiation costs about 3 us a launch: 17 graphs of 512 took 23 to 33
+                // ms of a 0.28 s job on an H200, 17 of 64 launches 2.7 ms;
                 // `benches/gpu_graph_build.sh`); only the chosen placement gets a graph of
                 // the whole batch.
                 let pilot_batch = (batch / PILOT_DIVISOR).max(SIZING_LAUNCHES).min(batch);
@@ -1728,8 +1728,8 @@ struct Knobs {
     placements: usize,
     graph_us: f64,
     settle: bool,
-    /// The least warm-up (ms; graph mode's settling) of a job whose worker kept the GPU
-    /// busy until moments ago (`REPRO_TIMING_BUSY_MIN_MS`).
+    /// The least warm-up (ms: graph mode's settling, the other modes' single launches) of a
+    /// job whose worker kept the GPU busy until moments ago (`REPRO_TIMING_BUSY_MIN_MS`).
     busy_min_ms: f64,
     gap_ms: f64,
     diag: Option<String>,

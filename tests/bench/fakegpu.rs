@@ -741,6 +741,50 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     // The sizing graph and one per placement (16) of 16 launches, the empty graph, and
     // the chosen placement's of 64.
     assert_eq!((graphs(16), graphs(0), graphs(64)), (17, 1, 1), "{seen:?}");
+    // Samples of the whole batch are divided by the whole batch.
+    let median = r["summary"]["median"].as_f64().unwrap();
+    assert!((19.9..=20.1).contains(&median), "{median} us: {r}");
+    // Every graph instantiated is destroyed with the job.
+    let count = |name: &str| seen.iter().filter(|c| *c == name).count();
+    assert_eq!(
+        count("cuGraphInstantiateWithFlags"),
+        count("cuGraphExecDestroy"),
+        "{seen:?}"
+    );
+}
+
+/// A sweep's later point counts the GPU time of the point before (its worker busy until
+/// moments earlier) toward its warm-up: with `--warmup 1500ms` the first point warms up
+/// for 1.5 s, the second for the least more, 30 ms.
+#[test]
+fn a_later_point_counts_the_point_befores_gpu_time_toward_its_warm_up() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let out = gpu
+        .cmd(&[])
+        .arg("-C")
+        .arg(&root)
+        .args(["bench", "--json", "scale", "--param", "n=1024,2048"])
+        .args(["--mode", "cold", "--min-time", "30ms", "--warmup", "1500ms"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let warm = |r: &Value| {
+        r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"] == "warm-up")
+            .map(|p| p["ms"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v}");
+    let (first, second) = (warm(&results[0]), warm(&results[1]));
+    assert!(first >= 1500.0, "first point warmed up {first} ms: {v}");
+    assert!(second < 750.0, "second point warmed up {second} ms: {v}");
 }
 
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real
