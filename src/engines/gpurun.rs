@@ -1649,8 +1649,8 @@ impl Sampling {
 /// settled, at least [`SETTLE_MIN_MS`]. Where this worker's last job kept the GPU busy
 /// until moments ago for `busy` ms (a bisection's or a sweep's later jobs), that time
 /// counts toward the warm-up, which lasts at least `busy_min_ms` more: the clocks have not
-/// gone back to idle. Graph mode then needs no single launches (its settling's two windows
-/// must agree besides); the single launches of the other modes never last longer than the
+/// gone back to idle. Graph mode then needs only the 3 single launches every job makes (its
+/// settling's two windows must agree besides); the single launches of the other modes never last longer than the
 /// warm-up asked for (`--warmup 0ms` has none).
 fn warm_up_plan(settles: bool, warmup_ms: f64, busy: Option<f64>, busy_min_ms: f64) -> (f64, f64) {
     match (settles, busy) {
