@@ -75,26 +75,10 @@ static double median(double *xs, int n) {
 /* The median per launch (us) of graph g over 200 samples on a stream of its own. */
 static float per_launch(CUgraphExec g) {
     CUstream s;
-    CUevent e0, e1;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CK(cuEventCreate(&e0, 0));
-    CK(cuEventCreate(&e1, 0));
-    for (int i = 0; i < 50; i++)
-        CK(cuGraphLaunch(g, s));
-    float xs[200];
-    for (int i = 0; i < 200; i++) {
-        CK(cuEventRecord(e0, s));
-        CK(cuGraphLaunch(g, s));
-        CK(cuEventRecord(e1, s));
-        CK(cuEventSynchronize(e1));
-        CK(cuEventElapsedTime(&xs[i], e0, e1));
-        xs[i] = xs[i] * 1000.0f / batch;
-    }
-    qsort(xs, 200, sizeof xs[0], by_value);
-    CK(cuEventDestroy(e0));
-    CK(cuEventDestroy(e1));
+    float m = exec_median(g, s, batch, 50, 200);
     CK(cuStreamDestroy(s));
-    return xs[100];
+    return m;
 }
 
 int main(int argc, char **argv) {

@@ -23,6 +23,31 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median time of one launch (us) of the graph ge of `batch` launches, over `samples`
+ * samples launched and timed between events on `run`, after `warm` launches to warm up. */
+static float exec_median(CUgraphExec ge, CUstream run, int batch, int warm, int samples) {
+    CUevent e0, e1;
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    for (int i = 0; i < warm; i++)
+        CK(cuGraphLaunch(ge, run));
+    float *xs = malloc(sizeof(float) * samples);
+    for (int i = 0; i < samples; i++) {
+        CK(cuEventRecord(e0, run));
+        CK(cuGraphLaunch(ge, run));
+        CK(cuEventRecord(e1, run));
+        CK(cuEventSynchronize(e1));
+        CK(cuEventElapsedTime(&xs[i], e0, e1));
+        xs[i] = xs[i] * 1000.0f / batch;
+    }
+    qsort(xs, samples, sizeof xs[0], by_value);
+    float m = xs[samples / 2];
+    free(xs);
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    return m;
+}
+
 /* The median time of one launch (us) over `samples` samples, each a graph of `batch` launches
  * of f (vadd over the n floats of buf[0..3]) captured on `capture` and launched and timed
  * between events on `run`, after 20 launches of the graph to warm up. */
@@ -37,26 +62,8 @@ static float graph_median(CUfunction f, CUstream capture, CUstream run, CUdevice
     CK(cuStreamEndCapture(capture, &g));
     CK(cuGraphInstantiate(&ge, g, 0));
     CK(cuGraphDestroy(g));
-    CUevent e0, e1;
-    CK(cuEventCreate(&e0, 0));
-    CK(cuEventCreate(&e1, 0));
-    for (int i = 0; i < 20; i++)
-        CK(cuGraphLaunch(ge, run));
-    float *xs = malloc(sizeof(float) * samples);
-    for (int i = 0; i < samples; i++) {
-        CK(cuEventRecord(e0, run));
-        CK(cuGraphLaunch(ge, run));
-        CK(cuEventRecord(e1, run));
-        CK(cuEventSynchronize(e1));
-        CK(cuEventElapsedTime(&xs[i], e0, e1));
-        xs[i] = xs[i] * 1000.0f / batch;
-    }
-    qsort(xs, samples, sizeof xs[0], by_value);
-    float m = xs[samples / 2];
-    free(xs);
+    float m = exec_median(ge, run, batch, 20, samples);
     CK(cuGraphExecDestroy(ge));
-    CK(cuEventDestroy(e0));
-    CK(cuEventDestroy(e1));
     return m;
 }
 
