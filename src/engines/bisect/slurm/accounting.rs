@@ -28,9 +28,33 @@ pub struct JobFacts {
     pub usage: Option<JobUsage>,
 }
 
+impl JobFacts {
+    /// Whether the job has ended and its times are known.
+    pub fn ended(&self) -> bool {
+        self.usage.is_some() && !UNFINISHED.contains(&self.state.as_str())
+    }
+}
+
 /// Asks `sacct`, then `scontrol`, about `job`; `None` when neither knows it.
 pub fn facts(job: &str) -> Option<JobFacts> {
-    sacct(job).or_else(|| scontrol(job))
+    prefer_ended(sacct(job), || scontrol(job))
+}
+
+/// Accounting's answer where it says the job ended, else the controller's where that
+/// does, else whichever knows the job. Accounting hears of a job from the controller, a
+/// few seconds late on a busy cluster: a job the controller saw end can still be
+/// RUNNING there, or not known at all.
+pub fn prefer_ended(
+    accounting: Option<JobFacts>,
+    controller: impl FnOnce() -> Option<JobFacts>,
+) -> Option<JobFacts> {
+    if accounting.as_ref().is_some_and(JobFacts::ended) {
+        return accounting;
+    }
+    match controller() {
+        Some(c) if c.ended() => Some(c),
+        c => accounting.or(c),
+    }
 }
 
 fn sacct(job: &str) -> Option<JobFacts> {
@@ -192,5 +216,44 @@ mod tests {
         let running = shown.replace("TIMEOUT", "RUNNING");
         assert_eq!(parse_scontrol("12", &running).unwrap().usage, None);
         assert_eq!(parse_scontrol("1", shown), None);
+    }
+
+    #[test]
+    fn an_ended_job_is_taken_from_whichever_source_has_seen_it_end() {
+        let ended = |source: &str| JobFacts {
+            state: "COMPLETED".into(),
+            usage: Some(JobUsage {
+                id: "5".into(),
+                state: "COMPLETED".into(),
+                source: source.into(),
+                queue_wait_s: 1.0,
+                run_s: 2.0,
+                gpus: 1,
+                gpu_hours: 2.0 / 3600.0,
+            }),
+        };
+        let running = JobFacts {
+            state: "RUNNING".into(),
+            usage: None,
+        };
+        let source = |f: Option<JobFacts>| f.and_then(|f| f.usage).map(|u| u.source);
+        // Accounting has seen it end: the controller is not asked.
+        let asked = std::cell::Cell::new(false);
+        let f = prefer_ended(Some(ended("sacct")), || {
+            asked.set(true);
+            Some(ended("scontrol"))
+        });
+        assert_eq!((source(f), asked.get()), (Some("sacct".into()), false));
+        // Accounting lags (still running there, or not known yet): the controller's end.
+        let f = prefer_ended(Some(running.clone()), || Some(ended("scontrol")));
+        assert_eq!(source(f), Some("scontrol".into()));
+        let f = prefer_ended(None, || Some(ended("scontrol")));
+        assert_eq!(source(f), Some("scontrol".into()));
+        // Neither has seen it end: accounting's state, else the controller's.
+        let f = prefer_ended(Some(running.clone()), || None).unwrap();
+        assert_eq!(f.state, "RUNNING");
+        let f = prefer_ended(None, || Some(running.clone())).unwrap();
+        assert!(!f.ended());
+        assert_eq!(prefer_ended(None, || None), None);
     }
 }

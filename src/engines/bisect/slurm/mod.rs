@@ -860,9 +860,9 @@ impl SlurmExecutor {
         &self.export
     }
 
-    /// How the job ended and what it cost (`sacct`, else `scontrol`), waiting a few
-    /// seconds for a job that is still completing (or that accounting has not caught up
-    /// with); the usage is kept for the bisection's totals.
+    /// How the job ended and what it cost (`sacct`, else `scontrol`), waiting up to 15 s
+    /// for a job that is still completing (its epilog runs) or that neither has seen end
+    /// yet; the usage is kept for the bisection's totals.
     fn job_facts(&self, job: &str) -> accounting::JobFacts {
         let facts = Self::settled(job);
         if let Some(u) = &facts.usage {
@@ -880,8 +880,10 @@ impl SlurmExecutor {
             usage: None,
         };
         let mut facts = accounting::facts(job).unwrap_or_else(unknown);
-        for _ in 0..20 {
-            if facts.usage.is_some() && !accounting::UNFINISHED.contains(&facts.state.as_str()) {
+        // The job is over when this is asked (its srun returned): an unfinished state is
+        // the cluster catching up, which costs nothing where it has already.
+        for _ in 0..60 {
+            if facts.ended() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(250));
