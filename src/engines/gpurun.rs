@@ -79,6 +79,10 @@ pub struct Report {
     pub launches_per_sample: u32,
     /// Warm-up launches.
     pub warmup_launches: u64,
+    /// The time (ms) this worker's previous job kept the same GPU busy until moments
+    /// before, counted toward the warm-up (a bisection's or a sweep's later jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_credit_ms: Option<f64>,
     /// Whether sampling stopped because the noise target was met.
     pub converged: bool,
     /// SM clock (MHz) before and after sampling, and the maximum.
@@ -1159,10 +1163,11 @@ impl Loaded<'_> {
     ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
         let knobs = Knobs::get();
+        report.warmup_credit_ms = gpu_busy_lately(self.job.device);
         let (single_ms, settle_min_ms) = warm_up_plan(
             t.mode == Mode::Graph && knobs.settle,
             t.warmup_ms,
-            gpu_busy_lately(self.job.device),
+            report.warmup_credit_ms,
             knobs.busy_min_ms,
         );
         self.reset_outputs(false)?;
@@ -1212,7 +1217,6 @@ impl Loaded<'_> {
         if let Some(path) = &knobs.diag {
             diagnose(path, &method, report, settled, reasons);
         }
-        method.destroy();
         Ok(())
     }
 
@@ -1435,11 +1439,13 @@ impl Loaded<'_> {
                 // the whole batch.
                 let pilot_batch = (batch / PILOT_DIVISOR).max(SIZING_LAUNCHES).min(batch);
                 let sets = self.placements(knobs.placements)?;
-                let mut pilots = Vec::new();
+                // Until the sampling owns them, the graphs made are destroyed on an error.
+                let mut made = GraphExecs(Vec::new());
                 for set in &sets {
-                    pilots.push(self.graph(capture, pilot_batch, set)?);
+                    made.0.push(self.graph(capture, pilot_batch, set)?);
                 }
                 let empty = self.graph(capture, 0, &[])?;
+                made.0.push(empty);
                 // The legacy stream's work is done (the warm-up and the placements' copies
                 // were waited for): the capture stream, which does not wait for it, runs
                 // the graphs from here on.
@@ -1448,6 +1454,9 @@ impl Loaded<'_> {
                     .collect::<Result<Vec<f64>, _>>()?;
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
                 report.graph_overhead_us = Some(overhead);
+                // The sampling owns them from here: the pilots, less the last (`empty`).
+                let mut pilots = std::mem::take(&mut made.0);
+                pilots.pop();
                 Ok(Sampling::Graph {
                     pilots,
                     pilot_batch,
@@ -1618,16 +1627,31 @@ impl Sampling {
             Sampling::Single { .. } => 0,
         }
     }
+}
 
-    /// Destroys the graphs (a reused child keeps its context across jobs).
-    fn destroy(&self) {
+/// Executable graphs destroyed when dropped.
+struct GraphExecs(Vec<sys::CUgraphExec>);
+
+impl Drop for GraphExecs {
+    fn drop(&mut self) {
+        for g in &self.0 {
+            // SAFETY: each was instantiated once, and nothing launches it any more.
+            let _ = unsafe { cu::graph::exec_destroy(*g) };
+        }
+    }
+}
+
+/// Destroys the graphs, also where sampling ended in an error (a reused child keeps its
+/// context across jobs).
+impl Drop for Sampling {
+    fn drop(&mut self) {
         if let Sampling::Graph {
             pilots,
             graph,
             empty,
             stream,
             ..
-        } = self
+        } = &*self
         {
             // SAFETY: the stream outlives the sampling (the job's drop destroys it); each
             // graph was instantiated once and is not used again.

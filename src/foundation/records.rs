@@ -671,6 +671,10 @@ pub struct ResultRecord {
     /// Recipe benches: warm-up launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_launches: Option<u64>,
+    /// Recipe benches: the time (ms) the same worker's previous job kept this GPU busy
+    /// until moments before, counted toward the warm-up (absent: none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_credit_ms: Option<f64>,
     /// Whether sampling stopped because the noise target was met.
     pub converged: bool,
     /// Recipe benches: SM clock before, after, maximum (`null` when unread).
@@ -824,6 +828,7 @@ impl ResultRecord {
             launches_per_sample: None,
             graph_overhead_us: None,
             warmup_launches: None,
+            warmup_credit_ms: None,
             converged: false,
             sm_clock_mhz: None,
             throttled: None,

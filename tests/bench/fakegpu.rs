@@ -753,6 +753,33 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     );
 }
 
+/// A CUDA call that fails while graph mode makes its graphs (a pilot's instantiation) or
+/// samples them (a graph's launch) ends the job, and every graph instantiated until then is
+/// destroyed: a reused worker keeps its context across jobs.
+#[test]
+fn graphs_made_before_a_failure_are_destroyed() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    // The 5th instantiation is the 4th placement's pilot; the 60th graph launch is in the
+    // settling warm-up, after every graph but the chosen one's was made.
+    for fail in ["cuGraphInstantiateWithFlags#5", "cuGraphLaunch#60"] {
+        let _ = std::fs::remove_file(&log);
+        let vars = [
+            ("FAKEGPU_LOG", log.to_str().unwrap()),
+            ("FAKEGPU_FAIL", fail),
+        ];
+        let (code, r) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
+        assert_ne!(code, 0, "{fail}: {r}");
+        let seen = calls(&log);
+        let count = |name: &str| seen.iter().filter(|c| *c == name).count();
+        let made = count("cuGraphInstantiateWithFlags") - usize::from(fail.contains("Instantiate"));
+        assert!(made >= 4, "{fail}: {seen:?}");
+        assert_eq!(made, count("cuGraphExecDestroy"), "{fail}: {seen:?}");
+    }
+}
+
 /// A sweep's later point counts the GPU time of the point before (its worker busy until
 /// moments earlier) toward its warm-up: with `--warmup 1500ms` the first point warms up
 /// for 1.5 s, the second for the least more, 30 ms.
@@ -785,6 +812,10 @@ fn a_later_point_counts_the_point_befores_gpu_time_toward_its_warm_up() {
     let (first, second) = (warm(&results[0]), warm(&results[1]));
     assert!(first >= 1500.0, "first point warmed up {first} ms: {v}");
     assert!(second < 750.0, "second point warmed up {second} ms: {v}");
+    // The record says how much was counted: the first point's whole busy time.
+    assert!(results[0].get("warmup-credit-ms").is_none(), "{v}");
+    let credit = results[1]["warmup-credit-ms"].as_f64().unwrap_or(0.0);
+    assert!(credit >= 1500.0, "credit {credit} ms: {v}");
 }
 
 /// A kernel that traps leaves its context broken (the fake's error is sticky, as a real

@@ -30,8 +30,10 @@
  * two devices can differ.
  *
  *   FAKEGPU_FAIL             comma-separated functions that fail: `name`, `name=code`,
- *                            `name@index` (only for that device), `name@index=code`;
- *                            the code defaults to 999 (CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN)
+ *                            `name@index` (only for that device), `name@index=code`,
+ *                            `name#N` (only its Nth call in the process, from 1; before
+ *                            any `@index`); the code defaults to 999
+ *                            (CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN)
  *   FAKEGPU_LOG              a file each call appends its function's name to (and
  *                            `process` once per process, at its first cuInit)
  */
@@ -39,6 +41,7 @@
 #include <ctype.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,11 +90,37 @@ static const char *text(const char *key, int dev, const char *dflt) {
     return v ? v : dflt;
 }
 
+/* How many times `name` has been asked for its failure in this process, this time
+ * included. */
+static long call_number(const char *name) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static struct {
+        const char *name;
+        long n;
+    } seen[256];
+    static int used;
+    long n = 1;
+    pthread_mutex_lock(&lock);
+    int i = 0;
+    while (i < used && strcmp(seen[i].name, name) != 0)
+        i++;
+    if (i < used)
+        n = ++seen[i].n;
+    else if (used < 256) {
+        seen[used].name = name;
+        seen[used].n = 1;
+        used++;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 /* The code `name` must fail with for device `dev` (-1: no device), or 0. */
 static int failure(const char *name, int dev) {
     const char *list = getenv("FAKEGPU_FAIL");
     if (!list)
         return 0;
+    long nth = call_number(name);
     size_t len = strlen(name);
     const char *p = list;
     while (*p) {
@@ -101,9 +130,11 @@ static int failure(const char *name, int dev) {
         if ((size_t)(end - p) >= len && strncmp(p, name, len) == 0) {
             const char *q = p + len;
             int ok = 1;
+            if (q < end && *q == '#')
+                ok = strtol(q + 1, (char **)&q, 10) == nth;
             if (q < end && *q == '@') {
                 long only = strtol(q + 1, (char **)&q, 10);
-                ok = only == dev;
+                ok = ok && only == dev;
             }
             int code = 999;
             if (q < end && *q == '=')

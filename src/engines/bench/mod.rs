@@ -513,6 +513,7 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
     rec.launches_per_sample = Some(report.launches_per_sample);
     rec.graph_overhead_us = report.graph_overhead_us;
     rec.warmup_launches = Some(report.warmup_launches);
+    rec.warmup_credit_ms = report.warmup_credit_ms;
     rec.converged = report.converged;
     rec.sm_clock_mhz = Some(report.sm_clock_mhz);
     rec.throttled = Some(report.throttled);
