@@ -93,14 +93,20 @@ impl Diagnose for InitError {
     }
 }
 
-/// Removes comments and string literals' contents (keeping line structure), so that a
-/// `__global__` in a comment or a string is not a kernel.
+/// Removes comments (keeping line structure), so that a `__global__` in a comment is not a
+/// kernel. String and character literals are kept whole (an include's path is one), and a
+/// `//` or `/*` inside one starts no comment.
 pub fn strip_comments(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let b: Vec<char> = src.chars().collect();
     let mut i = 0;
     while i < b.len() {
         match b[i] {
+            q @ ('"' | '\'') => {
+                let end = literal_end(&b, i, q);
+                out.extend(&b[i..end]);
+                i = end;
+            }
             '/' if b.get(i + 1) == Some(&'/') => {
                 while i < b.len() && b[i] != '\n' {
                     i += 1;
@@ -125,9 +131,25 @@ pub fn strip_comments(src: &str) -> String {
     out
 }
 
+/// Where the literal opened by the quote `q` at `b[at]` ends (one past its closing quote,
+/// or the end of its line where it is not closed: an apostrophe in a `#error` text).
+fn literal_end(b: &[char], at: usize, q: char) -> usize {
+    let mut i = at + 1;
+    while i < b.len() && b[i] != '\n' {
+        match b[i] {
+            '\\' => i += 2,
+            c if c == q => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i.min(b.len())
+}
+
 /// The kernels a source defines: (name, is a template), in order. A kernel is the name
 /// before the first `(` after `__global__` that is not an attribute's (`__launch_bounds__`,
-/// `__attribute__`, `__declspec`, `alignas`).
+/// `__attribute__`, `__declspec`, `alignas`), qualified by the namespaces around it
+/// (`ns::inner`, as the cubin's demangled name and NVRTC's name expressions have it), unless
+/// it has C linkage (`extern "C"`, or inside an `extern "C" { }` block).
 pub fn kernels(src: &str) -> Vec<(String, bool)> {
     let text = strip_comments(src);
     let mut out: Vec<(String, bool)> = Vec::new();
@@ -148,13 +170,84 @@ pub fn kernels(src: &str) -> Vec<(String, bool)> {
         let prev = &text[..start];
         let stmt_start = prev.rfind([';', '}', '{']).map_or(0, |i| i + 1);
         let is_template = prev[stmt_start..].contains("template");
-        if let Some(name) = name_after(&text[from..])
-            && !out.iter().any(|(n, _)| *n == name)
-        {
-            out.push((name, is_template));
+        let c_linkage = prev[stmt_start..].contains("extern \"C\"");
+        if let Some(name) = name_after(&text[from..]) {
+            let name = match scope_at(prev) {
+                Scope::C => name,
+                Scope::Namespaces(_) if c_linkage => name,
+                Scope::Namespaces(ns) if ns.is_empty() => name,
+                Scope::Namespaces(ns) => format!("{}::{name}", ns.join("::")),
+            };
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, is_template));
+            }
         }
     }
     out
+}
+
+/// What encloses the end of a (comment-stripped) source.
+#[derive(Debug, PartialEq)]
+enum Scope {
+    /// An `extern "C" { }` block: names are not qualified.
+    C,
+    /// The named namespaces, outermost first (an inline one by its name, as it is mangled).
+    Namespaces(Vec<String>),
+}
+
+/// The scope at the end of `text`: each `{` opens a namespace (`namespace a {`,
+/// `namespace a::b {`, `inline namespace v1 {`, `namespace {`), a C-linkage block, or
+/// anything else (a function body, a class: kernels are not defined there), each `}` closes
+/// the innermost.
+fn scope_at(text: &str) -> Scope {
+    // Per open brace: the namespace names it adds, or None for a C block.
+    let mut open: Vec<Option<Vec<String>>> = Vec::new();
+    let mut stmt_start = 0;
+    let mut in_literal: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        // A brace in a string or character literal (`printf("{")`) opens nothing.
+        if let Some(q) = in_literal {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '\n' => in_literal = None,
+                _ if c == q => in_literal = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => in_literal = Some(c),
+            '{' => {
+                let head = text[stmt_start..i].split_whitespace().collect::<Vec<_>>();
+                let head: Vec<&str> = head
+                    .iter()
+                    .copied()
+                    .skip_while(|w| *w == "inline")
+                    .collect();
+                // An anonymous namespace (`namespace {`) falls to the last arm: it has no
+                // name in a source, nor in repro's reading of a symbol
+                // (`crate::foundation::symbols`).
+                open.push(match head.as_slice() {
+                    ["namespace", name] => Some(name.split("::").map(str::to_string).collect()),
+                    ["extern", "\"C\""] => None,
+                    _ => Some(Vec::new()),
+                });
+                stmt_start = i + 1;
+            }
+            '}' => {
+                open.pop();
+                stmt_start = i + 1;
+            }
+            ';' => stmt_start = i + 1,
+            _ => {}
+        }
+    }
+    if open.iter().any(Option::is_none) {
+        return Scope::C;
+    }
+    Scope::Namespaces(open.into_iter().flatten().flatten().collect())
 }
 
 /// The function name in `rest` (what follows `__global__`): the identifier before the
@@ -497,6 +590,41 @@ int main() { plain<<<1, 1>>>(nullptr); }
         assert_eq!(component_of("cublas_v2.h"), Some("cublas"));
         assert_eq!(component_of("cute/tensor.hpp"), Some("cutlass"));
         assert_eq!(component_of("cuda_runtime.h"), None);
+    }
+
+    #[test]
+    fn kernels_are_named_with_their_namespaces_unless_they_have_c_linkage() {
+        let src = r#"
+namespace outer {
+namespace inner { __global__ void a(float* x) {} }
+struct S { void f() {} };
+__global__ void b(float* x) { if (x) { x[0] = 1; } }
+inline namespace v1 { template <int N> __global__ void t(float* x) {} }
+extern "C" __global__ void c_named(float* x) {}
+}
+namespace x::y { __global__ void nested(int* p) {} }
+namespace { __global__ void hidden(int* p) {} }
+extern "C" {
+namespace q { __global__ void in_c_block(int* p) {} }
+}
+using namespace std;
+__global__ void top(int* p) { printf("}} // ' {"); char c = '}'; }
+__global__ void after_literals(int* p) {}
+"#;
+        assert_eq!(
+            kernels(src),
+            vec![
+                ("outer::inner::a".to_string(), false),
+                ("outer::b".to_string(), false),
+                ("outer::v1::t".to_string(), true),
+                ("c_named".to_string(), false),
+                ("x::y::nested".to_string(), false),
+                ("hidden".to_string(), false),
+                ("in_c_block".to_string(), false),
+                ("top".to_string(), false),
+                ("after_literals".to_string(), false),
+            ]
+        );
     }
 
     #[test]

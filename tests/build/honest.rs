@@ -248,6 +248,55 @@ fn entries_are_listed_from_an_nvcc_cubin() {
     );
 }
 
+/// Kernels that live in a header (`.cuh`, `.h`), as in many repositories, build with nvcc,
+/// which compiles only a `.cu` file as CUDA unless told; `repro init --recipe` of such a
+/// header writes a recipe that builds.
+#[test]
+fn kernels_in_headers_build_with_nvcc() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let header = format!("#pragma once\n{KERNELS}");
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        ("kernels/k.cuh", &header),
+        ("kernels/plain.h", &header),
+        (
+            "recipes/cuh.toml",
+            &nvcc_recipe(
+                "kernels/k.cuh",
+                "target = \"sm_90\"\noutputs = [\"cubin\", \"ptx\"]\nentries = [\"plain\", \"tk\"]\n",
+            ),
+        ),
+        (
+            "recipes/h.toml",
+            &nvcc_recipe(
+                "kernels/plain.h",
+                "target = \"sm_90\"\noutputs = [\"cubin\"]\nentries = [\"plain\"]\n",
+            ),
+        ),
+    ]);
+    for recipe in ["cuh", "h"] {
+        let (code, v, stderr) = json(&cache, &root, &["build", recipe]);
+        assert_eq!(code, 0, "{recipe}: {stderr}\n{v}");
+        assert_eq!(v["builds"][0]["checked"], "entries", "{recipe}: {v}");
+    }
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["init", "--recipe", "kernels/k.cuh"])
+        .env("REPRO_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let written = std::fs::read_to_string(root.join("recipes/k.toml")).unwrap();
+    assert!(written.contains("kind = \"nvcc\""), "{written}");
+    let (code, v, stderr) = json(&cache, &root, &["build", "k"]);
+    assert_eq!(code, 0, "{said}\n{written}\n{stderr}\n{v}");
+}
+
 #[test]
 fn a_fatbin_over_two_targets_holds_both() {
     let Some(cache) = nvcc_cache() else {

@@ -46,6 +46,16 @@ pub fn arch_args(out: Output, c: &Compile) -> Vec<String> {
     }
 }
 
+/// nvcc chooses a file's language by its extension and compiles only a `.cu` file as CUDA
+/// (a header, `.cuh` or `.h`, is "Don't know what to do with"): kernels that live in any
+/// other file are compiled as CUDA by saying so. A `.cu` source gets no option, as before.
+pub fn language_args(source: &str) -> &'static [&'static str] {
+    match Path::new(source).extension().and_then(|e| e.to_str()) {
+        Some("cu") => &[],
+        _ => &["-x", "cu"],
+    }
+}
+
 /// Runs nvcc once per requested output. `Err` carries the compiler's messages.
 pub fn compile(nvcc: &Path, root: &Path, c: &Compile) -> Result<Artifacts, CompileError> {
     let tmp = tempfile::tempdir().map_err(|cause| CompileError::TempDir { cause })?;
@@ -61,6 +71,7 @@ pub fn compile(nvcc: &Path, root: &Path, c: &Compile) -> Result<Artifacts, Compi
         cmd = cmd.args(c.include_dirs.iter().map(|d| format!("-I{d}")));
         cmd = cmd
             .args(&c.options)
+            .args(language_args(&c.source))
             .arg("-o")
             .arg(&file)
             .arg(&c.source)
@@ -121,6 +132,21 @@ mod tests {
             include_dirs: vec![],
             toolchain: None,
             targets: targets.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_source_that_is_not_a_cu_file_is_compiled_as_cuda() {
+        assert!(language_args("kernels/k.cu").is_empty());
+        for source in [
+            "src/kernels/1_naive.cuh",
+            "k.h",
+            "k.hpp",
+            "k.cpp",
+            "k.inl",
+            "k",
+        ] {
+            assert_eq!(language_args(source), ["-x", "cu"], "{source}");
         }
     }
 
