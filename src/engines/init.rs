@@ -65,6 +65,8 @@ pub enum InitError {
     NoKernel {
         /// The file.
         source_file: String,
+        /// The repository's files it includes (directly or not) that define kernels.
+        included: Vec<String>,
     },
 }
 
@@ -86,6 +88,16 @@ impl Diagnose for InitError {
                     .into(),
             ),
             InitError::Read { .. } => Some("check the file's permissions".into()),
+            InitError::NoKernel { included, .. } if !included.is_empty() => {
+                const SHOWN: usize = 8;
+                let more = included.len().saturating_sub(SHOWN);
+                Some(format!(
+                    "the kernels are in the files it includes: {}{}; name those (`repro init --recipe {}`)",
+                    included[..included.len().min(SHOWN)].join(", "),
+                    if more > 0 { format!(" and {more} more") } else { String::new() },
+                    included[0]
+                ))
+            }
             InitError::NoKernel { .. } => {
                 Some("name a file that defines a kernel (`__global__ void name(...)`)".into())
             }
@@ -384,7 +396,17 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     let source = rel.to_string_lossy().replace('\\', "/");
     let found = kernels(&src);
     if found.is_empty() {
+        // Named as `--recipe` takes them: relative to the current directory.
+        let here = cwd
+            .canonicalize()
+            .ok()
+            .and_then(|c| c.strip_prefix(&root_canon).ok().map(Path::to_path_buf))
+            .unwrap_or_default();
         return Err(InitError::NoKernel {
+            included: included_kernel_files(&root_canon, &rel, &src)
+                .iter()
+                .map(|f| relative_to(&here, f))
+                .collect(),
             source_file: source,
         });
     }
@@ -491,6 +513,72 @@ fn resolve_includes(
     }
     (dirs.into_iter().collect(), outside)
 }
+
+/// The repository's files that `src` (the file `rel`) includes, directly or through other
+/// included files, and that define kernels, in the order found (breadth first). An include
+/// is looked for beside the file that includes it, else as the repository's shallowest file
+/// whose path ends with it (as [`resolve_includes`] finds include directories); at most
+/// [`MAX_INCLUDED`] files are read, each bounded as the named file is.
+fn included_kernel_files(root: &Path, rel: &Path, src: &str) -> Vec<String> {
+    let mut files: Option<Vec<(usize, String)>> = None;
+    let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
+    let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
+    let mut out = Vec::new();
+    while let Some((path, text)) = queue.pop_front() {
+        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        for (h, _) in includes(&text) {
+            if seen.len() >= MAX_INCLUDED || h.contains("..") || h.starts_with('/') {
+                continue;
+            }
+            let beside = dir.join(&h);
+            let found = if root.join(&beside).is_file() {
+                Some(beside.to_string_lossy().replace('\\', "/"))
+            } else {
+                files
+                    .get_or_insert_with(|| repository_files(root))
+                    .iter()
+                    .filter(|(_, p)| *p == h || p.ends_with(&format!("/{h}")))
+                    .min_by_key(|(depth, _)| *depth)
+                    .map(|(_, p)| p.clone())
+            };
+            let Some(found) = found else { continue };
+            if !seen.insert(found.clone()) {
+                continue;
+            }
+            let Ok(bytes) = crate::foundation::fsutil::read_bounded(&root.join(&found), MAX_SOURCE)
+            else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if !kernels(&text).is_empty() {
+                out.push(found.clone());
+            }
+            queue.push_back((PathBuf::from(found), text));
+        }
+    }
+    out
+}
+
+/// `file` (relative to the repository's root) as seen from `dir` (also relative to it).
+fn relative_to(dir: &Path, file: &str) -> String {
+    let mut up = dir.components().count();
+    let mut rest = Path::new(file);
+    for c in dir.components() {
+        match rest.strip_prefix(c) {
+            Ok(r) => {
+                rest = r;
+                up -= 1;
+            }
+            Err(_) => break,
+        }
+    }
+    let mut out = "../".repeat(up);
+    out.push_str(&rest.to_string_lossy());
+    out
+}
+
+/// How many files [`included_kernel_files`] reads at most.
+const MAX_INCLUDED: usize = 256;
 
 /// The repository's files, relative to `root`, with their depth: hidden directories,
 /// `target` and `node_modules` left out, at most [`MAX_WALK`] entries 8 levels deep.
@@ -689,8 +777,54 @@ __global__ void after_literals(int* p) {}
         .unwrap();
         assert!(matches!(
             read_kernel_file(root, root, Path::new("src/none.cu")),
-            Err(InitError::NoKernel { .. })
+            Err(InitError::NoKernel { ref included, .. }) if included.is_empty()
         ));
+        // A file whose kernels are in the headers it includes (siboehm/SGEMM_CUDA's
+        // runner.cu): the hint names them, found beside the includer or anywhere in the
+        // repository, once each, through include cycles.
+        std::fs::create_dir_all(root.join("src/kernels")).unwrap();
+        std::fs::write(
+            root.join("src/runner.cu"),
+            "#include \"kernels.cuh\"\n#include <cuda_runtime.h>\nvoid run() {}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("src/kernels.cuh"),
+            "#include \"kernels/k1.cuh\"\n#include \"kernels/k2.cuh\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("src/kernels/k1.cuh"),
+            "#include \"kernels.cuh\"\n__global__ void k1() {}\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("src/kernels/k2.cuh"), "__global__ void k2() {}\n").unwrap();
+        let err = read_kernel_file(root, root, Path::new("src/runner.cu")).unwrap_err();
+        let InitError::NoKernel { ref included, .. } = err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(included, &["src/kernels/k1.cuh", "src/kernels/k2.cuh"]);
+        let hint = err.hint().unwrap();
+        assert!(
+            hint.contains("`repro init --recipe src/kernels/k1.cuh`"),
+            "{hint}"
+        );
+        // From a subdirectory, as `--recipe` takes paths: relative to it.
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        for (cwd, file, want) in [
+            ("src", "runner.cu", ["kernels/k1.cuh", "kernels/k2.cuh"]),
+            (
+                "docs",
+                "../src/runner.cu",
+                ["../src/kernels/k1.cuh", "../src/kernels/k2.cuh"],
+            ),
+        ] {
+            let err = read_kernel_file(root, &root.join(cwd), Path::new(file)).unwrap_err();
+            let InitError::NoKernel { included, .. } = err else {
+                panic!("{err:?}");
+            };
+            assert_eq!(included, want, "{cwd}");
+        }
         assert!(matches!(
             read_kernel_file(root, root, Path::new("../etc/passwd")),
             Err(InitError::NotInRepo { .. })
