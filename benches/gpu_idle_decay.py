@@ -5,11 +5,16 @@
 when the next starts less than 500 ms (`BUSY_LATELY_MS` in src/engines/gpurun.rs) after the
 previous one sampled, and then warms up only 30 ms (`REPRO_TIMING_BUSY_MIN_MS`). This script
 measures whether that holds: it keeps the GPU busy for `--busy` seconds, idles for a gap,
-then reads the SM clock (NVML) and times a small kernel (an add over 1M floats, about 8 µs)
+then reads the SM clock (NVML) and times a small kernel (an add over 1M floats)
 launch by launch with CUDA events: with no warm-up (the first launch, and the median of the
 first 10) and after 30 ms of launches (the median of the next 50, as a credited job samples).
 Gaps are taken in a shuffled order, `--reps` times each; each figure is the median over the
 repetitions, as a ratio to the same kernel's steady median (taken after 1 s of launches).
+
+The SM clock is the column to trust: each launch is timed between events recorded from
+Python, so the kernel-time columns include the host's gap between the start event and the
+launch (a 1M-float add read 23.9 us on an H200), and they compare one median of launches
+against another taken at another moment.
 
 Needs python3 with a CUDA build of PyTorch (the GPU machine has one). Usage:
 

@@ -31,8 +31,9 @@
  *
  *   FAKEGPU_FAIL             comma-separated functions that fail: `name`, `name=code`,
  *                            `name@index` (only for that device), `name@index=code`,
- *                            `name#N` (only its Nth call in the process, from 1; before
- *                            any `@index`); the code defaults to 999
+ *                            `name#N` (only its Nth call in the process, from 1, counted
+ *                            over every device and only for calls that reach their failure
+ *                            check; before any `@index`); the code defaults to 999
  *                            (CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN)
  *   FAKEGPU_LOG              a file each call appends its function's name to (and
  *                            `process` once per process, at its first cuInit)

@@ -2,7 +2,7 @@
 //! (it remembers jobs for good), else from `scontrol show job` (which forgets a job
 //! `MinJobAge` seconds after it ends, so repro asks as soon as the job is over).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::foundation::process::Cmd;
 use crate::foundation::records::JobUsage;
@@ -35,15 +35,22 @@ impl JobFacts {
     }
 }
 
-/// Asks `sacct`, then `scontrol`, about `job`; `None` when neither knows it.
-pub fn facts(job: &str) -> Option<JobFacts> {
-    prefer_ended(sacct(job), || scontrol(job))
+/// Asks `sacct`, then `scontrol`, about `job`, each command given what is left until
+/// `deadline` (at least a second); `None` when neither knows it.
+pub fn facts(job: &str, deadline: Instant) -> Option<JobFacts> {
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1))
+    };
+    prefer_ended(sacct(job, left()), || scontrol(job, left()))
 }
 
 /// Accounting's answer where it says the job ended, else the controller's where that
-/// does, else whichever knows the job. Accounting hears of a job from the controller, a
-/// few seconds late on a busy cluster: a job the controller saw end can still be
-/// RUNNING there, or not known at all.
+/// does, else the controller's (the more current) where it knows the job, else
+/// accounting's. Accounting hears of a job from the controller, a few seconds late on a
+/// busy cluster: a job the controller saw end, or requeue, can still be RUNNING there, or
+/// not known at all; the controller forgets a job `MinJobAge` seconds after it ends.
 pub fn prefer_ended(
     accounting: Option<JobFacts>,
     controller: impl FnOnce() -> Option<JobFacts>,
@@ -51,26 +58,23 @@ pub fn prefer_ended(
     if accounting.as_ref().is_some_and(JobFacts::ended) {
         return accounting;
     }
-    match controller() {
-        Some(c) if c.ended() => Some(c),
-        c => accounting.or(c),
-    }
+    controller().or(accounting)
 }
 
-fn sacct(job: &str) -> Option<JobFacts> {
+fn sacct(job: &str, within: Duration) -> Option<JobFacts> {
     let out = Cmd::new("sacct")
         .args(["-n", "-P", "-X", "-j", job])
         .args(["-o", "JobID,State,Submit,Start,End,AllocTRES"])
-        .timeout(Duration::from_secs(30))
+        .timeout(within)
         .run()
         .ok()?;
     parse_sacct(job, &out.stdout_str())
 }
 
-fn scontrol(job: &str) -> Option<JobFacts> {
+fn scontrol(job: &str, within: Duration) -> Option<JobFacts> {
     let out = Cmd::new("scontrol")
         .args(["-o", "show", "job", job])
-        .timeout(Duration::from_secs(30))
+        .timeout(within)
         .run()
         .ok()?;
     parse_scontrol(job, &out.stdout_str())
@@ -249,7 +253,15 @@ mod tests {
         assert_eq!(source(f), Some("scontrol".into()));
         let f = prefer_ended(None, || Some(ended("scontrol")));
         assert_eq!(source(f), Some("scontrol".into()));
-        // Neither has seen it end: accounting's state, else the controller's.
+        // Neither has seen it end: the controller's state (more current: a job requeued
+        // is PENDING there and may still be RUNNING in accounting), else accounting's
+        // (the controller forgot the job).
+        let pending = JobFacts {
+            state: "PENDING".into(),
+            usage: None,
+        };
+        let f = prefer_ended(Some(running.clone()), || Some(pending.clone())).unwrap();
+        assert_eq!(f.state, "PENDING");
         let f = prefer_ended(Some(running.clone()), || None).unwrap();
         assert_eq!(f.state, "RUNNING");
         let f = prefer_ended(None, || Some(running.clone())).unwrap();

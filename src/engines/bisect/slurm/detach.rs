@@ -173,7 +173,8 @@ pub fn find(store: &Store, prefix: &str) -> Option<DetachedRecord> {
 
 /// The driver job's state now (`PENDING`, `RUNNING`, `COMPLETED`, ...), or `unknown`.
 pub fn state(rec: &DetachedRecord) -> String {
-    accounting::facts(&rec.job).map_or_else(|| "unknown".into(), |f| f.state)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    accounting::facts(&rec.job, deadline).map_or_else(|| "unknown".into(), |f| f.state)
 }
 
 /// The step lines the driver has logged so far (bounded: the last 200).

@@ -43,6 +43,11 @@ pub const SCHEMA: u64 = 1;
 /// The largest request or result file read.
 pub const MAX_BYTES: u64 = 4 << 20;
 
+/// How long a job that has ended may take to show as ended in the cluster's answers
+/// (its epilog, accounting's lag), the commands that ask included (each given at least
+/// a second).
+const SETTLE_WAIT: Duration = Duration::from_secs(15);
+
 /// How the jobs are submitted.
 #[derive(Clone, Debug)]
 pub struct SlurmOptions {
@@ -860,10 +865,18 @@ impl SlurmExecutor {
         &self.export
     }
 
-    /// How the job ended and what it cost (`sacct`, else `scontrol`), waiting up to 15 s
-    /// for a job that is still completing (its epilog runs) or that neither has seen end
-    /// yet; the usage is kept for the bisection's totals.
+    /// How the job ended and what it cost (see [`accounting::prefer_ended`]), waiting up
+    /// to [`SETTLE_WAIT`] for a job that is still completing (its epilog runs) or that
+    /// neither source has seen end yet; the usage is kept for the bisection's totals. A step
+    /// of the enclosing allocation (`--slurm-steps`) has no job of its own to ask about:
+    /// `job` is the allocation's, running until the bisection ends.
     fn job_facts(&self, job: &str) -> accounting::JobFacts {
+        if matches!(self.placement, site::Placement::Steps { .. }) {
+            return accounting::JobFacts {
+                state: "unknown".into(),
+                usage: None,
+            };
+        }
         let facts = Self::settled(job);
         if let Some(u) = &facts.usage {
             self.jobs
@@ -879,15 +892,17 @@ impl SlurmExecutor {
             state: "unknown".into(),
             usage: None,
         };
-        let mut facts = accounting::facts(job).unwrap_or_else(unknown);
         // The job is over when this is asked (its srun returned): an unfinished state is
-        // the cluster catching up, which costs nothing where it has already.
-        for _ in 0..60 {
-            if facts.ended() {
-                break;
-            }
+        // the cluster catching up, which costs nothing where it has already. The wait,
+        // commands included, ends at the deadline.
+        let deadline = std::time::Instant::now() + SETTLE_WAIT;
+        let mut facts = accounting::facts(job, deadline).unwrap_or_else(unknown);
+        while !facts.ended()
+            && deadline.saturating_duration_since(std::time::Instant::now())
+                > Duration::from_millis(250)
+        {
             std::thread::sleep(Duration::from_millis(250));
-            facts = accounting::facts(job).unwrap_or_else(unknown);
+            facts = accounting::facts(job, deadline).unwrap_or_else(unknown);
         }
         facts
     }
