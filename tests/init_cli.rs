@@ -283,6 +283,53 @@ fn two_projects_pinning_different_wheels_under_one_release_keep_their_own_trees_
     assert_eq!(trees(&cache).len(), 1);
 }
 
+/// A kernel file that includes NVTX's markers (`<nvtx3/nvToolsExt.h>`, as karpathy/llm.c's
+/// kernels do through their common header) builds with the pinned nvcc once NVTX is pinned
+/// beside it, as `repro init` says.
+#[test]
+fn a_kernel_that_includes_nvtx_builds_once_nvtx_is_pinned_as_init_says() {
+    let kernel = "#include <nvtx3/nvToolsExt.h>\nextern \"C\" __global__ void k(float* a) { a[0] = 1.0f; }\nvoid mark() { nvtxRangePushA(\"k\"); nvtxRangePop(); }\n";
+    let (tmp, root) = repo_with(&[("k.cu", kernel)]);
+    let cache = tmp.path().join("cache");
+    let (code, _, err) = run(&cache, &root, None, &["toolchain", "pin", "nvcc@13.0"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(
+        &cache,
+        &root,
+        None,
+        &["--offline", "--json", "init", "--recipe", "k.cu"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["kernels"][0]["components"],
+        serde_json::json!(["nvtx"]),
+        "{v}"
+    );
+    let note = v["notes"][0].as_str().unwrap_or_default();
+    assert!(
+        note.contains("k.cu includes nvtx headers") && note.contains("--with nvtx --force"),
+        "{v}"
+    );
+    let (code, out, err) = run(
+        &cache,
+        &root,
+        None,
+        &["toolchain", "pin", "nvcc@13.0", "--with", "nvtx", "--force"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(6 wheels"), "{out}");
+    let pinned = default_nvcc_wheels(&root);
+    assert!(pinned.iter().any(|(p, _)| p == "nvidia-nvtx"), "{pinned:?}");
+    let Some(wh) = wheelhouse(&pinned) else {
+        return;
+    };
+    let (code, out, err) = run(&cache, &root, Some(&wh), &["--json", "build", "k"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["builds"][0]["status"], "ok", "{v}");
+}
+
 #[test]
 fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written() {
     let cache = tempfile::tempdir().unwrap();

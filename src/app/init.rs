@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_name = "MAJOR.MINOR")]
     nvrtc: Option<String>,
     /// Component libraries for the nvcc tree, besides those the kernels' includes name:
-    /// cublas, cudnn, cutlass.
+    /// cublas, cudnn, cutlass, nvtx.
     #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
     with: Vec<String>,
     /// The GPU target of the recipes written.

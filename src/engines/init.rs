@@ -339,6 +339,8 @@ fn component_of(header: &str) -> Option<&'static str> {
         Some("cudnn")
     } else if h.starts_with("cutlass/") || h.starts_with("cute/") {
         Some("cutlass")
+    } else if h.starts_with("nvtx3/") || h.starts_with("nvtoolsext") {
+        Some("nvtx")
     } else {
         None
     }
@@ -677,6 +679,8 @@ int main() { plain<<<1, 1>>>(nullptr); }
         assert!(has_host_code(src));
         assert_eq!(component_of("cublas_v2.h"), Some("cublas"));
         assert_eq!(component_of("cute/tensor.hpp"), Some("cutlass"));
+        assert_eq!(component_of("nvtx3/nvToolsExt.h"), Some("nvtx"));
+        assert_eq!(component_of("nvToolsExt.h"), Some("nvtx"));
         assert_eq!(component_of("cuda_runtime.h"), None);
     }
 

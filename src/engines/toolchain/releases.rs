@@ -54,7 +54,7 @@ fn table() -> &'static Table {
 }
 
 /// The component libraries a toolchain can carry, by the name `--with` takes.
-pub const COMPONENTS: [&str; 3] = ["cublas", "cudnn", "cutlass"];
+pub const COMPONENTS: [&str; 4] = ["cublas", "cudnn", "cutlass", "nvtx"];
 
 /// The releases of `family` the table knows, oldest first.
 pub fn known(family: Family) -> Vec<String> {
@@ -284,6 +284,8 @@ fn component_package(component: &str, mm: &str) -> String {
         "cublas" => "nvidia-cublas".into(),
         "cudnn" if cu12 => "nvidia-cudnn-cu12".into(),
         "cudnn" => "nvidia-cudnn-cu13".into(),
+        "nvtx" if cu12 => "nvidia-nvtx-cu12".into(),
+        "nvtx" => "nvidia-nvtx".into(),
         _ => "nvidia-cutlass".into(),
     }
 }
@@ -291,8 +293,8 @@ fn component_package(component: &str, mm: &str) -> String {
 fn component_from_pip(component: &str, mm: &str) -> Result<Vec<WheelPin>, PinError> {
     let package = component_package(component, mm);
     let vs = versions(&package)?;
-    // cuBLAS follows CUDA's numbering; cuDNN and CUTLASS have their own.
-    let version = if component == "cublas" {
+    // cuBLAS and NVTX follow CUDA's numbering; cuDNN and CUTLASS have their own.
+    let version = if matches!(component, "cublas" | "nvtx") {
         newest_matching(&vs, Some(mm))
     } else {
         newest_matching(&vs, None)
