@@ -291,7 +291,13 @@ fn a_kernel_that_includes_nvtx_builds_once_nvtx_is_pinned_as_init_says() {
     let kernel = "#include <nvtx3/nvToolsExt.h>\nextern \"C\" __global__ void k(float* a) { a[0] = 1.0f; }\nvoid mark() { nvtxRangePushA(\"k\"); nvtxRangePop(); }\n";
     let (tmp, root) = repo_with(&[("k.cu", kernel)]);
     let cache = tmp.path().join("cache");
-    let (code, _, err) = run(&cache, &root, None, &["toolchain", "pin", "nvcc@13.0"]);
+    // A pin that carries CUTLASS already: the command the note gives keeps it.
+    let (code, _, err) = run(
+        &cache,
+        &root,
+        None,
+        &["toolchain", "pin", "nvcc@13.0", "--with", "cutlass"],
+    );
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = run(
         &cache,
@@ -308,7 +314,7 @@ fn a_kernel_that_includes_nvtx_builds_once_nvtx_is_pinned_as_init_says() {
     );
     let note = v["notes"][0].as_str().unwrap_or_default();
     assert!(
-        note.contains("k.cu includes nvtx headers") && note.contains("--with nvtx --force"),
+        note.contains("k.cu includes nvtx headers") && note.contains("--with cutlass,nvtx --force"),
         "{v}"
     );
     let (code, out, err) = run(

@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_name = "MAJOR.MINOR")]
     nvrtc: Option<String>,
     /// Component libraries for the nvcc tree, besides those the kernels' includes name:
-    /// cublas, cudnn, cutlass, nvtx.
+    /// cublas, cudnn, cutlass, nvtx, profiler, curand, nccl.
     #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
     with: Vec<String>,
     /// The GPU target of the recipes written.
@@ -216,24 +216,43 @@ fn plan_recipes_only(
     let nvcc = t.nvcc_default.clone();
     let pinned = nvcc.as_ref().and_then(|r| t.nvcc.get(r));
     let mut notes = Vec::new();
-    for k in kernels.iter().filter(|k| k.kind == "nvcc") {
-        let (Some(release), Some(pinned)) = (&nvcc, pinned) else {
+    let carries = |c: &str| pinned.is_some_and(|p| p.wheels.iter().any(|w| w.package.contains(c)));
+    // `--with` names the whole set a pin carries: the command keeps the components pinned
+    // already and adds every one this run's kernels lack.
+    let mut with: Vec<&str> = crate::engines::toolchain::releases::COMPONENTS
+        .iter()
+        .copied()
+        .filter(|c| carries(c))
+        .collect();
+    let lacking: Vec<(&KernelFile, Vec<&str>)> = kernels
+        .iter()
+        .filter(|k| k.kind == "nvcc")
+        .map(|k| {
+            let missing = k
+                .components
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !carries(c))
+                .collect::<Vec<_>>();
+            (k, missing)
+        })
+        .filter(|(_, missing)| !missing.is_empty())
+        .collect();
+    for c in lacking.iter().flat_map(|(_, m)| m) {
+        if !with.contains(c) {
+            with.push(c);
+        }
+    }
+    for (k, missing) in &lacking {
+        let (Some(release), Some(_)) = (&nvcc, pinned) else {
             continue;
         };
-        let missing: Vec<&str> = k
-            .components
-            .iter()
-            .filter(|c| !pinned.wheels.iter().any(|w| w.package.contains(c.as_str())))
-            .map(String::as_str)
-            .collect();
-        if !missing.is_empty() {
-            notes.push(format!(
-                "{} includes {} headers, which the pinned nvcc {release} does not carry: `repro toolchain pin nvcc@{release} --with {} --force` adds them",
-                k.source,
-                missing.join(", "),
-                missing.join(",")
-            ));
-        }
+        notes.push(format!(
+            "{} includes {} headers, which the pinned nvcc {release} does not carry: `repro toolchain pin nvcc@{release} --with {} --force` adds them",
+            k.source,
+            missing.join(", "),
+            with.join(",")
+        ));
     }
     let nvrtc = t.nvrtc.as_ref().map(|p| {
         let mut parts = p.version.split('.');
@@ -395,6 +414,16 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str) -> anyhow::Result<Plan
     if !k.kernels.is_empty() {
         what.push_str(&format!(", kernels {}", k.kernels.join(", ")));
     }
+    if !k.conditional.is_empty() {
+        what.push_str(&format!(
+            " (under a preprocessor condition, not listed: {})",
+            k.conditional
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if !k.templates.is_empty() {
         what.push_str(&format!(
             " (templates not listed: {})",
@@ -468,6 +497,7 @@ fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()
             "kernels": kernels.iter().map(|k| json!({
                 "source": k.source, "kind": k.kind, "entries": k.kernels,
                 "templates": k.templates, "include-dirs": k.include_dirs, "components": k.components,
+                "conditional": k.conditional.iter().map(|(n, c)| serde_json::json!({"name": n, "condition": c})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "notes": plan.notes,
             "next": next,

@@ -32,7 +32,7 @@ enum ToolchainCommand {
     /// Remove installed toolchains that no project's pins use any more.
     Gc(GcArgs),
     /// Pin a release in repro.toml, every wheel with its sha256, from the table of releases
-    /// built into repro or through pip: nvcc@13.0 [--with cublas,cudnn,cutlass,nvtx] or
+    /// built into repro or through pip: nvcc@13.0 [--with cublas,curand,nvtx] or
     /// nvrtc@12.8.
     Pin(PinArgs),
     /// Say which NVRTC and nvcc builds would use, and why.
@@ -45,7 +45,7 @@ struct PinArgs {
     #[arg(value_name = "SPEC", required_unless_present = "list")]
     spec: Option<String>,
     /// Component libraries installed into the same tree, part of its identity: cublas,
-    /// cudnn, cutlass (headers), nvtx (headers).
+    /// cudnn, cutlass, nvtx, profiler (cuda_profiler_api.h), curand, nccl.
     #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
     with: Vec<String>,
     /// Make this nvcc release the one nvcc recipes use (`nvcc-default`); the first nvcc

@@ -24,6 +24,10 @@ pub struct KernelFile {
     pub kernels: Vec<String>,
     /// Template kernels: no symbol until something instantiates them.
     pub templates: Vec<String>,
+    /// Kernels inside a preprocessor condition repro cannot tell is true (`#ifdef
+    /// ENABLE_CUDNN`): (name, the condition). They are compiled only where the condition
+    /// holds, so they are not in `entries`.
+    pub conditional: Vec<(String, String)>,
     /// `nvrtc` or `nvcc`.
     pub kind: &'static str,
     /// Why that kind.
@@ -157,14 +161,35 @@ fn literal_end(b: &[char], at: usize, q: char) -> usize {
     i.min(b.len())
 }
 
-/// The kernels a source defines: (name, is a template), in order. A kernel is the name
+/// The kernels a source defines: (name, is a template), in order; [`kernels_with`] says
+/// which lie inside a preprocessor condition. A kernel is the name
 /// before the first `(` after `__global__` that is not an attribute's (`__launch_bounds__`,
 /// `__attribute__`, `__declspec`, `alignas`), qualified by the namespaces around it
 /// (`ns::inner`, as the cubin's demangled name and NVRTC's name expressions have it), unless
 /// it has C linkage (`extern "C"`, or inside an `extern "C" { }` block).
 pub fn kernels(src: &str) -> Vec<(String, bool)> {
+    kernels_with(src)
+        .into_iter()
+        .map(|k| (k.name, k.template))
+        .collect()
+}
+
+/// A kernel a source defines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    /// Its name, qualified by its namespaces.
+    pub name: String,
+    /// Whether it is a template.
+    pub template: bool,
+    /// The innermost preprocessor condition around it that repro cannot tell holds under
+    /// nvcc and NVRTC (`#ifdef ENABLE_CUDNN`), if any.
+    pub condition: Option<String>,
+}
+
+/// The kernels a source defines, in order (see [`kernels`]).
+pub fn kernels_with(src: &str) -> Vec<Found> {
     let text = strip_comments(src);
-    let mut out: Vec<(String, bool)> = Vec::new();
+    let mut out: Vec<Found> = Vec::new();
     let mut from = 0;
     while let Some(at) = text[from..].find("__global__") {
         let start = from + at;
@@ -190,12 +215,82 @@ pub fn kernels(src: &str) -> Vec<(String, bool)> {
                 Scope::Namespaces(ns) if ns.is_empty() => name,
                 Scope::Namespaces(ns) => format!("{}::{name}", ns.join("::")),
             };
-            if !out.iter().any(|(n, _)| *n == name) {
-                out.push((name, is_template));
+            if !out.iter().any(|k| k.name == name) {
+                out.push(Found {
+                    name,
+                    template: is_template,
+                    condition: condition_at(prev),
+                });
             }
         }
     }
     out
+}
+
+/// The innermost preprocessor condition open at the end of `text` (comment-stripped) that
+/// is not known to hold when nvcc or NVRTC compiles the file, as written (`#ifdef
+/// ENABLE_CUDNN`; an `#else` or `#elif` branch as `#else of #if X`). Known to hold: an
+/// include guard (`#ifndef X` followed by `#define X`), `#if 1`, and `__CUDACC__` tested
+/// as defined.
+fn condition_at(text: &str) -> Option<String> {
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let t = l.trim();
+            match t.strip_prefix('#') {
+                Some(rest) => format!("#{}", rest.trim_start()),
+                None => t.to_string(),
+            }
+        })
+        .collect();
+    // Per open condition: the line that opened it, the branch now (as said), and whether
+    // that branch is known to be compiled.
+    let mut open: Vec<(String, String, bool)> = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let word = l.split_whitespace().next().unwrap_or("");
+        match word {
+            "#if" | "#ifdef" | "#ifndef" => {
+                let next = lines[i + 1..].iter().find(|n| !n.is_empty());
+                open.push((l.clone(), l.clone(), holds(l, next.map(String::as_str))));
+            }
+            "#elif" | "#elifdef" | "#elifndef" | "#else" => {
+                if let Some((first, now, known)) = open.last_mut() {
+                    *now = format!("{word} of {first}");
+                    *known = false;
+                }
+            }
+            "#endif" => {
+                open.pop();
+            }
+            _ => {}
+        }
+    }
+    // Said in a recipe's comment: no control characters.
+    open.into_iter()
+        .rev()
+        .find(|(_, _, known)| !known)
+        .map(|(_, now, _)| now.replace(|c: char| c.is_control(), "?"))
+}
+
+/// Whether the condition `line` opens is known to hold under nvcc and NVRTC (`next`: the
+/// next non-empty line, for an include guard).
+fn holds(line: &str, next: Option<&str>) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let cudacc = |w: &str| {
+        let w = w
+            .trim_start_matches("defined")
+            .trim_matches(['(', ')', ' ']);
+        w == "__CUDACC__"
+    };
+    match words.as_slice() {
+        ["#ifndef", guard] => next.is_some_and(|n| {
+            let n: Vec<&str> = n.split_whitespace().collect();
+            n.len() >= 2 && n[0] == "#define" && n[1] == *guard
+        }),
+        ["#ifdef", "__CUDACC__"] | ["#if", "1"] => true,
+        ["#if", rest @ ..] => cudacc(&rest.join(" ")),
+        _ => false,
+    }
 }
 
 /// What encloses the end of a (comment-stripped) source.
@@ -341,6 +436,12 @@ fn component_of(header: &str) -> Option<&'static str> {
         Some("cutlass")
     } else if h.starts_with("nvtx3/") || h.starts_with("nvtoolsext") {
         Some("nvtx")
+    } else if h == "cuda_profiler_api.h" {
+        Some("profiler")
+    } else if h.starts_with("curand") {
+        Some("curand")
+    } else if h == "nccl.h" || h == "nccl_net.h" {
+        Some("nccl")
     } else {
         None
     }
@@ -396,8 +497,8 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     })?;
     let src = String::from_utf8_lossy(&bytes).into_owned();
     let source = rel.to_string_lossy().replace('\\', "/");
-    let found = kernels(&src);
-    if found.is_empty() {
+    let all = kernels_with(&src);
+    if all.is_empty() {
         // Named as `--recipe` takes them: relative to the current directory.
         let here = cwd
             .canonicalize()
@@ -405,17 +506,26 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             .and_then(|c| c.strip_prefix(&root_canon).ok().map(Path::to_path_buf))
             .unwrap_or_default();
         return Err(InitError::NoKernel {
-            included: included_kernel_files(&root_canon, &rel, &src)
+            included: included_files(&root_canon, &rel, &src)
                 .iter()
-                .map(|f| relative_to(&here, f))
+                .filter(|(_, text)| !kernels(text).is_empty())
+                .map(|(f, _)| relative_to(&here, f))
                 .collect(),
             source_file: source,
         });
     }
     let incs = includes(&src);
+    // A component included through the repository's own headers (llm.c's kernels include
+    // NVTX through `cuda_common.h`) is needed as much as one included directly.
     let components: BTreeSet<String> = incs
         .iter()
-        .filter_map(|(h, _)| component_of(h).map(str::to_string))
+        .cloned()
+        .chain(
+            included_files(&root_canon, &rel, &src)
+                .iter()
+                .flat_map(|(_, text)| includes(text)),
+        )
+        .filter_map(|(h, _)| component_of(&h).map(str::to_string))
         .collect();
     let dir = rel.parent().unwrap_or(Path::new(""));
     let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs);
@@ -440,15 +550,19 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     };
     Ok(KernelFile {
         source,
-        kernels: found
+        kernels: all
             .iter()
-            .filter(|(_, t)| !t)
-            .map(|(n, _)| n.clone())
+            .filter(|k| !k.template && k.condition.is_none())
+            .map(|k| k.name.clone())
             .collect(),
-        templates: found
+        templates: all
             .iter()
-            .filter(|(_, t)| *t)
-            .map(|(n, _)| n.clone())
+            .filter(|k| k.template && k.condition.is_none())
+            .map(|k| k.name.clone())
+            .collect(),
+        conditional: all
+            .iter()
+            .filter_map(|k| Some((k.name.clone(), k.condition.clone()?)))
             .collect(),
         kind,
         why,
@@ -517,11 +631,11 @@ fn resolve_includes(
 }
 
 /// The repository's files that `src` (the file `rel`) includes, directly or through other
-/// included files, and that define kernels, in the order found (breadth first). An include
-/// is looked for beside the file that includes it, else as the repository's shallowest file
+/// included files, with their text, in the order found (breadth first). An include is
+/// looked for beside the file that includes it, else as the repository's shallowest file
 /// whose path ends with it (as [`resolve_includes`] finds include directories); at most
 /// [`MAX_INCLUDED`] files are read, each bounded as the named file is.
-fn included_kernel_files(root: &Path, rel: &Path, src: &str) -> Vec<String> {
+fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
     let mut files: Option<Vec<(usize, String)>> = None;
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
@@ -552,10 +666,8 @@ fn included_kernel_files(root: &Path, rel: &Path, src: &str) -> Vec<String> {
                 continue;
             };
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            if !kernels(&text).is_empty() {
-                out.push(found.clone());
-            }
-            queue.push_back((PathBuf::from(found), text));
+            queue.push_back((PathBuf::from(&found), text.clone()));
+            out.push((found, text));
         }
     }
     out
@@ -579,7 +691,7 @@ fn relative_to(dir: &Path, file: &str) -> String {
     out
 }
 
-/// How many files [`included_kernel_files`] reads at most.
+/// How many files [`included_files`] reads at most.
 const MAX_INCLUDED: usize = 256;
 
 /// The repository's files, relative to `root`, with their depth: hidden directories,
@@ -626,6 +738,20 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
         t.push_str(&format!(
             "# template kernels (no symbol until instantiated): {}\n",
             k.templates.join(", ")
+        ));
+    }
+    // Kernels compiled only where a condition holds, grouped by it, in source order.
+    let mut conditions: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (name, cond) in &k.conditional {
+        match conditions.iter_mut().find(|(c, _)| c == cond) {
+            Some((_, names)) => names.push(name),
+            None => conditions.push((cond, vec![name])),
+        }
+    }
+    for (cond, names) in conditions {
+        t.push_str(&format!(
+            "# under `{cond}` (compiled only where it holds: add them to entries with the [build.defines] that make it so): {}\n",
+            names.join(", ")
         ));
     }
     t.push_str(&format!("target = \"{target}\"\n"));
@@ -681,7 +807,56 @@ int main() { plain<<<1, 1>>>(nullptr); }
         assert_eq!(component_of("cute/tensor.hpp"), Some("cutlass"));
         assert_eq!(component_of("nvtx3/nvToolsExt.h"), Some("nvtx"));
         assert_eq!(component_of("nvToolsExt.h"), Some("nvtx"));
+        assert_eq!(component_of("cuda_profiler_api.h"), Some("profiler"));
+        assert_eq!(component_of("curand_kernel.h"), Some("curand"));
+        assert_eq!(component_of("nccl.h"), Some("nccl"));
         assert_eq!(component_of("cuda_runtime.h"), None);
+    }
+
+    #[test]
+    fn kernels_inside_a_preprocessor_condition_say_which() {
+        let src = "#ifndef K_H\n#define K_H\n#ifdef __CUDACC__\n__global__ void always(float* x) {}\n#endif\n\
+                   #ifdef ENABLE_CUDNN\n__global__ void with_cudnn(float* x) {}\n#if 1\n__global__ void nested(float* x) {}\n#endif\n\
+                   #else\n__global__ void without(float* x) {}\n#endif // ENABLE_CUDNN\n\
+                   #  if defined(__CUDACC__) && FOO > 2\n__global__ void foo(float* x) {}\n#elif BAR\n__global__ void bar(float* x) {}\n#endif\n\
+                   #if defined(__CUDACC__)\ntemplate <int N> __global__ void t(float* x) {}\n#endif\n__global__ void last(float* x) {}\n#endif\n";
+        let got: Vec<(String, Option<String>)> = kernels_with(src)
+            .into_iter()
+            .map(|k| (k.name, k.condition))
+            .collect();
+        let want = [
+            ("always", None),
+            ("with_cudnn", Some("#ifdef ENABLE_CUDNN")),
+            ("nested", Some("#ifdef ENABLE_CUDNN")),
+            ("without", Some("#else of #ifdef ENABLE_CUDNN")),
+            ("foo", Some("#if defined(__CUDACC__) && FOO > 2")),
+            ("bar", Some("#elif of #if defined(__CUDACC__) && FOO > 2")),
+            ("t", None),
+            ("last", None),
+        ];
+        let want: Vec<(String, Option<String>)> = want
+            .iter()
+            .map(|(n, c)| (n.to_string(), c.map(str::to_string)))
+            .collect();
+        assert_eq!(got, want);
+        // The recipe lists the unconditional ones and says why the others are left out.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("k.cuh"), src).unwrap();
+        let k = read_kernel_file(d.path(), d.path(), Path::new("k.cuh")).unwrap();
+        assert_eq!(
+            (k.kernels.as_slice(), k.templates.as_slice()),
+            (
+                &["always".to_string(), "last".to_string()][..],
+                &["t".to_string()][..]
+            )
+        );
+        let text = recipe_text(&k, "sm_90");
+        let r = crate::foundation::recipe::parse_detached("recipes/k.toml", &text).unwrap();
+        assert_eq!(r.entries(), ["always", "last"]);
+        assert!(
+            text.contains("# under `#ifdef ENABLE_CUDNN` (compiled only where it holds: add them to entries with the [build.defines] that make it so): with_cudnn, nested\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -813,6 +988,20 @@ __global__ void after_literals(int* p) {}
             hint.contains("`repro init --recipe src/kernels/k1.cuh`"),
             "{hint}"
         );
+        // A component included through the repository's own header (llm.c's kernels and
+        // their `cuda_common.h`) is found.
+        std::fs::write(
+            root.join("src/common.h"),
+            "#include <nvtx3/nvToolsExt.h>\n#include <cuda_runtime.h>\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("src/gelu.cuh"),
+            "#include \"common.h\"\n__global__ void gelu(float* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("src/gelu.cuh")).unwrap();
+        assert_eq!(k.components, ["nvtx"], "{k:?}");
         // From a subdirectory, as `--recipe` takes paths: relative to it.
         std::fs::create_dir_all(root.join("docs")).unwrap();
         for (cwd, file, want) in [

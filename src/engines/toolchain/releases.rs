@@ -54,7 +54,9 @@ fn table() -> &'static Table {
 }
 
 /// The component libraries a toolchain can carry, by the name `--with` takes.
-pub const COMPONENTS: [&str; 4] = ["cublas", "cudnn", "cutlass", "nvtx"];
+pub const COMPONENTS: [&str; 7] = [
+    "cublas", "cudnn", "cutlass", "nvtx", "profiler", "curand", "nccl",
+];
 
 /// The releases of `family` the table knows, oldest first.
 pub fn known(family: Family) -> Vec<String> {
@@ -286,6 +288,12 @@ fn component_package(component: &str, mm: &str) -> String {
         "cudnn" => "nvidia-cudnn-cu13".into(),
         "nvtx" if cu12 => "nvidia-nvtx-cu12".into(),
         "nvtx" => "nvidia-nvtx".into(),
+        "profiler" if cu12 => "nvidia-cuda-profiler-api-cu12".into(),
+        "profiler" => "nvidia-cuda-profiler-api".into(),
+        "curand" if cu12 => "nvidia-curand-cu12".into(),
+        "curand" => "nvidia-curand".into(),
+        "nccl" if cu12 => "nvidia-nccl-cu12".into(),
+        "nccl" => "nvidia-nccl-cu13".into(),
         _ => "nvidia-cutlass".into(),
     }
 }
@@ -293,8 +301,9 @@ fn component_package(component: &str, mm: &str) -> String {
 fn component_from_pip(component: &str, mm: &str) -> Result<Vec<WheelPin>, PinError> {
     let package = component_package(component, mm);
     let vs = versions(&package)?;
-    // cuBLAS and NVTX follow CUDA's numbering; cuDNN and CUTLASS have their own.
-    let version = if matches!(component, "cublas" | "nvtx") {
+    // cuBLAS, NVTX and the profiler API follow CUDA's numbering; cuDNN, CUTLASS, cuRAND
+    // and NCCL have their own.
+    let version = if matches!(component, "cublas" | "nvtx" | "profiler") {
         newest_matching(&vs, Some(mm))
     } else {
         newest_matching(&vs, None)
