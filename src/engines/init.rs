@@ -186,14 +186,24 @@ pub struct Found {
     pub condition: Option<String>,
 }
 
-/// The kernels a source defines, in order (see [`kernels`]).
+/// The kernels a source defines, in order (see [`kernels`]). One pass over the text: the
+/// namespaces, the C-linkage blocks and the preprocessor conditions open at each
+/// `__global__` are tracked as the scan goes, so a large or hostile file costs time in
+/// proportion to its size; at most [`MAX_KERNELS`] occurrences are looked at.
 pub fn kernels_with(src: &str) -> Vec<Found> {
     let text = strip_comments(src);
+    let mut scan = Scan::new(&text);
     let mut out: Vec<Found> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut from = 0;
+    let mut looked = 0;
     while let Some(at) = text[from..].find("__global__") {
         let start = from + at;
         from = start + "__global__".len();
+        looked += 1;
+        if looked > MAX_KERNELS {
+            break;
+        }
         // A word that merely contains it (`my__global__x`) is not the keyword.
         let before = text[..start].chars().next_back();
         let after = text[from..].chars().next();
@@ -202,74 +212,193 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
         {
             continue;
         }
+        scan.advance_to(start);
         // A template header ends right before: `template <...> __global__` (or with
-        // `static`/`inline` between), looking back over the previous statement only.
-        let prev = &text[..start];
-        let stmt_start = prev.rfind([';', '}', '{']).map_or(0, |i| i + 1);
-        let is_template = prev[stmt_start..].contains("template");
-        let c_linkage = prev[stmt_start..].contains("extern \"C\"");
-        if let Some(name) = name_after(&text[from..]) {
-            let name = match scope_at(prev) {
-                Scope::C => name,
-                Scope::Namespaces(_) if c_linkage => name,
-                Scope::Namespaces(ns) if ns.is_empty() => name,
-                Scope::Namespaces(ns) => format!("{}::{name}", ns.join("::")),
-            };
-            if !out.iter().any(|k| k.name == name) {
-                out.push(Found {
-                    name,
-                    template: is_template,
-                    condition: condition_at(prev),
-                });
-            }
+        // `static`/`inline` between), looking back over the current statement only, and
+        // over a few kilobytes of it at most.
+        let mut stmt_from = scan
+            .stmt_start
+            .min(start)
+            .max(start.saturating_sub(STMT_WINDOW));
+        while !text.is_char_boundary(stmt_from) {
+            stmt_from += 1;
+        }
+        let stmt = &text[stmt_from..start];
+        let is_template = stmt.contains("template");
+        let c_linkage = stmt.contains("extern \"C\"");
+        // The name comes within a kilobyte (attributes included) or not at all.
+        let mut end = (from + NAME_WINDOW).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let Some(name) = name_after(&text[from..end]) else {
+            continue;
+        };
+        let name = match scan.scope() {
+            Scope::C => name,
+            Scope::Namespaces(_) if c_linkage => name,
+            Scope::Namespaces(ns) if ns.is_empty() => name,
+            Scope::Namespaces(ns) => format!("{}::{name}", ns.join("::")),
+        };
+        if seen.insert(name.clone()) {
+            out.push(Found {
+                name,
+                template: is_template,
+                condition: scan.condition(),
+            });
         }
     }
     out
 }
 
-/// The innermost preprocessor condition open at the end of `text` (comment-stripped) that
-/// is not known to hold when nvcc or NVRTC compiles the file, as written (`#ifdef
-/// ENABLE_CUDNN`; an `#else` or `#elif` branch as `#else of #if X`). Known to hold: an
-/// include guard (`#ifndef X` followed by `#define X`), `#if 1`, and `__CUDACC__` tested
-/// as defined.
-fn condition_at(text: &str) -> Option<String> {
-    let lines: Vec<String> = text
-        .lines()
-        .map(|l| {
-            let t = l.trim();
-            match t.strip_prefix('#') {
-                Some(rest) => format!("#{}", rest.trim_start()),
-                None => t.to_string(),
+/// How many `__global__`s [`kernels_with`] looks at, at most.
+const MAX_KERNELS: usize = 10_000;
+
+/// How far before `__global__` its statement's `template <...>` or `extern "C"` may start
+/// (bytes).
+const STMT_WINDOW: usize = 4096;
+
+/// How far after `__global__` a kernel's name and its `(` must come (bytes; attributes in
+/// between included).
+const NAME_WINDOW: usize = 1024;
+
+/// The state of a comment-stripped source up to a point, advanced forward only: the braces
+/// open (each a namespace's names, a C-linkage block, or anything else), where the current
+/// statement starts, and the preprocessor conditions open.
+struct Scan<'a> {
+    text: &'a str,
+    /// How far the text has been read (a byte offset).
+    at: usize,
+    /// Per open brace: the namespace names it adds, or None for a C-linkage block.
+    open: Vec<Option<Vec<String>>>,
+    /// Where the current statement starts (after the last `;`, `{` or `}`).
+    stmt_start: usize,
+    /// Inside a string or character literal: its quote, and whether a backslash came last.
+    literal: Option<(char, bool)>,
+    /// Where the current line starts.
+    line_start: usize,
+    /// Per open preprocessor condition: the line that opened it, the branch now (as said),
+    /// and whether that branch is known to be compiled.
+    conds: Vec<(String, String, bool)>,
+}
+
+impl<'a> Scan<'a> {
+    fn new(text: &'a str) -> Scan<'a> {
+        Scan {
+            text,
+            at: 0,
+            open: Vec::new(),
+            stmt_start: 0,
+            literal: None,
+            line_start: 0,
+            conds: Vec::new(),
+        }
+    }
+
+    /// Reads the text up to `pos` (a byte offset at or after the last).
+    fn advance_to(&mut self, pos: usize) {
+        let text = self.text;
+        for (off, c) in text[self.at..pos].char_indices() {
+            let i = self.at + off;
+            if c == '\n' {
+                self.line(i);
             }
-        })
-        .collect();
-    // Per open condition: the line that opened it, the branch now (as said), and whether
-    // that branch is known to be compiled.
-    let mut open: Vec<(String, String, bool)> = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
+            // A brace in a string or character literal (`printf("{")`) opens nothing.
+            if let Some((q, escaped)) = self.literal {
+                self.literal = match c {
+                    _ if escaped => Some((q, false)),
+                    '\\' => Some((q, true)),
+                    '\n' => None,
+                    _ if c == q => None,
+                    _ => Some((q, false)),
+                };
+                continue;
+            }
+            match c {
+                '"' | '\'' => self.literal = Some((c, false)),
+                '{' => {
+                    let head: Vec<&str> = text[self.stmt_start..i]
+                        .split_whitespace()
+                        .skip_while(|w| *w == "inline")
+                        .collect();
+                    // An anonymous namespace (`namespace {`) falls to the last arm: it has
+                    // no name in a source, nor in repro's reading of a symbol
+                    // (`crate::foundation::symbols`).
+                    self.open.push(match head.as_slice() {
+                        ["namespace", name] => Some(name.split("::").map(str::to_string).collect()),
+                        ["extern", "\"C\""] => None,
+                        _ => Some(Vec::new()),
+                    });
+                    self.stmt_start = i + 1;
+                }
+                '}' => {
+                    self.open.pop();
+                    self.stmt_start = i + 1;
+                }
+                ';' => self.stmt_start = i + 1,
+                _ => {}
+            }
+        }
+        self.at = self.at.max(pos);
+    }
+
+    /// Takes the line that ends at `end` (a `\n`): a preprocessor directive opens, turns or
+    /// closes a condition.
+    fn line(&mut self, end: usize) {
+        let l = directive(&self.text[self.line_start..end]);
+        self.line_start = end + 1;
+        let Some(l) = l else { return };
         let word = l.split_whitespace().next().unwrap_or("");
         match word {
             "#if" | "#ifdef" | "#ifndef" => {
-                let next = lines[i + 1..].iter().find(|n| !n.is_empty());
-                open.push((l.clone(), l.clone(), holds(l, next.map(String::as_str))));
+                // The next non-empty line, for an include guard.
+                let next = self.text[end + 1..]
+                    .lines()
+                    .map(str::trim)
+                    .find(|n| !n.is_empty())
+                    .and_then(directive);
+                let known = holds(&l, next.as_deref());
+                self.conds.push((l.clone(), l, known));
             }
             "#elif" | "#elifdef" | "#elifndef" | "#else" => {
-                if let Some((first, now, known)) = open.last_mut() {
+                if let Some((first, now, known)) = self.conds.last_mut() {
                     *now = format!("{word} of {first}");
                     *known = false;
                 }
             }
             "#endif" => {
-                open.pop();
+                self.conds.pop();
             }
             _ => {}
         }
     }
-    // Said in a recipe's comment: no control characters.
-    open.into_iter()
-        .rev()
-        .find(|(_, _, known)| !known)
-        .map(|(_, now, _)| now.replace(|c: char| c.is_control(), "?"))
+
+    /// What encloses the point read to.
+    fn scope(&self) -> Scope {
+        if self.open.iter().any(Option::is_none) {
+            return Scope::C;
+        }
+        Scope::Namespaces(self.open.iter().flatten().flatten().cloned().collect())
+    }
+
+    /// The innermost preprocessor condition open at the point read to that is not known to
+    /// hold when nvcc or NVRTC compiles the file, as written (`#ifdef ENABLE_CUDNN`; an
+    /// `#else` or `#elif` branch as `#else of #if X`), without control characters (it is
+    /// said in a recipe's comment). Known to hold: an include guard (`#ifndef X` followed by
+    /// `#define X`), `#if 1`, and `__CUDACC__` tested as defined.
+    fn condition(&self) -> Option<String> {
+        self.conds
+            .iter()
+            .rev()
+            .find(|(_, _, known)| !known)
+            .map(|(_, now, _)| now.replace(|c: char| c.is_control(), "?"))
+    }
+}
+
+/// A preprocessor line, with the space after its `#` taken out (`#  if X` -> `#if X`).
+fn directive(line: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix('#')?;
+    Some(format!("#{}", rest.trim_start()))
 }
 
 /// Whether the condition `line` opens is known to hold under nvcc and NVRTC (`next`: the
@@ -300,61 +429,6 @@ enum Scope {
     C,
     /// The named namespaces, outermost first (an inline one by its name, as it is mangled).
     Namespaces(Vec<String>),
-}
-
-/// The scope at the end of `text`: each `{` opens a namespace (`namespace a {`,
-/// `namespace a::b {`, `inline namespace v1 {`, `namespace {`), a C-linkage block, or
-/// anything else (a function body, a class: kernels are not defined there), each `}` closes
-/// the innermost.
-fn scope_at(text: &str) -> Scope {
-    // Per open brace: the namespace names it adds, or None for a C block.
-    let mut open: Vec<Option<Vec<String>>> = Vec::new();
-    let mut stmt_start = 0;
-    let mut in_literal: Option<char> = None;
-    let mut escaped = false;
-    for (i, c) in text.char_indices() {
-        // A brace in a string or character literal (`printf("{")`) opens nothing.
-        if let Some(q) = in_literal {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '\n' => in_literal = None,
-                _ if c == q => in_literal = None,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' | '\'' => in_literal = Some(c),
-            '{' => {
-                let head = text[stmt_start..i].split_whitespace().collect::<Vec<_>>();
-                let head: Vec<&str> = head
-                    .iter()
-                    .copied()
-                    .skip_while(|w| *w == "inline")
-                    .collect();
-                // An anonymous namespace (`namespace {`) falls to the last arm: it has no
-                // name in a source, nor in repro's reading of a symbol
-                // (`crate::foundation::symbols`).
-                open.push(match head.as_slice() {
-                    ["namespace", name] => Some(name.split("::").map(str::to_string).collect()),
-                    ["extern", "\"C\""] => None,
-                    _ => Some(Vec::new()),
-                });
-                stmt_start = i + 1;
-            }
-            '}' => {
-                open.pop();
-                stmt_start = i + 1;
-            }
-            ';' => stmt_start = i + 1,
-            _ => {}
-        }
-    }
-    if open.iter().any(Option::is_none) {
-        return Scope::C;
-    }
-    Scope::Namespaces(open.into_iter().flatten().flatten().collect())
 }
 
 /// The function name in `rest` (what follows `__global__`): the identifier before the
@@ -634,12 +708,14 @@ fn resolve_includes(
 /// included files, with their text, in the order found (breadth first). An include is
 /// looked for beside the file that includes it, else as the repository's shallowest file
 /// whose path ends with it (as [`resolve_includes`] finds include directories); at most
-/// [`MAX_INCLUDED`] files are read, each bounded as the named file is.
+/// [`MAX_INCLUDED`] files are read, each bounded as the named file is, and
+/// [`MAX_INCLUDED_BYTES`] in all.
 fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
     let mut files: Option<Vec<(usize, String)>> = None;
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
     let mut out = Vec::new();
+    let mut read = 0;
     while let Some((path, text)) = queue.pop_front() {
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
         for (h, _) in includes(&text) {
@@ -665,6 +741,10 @@ fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
             else {
                 continue;
             };
+            read += bytes.len();
+            if read > MAX_INCLUDED_BYTES {
+                return out;
+            }
             let text = String::from_utf8_lossy(&bytes).into_owned();
             queue.push_back((PathBuf::from(&found), text.clone()));
             out.push((found, text));
@@ -690,6 +770,9 @@ fn relative_to(dir: &Path, file: &str) -> String {
     out.push_str(&rest.to_string_lossy());
     out
 }
+
+/// How many bytes [`included_files`] reads at most, over every file.
+const MAX_INCLUDED_BYTES: usize = 64 << 20;
 
 /// How many files [`included_files`] reads at most.
 const MAX_INCLUDED: usize = 256;
@@ -857,6 +940,29 @@ int main() { plain<<<1, 1>>>(nullptr); }
             text.contains("# under `#ifdef ENABLE_CUDNN` (compiled only where it holds: add them to entries with the [build.defines] that make it so): with_cudnn, nested\n"),
             "{text}"
         );
+    }
+
+    /// Files of a megabyte made of kernels, or of `__global__`s that name nothing, inside
+    /// many namespaces and conditions: read in one pass (the look behind each kernel was
+    /// the whole file before it, minutes for these), and at most [`MAX_KERNELS`] kernels
+    /// looked at.
+    #[test]
+    fn a_huge_or_hostile_source_is_read_in_one_pass_and_bounded() {
+        let one = "namespace n {\n#ifdef X\n__global__ void k0(int* p) {}\n#endif\n}\n";
+        let many: String = (0..12_000)
+            .map(|i| one.replace("k0", &format!("k{i}")))
+            .collect();
+        let found = kernels_with(&many);
+        assert_eq!(found.len(), MAX_KERNELS);
+        assert_eq!(found[0].name, "n::k0");
+        assert_eq!(found[0].condition.as_deref(), Some("#ifdef X"));
+        let nameless = "__global__ ".repeat(100_000);
+        assert!(kernels_with(&nameless).is_empty());
+        let unclosed = format!(
+            "{}__global__ void late(int* p) {{}}",
+            "{ namespace a ".repeat(70_000)
+        );
+        assert_eq!(kernels_with(&unclosed).len(), 1);
     }
 
     #[test]
