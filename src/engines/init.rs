@@ -213,6 +213,11 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
             continue;
         }
         scan.advance_to(start);
+        // In a macro's definition (`#define KERNEL(n) __global__ void n(...)`) it names a
+        // parameter, not a kernel.
+        if scan.in_directive() {
+            continue;
+        }
         // A template header ends right before: `template <...> __global__` (or with
         // `static`/`inline` between), looking back over the current statement only, and
         // over a few kilobytes of it at most.
@@ -277,6 +282,9 @@ struct Scan<'a> {
     literal: Option<(char, bool)>,
     /// Where the current line starts.
     line_start: usize,
+    /// Whether the current line continues a preprocessor directive (the one before ended
+    /// with a backslash).
+    continued: bool,
     /// Per open preprocessor condition: the line that opened it, the branch now (as said),
     /// and whether that branch is known to be compiled.
     conds: Vec<(String, String, bool)>,
@@ -291,6 +299,7 @@ impl<'a> Scan<'a> {
             stmt_start: 0,
             literal: None,
             line_start: 0,
+            continued: false,
             conds: Vec::new(),
         }
     }
@@ -345,7 +354,11 @@ impl<'a> Scan<'a> {
     /// Takes the line that ends at `end` (a `\n`): a preprocessor directive opens, turns or
     /// closes a condition.
     fn line(&mut self, end: usize) {
-        let l = directive(&self.text[self.line_start..end]);
+        let raw = &self.text[self.line_start..end];
+        let in_directive = self.continued || raw.trim_start().starts_with('#');
+        let continued = self.continued;
+        self.continued = in_directive && raw.trim_end().ends_with('\\');
+        let l = if continued { None } else { directive(raw) };
         self.line_start = end + 1;
         let Some(l) = l else { return };
         let word = l.split_whitespace().next().unwrap_or("");
@@ -371,6 +384,15 @@ impl<'a> Scan<'a> {
             }
             _ => {}
         }
+    }
+
+    /// Whether the point read to lies in a preprocessor directive (its own line, or a line
+    /// that continues it).
+    fn in_directive(&self) -> bool {
+        self.continued
+            || self.text[self.line_start..self.at]
+                .trim_start()
+                .starts_with('#')
     }
 
     /// What encloses the point read to.
@@ -983,6 +1005,11 @@ namespace q { __global__ void in_c_block(int* p) {} }
 using namespace std;
 __global__ void top(int* p) { printf("}} // ' {"); char c = '}'; }
 __global__ void after_literals(int* p) {}
+#define KERNEL(n) __global__ void n(int* p) {}
+#define LONG_KERNEL(n) \
+    __global__ void n(int* p) {}
+KERNEL(made)
+__global__ void after_macros(int* p) {}
 "#;
         assert_eq!(
             kernels(src),
@@ -996,6 +1023,7 @@ __global__ void after_literals(int* p) {}
                 ("in_c_block".to_string(), false),
                 ("top".to_string(), false),
                 ("after_literals".to_string(), false),
+                ("after_macros".to_string(), false),
             ]
         );
     }
