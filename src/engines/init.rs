@@ -214,8 +214,8 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
         }
         scan.advance_to(start);
         // In a macro's definition (`#define KERNEL(n) __global__ void n(...)`) it names a
-        // parameter, not a kernel.
-        if scan.in_directive() {
+        // parameter, not a kernel; in a string (a host file's NVRTC source) it is text.
+        if scan.in_directive() || scan.literal.is_some() {
             continue;
         }
         // A template header ends right before: `template <...> __global__` (or with
@@ -229,7 +229,9 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
             stmt_from += 1;
         }
         let stmt = &text[stmt_from..start];
-        let is_template = stmt.contains("template");
+        let is_template = stmt
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == "template");
         let c_linkage = stmt.contains("extern \"C\"");
         // The name comes within a kilobyte (attributes included) or not at all.
         let mut end = (from + NAME_WINDOW).min(text.len());
@@ -256,6 +258,9 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
     out
 }
 
+/// How deeply nested braces name namespaces, at most.
+const MAX_DEPTH: usize = 64;
+
 /// How many `__global__`s [`kernels_with`] looks at, at most.
 const MAX_KERNELS: usize = 10_000;
 
@@ -267,6 +272,10 @@ const STMT_WINDOW: usize = 4096;
 /// between included).
 const NAME_WINDOW: usize = 1024;
 
+/// The open braces of a source, innermost last: each the namespace names it adds, or None
+/// for a C-linkage block.
+type Braces = Vec<Option<Vec<String>>>;
+
 /// The state of a comment-stripped source up to a point, advanced forward only: the braces
 /// open (each a namespace's names, a C-linkage block, or anything else), where the current
 /// statement starts, and the preprocessor conditions open.
@@ -275,7 +284,7 @@ struct Scan<'a> {
     /// How far the text has been read (a byte offset).
     at: usize,
     /// Per open brace: the namespace names it adds, or None for a C-linkage block.
-    open: Vec<Option<Vec<String>>>,
+    open: Braces,
     /// Where the current statement starts (after the last `;`, `{` or `}`).
     stmt_start: usize,
     /// Inside a string or character literal: its quote, and whether a backslash came last.
@@ -285,6 +294,12 @@ struct Scan<'a> {
     /// Whether the current line continues a preprocessor directive (the one before ended
     /// with a backslash).
     continued: bool,
+    /// Whether the current line is a preprocessor line (None until its first character
+    /// that is not a space).
+    directive_line: Option<bool>,
+    /// Per open `#if`: how many braces were open at it, and the braces open at the end of
+    /// its first branch once another branch began.
+    branches: Vec<(usize, Option<Braces>)>,
     /// Per open preprocessor condition: the line that opened it, the branch now (as said),
     /// and whether that branch is known to be compiled.
     conds: Vec<(String, String, bool)>,
@@ -300,6 +315,8 @@ impl<'a> Scan<'a> {
             literal: None,
             line_start: 0,
             continued: false,
+            directive_line: None,
+            branches: Vec::new(),
             conds: Vec::new(),
         }
     }
@@ -311,6 +328,15 @@ impl<'a> Scan<'a> {
             let i = self.at + off;
             if c == '\n' {
                 self.line(i);
+                continue;
+            }
+            // A preprocessor line (an include, a condition, a macro's definition) opens no
+            // brace and ends the statement before it.
+            if self.directive_line.is_none() && !c.is_whitespace() {
+                self.directive_line = Some(c == '#');
+            }
+            if self.directive_line == Some(true) {
+                continue;
             }
             // A brace in a string or character literal (`printf("{")`) opens nothing.
             if let Some((q, escaped)) = self.literal {
@@ -324,6 +350,11 @@ impl<'a> Scan<'a> {
                 continue;
             }
             match c {
+                // A `'` after a letter or digit separates digits (`1'000`).
+                '\'' if text[..i]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|p| p.is_ascii_alphanumeric()) => {}
                 '"' | '\'' => self.literal = Some((c, false)),
                 '{' => {
                     let head: Vec<&str> = text[self.stmt_start..i]
@@ -333,7 +364,10 @@ impl<'a> Scan<'a> {
                     // An anonymous namespace (`namespace {`) falls to the last arm: it has
                     // no name in a source, nor in repro's reading of a symbol
                     // (`crate::foundation::symbols`).
+                    // Past a depth no real source reaches, braces are counted but name
+                    // nothing (each kernel's name is built from the open ones).
                     self.open.push(match head.as_slice() {
+                        _ if self.open.len() >= MAX_DEPTH => Some(Vec::new()),
                         ["namespace", name] => Some(name.split("::").map(str::to_string).collect()),
                         ["extern", "\"C\""] => None,
                         _ => Some(Vec::new()),
@@ -360,10 +394,15 @@ impl<'a> Scan<'a> {
         self.continued = in_directive && raw.trim_end().ends_with('\\');
         let l = if continued { None } else { directive(raw) };
         self.line_start = end + 1;
+        self.directive_line = self.continued.then_some(true);
+        if in_directive {
+            self.stmt_start = end + 1;
+        }
         let Some(l) = l else { return };
         let word = l.split_whitespace().next().unwrap_or("");
         match word {
             "#if" | "#ifdef" | "#ifndef" => {
+                self.branches.push((self.open.len(), None));
                 // The next non-empty line, for an include guard.
                 let next = self.text[end + 1..]
                     .lines()
@@ -378,9 +417,21 @@ impl<'a> Scan<'a> {
                     *now = format!("{word} of {first}");
                     *known = false;
                 }
+                // Each branch starts from the braces open at the `#if` (`#ifdef X\n
+                // namespace a {\n#else\nnamespace b {\n#endif` opens one brace, not two);
+                // the first branch's are the ones kept at the `#endif`.
+                if let Some((depth, first)) = self.branches.last_mut() {
+                    if first.is_none() {
+                        *first = Some(self.open.clone());
+                    }
+                    self.open.truncate(*depth);
+                }
             }
             "#endif" => {
                 self.conds.pop();
+                if let Some((_, Some(first))) = self.branches.pop() {
+                    self.open = first;
+                }
             }
             _ => {}
         }
@@ -389,10 +440,7 @@ impl<'a> Scan<'a> {
     /// Whether the point read to lies in a preprocessor directive (its own line, or a line
     /// that continues it).
     fn in_directive(&self) -> bool {
-        self.continued
-            || self.text[self.line_start..self.at]
-                .trim_start()
-                .starts_with('#')
+        self.directive_line == Some(true)
     }
 
     /// What encloses the point read to.
@@ -423,6 +471,14 @@ fn directive(line: &str) -> Option<String> {
     Some(format!("#{}", rest.trim_start()))
 }
 
+/// Whether `line` is `#define NAME ...`.
+fn defines(line: Option<&str>, name: &str) -> bool {
+    line.is_some_and(|n| {
+        let n: Vec<&str> = n.split_whitespace().collect();
+        n.len() >= 2 && n[0] == "#define" && n[1] == name
+    })
+}
+
 /// Whether the condition `line` opens is known to hold under nvcc and NVRTC (`next`: the
 /// next non-empty line, for an include guard).
 fn holds(line: &str, next: Option<&str>) -> bool {
@@ -434,10 +490,12 @@ fn holds(line: &str, next: Option<&str>) -> bool {
         w == "__CUDACC__"
     };
     match words.as_slice() {
-        ["#ifndef", guard] => next.is_some_and(|n| {
-            let n: Vec<&str> = n.split_whitespace().collect();
-            n.len() >= 2 && n[0] == "#define" && n[1] == *guard
-        }),
+        ["#ifndef", guard] => defines(next, guard),
+        ["#if", rest @ ..] if rest.join("").starts_with("!defined") => {
+            let guard = rest.join("");
+            let guard = guard["!defined".len()..].trim_matches(['(', ')']);
+            defines(next, guard)
+        }
         ["#ifdef", "__CUDACC__"] | ["#if", "1"] => true,
         ["#if", rest @ ..] => cudacc(&rest.join(" ")),
         _ => false,
@@ -603,6 +661,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             .unwrap_or_default();
         return Err(InitError::NoKernel {
             included: included_files(&root_canon, &rel, &src)
+                .0
                 .iter()
                 .filter(|(_, text)| !kernels(text).is_empty())
                 .map(|(f, _)| relative_to(&here, f))
@@ -611,20 +670,16 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         });
     }
     let incs = includes(&src);
-    // A component included through the repository's own headers (llm.c's kernels include
-    // NVTX through `cuda_common.h`) is needed as much as one included directly.
-    let components: BTreeSet<String> = incs
-        .iter()
-        .cloned()
-        .chain(
-            included_files(&root_canon, &rel, &src)
-                .iter()
-                .flat_map(|(_, text)| includes(text)),
-        )
-        .filter_map(|(h, _)| component_of(&h).map(str::to_string))
-        .collect();
     let dir = rel.parent().unwrap_or(Path::new(""));
     let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs);
+    // A component included through the repository's own headers (llm.c's kernels include
+    // NVTX through `cuda_common.h`) is needed as much as one included directly; one the
+    // repository holds itself (a vendored `cutlass/`) is not.
+    let components: BTreeSet<String> = host
+        .iter()
+        .chain(&included_files(&root_canon, &rel, &src).1)
+        .filter_map(|h| component_of(h).map(str::to_string))
+        .collect();
     let (kind, why) = if !host.is_empty() {
         (
             "nvcc",
@@ -727,16 +782,18 @@ fn resolve_includes(
 }
 
 /// The repository's files that `src` (the file `rel`) includes, directly or through other
-/// included files, with their text, in the order found (breadth first). An include is
+/// included files, with their text, in the order found (breadth first); and the includes of
+/// those files that the repository does not answer (`cuda_runtime.h`, `nvtx3/...`). An include is
 /// looked for beside the file that includes it, else as the repository's shallowest file
 /// whose path ends with it (as [`resolve_includes`] finds include directories); at most
 /// [`MAX_INCLUDED`] files are read, each bounded as the named file is, and
 /// [`MAX_INCLUDED_BYTES`] in all.
-fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
+fn included_files(root: &Path, rel: &Path, src: &str) -> (Vec<(String, String)>, BTreeSet<String>) {
     let mut files: Option<Vec<(usize, String)>> = None;
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
     let mut out = Vec::new();
+    let mut outside = BTreeSet::new();
     let mut read = 0;
     while let Some((path, text)) = queue.pop_front() {
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
@@ -755,7 +812,10 @@ fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
                     .min_by_key(|(depth, _)| *depth)
                     .map(|(_, p)| p.clone())
             };
-            let Some(found) = found else { continue };
+            let Some(found) = found else {
+                outside.insert(h);
+                continue;
+            };
             if !seen.insert(found.clone()) {
                 continue;
             }
@@ -765,14 +825,14 @@ fn included_files(root: &Path, rel: &Path, src: &str) -> Vec<(String, String)> {
             };
             read += bytes.len();
             if read > MAX_INCLUDED_BYTES {
-                return out;
+                return (out, outside);
             }
             let text = String::from_utf8_lossy(&bytes).into_owned();
             queue.push_back((PathBuf::from(&found), text.clone()));
             out.push((found, text));
         }
     }
-    out
+    (out, outside)
 }
 
 /// `file` (relative to the repository's root) as seen from `dir` (also relative to it).
@@ -987,6 +1047,51 @@ int main() { plain<<<1, 1>>>(nullptr); }
         assert_eq!(kernels_with(&unclosed).len(), 1);
     }
 
+    /// What a review found in real files' shapes: preprocessor lines before a namespace or a
+    /// kernel, a host file's NVRTC source in a string, digit separators, braces opened in
+    /// each branch of an `#if`, the `#if !defined` include guard.
+    #[test]
+    fn preprocessor_lines_strings_and_branches_do_not_confuse_the_names() {
+        let src = r#"#if !defined(K_CUH)
+#define K_CUH
+#include <cuda_runtime.h>
+#include "my_templates.cuh"
+namespace foo {
+__global__ void k(float* x) { if (x[0] > 1'000) { x[0] = 0; } }
+}
+#include "other.cuh"
+__global__ void plain(float* x) {}
+const char* nvrtc_src = "extern \"C\" __global__ void saxpy(float* a) {}";
+#ifdef __cplusplus
+extern "C" {
+#endif
+__global__ void c_kernel(float* x) {}
+#ifdef __cplusplus
+}
+#endif
+namespace ns {
+__global__ void body(int* p) {
+#if FOO
+  if (p) {
+#else
+  if (!p) {
+#endif
+    p[0] = 1;
+  }
+}
+}
+__global__ void top(int* p) {}
+#endif
+"#;
+        let got: Vec<(String, bool, Option<String>)> = kernels_with(src)
+            .into_iter()
+            .map(|k| (k.name, k.template, k.condition))
+            .collect();
+        let want = ["foo::k", "plain", "c_kernel", "ns::body", "top"]
+            .map(|n| (n.to_string(), false, None));
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn kernels_are_named_with_their_namespaces_unless_they_have_c_linkage() {
         let src = r#"
@@ -1136,6 +1241,21 @@ __global__ void after_macros(int* p) {}
         .unwrap();
         let k = read_kernel_file(root, root, Path::new("src/gelu.cuh")).unwrap();
         assert_eq!(k.components, ["nvtx"], "{k:?}");
+        // A component the repository holds itself (a vendored CUTLASS) is not one to pin.
+        std::fs::create_dir_all(root.join("third_party/cutlass/include/cutlass")).unwrap();
+        std::fs::write(root.join("third_party/cutlass/include/cutlass/gemm.h"), "").unwrap();
+        std::fs::write(
+            root.join("src/tc.cu"),
+            "#include <cutlass/gemm.h>\n#include \"common.h\"\n__global__ void tc(float* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("src/tc.cu")).unwrap();
+        assert_eq!(k.components, ["nvtx"], "{k:?}");
+        assert!(
+            k.include_dirs
+                .contains(&"third_party/cutlass/include".to_string()),
+            "{k:?}"
+        );
         // From a subdirectory, as `--recipe` takes paths: relative to it.
         std::fs::create_dir_all(root.join("docs")).unwrap();
         for (cwd, file, want) in [
