@@ -752,7 +752,7 @@ fn resolve_includes(
 ) -> (Vec<String>, Vec<String>) {
     let mut dirs = BTreeSet::new();
     let mut outside = Vec::new();
-    let mut files: Option<Vec<(usize, String)>> = None;
+    let mut files: Option<RepoFiles> = None;
     for (h, angle) in incs {
         if !*angle && root.join(dir).join(h).is_file() {
             continue;
@@ -761,13 +761,9 @@ fn resolve_includes(
             outside.push(h.clone());
             continue;
         }
-        let files = files.get_or_insert_with(|| repository_files(root));
-        let hit = files
-            .iter()
-            .filter(|(_, p)| p == h || p.ends_with(&format!("/{h}")))
-            .min_by_key(|(depth, _)| *depth);
-        match hit {
-            Some((_, p)) => {
+        let files = files.get_or_insert_with(|| RepoFiles::of(root));
+        match files.find(h) {
+            Some(p) => {
                 let base = p[..p.len() - h.len()].trim_end_matches('/');
                 dirs.insert(if base.is_empty() {
                     ".".into()
@@ -789,7 +785,7 @@ fn resolve_includes(
 /// [`MAX_INCLUDED`] files are read, each bounded as the named file is, and
 /// [`MAX_INCLUDED_BYTES`] in all.
 fn included_files(root: &Path, rel: &Path, src: &str) -> (Vec<(String, String)>, BTreeSet<String>) {
-    let mut files: Option<Vec<(usize, String)>> = None;
+    let mut files: Option<RepoFiles> = None;
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
     let mut out = Vec::new();
@@ -806,11 +802,9 @@ fn included_files(root: &Path, rel: &Path, src: &str) -> (Vec<(String, String)>,
                 Some(beside.to_string_lossy().replace('\\', "/"))
             } else {
                 files
-                    .get_or_insert_with(|| repository_files(root))
-                    .iter()
-                    .filter(|(_, p)| *p == h || p.ends_with(&format!("/{h}")))
-                    .min_by_key(|(depth, _)| *depth)
-                    .map(|(_, p)| p.clone())
+                    .get_or_insert_with(|| RepoFiles::of(root))
+                    .find(&h)
+                    .map(str::to_string)
             };
             let Some(found) = found else {
                 outside.insert(h);
@@ -858,6 +852,35 @@ const MAX_INCLUDED_BYTES: usize = 64 << 20;
 
 /// How many files [`included_files`] reads at most.
 const MAX_INCLUDED: usize = 256;
+
+/// The repository's files by file name, for finding what an include names.
+struct RepoFiles {
+    by_name: std::collections::HashMap<String, Vec<(usize, String)>>,
+}
+
+impl RepoFiles {
+    fn of(root: &Path) -> RepoFiles {
+        let mut by_name: std::collections::HashMap<String, Vec<(usize, String)>> =
+            std::collections::HashMap::new();
+        for (depth, p) in repository_files(root) {
+            let name = p.rsplit('/').next().unwrap_or(&p).to_string();
+            by_name.entry(name).or_default().push((depth, p));
+        }
+        RepoFiles { by_name }
+    }
+
+    /// The shallowest file whose path is `h` or ends with `/h`.
+    fn find(&self, h: &str) -> Option<&str> {
+        let name = h.rsplit('/').next().unwrap_or(h);
+        let suffix = format!("/{h}");
+        self.by_name
+            .get(name)?
+            .iter()
+            .filter(|(_, p)| p == h || p.ends_with(&suffix))
+            .min_by_key(|(depth, _)| *depth)
+            .map(|(_, p)| p.as_str())
+    }
+}
 
 /// The repository's files, relative to `root`, with their depth: hidden directories,
 /// `target` and `node_modules` left out, at most [`MAX_WALK`] entries 8 levels deep.
