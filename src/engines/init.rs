@@ -394,6 +394,8 @@ impl<'a> Scan<'a> {
         self.continued = in_directive && raw.trim_end().ends_with('\\');
         let l = if continued { None } else { directive(raw) };
         self.line_start = end + 1;
+        // A literal does not go on past its line (an unclosed `'` in a `#error` text).
+        self.literal = None;
         self.directive_line = self.continued.then_some(true);
         if in_directive {
             self.stmt_start = end + 1;
@@ -1104,14 +1106,25 @@ __global__ void body(int* p) {
 }
 }
 __global__ void top(int* p) {}
+#if 0
+#error don't build this
+#endif
+namespace after_unclosed { __global__ void u(int* p) {} }
 #endif
 "#;
         let got: Vec<(String, bool, Option<String>)> = kernels_with(src)
             .into_iter()
             .map(|k| (k.name, k.template, k.condition))
             .collect();
-        let want = ["foo::k", "plain", "c_kernel", "ns::body", "top"]
-            .map(|n| (n.to_string(), false, None));
+        let want = [
+            "foo::k",
+            "plain",
+            "c_kernel",
+            "ns::body",
+            "top",
+            "after_unclosed::u",
+        ]
+        .map(|n| (n.to_string(), false, None));
         assert_eq!(got, want);
     }
 
