@@ -662,7 +662,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             .and_then(|c| c.strip_prefix(&root_canon).ok().map(Path::to_path_buf))
             .unwrap_or_default();
         return Err(InitError::NoKernel {
-            included: included_files(&root_canon, &rel, &src)
+            included: included_files(&root_canon, &rel, &src, &mut None)
                 .0
                 .iter()
                 .filter(|(_, text)| !kernels(text).is_empty())
@@ -673,13 +673,16 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     }
     let incs = includes(&src);
     let dir = rel.parent().unwrap_or(Path::new(""));
-    let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs);
+    // The repository's files are listed once, for both look-ups, and only if an include
+    // is not beside the file.
+    let mut files = None;
+    let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs, &mut files);
     // A component included through the repository's own headers (llm.c's kernels include
     // NVTX through `cuda_common.h`) is needed as much as one included directly; one the
     // repository holds itself (a vendored `cutlass/`) is not.
     let components: BTreeSet<String> = host
         .iter()
-        .chain(&included_files(&root_canon, &rel, &src).1)
+        .chain(&included_files(&root_canon, &rel, &src, &mut files).1)
         .filter_map(|h| component_of(h).map(str::to_string))
         .collect();
     let (kind, why) = if !host.is_empty() {
@@ -751,10 +754,10 @@ fn resolve_includes(
     root: &Path,
     dir: &Path,
     incs: &[(String, bool)],
+    files: &mut Option<RepoFiles>,
 ) -> (Vec<String>, Vec<String>) {
     let mut dirs = BTreeSet::new();
     let mut outside = Vec::new();
-    let mut files: Option<RepoFiles> = None;
     for (h, angle) in incs {
         if !*angle && root.join(dir).join(h).is_file() {
             continue;
@@ -786,8 +789,12 @@ fn resolve_includes(
 /// whose path ends with it (as [`resolve_includes`] finds include directories); at most
 /// [`MAX_INCLUDED`] files are read, each bounded as the named file is, and
 /// [`MAX_INCLUDED_BYTES`] in all.
-fn included_files(root: &Path, rel: &Path, src: &str) -> (Vec<(String, String)>, BTreeSet<String>) {
-    let mut files: Option<RepoFiles> = None;
+fn included_files(
+    root: &Path,
+    rel: &Path,
+    src: &str,
+    files: &mut Option<RepoFiles>,
+) -> (Vec<(String, String)>, BTreeSet<String>) {
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
     let mut out = Vec::new();
