@@ -446,12 +446,18 @@ pub fn torch_venv((torch, numpy): (&str, &str)) -> Result<PathBuf, String> {
         }
         pip.arg(format!("torch=={torch}"))
             .arg(format!("numpy=={numpy}"));
-        run(
+        // A failed install (a full disk, say) leaves gigabytes behind: they go at once, so
+        // that the next environment has the room.
+        let installed = run(
             &mut pip,
             &format!("pip install torch=={torch} numpy=={numpy}"),
-        )?;
-        std::fs::write(part.join(".complete"), "").map_err(|e| e.to_string())?;
-        std::fs::rename(&part, &dir).map_err(|e| e.to_string())
+        )
+        .and_then(|()| std::fs::write(part.join(".complete"), "").map_err(|e| e.to_string()))
+        .and_then(|()| std::fs::rename(&part, &dir).map_err(|e| e.to_string()));
+        if installed.is_err() {
+            let _ = std::fs::remove_dir_all(&part);
+        }
+        installed
     });
     match made {
         Ok(()) => Ok(python),
