@@ -213,6 +213,10 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
             continue;
         }
         scan.advance_to(start);
+        // Under `#if 0` (or the `#else` of a condition that holds) the compiler never sees it.
+        if scan.never() {
+            continue;
+        }
         // In a macro's definition (`#define KERNEL(n) __global__ void n(...)`) it names a
         // parameter, not a kernel; in a string (a host file's NVRTC source) it is text.
         if scan.in_directive() || scan.literal.is_some() {
@@ -233,11 +237,12 @@ pub fn kernels_with(src: &str) -> Vec<Found> {
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
             .any(|w| w == "template");
         let c_linkage = stmt.contains("extern \"C\"");
-        // The name comes within a kilobyte (attributes included) or not at all.
+        // The name and its parameters come within a few kilobytes or not at all.
         let mut end = (from + NAME_WINDOW).min(text.len());
         while !text.is_char_boundary(end) {
             end -= 1;
         }
+        // A declaration (`__global__ void k(int);`, defined in another file) builds nothing.
         let Some(name) = name_after(&text[from..end]) else {
             continue;
         };
@@ -268,9 +273,24 @@ const MAX_KERNELS: usize = 10_000;
 /// (bytes).
 const STMT_WINDOW: usize = 4096;
 
-/// How far after `__global__` a kernel's name and its `(` must come (bytes; attributes in
-/// between included).
-const NAME_WINDOW: usize = 1024;
+/// How far after `__global__` a kernel's body (or a declaration's `;`) must start (bytes;
+/// attributes and parameters included). Past it, the last name seen with a `(` is taken.
+const NAME_WINDOW: usize = 8192;
+
+/// How long a preprocessor line joined from continued lines is kept (bytes): it is only
+/// read for its condition.
+const MAX_DIRECTIVE: usize = 4096;
+
+/// Whether a preprocessor condition's branch is compiled under nvcc and NVRTC.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Known {
+    /// It is (an include guard, `#if 1`, `__CUDACC__` tested as defined).
+    Holds,
+    /// It is not (`#if 0`, the `#else` of a branch that holds).
+    Never,
+    /// repro cannot tell (`#ifdef ENABLE_CUDNN`).
+    Unknown,
+}
 
 /// The open braces of a source, innermost last: each the namespace names it adds, or None
 /// for a C-linkage block.
@@ -301,8 +321,10 @@ struct Scan<'a> {
     /// its first branch once another branch began.
     branches: Vec<(usize, Option<Braces>)>,
     /// Per open preprocessor condition: the line that opened it, the branch now (as said),
-    /// and whether that branch is known to be compiled.
-    conds: Vec<(String, String, bool)>,
+    /// whether that branch is compiled, and whether an earlier branch was (None: unknown).
+    conds: Vec<(String, String, Known, Option<bool>)>,
+    /// A preprocessor line continued by backslashes, joined so far.
+    pending: String,
 }
 
 impl<'a> Scan<'a> {
@@ -318,6 +340,7 @@ impl<'a> Scan<'a> {
             directive_line: None,
             branches: Vec::new(),
             conds: Vec::new(),
+            pending: String::new(),
         }
     }
 
@@ -357,20 +380,12 @@ impl<'a> Scan<'a> {
                     .is_some_and(|p| p.is_ascii_alphanumeric()) => {}
                 '"' | '\'' => self.literal = Some((c, false)),
                 '{' => {
-                    let head: Vec<&str> = text[self.stmt_start..i]
-                        .split_whitespace()
-                        .skip_while(|w| *w == "inline")
-                        .collect();
-                    // An anonymous namespace (`namespace {`) falls to the last arm: it has
-                    // no name in a source, nor in repro's reading of a symbol
-                    // (`crate::foundation::symbols`).
                     // Past a depth no real source reaches, braces are counted but name
                     // nothing (each kernel's name is built from the open ones).
-                    self.open.push(match head.as_slice() {
-                        _ if self.open.len() >= MAX_DEPTH => Some(Vec::new()),
-                        ["namespace", name] => Some(name.split("::").map(str::to_string).collect()),
-                        ["extern", "\"C\""] => None,
-                        _ => Some(Vec::new()),
+                    self.open.push(if self.open.len() >= MAX_DEPTH {
+                        Some(Vec::new())
+                    } else {
+                        opened_by(&text[self.stmt_start..i])
                     });
                     self.stmt_start = i + 1;
                 }
@@ -390,9 +405,25 @@ impl<'a> Scan<'a> {
     fn line(&mut self, end: usize) {
         let raw = &self.text[self.line_start..end];
         let in_directive = self.continued || raw.trim_start().starts_with('#');
-        let continued = self.continued;
         self.continued = in_directive && raw.trim_end().ends_with('\\');
-        let l = if continued { None } else { directive(raw) };
+        // A directive continued over lines (`#if defined(A) && \` ...) is read whole, at its
+        // last line.
+        let l = if in_directive {
+            let part = raw.trim_end().trim_end_matches('\\').trim();
+            if self.pending.len() + part.len() < MAX_DIRECTIVE {
+                if !self.pending.is_empty() {
+                    self.pending.push(' ');
+                }
+                self.pending.push_str(part);
+            }
+            if self.continued {
+                None
+            } else {
+                directive(&std::mem::take(&mut self.pending))
+            }
+        } else {
+            None
+        };
         self.line_start = end + 1;
         // A literal does not go on past its line (an unclosed `'` in a `#error` text).
         self.literal = None;
@@ -412,12 +443,33 @@ impl<'a> Scan<'a> {
                     .find(|n| !n.is_empty())
                     .and_then(directive);
                 let known = holds(&l, next.as_deref());
-                self.conds.push((l.clone(), l, known));
+                let taken = match known {
+                    Known::Holds => Some(true),
+                    Known::Never => Some(false),
+                    Known::Unknown => None,
+                };
+                self.conds.push((l.clone(), l, known, taken));
             }
             "#elif" | "#elifdef" | "#elifndef" | "#else" => {
-                if let Some((first, now, known)) = self.conds.last_mut() {
+                if let Some((first, now, known, taken)) = self.conds.last_mut() {
                     *now = format!("{word} of {first}");
-                    *known = false;
+                    // A branch after one that was taken is not; after branches that were
+                    // not, an `#else` is, and an `#elif` is what its own condition says.
+                    let own = if word == "#else" {
+                        Known::Holds
+                    } else {
+                        holds(&l.replacen("#elif", "#if", 1), None)
+                    };
+                    *known = match *taken {
+                        Some(true) => Known::Never,
+                        Some(false) => own,
+                        None => Known::Unknown,
+                    };
+                    *taken = match (*taken, *known) {
+                        (Some(true), _) | (_, Known::Holds) => Some(true),
+                        (Some(false), Known::Never) => Some(false),
+                        _ => None,
+                    };
                 }
                 // Each branch starts from the braces open at the `#if` (`#ifdef X\n
                 // namespace a {\n#else\nnamespace b {\n#endif` opens one brace, not two);
@@ -462,9 +514,91 @@ impl<'a> Scan<'a> {
         self.conds
             .iter()
             .rev()
-            .find(|(_, _, known)| !known)
-            .map(|(_, now, _)| now.replace(|c: char| c.is_control(), "?"))
+            .find(|(_, _, known, _)| *known == Known::Unknown)
+            .map(|(_, now, _, _)| now.replace(|c: char| c.is_control(), "?"))
     }
+
+    /// Whether the point read to lies in a branch the compiler never sees (`#if 0`).
+    fn never(&self) -> bool {
+        self.conds
+            .iter()
+            .any(|(_, _, known, _)| *known == Known::Never)
+    }
+}
+
+/// What a brace whose statement is `head` opens: the names of a namespace (`namespace a`,
+/// `namespace a::b`, `inline namespace v1`, with `[[...]]`, `__attribute__((...))` or
+/// `__declspec(...)` before or after the name), nothing for anything else, or None for a
+/// C-linkage block (`extern "C"`). An anonymous namespace names nothing: it has no name in a
+/// source, nor in repro's reading of a symbol (`crate::foundation::symbols`).
+fn opened_by(head: &str) -> Option<Vec<String>> {
+    let head = head.trim();
+    if head.split_whitespace().eq(["extern", "\"C\""]) {
+        return None;
+    }
+    let rest = word(head, "inline").unwrap_or(head);
+    let Some(rest) = word(rest, "namespace") else {
+        return Some(Vec::new());
+    };
+    let mut name = String::new();
+    let mut s = rest;
+    while !s.is_empty() {
+        if let Some(r) = s.strip_prefix("[[") {
+            s = r.split_once("]]").map_or("", |(_, after)| after);
+        } else if let Some(r) = ["__attribute__", "__declspec"]
+            .iter()
+            .find_map(|a| s.strip_prefix(a))
+        {
+            s = past_parens(r.trim_start());
+        } else {
+            let c = s.chars().next().unwrap_or(' ');
+            name.push(c);
+            s = &s[c.len_utf8()..];
+        }
+    }
+    let mut names = Vec::new();
+    for part in name.split("::") {
+        let part = part.trim();
+        let part = word(part, "inline").unwrap_or(part);
+        let ident = !part.is_empty()
+            && part.starts_with(|c: char| c.is_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_alphanumeric() || c == '_');
+        if !ident {
+            // Anonymous, or a shape repro does not know: named by nothing.
+            return Some(Vec::new());
+        }
+        names.push(part.to_string());
+    }
+    Some(names)
+}
+
+/// What follows the word `w` that `s` starts with (not a longer identifier's start), spaces
+/// after it skipped.
+fn word<'s>(s: &'s str, w: &str) -> Option<&'s str> {
+    let rest = s.strip_prefix(w)?;
+    (!rest.starts_with(|c: char| c.is_alphanumeric() || c == '_')).then(|| rest.trim_start())
+}
+
+/// What follows the balanced parentheses `s` starts with (all of `s` when they do not close;
+/// `s` itself when it does not start with one).
+fn past_parens(s: &str) -> &str {
+    if !s.starts_with('(') {
+        return s;
+    }
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[i + 1..];
+                }
+            }
+            _ => {}
+        }
+    }
+    ""
 }
 
 /// A preprocessor line, with the space after its `#` taken out (`#  if X` -> `#if X`).
@@ -481,26 +615,35 @@ fn defines(line: Option<&str>, name: &str) -> bool {
     })
 }
 
-/// Whether the condition `line` opens is known to hold under nvcc and NVRTC (`next`: the
-/// next non-empty line, for an include guard).
-fn holds(line: &str, next: Option<&str>) -> bool {
+/// Whether the branch the condition `line` opens is compiled under nvcc and NVRTC (`next`:
+/// the next non-empty line, for an include guard).
+fn holds(line: &str, next: Option<&str>) -> Known {
     let words: Vec<&str> = line.split_whitespace().collect();
+    // `defined(__CUDACC__)`, `defined __CUDACC__`, `(defined(__CUDACC__))`.
     let cudacc = |w: &str| {
+        let w = w.trim_matches(['(', ')', ' ']);
         let w = w
-            .trim_start_matches("defined")
-            .trim_matches(['(', ')', ' ']);
+            .strip_prefix("defined")
+            .map_or(w, |w| w.trim_matches(['(', ')', ' ']));
         w == "__CUDACC__"
     };
+    let joined = words.get(1..).unwrap_or_default().join("");
     match words.as_slice() {
-        ["#ifndef", guard] => defines(next, guard),
-        ["#if", rest @ ..] if rest.join("").starts_with("!defined") => {
-            let guard = rest.join("");
-            let guard = guard["!defined".len()..].trim_matches(['(', ')']);
-            defines(next, guard)
+        ["#ifndef", "__CUDACC__"] => Known::Never,
+        ["#ifndef", guard] if defines(next, guard) => Known::Holds,
+        ["#if", ..] if joined.starts_with('!') && cudacc(&joined[1..]) => Known::Never,
+        ["#if", ..] if joined.starts_with("!defined") => {
+            let guard = joined["!defined".len()..].trim_matches(['(', ')']);
+            if defines(next, guard) {
+                Known::Holds
+            } else {
+                Known::Unknown
+            }
         }
-        ["#ifdef", "__CUDACC__"] | ["#if", "1"] => true,
-        ["#if", rest @ ..] => cudacc(&rest.join(" ")),
-        _ => false,
+        ["#ifdef", "__CUDACC__"] | ["#if", "1"] => Known::Holds,
+        ["#if", "0"] => Known::Never,
+        ["#if", ..] if cudacc(&joined) => Known::Holds,
+        _ => Known::Unknown,
     }
 }
 
@@ -513,56 +656,44 @@ enum Scope {
     Namespaces(Vec<String>),
 }
 
-/// The function name in `rest` (what follows `__global__`): the identifier before the
-/// first `(` that does not open an attribute.
+/// The function name in `rest` (what follows `__global__`): the identifier before the last
+/// `(...)` ahead of the body's `{`, attributes (`__launch_bounds__(256)`) and macros that
+/// stand for them (`LAUNCH_BOUNDS(256)`) being before it. None for a declaration (a `;`
+/// first) or where no name comes; where the body does not start within `rest`, the last name
+/// seen with a `(`.
 fn name_after(rest: &str) -> Option<String> {
-    let mut s = rest;
-    loop {
-        let paren = s.find('(')?;
-        let head = &s[..paren];
-        let ident: String = head
-            .trim_end()
+    const ATTRIBUTES: [&str; 6] = [
+        "__launch_bounds__",
+        "__attribute__",
+        "__declspec",
+        "alignas",
+        "__maxnreg__",
+        "__cluster_dims__",
+    ];
+    let valid = |n: &&str| n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+    let mut last: Option<&str> = None;
+    let mut i = 0;
+    while let Some(off) = rest[i..].find(['(', '{', ';']) {
+        let at = i + off;
+        match rest.as_bytes()[at] {
+            b'{' => break,
+            b';' => return None,
+            _ => {}
+        }
+        let head = rest[..at].trim_end();
+        let ident_len: usize = head
             .chars()
             .rev()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        if head.contains(';') || head.contains('{') {
-            return None;
+            .map(char::len_utf8)
+            .sum();
+        let ident = &head[head.len() - ident_len..];
+        if !ident.is_empty() && !ATTRIBUTES.contains(&ident) {
+            last = Some(ident);
         }
-        if matches!(
-            ident.as_str(),
-            "__launch_bounds__"
-                | "__attribute__"
-                | "__declspec"
-                | "alignas"
-                | "__maxnreg__"
-                | "__cluster_dims__"
-        ) {
-            // Skip the attribute's balanced parentheses.
-            let mut depth = 0;
-            let mut end = None;
-            for (i, c) in s[paren..].char_indices() {
-                match c {
-                    '(' => depth += 1,
-                    ')' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = Some(paren + i + 1);
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            s = &s[end?..];
-            continue;
-        }
-        let ok = ident.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
-        return ok.then_some(ident);
+        i = rest.len() - past_parens(&rest[at..]).len();
     }
+    last.filter(valid).map(str::to_string)
 }
 
 /// The `#include`s of a source: (path, is an angle include).
@@ -1133,6 +1264,79 @@ namespace after_unclosed { __global__ void u(int* p) {} }
         ]
         .map(|n| (n.to_string(), false, None));
         assert_eq!(got, want);
+    }
+
+    /// Shapes of real files the scanner misread before: a declaration taken for a kernel, a
+    /// macro standing for `__launch_bounds__` taken for the name, attributes on a namespace
+    /// dropping its name, a condition continued over lines, `#if 0` listed as a condition
+    /// to satisfy, a parameter list longer than a kilobyte.
+    #[test]
+    fn declarations_macros_namespace_attributes_and_known_conditions_are_read() {
+        let params: String = (0..80).map(|i| format!("float* argument_{i}, ")).collect();
+        let src = format!(
+            r#"#define LB(n) __launch_bounds__(n)
+__global__ void declared_only(float* x);
+__global__ void LB(256) with_macro(float* x) {{}}
+__global__ void __launch_bounds__(128) LAUNCH_MIN_BLOCKS(2) two(float* x) {{}}
+namespace __attribute__((visibility("hidden"))) hidden {{ __global__ void h(int* p) {{}} }}
+namespace after __attribute__ ((visibility ("default"))) {{ __global__ void a(int* p) {{}} }}
+namespace [[deprecated("old")]] dep {{ __global__ void d(int* p) {{}} }}
+namespace outer::inline v2 {{ __global__ void o(int* p) {{}} }}
+namespace inlined {{ __global__ void i(int* p) {{}} }}
+__global__ void long_params({params}int n) {{}}
+#if defined(ENABLE_A) && \
+    defined(ENABLE_B)
+__global__ void continued(int* p) {{}}
+#endif
+#if 0
+__global__ void disabled(int* p) {{}}
+#else
+__global__ void enabled(int* p) {{}}
+#endif
+#ifndef __CUDACC__
+__global__ void host_only(int* p) {{}}
+#elif 1
+__global__ void elif_one(int* p) {{}}
+#else
+__global__ void never_either(int* p) {{}}
+#endif
+#if !defined(__CUDACC__)
+__global__ void not_cuda(int* p) {{}}
+#endif
+#if 1
+#elif FOO
+__global__ void after_taken(int* p) {{}}
+#endif
+"#
+        );
+        let got: Vec<(String, Option<String>)> = kernels_with(&src)
+            .into_iter()
+            .map(|k| (k.name, k.condition))
+            .collect();
+        let want = [
+            ("with_macro", None),
+            ("two", None),
+            ("hidden::h", None),
+            ("after::a", None),
+            ("dep::d", None),
+            ("outer::v2::o", None),
+            ("inlined::i", None),
+            ("long_params", None),
+            (
+                "continued",
+                Some("#if defined(ENABLE_A) && defined(ENABLE_B)"),
+            ),
+            ("enabled", None),
+            ("elif_one", None),
+        ];
+        let want: Vec<(String, Option<String>)> = want
+            .iter()
+            .map(|(n, c)| (n.to_string(), c.map(str::to_string)))
+            .collect();
+        assert_eq!(got, want);
+        // A declaration before the definition does not hide it.
+        let both = "__global__ void k(float* x);\nvoid host() {}\n__global__ void k(float* x) {}\n";
+        assert_eq!(kernels(both), vec![("k".to_string(), false)]);
     }
 
     #[test]
