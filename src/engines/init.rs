@@ -325,6 +325,8 @@ struct Scan<'a> {
     conds: Vec<(String, String, Known, Option<bool>)>,
     /// A preprocessor line continued by backslashes, joined so far.
     pending: String,
+    /// The macros defined so far.
+    defines: Defines,
 }
 
 impl<'a> Scan<'a> {
@@ -341,6 +343,7 @@ impl<'a> Scan<'a> {
             branches: Vec::new(),
             conds: Vec::new(),
             pending: String::new(),
+            defines: Defines::default(),
         }
     }
 
@@ -436,13 +439,7 @@ impl<'a> Scan<'a> {
         match word {
             "#if" | "#ifdef" | "#ifndef" => {
                 self.branches.push((self.open.len(), None));
-                // The next non-empty line, for an include guard.
-                let next = self.text[end + 1..]
-                    .lines()
-                    .map(str::trim)
-                    .find(|n| !n.is_empty())
-                    .and_then(directive);
-                let known = holds(&l, next.as_deref());
+                let known = holds(&l, &self.defines);
                 let taken = match known {
                     Known::Holds => Some(true),
                     Known::Never => Some(false),
@@ -458,7 +455,7 @@ impl<'a> Scan<'a> {
                     let own = if word == "#else" {
                         Known::Holds
                     } else {
-                        holds(&l.replacen("#elif", "#if", 1), None)
+                        holds(&l, &self.defines)
                     };
                     *known = match *taken {
                         Some(true) => Known::Never,
@@ -480,6 +477,10 @@ impl<'a> Scan<'a> {
                     }
                     self.open.truncate(*depth);
                 }
+            }
+            "#define" | "#undef" if !self.never() => {
+                let certain = self.conds.iter().all(|c| c.2 == Known::Holds);
+                self.defines.take(&l, certain);
             }
             "#endif" => {
                 self.conds.pop();
@@ -607,43 +608,119 @@ fn directive(line: &str) -> Option<String> {
     Some(format!("#{}", rest.trim_start()))
 }
 
-/// Whether `line` is `#define NAME ...`.
-fn defines(line: Option<&str>, name: &str) -> bool {
-    line.is_some_and(|n| {
-        let n: Vec<&str> = n.split_whitespace().collect();
-        n.len() >= 2 && n[0] == "#define" && n[1] == name
-    })
+/// The macros a source defines before a point: by name, each with its value where it is a
+/// number, and the names whose definition lies in a branch repro cannot decide (or that an
+/// `#undef` there may remove).
+#[derive(Default)]
+struct Defines {
+    defined: std::collections::HashMap<String, Option<i64>>,
+    maybe: std::collections::HashSet<String>,
 }
 
-/// Whether the branch the condition `line` opens is compiled under nvcc and NVRTC (`next`:
-/// the next non-empty line, for an include guard).
-fn holds(line: &str, next: Option<&str>) -> Known {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    // `defined(__CUDACC__)`, `defined __CUDACC__`, `(defined(__CUDACC__))`.
-    let cudacc = |w: &str| {
-        let w = w.trim_matches(['(', ')', ' ']);
-        let w = w
-            .strip_prefix("defined")
-            .map_or(w, |w| w.trim_matches(['(', ')', ' ']));
-        w == "__CUDACC__"
+impl Defines {
+    /// Takes `#define NAME ...` or `#undef NAME` (`certain`: outside any undecided branch).
+    fn take(&mut self, line: &str, certain: bool) {
+        let mut words = line.splitn(3, char::is_whitespace);
+        let (Some(word), Some(name)) = (words.next(), words.next()) else {
+            return;
+        };
+        // `#define F(x) ...` defines `F`.
+        let name = name.split('(').next().unwrap_or(name).to_string();
+        if self.defined.len() + self.maybe.len() > MAX_DEFINES {
+            return;
+        }
+        match (word, certain) {
+            (_, false) => {
+                self.maybe.insert(name);
+            }
+            ("#define", true) => {
+                let value = words.next().and_then(|v| v.trim().parse::<i64>().ok());
+                self.maybe.remove(&name);
+                self.defined.insert(name, value);
+            }
+            ("#undef", true) => {
+                self.maybe.remove(&name);
+                self.defined.remove(&name);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `name` is defined where the scan is, as the recipe compiles the file (no
+    /// defines of its own): `__CUDACC__` and `__cplusplus` are, other compiler macros of
+    /// CUDA's (`__CUDA_ARCH__`, `__NVCC__`) depend on the pass or the compiler.
+    fn is_defined(&self, name: &str) -> Known {
+        if name == "__CUDACC__" || name == "__cplusplus" {
+            Known::Holds
+        } else if self.maybe.contains(name)
+            || (name.starts_with("__CUDA") || name.starts_with("__NVCC"))
+        {
+            Known::Unknown
+        } else if self.defined.contains_key(name) {
+            Known::Holds
+        } else {
+            Known::Never
+        }
+    }
+}
+
+/// How many macro names [`Defines`] keeps, at most.
+const MAX_DEFINES: usize = 10_000;
+
+/// Whether the branch the condition `line` opens (`#if`, `#ifdef`, `#ifndef`; an `#elif` as
+/// an `#if`) is compiled as the recipe compiles the file, under nvcc and NVRTC. Decided: a
+/// number (`#if 0`), a macro's being defined (`#ifdef X`, `#if !defined(X)`: `__CUDACC__`,
+/// or what the file itself defines), a macro the file defines as a number (`#if USE_X`).
+/// A macro nobody defines makes `#ifndef X` hold and leaves `#ifdef X` undecided: the
+/// recipe's `[build.defines]` may define it.
+fn holds(line: &str, defs: &Defines) -> Known {
+    let mut words = line.split_whitespace();
+    let keyword = words.next().unwrap_or("");
+    let expr = words.collect::<Vec<_>>().join(" ");
+    let (negated, term) = match keyword {
+        "#ifdef" => (false, format!("defined {expr}")),
+        "#ifndef" => (true, format!("defined {expr}")),
+        "#if" | "#elif" => match expr.strip_prefix('!') {
+            Some(t) => (true, t.trim().to_string()),
+            None => (false, expr),
+        },
+        _ => return Known::Unknown,
     };
-    let joined = words.get(1..).unwrap_or_default().join("");
-    match words.as_slice() {
-        ["#ifndef", "__CUDACC__"] => Known::Never,
-        ["#ifndef", guard] if defines(next, guard) => Known::Holds,
-        ["#if", ..] if joined.starts_with('!') && cudacc(&joined[1..]) => Known::Never,
-        ["#if", ..] if joined.starts_with("!defined") => {
-            let guard = joined["!defined".len()..].trim_matches(['(', ')']);
-            if defines(next, guard) {
-                Known::Holds
+    let mut term = term.trim();
+    while let Some(inner) = term.strip_prefix('(').and_then(|t| t.strip_suffix(')')) {
+        term = inner.trim();
+    }
+    let ident = |t: &str| {
+        t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let defined_name = word(term, "defined").map(|n| n.trim_matches(['(', ')', ' ']));
+    let value = match defined_name {
+        Some(name) if ident(name) => defs.is_defined(name),
+        Some(_) => return Known::Unknown,
+        None if term.parse::<i64>().is_ok() => {
+            if term.parse::<i64>() == Ok(0) {
+                Known::Never
             } else {
-                Known::Unknown
+                Known::Holds
             }
         }
-        ["#ifdef", "__CUDACC__"] | ["#if", "1"] => Known::Holds,
-        ["#if", "0"] => Known::Never,
-        ["#if", ..] if cudacc(&joined) => Known::Holds,
-        _ => Known::Unknown,
+        None if ident(term) && defs.is_defined(term) == Known::Holds => {
+            match defs.defined.get(term).copied().flatten() {
+                Some(0) => Known::Never,
+                Some(_) => Known::Holds,
+                None => return Known::Unknown,
+            }
+        }
+        None => return Known::Unknown,
+    };
+    match (value, negated) {
+        (Known::Unknown, _) => Known::Unknown,
+        (Known::Holds, false) | (Known::Never, true) => Known::Holds,
+        (Known::Holds, true) => Known::Never,
+        // Not defined as written: the recipe's defines may define it.
+        (Known::Never, false) if defined_name.is_some() => Known::Unknown,
+        (Known::Never, false) => Known::Never,
     }
 }
 
@@ -670,7 +747,10 @@ fn name_after(rest: &str) -> Option<String> {
         "__maxnreg__",
         "__cluster_dims__",
     ];
-    let valid = |n: &&str| n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+    let valid = |n: &&str| {
+        n.split("::")
+            .all(|p| p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+    };
     let mut last: Option<&str> = None;
     let mut i = 0;
     while let Some(off) = rest[i..].find(['(', '{', ';']) {
@@ -681,13 +761,14 @@ fn name_after(rest: &str) -> Option<String> {
             _ => {}
         }
         let head = rest[..at].trim_end();
+        // The name with the qualifiers of an out-of-line definition (`lib::k`).
         let ident_len: usize = head
             .chars()
             .rev()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
             .map(char::len_utf8)
             .sum();
-        let ident = &head[head.len() - ident_len..];
+        let ident = head[head.len() - ident_len..].trim_start_matches(':');
         if !ident.is_empty() && !ATTRIBUTES.contains(&ident) {
             last = Some(ident);
         }
@@ -1307,6 +1388,32 @@ __global__ void not_cuda(int* p) {{}}
 #elif FOO
 __global__ void after_taken(int* p) {{}}
 #endif
+#ifndef NDEBUG
+__global__ void debug_only(int* p) {{}}
+#endif
+#define PP_CU
+#define ENABLE_X 1
+#define ENABLE_Y 0
+#ifdef PP_CU
+__global__ void file_defined(int* p) {{}}
+#endif
+#if ENABLE_X
+__global__ void x_on(int* p) {{}}
+#endif
+#if ENABLE_Y
+__global__ void y_off(int* p) {{}}
+#endif
+#if !0
+__global__ void not_zero(int* p) {{}}
+#endif
+#ifdef WITH_CUDNN
+#define HAVE_CUDNN
+#endif
+#ifdef HAVE_CUDNN
+__global__ void maybe_defined(int* p) {{}}
+#endif
+namespace lib {{ __global__ void ool(float* x); }}
+__global__ void lib::ool(float* x) {{}}
 "#
         );
         let got: Vec<(String, Option<String>)> = kernels_with(&src)
@@ -1328,6 +1435,12 @@ __global__ void after_taken(int* p) {{}}
             ),
             ("enabled", None),
             ("elif_one", None),
+            ("debug_only", None),
+            ("file_defined", None),
+            ("x_on", None),
+            ("not_zero", None),
+            ("maybe_defined", Some("#ifdef HAVE_CUDNN")),
+            ("lib::ool", None),
         ];
         let want: Vec<(String, Option<String>)> = want
             .iter()

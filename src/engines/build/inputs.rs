@@ -58,12 +58,6 @@ pub enum InputError {
         /// What follows `#include`, as written.
         spec: String,
     },
-    /// Files that include each other.
-    #[error("include cycle: {}", .chain.join(" -> "))]
-    Cycle {
-        /// The files in the cycle, first repeated at the end.
-        chain: Vec<String>,
-    },
     /// One include name that resolves to two different files from two places.
     #[error("include \"{name}\" means {first} in one place and {second} in another")]
     Ambiguous {
@@ -224,11 +218,14 @@ impl FileSource for Dir {
     }
 }
 
-/// Reads `source` and every repository file it includes, transitively.
+/// Reads `source` and every repository file it includes, transitively, each once (files that
+/// include each other are legal C++ with include guards or `#pragma once`; a cycle without
+/// them is the compiler's to report).
 ///
 /// A quoted include is looked for beside the including file, then in `include_dirs`; an
-/// angle include only in `include_dirs`, and if not there it is left to the compiler (a
-/// toolkit header, which the compiler's identity covers).
+/// angle include only in `include_dirs`. An angle include found in neither, and a quoted one
+/// that names a toolkit or standard header ([`toolkit_header`]: `"cuda_runtime.h"`), is left
+/// to the compiler, whose identity covers it.
 pub fn include_closure(
     root: &Path,
     source: &str,
@@ -244,8 +241,16 @@ pub fn include_closure_in(
     include_dirs: &[String],
 ) -> Result<Closure, InputError> {
     let mut closure = Closure::default();
-    let mut stack = Vec::new();
-    visit(src, source, include_dirs, &mut closure, &mut stack)?;
+    // Depth first, in the order of the includes, without recursion (a hostile chain of
+    // thousands of headers needs no stack).
+    let mut todo = vec![source.to_string()];
+    while let Some(file) = todo.pop() {
+        if closure.files.contains_key(&file) {
+            continue;
+        }
+        let found = visit(src, &file, include_dirs, &mut closure)?;
+        todo.extend(found.into_iter().rev());
+    }
     Ok(closure)
 }
 
@@ -267,25 +272,17 @@ fn read(root: &Path, canonical_root: &Path, rel: &str) -> Result<Vec<u8>, InputE
     })
 }
 
+/// Reads `file` into the closure and returns the repository files it includes, in order.
 fn visit(
     src: &dyn FileSource,
     file: &str,
     include_dirs: &[String],
     closure: &mut Closure,
-    stack: &mut Vec<String>,
-) -> Result<(), InputError> {
-    if let Some(pos) = stack.iter().position(|f| f == file) {
-        let mut chain = stack[pos..].to_vec();
-        chain.push(file.to_string());
-        return Err(InputError::Cycle { chain });
-    }
-    if closure.files.contains_key(file) {
-        return Ok(());
-    }
+) -> Result<Vec<String>, InputError> {
     let bytes = src.read(file)?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     closure.files.insert(file.to_string(), bytes);
-    stack.push(file.to_string());
+    let mut found = Vec::new();
     let dir = Path::new(file)
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
@@ -304,10 +301,159 @@ fn visit(
             });
         }
         closure.headers.insert(name, rel.clone());
-        visit(src, &rel, include_dirs, closure, stack)?;
+        found.push(rel);
     }
-    stack.pop();
-    Ok(())
+    Ok(found)
+}
+
+/// Whether a header name is the CUDA toolkit's (its runtime, intrinsics and libraries:
+/// `cuda_runtime.h`, `mma.h`, `cublas_v2.h`, `cub/...`) or the C and C++ standard library's
+/// (`stdio.h`, `cstdint`): what a quoted include that the repository lacks means, as nvcc
+/// finds it.
+pub fn toolkit_header(name: &str) -> bool {
+    const DIRS: [&str; 13] = [
+        "cuda/",
+        "cub/",
+        "thrust/",
+        "cooperative_groups/",
+        "crt/",
+        "nv/",
+        "nvtx3/",
+        "cutlass/",
+        "cute/",
+        "cudnn/",
+        "cuda/std/",
+        "nvml/",
+        "sys/",
+    ];
+    const PREFIXES: [&str; 23] = [
+        "cuda",
+        "cu_",
+        "cuComplex",
+        "cublas",
+        "cudnn",
+        "cufft",
+        "curand",
+        "cusparse",
+        "cusolver",
+        "cutensor",
+        "nccl",
+        "npp",
+        "nvrtc",
+        "nvJitLink",
+        "nvjitlink",
+        "nvml",
+        "cupti",
+        "nvToolsExt",
+        "nvtx",
+        "sm_",
+        "device_",
+        "host_",
+        "math_",
+    ];
+    const NAMES: [&str; 26] = [
+        "mma.h",
+        "cooperative_groups.h",
+        "vector_types.h",
+        "vector_functions.h",
+        "vector_functions.hpp",
+        "driver_types.h",
+        "driver_functions.h",
+        "library_types.h",
+        "builtin_types.h",
+        "channel_descriptor.h",
+        "common_functions.h",
+        "surface_types.h",
+        "texture_types.h",
+        "surface_functions.h",
+        "texture_fetch_functions.h",
+        "texture_indirect_functions.h",
+        "surface_indirect_functions.h",
+        "fatbinary_section.h",
+        "nvfunctional",
+        "assert.h",
+        "float.h",
+        "limits.h",
+        "math.h",
+        "stdint.h",
+        "stdio.h",
+        "stdlib.h",
+    ];
+    const STD: [&str; 16] = [
+        "string.h",
+        "stddef.h",
+        "stdbool.h",
+        "time.h",
+        "ctype.h",
+        "errno.h",
+        "inttypes.h",
+        "signal.h",
+        "stdarg.h",
+        "unistd.h",
+        "malloc.h",
+        "memory.h",
+        "iso646.h",
+        "wchar.h",
+        "locale.h",
+        "setjmp.h",
+    ];
+    // The C++ library's names have no extension.
+    const CXX: [&str; 48] = [
+        "algorithm",
+        "array",
+        "atomic",
+        "bit",
+        "bitset",
+        "cassert",
+        "cfloat",
+        "chrono",
+        "cinttypes",
+        "climits",
+        "cmath",
+        "complex",
+        "concepts",
+        "cstddef",
+        "cstdint",
+        "cstdio",
+        "cstdlib",
+        "cstring",
+        "ctime",
+        "functional",
+        "initializer_list",
+        "iomanip",
+        "iostream",
+        "iterator",
+        "limits",
+        "list",
+        "map",
+        "memory",
+        "mutex",
+        "numeric",
+        "optional",
+        "random",
+        "ratio",
+        "set",
+        "span",
+        "sstream",
+        "stdexcept",
+        "string",
+        "string_view",
+        "thread",
+        "tuple",
+        "type_traits",
+        "unordered_map",
+        "unordered_set",
+        "utility",
+        "variant",
+        "vector",
+        "numbers",
+    ];
+    let cxx = CXX.contains(&name);
+    DIRS.iter().any(|d| name.starts_with(d))
+        || (!name.contains('/') && PREFIXES.iter().any(|p| name.starts_with(p)))
+        || NAMES.contains(&name)
+        || STD.contains(&name)
+        || cxx
 }
 
 /// Where one `#include` of `file` (in directory `dir`) leads: the name as written and the
@@ -372,7 +518,7 @@ fn resolve(
         }
     }
     let Some(rel) = found else {
-        if quoted {
+        if quoted && !toolkit_header(&name) {
             return Err(InputError::Missing {
                 from: file.to_string(),
                 line,
@@ -578,11 +724,35 @@ mod tests {
             ("b.h", "#include \"c.h\"\n"),
             ("c.h", "#include \"b.h\"\n"),
         ]);
+        // Files that include each other (with guards, as real code has them) are read once
+        // each; a quoted toolkit or standard header the repository lacks is the compiler's.
+        let c = include_closure(d.path(), "a.cu", &[]).unwrap();
+        let names: Vec<&str> = c.files.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a.cu", "b.h", "c.h"]);
+        let d = tree(&[(
+            "a.cu",
+            "#include \"cuda_runtime.h\"\n#include \"cublas_v2.h\"\n#include \"cuda/std/array\"\n\
+             #include \"stdio.h\"\n#include \"cstdint\"\n#include \"mma.h\"\n#include \"util.h\"\n",
+        )]);
         assert_eq!(
             include_closure(d.path(), "a.cu", &[])
                 .unwrap_err()
                 .to_string(),
-            "include cycle: b.h -> c.h -> b.h"
+            "a.cu:7: include \"util.h\" not found (looked beside the file and in the include dirs)"
+        );
+        // A chain of thousands of headers needs no deep stack.
+        let chain: Vec<(String, String)> = (0..5000)
+            .map(|i| (format!("h{i}.h"), format!("#include \"h{}.h\"\n", i + 1)))
+            .chain([("h5000.h".to_string(), String::new())])
+            .collect();
+        let files: Vec<(&str, &str)> = chain
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let d = tree(&files);
+        assert_eq!(
+            include_closure(d.path(), "h0.h", &[]).unwrap().files.len(),
+            5001
         );
     }
 

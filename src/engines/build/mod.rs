@@ -248,7 +248,7 @@ impl Diagnose for BuildError {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            BuildError::Inputs { source: InputError::Cycle { .. }, .. } => Some("break the cycle; include guards do not make a cycle an input set".into()),
+            BuildError::Inputs { source: InputError::Missing { name, .. }, .. } => Some(format!("paths are relative to the including file or to the recipe's include-dirs; a header of the host or of a library outside the repository is included as <{name}>, and a generated one must exist before the build")),
             BuildError::Inputs { source: InputError::Escapes { .. }, .. } => Some("builds read only files inside the repository".into()),
             BuildError::Inputs { source: InputError::Absolute { .. }, .. } => Some("include toolkit headers by name (<cuda_fp16.h>) and copy other files into the repository, so that the key covers them".into()),
             BuildError::Inputs { source: InputError::Computed { .. }, .. } => Some("write the header's name in the #include (\"name.h\" or <name.h>), so that the key covers the file it reads".into()),
