@@ -147,7 +147,11 @@ fn init_then_bisect_names_the_culprit_with_nothing_installed_or_written_by_hand(
         out.contains("wrote recipes/k.toml: nvcc recipe for kernels/k.cu, kernels scale"),
         "{out}"
     );
-    assert!(out.contains("next: repro build recipes/k.toml"), "{out}");
+    // Run from outside the repository (`-C`), the next command says where.
+    assert!(
+        out.contains(&format!("next: repro -C {} build k\n", root.display())),
+        "{out}"
+    );
     assert!(trees(&cache).is_empty());
     let recipe = std::fs::read_to_string(root.join("recipes/k.toml")).unwrap();
     assert!(recipe.contains("kind = \"nvcc\""), "{recipe}");
@@ -543,6 +547,9 @@ fn init_recipe_beside_an_existing_repro_toml_keeps_it_byte_for_byte() {
         .find_map(|l| l.strip_prefix("next: "))
         .unwrap_or_else(|| panic!("no next line: {out}"));
     let hinted = next.split(" (").next().unwrap();
+    let outside = format!("repro -C {} ", root.display());
+    assert!(hinted.starts_with(&outside), "{out}");
+    let hinted = hinted.replacen(&outside, "repro ", 1);
     assert_eq!(hinted, "repro init --recipe FILE.cu", "{out}");
     // The user's own additions to repro.toml must survive too.
     let mut text = std::fs::read_to_string(root.join("repro.toml")).unwrap();
@@ -568,7 +575,7 @@ fn init_recipe_beside_an_existing_repro_toml_keeps_it_byte_for_byte() {
         out.contains("wrote recipes/a.toml: nvrtc recipe for kernels/a.cu, kernels k"),
         "{out}"
     );
-    assert!(out.contains("next: repro build recipes/a.toml"), "{out}");
+    assert!(out.contains(&format!("{outside}build a\n")), "{out}");
     assert!(!out.contains("wrote repro.toml") && !out.contains("replaced repro.toml"));
     unchanged();
     recipe_with_entries(&root, "a", &["k"]);

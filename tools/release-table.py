@@ -63,6 +63,18 @@ def newest(package, prefix=None):
     return max(vs, key=key) if vs else None
 
 
+def earlier_cccl(package, release):
+    """CCCL's headers (CUB, Thrust, libcu++) where NVIDIA published no nvidia-cuda-cccl wheel
+    of `release` (none from 13.4 on): the newest of an earlier release of the same major,
+    as `repro toolchain pin` takes it from pip's index."""
+    if package != "nvidia-cuda-cccl":
+        return None
+    major, minor = (int(x) for x in release.split(".")[:2])
+    vs = [v for v in versions(package) if re.fullmatch(r"[0-9.]+", v)]
+    vs = [v for v in vs if int(v.split(".")[0]) == major and int(v.split(".")[1]) < minor]
+    return max(vs, key=key) if vs else None
+
+
 def digests(pins):
     """{(package, version): {arch: sha256}} for `pins` [(package, version)]. pip resolves one
     version of a package at a time, so the pins go in rounds with each package once."""
@@ -116,7 +128,7 @@ def main():
         if v:
             tables.append((f'[nvrtc."{r}"]', [(p, v)]))
     for r in NVCC_RELEASES:
-        pins = [(p, newest(p, r)) for p in NVCC_PACKAGES]
+        pins = [(p, newest(p, r) or earlier_cccl(p, r)) for p in NVCC_PACKAGES]
         if all(v for _, v in pins):
             tables.append((f'[nvcc."{r}"]', pins))
     for r in NVRTC_RELEASES:

@@ -459,6 +459,11 @@ fn emit_outcome(o: &Outcome, g: &Globals) -> anyhow::Result<()> {
         for line in o.log.lines() {
             say!("  | {line}");
         }
+        if o.status != "ok"
+            && let Some(hint) = crate::engines::build::compiler_hint(&o.log)
+        {
+            say!("  hint: {hint}");
+        }
     }
     Ok(())
 }

@@ -619,7 +619,7 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
 }
 
 /// The Python environment the global options and repro.toml choose.
-fn python_env(g: &Globals) -> anyhow::Result<crate::foundation::pyenv::PyEnv> {
+pub(super) fn python_env(g: &Globals) -> anyhow::Result<crate::foundation::pyenv::PyEnv> {
     use crate::foundation::pyenv;
     let config = g.config()?.python.interpreter_at(&g.project_root());
     let var = |k: &str| std::env::var_os(k);

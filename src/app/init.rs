@@ -72,13 +72,44 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         );
     }
     let kernels = read_kernels(&root, &g.cwd, &a.recipes)?;
-    let plan = match config_mode(&root, &a)? {
+    let mut plan = match config_mode(&root, &a)? {
         ConfigMode::Write => plan_with_pins(g, &root, &a, &kernels)?,
         ConfigMode::Keep(config) => plan_recipes_only(&root, &a, &kernels, &config)?,
     };
+    if kernels.iter().any(|k| k.torch.is_some()) {
+        plan.notes.extend(torch_note(g));
+    }
     write_all(&plan.files)?;
     report(g, &plan, &kernels)?;
     Ok(exit::OK)
+}
+
+/// What a torch-extension recipe needs of the Python environment that builds it: PyTorch,
+/// and an nvcc of PyTorch's CUDA major (NVIDIA's nvcc wheels start at 13.0; PyTorch's
+/// headers of a CUDA 12 build do not compile with nvcc 13).
+fn torch_note(g: &Globals) -> Option<String> {
+    let env = match super::env::python_env(g) {
+        Ok(env) => env,
+        Err(e) => {
+            return Some(format!(
+                "the torch-extension recipes build against the Python environment's PyTorch, and none was found ({e:#}): pass --python or set [python] interpreter in repro.toml"
+            ));
+        }
+    };
+    let interpreter = env.located.interpreter.display().to_string();
+    let Some(torch) = env.torch else {
+        return Some(format!(
+            "{interpreter} has no PyTorch, which the torch-extension recipes build against: install it there, or pass --python"
+        ));
+    };
+    let cuda = torch.cuda?;
+    let major: u32 = cuda.split('.').next()?.parse().ok()?;
+    (major < 13).then(|| {
+        format!(
+            "PyTorch {} in {interpreter} was built with CUDA {cuda}: its headers need nvcc {major}.x, which NVIDIA's wheels do not carry (they start at 13.0); build with the machine's CUDA {major} toolkit: `repro build NAME --toolchain system`",
+            torch.version
+        )
+    })
 }
 
 /// The kernel files named by `--recipe`, each read once (a file named twice is one recipe);
@@ -168,6 +199,9 @@ struct Plan {
     kept: Option<PathBuf>,
     /// What the user should know about the pins the recipes will use.
     notes: Vec<String>,
+    /// A command to run before the recipes can build (the pin that adds their components),
+    /// its words after `repro`.
+    before: Option<String>,
 }
 
 /// repro.toml with both pins resolved (from the table or pip), then the recipes.
@@ -199,6 +233,7 @@ fn plan_with_pins(
         nvrtc: Some(nvrtc.release),
         kept: None,
         notes: Vec::new(),
+        before: None,
     })
 }
 
@@ -226,7 +261,7 @@ fn plan_recipes_only(
         .collect();
     let lacking: Vec<(&KernelFile, Vec<&str>)> = kernels
         .iter()
-        .filter(|k| k.kind == "nvcc")
+        .filter(|k| k.kind != "nvrtc")
         .map(|k| {
             let missing = k
                 .components
@@ -254,6 +289,10 @@ fn plan_recipes_only(
             with.join(",")
         ));
     }
+    let before = nvcc
+        .as_ref()
+        .filter(|_| !lacking.is_empty() && pinned.is_some())
+        .map(|r| format!("toolchain pin nvcc@{r} --with {} --force", with.join(",")));
     let nvrtc = t.nvrtc.as_ref().map(|p| {
         let mut parts = p.version.split('.');
         match (parts.next(), parts.next()) {
@@ -266,6 +305,7 @@ fn plan_recipes_only(
         nvcc,
         nvrtc,
         kept: Some(root.join(config::FILE)),
+        before,
         notes,
     })
 }
@@ -480,11 +520,42 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
 }
 
 fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()> {
-    let next = match plan.files.iter().find(|p| p.recipe) {
-        Some(p) => format!("repro build {}", g.shown(&p.path)),
-        None => {
-            "repro init --recipe FILE.cu (a recipe per kernel file), then repro build RECIPE".into()
+    // Started outside the repository (`-C DIR`), the commands say where to run.
+    let root = g.project_root();
+    let outside = std::env::current_dir()
+        .ok()
+        .and_then(|d| d.canonicalize().ok())
+        .zip(root.canonicalize().ok())
+        .is_some_and(|(here, r)| !here.starts_with(r));
+    let repro = if outside {
+        format!("repro -C {}", root.display())
+    } else {
+        "repro".to_string()
+    };
+    // Recipes by name, which works from anywhere in the repository.
+    let names: Vec<String> = plan
+        .files
+        .iter()
+        .filter(|p| p.recipe)
+        .filter_map(|p| Some(p.path.file_stem()?.to_string_lossy().into_owned()))
+        .collect();
+    // A torch-extension builds against the environment `--python` chose here too.
+    let repro = match &g.python {
+        Some(py) if kernels.iter().any(|k| k.torch.is_some()) => {
+            format!("{repro} --python {}", py.display())
         }
+        _ => repro,
+    };
+    let build = match names.len() {
+        0 => format!(
+            "{repro} init --recipe FILE.cu (a recipe per kernel file), then {repro} build RECIPE"
+        ),
+        1..=4 => format!("{repro} build {}", names.join(" ")),
+        _ => format!("{repro} build --all"),
+    };
+    let next = match &plan.before {
+        Some(cmd) if !names.is_empty() => format!("{repro} {cmd}, then {build}"),
+        _ => build,
     };
     if g.json {
         emit_json(&json!({
@@ -496,6 +567,10 @@ fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()
             "nvcc": plan.nvcc, "nvrtc": plan.nvrtc,
             "kernels": kernels.iter().map(|k| json!({
                 "source": k.source, "kind": k.kind, "entries": k.kernels,
+                "torch": k.torch.as_ref().map(|t| json!({
+                    "module": t.module, "sources": t.sources, "functions": t.functions,
+                    "bindings": t.bindings, "operators": t.operators, "headers": t.headers,
+                })),
                 "templates": k.templates, "include-dirs": k.include_dirs, "components": k.components,
                 "conditional": k.conditional.iter().map(|(n, c)| serde_json::json!({"name": n, "condition": c})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),

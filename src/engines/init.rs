@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use crate::foundation::error::Diagnose;
 use crate::foundation::exit;
 
-/// The largest kernel file read.
-const MAX_SOURCE: u64 = 4 << 20;
+/// The largest kernel file read (the scan is one pass; a larger file's recipe is written by
+/// hand).
+const MAX_SOURCE: u64 = 16 << 20;
 
 /// The most repository entries the include search walks (a bound for huge trees).
 const MAX_WALK: usize = 200_000;
@@ -28,7 +29,7 @@ pub struct KernelFile {
     /// ENABLE_CUDNN`): (name, the condition). They are compiled only where the condition
     /// holds, so they are not in `entries`.
     pub conditional: Vec<(String, String)>,
-    /// `nvrtc` or `nvcc`.
+    /// `nvrtc`, `nvcc` or `torch-extension`.
     pub kind: &'static str,
     /// Why that kind.
     pub why: String,
@@ -36,6 +37,29 @@ pub struct KernelFile {
     pub include_dirs: Vec<String>,
     /// Components its includes name (`cublas`, `cudnn`, `cutlass`).
     pub components: Vec<String>,
+    /// Whether it has more `__global__`s than are read ([`MAX_KERNELS`]).
+    pub more: bool,
+    /// What it is built as where it includes PyTorch's headers.
+    pub torch: Option<TorchExt>,
+}
+
+/// A kernel file that includes PyTorch's headers, as a `torch-extension` recipe builds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TorchExt {
+    /// The module's name: the one `PYBIND11_MODULE` names, else the file's stem.
+    pub module: String,
+    /// The sources: the files that bind the module, then the kernel file.
+    pub sources: Vec<String>,
+    /// The functions the bindings define (`m.def("name", ...)`).
+    pub functions: Vec<String>,
+    /// The files beside it (or one directory up) that bind a module (`PYBIND11_MODULE`) or
+    /// register operators (`TORCH_LIBRARY`); empty where none does.
+    pub bindings: Vec<String>,
+    /// Whether the bindings register operators (`TORCH_LIBRARY`), called as
+    /// `torch.ops.NS.NAME` rather than as the module's functions.
+    pub operators: bool,
+    /// PyTorch's headers it includes, directly or through the repository's.
+    pub headers: Vec<String>,
 }
 
 /// Why a kernel file cannot be read.
@@ -54,6 +78,12 @@ pub enum InitError {
         path: PathBuf,
         /// The repository.
         root: PathBuf,
+    },
+    /// It is larger than init reads.
+    #[error("{} is larger than the {} MiB repro init reads", .path.display(), MAX_SOURCE >> 20)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
     },
     /// It cannot be read.
     #[error("cannot read {}", .path.display())]
@@ -92,6 +122,10 @@ impl Diagnose for InitError {
                     .into(),
             ),
             InitError::Read { .. } => Some("check the file's permissions".into()),
+            InitError::TooLarge { .. } => Some(
+                "write its recipe by hand (see the recipe reference: kind, source, entries, target)"
+                    .into(),
+            ),
             InitError::NoKernel { included, .. } if !included.is_empty() => {
                 const SHOWN: usize = 8;
                 let more = included.len().saturating_sub(SHOWN);
@@ -858,9 +892,15 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         return Err(not_in());
     }
     let bytes = crate::foundation::fsutil::read_bounded(&canon, MAX_SOURCE).map_err(|source| {
-        InitError::Read {
-            path: canon.clone(),
-            source,
+        if source.kind() == std::io::ErrorKind::InvalidData {
+            InitError::TooLarge {
+                path: file.to_path_buf(),
+            }
+        } else {
+            InitError::Read {
+                path: canon.clone(),
+                source,
+            }
         }
     })?;
     let src = String::from_utf8_lossy(&bytes).into_owned();
@@ -892,12 +932,35 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     // A component included through the repository's own headers (llm.c's kernels include
     // NVTX through `cuda_common.h`) is needed as much as one included directly; one the
     // repository holds itself (a vendored `cutlass/`) is not.
+    let through = included_files(&root_canon, &rel, &src, &mut files).1;
     let components: BTreeSet<String> = host
         .iter()
-        .chain(&included_files(&root_canon, &rel, &src, &mut files).1)
+        .chain(&through)
         .filter_map(|h| component_of(h).map(str::to_string))
         .collect();
-    let (kind, why) = if !host.is_empty() {
+    let torch_headers: BTreeSet<String> = host
+        .iter()
+        .chain(&through)
+        .filter(|h| torch_header(h))
+        .cloned()
+        .collect();
+    let torch = (!torch_headers.is_empty())
+        .then(|| torch_extension(&root_canon, &rel, &src, torch_headers.into_iter().collect()));
+    // NVRTC stops reading a source at a 0xFF byte (a Latin-1 `ÿ` in a comment): the rest
+    // of the file, its kernels included, would be missing from what it compiles.
+    let ff_line = bytes
+        .iter()
+        .position(|b| *b == 0xFF)
+        .map(|at| bytes[..at].iter().filter(|b| **b == b'\n').count() + 1);
+    let (kind, why) = if let Some(t) = &torch {
+        (
+            "torch-extension",
+            format!(
+                "it includes PyTorch's headers (<{}>): repro compiles it against the Python environment's PyTorch",
+                t.headers.join(">, <")
+            ),
+        )
+    } else if !host.is_empty() {
         (
             "nvcc",
             format!(
@@ -909,6 +972,11 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         (
             "nvcc",
             "it has host code (a launch, main or runtime calls)".to_string(),
+        )
+    } else if let Some(line) = ff_line {
+        (
+            "nvcc",
+            format!("it holds a 0xFF byte (line {line}), where NVRTC stops reading a source"),
         )
     } else {
         (
@@ -936,7 +1004,151 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         why,
         include_dirs,
         components: components.into_iter().collect(),
+        more: src.matches("__global__").count() > MAX_KERNELS,
+        torch,
     })
+}
+
+/// Whether an include is PyTorch's (or pybind11's and Python's, which its extensions use).
+fn torch_header(h: &str) -> bool {
+    ["torch/", "ATen/", "c10/", "caffe2/", "pybind11/"]
+        .iter()
+        .any(|p| h.starts_with(p))
+        || h == "Python.h"
+}
+
+/// How many files beside a kernel file are read for its PyTorch bindings, at most.
+const MAX_BINDING_FILES: usize = 64;
+
+/// A kernel file that includes PyTorch's headers as a `torch-extension`: the files that bind
+/// it, looked for among the file itself and the C++ and CUDA files beside it, else one
+/// directory up (`csrc/cuda/k.cu` bound by `csrc/k.cpp`); the module the binding names; the
+/// functions it defines.
+fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> TorchExt {
+    // (defines the module, registers operators or their kernels)
+    let binds = |text: &str| {
+        let t = strip_comments(text);
+        (
+            t.contains("PYBIND11_MODULE") || t.contains("PyInit_"),
+            t.contains("TORCH_LIBRARY"),
+        )
+    };
+    let has_module = |found: &[(String, String)]| found.iter().any(|(_, t)| binds(t).0);
+    let source = rel.to_string_lossy().replace('\\', "/");
+    let mut found: Vec<(String, String)> = Vec::new();
+    let own = binds(src);
+    if own.0 || own.1 {
+        found.push((source.clone(), src.to_string()));
+    }
+    let mut dir = rel.parent().map(Path::to_path_buf);
+    // Until a file that defines the module (a file of `TORCH_LIBRARY_IMPL`s alone does not).
+    for _ in 0..2 {
+        if has_module(&found) {
+            break;
+        }
+        let Some(d) = dir.take() else { break };
+        let mut names: Vec<PathBuf> = std::fs::read_dir(root.join(&d))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
+                    && p.is_file()
+            })
+            .take(MAX_BINDING_FILES)
+            .collect();
+        names.sort();
+        for p in names {
+            let Ok(rel_p) = p.strip_prefix(root) else {
+                continue;
+            };
+            let r = rel_p.to_string_lossy().replace('\\', "/");
+            if r == source || found.iter().any(|(f, _)| *f == r) {
+                continue;
+            }
+            let Ok(bytes) = crate::foundation::fsutil::read_bounded(&p, MAX_SOURCE) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let (py, lib) = binds(&text);
+            if py || lib {
+                found.push((r, text));
+            }
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    let mut module = None;
+    let mut functions: Vec<String> = Vec::new();
+    let mut operators = false;
+    for (_, text) in &found {
+        let t = strip_comments(text);
+        operators |= t.contains("TORCH_LIBRARY");
+        let ident = |s: &str| -> String {
+            s.chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        // `PYBIND11_MODULE(name, m)`, or a module's own `PyObject* PyInit_name(void)`.
+        let named = t
+            .find("PYBIND11_MODULE")
+            .map(|at| {
+                let args = t[at + "PYBIND11_MODULE".len()..].trim_start();
+                ident(args.strip_prefix('(').unwrap_or("").trim_start())
+            })
+            .or_else(|| {
+                t.find("PyInit_")
+                    .map(|at| ident(&t[at + "PyInit_".len()..]))
+            });
+        if let Some(name) = named
+            && module.is_none()
+            && !name.is_empty()
+            && name != "TORCH_EXTENSION_NAME"
+        {
+            module = Some(name);
+        }
+        for part in t.split(".def(").skip(1) {
+            let Some(rest) = part.trim_start().strip_prefix('"') else {
+                continue;
+            };
+            let name: String = rest.chars().take_while(|c| *c != '"').collect();
+            let ident = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if ident && !functions.contains(&name) && functions.len() < MAX_KERNELS {
+                functions.push(name);
+            }
+        }
+    }
+    // The module's name where the binding leaves it to the build (`TORCH_EXTENSION_NAME`):
+    // the kernel file's stem as a Python identifier.
+    let module = module.unwrap_or_else(|| {
+        let stem = rel
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut m: String = stem
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        if !m.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+            m.insert(0, '_');
+        }
+        m
+    });
+    let bindings: Vec<String> = found.iter().map(|(f, _)| f.clone()).collect();
+    let mut sources = bindings.clone();
+    if !sources.contains(&source) {
+        sources.push(source);
+    }
+    TorchExt {
+        module,
+        sources,
+        functions,
+        bindings,
+        operators,
+        headers,
+    }
 }
 
 /// Whether `path` is under `root` once `.` and `..` are resolved by name alone (for a path
@@ -979,7 +1191,7 @@ fn resolve_includes(
             continue;
         }
         let files = files.get_or_insert_with(|| RepoFiles::of(root));
-        match files.find(h) {
+        match files.find(h, dir) {
             Some(p) => {
                 let base = p[..p.len() - h.len()].trim_end_matches('/');
                 dirs.insert(if base.is_empty() {
@@ -1024,7 +1236,7 @@ fn included_files(
             } else {
                 files
                     .get_or_insert_with(|| RepoFiles::of(root))
-                    .find(&h)
+                    .find(&h, &dir)
                     .map(str::to_string)
             };
             let Some(found) = found else {
@@ -1090,15 +1302,25 @@ impl RepoFiles {
         RepoFiles { by_name }
     }
 
-    /// The shallowest file whose path is `h` or ends with `/h`.
-    fn find(&self, h: &str) -> Option<&str> {
+    /// The file whose path is `h` or ends with `/h` nearest to the directory `near` (the
+    /// including file's, relative to the root): the one sharing the most leading directories
+    /// with it (`kernels/hgemm/utils/utils.h` for a file under `kernels/hgemm/`, not
+    /// `kernels/flash-attn/utils/utils.h`), then the shallowest, then the first by name.
+    fn find(&self, h: &str, near: &Path) -> Option<&str> {
         let name = h.rsplit('/').next().unwrap_or(h);
         let suffix = format!("/{h}");
+        let shared = |p: &str| {
+            Path::new(p)
+                .components()
+                .zip(near.components())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
         self.by_name
             .get(name)?
             .iter()
             .filter(|(_, p)| p == h || p.ends_with(&suffix))
-            .min_by_key(|(depth, _)| *depth)
+            .min_by_key(|(depth, p)| (std::cmp::Reverse(shared(p)), *depth, p.as_str()))
             .map(|(_, p)| p.as_str())
     }
 }
@@ -1139,9 +1361,17 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
     ));
     t.push_str(&format!("# {} because {}\n", k.kind, k.why));
     t.push_str(&format!("kind = \"{}\"\n", k.kind));
+    if let Some(x) = &k.torch {
+        return torch_recipe_text(t, k, x, target, list);
+    }
     t.push_str(&format!("source = \"{}\"\n", k.source.replace('"', "\\\"")));
     if !k.kernels.is_empty() {
         t.push_str(&format!("entries = [{}]\n", list(&k.kernels)));
+    }
+    if k.more {
+        t.push_str(&format!(
+            "# the file has more than {MAX_KERNELS} `__global__`s: only the first {MAX_KERNELS} were read; add the rest by hand\n"
+        ));
     }
     if !k.templates.is_empty() {
         t.push_str(&format!(
@@ -1170,6 +1400,41 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
         "[\"cubin\"]"
     };
     t.push_str(&format!("outputs = {outputs}\n"));
+    if !k.include_dirs.is_empty() {
+        t.push_str(&format!("include-dirs = [{}]\n", list(&k.include_dirs)));
+    }
+    t
+}
+
+/// The rest of a `torch-extension` recipe (after its kind): module, sources, the functions
+/// the bindings define as entries, the kernels in a comment.
+fn torch_recipe_text(
+    mut t: String,
+    k: &KernelFile,
+    x: &TorchExt,
+    target: &str,
+    list: impl Fn(&[String]) -> String,
+) -> String {
+    t.push_str(&format!("module = \"{}\"\n", x.module));
+    t.push_str(&format!("sources = [{}]\n", list(&x.sources)));
+    if x.bindings.is_empty() {
+        t.push_str("# no file beside it binds a module (PYBIND11_MODULE) or registers operators (TORCH_LIBRARY): add the one that does to sources\n");
+    }
+    if !x.functions.is_empty() {
+        t.push_str(&format!("entries = [{}]\n", list(&x.functions)));
+    }
+    if x.operators {
+        t.push_str("# operators registered with TORCH_LIBRARY are called as torch.ops.NAMESPACE.NAME, not as the module's functions\n");
+    }
+    let mut kernels = k.kernels.clone();
+    kernels.extend(k.templates.iter().cloned());
+    if !kernels.is_empty() {
+        t.push_str(&format!("# its kernels: {}\n", kernels.join(", ")));
+    }
+    if !k.source.ends_with(".cu") {
+        t.push_str("# PyTorch compiles only .cu sources with nvcc: a kernel in another file needs a .cu beside it that includes it\n");
+    }
+    t.push_str(&format!("targets = [\"{target}\"]\n"));
     if !k.include_dirs.is_empty() {
         t.push_str(&format!("include-dirs = [{}]\n", list(&k.include_dirs)));
     }
@@ -1450,6 +1715,90 @@ __global__ void lib::ool(float* x) {{}}
         // A declaration before the definition does not hide it.
         let both = "__global__ void k(float* x);\nvoid host() {}\n__global__ void k(float* x) {}\n";
         assert_eq!(kernels(both), vec![("k".to_string(), false)]);
+    }
+
+    /// A kernel file of a PyTorch extension gets a `torch-extension` recipe with the files that
+    /// bind it: beside it (flash-attention-minimal's `main.cpp`), or one directory up with
+    /// the module defined by `PyInit_` and operators by `TORCH_LIBRARY`
+    /// (pytorch/extension-cpp's layout).
+    #[test]
+    fn pytorch_extensions_get_a_torch_extension_recipe_with_their_bindings() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |p: &str, t: &str| {
+            let path = d.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, t).unwrap();
+        };
+        w(
+            "fa/flash.cu",
+            "#include <torch/types.h>\n__global__ void forward_kernel(float* q) {}\ntorch::Tensor forward(torch::Tensor q) { return q; }\n",
+        );
+        w(
+            "fa/main.cpp",
+            "#include <torch/extension.h>\ntorch::Tensor forward(torch::Tensor q);\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n  m.def(\"forward\", torch::wrap_pybind_function(forward), \"forward\");\n}\n",
+        );
+        w("fa/other.cpp", "int unrelated() { return 0; }\n");
+        w(
+            "ext/csrc/cuda/muladd.cu",
+            "#include <ATen/Operators.h>\n#include <torch/all.h>\nnamespace extension_cpp {\n__global__ void mul_kernel(float* a) {}\nTORCH_LIBRARY_IMPL(extension_cpp, CUDA, m) { m.impl(\"mymul\", &mymul_cuda); }\n}\n",
+        );
+        w(
+            "ext/csrc/muladd.cpp",
+            "#include <Python.h>\nextern \"C\" { PyObject* PyInit__C(void) { return nullptr; } }\nTORCH_LIBRARY(extension_cpp, m) { m.def(\"mymul(Tensor a, Tensor b) -> Tensor\"); }\n",
+        );
+        w(
+            "solo/k.cu",
+            "#include <torch/extension.h>\n__global__ void k(float* x) {}\n",
+        );
+        let read = |f: &str| read_kernel_file(d.path(), d.path(), Path::new(f)).unwrap();
+        let fa = read("fa/flash.cu");
+        assert_eq!(fa.kind, "torch-extension");
+        let t = fa.torch.clone().unwrap();
+        assert_eq!(
+            (
+                t.module.as_str(),
+                t.sources.clone(),
+                t.functions.clone(),
+                t.operators
+            ),
+            (
+                "flash",
+                vec!["fa/main.cpp".to_string(), "fa/flash.cu".to_string()],
+                vec!["forward".to_string()],
+                false
+            )
+        );
+        let ext = read("ext/csrc/cuda/muladd.cu").torch.unwrap();
+        assert_eq!(
+            (
+                ext.module.as_str(),
+                ext.sources.clone(),
+                ext.functions.is_empty(),
+                ext.operators
+            ),
+            (
+                "_C",
+                vec![
+                    "ext/csrc/cuda/muladd.cu".to_string(),
+                    "ext/csrc/muladd.cpp".to_string()
+                ],
+                true,
+                true
+            )
+        );
+        let solo = read("solo/k.cu");
+        assert!(solo.torch.as_ref().unwrap().bindings.is_empty());
+        // Every recipe written loads, as a torch-extension with those fields.
+        for k in [&fa, &solo] {
+            let text = recipe_text(k, "sm_90");
+            let r = crate::foundation::recipe::parse_detached("recipes/x.toml", &text)
+                .unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert!(
+                matches!(r.build, crate::foundation::recipe::Build::TorchExtension(_)),
+                "{text}"
+            );
+        }
+        assert!(recipe_text(&solo, "sm_90").contains("# no file beside it binds a module"));
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub enum InputError {
         /// The other.
         second: String,
     },
+    /// A file that is a symbolic link out of the repository (or under one).
+    #[error("cannot read {path}: it links outside the repository")]
+    LinksOut {
+        /// The file, relative to the root.
+        path: String,
+    },
     /// A file could not be read.
     #[error("cannot read {path}: {reason}")]
     Read {
@@ -261,9 +267,8 @@ fn read(root: &Path, canonical_root: &Path, rel: &str) -> Result<Vec<u8>, InputE
     if let Ok(real) = path.canonicalize()
         && !real.starts_with(canonical_root)
     {
-        return Err(InputError::Read {
+        return Err(InputError::LinksOut {
             path: rel.to_string(),
-            reason: "it links outside the repository".into(),
         });
     }
     std::fs::read(&path).map_err(|e| InputError::Read {

@@ -250,6 +250,7 @@ impl Diagnose for BuildError {
         match self {
             BuildError::Inputs { source: InputError::Missing { name, .. }, .. } => Some(format!("paths are relative to the including file or to the recipe's include-dirs; a header of the host or of a library outside the repository is included as <{name}>, and a generated one must exist before the build")),
             BuildError::Inputs { source: InputError::Escapes { .. }, .. } => Some("builds read only files inside the repository".into()),
+            BuildError::Inputs { source: InputError::LinksOut { .. }, .. } => Some("copy the file into the repository: another checkout would not have what the link points to, and the key could not cover it".into()),
             BuildError::Inputs { source: InputError::Absolute { .. }, .. } => Some("include toolkit headers by name (<cuda_fp16.h>) and copy other files into the repository, so that the key covers them".into()),
             BuildError::Inputs { source: InputError::Computed { .. }, .. } => Some("write the header's name in the #include (\"name.h\" or <name.h>), so that the key covers the file it reads".into()),
             BuildError::Inputs { .. } => Some("paths are relative to the including file or to the recipe's include-dirs".into()),
@@ -358,6 +359,24 @@ pub enum CompileError {
         /// The loader's message.
         message: String,
     },
+}
+
+/// What to do about a failed build whose compiler said something repro recognises: code
+/// written for another toolkit or build mode than the recipe's.
+pub fn compiler_hint(log: &str) -> Option<String> {
+    if log.contains("requires separate compilation mode") {
+        return Some(
+            "a kernel launches kernels from the device: add \"-rdc=true\" to the recipe's `options` (the cubin is then relocatable: loading it needs a device link with cudadevrt)".into(),
+        );
+    }
+    // nvcc: `identifier "cudaThreadSynchronize" is undefined`.
+    let removed = log.lines().find_map(|l| {
+        let name = l.split("identifier \"").nth(1)?.split('"').next()?;
+        (name.starts_with("cuda") && l.contains("is undefined")).then_some(name)
+    })?;
+    Some(format!(
+        "`{removed}` is not in this toolkit's CUDA API (CUDA 13 removed several runtime calls, such as cudaThreadSynchronize): update the call, or build with a toolkit that has it (`--toolchain system`)"
+    ))
 }
 
 /// What a build that lacks entry points says, after the compiler's log.
@@ -1107,6 +1126,23 @@ mod tests {
 
     /// A failed build's log reads as it did when it was built by hand: the compiler's
     /// words first, an empty log left out.
+    #[test]
+    fn compiler_messages_for_another_toolkit_or_mode_get_a_hint() {
+        let rdc = "k.cu(9): error: kernel launch from __device__ or __global__ functions requires separate compilation mode";
+        assert!(compiler_hint(rdc).unwrap().contains("-rdc=true"));
+        let gone = "m.cu(60): error: identifier \"cudaThreadSynchronize\" is undefined";
+        assert!(
+            compiler_hint(gone)
+                .unwrap()
+                .starts_with("`cudaThreadSynchronize` is not")
+        );
+        assert_eq!(
+            compiler_hint("k.cu(3): error: identifier \"foo\" is undefined"),
+            None
+        );
+        assert_eq!(compiler_hint("anything else"), None);
+    }
+
     #[test]
     fn compile_errors_read_as_logs() {
         let e = CompileError::MissingEntries {

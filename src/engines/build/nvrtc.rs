@@ -87,6 +87,31 @@ pub fn options(c: &Compile) -> Vec<String> {
     o
 }
 
+/// Whether a header says `#pragma once`.
+fn pragma_once(bytes: &[u8]) -> bool {
+    String::from_utf8_lossy(bytes).lines().any(|l| {
+        let l = l.trim_start();
+        l.strip_prefix('#')
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix("pragma"))
+            .is_some_and(|l| l.trim() == "once")
+    })
+}
+
+/// A `#pragma once` header's text inside an include guard named after its file (`rel`), the
+/// line numbers and the name in diagnostics kept as they are (`#line 1 "include"`).
+fn guarded(include: &str, rel: &str, bytes: &[u8]) -> Vec<u8> {
+    let id = &crate::foundation::keys::sha256_hex(rel.as_bytes())[..16];
+    let mut out = format!(
+        "#ifndef __repro_once_{id}\n#define __repro_once_{id}\n#line 1 \"{}\"\n",
+        include.replace('\\', "\\\\").replace('"', "\\\"")
+    )
+    .into_bytes();
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\n#endif\n");
+    out
+}
+
 /// Compiles `c.source` with the headers of `closure`, with the NVRTC the project's `pins`
 /// choose. `Err` carries the compiler's log.
 pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts, CompileError> {
@@ -100,9 +125,22 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
     let name = cstr(c.source.as_bytes(), "the source path")?;
     let mut header_names = Vec::new();
     let mut header_srcs = Vec::new();
+    // NVRTC knows a header by the name it is included by, so `#pragma once` keeps out a
+    // second inclusion only under the same name: a header included as "inc/a.h" from one
+    // file and as "a.h" from another would be read twice (nvcc, reading files, reads it
+    // once). Such a header is handed to NVRTC inside a guard of its own file's path.
+    let mut spellings: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for rel in closure.headers.values() {
+        *spellings.entry(rel.as_str()).or_default() += 1;
+    }
     for (include, rel) in &closure.headers {
         header_names.push(cstr(include.as_bytes(), include)?);
-        header_srcs.push(cstr(&closure.files[rel], rel)?);
+        let bytes = &closure.files[rel];
+        if spellings[rel.as_str()] > 1 && pragma_once(bytes) {
+            header_srcs.push(cstr(&guarded(include, rel, bytes), rel)?);
+        } else {
+            header_srcs.push(cstr(bytes, rel)?);
+        }
     }
     let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
     let src_ptrs: Vec<*const c_char> = header_srcs.iter().map(|s| s.as_ptr()).collect();

@@ -1487,10 +1487,25 @@ impl Diagnose for InstallError {
                 arch(),
                 if known.is_empty() { "none".into() } else { known.join(", ") }
             )),
-            InstallError::UnknownRelease { known, spec } => Some(format!(
-                "pin it: `repro toolchain pin {spec}` writes its wheels and their sha256 into repro.toml; pinned here: {}",
-                if known.is_empty() { "none".into() } else { known.join(", ") }
-            )),
+            InstallError::UnknownRelease { known, spec } => {
+                // nvcc is pinned by release (major.minor): `nvcc@13.3.73` is pinned as 13.3.
+                let (family, release) = spec.split_once('@').unwrap_or((spec.as_str(), ""));
+                if let Some(mm) = major_minor(release)
+                    && known.contains(&format!("{family}@{mm}"))
+                {
+                    return Some(format!(
+                        "{family} is pinned by release: `repro toolchain install {family}@{mm}`"
+                    ));
+                }
+                let pin = match major_minor(release) {
+                    Some(mm) => format!("`repro toolchain pin {family}@{mm}`"),
+                    None => format!("`repro toolchain pin {family}@MAJOR.MINOR` (`repro toolchain pin --list` names them)"),
+                };
+                Some(format!(
+                    "pin it: {pin} writes its wheels and their sha256 into repro.toml; pinned here: {}",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ))
+            }
             InstallError::NotForPlatform { offered, arch, .. } => Some(format!(
                 "it is pinned for {} only; add the sha256 of the {arch} wheels to repro.toml",
                 if offered.is_empty() { "no architecture".into() } else { offered.join(", ") }

@@ -331,7 +331,7 @@ fn from_pip(
         let v = if family == Family::Nvrtc && release != mm {
             vs.iter().find(|v| *v == release).cloned()
         } else {
-            newest_matching(&vs, Some(mm))
+            newest_matching(&vs, Some(mm)).or_else(|| earlier_cccl(&p, &vs, mm))
         };
         let Some(v) = v else {
             return Err(PinError::Unknown {
@@ -350,6 +350,26 @@ fn from_pip(
         pins.push((p, v));
     }
     digests(&pins)
+}
+
+/// CCCL's headers (CUB, Thrust, libcu++) for an nvcc release that NVIDIA published no
+/// `nvidia-cuda-cccl` wheel of (none from 13.4 on): the newest of an earlier release of the
+/// same major, as tools/release-table.py takes it.
+fn earlier_cccl(package: &str, versions: &[String], mm: &str) -> Option<String> {
+    if package != "nvidia-cuda-cccl" {
+        return None;
+    }
+    let parse = |v: &str| -> Option<(u32, u32)> {
+        let mut it = v.split('.');
+        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    };
+    let (major, minor) = parse(mm)?;
+    versions
+        .iter()
+        .filter(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .filter(|v| parse(v).is_some_and(|(a, b)| a == major && b < minor))
+        .max_by(|a, b| crate::foundation::version::compare(a, b))
+        .cloned()
 }
 
 fn newest_matching(versions: &[String], mm: Option<&str>) -> Option<String> {
@@ -536,6 +556,32 @@ mod tests {
             .unwrap();
         let own = &cfg.toolchain.nvcc["13.0"].wheels;
         assert_eq!(&p.wheels[..own.len()], &own[..]);
+    }
+
+    /// NVIDIA publishes no CCCL wheel of nvcc 13.4 and later: the newest of an earlier
+    /// release of the same major serves, and a release with its own keeps it.
+    #[test]
+    fn a_release_without_its_own_cccl_takes_the_newest_earlier_one() {
+        let vs: Vec<String> = [
+            "13.3.5.0.6",
+            "13.3.4.3.1",
+            "13.2.86",
+            "13.0.85",
+            "12.9.27",
+            "13.3.9rc1",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            earlier_cccl("nvidia-cuda-cccl", &vs, "13.5").as_deref(),
+            Some("13.3.5.0.6")
+        );
+        assert_eq!(
+            earlier_cccl("nvidia-cuda-cccl", &vs, "13.1").as_deref(),
+            Some("13.0.85")
+        );
+        assert_eq!(earlier_cccl("nvidia-cuda-cccl", &vs, "13.0"), None);
+        assert_eq!(earlier_cccl("nvidia-cuda-crt", &vs, "13.5"), None);
     }
 
     #[test]
