@@ -1862,6 +1862,24 @@ __global__ void after_macros(int* p) {}
         assert_eq!(k.kind, "nvrtc", "{k:?}");
         assert_eq!(k.include_dirs, ["include", "third_party/cfg"]);
         assert_eq!(k.kernels, ["a"]);
+        // Two headers of one name: the one nearest the including file (LeetCUDA has
+        // kernels/flash-attn/utils/utils.h and kernels/hgemm/utils/utils.h).
+        for dir in [
+            "kernels/flash-attn/utils",
+            "kernels/hgemm/utils",
+            "kernels/hgemm/mma/basic",
+        ] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("kernels/flash-attn/utils/utils.h"), "").unwrap();
+        std::fs::write(root.join("kernels/hgemm/utils/utils.h"), "").unwrap();
+        std::fs::write(
+            root.join("kernels/hgemm/mma/basic/h.cu"),
+            "#include \"utils.h\"\n__global__ void h(float* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("kernels/hgemm/mma/basic/h.cu")).unwrap();
+        assert_eq!(k.include_dirs, ["kernels/hgemm/utils"]);
         // Toolkit headers, angled or quoted, are not in NVRTC's wheel: nvcc.
         for inc in [
             "<cuda_fp16.h>",
