@@ -209,8 +209,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Lock, LockfileError> {
             hint,
         }
     };
-    let toml_err =
-        |e: toml::de::Error| invalid(e.span(), crate::foundation::spans::user_message(&e), None);
+    let toml_err = |e: toml::de::Error| {
+        invalid(
+            e.span(),
+            crate::foundation::spans::user_message_in(&e, text),
+            None,
+        )
+    };
 
     // The schema is read first and alone, so that a newer lockfile gets "upgrade repro"
     // rather than a confusing complaint about fields this version has not heard of.

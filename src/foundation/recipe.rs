@@ -672,8 +672,13 @@ fn parse_in(
             hint: hint.map(str::to_string),
         }
     };
-    let toml_err =
-        |e: toml::de::Error| invalid(e.span(), crate::foundation::spans::user_message(&e), None);
+    let toml_err = |e: toml::de::Error| {
+        invalid(
+            e.span(),
+            crate::foundation::spans::user_message_in(&e, text),
+            None,
+        )
+    };
     let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
     check_schema(&table, rel, &invalid)?;
     let raw: RawRecipe = toml::from_str(text).map_err(toml_err)?;

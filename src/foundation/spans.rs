@@ -48,8 +48,34 @@ mod tests {
 /// (`expected struct RawRule`) mean "a table" to someone editing the file.
 pub fn user_message(e: &toml::de::Error) -> String {
     let m = e.message().trim();
+    // `invalid type: integer `99999999999999999999` as i128, expected any valid TOML value`
+    let big = regex_lite::Regex::new(r"^invalid type: integer `([-0-9]+)` as i128")
+        .expect("a valid regex");
+    if let Some(c) = big.captures(m) {
+        return format!(
+            "integer `{}` is out of range (TOML integers are 64-bit: at most 9223372036854775807)",
+            &c[1]
+        );
+    }
     let re = regex_lite::Regex::new(r"struct (Raw[A-Za-z]*|Spanned)").expect("a valid regex");
     re.replace_all(m, "a table").into_owned()
+}
+
+/// [`user_message`], naming what the error's span covers in `text` where the parser's
+/// message does not: the key of a `duplicate key`.
+pub fn user_message_in(e: &toml::de::Error, text: &str) -> String {
+    let m = user_message(e);
+    if m == "duplicate key"
+        && let Some(key) = e.span().and_then(|s| text.get(s))
+    {
+        let key: String = key
+            .chars()
+            .take(64)
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        return format!("duplicate key `{key}`: each key (and table) may appear once");
+    }
+    m
 }
 
 #[cfg(test)]
@@ -66,6 +92,25 @@ mod message_tests {
         assert!(
             !m.contains("RawRule") && m.contains("expected a table"),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_and_huge_integers_are_named() {
+        let t = "a = 1\nb = 2\na = 3\n";
+        let e = toml::from_str::<toml::Value>(t).unwrap_err();
+        assert_eq!(
+            super::user_message_in(&e, t),
+            "duplicate key `a`: each key (and table) may appear once"
+        );
+        let t = "[x]\ny = 1\n[x]\nz = 2\n";
+        let e = toml::from_str::<toml::Value>(t).unwrap_err();
+        assert!(super::user_message_in(&e, t).starts_with("duplicate key `x`"));
+        let t = "schema = 99999999999999999999\n";
+        let e = toml::from_str::<toml::Value>(t).unwrap_err();
+        assert!(
+            super::user_message_in(&e, t)
+                .starts_with("integer `99999999999999999999` is out of range"),
         );
     }
 }
