@@ -88,6 +88,76 @@ pub fn summarize(samples: &[f64], seed: u64) -> Option<Summary> {
     })
 }
 
+/// What is wrong with `summary` as the summary of `samples`, if anything: the one check that
+/// a record read from elsewhere (a pulled ref, a bundle, an edited file whose ID was
+/// recomputed) does not display a summary its samples contradict.
+///
+/// Everything but the bootstrap interval is recomputed with the functions [`summarize`]
+/// uses and compared within a relative 1e-9 (records of older repros, whose arithmetic may
+/// differ in the last bits, still pass). The interval is not recomputed: that is 2000
+/// medians of the whole set, too slow for every record `repro log` reads, and a change of
+/// the generator would turn every older record into damage. What any bootstrap percentile
+/// interval of the median must satisfy is checked instead: its ends are finite and lie
+/// within [min, max], low before high. A sample that is not finite is refused outright.
+pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
+    if samples.is_empty() {
+        return Some("is present, but there are no samples".into());
+    }
+    if !all_finite(samples) {
+        return Some("summarises samples that are not all finite".into());
+    }
+    if summary.n != samples.len() {
+        return Some(format!(
+            "counts {} samples, but there are {}",
+            summary.n,
+            samples.len()
+        ));
+    }
+    let s = sorted(samples);
+    let median = median_in_place(&mut s.clone());
+    let mad = mad_around(samples, median);
+    let stdev = sample_stdev(samples);
+    let expected = [
+        ("median", summary.median, median),
+        ("mean", summary.mean, mean(samples)),
+        ("min", summary.min, s[0]),
+        ("max", summary.max, s[s.len() - 1]),
+        ("stdev", summary.stdev, stdev),
+        ("mad", summary.mad, mad),
+        (
+            "rel-noise",
+            summary.rel_noise,
+            rel_noise(samples.len(), median, mad, stdev),
+        ),
+    ];
+    for (field, found, want) in expected {
+        let agrees = found == want
+            || (found.is_finite()
+                && want.is_finite()
+                && (found - want).abs() <= 1e-9 * found.abs().max(want.abs()));
+        if !agrees {
+            return Some(format!("has {field} {found}, but its samples give {want}"));
+        }
+    }
+    if summary.outliers != count_outliers(samples, median, mad) {
+        return Some(format!(
+            "counts {} outliers, but its samples have {}",
+            summary.outliers,
+            count_outliers(samples, median, mad)
+        ));
+    }
+    let (lo, hi) = (summary.ci_low, summary.ci_high);
+    let inside = |x: f64| x.is_finite() && s[0] <= x && x <= s[s.len() - 1];
+    if !(inside(lo) && inside(hi) && lo <= hi) {
+        return Some(format!(
+            "has the interval [{lo}, {hi}], which is not within its samples' range [{}, {}]",
+            s[0],
+            s[s.len() - 1]
+        ));
+    }
+    None
+}
+
 /// The median: the middle value, or the average of the two middle values for an even count.
 ///
 /// Returns `None` if `samples` is empty or holds a non-finite value.
@@ -582,6 +652,53 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_summary_is_checked_against_its_samples() {
+        let samples = [3.0, 1.0, 2.0, 2.5, 9.0];
+        let good = summarize(&samples, 7).unwrap();
+        assert_eq!(summary_problem(&samples, &good), None);
+        let forged = |f: &dyn Fn(&mut Summary)| {
+            let mut s = good.clone();
+            f(&mut s);
+            summary_problem(&samples, &s)
+        };
+        assert!(forged(&|s| s.median = -5.0).unwrap().contains("median -5"));
+        assert!(forged(&|s| s.ci_low = -1e300).unwrap().contains("interval"));
+        assert!(
+            forged(&|s| s.ci_high = f64::NAN)
+                .unwrap()
+                .contains("interval")
+        );
+        assert!(
+            forged(&|s| (s.ci_low, s.ci_high) = (2.9, 2.1))
+                .unwrap()
+                .contains("interval")
+        );
+        assert!(forged(&|s| s.n = 6).unwrap().contains("counts 6"));
+        assert!(forged(&|s| s.max = 10.0).unwrap().contains("max"));
+        assert!(forged(&|s| s.outliers = 3).unwrap().contains("outliers"));
+        assert!(
+            forged(&|s| s.rel_noise = f64::INFINITY)
+                .unwrap()
+                .contains("rel-noise")
+        );
+        assert!(summary_problem(&[], &good).unwrap().contains("no samples"));
+        // One sample: an infinite noise, as written.
+        let one = summarize(&[4.0], 1).unwrap();
+        assert_eq!(summary_problem(&[4.0], &one), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_summary_summarize_writes_passes_its_check(
+            samples in proptest::collection::vec(1e-6f64..1e6, 1..200),
+            seed in any::<u64>(),
+        ) {
+            let s = summarize(&samples, seed).unwrap();
+            prop_assert_eq!(summary_problem(&samples, &s), None);
+        }
+    }
 
     /// Within `tolerance`, relative to the larger (plus 1). An infinity is close only to
     /// itself: the relative bound would otherwise grow to take anything.

@@ -314,6 +314,36 @@ fn every_command_that_opens_a_store_keeps_it_out_of_git_status() {
 }
 
 #[test]
+fn a_forged_summary_or_date_is_damage_that_verify_names_and_compare_refuses() {
+    let (tmp, root) = project();
+    let honest = put_result(&root, &command_result());
+    let mut forged = command_result();
+    forged["summary"]["median"] = json!(-5.0);
+    forged["summary"]["ci-low"] = json!(-1e300);
+    let forged = put_result(&root, &forged);
+    let mut dated = command_result();
+    dated["created-at"] = json!("9999-99-99");
+    let dated = put_result(&root, &dated);
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&forged[..12]) && out.contains("`summary` has median -5"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&dated[..12]) && out.contains("`created-at` is \"9999-99-99\""),
+        "{out}"
+    );
+    assert!(!out.contains(&honest[..12]), "{out}");
+    let (code, _, err) = run(tmp.path(), &root, &["compare", &honest, &forged]);
+    assert_ne!(code, 0, "{err}");
+    assert_ne!(code, 70, "not a bug: {err}");
+    assert!(err.contains("`summary` has median -5"), "{err}");
+    let (_, out, _) = run(tmp.path(), &root, &["log"]);
+    assert!(!out.contains("-5"), "log shows no forged median: {out}");
+}
+
+#[test]
 fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
     let (tmp, root) = project();
     let fixture = command_result();
