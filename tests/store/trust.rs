@@ -461,3 +461,57 @@ fn a_result_with_a_hostile_fingerprint_is_named_with_its_file_and_key() {
         std::fs::remove_file(root.join(format!(".repro/results/{id}.json"))).unwrap();
     }
 }
+
+/// A directory where a record or an object file belongs: verify names it, gc moves it to
+/// quarantine/, and a build over it recovers (it failed with "Is a directory" on every run).
+#[test]
+fn a_directory_where_a_store_file_belongs_is_damage_that_gc_quarantines() {
+    let (tmp, root) = project();
+    let (rec, _, _) = build(tmp.path(), &root);
+    let digest = rec["outputs"]["out/k.bin"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let object = root.join(format!(".repro/objects/{}/{}", &digest[..2], &digest[2..]));
+    let replace_with_dir = |p: &Path| {
+        std::fs::remove_file(p).unwrap();
+        std::fs::create_dir(p).unwrap();
+        std::fs::write(p.join("x"), "x").unwrap();
+    };
+    let result = put_result(&root, &command_result());
+    let result_path = root.join(format!(".repro/results/{result}.json"));
+    replace_with_dir(&object);
+    replace_with_dir(&result_path);
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("results/{result}.json")), "{out}");
+    assert!(
+        out.contains(&format!("objects/{}/{}", &digest[..2], &digest[2..])),
+        "{out}"
+    );
+    assert!(out.contains("not a regular file"), "{out}");
+
+    // A build over the directory recovers (it is moved aside), as over a corrupt object.
+    let (code, _, err) = run(tmp.path(), &root, &["build", "k"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(object.is_file(), "the object was written again");
+
+    replace_with_dir(&object);
+    let (code, out, err) = run(tmp.path(), &root, &["store", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 damaged records moved to quarantine/"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 files where objects belong moved to quarantine/"),
+        "{out}"
+    );
+    assert!(!object.exists() && !result_path.exists());
+    let quarantine = root.join(".repro/quarantine");
+    assert!(quarantine.join("results").is_dir() && quarantine.join("objects").is_dir());
+    let (code, _, err) = run(tmp.path(), &root, &["build", "k"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 0, "{out}");
+}
