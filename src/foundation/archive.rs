@@ -191,14 +191,18 @@ fn header(size: u64, executable: bool) -> tar::Header {
 /// whatever order they come in. Unsafe or repeated paths are refused before anything is
 /// written; the file is replaced atomically. Returns the sha256 hex of the written file.
 pub fn write(path: &Path, entries: Vec<Entry>) -> Result<String, ArchiveError> {
-    write_with(path, entries, &|_, _| {})
+    write_with(path, entries, true, &|_, _| {})
 }
 
 /// [`write`], calling `progress(done, total)` with the bytes of the tar compressed so far
-/// (compression is the slow part: zstd level 19 on one thread).
+/// (compression is the slow part: zstd level 19 on one thread). Without `overwrite` an
+/// existing file is never replaced, even one another process creates meanwhile (the bundle
+/// is published with a no-clobber link, not a check then a rename):
+/// [`fsutil::WriteError::Exists`].
 pub fn write_with(
     path: &Path,
     mut entries: Vec<Entry>,
+    overwrite: bool,
     progress: &dyn Fn(u64, u64),
 ) -> Result<String, ArchiveError> {
     let write_err = |source| ArchiveError::Write {
@@ -254,7 +258,7 @@ pub fn write_with(
     }
     let compressed = enc.finish().map_err(write_err)?;
 
-    fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
+    fsutil::write_atomic(path, &compressed, overwrite).map_err(|e| match e {
         fsutil::WriteError::Io { source, .. } => write_err(source),
         other => ArchiveError::Output(other),
     })?;
@@ -1122,6 +1126,28 @@ mod tests {
         trailing.extend_from_slice(b"junk after the frame");
         std::fs::write(&bundle, &trailing).unwrap();
         assert!(matches!(verify(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn without_overwrite_exactly_one_of_concurrent_writers_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let outcomes: Vec<_> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| write_with(&bundle, sample(), false, &|_, _| {})))
+                .collect();
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+        for e in outcomes.into_iter().filter_map(Result::err) {
+            assert!(
+                matches!(e, ArchiveError::Output(fsutil::WriteError::Exists { .. })),
+                "{e}"
+            );
+        }
+        assert!(verify(&bundle).unwrap().ok());
+        // No temporary file of a loser is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     /// Compresses `tar` as one zstd frame, as a bundle is.
