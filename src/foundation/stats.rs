@@ -15,6 +15,30 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// Number of bootstrap resamples used by [`summarize`] and [`compare`].
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
+/// The most samples of one set a bootstrap resamples. A bootstrap costs resamples x samples
+/// (2000 x 1M draws and medians for a 1M-sample nvbench state: minutes); a larger set is
+/// bootstrapped from this many of its samples, evenly spaced by index (sample `i * n / cap`
+/// for i in 0..cap: deterministic, no generator, the whole run covered). Its interval is
+/// then that of a set of this size: wider than a full bootstrap's, never narrower, so a
+/// subsampled comparison may say `unknown` where the full one says `same` but never the
+/// reverse. Medians, ratios and the rank tests always use every sample (O(n log n)).
+pub const BOOTSTRAP_MAX_SAMPLES: usize = 10_000;
+
+/// `xs`, or [`BOOTSTRAP_MAX_SAMPLES`] of them evenly spaced by index.
+fn bootstrap_subsample(xs: &[f64]) -> std::borrow::Cow<'_, [f64]> {
+    let n = xs.len();
+    if n <= BOOTSTRAP_MAX_SAMPLES {
+        return std::borrow::Cow::Borrowed(xs);
+    }
+    let cap = BOOTSTRAP_MAX_SAMPLES;
+    // i * n / cap < n for i < cap; u128 so that the product cannot overflow.
+    std::borrow::Cow::Owned(
+        (0..cap)
+            .map(|i| xs[(i as u128 * n as u128 / cap as u128) as usize])
+            .collect(),
+    )
+}
+
 /// Confidence level of the intervals that [`summarize`] and [`compare`] report.
 const CI_LEVEL: f64 = 0.95;
 
@@ -206,6 +230,7 @@ pub fn bootstrap_median_ci(
     if !all_finite(samples) || resamples == 0 || !(0.0..=1.0).contains(&level) {
         return None;
     }
+    let samples = &*bootstrap_subsample(samples);
     let mut rng = SplitMix64(seed);
     let mut buf = vec![0.0; samples.len()];
     let mut medians: Vec<f64> = (0..resamples)
@@ -232,6 +257,7 @@ pub fn bootstrap_ratio_ci(
     if !all_positive(a) || !all_positive(b) || resamples == 0 || !(0.0..=1.0).contains(&level) {
         return None;
     }
+    let (a, b) = (&*bootstrap_subsample(a), &*bootstrap_subsample(b));
     let mut rng = SplitMix64(seed);
     let mut buf_a = vec![0.0; a.len()];
     let mut buf_b = vec![0.0; b.len()];
@@ -362,6 +388,11 @@ pub struct Comparison {
     pub p: f64,
     /// The decision, see [`compare`].
     pub verdict: Verdict,
+    /// Where a set had more than [`BOOTSTRAP_MAX_SAMPLES`] samples: the ratio's interval was
+    /// bootstrapped from this many of each such set's samples, evenly spaced (absent
+    /// otherwise, as in every comparison before the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_subsample: Option<usize>,
 }
 
 /// Decides like Pinpoint: `p <= alpha` (default 0.01) → different (Slower if ratio > 1 else Faster);
@@ -409,7 +440,9 @@ pub fn compare_at(
     } else {
         Verdict::Unknown
     };
+    let subsampled = a.len().max(b.len()) > BOOTSTRAP_MAX_SAMPLES;
     Some(Comparison {
+        bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
         ratio,
         ratio_ci_low,
         ratio_ci_high,
@@ -652,6 +685,38 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_bootstrap_of_a_large_set_is_bounded_and_says_so() {
+        let mut normal = Normal(SplitMix64(3));
+        let a: Vec<f64> = (0..300_000).map(|_| normal.draw(10.0, 0.5)).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.001).collect();
+        let start = std::time::Instant::now();
+        let c = compare(&a, &b, 0.01, 0.05, 9).unwrap();
+        let s = summarize(&a, 9).unwrap();
+        // Minutes before the bound (debug build); seconds now, debug included.
+        assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+        assert_eq!(c.bootstrap_subsample, Some(BOOTSTRAP_MAX_SAMPLES));
+        assert!(
+            c.ratio_ci_low <= c.ratio && c.ratio <= c.ratio_ci_high,
+            "{c:?}"
+        );
+        assert!(s.ci_low <= s.median && s.median <= s.ci_high, "{s:?}");
+        assert_eq!(s.n, a.len());
+        // Deterministic, and no different for sets within the bound.
+        assert_eq!(compare(&a, &b, 0.01, 0.05, 9).unwrap(), c);
+        let small = &a[..BOOTSTRAP_MAX_SAMPLES];
+        assert_eq!(&*bootstrap_subsample(small), small);
+        assert_eq!(
+            compare(small, small, 0.01, 0.05, 1)
+                .unwrap()
+                .bootstrap_subsample,
+            None
+        );
+        let idx = bootstrap_subsample(&a);
+        assert_eq!(idx.len(), BOOTSTRAP_MAX_SAMPLES);
+        assert_eq!((idx[0], idx[1]), (a[0], a[30]));
+    }
 
     #[test]
     fn a_summary_is_checked_against_its_samples() {
