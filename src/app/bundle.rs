@@ -206,7 +206,9 @@ fn create_bundle(
     let bytes: usize = entries.iter().map(|e| e.bytes.len()).sum();
     let bar =
         crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "compressing the bundle");
-    let digest = archive::write_with(output, entries, &|done, total| {
+    // The check above only saves the work; the write itself never clobbers without --force
+    // (another `bundle create` may publish the same path meanwhile).
+    let digest = archive::write_with(output, entries, force, &|done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })

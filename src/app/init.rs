@@ -495,7 +495,9 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
             .map_or(Ok(()), std::fs::create_dir_all)
             .map_err(anyhow::Error::new)
             .and_then(|()| {
-                crate::foundation::fsutil::write_atomic(&p.path, p.text.as_bytes(), true)
+                // A file that was not there when planned is written without clobbering:
+                // one another process created since then is kept, and this run undone.
+                crate::foundation::fsutil::write_atomic(&p.path, p.text.as_bytes(), p.existed)
                     .map_err(anyhow::Error::new)
             });
         if let Err(e) = r {

@@ -785,7 +785,13 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     a.export
         .write(&g.cwd, &rows)
         .context("failed to write an export")?;
-    let warnings = compare_warnings(&ra, &rb);
+    let mut warnings = compare_warnings(&ra, &rb);
+    if let Some(k) = c.bootstrap_subsample {
+        // The bound keeps a comparison of millions of samples to seconds; say what it did.
+        warnings.push(format!(
+            "a side has more than {k} samples: the 95% intervals were bootstrapped from {k} of its samples, evenly spaced (wider than a full bootstrap; the medians, the ratio and the rank tests use every sample)"
+        ));
+    }
     let failed = a.fail_on.is_some_and(|f| fails(&c, f, a.threshold));
     let code = if failed { exit::MISMATCH } else { exit::OK };
     if g.json {
@@ -1200,6 +1206,7 @@ mod tests {
 
     fn comparison(ratio: f64, verdict: Verdict) -> stats::Comparison {
         stats::Comparison {
+            bootstrap_subsample: None,
             ratio,
             ratio_ci_low: ratio * 0.99,
             ratio_ci_high: ratio * 1.01,

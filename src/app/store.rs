@@ -77,7 +77,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                 emit_json(&json!({"schema": 1, "report": r}))?;
             } else if !g.quiet {
                 emit(&format!(
-                    "removed {} records, {} objects and {} temporary files; {} bytes freed{}\n",
+                    "removed {} records, {} objects and {} temporary files; {} bytes freed{}{}\n",
                     r.records_removed,
                     r.objects_removed,
                     r.temporaries_removed,
@@ -86,6 +86,14 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
                         format!(
                             "; {} damaged records moved to quarantine/",
                             r.records_quarantined
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if r.objects_quarantined > 0 {
+                        format!(
+                            "; {} files where objects belong moved to quarantine/",
+                            r.objects_quarantined
                         )
                     } else {
                         String::new()

@@ -54,6 +54,16 @@ pub enum NvbenchError {
         /// The states it has.
         states: String,
     },
+    /// The state's sample file is not a file beside the JSON.
+    #[error("{}: the sample file {file:?} {why}", .path.display())]
+    SamplePath {
+        /// The JSON file.
+        path: PathBuf,
+        /// The `filename` the state gives.
+        file: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The state has no per-sample times.
     #[error("{}: state `{state}` has no per-sample times ({SAMPLE_TIMES_TAG})", .path.display())]
     NoSamples {
@@ -78,6 +88,7 @@ impl crate::foundation::error::Diagnose for NvbenchError {
             NvbenchError::Read { .. } => "check the path; nvbench writes sample files to FILE-bin/ beside its JSON".into(),
             NvbenchError::Format { .. } => "pass the file nvbench wrote with `--json FILE`".into(),
             NvbenchError::Select { .. } => "name the state after the file: `out.json@Elements=2^20`".into(),
+            NvbenchError::SamplePath { .. } => "nvbench names its sample files relative to the JSON (`--jsonbin out.json` writes out.json-bin/N.bin beside it); keep them there, and open the JSON from where they lie".into(),
             NvbenchError::NoSamples { .. } => "run the nvbench binary with `--jsonbin FILE` (not only `--json`): the rank tests need every sample".into(),
         })
     }
@@ -247,19 +258,50 @@ fn read_bounded(path: &Path) -> Result<String, NvbenchError> {
     Ok(text)
 }
 
-/// The samples file a state names. nvbench writes the path as given on its command line;
-/// it is relative to where nvbench ran, which is usually the JSON file's directory.
+/// The samples file a state names, confined to the JSON file's directory: the JSON is
+/// input from elsewhere (a colleague's results), so its `filename` must not make repro read
+/// `/proc/self/status`, `../../secret` or a link out of that directory. nvbench writes the
+/// path relative to where it ran, which is the JSON's directory when it is run as documented.
 fn samples_beside(path: &Path, bin: &str) -> Result<Vec<f64>, NvbenchError> {
-    let bin_path = {
-        let p = Path::new(bin);
-        let beside = path.parent().unwrap_or(Path::new(".")).join(p);
-        if p.is_absolute() || !beside.exists() {
-            p.to_path_buf()
-        } else {
-            beside
-        }
+    let refuse = |why: &str| NvbenchError::SamplePath {
+        path: path.to_path_buf(),
+        file: bin.to_string(),
+        why: why.to_string(),
     };
-    read_samples(&bin_path).map_err(|e| match e {
+    let p = Path::new(bin);
+    if bin.is_empty() || p.is_absolute() {
+        return Err(refuse("is not a relative path"));
+    }
+    if !p.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) {
+        return Err(refuse("climbs out of the JSON's directory (`..`)"));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let bin_path = dir.join(p);
+    // A link (anywhere along the path) may point out of the directory: what it resolves to
+    // must still lie under the directory as resolved.
+    let read_err = |source| NvbenchError::Read {
+        path: bin_path.clone(),
+        source,
+    };
+    let real_dir = std::fs::canonicalize(dir).map_err(read_err)?;
+    let real = std::fs::canonicalize(&bin_path).map_err(read_err)?;
+    if !real.starts_with(&real_dir) {
+        return Err(refuse(&format!(
+            "leads out of the JSON's directory (to {})",
+            real.display()
+        )));
+    }
+    read_samples(&real).map_err(|e| match e {
         SamplesError::Io(source) => NvbenchError::Read {
             path: bin_path.clone(),
             source,
@@ -277,6 +319,9 @@ enum SamplesError {
     /// It cannot be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// It holds nothing.
+    #[error("it holds no samples (an empty file)")]
+    Empty,
     /// Its length is not a multiple of 4.
     #[error("{len} bytes is not a whole number of float32 samples")]
     Partial {
@@ -303,6 +348,9 @@ fn read_samples(path: &Path) -> Result<Vec<f64>, SamplesError> {
         return Err(SamplesError::NotRegular);
     }
     let len = meta.len();
+    if len == 0 {
+        return Err(SamplesError::Empty);
+    }
     if len % 4 != 0 {
         return Err(SamplesError::Partial { len });
     }
@@ -392,6 +440,49 @@ mod tests {
             e.contains("/dev/zero") || e.contains("not a regular file"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_sample_file_must_lie_beside_the_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_fixture(dir.path(), 1.0);
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            outside.path().join("s.bin"),
+            1e-5f32.to_le_bytes().repeat(8),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path().join("s.bin"), dir.path().join("link.bin"))
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("linkdir")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (name, says) in [
+            ("/proc/self/status", "is not a relative path"),
+            ("../x/s.bin", "climbs out"),
+            ("out.json-bin/../../s.bin", "climbs out"),
+            ("link.bin", "leads out of the JSON's directory"),
+            ("linkdir/s.bin", "leads out of the JSON's directory"),
+        ] {
+            let hostile = text.replace("out.json-bin/1.bin", name);
+            std::fs::write(&path, hostile).unwrap();
+            let e = load(&path, Some("2^20")).unwrap_err();
+            assert!(matches!(e, NvbenchError::SamplePath { .. }), "{name}: {e}");
+            assert!(e.to_string().contains(says), "{name}: {e}");
+            let hint = crate::foundation::error::Diagnose::hint(&e).unwrap();
+            assert!(!hint.contains("crash"), "{hint}");
+        }
+        // An empty file says so, not that the result crashed.
+        std::fs::write(dir.path().join("empty.bin"), b"").unwrap();
+        std::fs::write(&path, text.replace("out.json-bin/1.bin", "empty.bin")).unwrap();
+        let e = load(&path, Some("2^20")).unwrap_err().to_string();
+        assert!(e.contains("holds no samples"), "{e}");
+        // A plain relative path beside it still reads, as does one opened by a bare name.
+        std::fs::write(
+            &path,
+            text.replace("out.json-bin/1.bin", "./out.json-bin/1.bin"),
+        )
+        .unwrap();
+        assert_eq!(load(&path, Some("2^20")).unwrap().samples.len(), 50);
     }
 
     #[test]

@@ -191,14 +191,18 @@ fn header(size: u64, executable: bool) -> tar::Header {
 /// whatever order they come in. Unsafe or repeated paths are refused before anything is
 /// written; the file is replaced atomically. Returns the sha256 hex of the written file.
 pub fn write(path: &Path, entries: Vec<Entry>) -> Result<String, ArchiveError> {
-    write_with(path, entries, &|_, _| {})
+    write_with(path, entries, true, &|_, _| {})
 }
 
 /// [`write`], calling `progress(done, total)` with the bytes of the tar compressed so far
-/// (compression is the slow part: zstd level 19 on one thread).
+/// (compression is the slow part: zstd level 19 on one thread). Without `overwrite` an
+/// existing file is never replaced, even one another process creates meanwhile (the bundle
+/// is published with a no-clobber link, not a check then a rename):
+/// [`fsutil::WriteError::Exists`].
 pub fn write_with(
     path: &Path,
     mut entries: Vec<Entry>,
+    overwrite: bool,
     progress: &dyn Fn(u64, u64),
 ) -> Result<String, ArchiveError> {
     let write_err = |source| ArchiveError::Write {
@@ -254,7 +258,7 @@ pub fn write_with(
     }
     let compressed = enc.finish().map_err(write_err)?;
 
-    fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
+    fsutil::write_atomic(path, &compressed, overwrite).map_err(|e| match e {
         fsutil::WriteError::Io { source, .. } => write_err(source),
         other => ArchiveError::Output(other),
     })?;
@@ -445,10 +449,55 @@ fn stream(
         }
     }
     // The tar ends before the zstd frame does: read to the frame's end (and its checksum).
-    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
-        .map_err(|e| damaged(format!("bad zstd stream after the archive: {e}")))?;
+    // What follows the end-of-archive blocks must be zeros (a writer's padding to its
+    // record size): anything else is data no verification covers, such as a second
+    // archive appended (or a second zstd frame: the decoder reads on into it).
+    after_the_end(archive.into_inner(), path, &damaged)?;
     if !seen.contains(MANIFEST) {
         return Err(corrupt(path, format!("no {MANIFEST}")));
+    }
+    Ok(())
+}
+
+/// The most zero padding read after a tar's end-of-archive blocks: tar pads to its record
+/// size (10 KiB by default, 20 blocks), so 1 MiB is generous, and a stream of zeros up to the
+/// bundle's size limit is not read to its end.
+const MAX_PADDING: u64 = 1 << 20;
+
+/// Reads the decompressed stream after the tar's end to the end of the zstd stream: zeros
+/// only, at most [`MAX_PADDING`] of them.
+fn after_the_end(
+    rest: impl Read,
+    path: &Path,
+    damaged: &dyn Fn(String) -> ArchiveError,
+) -> Result<(), ArchiveError> {
+    let mut rest = rest.take(MAX_PADDING + 1);
+    let mut buf = [0u8; 8192];
+    let mut read = 0u64;
+    loop {
+        let n = match rest.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(damaged(format!("bad zstd stream after the archive: {e}"))),
+        };
+        if let Some(at) = buf[..n].iter().position(|&b| b != 0) {
+            return Err(corrupt(
+                path,
+                format!(
+                    "data after the archive's end-of-archive marker (byte {} past it is not \
+                     padding: another archive or other bytes appended?)",
+                    read + at as u64
+                ),
+            ));
+        }
+        read += n as u64;
+    }
+    if read > MAX_PADDING {
+        return Err(corrupt(
+            path,
+            format!("more than {MAX_PADDING} bytes of padding after the archive's end"),
+        ));
     }
     Ok(())
 }
@@ -1077,6 +1126,69 @@ mod tests {
         trailing.extend_from_slice(b"junk after the frame");
         std::fs::write(&bundle, &trailing).unwrap();
         assert!(matches!(verify(&bundle), Err(ArchiveError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn without_overwrite_exactly_one_of_concurrent_writers_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        let outcomes: Vec<_> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| write_with(&bundle, sample(), false, &|_, _| {})))
+                .collect();
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+        for e in outcomes.into_iter().filter_map(Result::err) {
+            assert!(
+                matches!(e, ArchiveError::Output(fsutil::WriteError::Exists { .. })),
+                "{e}"
+            );
+        }
+        assert!(verify(&bundle).unwrap().ok());
+        // No temporary file of a loser is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// Compresses `tar` as one zstd frame, as a bundle is.
+    fn zstd_of(tar: &[u8]) -> Vec<u8> {
+        zstd::encode_all(tar, 3).unwrap()
+    }
+
+    #[test]
+    fn anything_but_padding_after_the_tar_end_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("b.tar.zst");
+        write(&bundle, sample()).unwrap();
+        let good = std::fs::read(&bundle).unwrap();
+        let tar = zstd::decode_all(&good[..]).unwrap();
+        let refused = |bytes: &[u8], what: &str| {
+            std::fs::write(&bundle, bytes).unwrap();
+            let out = dir.path().join("out");
+            for err in [
+                verify(&bundle).unwrap_err(),
+                extract(&bundle, &out).unwrap_err(),
+                scan(&bundle, &|_, _| {}, None).unwrap_err(),
+            ] {
+                assert!(matches!(err, ArchiveError::Corrupt { .. }), "{what}: {err}");
+            }
+            assert!(!out.exists(), "{what}");
+        };
+        // Another tar inside the same frame, after the end-of-archive blocks.
+        refused(&zstd_of(&[&tar[..], &tar[..]].concat()), "a tar appended");
+        refused(
+            &zstd_of(&[&tar[..], b"random bytes"].concat()),
+            "bytes appended",
+        );
+        // Two bundles concatenated: the decoder reads on into the second frame.
+        refused(&[&good[..], &good[..]].concat(), "two bundles");
+        // Zeros past the bound.
+        let zeros = vec![0u8; (MAX_PADDING as usize) + 4096];
+        refused(&zstd_of(&[&tar[..], &zeros[..]].concat()), "endless zeros");
+        // Padding within the bound is a tar writer's record padding: accepted.
+        let padded = zstd_of(&[&tar[..], &[0u8; 20 * 512][..]].concat());
+        std::fs::write(&bundle, &padded).unwrap();
+        assert!(verify(&bundle).unwrap().ok());
     }
 
     #[test]

@@ -255,7 +255,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
     if overwrite {
         tmp.persist(path).map_err(|e| io(e.error))?;
     } else {
-        // Another process may have created the file since the check above; never clobber it.
+        // Another process may have created the file since the check above; never clobber it:
+        // tempfile publishes with renameat2(RENAME_NOREPLACE), falling back to link(2) and
+        // unlink, so of concurrent writers exactly one wins and the others get EEXIST.
         tmp.persist_noclobber(path).map_err(|e| {
             if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 WriteError::Exists {

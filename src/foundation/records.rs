@@ -66,6 +66,17 @@ pub enum RecordError {
         #[source]
         source: serde_json::Error,
     },
+    /// A field reads as its type but holds what no honest writer produces: a summary its
+    /// samples contradict, a date that is no date, a negative or non-finite duration.
+    #[error("{what}: `{field}` {problem}")]
+    Invalid {
+        /// Which record.
+        what: String,
+        /// The field (dotted for nested ones).
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 /// The `schema` member: a record without one, or with another number, is refused.
@@ -90,6 +101,116 @@ fn check_kind(v: &Value, what: &str, expected: &'static str) -> Result<(), Recor
             found: other.unwrap_or("kind-less").to_string(),
             expected,
         }),
+    }
+}
+
+/// The checks of a record's values beyond their types, in the one place every reader passes
+/// through (`from_json`: the store, pull, `store verify`, bundles): a forged record whose ID
+/// was recomputed reads as its type, so only its values can give it away.
+struct Values<'a> {
+    what: &'a str,
+}
+
+impl Values<'_> {
+    fn bad(&self, field: &str, problem: impl Into<String>) -> RecordError {
+        RecordError::Invalid {
+            what: self.what.to_string(),
+            field: field.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    /// A time as records write it ([`now`]: RFC 3339, UTC).
+    fn timestamp(&self, field: &str, t: &str) -> Result<(), RecordError> {
+        humantime::parse_rfc3339(t)
+            .map(|_| ())
+            .map_err(|e| self.bad(field, format!("is {t:?}, not an RFC 3339 time ({e})")))
+    }
+
+    /// A duration, count or rate: finite and not negative.
+    fn amount(&self, field: &str, x: f64) -> Result<(), RecordError> {
+        if x.is_finite() && x >= 0.0 {
+            Ok(())
+        } else {
+            Err(self.bad(field, format!("is {x}, not a finite amount of at least 0")))
+        }
+    }
+
+    fn amounts(&self, field: &str, xs: &[f64]) -> Result<(), RecordError> {
+        xs.iter().try_for_each(|&x| self.amount(field, x))
+    }
+
+    /// Measurements: finite and positive (compare and the ratios divide by them).
+    fn samples(&self, field: &str, xs: &[f64]) -> Result<(), RecordError> {
+        match xs.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            Some(x) => Err(self.bad(
+                field,
+                format!("has a sample of {x}: samples are positive measurements"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A summary recomputed from its samples ([`crate::foundation::stats::summary_problem`]).
+    fn summary(&self, field: &str, xs: &[f64], s: Option<&Summary>) -> Result<(), RecordError> {
+        match s.and_then(|s| crate::foundation::stats::summary_problem(xs, s)) {
+            Some(problem) => Err(self.bad(field, problem)),
+            None => Ok(()),
+        }
+    }
+
+    fn p_value(&self, field: &str, p: Option<f64>) -> Result<(), RecordError> {
+        match p {
+            Some(p) if !(0.0..=1.0).contains(&p) => {
+                Err(self.bad(field, format!("is {p}, not a p-value in [0, 1]")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A ratio with its interval: finite, positive, low <= high.
+    fn ratio(&self, field: &str, [r, low, high]: [f64; 3]) -> Result<(), RecordError> {
+        if [r, low, high].iter().all(|x| x.is_finite() && *x > 0.0) && low <= high {
+            Ok(())
+        } else {
+            Err(self.bad(
+                field,
+                format!("is {r} in [{low}, {high}], not a positive ratio and interval"),
+            ))
+        }
+    }
+
+    /// A bisection's steps (commit or release).
+    fn steps(&self, steps: &[Step]) -> Result<(), RecordError> {
+        for s in steps {
+            if let Some(m) = s.median {
+                self.samples("steps.median", &[m])?;
+            }
+            self.p_value("steps.p", s.p)?;
+            if let Some((r, lo, hi)) = s.ratio {
+                self.ratio("steps.ratio", [r, lo, hi])?;
+            }
+            self.amount("steps.ms", s.ms)?;
+            self.samples("steps.samples", &s.samples)?;
+            for xs in s.by_place.values() {
+                self.samples("steps.by-place", xs)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn recheck(&self, r: Option<&Recheck>) -> Result<(), RecordError> {
+        match r {
+            Some(r) => {
+                self.ratio("recheck.ratio", [r.ratio, r.ratio_ci[0], r.ratio_ci[1]])?;
+                self.p_value("recheck.p", Some(r.p))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn created(&self, t: Option<&str>) -> Result<(), RecordError> {
+        t.map_or(Ok(()), |t| self.timestamp("created-at", t))
     }
 }
 
@@ -415,7 +536,11 @@ impl BuildRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "build")?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        let values = Values { what };
+        values.timestamp("created-at", &r.created_at)?;
+        values.amount("duration-ms", r.duration_ms)?;
+        Ok(r)
     }
 
     /// Whether it built.
@@ -851,7 +976,48 @@ impl ResultRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "result")?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        r.check_values(&Values { what })?;
+        Ok(r)
+    }
+
+    fn check_values(&self, values: &Values) -> Result<(), RecordError> {
+        values.timestamp("created-at", &self.created_at)?;
+        values.samples("samples", &self.samples)?;
+        values.summary("summary", &self.samples, self.summary.as_ref())?;
+        for (field, x) in [
+            ("graph-overhead-us", self.graph_overhead_us),
+            ("warmup-credit-ms", self.warmup_credit_ms),
+        ] {
+            x.map_or(Ok(()), |x| values.amount(field, x))?;
+        }
+        for (field, xs) in [
+            ("wall-s", &self.wall_s),
+            ("user-s", &self.user_s),
+            ("system-s", &self.system_s),
+        ] {
+            values.amounts(field, xs.as_deref().unwrap_or_default())?;
+        }
+        if let Some(t) = &self.throughput {
+            for (field, x) in [
+                ("throughput.gb-per-s", t.gb_per_s),
+                ("throughput.tflops", t.tflops),
+            ] {
+                x.map_or(Ok(()), |x| values.amount(field, x))?;
+            }
+        }
+        if let Some(py) = &self.python {
+            values.samples("python.reference-samples", &py.reference_samples)?;
+            values.summary(
+                "python.reference-summary",
+                &py.reference_samples,
+                py.reference_summary.as_ref(),
+            )?;
+            if let Some(sp) = &py.speedup {
+                values.ratio("python.speedup", [sp.ratio, sp.low, sp.high])?;
+            }
+        }
+        Ok(())
     }
 
     /// A field of the machine's fingerprint (`driver.version`), if it was probed.
@@ -960,7 +1126,15 @@ impl StepRecord {
     /// Reads a step record.
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        let values = Values { what };
+        if let Some(m) = r.median {
+            values.samples("median", &[m])?;
+        }
+        values.p_value("p", r.p)?;
+        r.ratio.map_or(Ok(()), |x| values.ratio("ratio", x))?;
+        values.samples("samples", &r.samples)?;
+        Ok(r)
     }
 }
 
@@ -982,7 +1156,9 @@ impl SamplesRecord {
     /// Reads a samples record.
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        Values { what }.samples("samples", &r.samples)?;
+        Ok(r)
     }
 }
 
@@ -1126,7 +1302,12 @@ impl ToolchainBisectRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "toolchain-bisection")?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        let values = Values { what };
+        values.created(r.created_at.as_deref())?;
+        values.steps(&r.steps)?;
+        values.recheck(r.recheck.as_ref())?;
+        Ok(r)
     }
 }
 
@@ -1210,7 +1391,9 @@ impl ToolchainBuildBisectRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "toolchain-bisection")?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        Values { what }.created(r.created_at.as_deref())?;
+        Ok(r)
     }
 
     /// Whether a record of `kind` `toolchain-bisection` is a build bisection (the check
@@ -1483,7 +1666,12 @@ impl BisectRecord {
     pub fn from_json(v: &Value, what: &str) -> Result<Self, RecordError> {
         check_schema(v, what)?;
         check_kind(v, what, "bisection")?;
-        shape(v, what)
+        let r: Self = shape(v, what)?;
+        let values = Values { what };
+        values.created(r.created_at.as_deref())?;
+        values.steps(&r.steps)?;
+        values.recheck(r.recheck.as_ref())?;
+        Ok(r)
     }
 
     /// Reads a report as `repro bisect --json` writes it (not yet recorded: no `kind`).
@@ -1659,6 +1847,57 @@ mod tests {
         v.as_object_mut().unwrap().remove("outcome");
         let e = BisectRecord::from_json(&v, "x").unwrap_err().to_string();
         assert!(e.contains("missing field `outcome`"), "{e}");
+    }
+
+    #[test]
+    fn forged_values_are_refused_naming_the_field() {
+        let refused = |file: &str, edit: &dyn Fn(&mut Value)| {
+            let mut v = fixture(file);
+            edit(&mut v);
+            let e = match file {
+                f if f.starts_with("result") => ResultRecord::from_json(&v, "r").map(|_| ()),
+                f if f.starts_with("build") => BuildRecord::from_json(&v, "r").map(|_| ()),
+                "step.json" => StepRecord::from_json(&v, "r").map(|_| ()),
+                _ => BisectRecord::from_json(&v, "r").map(|_| ()),
+            };
+            match e {
+                Err(e @ RecordError::Invalid { .. }) => e.to_string(),
+                other => panic!("{file}: {other:?}"),
+            }
+        };
+        for file in ["result-recipe.json", "result-command.json"] {
+            let e = refused(file, &|v| v["summary"]["median"] = serde_json::json!(-5.0));
+            assert!(e.contains("`summary` has median -5"), "{e}");
+            let e = refused(file, &|v| {
+                v["summary"]["ci-low"] = serde_json::json!(-1e300)
+            });
+            assert!(e.contains("`summary` has the interval"), "{e}");
+            let e = refused(file, &|v| v["created-at"] = serde_json::json!("9999-99-99"));
+            assert!(
+                e.contains("`created-at` is \"9999-99-99\", not an RFC 3339"),
+                "{e}"
+            );
+            let e = refused(file, &|v| v["samples"][0] = serde_json::json!(-1.0));
+            assert!(e.contains("`samples` has a sample of -1"), "{e}");
+        }
+        let e = refused("result-command.json", &|v| {
+            v["wall-s"][0] = serde_json::json!(-2.0)
+        });
+        assert!(e.contains("`wall-s` is -2"), "{e}");
+        let e = refused("build-ok.json", &|v| {
+            v["duration-ms"] = serde_json::json!(-1.0)
+        });
+        assert!(e.contains("`duration-ms` is -1"), "{e}");
+        let e = refused("build-ok.json", &|v| {
+            v["created-at"] = serde_json::json!("yesterday")
+        });
+        assert!(e.contains("`created-at`"), "{e}");
+        let e = refused("step.json", &|v| v["p"] = serde_json::json!(7.0));
+        assert!(e.contains("`p` is 7"), "{e}");
+        let e = refused("bisection.json", &|v| {
+            v["created-at"] = serde_json::json!("2026-13-01T00:00:00Z")
+        });
+        assert!(e.contains("`created-at`"), "{e}");
     }
 }
 

@@ -15,6 +15,30 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// Number of bootstrap resamples used by [`summarize`] and [`compare`].
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
+/// The most samples of one set a bootstrap resamples. A bootstrap costs resamples x samples
+/// (2000 x 1M draws and medians for a 1M-sample nvbench state: minutes); a larger set is
+/// bootstrapped from this many of its samples, evenly spaced by index (sample `i * n / cap`
+/// for i in 0..cap: deterministic, no generator, the whole run covered). Its interval is
+/// then that of a set of this size: wider than a full bootstrap's, never narrower, so a
+/// subsampled comparison may say `unknown` where the full one says `same` but never the
+/// reverse. Medians, ratios and the rank tests always use every sample (O(n log n)).
+pub const BOOTSTRAP_MAX_SAMPLES: usize = 10_000;
+
+/// `xs`, or [`BOOTSTRAP_MAX_SAMPLES`] of them evenly spaced by index.
+fn bootstrap_subsample(xs: &[f64]) -> std::borrow::Cow<'_, [f64]> {
+    let n = xs.len();
+    if n <= BOOTSTRAP_MAX_SAMPLES {
+        return std::borrow::Cow::Borrowed(xs);
+    }
+    let cap = BOOTSTRAP_MAX_SAMPLES;
+    // i * n / cap < n for i < cap; u128 so that the product cannot overflow.
+    std::borrow::Cow::Owned(
+        (0..cap)
+            .map(|i| xs[(i as u128 * n as u128 / cap as u128) as usize])
+            .collect(),
+    )
+}
+
 /// Confidence level of the intervals that [`summarize`] and [`compare`] report.
 const CI_LEVEL: f64 = 0.95;
 
@@ -88,6 +112,76 @@ pub fn summarize(samples: &[f64], seed: u64) -> Option<Summary> {
     })
 }
 
+/// What is wrong with `summary` as the summary of `samples`, if anything: the one check that
+/// a record read from elsewhere (a pulled ref, a bundle, an edited file whose ID was
+/// recomputed) does not display a summary its samples contradict.
+///
+/// Everything but the bootstrap interval is recomputed with the functions [`summarize`]
+/// uses and compared within a relative 1e-9 (records of older repros, whose arithmetic may
+/// differ in the last bits, still pass). The interval is not recomputed: that is 2000
+/// medians of the whole set, too slow for every record `repro log` reads, and a change of
+/// the generator would turn every older record into damage. What any bootstrap percentile
+/// interval of the median must satisfy is checked instead: its ends are finite and lie
+/// within [min, max], low before high. A sample that is not finite is refused outright.
+pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
+    if samples.is_empty() {
+        return Some("is present, but there are no samples".into());
+    }
+    if !all_finite(samples) {
+        return Some("summarises samples that are not all finite".into());
+    }
+    if summary.n != samples.len() {
+        return Some(format!(
+            "counts {} samples, but there are {}",
+            summary.n,
+            samples.len()
+        ));
+    }
+    let s = sorted(samples);
+    let median = median_in_place(&mut s.clone());
+    let mad = mad_around(samples, median);
+    let stdev = sample_stdev(samples);
+    let expected = [
+        ("median", summary.median, median),
+        ("mean", summary.mean, mean(samples)),
+        ("min", summary.min, s[0]),
+        ("max", summary.max, s[s.len() - 1]),
+        ("stdev", summary.stdev, stdev),
+        ("mad", summary.mad, mad),
+        (
+            "rel-noise",
+            summary.rel_noise,
+            rel_noise(samples.len(), median, mad, stdev),
+        ),
+    ];
+    for (field, found, want) in expected {
+        let agrees = found == want
+            || (found.is_finite()
+                && want.is_finite()
+                && (found - want).abs() <= 1e-9 * found.abs().max(want.abs()));
+        if !agrees {
+            return Some(format!("has {field} {found}, but its samples give {want}"));
+        }
+    }
+    if summary.outliers != count_outliers(samples, median, mad) {
+        return Some(format!(
+            "counts {} outliers, but its samples have {}",
+            summary.outliers,
+            count_outliers(samples, median, mad)
+        ));
+    }
+    let (lo, hi) = (summary.ci_low, summary.ci_high);
+    let inside = |x: f64| x.is_finite() && s[0] <= x && x <= s[s.len() - 1];
+    if !(inside(lo) && inside(hi) && lo <= hi) {
+        return Some(format!(
+            "has the interval [{lo}, {hi}], which is not within its samples' range [{}, {}]",
+            s[0],
+            s[s.len() - 1]
+        ));
+    }
+    None
+}
+
 /// The median: the middle value, or the average of the two middle values for an even count.
 ///
 /// Returns `None` if `samples` is empty or holds a non-finite value.
@@ -136,6 +230,7 @@ pub fn bootstrap_median_ci(
     if !all_finite(samples) || resamples == 0 || !(0.0..=1.0).contains(&level) {
         return None;
     }
+    let samples = &*bootstrap_subsample(samples);
     let mut rng = SplitMix64(seed);
     let mut buf = vec![0.0; samples.len()];
     let mut medians: Vec<f64> = (0..resamples)
@@ -162,6 +257,7 @@ pub fn bootstrap_ratio_ci(
     if !all_positive(a) || !all_positive(b) || resamples == 0 || !(0.0..=1.0).contains(&level) {
         return None;
     }
+    let (a, b) = (&*bootstrap_subsample(a), &*bootstrap_subsample(b));
     let mut rng = SplitMix64(seed);
     let mut buf_a = vec![0.0; a.len()];
     let mut buf_b = vec![0.0; b.len()];
@@ -292,6 +388,11 @@ pub struct Comparison {
     pub p: f64,
     /// The decision, see [`compare`].
     pub verdict: Verdict,
+    /// Where a set had more than [`BOOTSTRAP_MAX_SAMPLES`] samples: the ratio's interval was
+    /// bootstrapped from this many of each such set's samples, evenly spaced (absent
+    /// otherwise, as in every comparison before the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_subsample: Option<usize>,
 }
 
 /// Decides like Pinpoint: `p <= alpha` (default 0.01) → different (Slower if ratio > 1 else Faster);
@@ -339,7 +440,9 @@ pub fn compare_at(
     } else {
         Verdict::Unknown
     };
+    let subsampled = a.len().max(b.len()) > BOOTSTRAP_MAX_SAMPLES;
     Some(Comparison {
+        bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
         ratio,
         ratio_ci_low,
         ratio_ci_high,
@@ -582,6 +685,85 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_bootstrap_of_a_large_set_is_bounded_and_says_so() {
+        let mut normal = Normal(SplitMix64(3));
+        let a: Vec<f64> = (0..300_000).map(|_| normal.draw(10.0, 0.5)).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.001).collect();
+        let start = std::time::Instant::now();
+        let c = compare(&a, &b, 0.01, 0.05, 9).unwrap();
+        let s = summarize(&a, 9).unwrap();
+        // Minutes before the bound (debug build); seconds now, debug included.
+        assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+        assert_eq!(c.bootstrap_subsample, Some(BOOTSTRAP_MAX_SAMPLES));
+        assert!(
+            c.ratio_ci_low <= c.ratio && c.ratio <= c.ratio_ci_high,
+            "{c:?}"
+        );
+        assert!(s.ci_low <= s.median && s.median <= s.ci_high, "{s:?}");
+        assert_eq!(s.n, a.len());
+        // Deterministic, and no different for sets within the bound.
+        assert_eq!(compare(&a, &b, 0.01, 0.05, 9).unwrap(), c);
+        let small = &a[..BOOTSTRAP_MAX_SAMPLES];
+        assert_eq!(&*bootstrap_subsample(small), small);
+        assert_eq!(
+            compare(small, small, 0.01, 0.05, 1)
+                .unwrap()
+                .bootstrap_subsample,
+            None
+        );
+        let idx = bootstrap_subsample(&a);
+        assert_eq!(idx.len(), BOOTSTRAP_MAX_SAMPLES);
+        assert_eq!((idx[0], idx[1]), (a[0], a[30]));
+    }
+
+    #[test]
+    fn a_summary_is_checked_against_its_samples() {
+        let samples = [3.0, 1.0, 2.0, 2.5, 9.0];
+        let good = summarize(&samples, 7).unwrap();
+        assert_eq!(summary_problem(&samples, &good), None);
+        let forged = |f: &dyn Fn(&mut Summary)| {
+            let mut s = good.clone();
+            f(&mut s);
+            summary_problem(&samples, &s)
+        };
+        assert!(forged(&|s| s.median = -5.0).unwrap().contains("median -5"));
+        assert!(forged(&|s| s.ci_low = -1e300).unwrap().contains("interval"));
+        assert!(
+            forged(&|s| s.ci_high = f64::NAN)
+                .unwrap()
+                .contains("interval")
+        );
+        assert!(
+            forged(&|s| (s.ci_low, s.ci_high) = (2.9, 2.1))
+                .unwrap()
+                .contains("interval")
+        );
+        assert!(forged(&|s| s.n = 6).unwrap().contains("counts 6"));
+        assert!(forged(&|s| s.max = 10.0).unwrap().contains("max"));
+        assert!(forged(&|s| s.outliers = 3).unwrap().contains("outliers"));
+        assert!(
+            forged(&|s| s.rel_noise = f64::INFINITY)
+                .unwrap()
+                .contains("rel-noise")
+        );
+        assert!(summary_problem(&[], &good).unwrap().contains("no samples"));
+        // One sample: an infinite noise, as written.
+        let one = summarize(&[4.0], 1).unwrap();
+        assert_eq!(summary_problem(&[4.0], &one), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_summary_summarize_writes_passes_its_check(
+            samples in proptest::collection::vec(1e-6f64..1e6, 1..200),
+            seed in any::<u64>(),
+        ) {
+            let s = summarize(&samples, seed).unwrap();
+            prop_assert_eq!(summary_problem(&samples, &s), None);
+        }
+    }
 
     /// Within `tolerance`, relative to the larger (plus 1). An infinity is close only to
     /// itself: the relative bound would otherwise grow to take anything.

@@ -238,6 +238,8 @@ pub struct GcReport {
     pub temporaries_removed: usize,
     /// Damaged records moved to `quarantine/`.
     pub records_quarantined: usize,
+    /// Links, FIFOs and directories where objects belong, moved to `quarantine/`.
+    pub objects_quarantined: usize,
     /// Bytes freed.
     pub bytes_freed: u64,
 }
@@ -499,6 +501,13 @@ impl Store {
     fn write_file(&self, path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), StoreError> {
         if let Some(parent) = path.parent() {
             self.real_dir(parent)?;
+        }
+        // A directory where the file belongs would fail every rename onto it ("Is a
+        // directory") on every run: it is damage, moved aside as gc moves it, so that the
+        // write that replaces a damaged file recovers here too.
+        if overwrite && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && !m.is_symlink())
+        {
+            self.quarantine(path)?;
         }
         fsutil::write_atomic(path, bytes, overwrite)?;
         Ok(())
@@ -777,6 +786,35 @@ impl Store {
         out
     }
 
+    /// Whatever lies where a store file belongs but is not one (links, FIFOs and directories
+    /// named as objects; anything but a directory named as a shard of `objects/`): each is
+    /// damage for verify and moved to `quarantine/` by gc. Record directories need no such
+    /// list: [`Store::records`] reads whatever is under a record's name and fails on it.
+    fn misplaced_objects(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let name = |p: &Path| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        };
+        for (sub, t) in dir_entries(&self.root.join("objects")) {
+            if !is_hex(&name(&sub), 2) {
+                continue;
+            }
+            if !t.is_dir() {
+                out.push(sub);
+                continue;
+            }
+            for (f, t) in dir_entries(&sub) {
+                if !t.is_file() && is_hex(&name(&f), 62) {
+                    out.push(f);
+                }
+            }
+        }
+        out
+    }
+
     /// Every record of a kind (of [`RECORD_KINDS`]) whose file name is of the store's shape
     /// (`<key>.json`; for `recipes`, `<name>.json`): (key, path, parsed record or why not).
     /// A record is read only if it is a regular file of bounded size.
@@ -786,15 +824,17 @@ impl Store {
         }
         dir_entries(&self.root.join(kind))
             .into_iter()
-            .filter_map(|(p, t)| {
+            .filter_map(|(p, _)| {
                 let key = p.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
                 let own = if kind == "recipes" {
                     !key.is_empty() && !key.starts_with('.')
                 } else {
                     keys::is_key(&key)
                 };
-                // A directory or a link under a record's name is damage, reported as such.
-                (own && !t.is_dir()).then_some((key, p))
+                // A directory or a link under a record's name is damage, reported as such
+                // (reading it below fails): left out, it would hide from verify and gc
+                // while every write of that record fails.
+                own.then_some((key, p))
             })
             .map(|(key, p)| {
                 let bytes = fsutil::read_regular(&p, MAX_RECORD_BYTES).map_err(RecordError::Read);
@@ -830,6 +870,12 @@ impl Store {
                     _ => ".".into(),
                 },
                 what: format!("cannot be checked: {e}"),
+            });
+        }
+        for path in self.misplaced_objects() {
+            report.problems.push(Problem {
+                path: self.rel(&path),
+                what: "is not a regular file where the store keeps an object (`repro store gc` moves it to quarantine/)".into(),
             });
         }
         let mut present = BTreeSet::new();
@@ -915,15 +961,10 @@ impl Store {
                 if keys::key_of(&content) != key {
                     problems.push("its content does not hash to its ID (edited?)".into());
                 }
-                match ResultRecord::from_json(&content, key) {
-                    Ok(r) => {
-                        if let Some(x) = r.samples.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
-                            problems.push(format!(
-                                "has a sample of {x}: samples are positive measurements (compare refuses it)"
-                            ));
-                        }
-                    }
-                    Err(e) => problems.push(format!("does not read as a result record: {e}")),
+                // Reading it checks its values too: samples, the summary against them,
+                // its dates (records::ResultRecord::from_json).
+                if let Err(e) = ResultRecord::from_json(&content, key) {
+                    problems.push(format!("does not read as a result record: {e}"));
                 }
             }
             "bisect" => match records::StepRecord::from_json(rec, key) {
@@ -1060,6 +1101,10 @@ impl Store {
         }
         if let Some(keep) = keep_last {
             self.gc_old_builds(keep, &mut report)?;
+        }
+        for path in self.misplaced_objects() {
+            self.quarantine(&path)?;
+            report.objects_quarantined += 1;
         }
         let mut live = BTreeSet::new();
         for kind in ["builds", records::PROFILES] {

@@ -681,3 +681,58 @@ fn command_benches_take_hyperfines_options_and_export_its_json() {
         ),
     }
 }
+
+/// A comparison of two nvbench states of 1M samples each is bounded (it took minutes): it
+/// ends in seconds and says that its intervals were bootstrapped from a subsample; a state
+/// whose sample file lies outside the JSON's directory is refused with what is wrong.
+#[test]
+fn compare_of_a_million_nvbench_samples_is_bounded_and_sample_files_stay_beside_the_json() {
+    let (tmp, root) = common::repo_with(&[]);
+    let a: Vec<f64> = (0..1_000_000)
+        .map(|i| 10.0 + f64::from(i % 97) * 0.01)
+        .collect();
+    let b: Vec<f64> = a.iter().map(|x| x * 1.002).collect();
+    let base = nvbench_file(&root, "base", &a);
+    let cand = nvbench_file(&root, "cand", &b);
+    let start = std::time::Instant::now();
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["compare", &format!("{base}@2^20"), &format!("{cand}@2^20")])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+    assert!(
+        text.contains("bootstrapped from 10000 of its samples, evenly spaced"),
+        "{text}"
+    );
+
+    // The sample file named as an absolute path, or out of the directory.
+    let doc = std::fs::read_to_string(root.join(&base)).unwrap();
+    for (name, says) in [
+        ("/proc/self/status", "is not a relative path"),
+        (
+            "../base.json-bin/1.bin",
+            "climbs out of the JSON's directory",
+        ),
+    ] {
+        std::fs::write(
+            root.join("evil.json"),
+            doc.replace("base.json-bin/1.bin", name),
+        )
+        .unwrap();
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["compare", "evil.json@2^20", &format!("{cand}@2^20")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(!err.contains("crash"), "{name}: {err}");
+    }
+}

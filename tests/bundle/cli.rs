@@ -500,3 +500,73 @@ fn a_bundle_of_benchmark_results_holds_each_claim_and_its_samples() {
         .stderr(predicate::str::contains("uncommitted changes"));
     assert!(!tmp.path().join("dirty.tar.zst").exists());
 }
+
+#[test]
+fn data_after_the_tar_end_is_refused_by_verify() {
+    let (tmp, root) = common::repo_with(&[("alpha.sh", "echo '{\"ms\": 1.5}'\n")]);
+    let a = command_result(tmp.path(), &root, "alpha");
+    let bundle = tmp.path().join("r.tar.zst");
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["bundle", "create", &a[..8], "-o"])
+        .arg(&bundle)
+        .assert()
+        .success();
+    assert_eq!(verify(tmp.path(), &bundle).0, 0);
+    let good = std::fs::read(&bundle).unwrap();
+    let tar = zstd::decode_all(&good[..]).unwrap();
+    let hostile = tmp.path().join("h.tar.zst");
+    for (what, bytes) in [
+        (
+            "another tar appended",
+            zstd::encode_all(&[&tar[..], &tar[..]].concat()[..], 3).unwrap(),
+        ),
+        (
+            "random bytes appended",
+            zstd::encode_all(&[&tar[..], &b"\x01\x02 not padding"[..]].concat()[..], 3).unwrap(),
+        ),
+        ("two bundles concatenated", [&good[..], &good[..]].concat()),
+    ] {
+        std::fs::write(&hostile, bytes).unwrap();
+        let (code, out) = verify(tmp.path(), &hostile);
+        assert_eq!(code, 1, "{what}: {out}");
+        assert!(out.contains("after the archive"), "{what}: {out}");
+    }
+}
+
+#[test]
+fn of_concurrent_creates_without_force_exactly_one_writes() {
+    let (tmp, root) = common::repo_with(&[("alpha.sh", "echo '{\"ms\": 1.5}'\n")]);
+    let a = command_result(tmp.path(), &root, "alpha");
+    let bundle = tmp.path().join("out.tar.zst");
+    let outcomes: Vec<(i32, String)> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let out = repro(tmp.path())
+                        .arg("-C")
+                        .arg(&root)
+                        .args(["bundle", "create", &a[..8], "-o"])
+                        .arg(&bundle)
+                        .output()
+                        .unwrap();
+                    (
+                        out.status.code().unwrap(),
+                        String::from_utf8_lossy(&out.stdout).into_owned()
+                            + &String::from_utf8_lossy(&out.stderr),
+                    )
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let won: Vec<_> = outcomes.iter().filter(|(c, _)| *c == 0).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    assert!(won[0].1.contains("wrote"), "{outcomes:?}");
+    for (code, out) in outcomes.iter().filter(|(c, _)| *c != 0) {
+        assert_eq!(*code, 2, "{out}");
+        assert!(out.contains("already exists"), "{out}");
+    }
+    assert_eq!(verify(tmp.path(), &bundle).0, 0);
+}

@@ -100,9 +100,11 @@ fn a_sweep_renders_over_the_parameter() {
         rec["name"] = json!("fa");
         rec["params"] = json!({"seq_len": n});
         rec["created-at"] = json!(format!("2026-01-0{}T00:00:00Z", i + 1));
-        rec["summary"]["median"] = json!(m);
-        rec["summary"]["ci-low"] = json!(m * 0.98);
-        rec["summary"]["ci-high"] = json!(m * 1.02);
+        // Samples around m, and their summary as bench writes it (a summary its samples
+        // contradict is damage).
+        let samples = [m * 0.98, m, m * 1.02];
+        rec["samples"] = json!(samples);
+        rec["summary"] = json!(repro::bench::summarize(&samples));
         std::fs::write(dir.join(format!("{i:064}.json")), repro::store::seal(&rec)).unwrap();
     }
     repro(tmp.path())

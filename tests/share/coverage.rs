@@ -79,6 +79,11 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
     let tree = git(&remote, &["mktree"]);
     let text = b"an object\n";
     let good_object = repro::keys::sha256_hex(text);
+    // A result whose summary was edited and whose ID (its content's hash) recomputed.
+    let mut forged: Value =
+        serde_json::from_str(include_str!("../fixtures/records/result-command.json")).unwrap();
+    forged["summary"]["median"] = serde_json::json!(-5.0);
+    let forged_id = repro::keys::key_of(&forged);
     let refs: Vec<(String, String)> = vec![
         ("foo".into(), blob(&remote, b"x")),
         ("objects/notakey".into(), blob(&remote, b"x")),
@@ -108,6 +113,10 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
             blob(&remote, b"{\"record-sha256\": \"0\", \"a\": 1}"),
         ),
         (format!("objects/{good_object}"), blob(&remote, text)),
+        (
+            format!("results/{forged_id}"),
+            blob(&remote, &sealed(t, "results", &forged_id, &forged)),
+        ),
     ];
     for (name, oid) in &refs {
         git(&remote, &["update-ref", &format!("refs/repro/{name}"), oid]);
@@ -146,7 +155,10 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
         "rejected: bisections/{}: its fields do not hash to its record-sha256",
         key(8)
     ));
-    assert_eq!(out.matches("rejected: ").count(), 9, "{out}");
+    says(&format!(
+        "rejected: results/{forged_id}: does not read as a result record: {forged_id}: `summary` has median -5, but its samples give"
+    ));
+    assert_eq!(out.matches("rejected: ").count(), 10, "{out}");
 
     // Only the object that hashes to its name was filed, and only it is mirrored locally.
     let store = repro::store::Store::at(root.join(".repro"));
@@ -172,7 +184,11 @@ fn hostile_refs_on_the_remote_are_each_rejected_by_name_and_nothing_of_them_is_f
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["summary"]["unchanged"], 1, "{v}");
     assert_eq!(v["summary"]["objects"], 0, "{v}");
-    assert_eq!(v["summary"]["rejected"].as_array().unwrap().len(), 9, "{v}");
+    assert_eq!(
+        v["summary"]["rejected"].as_array().unwrap().len(),
+        10,
+        "{v}"
+    );
 }
 
 #[test]

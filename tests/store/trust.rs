@@ -314,6 +314,36 @@ fn every_command_that_opens_a_store_keeps_it_out_of_git_status() {
 }
 
 #[test]
+fn a_forged_summary_or_date_is_damage_that_verify_names_and_compare_refuses() {
+    let (tmp, root) = project();
+    let honest = put_result(&root, &command_result());
+    let mut forged = command_result();
+    forged["summary"]["median"] = json!(-5.0);
+    forged["summary"]["ci-low"] = json!(-1e300);
+    let forged = put_result(&root, &forged);
+    let mut dated = command_result();
+    dated["created-at"] = json!("9999-99-99");
+    let dated = put_result(&root, &dated);
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&forged[..12]) && out.contains("`summary` has median -5"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&dated[..12]) && out.contains("`created-at` is \"9999-99-99\""),
+        "{out}"
+    );
+    assert!(!out.contains(&honest[..12]), "{out}");
+    let (code, _, err) = run(tmp.path(), &root, &["compare", &honest, &forged]);
+    assert_ne!(code, 0, "{err}");
+    assert_ne!(code, 70, "not a bug: {err}");
+    assert!(err.contains("`summary` has median -5"), "{err}");
+    let (_, out, _) = run(tmp.path(), &root, &["log"]);
+    assert!(!out.contains("-5"), "log shows no forged median: {out}");
+}
+
+#[test]
 fn compare_refuses_samples_that_are_not_positive_as_verify_does() {
     let (tmp, root) = project();
     let fixture = command_result();
@@ -430,4 +460,58 @@ fn a_result_with_a_hostile_fingerprint_is_named_with_its_file_and_key() {
         assert!(out.contains(says), "{out}");
         std::fs::remove_file(root.join(format!(".repro/results/{id}.json"))).unwrap();
     }
+}
+
+/// A directory where a record or an object file belongs: verify names it, gc moves it to
+/// quarantine/, and a build over it recovers (it failed with "Is a directory" on every run).
+#[test]
+fn a_directory_where_a_store_file_belongs_is_damage_that_gc_quarantines() {
+    let (tmp, root) = project();
+    let (rec, _, _) = build(tmp.path(), &root);
+    let digest = rec["outputs"]["out/k.bin"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let object = root.join(format!(".repro/objects/{}/{}", &digest[..2], &digest[2..]));
+    let replace_with_dir = |p: &Path| {
+        std::fs::remove_file(p).unwrap();
+        std::fs::create_dir(p).unwrap();
+        std::fs::write(p.join("x"), "x").unwrap();
+    };
+    let result = put_result(&root, &command_result());
+    let result_path = root.join(format!(".repro/results/{result}.json"));
+    replace_with_dir(&object);
+    replace_with_dir(&result_path);
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("results/{result}.json")), "{out}");
+    assert!(
+        out.contains(&format!("objects/{}/{}", &digest[..2], &digest[2..])),
+        "{out}"
+    );
+    assert!(out.contains("not a regular file"), "{out}");
+
+    // A build over the directory recovers (it is moved aside), as over a corrupt object.
+    let (code, _, err) = run(tmp.path(), &root, &["build", "k"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(object.is_file(), "the object was written again");
+
+    replace_with_dir(&object);
+    let (code, out, err) = run(tmp.path(), &root, &["store", "gc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 damaged records moved to quarantine/"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 files where objects belong moved to quarantine/"),
+        "{out}"
+    );
+    assert!(!object.exists() && !result_path.exists());
+    let quarantine = root.join(".repro/quarantine");
+    assert!(quarantine.join("results").is_dir() && quarantine.join("objects").is_dir());
+    let (code, _, err) = run(tmp.path(), &root, &["build", "k"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 0, "{out}");
 }
