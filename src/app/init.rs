@@ -22,20 +22,20 @@ use crate::foundation::exit;
 pub struct Args {
     /// Write a recipe for this kernel file (repeatable): recipes/STEM.toml with its
     /// kernels, kind (nvrtc when it needs no host headers, else nvcc) and include dirs.
-    #[arg(long = "recipe", value_name = "FILE.cu")]
+    #[arg(long = "recipe", value_name = "FILE.cu", value_parser = crate::app::context::non_empty_path())]
     recipes: Vec<PathBuf>,
     /// The nvcc release to pin [default: the newest repro knows].
-    #[arg(long, value_name = "MAJOR.MINOR")]
+    #[arg(long, value_name = "MAJOR.MINOR", value_parser = crate::app::context::non_empty())]
     nvcc: Option<String>,
     /// The NVRTC release to pin [default: the newest repro knows].
-    #[arg(long, value_name = "MAJOR.MINOR")]
+    #[arg(long, value_name = "MAJOR.MINOR", value_parser = crate::app::context::non_empty())]
     nvrtc: Option<String>,
     /// Component libraries for the nvcc tree, besides those the kernels' includes name:
     /// cublas, cudnn, cutlass, nvtx, profiler, curand, nccl.
-    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
+    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',', value_parser = crate::app::context::non_empty())]
     with: Vec<String>,
     /// The GPU target of the recipes written.
-    #[arg(long, default_value = "sm_90", value_name = "SM")]
+    #[arg(long, default_value = "sm_90", value_name = "SM", value_parser = crate::app::context::non_empty())]
     target: String,
     /// Replace existing recipes; and an existing repro.toml's pins when no --recipe is
     /// given or --nvcc, --nvrtc or --with say what to pin (otherwise repro.toml is kept as

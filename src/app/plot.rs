@@ -19,21 +19,21 @@ use crate::foundation::records::{self, BisectRecord, RecordError, ResultRecord};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recipe (or command-bench name) whose recorded results to plot.
-    #[arg(required_unless_present = "bisect")]
+    #[arg(required_unless_present = "bisect", value_parser = crate::app::context::non_empty())]
     name: Option<String>,
     /// Plot a bisection instead: its report (the JSON of `repro bisect --json`), or the ID
     /// of a recorded bisection (`repro log --kind bisection`).
-    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"])]
+    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"], value_parser = crate::app::context::non_empty_path())]
     bisect: Option<PathBuf>,
     /// Plot the results over this parameter (the newest result at each value).
-    #[arg(long, value_name = "PARAM")]
+    #[arg(long, value_name = "PARAM", value_parser = crate::app::context::non_empty())]
     sweep: Option<String>,
     /// Plot this metric of the recipe's recorded profiles (`repro profile`) instead of
     /// the results' medians (an ncu metric name, e.g. `dram__bytes.sum.per_second`).
-    #[arg(long, value_name = "METRIC", conflicts_with = "bisect")]
+    #[arg(long, value_name = "METRIC", conflicts_with = "bisect", value_parser = crate::app::context::non_empty())]
     metric: Option<String>,
     /// The SVG file to write.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     output: PathBuf,
 }
 
