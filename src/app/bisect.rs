@@ -1023,9 +1023,9 @@ fn fixed_recipe(
         let rel = format!("{}/{name}.toml", recipe::DIR);
         (root.join(&rel), rel)
     };
-    let text = match crate::foundation::fsutil::read_bounded(&path, RECIPE_MAX_BYTES) {
+    let text = match crate::foundation::fsutil::read_input_text(&path, recipe::MAX_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Err(RecipeError::NotFound {
                 name: name.to_string(),
                 path: g.shown(&path),
@@ -1033,22 +1033,16 @@ fn fixed_recipe(
             }
             .into());
         }
-        Err(source) => {
+        Err(e) => {
             return Err(RecipeError::Read {
                 path: g.shown(&path),
-                source,
+                source: e.source,
             }
             .into());
         }
     };
-    Ok(recipe::parse_detached(
-        &rel,
-        &String::from_utf8_lossy(&text),
-    )?)
+    Ok(recipe::parse_detached(&rel, &text)?)
 }
-
-/// The largest recipe file read (a recipe is a page of TOML).
-const RECIPE_MAX_BYTES: u64 = 1 << 20;
 
 fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion {
     BenchQuestion {

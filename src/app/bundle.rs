@@ -150,7 +150,7 @@ fn create_bundle(
     inputs_only: bool,
     force: bool,
 ) -> anyhow::Result<Created> {
-    if output.exists() && !force {
+    if crate::foundation::fsutil::would_replace(output) && !force {
         return Err(crate::foundation::fsutil::WriteError::Exists {
             path: output.to_path_buf(),
         }

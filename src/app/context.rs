@@ -82,7 +82,12 @@ impl Globals {
 
     /// A path for messages: relative to the current directory when inside it.
     pub fn shown(&self, p: &std::path::Path) -> String {
-        p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
+        match p.strip_prefix(&self.cwd) {
+            // The working directory itself: `.`, never an empty name.
+            Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        }
     }
 
     /// The project's settings (`repro.toml` at the project root). Commands pass what the
@@ -228,8 +233,12 @@ pub(crate) fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
         }
         None => std::env::current_dir()?,
     };
-    let python = g.python.map(|p| cwd.join(p));
-    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python);
+    // An empty REPRO_STORE or REPRO_PYTHON is unset, as an empty XDG_CACHE_HOME is (clap
+    // hands the empty value on); so these two take no non-empty parser.
+    let set = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
+    let python = set(g.python).map(|p| cwd.join(p));
+    let mut globals =
+        Globals::new(cwd, g.json, g.quiet, g.verbose, set(g.store)).with_python(python);
     globals.offline |= g.offline;
     Ok(globals)
 }

@@ -106,7 +106,7 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     if let Some(out) = &a.output {
         let path = resolve(g, out);
         let text = serde_json::to_string_pretty(&json)? + "\n";
-        fsutil::write_atomic(&path, text.as_bytes(), true)
+        fsutil::write_output(&path, text.as_bytes(), true)
             .with_context(|| format!("failed to write fingerprint {}", g.shown(&path)))?;
         if !g.quiet && !g.json {
             say!("wrote {}", g.shown(&path));
@@ -596,7 +596,7 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     };
     let lock = lockfile::from_fingerprint(&name, &fp);
     let text = lockfile::to_toml(&lock, &fp);
-    fsutil::write_atomic(&path, text.as_bytes(), a.force)
+    fsutil::write_output(&path, text.as_bytes(), a.force)
         .with_context(|| format!("failed to write lockfile {}", g.shown(&path)))?;
     let counts = lock.policy_counts();
     if g.json {

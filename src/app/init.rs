@@ -152,8 +152,6 @@ fn config_mode(root: &Path, a: &Args) -> anyhow::Result<ConfigMode> {
     }
     // Recipes beside an existing file: it is read and checked (a broken one is named with
     // its line and key), never written.
-    std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::Error::new(e).context(format!("failed to read {}", path.display())))?;
     Ok(ConfigMode::Keep(Box::new(config::load(root)?)))
 }
 
@@ -320,13 +318,7 @@ fn plan_config(
     force: bool,
 ) -> anyhow::Result<Planned> {
     let path = root.join(config::FILE);
-    let old = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
-        }
-    };
+    let old = config::read_text(root)?;
     if old.is_some() && !force {
         return Err(
             UserError::usage(format!("{} exists already", path.display()))
@@ -445,7 +437,8 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
     let mut done: Vec<(&Planned, Option<Vec<u8>>)> = Vec::new();
     for p in plan {
         let before = if p.existed {
-            std::fs::read(&p.path).ok()
+            // Bounded: a file to put back is repro.toml or a recipe.
+            crate::foundation::fsutil::read_bounded(&p.path, 16 << 20).ok()
         } else {
             None
         };
@@ -455,14 +448,14 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
             .map_or(Ok(()), std::fs::create_dir_all)
             .map_err(anyhow::Error::new)
             .and_then(|()| {
-                crate::foundation::fsutil::write_atomic(&p.path, p.text.as_bytes(), true)
+                crate::foundation::fsutil::write_output(&p.path, p.text.as_bytes(), true)
                     .map_err(anyhow::Error::new)
             });
         if let Err(e) = r {
             for (q, old) in done.into_iter().rev() {
                 match old {
                     Some(bytes) => {
-                        let _ = crate::foundation::fsutil::write_atomic(&q.path, &bytes, true);
+                        let _ = crate::foundation::fsutil::write_output(&q.path, &bytes, true);
                     }
                     None => {
                         let _ = std::fs::remove_file(&q.path);

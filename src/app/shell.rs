@@ -148,7 +148,7 @@ pub fn man(g: &Globals, a: ManArgs, cli: clap::Command) -> anyhow::Result<u8> {
         let dir = g.cwd.join(dir);
         for page in &pages {
             let file = dir.join(format!("{}.1", page.name));
-            crate::foundation::fsutil::write_atomic(&file, &render_page(page, &pages)?, true)?;
+            crate::foundation::fsutil::write_output(&file, &render_page(page, &pages)?, true)?;
         }
         if !g.quiet {
             emit(&format!(

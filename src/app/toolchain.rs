@@ -350,13 +350,7 @@ pub fn write_pin(
 ) -> anyhow::Result<Written> {
     use crate::foundation::config::{self, NvrtcPin, PinEdit};
     let path = root.join(config::FILE);
-    let old = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
-        }
-    };
+    let old = config::read_text(root)?.unwrap_or_default();
     let edit = match resolved.family {
         Family::Nvcc => PinEdit::Nvcc {
             release: resolved.release.clone(),
@@ -371,7 +365,7 @@ pub fn write_pin(
     let new = config::with_pin(&old, &edit, force)?;
     let changed = new != old;
     if changed {
-        crate::foundation::fsutil::write_atomic(&path, new.as_bytes(), true)
+        crate::foundation::fsutil::write_output(&path, new.as_bytes(), true)
             .with_context(|| format!("failed to write {}", path.display()))?;
     }
     Ok(Written { path, changed })

@@ -254,7 +254,7 @@ pub fn write_with(
     }
     let compressed = enc.finish().map_err(write_err)?;
 
-    fsutil::write_atomic(path, &compressed, true).map_err(|e| match e {
+    fsutil::write_output(path, &compressed, true).map_err(|e| match e {
         fsutil::WriteError::Io { source, .. } => write_err(source),
         other => ArchiveError::Output(other),
     })?;
@@ -374,7 +374,8 @@ fn stream(
     progress: &dyn Fn(u64, u64),
     visit: &mut Visit<'_>,
 ) -> Result<(), ArchiveError> {
-    let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
+    // A regular file only: a FIFO would hang the read, a directory fail it half-way.
+    let file = fsutil::open_input(path).map_err(|source| ArchiveError::Read {
         path: path.to_owned(),
         source,
     })?;
@@ -845,10 +846,10 @@ impl crate::foundation::error::Diagnose for ArchiveError {
         use ArchiveError as E;
         match self {
             // A bundle that is not there is the user's input mistake (2), as the README says.
-            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                crate::foundation::exit::USAGE
-            }
-            E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
+            // A bundle that is not there, or not a regular file, is the user's input
+            // mistake (2), as the README says.
+            E::Read { source, .. } => fsutil::read_exit_code(source),
+            E::Write { .. } => crate::foundation::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
             E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } | E::Clash { .. } => {
                 crate::foundation::exit::MISMATCH
@@ -870,7 +871,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Some("check the path of the bundle".into())
             }
-            _ => None,
+            E::Read { source, .. } => Some(fsutil::read_hint(source).into()),
         }
     }
 }
