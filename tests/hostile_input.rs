@@ -1,6 +1,6 @@
 //! Hostile and mistaken input: output paths that are links, devices, FIFOs or
 //! directories; input files that are devices, FIFOs, links to them or directories; a
-//! repro.toml that cannot be read; and empty names.
+//! repro.toml that cannot be read; empty names; and `REPRO_*` limits that are not numbers.
 //! Each test failed before the fix (a regular file put in place of the device, a hang, an
 //! out-of-memory kill, an ignored value, a nameless record).
 
@@ -192,4 +192,23 @@ fn empty_names_are_usage_errors_naming_the_option() {
     // Nothing was recorded.
     let (_, out, _) = run_in(tmp.path(), &root, &["--json", "log"]);
     assert!(!out.contains("\"id\""), "{out}");
+}
+
+#[test]
+fn a_limit_that_is_not_a_number_is_named_with_its_value() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    std::fs::write(root.join("b.tar.zst"), b"not a bundle").unwrap();
+    for value in ["abc", "-1"] {
+        let mut cmd = repro(tmp.path());
+        cmd.arg("-C")
+            .arg(&root)
+            .args(["bundle", "verify", "b.tar.zst"])
+            .env("REPRO_BUNDLE_MAX_BYTES", value);
+        let (code, out, err) = outcome(&mut cmd);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(
+            err.contains(&format!("REPRO_BUNDLE_MAX_BYTES=\"{value}\"")),
+            "{err}"
+        );
+    }
 }

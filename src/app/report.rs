@@ -29,6 +29,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::foundation::process::ProcessError,
             crate::foundation::fsutil::WriteError,
             crate::foundation::fsutil::ReadError,
+            crate::foundation::limits::LimitError,
             crate::foundation::recipe::RecipeError,
             crate::foundation::store::StoreError,
             crate::engines::build::BuildError,
