@@ -15,6 +15,7 @@ mod bundle;
 mod demo_cli;
 mod env;
 mod fuzz_parsers;
+mod hostile_input;
 mod init_cli;
 mod json_keys;
 mod layering;

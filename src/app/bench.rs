@@ -27,19 +27,19 @@ use crate::foundation::records::{Mode, Settings};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recipe to benchmark (by name or path).
-    #[arg(value_name = "RECIPE", required_unless_present = "command")]
+    #[arg(value_name = "RECIPE", required_unless_present = "command", value_parser = crate::app::context::non_empty())]
     recipe: Option<String>,
     /// Benchmark a shell command instead of a recipe (each run a separate process).
-    #[arg(long, value_name = "CMD", conflicts_with_all = ["recipe", "param", "check_only", "time_anyway", "mode"])]
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["recipe", "param", "check_only", "time_anyway", "mode"], value_parser = crate::app::context::non_empty())]
     command: Option<String>,
     /// Name of a command bench in records and tables [default: the command].
-    #[arg(long, requires = "command")]
+    #[arg(long, requires = "command", value_parser = crate::app::context::non_empty())]
     name: Option<String>,
     /// What a command bench measures: time (wall, ms), json:PATH or regex:RE on stdout.
-    #[arg(long, default_value = "time", requires = "command")]
+    #[arg(long, default_value = "time", requires = "command", value_parser = crate::app::context::non_empty())]
     metric: String,
     /// The unit of a json: or regex: metric (us, ms or s make it a time: lower is faster).
-    #[arg(long, requires = "command")]
+    #[arg(long, requires = "command", value_parser = crate::app::context::non_empty())]
     unit: Option<String>,
     /// Exactly N runs of the command (otherwise --min-runs, until --max-noise, up to --max-runs).
     #[arg(long, value_name = "N", requires = "command", conflicts_with_all = ["min_runs", "max_runs"])]
@@ -52,10 +52,10 @@ pub struct Args {
     max_runs: Option<usize>,
     /// A command run before each run of a command bench, warm-ups included, and not timed
     /// (hyperfine's --prepare), e.g. to clear a cache.
-    #[arg(long, value_name = "CMD", requires = "command")]
+    #[arg(long, value_name = "CMD", requires = "command", value_parser = crate::app::context::non_empty())]
     prepare: Option<String>,
     /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep).
-    #[arg(long = "param", value_name = "K=V")]
+    #[arg(long = "param", value_name = "K=V", value_parser = crate::app::context::non_empty())]
     param: Vec<String>,
     /// cold: L2 flushed before each sample; hot: back to back; graph: CUDA-graph batches.
     #[arg(long, value_enum, default_value = "cold")]

@@ -61,28 +61,29 @@ pub struct Args {
     /// A commit where all is well (the older end, or with --find fixed the newer). Needed,
     /// with --bad, unless --toolchains is given (checked by `run`, whose message says both
     /// ways to ask).
-    #[arg(long, value_name = "REV")]
+    #[arg(long, value_name = "REV", value_parser = crate::app::context::non_empty())]
     good: Option<String>,
     /// A commit where it is broken (the newer end, or with --find fixed the older).
-    #[arg(long, value_name = "REV")]
+    #[arg(long, value_name = "REV", value_parser = crate::app::context::non_empty())]
     bad: Option<String>,
     /// Hold the commit fixed and search compiler releases instead: FROM..TO, e.g.
     /// nvrtc@12.8.93..nvrtc@13.0.88 (NVRTC wheels) or nvcc@12.9..nvcc@13.0 (pinned releases).
-    #[arg(long, value_name = "RANGE", conflicts_with_all = ["good", "bad", "script", "command"], requires = "recipe")]
+    #[arg(long, value_name = "RANGE", conflicts_with_all = ["good", "bad", "script", "command"], requires = "recipe", value_parser = crate::app::context::non_empty())]
     toolchains: Option<String>,
     /// With --toolchains: fetch wheels from this directory only (or REPRO_WHEELHOUSE).
-    #[arg(long, value_name = "DIR", requires = "toolchains")]
+    #[arg(long, value_name = "DIR", requires = "toolchains", value_parser = crate::app::context::non_empty_path())]
     wheels: Option<std::path::PathBuf>,
     /// The recipe to build, check or benchmark: a name (recipes/NAME.toml in the working
     /// tree) or a path; read once, committed or not, and applied to every commit.
-    #[arg(long, value_name = "NAME|PATH", conflicts_with = "script")]
+    #[arg(long, value_name = "NAME|PATH", conflicts_with = "script", value_parser = crate::app::context::non_empty())]
     recipe: Option<String>,
     /// Read the recipe from this commit instead of the working tree.
     #[arg(
         long,
         value_name = "REV",
         requires = "recipe",
-        conflicts_with = "recipe_per_commit"
+        conflicts_with = "recipe_per_commit",
+        value_parser = crate::app::context::non_empty()
     )]
     recipe_at: Option<String>,
     /// Use each commit's own recipes/NAME.toml (for histories whose recipe evolved).
@@ -90,19 +91,19 @@ pub struct Args {
     recipe_per_commit: bool,
     /// Script and --command modes: write only these paths (git pathspecs) into each
     /// step's tree instead of the whole tree.
-    #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe")]
+    #[arg(long, value_name = "PATHSPEC", num_args = 1.., conflicts_with = "recipe", value_parser = crate::app::context::non_empty())]
     paths: Vec<String>,
     /// What counts as broken.
     #[arg(long, value_enum, default_value = "build")]
     mode: Mode,
     /// Any command, run in each commit's checkout with `git bisect run`'s exit codes.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", value_parser = crate::app::context::non_empty())]
     script: Option<String>,
     /// Bench mode without a recipe: time this command (or read --metric from it) in each checkout.
-    #[arg(long, value_name = "CMD", conflicts_with_all = ["script", "recipe"])]
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["script", "recipe"], value_parser = crate::app::context::non_empty())]
     command: Option<String>,
     /// With --command: time, json:PATH or regex:RE.
-    #[arg(long, default_value = "time")]
+    #[arg(long, default_value = "time", value_parser = crate::app::context::non_empty())]
     metric: String,
     /// Find the first broken commit (default), or the first fixed one.
     #[arg(long, value_enum, default_value = "broken")]
@@ -114,7 +115,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "slower")]
     direction: Direction,
     /// Bench mode: parameter overrides (the bench must come to one point).
-    #[arg(long = "param", value_name = "K=V")]
+    #[arg(long = "param", value_name = "K=V", value_parser = crate::app::context::non_empty())]
     param: Vec<String>,
     /// Bench mode: runs measuring the good end; a commit stops once certain, after 3 runs or more.
     #[arg(long, default_value_t = 10)]
@@ -154,19 +155,19 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "local")]
     executor: ExecutorKind,
     /// Slurm: the partition [default: the cluster's default].
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::app::context::non_empty())]
     partition: Option<String>,
     /// Slurm: the generic resources of each job, e.g. gpu:h100:1 ("" for none) [default:
     /// a --gres of --slurm-opt or [slurm] options, else gpu:1].
-    #[arg(long, value_name = "GRES")]
+    #[arg(long, value_name = "GRES", value_parser = crate::app::context::non_empty())]
     gres: Option<String>,
     /// Slurm: each job's time limit, in Slurm's syntax (minutes, or HH:MM:SS) [default:
     /// derived from --timeout: every timeout a step can meet, plus a minute]. A limit a
     /// hanging step would meet before its own --timeout is refused.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = crate::app::context::non_empty())]
     time_limit: Option<String>,
     /// Slurm: the account to charge.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::app::context::non_empty())]
     account: Option<String>,
     /// Slurm: submissions of a step again when its job ends without a result (preempted,
     /// cancelled, out of time, its node lost).
@@ -180,18 +181,18 @@ pub struct Args {
     /// Slurm: any sbatch/srun option for every job, as --name=value (e.g.
     /// --slurm-opt=--qos=high, --slurm-opt=--constraint=h100); after `[slurm] options` of
     /// repro.toml, the last of each name wins. Checked with the controller before any job.
-    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true, value_parser = crate::app::context::non_empty())]
     slurm_opt: Vec<String>,
     /// Slurm: an environment variable jobs get, besides repro's own list (PATH,
     /// LD_LIBRARY_PATH, HOME, REPRO_*, ...) and `[slurm] export`.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::app::context::non_empty())]
     slurm_export: Vec<String>,
     /// Slurm: submit the driver itself as a job and return its ID at once; `repro show
     /// ID` and `repro log` follow it, and closing the shell loses nothing.
     #[arg(long)]
     detach: bool,
     /// Internal: the detached bisection this driver reports to.
-    #[arg(long, value_name = "ID", hide = true)]
+    #[arg(long, value_name = "ID", hide = true, value_parser = crate::app::context::non_empty())]
     detached_id: Option<String>,
 }
 
@@ -199,6 +200,7 @@ pub struct Args {
 #[derive(Debug, clap::Args)]
 pub struct StepArgs {
     /// The request file a Slurm job was given.
+    #[arg(value_parser = crate::app::context::non_empty_path())]
     request: std::path::PathBuf,
 }
 
@@ -1021,9 +1023,9 @@ fn fixed_recipe(
         let rel = format!("{}/{name}.toml", recipe::DIR);
         (root.join(&rel), rel)
     };
-    let text = match crate::foundation::fsutil::read_bounded(&path, RECIPE_MAX_BYTES) {
+    let text = match crate::foundation::fsutil::read_input_text(&path, recipe::MAX_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Err(RecipeError::NotFound {
                 name: name.to_string(),
                 path: g.shown(&path),
@@ -1031,22 +1033,16 @@ fn fixed_recipe(
             }
             .into());
         }
-        Err(source) => {
+        Err(e) => {
             return Err(RecipeError::Read {
                 path: g.shown(&path),
-                source,
+                source: e.source,
             }
             .into());
         }
     };
-    Ok(recipe::parse_detached(
-        &rel,
-        &String::from_utf8_lossy(&text),
-    )?)
+    Ok(recipe::parse_detached(&rel, &text)?)
 }
-
-/// The largest recipe file read (a recipe is a page of TOML).
-const RECIPE_MAX_BYTES: u64 = 1 << 20;
 
 fn bench_question(a: &Args, command: Option<(String, Metric)>) -> BenchQuestion {
     BenchQuestion {

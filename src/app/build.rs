@@ -38,7 +38,7 @@ struct ShellReply {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Recipes to build: names (`vector_add`) or paths (`recipes/vector_add.toml`).
-    #[arg(value_name = "RECIPE")]
+    #[arg(value_name = "RECIPE", value_parser = crate::app::context::non_empty())]
     recipes: Vec<String>,
     /// Build every recipe in recipes/; those that cannot be built are reported at the end.
     #[arg(long, conflicts_with = "recipes")]
@@ -64,7 +64,7 @@ pub struct Args {
     in_nix_shell: bool,
     /// Internal: the tree is this commit's, written out by a bisection step; build records
     /// name it.
-    #[arg(long, hide = true, value_name = "COMMIT")]
+    #[arg(long, hide = true, value_name = "COMMIT", value_parser = crate::app::context::non_empty())]
     at_commit: Option<String>,
 }
 

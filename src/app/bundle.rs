@@ -25,10 +25,10 @@ enum BundleCommand {
     /// Write a bundle of results (IDs from `repro log`) or builds (keys), with their sources.
     Create {
         /// Result IDs or build keys (unique prefixes are fine).
-        #[arg(required = true, value_name = "ID")]
+        #[arg(required = true, value_name = "ID", value_parser = crate::app::context::non_empty())]
         ids: Vec<String>,
         /// The archive to write (.tar.zst).
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
         output: PathBuf,
         /// Only the recipes' inputs (and the pinned environment), not the whole tree.
         #[arg(long)]
@@ -40,11 +40,13 @@ enum BundleCommand {
     /// Re-hash every file against MANIFEST; exit 1 naming any file that differs, is missing or extra.
     Verify {
         /// The archive.
+        #[arg(value_parser = crate::app::context::non_empty_path())]
         file: PathBuf,
     },
     /// List the claims (results and builds) of a bundle; exit 1 if it does not match its MANIFEST.
     Show {
         /// The archive.
+        #[arg(value_parser = crate::app::context::non_empty_path())]
         file: PathBuf,
     },
 }
@@ -148,7 +150,7 @@ fn create_bundle(
     inputs_only: bool,
     force: bool,
 ) -> anyhow::Result<Created> {
-    if output.exists() && !force {
+    if crate::foundation::fsutil::would_replace(output) && !force {
         return Err(crate::foundation::fsutil::WriteError::Exists {
             path: output.to_path_buf(),
         }

@@ -82,7 +82,12 @@ impl Globals {
 
     /// A path for messages: relative to the current directory when inside it.
     pub fn shown(&self, p: &std::path::Path) -> String {
-        p.strip_prefix(&self.cwd).unwrap_or(p).display().to_string()
+        match p.strip_prefix(&self.cwd) {
+            // The working directory itself: `.`, never an empty name.
+            Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        }
     }
 
     /// The project's settings (`repro.toml` at the project root). Commands pass what the
@@ -140,11 +145,48 @@ pub fn emit_json_text(text: &str) -> anyhow::Result<()> {
     write_stdout(&crate::foundation::output::json_safe(text))
 }
 
+/// The value parser of every option and argument that names something (a recipe, a
+/// result, a command, a metric): an empty string names nothing, so it is a usage error
+/// naming the option (exit 2), not a nameless record or a filter that matches nothing.
+pub fn non_empty() -> clap::builder::NonEmptyStringValueParser {
+    clap::builder::NonEmptyStringValueParser::new()
+}
+
+/// [`non_empty`] for paths: an empty path is refused, any other (not UTF-8 included) is
+/// taken as it is.
+pub fn non_empty_path() -> NonEmptyPath {
+    NonEmptyPath
+}
+
+/// The value parser [`non_empty_path`] returns.
+#[derive(Clone, Copy, Debug)]
+pub struct NonEmptyPath;
+
+impl clap::builder::TypedValueParser for NonEmptyPath {
+    type Value = PathBuf;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<PathBuf, clap::Error> {
+        if value.is_empty() {
+            // The same error clap gives an empty string: "a value is required for
+            // '--output <FILE>' but none was supplied".
+            return clap::builder::NonEmptyStringValueParser::new()
+                .parse_ref(cmd, arg, value)
+                .map(PathBuf::from);
+        }
+        Ok(PathBuf::from(value))
+    }
+}
+
 /// The options every command takes, before or after the subcommand.
 #[derive(Debug, clap::Args)]
 pub struct GlobalArgs {
     /// Act as if started in DIR (like `git -C`).
-    #[arg(short = 'C', value_name = "DIR", global = true)]
+    #[arg(short = 'C', value_name = "DIR", global = true, value_parser = crate::app::context::non_empty_path())]
     pub dir: Option<PathBuf>,
     /// Print machine-readable JSON on stdout instead of text.
     #[arg(long, global = true)]
@@ -191,8 +233,12 @@ pub(crate) fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
         }
         None => std::env::current_dir()?,
     };
-    let python = g.python.map(|p| cwd.join(p));
-    let mut globals = Globals::new(cwd, g.json, g.quiet, g.verbose, g.store).with_python(python);
+    // An empty REPRO_STORE or REPRO_PYTHON is unset, as an empty XDG_CACHE_HOME is (clap
+    // hands the empty value on); so these two take no non-empty parser.
+    let set = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
+    let python = set(g.python).map(|p| cwd.join(p));
+    let mut globals =
+        Globals::new(cwd, g.json, g.quiet, g.verbose, set(g.store)).with_python(python);
     globals.offline |= g.offline;
     Ok(globals)
 }

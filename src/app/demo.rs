@@ -25,7 +25,7 @@ use crate::foundation::records::BisectRecord;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Keep the demo repository (and its bundle) in DIR instead of a temporary directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::app::context::non_empty_path())]
     keep: Option<PathBuf>,
 }
 

@@ -38,26 +38,27 @@ enum EnvCommand {
 struct WhyImportArgs {
     /// The extension: a module file (`ext.cpython-311-x86_64-linux-gnu.so`), a recipe whose
     /// last build made one, or a module installed in the environment.
+    #[arg(value_parser = crate::app::context::non_empty())]
     target: String,
 }
 
 #[derive(Debug, clap::Args)]
 struct CaptureArgs {
     /// Also write the fingerprint as JSON to FILE.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     output: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 struct CheckArgs {
     /// The lockfile [default: the only one in lockfiles/, or the one matching this GPU].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     lock: Option<PathBuf>,
     /// Fail on warnings too.
     #[arg(long)]
     strict: bool,
     /// Check a saved fingerprint (from `env capture -o`) instead of this machine.
-    #[arg(long, value_name = "FILE", conflicts_with = "fresh")]
+    #[arg(long, value_name = "FILE", conflicts_with = "fresh", value_parser = crate::app::context::non_empty_path())]
     fingerprint: Option<PathBuf>,
     /// Query the GPUs through cuInit instead of the per-boot cache of device attributes.
     #[arg(long)]
@@ -67,10 +68,10 @@ struct CheckArgs {
 #[derive(Debug, clap::Args)]
 struct LockArgs {
     /// Where to write [default: lockfiles/NAME.toml at the project root].
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     output: Option<PathBuf>,
     /// The machine's name [default: from the GPU model, e.g. h200; "cpu" without a GPU].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::app::context::non_empty())]
     name: Option<String>,
     /// Overwrite an existing lockfile.
     #[arg(long)]
@@ -105,7 +106,7 @@ fn capture(g: &Globals, a: CaptureArgs) -> anyhow::Result<u8> {
     if let Some(out) = &a.output {
         let path = resolve(g, out);
         let text = serde_json::to_string_pretty(&json)? + "\n";
-        fsutil::write_atomic(&path, text.as_bytes(), true)
+        fsutil::write_output(&path, text.as_bytes(), true)
             .with_context(|| format!("failed to write fingerprint {}", g.shown(&path)))?;
         if !g.quiet && !g.json {
             say!("wrote {}", g.shown(&path));
@@ -595,7 +596,7 @@ fn lock(g: &Globals, a: LockArgs) -> anyhow::Result<u8> {
     };
     let lock = lockfile::from_fingerprint(&name, &fp);
     let text = lockfile::to_toml(&lock, &fp);
-    fsutil::write_atomic(&path, text.as_bytes(), a.force)
+    fsutil::write_output(&path, text.as_bytes(), a.force)
         .with_context(|| format!("failed to write lockfile {}", g.shown(&path)))?;
     let counts = lock.policy_counts();
     if g.json {

@@ -22,20 +22,20 @@ use crate::foundation::exit;
 pub struct Args {
     /// Write a recipe for this kernel file (repeatable): recipes/STEM.toml with its
     /// kernels, kind (nvrtc when it needs no host headers, else nvcc) and include dirs.
-    #[arg(long = "recipe", value_name = "FILE.cu")]
+    #[arg(long = "recipe", value_name = "FILE.cu", value_parser = crate::app::context::non_empty_path())]
     recipes: Vec<PathBuf>,
     /// The nvcc release to pin [default: the newest repro knows].
-    #[arg(long, value_name = "MAJOR.MINOR")]
+    #[arg(long, value_name = "MAJOR.MINOR", value_parser = crate::app::context::non_empty())]
     nvcc: Option<String>,
     /// The NVRTC release to pin [default: the newest repro knows].
-    #[arg(long, value_name = "MAJOR.MINOR")]
+    #[arg(long, value_name = "MAJOR.MINOR", value_parser = crate::app::context::non_empty())]
     nvrtc: Option<String>,
     /// Component libraries for the nvcc tree, besides those the kernels' includes name:
     /// cublas, cudnn, cutlass, nvtx, profiler, curand, nccl.
-    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
+    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',', value_parser = crate::app::context::non_empty())]
     with: Vec<String>,
     /// The GPU target of the recipes written.
-    #[arg(long, default_value = "sm_90", value_name = "SM")]
+    #[arg(long, default_value = "sm_90", value_name = "SM", value_parser = crate::app::context::non_empty())]
     target: String,
     /// Replace existing recipes; and an existing repro.toml's pins when no --recipe is
     /// given or --nvcc, --nvrtc or --with say what to pin (otherwise repro.toml is kept as
@@ -183,8 +183,6 @@ fn config_mode(root: &Path, a: &Args) -> anyhow::Result<ConfigMode> {
     }
     // Recipes beside an existing file: it is read and checked (a broken one is named with
     // its line and key), never written.
-    std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::Error::new(e).context(format!("failed to read {}", path.display())))?;
     Ok(ConfigMode::Keep(Box::new(config::load(root)?)))
 }
 
@@ -360,13 +358,7 @@ fn plan_config(
     force: bool,
 ) -> anyhow::Result<Planned> {
     let path = root.join(config::FILE);
-    let old = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
-        }
-    };
+    let old = config::read_text(root)?;
     if old.is_some() && !force {
         return Err(
             UserError::usage(format!("{} exists already", path.display()))
@@ -485,7 +477,8 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
     let mut done: Vec<(&Planned, Option<Vec<u8>>)> = Vec::new();
     for p in plan {
         let before = if p.existed {
-            std::fs::read(&p.path).ok()
+            // Bounded: a file to put back is repro.toml or a recipe.
+            crate::foundation::fsutil::read_bounded(&p.path, 16 << 20).ok()
         } else {
             None
         };
@@ -497,14 +490,14 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
             .and_then(|()| {
                 // A file that was not there when planned is written without clobbering:
                 // one another process created since then is kept, and this run undone.
-                crate::foundation::fsutil::write_atomic(&p.path, p.text.as_bytes(), p.existed)
+                crate::foundation::fsutil::write_output(&p.path, p.text.as_bytes(), p.existed)
                     .map_err(anyhow::Error::new)
             });
         if let Err(e) = r {
             for (q, old) in done.into_iter().rev() {
                 match old {
                     Some(bytes) => {
-                        let _ = crate::foundation::fsutil::write_atomic(&q.path, &bytes, true);
+                        let _ = crate::foundation::fsutil::write_output(&q.path, &bytes, true);
                     }
                     None => {
                         let _ = std::fs::remove_file(&q.path);

@@ -266,6 +266,53 @@ mod tests {
         command().debug_assert();
     }
 
+    /// No option or argument takes an empty string: each names something (a recipe, a
+    /// result, a command, a file), and an empty one named nothing yet was accepted (a
+    /// nameless result, a plot of nothing, a filter matching nothing). Walks every
+    /// command, the internal ones too, so a new option cannot forget the parser.
+    #[test]
+    fn no_option_takes_an_empty_string() {
+        // Empty in the environment means unset (see `globals`).
+        const UNSET_WHEN_EMPTY: &[&str] = &["store", "python"];
+        fn walk(cmd: &clap::Command, path: &str, accepted: &mut Vec<String>) {
+            let mut cmd = cmd.clone().no_binary_name(true);
+            cmd.build();
+            for arg in cmd.get_arguments() {
+                if !arg.get_action().takes_values()
+                    || UNSET_WHEN_EMPTY.contains(&arg.get_id().as_str())
+                {
+                    continue;
+                }
+                // The option with an empty value, or the positional argument empty after
+                // placeholders for those before it. Values are checked as they are
+                // parsed, before required options and conflicts, so a refusal shows.
+                let argv: Vec<String> = match (arg.get_long(), arg.get_index()) {
+                    (Some(long), _) => vec![format!("--{long}"), String::new()],
+                    (None, Some(i)) => {
+                        let mut v = vec!["x".to_string(); i - 1];
+                        v.push(String::new());
+                        v
+                    }
+                    (None, None) => continue,
+                };
+                let refused = cmd.clone().try_get_matches_from(&argv).is_err_and(|e| {
+                    use clap::error::ErrorKind as K;
+                    matches!(e.kind(), K::InvalidValue | K::ValueValidation)
+                });
+                if !refused {
+                    accepted.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                walk(sub, &format!("{path} {}", sub.get_name()), accepted);
+            }
+        }
+        let mut accepted = Vec::new();
+        walk(&command(), "repro", &mut accepted);
+        walk(&Internal::command(), "repro", &mut accepted);
+        assert!(accepted.is_empty(), "options that take \"\": {accepted:?}");
+    }
+
     /// Every command a user sees ends its help with its exit codes, which
     /// `foundation/exit.rs` documents for each; the internal commands are not among them.
     #[test]

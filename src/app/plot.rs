@@ -19,21 +19,21 @@ use crate::foundation::records::{self, BisectRecord, RecordError, ResultRecord};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recipe (or command-bench name) whose recorded results to plot.
-    #[arg(required_unless_present = "bisect")]
+    #[arg(required_unless_present = "bisect", value_parser = crate::app::context::non_empty())]
     name: Option<String>,
     /// Plot a bisection instead: its report (the JSON of `repro bisect --json`), or the ID
     /// of a recorded bisection (`repro log --kind bisection`).
-    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"])]
+    #[arg(long, value_name = "FILE|ID", conflicts_with_all = ["name", "sweep"], value_parser = crate::app::context::non_empty_path())]
     bisect: Option<PathBuf>,
     /// Plot the results over this parameter (the newest result at each value).
-    #[arg(long, value_name = "PARAM")]
+    #[arg(long, value_name = "PARAM", value_parser = crate::app::context::non_empty())]
     sweep: Option<String>,
     /// Plot this metric of the recipe's recorded profiles (`repro profile`) instead of
     /// the results' medians (an ncu metric name, e.g. `dram__bytes.sum.per_second`).
-    #[arg(long, value_name = "METRIC", conflicts_with = "bisect")]
+    #[arg(long, value_name = "METRIC", conflicts_with = "bisect", value_parser = crate::app::context::non_empty())]
     metric: Option<String>,
     /// The SVG file to write.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     output: PathBuf,
 }
 
@@ -74,16 +74,21 @@ fn load_bisection(g: &Globals, path: &std::path::Path) -> anyhow::Result<BisectR
                 }
             }
         } else {
-            let bytes = std::fs::read(&file).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                exit::USAGE
-            } else {
-                exit::IO
-            };
-            UserError::with_code(code, format!("cannot read {}: {e}", path.display())).hint(
-                "pass a report written by `repro bisect ... --json > FILE`, or a recorded bisection's ID",
+            // A report is another run's output, perhaps another machine's: bounded like a
+            // record in the store, and a directory, FIFO or device is refused (exit 2).
+            let bytes = crate::foundation::fsutil::read_bounded(
+                &file,
+                crate::foundation::store::MAX_RECORD_BYTES,
             )
-        })?;
+            .map_err(|e| {
+                UserError::with_code(
+                    crate::foundation::fsutil::read_exit_code(&e),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+                .hint(
+                    "pass a report written by `repro bisect ... --json > FILE`, or a recorded bisection's ID",
+                )
+            })?;
             let what = path.display().to_string();
             serde_json::from_slice::<Value>(&bytes)
                 .map_err(|e| RecordError::Shape {
@@ -382,7 +387,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         plot_items(g, &name, &items, a.sweep.as_deref(), &label)?
     };
     let out = g.cwd.join(&a.output);
-    crate::foundation::fsutil::write_atomic(&out, svg.as_bytes(), true)
+    crate::foundation::fsutil::write_output(&out, svg.as_bytes(), true)
         .with_context(|| format!("failed to write {}", g.shown(&out)))?;
     if g.json {
         crate::app::context::emit_json(&serde_json::json!({

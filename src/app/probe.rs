@@ -13,8 +13,10 @@ use crate::foundation::exit;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The repository's git directory.
+    #[arg(value_parser = crate::app::context::non_empty_path())]
     repo: std::path::PathBuf,
     /// The bisection's scratch directory in the store (requests and results).
+    #[arg(value_parser = crate::app::context::non_empty_path())]
     dir: std::path::PathBuf,
 }
 

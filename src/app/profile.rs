@@ -23,17 +23,18 @@ use crate::foundation::records::{self, Mode, OutputRef, ProfileRecord, Settings}
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The recipe (a name under recipes/, or a path).
+    #[arg(value_parser = crate::app::context::non_empty())]
     recipe: String,
     /// An Nsight Compute section set to collect as well (`basic`, `detailed`, `full`);
     /// the report keeps it, the record keeps the metrics.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::app::context::non_empty())]
     set: Option<String>,
     /// The metrics to record (repeat or separate with commas) [default: SOL compute and
     /// memory, DRAM throughput, duration, achieved occupancy, registers, warp stalls].
-    #[arg(long, value_delimiter = ',', value_name = "METRIC")]
+    #[arg(long, value_delimiter = ',', value_name = "METRIC", value_parser = crate::app::context::non_empty())]
     metrics: Vec<String>,
     /// Override a parameter (NAME=VALUE); the first point of the sweep is profiled.
-    #[arg(long = "param", value_name = "K=V")]
+    #[arg(long = "param", value_name = "K=V", value_parser = crate::app::context::non_empty())]
     param: Vec<String>,
     /// Caches before each replay pass: `all` flushes them (ncu's default), `none` keeps
     /// them warm.

@@ -6,7 +6,7 @@ use crate::app::context::Globals;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A remote of this repository, or a URL.
-    #[arg(default_value = "origin")]
+    #[arg(default_value = "origin", value_parser = crate::app::context::non_empty())]
     remote: String,
 }
 

@@ -14,10 +14,11 @@ use crate::foundation::output::Style;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A result ID or a build key (or a unique prefix of one).
+    #[arg(value_parser = crate::app::context::non_empty())]
     id: String,
     /// Take the record, the sources and the artifacts from this bundle instead of the store
     /// and the repository.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = crate::app::context::non_empty_path())]
     bundle: Option<PathBuf>,
     /// The relative change in timing that counts as different.
     #[arg(long, default_value = "2%", value_parser = crate::app::bench::parse_fraction)]

@@ -28,6 +28,8 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::engines::fingerprint::FingerprintFileError,
             crate::foundation::process::ProcessError,
             crate::foundation::fsutil::WriteError,
+            crate::foundation::fsutil::ReadError,
+            crate::foundation::limits::LimitError,
             crate::foundation::recipe::RecipeError,
             crate::foundation::store::StoreError,
             crate::engines::build::BuildError,

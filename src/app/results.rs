@@ -22,13 +22,13 @@ pub struct LogArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     kind: Vec<catalog::Kind>,
     /// Only records of this recipe (or command-bench name, or a bisection's recipe).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::app::context::non_empty())]
     recipe: Option<String>,
     /// Only records at a commit starting with this (a bisection's: its first bad commit).
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(long, value_name = "PREFIX", value_parser = crate::app::context::non_empty())]
     commit: Option<String>,
     /// Only results from machines whose GPU name contains this (other kinds have none).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::app::context::non_empty())]
     machine: Option<String>,
     /// At most this many records.
     #[arg(short = 'n', long, default_value_t = 50)]
@@ -40,7 +40,7 @@ pub struct LogArgs {
 pub struct ShowArgs {
     /// A record's ID (a result's ID, a build's key, a bisection's ID) or a unique prefix
     /// of at least 4 hex digits.
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = crate::app::context::non_empty())]
     id: String,
 }
 
@@ -49,8 +49,10 @@ pub struct ShowArgs {
 pub struct CompareArgs {
     /// The baseline: a result ID (or unique prefix), or an nvbench JSON file
     /// (`out.json`, `out.json@STATE` to pick one of its states).
+    #[arg(value_parser = crate::app::context::non_empty())]
     a: String,
     /// The candidate, likewise.
+    #[arg(value_parser = crate::app::context::non_empty())]
     b: String,
     /// Call a change "same" only if the ratio's interval lies within ±THRESHOLD; with
     /// --fail-on, a significant change smaller than this does not fail.

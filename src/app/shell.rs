@@ -88,10 +88,10 @@ complete -c repro -l recipe -f -a "(repro completions --candidates recipes 2>/de
 pub struct ManArgs {
     /// Print the page of this command (`repro man bisect`: repro-bisect(1); `repro man env
     /// check` or `repro man repro-env-check`: repro-env-check(1)).
-    #[arg(value_name = "COMMAND")]
+    #[arg(value_name = "COMMAND", value_parser = crate::app::context::non_empty())]
     command: Vec<String>,
     /// Write every page, repro.1 and one repro-COMMAND.1 per command and subcommand, into DIR.
-    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    #[arg(long, value_name = "DIR", conflicts_with = "command", value_parser = crate::app::context::non_empty_path())]
     out_dir: Option<std::path::PathBuf>,
 }
 
@@ -148,7 +148,7 @@ pub fn man(g: &Globals, a: ManArgs, cli: clap::Command) -> anyhow::Result<u8> {
         let dir = g.cwd.join(dir);
         for page in &pages {
             let file = dir.join(format!("{}.1", page.name));
-            crate::foundation::fsutil::write_atomic(&file, &render_page(page, &pages)?, true)?;
+            crate::foundation::fsutil::write_output(&file, &render_page(page, &pages)?, true)?;
         }
         if !g.quiet {
             emit(&format!(

@@ -42,11 +42,11 @@ enum ToolchainCommand {
 #[derive(Debug, clap::Args)]
 struct PinArgs {
     /// The release: nvcc@MAJOR.MINOR or nvrtc@MAJOR.MINOR (or nvrtc@FULL.VERSION).
-    #[arg(value_name = "SPEC", required_unless_present = "list")]
+    #[arg(value_name = "SPEC", required_unless_present = "list", value_parser = crate::app::context::non_empty())]
     spec: Option<String>,
     /// Component libraries installed into the same tree, part of its identity: cublas,
     /// cudnn, cutlass, nvtx, profiler (cuda_profiler_api.h), curand, nccl.
-    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',')]
+    #[arg(long = "with", value_name = "COMPONENTS", value_delimiter = ',', value_parser = crate::app::context::non_empty())]
     with: Vec<String>,
     /// Make this nvcc release the one nvcc recipes use (`nvcc-default`); the first nvcc
     /// pinned becomes the default anyway.
@@ -71,20 +71,20 @@ struct GcArgs {
 struct InstallArgs {
     /// The toolchain: nvcc@13.0 (a [toolchain.nvcc."13.0"] release of repro.toml) or
     /// nvrtc@13.0.88.
-    #[arg(value_name = "SPEC", conflicts_with = "nvrtc")]
+    #[arg(value_name = "SPEC", conflicts_with = "nvrtc", value_parser = crate::app::context::non_empty())]
     spec: Option<String>,
     /// The nvidia-cuda-nvrtc version (the same as nvrtc@VERSION).
-    #[arg(long, value_name = "VERSION")]
+    #[arg(long, value_name = "VERSION", value_parser = crate::app::context::non_empty())]
     nvrtc: Option<String>,
     /// Install NVRTC from this wheel file instead of fetching one.
-    #[arg(long, value_name = "FILE", conflicts_with = "wheels")]
+    #[arg(long, value_name = "FILE", conflicts_with = "wheels", value_parser = crate::app::context::non_empty_path())]
     wheel: Option<PathBuf>,
     /// Fetch the wheels from this directory only (pip --no-index --find-links DIR); also
     /// REPRO_WHEELHOUSE.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = crate::app::context::non_empty_path())]
     wheels: Option<PathBuf>,
     /// The NVRTC wheel's expected sha256 [default: the pin in repro.toml for this architecture].
-    #[arg(long, value_name = "HEX")]
+    #[arg(long, value_name = "HEX", value_parser = crate::app::context::non_empty())]
     sha256: Option<String>,
     /// Reinstall even if it is installed.
     #[arg(long)]
@@ -350,13 +350,7 @@ pub fn write_pin(
 ) -> anyhow::Result<Written> {
     use crate::foundation::config::{self, NvrtcPin, PinEdit};
     let path = root.join(config::FILE);
-    let old = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display())));
-        }
-    };
+    let old = config::read_text(root)?.unwrap_or_default();
     let edit = match resolved.family {
         Family::Nvcc => PinEdit::Nvcc {
             release: resolved.release.clone(),
@@ -371,7 +365,7 @@ pub fn write_pin(
     let new = config::with_pin(&old, &edit, force)?;
     let changed = new != old;
     if changed {
-        crate::foundation::fsutil::write_atomic(&path, new.as_bytes(), true)
+        crate::foundation::fsutil::write_output(&path, new.as_bytes(), true)
             .with_context(|| format!("failed to write {}", path.display()))?;
     }
     Ok(Written { path, changed })

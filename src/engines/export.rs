@@ -265,7 +265,7 @@ pub fn write_all(
         (md_to, markdown(rows)),
     ] {
         if let Some(p) = path {
-            fsutil::write_atomic(p, text.as_bytes(), true)?;
+            fsutil::write_output(p, text.as_bytes(), true)?;
         }
     }
     Ok(())

@@ -83,7 +83,7 @@ pub fn write(
 ) -> Result<Lock, LockfileError> {
     let lock = from_fingerprint(name, fp);
     let text = to_toml(&lock, fp);
-    crate::foundation::fsutil::write_atomic(path, text.as_bytes(), force).map_err(|source| {
+    crate::foundation::fsutil::write_output(path, text.as_bytes(), force).map_err(|source| {
         LockfileError::Write {
             path: path.to_owned(),
             source,
@@ -157,6 +157,7 @@ impl Diagnose for LockfileError {
     fn exit_code(&self) -> u8 {
         match self {
             LockfileError::Write { source, .. } => source.exit_code(),
+            LockfileError::Read { source, .. } => crate::foundation::fsutil::read_exit_code(source),
             _ => exit::USAGE,
         }
     }
@@ -165,7 +166,9 @@ impl Diagnose for LockfileError {
             LockfileError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Some("create one with `repro env lock`, or pass another with --lock".into())
             }
-            LockfileError::Read { .. } => None,
+            LockfileError::Read { source, .. } => {
+                Some(crate::foundation::fsutil::read_hint(source).into())
+            }
             LockfileError::Write { source, .. } => source.hint(),
             LockfileError::Invalid { hint, .. } => hint.clone(),
             LockfileError::NewerSchema { .. } => Some("upgrade repro to read this lockfile".into()),
@@ -390,11 +393,18 @@ fn describe_kind(kind: Kind, v: &str) -> String {
 
 use crate::foundation::spans::scalar;
 
-/// Reads and validates a lockfile.
+/// The largest lockfile read: a few hundred fields take a few kilobytes.
+pub const MAX_BYTES: u64 = 1 << 20;
+
+/// Reads and validates a lockfile: a regular file (a link to one is followed) of at most
+/// [`MAX_BYTES`]; a FIFO or a device in `lockfiles/` is refused, not waited on or read
+/// forever.
 pub fn load(path: &Path) -> Result<Lock, LockfileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LockfileError::Read {
-        path: path.to_owned(),
-        source,
+    let text = crate::foundation::fsutil::read_input_text(path, MAX_BYTES).map_err(|e| {
+        LockfileError::Read {
+            path: e.path,
+            source: e.source,
+        }
     })?;
     parse(path, &text)
 }

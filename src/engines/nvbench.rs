@@ -77,9 +77,7 @@ pub enum NvbenchError {
 impl crate::foundation::error::Diagnose for NvbenchError {
     fn exit_code(&self) -> u8 {
         match self {
-            NvbenchError::Read { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
-                crate::foundation::exit::IO
-            }
+            NvbenchError::Read { source, .. } => crate::foundation::fsutil::read_exit_code(source),
             _ => crate::foundation::exit::USAGE,
         }
     }
@@ -235,27 +233,15 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
     ))
 }
 
-/// The JSON file's text, refused past [`MAX_JSON_BYTES`].
+/// The JSON file's text: a regular file (not a FIFO or a device) of at most
+/// [`MAX_JSON_BYTES`].
 fn read_bounded(path: &Path) -> Result<String, NvbenchError> {
-    let read_err = |source| NvbenchError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_JSON_BYTES + 1),
-        &mut text,
-    )
-    .map_err(read_err)?;
-    let format = |what: String| NvbenchError::Format {
-        path: path.to_path_buf(),
-        what,
-    };
-    if text.len() as u64 > MAX_JSON_BYTES {
-        return Err(format(format!("larger than {MAX_JSON_BYTES} bytes")));
-    }
-    Ok(text)
+    crate::foundation::fsutil::read_input_text(path, MAX_JSON_BYTES).map_err(|e| {
+        NvbenchError::Read {
+            path: e.path,
+            source: e.source,
+        }
+    })
 }
 
 /// The samples file a state names, confined to the JSON file's directory: the JSON is

@@ -158,6 +158,9 @@ pub enum ResolveError {
         /// The limit.
         max: u64,
     },
+    /// `REPRO_MAX_BUFFER_BYTES` is not a number.
+    #[error(transparent)]
+    Limit(#[from] crate::foundation::limits::LimitError),
 }
 
 /// Resolves a call's arguments at one parameter point.
@@ -165,7 +168,7 @@ pub fn resolve_args(
     call: &Call,
     params: &BTreeMap<String, ExprValue>,
 ) -> Result<Vec<JobArg>, ResolveError> {
-    let max = crate::engines::bench::max_buffer_bytes();
+    let max = crate::engines::bench::max_buffer_bytes()?;
     let eval = |arg: &str, e: &crate::foundation::expr::Expr| {
         e.eval(params)
             .map(|v| v.as_f64())

@@ -396,7 +396,7 @@ pub enum ReplayError {
         name: String,
         /// Why.
         #[source]
-        source: BuildError,
+        source: Box<BuildError>,
     },
     /// A result lacks what re-timing needs.
     #[error("result {id} records no {what}, so it cannot be re-timed")]
@@ -433,7 +433,8 @@ impl Diagnose for ReplayError {
                 source.exit_code()
             }
             ReplayError::Recipe { source, .. } => source.exit_code(),
-            ReplayError::Rebuild { source, .. } | ReplayError::Build(source) => source.exit_code(),
+            ReplayError::Rebuild { source, .. } => source.exit_code(),
+            ReplayError::Build(source) => source.exit_code(),
             ReplayError::Bundle(e) => e.exit_code(),
             ReplayError::Git(e) => e.exit_code(),
             ReplayError::Config(e) => e.exit_code(),
@@ -463,7 +464,8 @@ impl Diagnose for ReplayError {
                 source.hint()
             }
             ReplayError::Recipe { source, .. } => source.hint(),
-            ReplayError::Rebuild { source, .. } | ReplayError::Build(source) => source.hint(),
+            ReplayError::Rebuild { source, .. } => source.hint(),
+            ReplayError::Build(source) => source.hint(),
             ReplayError::Bundle(e) => e.hint(),
             ReplayError::Git(e) => e.hint(),
             ReplayError::Config(e) => e.hint(),
@@ -830,7 +832,7 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let rebuilt =
         build::build(&root, &fresh, &r, &opts).map_err(|source| ReplayError::Rebuild {
             name: recipe_name.clone(),
-            source,
+            source: Box::new(source),
         })?;
     let artifacts = artifact_checks(build_rec.as_ref(), result.as_ref(), &rebuilt);
     let identical = rebuilt.status == "ok" && artifacts.iter().all(ArtifactCheck::identical);
@@ -1175,7 +1177,7 @@ fn retime_python(
     let env = build::torch::environment(&recipe.name, req.python, root, t).map_err(|source| {
         ReplayError::Rebuild {
             name: recipe.name.clone(),
-            source,
+            source: Box::new(source),
         }
     })?;
     let dir = tempdir()?;

@@ -59,20 +59,18 @@ impl Default for Limits {
 
 impl Limits {
     /// The defaults, or `REPRO_BUNDLE_MAX_BYTES` / `REPRO_BUNDLE_MAX_ENTRIES` where set
-    /// (plain numbers; an unreadable value is ignored).
-    pub fn from_env() -> Self {
-        let num = |k: &str| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
+    /// (whole numbers; anything else is an error naming the variable).
+    pub fn from_env() -> Result<Self, ArchiveError> {
+        use crate::foundation::limits;
         let d = Limits::default();
-        Limits {
-            max_bytes: num("REPRO_BUNDLE_MAX_BYTES").unwrap_or(d.max_bytes),
-            max_entries: num("REPRO_BUNDLE_MAX_ENTRIES")
-                .and_then(|n| usize::try_from(n).ok())
-                .unwrap_or(d.max_entries),
-        }
+        Ok(Limits {
+            max_bytes: limits::from_env("REPRO_BUNDLE_MAX_BYTES", d.max_bytes)?,
+            max_entries: usize::try_from(limits::from_env(
+                "REPRO_BUNDLE_MAX_ENTRIES",
+                d.max_entries as u64,
+            )?)
+            .unwrap_or(usize::MAX),
+        })
     }
 }
 
@@ -141,6 +139,9 @@ pub enum ArchiveError {
     /// The output path cannot be written (it exists, or it is a dangling link).
     #[error(transparent)]
     Output(fsutil::WriteError),
+    /// A `REPRO_BUNDLE_MAX_*` limit that is not a number.
+    #[error(transparent)]
+    Limit(#[from] crate::foundation::limits::LimitError),
 }
 
 /// Whether `p` is a path that can be extracted under a directory without leaving it.
@@ -258,7 +259,7 @@ pub fn write_with(
     }
     let compressed = enc.finish().map_err(write_err)?;
 
-    fsutil::write_atomic(path, &compressed, overwrite).map_err(|e| match e {
+    fsutil::write_output(path, &compressed, overwrite).map_err(|e| match e {
         fsutil::WriteError::Io { source, .. } => write_err(source),
         other => ArchiveError::Output(other),
     })?;
@@ -272,7 +273,7 @@ pub fn write_with(
 /// Reading is bounded by [`Limits::from_env`]: more uncompressed bytes or more members than
 /// allowed is [`ArchiveError::TooLarge`], found before the excess is held in memory.
 pub fn read(path: &Path) -> Result<Vec<Entry>, ArchiveError> {
-    read_with(path, Limits::from_env())
+    read_with(path, Limits::from_env()?)
 }
 
 /// [`read`] with explicit limits.
@@ -378,7 +379,8 @@ fn stream(
     progress: &dyn Fn(u64, u64),
     visit: &mut Visit<'_>,
 ) -> Result<(), ArchiveError> {
-    let file = std::fs::File::open(path).map_err(|source| ArchiveError::Read {
+    // A regular file only: a FIFO would hang the read, a directory fail it half-way.
+    let file = fsutil::open_input(path).map_err(|source| ArchiveError::Read {
         path: path.to_owned(),
         source,
     })?;
@@ -665,7 +667,7 @@ pub fn scan(
     let mut out = Scan::default();
     stream(
         path,
-        Limits::from_env(),
+        Limits::from_env()?,
         progress,
         &mut |name, _, member| {
             if name == MANIFEST {
@@ -817,7 +819,7 @@ pub fn extract_verified(
     let mut manifest = None;
     let result = stream(
         path,
-        Limits::from_env(),
+        Limits::from_env()?,
         progress,
         &mut |name, _, member| {
             touched.push(name.to_string());
@@ -894,16 +896,17 @@ impl crate::foundation::error::Diagnose for ArchiveError {
         use ArchiveError as E;
         match self {
             // A bundle that is not there is the user's input mistake (2), as the README says.
-            E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                crate::foundation::exit::USAGE
-            }
-            E::Read { .. } | E::Write { .. } => crate::foundation::exit::IO,
+            // A bundle that is not there, or not a regular file, is the user's input
+            // mistake (2), as the README says.
+            E::Read { source, .. } => fsutil::read_exit_code(source),
+            E::Write { .. } => crate::foundation::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
             E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } | E::Clash { .. } => {
                 crate::foundation::exit::MISMATCH
             }
             E::TooLarge { .. } => crate::foundation::exit::USAGE,
             E::Output(w) => crate::foundation::error::Diagnose::exit_code(w),
+            E::Limit(e) => crate::foundation::error::Diagnose::exit_code(e),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -916,10 +919,11 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
             E::TooLarge { .. } => Some("if you trust this bundle, raise the limit with REPRO_BUNDLE_MAX_BYTES or REPRO_BUNDLE_MAX_ENTRIES".into()),
             E::Output(w) => crate::foundation::error::Diagnose::hint(w),
+            E::Limit(e) => crate::foundation::error::Diagnose::hint(e),
             E::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Some("check the path of the bundle".into())
             }
-            _ => None,
+            E::Read { source, .. } => Some(fsutil::read_hint(source).into()),
         }
     }
 }

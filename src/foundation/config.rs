@@ -243,11 +243,11 @@ pub struct NvrtcPin {
 
 /// A settings file that cannot be used.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}:{line}:{column}: {message}")]
+#[error("{}: {message}", located(.path, *.line, *.column))]
 pub struct ConfigError {
     /// The file.
     pub path: String,
-    /// 1-based line.
+    /// 1-based line; 0 when the error is the whole file's (it cannot be read).
     pub line: usize,
     /// 1-based column.
     pub column: usize,
@@ -255,22 +255,70 @@ pub struct ConfigError {
     pub message: String,
     /// What to do, where the general pointer to the reference does not say it.
     pub hint: Option<String>,
+    /// Why the file could not be read, when it could not (boxed: this error travels
+    /// inside build and replay errors, which are kept small).
+    #[source]
+    pub source: Option<Box<std::io::Error>>,
+}
+
+/// `repro.toml:3:7`, or `repro.toml` for an error about the whole file.
+fn located(path: &str, line: usize, column: usize) -> String {
+    if line == 0 {
+        path.to_string()
+    } else {
+        format!("{path}:{line}:{column}")
+    }
 }
 
 impl Diagnose for ConfigError {
     fn exit_code(&self) -> u8 {
-        exit::USAGE
+        match &self.source {
+            Some(e) => crate::foundation::fsutil::read_exit_code(e),
+            None => exit::USAGE,
+        }
     }
     fn hint(&self) -> Option<String> {
+        if let (None, Some(e)) = (&self.hint, &self.source) {
+            return Some(crate::foundation::fsutil::read_hint(e).into());
+        }
         Some(self.hint.clone().unwrap_or_else(|| {
             "repro's book documents repro.toml (docs/src/reference/repro-toml.md)".into()
         }))
     }
 }
 
+/// The largest `repro.toml` read (it is a page of TOML).
+pub const MAX_BYTES: u64 = 1 << 20;
+
+/// `repro.toml`'s text, or `None` when there is no such file. Only a missing file means
+/// "no settings": one that cannot be read (not UTF-8, a directory, EACCES) is an error,
+/// since treating it as absent would drop its pins and build unpinned.
+pub fn read_text(root: &Path) -> Result<Option<String>, ConfigError> {
+    let whole = |message: String, source: Option<Box<std::io::Error>>| ConfigError {
+        path: FILE.into(),
+        line: 0,
+        column: 0,
+        message,
+        hint: None,
+        source,
+    };
+    let bytes = match crate::foundation::fsutil::read_bounded(&root.join(FILE), MAX_BYTES) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(whole("cannot be read".into(), Some(Box::new(e)))),
+    };
+    String::from_utf8(bytes).map(Some).map_err(|e| ConfigError {
+        hint: Some(format!("save {FILE} as UTF-8")),
+        ..whole(
+            crate::foundation::fsutil::not_utf8(e.as_bytes(), e.utf8_error()),
+            None,
+        )
+    })
+}
+
 /// Loads `repro.toml` from the project root; no file means default settings.
 pub fn load(root: &Path) -> Result<Config, ConfigError> {
-    let Ok(text) = std::fs::read_to_string(root.join(FILE)) else {
+    let Some(text) = read_text(root)? else {
         return Ok(Config::default());
     };
     let err = |span, message: String| {
@@ -281,6 +329,7 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
             column,
             message,
             hint: None,
+            source: None,
         }
     };
     let newer = |n: i64| {
@@ -302,7 +351,10 @@ pub fn load(root: &Path) -> Result<Config, ConfigError> {
                 .and_then(|t| t.get("schema").and_then(toml::Value::as_integer));
             return Err(match declared.filter(|n| *n > SCHEMA) {
                 Some(n) => newer(n),
-                None => err(e.span(), crate::foundation::spans::user_message(&e)),
+                None => err(
+                    e.span(),
+                    crate::foundation::spans::user_message_in(&e, &text),
+                ),
             });
         }
     };
@@ -517,7 +569,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
         Config::default()
     } else {
         toml::from_str(text).map_err(|e| PinWriteError::Unparsable {
-            message: crate::foundation::spans::user_message(&e),
+            message: crate::foundation::spans::user_message_in(&e, text),
         })?
     };
     let tc = doc
@@ -567,6 +619,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
             column: 1,
             message: crate::foundation::spans::user_message(&e),
             hint: None,
+            source: None,
         })
     })?;
     if let Some((_, message)) = validate(&out, &cfg) {
@@ -576,6 +629,7 @@ pub fn with_pin(text: &str, edit: &PinEdit, force: bool) -> Result<String, PinWr
             column: 1,
             message,
             hint: None,
+            source: None,
         }));
     }
     Ok(out)

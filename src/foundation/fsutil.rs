@@ -4,6 +4,13 @@
 //! either the old file is there or the complete new one is. Files get the mode a plain
 //! `open(2)` would give them (0666 less the umask), not the temporary file's 0600, since
 //! bundles and lockfiles are written to be shared.
+//!
+//! A file a user names (`-o`, `--export-json`, a lockfile, repro.toml) goes through
+//! [`write_output`], which keeps what is at the path: a symbolic link stays a link (its
+//! target is replaced), and a device, FIFO or socket (`/dev/stdout`, `/dev/null`, a pipe a
+//! reader waits on) is written to in place, since renaming over it would replace the
+//! device node or strand the reader. [`write_atomic`] is for repro's own files (the store,
+//! caches), where whatever is at the path is replaced and a link is never followed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,6 +36,12 @@ pub enum WriteError {
         /// Where it points.
         target: PathBuf,
     },
+    /// The target is a directory (or a link to one): there is no file to replace.
+    #[error("{} is a directory", .path.display())]
+    IsDirectory {
+        /// The directory.
+        path: PathBuf,
+    },
     /// The operating system refused.
     #[error("could not write {}", .path.display())]
     Io {
@@ -43,7 +56,9 @@ pub enum WriteError {
 impl Diagnose for WriteError {
     fn exit_code(&self) -> u8 {
         match self {
-            WriteError::Exists { .. } | WriteError::DanglingSymlink { .. } => exit::USAGE,
+            WriteError::Exists { .. }
+            | WriteError::DanglingSymlink { .. }
+            | WriteError::IsDirectory { .. } => exit::USAGE,
             WriteError::Io { .. } => exit::IO,
         }
     }
@@ -52,6 +67,9 @@ impl Diagnose for WriteError {
             WriteError::Exists { .. } => Some("pass --force to overwrite it".into()),
             WriteError::DanglingSymlink { .. } => {
                 Some("remove the link or write to another path".into())
+            }
+            WriteError::IsDirectory { .. } => {
+                Some("name a file, not a directory (for example DIR/out.json)".into())
             }
             WriteError::Io { source, .. } => match source.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
@@ -214,7 +232,78 @@ pub fn write_keyed<T: serde::Serialize + serde::de::DeserializeOwned>(
     }
 }
 
-/// Writes `bytes` to `path` atomically, creating parent directories.
+/// Writes `bytes` to a file a user named, keeping what is at the path. A symbolic link is
+/// resolved and the file it leads to is replaced atomically (the link stays); a path that
+/// is, or leads to, a device, FIFO or socket is opened and written in place, with no
+/// temporary file and no rename (`-o /dev/stdout` prints); a directory is refused. A
+/// regular file, or no file, is written as [`write_atomic`] writes it. `overwrite` guards
+/// regular files only: writing to a device or a pipe replaces nothing.
+pub fn write_output(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let link = match std::fs::symlink_metadata(path) {
+        Ok(m) => m.file_type().is_symlink(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return write_atomic(path, bytes, overwrite);
+        }
+        Err(e) => return Err(io(e)),
+    };
+    // stat follows the link, /proc's magic links included: `/dev/stdout` leads to
+    // `/proc/self/fd/1`, which leads to a pipe or a terminal no path names.
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if link && e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(WriteError::DanglingSymlink {
+                path: path.to_owned(),
+                target: std::fs::read_link(path).unwrap_or_default(),
+            });
+        }
+        Err(e) => return Err(io(e)),
+    };
+    if meta.is_dir() {
+        return Err(WriteError::IsDirectory {
+            path: path.to_owned(),
+        });
+    }
+    if meta.is_file() {
+        // The link's target, by its resolved name, so the rename replaces the file and
+        // leaves the link where it is. Errors still name the path the user gave.
+        let target = if link {
+            std::fs::canonicalize(path).map_err(io)?
+        } else {
+            path.to_owned()
+        };
+        return write_atomic(&target, bytes, overwrite).map_err(|e| match e {
+            WriteError::Io { source, .. } => io(source),
+            WriteError::Exists { .. } => WriteError::Exists {
+                path: path.to_owned(),
+            },
+            other => other,
+        });
+    }
+    // A device, FIFO or socket: written in place. No O_CREAT, so that a node removed in
+    // the meantime is not recreated as a regular file; no fsync, which pipes and
+    // terminals refuse.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.flush().map_err(io)
+}
+
+/// Whether [`write_output`] to `path` would replace a file: the path is, or leads to, a
+/// regular file. A device or a pipe is written to, not replaced, so `--force` is not
+/// needed for `-o /dev/stdout`.
+pub fn would_replace(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
+/// Writes `bytes` to `path` atomically, creating parent directories: whatever is at the
+/// path (a link included, which is replaced, not followed) gives way to the new file. For
+/// repro's own files; a path a user named goes through [`write_output`].
 /// With `overwrite` false, an existing file is left alone and reported.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), WriteError> {
     let io = |source| WriteError::Io {
@@ -288,21 +377,108 @@ pub fn umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-/// Reads a file of at most `max` bytes; a larger one is an error (`InvalidData`), so a
-/// hostile or mistaken input cannot exhaust memory.
-pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+/// Reads a regular file of at most `max` bytes, following symbolic links: the file a
+/// user or a repository names (`lockfiles/x.toml -> ../shared/x.toml` is fine). Anything
+/// that is not a regular file once resolved (a directory, FIFO, socket or device such as
+/// `/dev/zero`) is refused (`InvalidInput`) without blocking on it, and a larger file
+/// (`InvalidData`), so a hostile or mistaken input can neither hang repro nor exhaust its
+/// memory.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut out = Vec::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_end(&mut out)?;
+    let (file, len) = open_checked(path, max, true)?;
+    let mut out = Vec::with_capacity(len as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
     if out.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {max} bytes", path.display()),
-        ));
+        return Err(too_large(path, max));
     }
     Ok(out)
+}
+
+/// Opens a regular file for reading, following links, for a reader that streams it with
+/// its own bound (a bundle): a directory, FIFO, socket or device is refused
+/// (`InvalidInput`) without blocking on it.
+pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    open_checked(path, u64::MAX, true).map(|(f, _)| f)
+}
+
+/// Why a file a user, a repository or another machine supplied could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("could not read {}", .path.display())]
+pub struct ReadError {
+    /// The file.
+    pub path: PathBuf,
+    /// The reason: the operating system's, or that it is not a regular file
+    /// (`InvalidInput`), too large or not text (`InvalidData`).
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl ReadError {
+    /// Whether the file is missing.
+    pub fn is_not_found(&self) -> bool {
+        self.source.kind() == std::io::ErrorKind::NotFound
+    }
+}
+
+impl Diagnose for ReadError {
+    fn exit_code(&self) -> u8 {
+        read_exit_code(&self.source)
+    }
+    fn hint(&self) -> Option<String> {
+        Some(read_hint(&self.source).into())
+    }
+}
+
+/// The exit code of a failed [`read_bounded`]: the input is wrong (missing, not a regular
+/// file, too large, not text) and the user's to fix, or the operating system refused.
+pub fn read_exit_code(e: &std::io::Error) -> u8 {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound | K::InvalidInput | K::InvalidData => exit::USAGE,
+        _ => exit::IO,
+    }
+}
+
+/// The hint for a failed [`read_bounded`].
+pub fn read_hint(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound => "check the path",
+        K::InvalidInput => "name a regular file: a directory, FIFO, socket or device is never read",
+        K::InvalidData => "check that it is the file you meant; it is not one repro reads",
+        K::PermissionDenied => "the file is not readable; check its permissions",
+        _ => "check the path and the file system it is on (`ls -l`, `df`)",
+    }
+}
+
+/// [`read_bounded`], with an error that names the file and knows its exit code: for an
+/// input a user named or a repository holds.
+pub fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
+    read_bounded(path, max).map_err(|source| ReadError {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// [`read_input`] as UTF-8 text; other bytes are `InvalidData` naming the first bad line.
+pub fn read_input_text(path: &Path, max: u64) -> Result<String, ReadError> {
+    let bytes = read_input(path, max)?;
+    String::from_utf8(bytes).map_err(|e| ReadError {
+        path: path.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            not_utf8(e.as_bytes(), e.utf8_error()),
+        ),
+    })
+}
+
+/// "not valid UTF-8 (line N)": where in `bytes` the first invalid sequence is.
+pub fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
+    let line = 1 + bytes[..e.valid_up_to()]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count();
+    format!("not valid UTF-8 (line {line})")
 }
 
 /// Reads a regular file of at most `max` bytes without following a symbolic link at its
@@ -312,7 +488,7 @@ pub fn read_bounded(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>
 /// refused rather than hung on, read forever, or followed.
 pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let (file, len) = open_regular(path, max)?;
+    let (file, len) = open_checked(path, max, false)?;
     let mut out = Vec::with_capacity(len as usize);
     file.take(max + 1).read_to_end(&mut out)?;
     if out.len() as u64 > max {
@@ -327,7 +503,7 @@ pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 pub fn hash_regular(path: &Path, max: u64) -> std::io::Result<String> {
     use sha2::Digest;
     use std::io::Read;
-    let (file, _) = open_regular(path, max)?;
+    let (file, _) = open_checked(path, max, false)?;
     let mut reader = file.take(max + 1);
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -346,16 +522,19 @@ pub fn hash_regular(path: &Path, max: u64) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// Opens a regular file of at most `max` bytes for reading (no link followed, no FIFO
-/// waited on), with its length.
-fn open_regular(path: &Path, max: u64) -> std::io::Result<(std::fs::File, u64)> {
+/// Opens a regular file of at most `max` bytes for reading (a link at the last component
+/// followed only with `follow`, no FIFO waited on), with its length. O_NONBLOCK makes the
+/// open of a FIFO return at once, so that it can be refused; it changes nothing for a
+/// regular file.
+fn open_checked(path: &Path, max: u64, follow: bool) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(nofollow | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
+            if !follow && e.raw_os_error() == Some(libc::ELOOP) {
                 not_regular(path, "a symbolic link")
             } else {
                 e
@@ -493,6 +672,101 @@ mod tests {
         // SAFETY: a plain mkfifo on a path of our own temporary directory.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert_eq!(read_keyed::<u32>(&path, 1, "e"), None);
+    }
+
+    /// A user's output path keeps what is there: a link stays a link and its target gets
+    /// the bytes, a device or FIFO is written in place (never replaced by a regular
+    /// file), and a directory is an input error.
+    #[test]
+    fn write_output_follows_links_and_writes_into_special_files() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, b"old").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write_output(&link, b"new", true).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        // Without overwrite, a link to a regular file is an existing file.
+        assert!(matches!(
+            write_output(&link, b"x", false),
+            Err(WriteError::Exists { .. })
+        ));
+        // A relative link resolves from its own directory.
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::os::unix::fs::symlink("../real.json", sub.join("rel")).unwrap();
+        write_output(&sub.join("rel"), b"rel", true).unwrap();
+        assert_eq!(std::fs::read(&real).unwrap(), b"rel");
+
+        // /dev/null stays a character device, even without overwrite.
+        write_output(Path::new("/dev/null"), b"x", false).unwrap();
+        assert!(
+            std::fs::symlink_metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        // /dev/full: the device's own error, not a regular file put in its place.
+        let e = write_output(Path::new("/dev/full"), b"x", true).unwrap_err();
+        assert!(
+            matches!(&e, WriteError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+            "{e:?}"
+        );
+        assert!(
+            std::fs::symlink_metadata("/dev/full")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+
+        // A FIFO with a reader: the reader gets the bytes and the FIFO stays.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain mkfifo on a path of our own temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_output(&fifo, b"through the pipe", true).unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+
+        // A directory, or a link to one: refused, exit 2, nothing created inside.
+        for d in [sub.clone(), dir.path().join("dirlink")] {
+            if d.ends_with("dirlink") {
+                std::os::unix::fs::symlink(&sub, &d).unwrap();
+            }
+            let e = write_output(&d, b"x", true).unwrap_err();
+            assert!(matches!(e, WriteError::IsDirectory { .. }), "{e:?}");
+            assert_eq!(e.exit_code(), exit::USAGE);
+        }
+        assert_eq!(std::fs::read_dir(&sub).unwrap().count(), 1);
+        // A dangling link is still refused, and nothing is created where it points.
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("gone/x"), &dangling).unwrap();
+        assert!(matches!(
+            write_output(&dangling, b"x", true),
+            Err(WriteError::DanglingSymlink { .. })
+        ));
+        // No path at all: a new regular file, as write_atomic writes it.
+        let fresh = dir.path().join("a/b.json");
+        write_output(&fresh, b"f", false).unwrap();
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"f");
+        assert!(would_replace(&fresh) && would_replace(&link));
+        assert!(!would_replace(Path::new("/dev/null")) && !would_replace(&sub));
     }
 
     #[test]

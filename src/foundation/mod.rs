@@ -21,6 +21,7 @@ pub mod fsutil;
 pub mod fswatch;
 pub mod git;
 pub mod keys;
+pub mod limits;
 pub mod nix;
 pub mod occupancy;
 pub mod output;

@@ -120,7 +120,7 @@ pub fn shell_info(dir: &Path, shell: &str) -> Result<ShellInfo, NixError> {
                 e,
             )
         })?;
-    let flake_lock = std::fs::read(dir.join("flake.lock"))
+    let flake_lock = crate::foundation::fsutil::read_bounded(&dir.join("flake.lock"), 16 << 20)
         .ok()
         .map(|b| keys::sha256_hex(&b));
     Ok(ShellInfo {

@@ -23,6 +23,9 @@ pub const SCHEMA: i64 = 1;
 /// Where recipes live, relative to the project root.
 pub const DIR: &str = "recipes";
 
+/// The largest recipe read (a recipe is a page of TOML).
+pub const MAX_BYTES: u64 = 1 << 20;
+
 /// A validated recipe.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recipe {
@@ -421,7 +424,10 @@ pub enum RecipeError {
 
 impl Diagnose for RecipeError {
     fn exit_code(&self) -> u8 {
-        exit::USAGE
+        match self {
+            RecipeError::Read { source, .. } => crate::foundation::fsutil::read_exit_code(source),
+            _ => exit::USAGE,
+        }
     }
     fn hint(&self) -> Option<String> {
         match self {
@@ -431,7 +437,9 @@ impl Diagnose for RecipeError {
             RecipeError::NotFound { available, .. } => {
                 Some(format!("recipes here: {}", available.join(", ")))
             }
-            RecipeError::Read { .. } => None,
+            RecipeError::Read { source, .. } => {
+                Some(crate::foundation::fsutil::read_hint(source).into())
+            }
             RecipeError::Invalid { hint, .. } => hint.clone(),
             RecipeError::NewerSchema { .. } => Some("upgrade repro to read this recipe".into()),
             RecipeError::EnvUnset { var, .. } => Some(format!(
@@ -623,16 +631,23 @@ pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
         format!("{DIR}/{name_or_path}.toml")
     };
     let path = root.join(&rel);
-    let text = match std::fs::read_to_string(&path) {
+    // Bounded and regular only: a FIFO at recipes/x.toml would hang `build --all`, a link
+    // to /dev/zero would fill memory.
+    let text = match crate::foundation::fsutil::read_input_text(&path, MAX_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Err(RecipeError::NotFound {
                 name: name_or_path.to_string(),
                 path: rel,
                 available: list(root),
             });
         }
-        Err(source) => return Err(RecipeError::Read { path: rel, source }),
+        Err(e) => {
+            return Err(RecipeError::Read {
+                path: rel,
+                source: e.source,
+            });
+        }
     };
     parse(root, &rel, &text)
 }

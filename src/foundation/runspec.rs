@@ -351,16 +351,13 @@ pub type Problem = (Option<std::ops::Range<usize>>, String, Option<String>);
 pub const DEFAULT_MAX_SWEEP_POINTS: u64 = 10_000;
 
 /// The bound on sweep points in force.
-pub fn max_sweep_points() -> u64 {
-    std::env::var("REPRO_MAX_SWEEP_POINTS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_MAX_SWEEP_POINTS)
+pub fn max_sweep_points() -> Result<u64, crate::foundation::limits::LimitError> {
+    crate::foundation::limits::from_env("REPRO_MAX_SWEEP_POINTS", DEFAULT_MAX_SWEEP_POINTS)
 }
 
 /// The number of points of a sweep, or an error when it exceeds [`max_sweep_points`].
 pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, ParamError> {
-    let max = max_sweep_points();
+    let max = max_sweep_points()?;
     let mut n: u64 = 1;
     for v in params.values() {
         n = n.saturating_mul(v.len() as u64);
@@ -374,6 +371,9 @@ pub fn sweep_points(params: &BTreeMap<String, Vec<Value>>) -> Result<u64, ParamE
 /// Why a sweep or a `--param` override cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ParamError {
+    /// `REPRO_MAX_SWEEP_POINTS` is not a number.
+    #[error(transparent)]
+    Limit(#[from] crate::foundation::limits::LimitError),
     /// The sweep has more points than allowed.
     #[error("[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)", if *.points == u64::MAX { "over 2^64".to_string() } else { .points.to_string() })]
     TooManyPoints {

@@ -308,8 +308,8 @@ fn an_unwritable_lockfile_leaves_nothing_behind() {
         std::fs::read_to_string(root.join("lockfiles")).unwrap(),
         "not a directory"
     );
-    // A failure after the temporary file is written: the lockfile's path is a non-empty
-    // directory, so the final rename fails. The temporary file must not be left behind.
+    // The lockfile's path is a non-empty directory: an input error (2) found before any
+    // temporary file is written, so none is left behind and the directory is untouched.
     std::fs::remove_file(root.join("lockfiles")).unwrap();
     std::fs::create_dir_all(root.join("lockfiles/x.toml")).unwrap();
     std::fs::write(root.join("lockfiles/x.toml/keep"), "mine").unwrap();
@@ -318,7 +318,7 @@ fn an_unwritable_lockfile_leaves_nothing_behind() {
         .arg(&root)
         .args(["env", "lock", "--name", "x", "--force"])
         .assert()
-        .code(4)
+        .code(2)
         .stderr(predicate::str::contains(
             "failed to write lockfile lockfiles/x.toml",
         ));

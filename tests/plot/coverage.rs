@@ -121,7 +121,8 @@ fn plots_that_cannot_be_drawn_are_refused_by_name_and_write_nothing() {
         got.2
     );
     refused(&root, got, 2, "");
-    // A directory where the report should be is an operating-system error (4).
+    // A directory where the report should be is an input error (2), as /dev/zero or a
+    // FIFO is: the user named something that is not a report file.
     std::fs::create_dir(root.join("reports")).unwrap();
     refused(
         &root,
@@ -130,7 +131,7 @@ fn plots_that_cannot_be_drawn_are_refused_by_name_and_write_nothing() {
             &root,
             &["plot", "--bisect", "reports", "-o", "x.svg"],
         ),
-        4,
+        2,
         "cannot read reports: ",
     );
 

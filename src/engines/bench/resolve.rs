@@ -75,11 +75,8 @@ pub(super) fn launch(
 /// child tries to allocate it.
 pub const DEFAULT_MAX_BUFFER_BYTES: u64 = 256 << 30;
 
-pub(crate) fn max_buffer_bytes() -> u64 {
-    std::env::var("REPRO_MAX_BUFFER_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_MAX_BUFFER_BYTES)
+pub(crate) fn max_buffer_bytes() -> Result<u64, crate::foundation::limits::LimitError> {
+    crate::foundation::limits::from_env("REPRO_MAX_BUFFER_BYTES", DEFAULT_MAX_BUFFER_BYTES)
 }
 
 /// Checks that a scalar's value is representable in its type (no silent wrap or cast).
@@ -133,7 +130,7 @@ pub fn resolve(
     };
     crate::foundation::runspec::sweep_points(&sections.params)
         .map_err(|e| SpecError::Sweep(e.to_string()))?;
-    let max_bytes = max_buffer_bytes();
+    let max_bytes = max_buffer_bytes().map_err(|e| SpecError::Sweep(e.to_string()))?;
     let mut points = Vec::new();
     for params in crate::foundation::runspec::combinations(&sections.params) {
         let mut args = Vec::new();

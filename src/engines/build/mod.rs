@@ -1091,7 +1091,10 @@ fn dirty(root: &Path, store: &Store, opts: &Options, inputs: &Inputs) -> Option<
         return None;
     }
     let sources = changed_from_head(root, &inputs.files);
-    let config = match std::fs::read(root.join(crate::foundation::config::FILE)) {
+    let config = match crate::foundation::fsutil::read_bounded(
+        &root.join(crate::foundation::config::FILE),
+        crate::foundation::config::MAX_BYTES,
+    ) {
         Ok(bytes) => changed_from_head(
             root,
             &[(crate::foundation::config::FILE.to_string(), bytes)].into(),

@@ -19,7 +19,8 @@ pub fn probe(root: &Path) -> Fields {
         "nix.in-shell".into(),
         Field::Value(std::env::var("IN_NIX_SHELL").unwrap_or_else(|_| "no".into())),
     );
-    let lock = std::fs::read(root.join("flake.lock"));
+    // Bounded and regular only: the repository supplies it.
+    let lock = crate::foundation::fsutil::read_bounded(&root.join("flake.lock"), 16 << 20);
     f.insert(
         "nix.flake-lock".into(),
         Field::Value(lock.is_ok().to_string()),

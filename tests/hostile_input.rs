@@ -1,0 +1,214 @@
+//! Hostile and mistaken input: output paths that are links, devices, FIFOs or
+//! directories; input files that are devices, FIFOs, links to them or directories; a
+//! repro.toml that cannot be read; empty names; and `REPRO_*` limits that are not numbers.
+//! Each test failed before the fix (a regular file put in place of the device, a hang, an
+//! out-of-memory kill, an ignored value, a nameless record).
+
+use crate::common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{outcome, repo_with, repro, run_in};
+
+/// A command recipe that needs no compiler.
+const RECIPE: &str = "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"cp src/k.txt out.bin\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out.bin\"]\n";
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a plain mkfifo on a path of the test's own temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A command bench with one export, as the user would write it.
+fn bench_export(tmp: &Path, root: &Path, to: &str) -> (i32, String, String) {
+    run_in(
+        tmp,
+        root,
+        &[
+            "bench",
+            "--command",
+            "echo '{\"ms\": 1.5}'",
+            "--name",
+            "k",
+            "--metric",
+            "json:ms",
+            "--unit",
+            "ms",
+            "--runs",
+            "3",
+            "-q",
+            "--export-json",
+            to,
+        ],
+    )
+}
+
+#[test]
+fn an_output_path_keeps_its_link_and_writes_into_devices_and_pipes() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    // /dev/stdout: the export is printed, and /dev/stdout is still the link it was.
+    let (code, out, err) = bench_export(tmp.path(), &root, "/dev/stdout");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"median\""), "{out}");
+    assert!(
+        std::fs::symlink_metadata("/dev/stdout")
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // A link to a file: the file gets the export, the link stays.
+    let real = root.join("real.json");
+    std::fs::write(&real, "old").unwrap();
+    std::os::unix::fs::symlink("real.json", root.join("link.json")).unwrap();
+    let (code, out, err) = bench_export(tmp.path(), &root, "link.json");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        std::fs::read_to_string(&real)
+            .unwrap()
+            .contains("\"median\"")
+    );
+    assert!(
+        std::fs::symlink_metadata(root.join("link.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // A FIFO with a reader: the reader gets it, and the FIFO is still a FIFO.
+    let fifo = root.join("pipe");
+    mkfifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let (code, out, err) = bench_export(tmp.path(), &root, "pipe");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(reader.join().unwrap().contains("\"median\""));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+
+    // A directory: exit 2, naming it.
+    std::fs::create_dir(root.join("outdir")).unwrap();
+    let (code, _, err) = bench_export(tmp.path(), &root, "outdir");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("outdir is a directory"), "{err}");
+}
+
+#[test]
+fn inputs_that_are_devices_fifos_or_directories_are_refused_at_once() {
+    let (tmp, root) = repo_with(&[
+        ("recipes/ok.toml", RECIPE),
+        ("src/k.txt", "k\n"),
+        (".gitignore", "out.bin\n"),
+    ]);
+    std::fs::create_dir(root.join("somedir")).unwrap();
+    mkfifo(&root.join("recipes/ff.toml"));
+    std::os::unix::fs::symlink("/dev/zero", root.join("recipes/z.toml")).unwrap();
+    std::fs::create_dir(root.join("lockfiles")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", root.join("lockfiles/zz.toml")).unwrap();
+    let start = Instant::now();
+    for (args, names) in [
+        (
+            &["plot", "--bisect", "/dev/zero", "-o", "x.svg"][..],
+            "/dev/zero",
+        ),
+        (
+            &["plot", "--bisect", "somedir/", "-o", "x.svg"][..],
+            "somedir",
+        ),
+        (&["env", "check", "--lock", "/dev/zero"][..], "/dev/zero"),
+        (&["build", "ff"][..], "recipes/ff.toml"),
+        (&["build", "z"][..], "recipes/z.toml"),
+        (&["bundle", "verify", "somedir"][..], "somedir"),
+        (&["bundle", "verify", "."][..], "failed to verify ."),
+    ] {
+        let mut cmd = repro(tmp.path());
+        cmd.arg("-C")
+            .arg(&root)
+            .args(args)
+            .timeout(Duration::from_secs(60));
+        let (code, out, err) = outcome(&mut cmd);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(err.contains("hint:"), "{args:?}: {err}");
+    }
+    // `build --all` meets the FIFO and the link among good recipes: it ends, with 2.
+    let mut cmd = repro(tmp.path());
+    cmd.arg("-C")
+        .arg(&root)
+        .args(["build", "--all"])
+        .timeout(Duration::from_secs(60));
+    let (code, out, err) = outcome(&mut cmd);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "nothing hung or read forever"
+    );
+}
+
+#[test]
+fn a_repro_toml_that_cannot_be_read_is_an_error_not_an_absence() {
+    let (tmp, root) = repo_with(&[
+        ("recipes/ok.toml", RECIPE),
+        ("src/k.txt", "k\n"),
+        (".gitignore", "out.bin\n"),
+    ]);
+    std::fs::write(root.join("repro.toml"), b"schema = 1\n# caf\xe9\n").unwrap();
+    let (code, out, err) = run_in(tmp.path(), &root, &["build", "ok"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("repro.toml: not valid UTF-8 (line 2)"),
+        "{err}"
+    );
+    std::fs::remove_file(root.join("repro.toml")).unwrap();
+    std::fs::create_dir(root.join("repro.toml")).unwrap();
+    let (code, out, err) = run_in(tmp.path(), &root, &["build", "ok"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("repro.toml: cannot be read"), "{err}");
+}
+
+#[test]
+fn empty_names_are_usage_errors_naming_the_option() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    for (args, option) in [
+        (&["bench", "--command", "", "--name", "x"][..], "--command"),
+        (&["bench", "--command", "true", "--name", ""][..], "--name"),
+        (&["plot", "", "-o", "x.svg"][..], "NAME"),
+        (&["plot", "k", "-o", ""][..], "--output"),
+        (&["log", "--recipe", ""][..], "--recipe"),
+        (&["compare", "", "x"][..], "<A>"),
+    ] {
+        let (code, out, err) = run_in(tmp.path(), &root, args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(option), "{args:?}: {err}");
+    }
+    // Nothing was recorded.
+    let (_, out, _) = run_in(tmp.path(), &root, &["--json", "log"]);
+    assert!(!out.contains("\"id\""), "{out}");
+}
+
+#[test]
+fn a_limit_that_is_not_a_number_is_named_with_its_value() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    std::fs::write(root.join("b.tar.zst"), b"not a bundle").unwrap();
+    for value in ["abc", "-1"] {
+        let mut cmd = repro(tmp.path());
+        cmd.arg("-C")
+            .arg(&root)
+            .args(["bundle", "verify", "b.tar.zst"])
+            .env("REPRO_BUNDLE_MAX_BYTES", value);
+        let (code, out, err) = outcome(&mut cmd);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(
+            err.contains(&format!("REPRO_BUNDLE_MAX_BYTES=\"{value}\"")),
+            "{err}"
+        );
+    }
+}
