@@ -522,8 +522,9 @@ fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()
         .and_then(|d| d.canonicalize().ok())
         .zip(root.canonicalize().ok())
         .is_some_and(|(here, r)| !here.starts_with(r));
+    let quote = |p: &Path| crate::foundation::process::shell_quote(&p.to_string_lossy());
     let repro = if outside {
-        format!("repro -C {}", root.display())
+        format!("repro -C {}", quote(&root))
     } else {
         "repro".to_string()
     };
@@ -537,7 +538,7 @@ fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()
     // A torch-extension builds against the environment `--python` chose here too.
     let repro = match &g.python {
         Some(py) if kernels.iter().any(|k| k.torch.is_some()) => {
-            format!("{repro} --python {}", py.display())
+            format!("{repro} --python {}", quote(py))
         }
         _ => repro,
     };

@@ -330,6 +330,11 @@ enum Known {
 /// for a C-linkage block.
 type Braces = Vec<Option<Vec<String>>>;
 
+/// Per open `#if`: how many braces were open at it; the braces open at the end of its first
+/// branch (named ones, and how many deeper) once another branch began; whether that first
+/// branch is never compiled.
+type Branch = (usize, Option<(Braces, usize)>, bool);
+
 /// The state of a comment-stripped source up to a point, advanced forward only: the braces
 /// open (each a namespace's names, a C-linkage block, or anything else), where the current
 /// statement starts, and the preprocessor conditions open.
@@ -353,7 +358,11 @@ struct Scan<'a> {
     directive_line: Option<bool>,
     /// Per open `#if`: how many braces were open at it, and the braces open at the end of
     /// its first branch once another branch began.
-    branches: Vec<(usize, Option<Braces>)>,
+    branches: Vec<Branch>,
+    /// Braces open past [`MAX_DEPTH`], counted only.
+    deep_braces: usize,
+    /// `#if`s open past [`MAX_CONDS`], counted only.
+    deep_conds: usize,
     /// Per open preprocessor condition: the line that opened it, the branch now (as said),
     /// whether that branch is compiled, and whether an earlier branch was (None: unknown).
     conds: Vec<(String, String, Known, Option<bool>)>,
@@ -375,6 +384,8 @@ impl<'a> Scan<'a> {
             continued: false,
             directive_line: None,
             branches: Vec::new(),
+            deep_braces: 0,
+            deep_conds: 0,
             conds: Vec::new(),
             pending: String::new(),
             defines: Defines::default(),
@@ -419,15 +430,19 @@ impl<'a> Scan<'a> {
                 '{' => {
                     // Past a depth no real source reaches, braces are counted but name
                     // nothing (each kernel's name is built from the open ones).
-                    self.open.push(if self.open.len() >= MAX_DEPTH {
-                        Some(Vec::new())
+                    if self.open.len() >= MAX_DEPTH {
+                        self.deep_braces += 1;
                     } else {
-                        opened_by(&text[self.stmt_start..i])
-                    });
+                        self.open.push(opened_by(&text[self.stmt_start..i]));
+                    }
                     self.stmt_start = i + 1;
                 }
                 '}' => {
-                    self.open.pop();
+                    if self.deep_braces > 0 {
+                        self.deep_braces -= 1;
+                    } else {
+                        self.open.pop();
+                    }
                     self.stmt_start = i + 1;
                 }
                 ';' => self.stmt_start = i + 1,
@@ -447,11 +462,17 @@ impl<'a> Scan<'a> {
         // last line.
         let l = if in_directive {
             let part = raw.trim_end().trim_end_matches('\\').trim();
-            if self.pending.len() + part.len() < MAX_DIRECTIVE {
+            // A line past the bound keeps its start (the directive's word) and loses the rest.
+            let room = MAX_DIRECTIVE.saturating_sub(self.pending.len() + 1);
+            let mut cut = part.len().min(room);
+            while !part.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            if cut > 0 {
                 if !self.pending.is_empty() {
                     self.pending.push(' ');
                 }
-                self.pending.push_str(part);
+                self.pending.push_str(&part[..cut]);
             }
             if self.continued {
                 None
@@ -471,9 +492,30 @@ impl<'a> Scan<'a> {
         let Some(l) = l else { return };
         let word = l.split_whitespace().next().unwrap_or("");
         match word {
+            "#if" | "#ifdef" | "#ifndef" if self.conds.len() >= MAX_CONDS => {
+                self.deep_conds += 1;
+            }
+            "#endif" if self.deep_conds > 0 => self.deep_conds -= 1,
+            "#elif" | "#elifdef" | "#elifndef" | "#else" if self.deep_conds > 0 => {}
             "#if" | "#ifdef" | "#ifndef" => {
-                self.branches.push((self.open.len(), None));
-                let known = holds(&l, &self.defines);
+                self.branches
+                    .push((self.open.len() + self.deep_braces, None, false));
+                // `#ifndef X` followed by `#define X`: an include guard, or a default for a
+                // macro the recipe's defines may set; either way the branch is compiled.
+                let next = self.text[end + 1..]
+                    .lines()
+                    .map(str::trim)
+                    .find(|n| !n.is_empty())
+                    .and_then(directive);
+                let guard = guarded_name(&l).filter(|g| {
+                    next.as_deref()
+                        .is_some_and(|n| n.split_whitespace().take(2).eq(["#define", g]))
+                });
+                let known = if guard.is_some() {
+                    Known::Holds
+                } else {
+                    holds(&l, &self.defines)
+                };
                 let taken = match known {
                     Known::Holds => Some(true),
                     Known::Never => Some(false),
@@ -482,6 +524,8 @@ impl<'a> Scan<'a> {
                 self.conds.push((l.clone(), l, known, taken));
             }
             "#elif" | "#elifdef" | "#elifndef" | "#else" => {
+                // Whether the branch ending here is never compiled (for its braces).
+                let never = self.never();
                 if let Some((first, now, known, taken)) = self.conds.last_mut() {
                     *now = format!("{word} of {first}");
                     // A branch after one that was taken is not; after branches that were
@@ -505,21 +549,37 @@ impl<'a> Scan<'a> {
                 // Each branch starts from the braces open at the `#if` (`#ifdef X\n
                 // namespace a {\n#else\nnamespace b {\n#endif` opens one brace, not two);
                 // the first branch's are the ones kept at the `#endif`.
-                if let Some((depth, first)) = self.branches.last_mut() {
+                if let Some((depth, first, first_never)) = self.branches.last_mut() {
                     if first.is_none() {
-                        *first = Some(self.open.clone());
+                        *first = Some((self.open.clone(), self.deep_braces));
+                        *first_never = never;
                     }
-                    self.open.truncate(*depth);
+                    if *depth <= self.open.len() {
+                        self.open.truncate(*depth);
+                        self.deep_braces = 0;
+                    } else {
+                        self.deep_braces = *depth - self.open.len();
+                    }
                 }
             }
             "#define" | "#undef" if !self.never() => {
-                let certain = self.conds.iter().all(|c| c.2 == Known::Holds);
+                // A definition inside `#ifndef X` of X itself is a default the recipe's
+                // defines may override: not certain.
+                let name = l.split_whitespace().nth(1).unwrap_or("");
+                let name = name.split('(').next().unwrap_or(name);
+                let certain = self.conds.iter().all(|c| c.2 == Known::Holds)
+                    && !self.conds.iter().any(|c| guarded_name(&c.0) == Some(name));
                 self.defines.take(&l, certain);
             }
             "#endif" => {
                 self.conds.pop();
-                if let Some((_, Some(first))) = self.branches.pop() {
+                // The braces of the first branch are kept, unless it is never compiled
+                // (`#if 0` ... `#else namespace v2 {` ... `#endif`).
+                if let Some((_, Some((first, deep)), first_never)) = self.branches.pop()
+                    && !first_never
+                {
                     self.open = first;
+                    self.deep_braces = deep;
                 }
             }
             _ => {}
@@ -546,6 +606,9 @@ impl<'a> Scan<'a> {
     /// said in a recipe's comment). Known to hold: an include guard (`#ifndef X` followed by
     /// `#define X`), `#if 1`, and `__CUDACC__` tested as defined.
     fn condition(&self) -> Option<String> {
+        if self.deep_conds > 0 {
+            return Some(format!("a condition nested deeper than {MAX_CONDS}"));
+        }
         self.conds
             .iter()
             .rev()
@@ -654,7 +717,7 @@ struct Defines {
 impl Defines {
     /// Takes `#define NAME ...` or `#undef NAME` (`certain`: outside any undecided branch).
     fn take(&mut self, line: &str, certain: bool) {
-        let mut words = line.splitn(3, char::is_whitespace);
+        let mut words = line.split_whitespace();
         let (Some(word), Some(name)) = (words.next(), words.next()) else {
             return;
         };
@@ -669,6 +732,7 @@ impl Defines {
             }
             ("#define", true) => {
                 let value = words.next().and_then(|v| v.trim().parse::<i64>().ok());
+                let value = value.filter(|_| words.next().is_none());
                 self.maybe.remove(&name);
                 self.defined.insert(name, value);
             }
@@ -695,6 +759,27 @@ impl Defines {
         } else {
             Known::Never
         }
+    }
+}
+
+/// How deeply nested preprocessor conditions are tracked; deeper ones are counted, and a
+/// kernel inside one is left out as conditional.
+const MAX_CONDS: usize = 256;
+
+/// The macro `#ifndef X` or `#if !defined(X)` tests, if `line` is one of those.
+fn guarded_name(line: &str) -> Option<&str> {
+    let mut w = line.split_whitespace();
+    match w.next()? {
+        "#ifndef" => w.next(),
+        "#if" => {
+            let rest = line.split_once("#if")?.1.trim();
+            let rest = rest.strip_prefix('!')?.trim_start();
+            let rest = word(rest, "defined")?;
+            let name = rest.trim_matches(['(', ')', ' ']);
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then_some(name)
+        }
+        _ => None,
     }
 }
 
@@ -750,10 +835,12 @@ fn holds(line: &str, defs: &Defines) -> Known {
     };
     match (value, negated) {
         (Known::Unknown, _) => Known::Unknown,
-        (Known::Holds, false) | (Known::Never, true) => Known::Holds,
+        (Known::Holds, false) => Known::Holds,
         (Known::Holds, true) => Known::Never,
-        // Not defined as written: the recipe's defines may define it.
-        (Known::Never, false) if defined_name.is_some() => Known::Unknown,
+        // A macro the file does not define may come from a header it includes or from the
+        // recipe's defines: undecided either way.
+        (Known::Never, _) if defined_name.is_some() => Known::Unknown,
+        (Known::Never, true) => Known::Holds,
         (Known::Never, false) => Known::Never,
     }
 }
@@ -773,13 +860,18 @@ enum Scope {
 /// first) or where no name comes; where the body does not start within `rest`, the last name
 /// seen with a `(`.
 fn name_after(rest: &str) -> Option<String> {
-    const ATTRIBUTES: [&str; 6] = [
+    // Attributes before the name, and specifiers after the parameters (`throw()`,
+    // `noexcept(true)`, a template's `requires(...)`).
+    const ATTRIBUTES: [&str; 9] = [
         "__launch_bounds__",
         "__attribute__",
         "__declspec",
         "alignas",
         "__maxnreg__",
         "__cluster_dims__",
+        "throw",
+        "noexcept",
+        "requires",
     ];
     let valid = |n: &&str| {
         n.split("::")
@@ -1017,6 +1109,41 @@ fn torch_header(h: &str) -> bool {
         || h == "Python.h"
 }
 
+/// The body of a `PYBIND11_MODULE(name, var) { ... }` in a (comment-stripped) source, with
+/// the module's variable.
+struct PybindBlock<'a> {
+    var: String,
+    body: &'a str,
+}
+
+fn pybind_block(t: &str) -> Option<PybindBlock<'_>> {
+    let at = t.find("PYBIND11_MODULE")?;
+    let rest = &t[at + "PYBIND11_MODULE".len()..];
+    let args_end = rest.find(')')?;
+    let var = rest[..args_end].rsplit(',').next()?.trim().to_string();
+    let open = args_end + rest[args_end..].find('{')?;
+    let mut depth = 0usize;
+    for (i, c) in rest[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(PybindBlock {
+                        var,
+                        body: &rest[open + 1..open + i],
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(PybindBlock {
+        var,
+        body: &rest[open + 1..],
+    })
+}
+
 /// How many files beside a kernel file are read for its PyTorch bindings, at most.
 const MAX_BINDING_FILES: usize = 64;
 
@@ -1057,9 +1184,9 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
                     .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
                     && p.is_file()
             })
-            .take(MAX_BINDING_FILES)
             .collect();
         names.sort();
+        names.truncate(MAX_BINDING_FILES);
         for p in names {
             let Ok(rel_p) = p.strip_prefix(root) else {
                 continue;
@@ -1108,7 +1235,13 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
         {
             module = Some(name);
         }
-        for part in t.split(".def(").skip(1) {
+        // The module's own functions: `m.def("name", ...)` inside `PYBIND11_MODULE(name, m)
+        // { ... }`, with its variable; not a class's methods (`py::class_<...>.def`), a
+        // submodule's, or `TORCH_LIBRARY`'s operators.
+        let Some(block) = pybind_block(&t) else {
+            continue;
+        };
+        for part in block.body.split(&format!("{}.def(", block.var)).skip(1) {
             let Some(rest) = part.trim_start().strip_prefix('"') else {
                 continue;
             };
@@ -1136,8 +1269,13 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
         }
         m
     });
-    let bindings: Vec<String> = found.iter().map(|(f, _)| f.clone()).collect();
-    let mut sources = bindings.clone();
+    // Without a file that defines the module, nothing names it: the recipe says so.
+    let bindings: Vec<String> = if has_module(&found) {
+        found.iter().map(|(f, _)| f.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut sources: Vec<String> = found.iter().map(|(f, _)| f.clone()).collect();
     if !sources.contains(&source) {
         sources.push(source);
     }
@@ -1203,7 +1341,18 @@ fn resolve_includes(
             None => outside.push(h.clone()),
         }
     }
-    (dirs.into_iter().collect(), outside)
+    // The build searches them in order: the nearest to the kernel first, so that where two
+    // directories hold a header of one name, the one chosen for it is the one found.
+    let mut dirs: Vec<String> = dirs.into_iter().collect();
+    let shared = |d: &str| {
+        Path::new(d)
+            .components()
+            .zip(dir.components())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    dirs.sort_by_key(|d| std::cmp::Reverse(shared(d)));
+    (dirs, outside)
 }
 
 /// The repository's files that `src` (the file `rel`) includes, directly or through other
@@ -1418,7 +1567,7 @@ fn torch_recipe_text(
     t.push_str(&format!("module = \"{}\"\n", x.module));
     t.push_str(&format!("sources = [{}]\n", list(&x.sources)));
     if x.bindings.is_empty() {
-        t.push_str("# no file beside it binds a module (PYBIND11_MODULE) or registers operators (TORCH_LIBRARY): add the one that does to sources\n");
+        t.push_str("# no file beside it defines the module (PYBIND11_MODULE, or its own PyInit_): add the one that does to sources\n");
     }
     if !x.functions.is_empty() {
         t.push_str(&format!("entries = [{}]\n", list(&x.functions)));
@@ -1554,6 +1703,24 @@ int main() { plain<<<1, 1>>>(nullptr); }
             "{ namespace a ".repeat(70_000)
         );
         assert_eq!(kernels_with(&unclosed).len(), 1);
+        // Deep conditions under many definitions, and `#else`s under deep braces: each
+        // directive costs at most the tracked depth (a review timed minutes for these).
+        let deep = format!(
+            "{}{}__global__ void d(int* p) {{}}\n",
+            "#if 1\n".repeat(50_000),
+            "#define a\n".repeat(50_000)
+        );
+        let found = kernels_with(&deep);
+        assert_eq!(
+            found[0].condition.as_deref(),
+            Some("a condition nested deeper than 256")
+        );
+        let braces = format!(
+            "{}{}__global__ void e(int* p) {{}}\n",
+            "{\n".repeat(40_000),
+            "#if X\n#else\n#endif\n".repeat(20_000)
+        );
+        assert_eq!(kernels_with(&braces).len(), 1);
     }
 
     /// What a review found in real files' shapes: preprocessor lines before a namespace or a
@@ -1619,6 +1786,10 @@ namespace after_unclosed { __global__ void u(int* p) {} }
     #[test]
     fn declarations_macros_namespace_attributes_and_known_conditions_are_read() {
         let params: String = (0..80).map(|i| format!("float* argument_{i}, ")).collect();
+        let long_condition: String = (0..600)
+            .map(|i| format!("defined(A{i})"))
+            .collect::<Vec<_>>()
+            .join(" || ");
         let src = format!(
             r#"#define LB(n) __launch_bounds__(n)
 __global__ void declared_only(float* x);
@@ -1679,6 +1850,32 @@ __global__ void maybe_defined(int* p) {{}}
 #endif
 namespace lib {{ __global__ void ool(float* x); }}
 __global__ void lib::ool(float* x) {{}}
+#ifndef USE_TC
+#define USE_TC 0
+#endif
+#if USE_TC
+__global__ void tc_kernel(float* x) {{}}
+#endif
+#define  ALIGNED 1
+#ifndef ALIGNED
+__global__ void unaligned(float* x) {{}}
+#else
+__global__ void aligned(float* x) {{}}
+#endif
+__global__ void kthrow(float*) throw() {{}}
+__global__ void knoex(float*) noexcept(true) {{}}
+#if 0
+namespace old_api {{
+#else
+namespace v2 {{
+#endif
+__global__ void versioned(float* x) {{}}
+}}
+#ifdef ENABLE_EXTRA
+#if {long_condition}
+#endif
+__global__ void extra(float* x) {{}}
+#endif
 "#
         );
         let got: Vec<(String, Option<String>)> = kernels_with(&src)
@@ -1700,12 +1897,18 @@ __global__ void lib::ool(float* x) {{}}
             ),
             ("enabled", None),
             ("elif_one", None),
-            ("debug_only", None),
+            ("debug_only", Some("#ifndef NDEBUG")),
             ("file_defined", None),
             ("x_on", None),
             ("not_zero", None),
             ("maybe_defined", Some("#ifdef HAVE_CUDNN")),
             ("lib::ool", None),
+            ("tc_kernel", Some("#if USE_TC")),
+            ("aligned", None),
+            ("kthrow", None),
+            ("knoex", None),
+            ("v2::versioned", None),
+            ("extra", Some("#ifdef ENABLE_EXTRA")),
         ];
         let want: Vec<(String, Option<String>)> = want
             .iter()
@@ -1798,7 +2001,26 @@ __global__ void lib::ool(float* x) {{}}
                 "{text}"
             );
         }
-        assert!(recipe_text(&solo, "sm_90").contains("# no file beside it binds a module"));
+        assert!(recipe_text(&solo, "sm_90").contains("# no file beside it defines the module"));
+        // Only the module's own functions: not a class's methods, a submodule's functions
+        // or TORCH_LIBRARY's operators; operators alone define no module.
+        w(
+            "cls/k.cu",
+            "#include <torch/extension.h>\n__global__ void k(float* x) {}\n\
+            TORCH_LIBRARY(myops, lib) { lib.def(\"mymul\", &mymul); }\n\
+            PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {\n  mod.def(\"add\", &add);\n\
+              py::class_<Runner>(mod, \"Runner\").def(\"run\", &Runner::run);\n\
+              auto sub = mod.def_submodule(\"ops\");\n  sub.def(\"inner\", &inner);\n}\n",
+        );
+        assert_eq!(read("cls/k.cu").torch.unwrap().functions, ["add"]);
+        w(
+            "ops/k2.cu",
+            "#include <torch/library.h>\n__global__ void k2(float* x) {}\n\
+            TORCH_LIBRARY(myops, m) { m.def(\"mymul\", &mymul); }\n",
+        );
+        let ops = read("ops/k2.cu");
+        assert!(ops.torch.as_ref().unwrap().functions.is_empty());
+        assert!(recipe_text(&ops, "sm_90").contains("# no file beside it defines the module"));
     }
 
     #[test]

@@ -738,7 +738,9 @@ fn tail(bytes: &[u8]) -> String {
     format!("[...]\n{cut}")
 }
 
-fn shell_quote(s: &str) -> String {
+/// `s` as one word of a shell command line: as it is where that is safe, else in single
+/// quotes.
+pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))

@@ -316,7 +316,8 @@ fn visit(
 /// (`stdio.h`, `cstdint`): what a quoted include that the repository lacks means, as nvcc
 /// finds it.
 pub fn toolkit_header(name: &str) -> bool {
-    const DIRS: [&str; 13] = [
+    // Directories only the toolkit and its libraries have.
+    const DIRS: [&str; 11] = [
         "cuda/",
         "cub/",
         "thrust/",
@@ -327,14 +328,10 @@ pub fn toolkit_header(name: &str) -> bool {
         "cutlass/",
         "cute/",
         "cudnn/",
-        "cuda/std/",
-        "nvml/",
         "sys/",
     ];
-    const PREFIXES: [&str; 23] = [
-        "cuda",
-        "cu_",
-        "cuComplex",
+    // The libraries' own names (`cublas_v2.h`, `curand_kernel.h`).
+    const LIBRARIES: [&str; 14] = [
         "cublas",
         "cudnn",
         "cufft",
@@ -346,17 +343,39 @@ pub fn toolkit_header(name: &str) -> bool {
         "npp",
         "nvrtc",
         "nvJitLink",
-        "nvjitlink",
         "nvml",
         "cupti",
         "nvToolsExt",
-        "nvtx",
-        "sm_",
-        "device_",
-        "host_",
-        "math_",
     ];
-    const NAMES: [&str; 26] = [
+    // The runtime's and the intrinsics' headers, by name: a repository's `cuda_utils.h` or
+    // `math_helpers.h` is not the toolkit's, and a missing one stays an error.
+    const NAMES: [&str; 58] = [
+        "cuda.h",
+        "cuda_runtime.h",
+        "cuda_runtime_api.h",
+        "cuda_fp16.h",
+        "cuda_fp16.hpp",
+        "cuda_bf16.h",
+        "cuda_bf16.hpp",
+        "cuda_fp8.h",
+        "cuda_fp8.hpp",
+        "cuda_fp6.h",
+        "cuda_fp4.h",
+        "cuda_pipeline.h",
+        "cuda_pipeline_primitives.h",
+        "cuda_awbarrier.h",
+        "cuda_awbarrier_primitives.h",
+        "cuda_occupancy.h",
+        "cuda_profiler_api.h",
+        "cuda_texture_types.h",
+        "cuda_surface_types.h",
+        "cuda_device_runtime_api.h",
+        "cudaTypedefs.h",
+        "cuda_gl_interop.h",
+        "cuda_egl_interop.h",
+        "cuda_stdint.h",
+        "cuComplex.h",
+        "cudaProfiler.h",
         "mma.h",
         "cooperative_groups.h",
         "vector_types.h",
@@ -376,6 +395,21 @@ pub fn toolkit_header(name: &str) -> bool {
         "surface_indirect_functions.h",
         "fatbinary_section.h",
         "nvfunctional",
+        "device_launch_parameters.h",
+        "device_functions.h",
+        "device_atomic_functions.h",
+        "device_double_functions.h",
+        "device_types.h",
+        "host_defines.h",
+        "host_config.h",
+        "math_constants.h",
+        "math_functions.h",
+        "sm_20_intrinsics.h",
+        "sm_32_intrinsics.h",
+        "sm_60_atomic_functions.h",
+        "sm_61_intrinsics.h",
+    ];
+    const STD: [&str; 22] = [
         "assert.h",
         "float.h",
         "limits.h",
@@ -383,8 +417,6 @@ pub fn toolkit_header(name: &str) -> bool {
         "stdint.h",
         "stdio.h",
         "stdlib.h",
-    ];
-    const STD: [&str; 16] = [
         "string.h",
         "stddef.h",
         "stdbool.h",
@@ -400,7 +432,6 @@ pub fn toolkit_header(name: &str) -> bool {
         "iso646.h",
         "wchar.h",
         "locale.h",
-        "setjmp.h",
     ];
     // The C++ library's names have no extension.
     const CXX: [&str; 48] = [
@@ -453,12 +484,11 @@ pub fn toolkit_header(name: &str) -> bool {
         "vector",
         "numbers",
     ];
-    let cxx = CXX.contains(&name);
     DIRS.iter().any(|d| name.starts_with(d))
-        || (!name.contains('/') && PREFIXES.iter().any(|p| name.starts_with(p)))
+        || (!name.contains('/') && LIBRARIES.iter().any(|p| name.starts_with(p)))
         || NAMES.contains(&name)
         || STD.contains(&name)
-        || cxx
+        || CXX.contains(&name)
 }
 
 /// Where one `#include` of `file` (in directory `dir`) leads: the name as written and the
@@ -504,7 +534,11 @@ fn resolve(
             format!("{dir}/{name}")
         });
     }
-    candidates.extend(include_dirs.iter().map(|d| format!("{d}/{name}")));
+    // An include dir of the root itself is `.` as written and `` once normalised.
+    candidates.extend(include_dirs.iter().map(|d| match d.trim_end_matches('/') {
+        "" | "." => name.clone(),
+        d => format!("{d}/{name}"),
+    }));
     let mut found = None;
     for c in candidates {
         match normalize(&c) {
@@ -745,6 +779,21 @@ mod tests {
                 .to_string(),
             "a.cu:7: include \"util.h\" not found (looked beside the file and in the include dirs)"
         );
+        // A repository's own header named like the toolkit's is no toolkit header.
+        let d = tree(&[(
+            "a.cu",
+            "#include \"math_helpers.h\"\n#include \"cuda_utils.h\"\n",
+        )]);
+        assert!(matches!(
+            include_closure(d.path(), "a.cu", &[]),
+            Err(InputError::Missing { name, .. }) if name == "math_helpers.h"
+        ));
+        // The root as an include dir, as `repro init` writes it (`.`).
+        let d = tree(&[("k/a.cu", "#include \"top.h\"\n"), ("top.h", "")]);
+        for root in [".", ""] {
+            let c = include_closure(d.path(), "k/a.cu", &[root.to_string()]).unwrap();
+            assert!(c.files.contains_key("top.h"), "{root:?}");
+        }
         // A chain of thousands of headers needs no deep stack.
         let chain: Vec<(String, String)> = (0..5000)
             .map(|i| (format!("h{i}.h"), format!("#include \"h{}.h\"\n", i + 1)))

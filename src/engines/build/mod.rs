@@ -369,10 +369,29 @@ pub fn compiler_hint(log: &str) -> Option<String> {
             "a kernel launches kernels from the device: add \"-rdc=true\" to the recipe's `options` (the cubin is then relocatable: loading it needs a device link with cudadevrt)".into(),
         );
     }
-    // nvcc: `identifier "cudaThreadSynchronize" is undefined`.
+    // Runtime calls CUDA 13 (and 12 before it) removed. nvcc: `identifier
+    // "cudaThreadSynchronize" is undefined`.
+    const REMOVED: [&str; 16] = [
+        "cudaThreadSynchronize",
+        "cudaThreadExit",
+        "cudaThreadSetLimit",
+        "cudaThreadGetLimit",
+        "cudaThreadSetCacheConfig",
+        "cudaThreadGetCacheConfig",
+        "cudaSetDoubleForDevice",
+        "cudaSetDoubleForHost",
+        "cudaBindTexture",
+        "cudaBindTexture2D",
+        "cudaBindTextureToArray",
+        "cudaUnbindTexture",
+        "cudaGetTextureReference",
+        "cudaBindSurfaceToArray",
+        "cudaConfigureCall",
+        "cudaSetupArgument",
+    ];
     let removed = log.lines().find_map(|l| {
         let name = l.split("identifier \"").nth(1)?.split('"').next()?;
-        (name.starts_with("cuda") && l.contains("is undefined")).then_some(name)
+        (REMOVED.contains(&name) && l.contains("is undefined")).then_some(name)
     })?;
     Some(format!(
         "`{removed}` is not in this toolkit's CUDA API (CUDA 13 removed several runtime calls, such as cudaThreadSynchronize): update the call, or build with a toolkit that has it (`--toolchain system`)"
@@ -1141,6 +1160,10 @@ mod tests {
         );
         assert_eq!(
             compiler_hint("k.cu(3): error: identifier \"foo\" is undefined"),
+            None
+        );
+        assert_eq!(
+            compiler_hint("k.cu(3): error: identifier \"cudaCheckError\" is undefined"),
             None
         );
         assert_eq!(compiler_hint("anything else"), None);

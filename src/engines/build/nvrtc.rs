@@ -94,7 +94,7 @@ fn pragma_once(bytes: &[u8]) -> bool {
         l.strip_prefix('#')
             .map(str::trim_start)
             .and_then(|l| l.strip_prefix("pragma"))
-            .is_some_and(|l| l.trim() == "once")
+            .is_some_and(|l| l.split_whitespace().next() == Some("once"))
     })
 }
 
