@@ -23,7 +23,11 @@ fn run(cache: &Path, root: &Path, args: &[&str]) -> (i32, String, String) {
 #[test]
 fn lockfile_names_that_are_not_plain_names_are_refused_and_nothing_is_written() {
     let (tmp, root) = repo_with(&[]);
-    for name in ["a/b", "..\\x", ".hidden", ""] {
+    // An empty name is the command line's error, before anything runs.
+    let (code, _, err) = run(tmp.path(), &root, &["env", "lock", "--name", ""]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'--name <NAME>'"), "{err}");
+    for name in ["a/b", "..\\x", ".hidden"] {
         let (code, _, err) = run(tmp.path(), &root, &["env", "lock", "--name", name]);
         assert_eq!(code, 2, "{name:?}: {err}");
         assert!(

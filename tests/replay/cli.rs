@@ -118,10 +118,11 @@ fn replay_picks_one_record_or_says_why_not() {
     let (b, _) = build(tmp.path(), &root);
     assert_ne!(a, b);
 
-    // Every record's ID starts with the empty prefix: both builds match.
+    // An empty prefix is the command line's error (a prefix two records share is
+    // ambiguous: replay.rs's unit tests).
     let (code, _, err) = run(tmp.path(), &root, &["replay", ""]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("is ambiguous: 2 records match"), "{err}");
+    assert!(err.contains("a value is required for '<ID>'"), "{err}");
 
     // Three digits that name exactly one record are still refused.
     if a[..3] != b[..3] {
