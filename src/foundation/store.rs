@@ -446,18 +446,21 @@ impl Store {
             Err(e) if read_only(&e) => return Ok(StoreLock { _file: None }),
             Err(e) => return Err(write_err(e)),
         }
-        let file = match open_nofollow(&path, true) {
-            Ok(f) => f,
-            // flock works on a descriptor opened for reading, so a store whose lock file
-            // exists but is not writable by us is still locked properly.
+        let (file, writable) = match open_nofollow(&path, true) {
+            Ok(f) => (f, true),
+            // A shared lock works on a descriptor opened for reading, so a store whose lock
+            // file exists but is not writable by us is still locked properly.
             Err(e) if read_only(&e) => match open_nofollow(&path, false) {
-                Ok(f) => f,
+                Ok(f) => (f, false),
                 Err(_) => return Ok(StoreLock { _file: None }),
             },
             Err(e) => return Err(write_err(e)),
         };
-        // fcntl (OFD) locks, which NFS and Lustre honour without the flock mount option.
-        fsutil::lock_file(&file, exclusive, true).map_err(write_err)?;
+        // fcntl (OFD) locks, which NFS and Lustre honour without the flock mount option. An
+        // exclusive one needs a descriptor open for writing (EBADF, "Bad file descriptor",
+        // otherwise): where the lock file cannot be written, neither can the store, so the
+        // shared lock keeps writers out while the first change says why it cannot be made.
+        fsutil::lock_file(&file, exclusive && writable, true).map_err(write_err)?;
         // The marker and `.gitignore` are written under the lock, so that gc (which holds
         // it exclusively) never removes their temporary files while they are written.
         match self.ensure() {

@@ -152,3 +152,47 @@ fn gc_keeps_the_newest_builds_of_each_recipe() {
     let (code, out, _) = run(tmp.path(), &root, &["replay", &keys[2][..12]]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A store on a read-only mount: it is read as ever, and `gc` says the file system is
+/// read-only (it said "Bad file descriptor": an exclusive lock on a lock file it could only
+/// open for reading). Mounting needs privileges a machine may lack.
+#[test]
+fn a_read_only_store_is_read_and_gc_says_why_it_cannot_change_it() {
+    let (tmp, root) = cmd_repo();
+    build(tmp.path(), &root);
+    let store = root.join(".repro");
+    let mount = |args: &[&str]| {
+        std::process::Command::new("mount")
+            .args(args)
+            .arg(&store)
+            .arg(&store)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !mount(&["--bind"]) {
+        common::skip("needs CAP_SYS_ADMIN to mount a read-only bind mount");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(store.clone());
+    let ro = std::process::Command::new("mount")
+        .args(["-o", "remount,ro,bind"])
+        .arg(&store)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ro, "remounting the bind mount read-only failed");
+    let (code, out, err) = run(tmp.path(), &root, &["log"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run(tmp.path(), &root, &["store", "gc"]);
+    assert!(!err.contains("Bad file descriptor"), "{out}{err}");
+    assert!(code == 0 || code == 4, "{code}: {out}{err}");
+    if code == 4 {
+        assert!(err.contains("Read-only file system"), "{err}");
+    }
+}
