@@ -79,6 +79,8 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     if kernels.iter().any(|k| k.torch.is_some()) {
         plan.notes.extend(torch_note(g));
     }
+    plan.notes
+        .extend(kernels.iter().flat_map(|k| k.warnings.iter().cloned()));
     write_all(&plan.files)?;
     report(g, &plan, &kernels)?;
     Ok(exit::OK)

@@ -41,6 +41,9 @@ pub struct KernelFile {
     pub more: bool,
     /// What it is built as where it includes PyTorch's headers.
     pub torch: Option<TorchExt>,
+    /// What its build will refuse that the recipe cannot change: a header it includes that
+    /// links outside the repository.
+    pub warnings: Vec<String>,
 }
 
 /// A kernel file that includes PyTorch's headers, as a `torch-extension` recipe builds it.
@@ -1017,6 +1020,23 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     }
     let incs = includes(&src);
     let dir = rel.parent().unwrap_or(Path::new(""));
+    // A header beside it that is a link out of the repository (or under one): the build
+    // reads only files another checkout has, so it will refuse it.
+    let warnings: Vec<String> = incs
+        .iter()
+        .filter(|(h, angle)| !*angle && !h.starts_with('/'))
+        .filter(|(h, _)| {
+            let p = root_canon.join(dir).join(h);
+            p.is_file()
+                && p.canonicalize()
+                    .is_ok_and(|c| !c.starts_with(&root_canon))
+        })
+        .map(|(h, _)| {
+            format!(
+                "{source} includes \"{h}\", which links outside the repository: the build will refuse it; copy the header into the repository"
+            )
+        })
+        .collect();
     // The repository's files are listed once, for both look-ups, and only if an include
     // is not beside the file.
     let mut files = None;
@@ -1098,6 +1118,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         components: components.into_iter().collect(),
         more: src.matches("__global__").count() > MAX_KERNELS,
         torch,
+        warnings,
     })
 }
 
@@ -2102,6 +2123,18 @@ __global__ void after_macros(int* p) {}
         .unwrap();
         let k = read_kernel_file(root, root, Path::new("kernels/hgemm/mma/basic/h.cu")).unwrap();
         assert_eq!(k.include_dirs, ["kernels/hgemm/utils"]);
+        // A header beside the kernel that links out of the repository is named at once.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("o.h"), "#define OUT 3\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("src/outl")).unwrap();
+        std::fs::write(
+            root.join("src/out.cu"),
+            "#include \"outl/o.h\"\n__global__ void o(float* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("src/out.cu")).unwrap();
+        assert_eq!(k.warnings.len(), 1, "{:?}", k.warnings);
+        assert!(k.warnings[0].contains("\"outl/o.h\", which links outside the repository"));
         // Toolkit headers, angled or quoted, are not in NVRTC's wheel: nvcc.
         for inc in [
             "<cuda_fp16.h>",
