@@ -1173,20 +1173,20 @@ const MAX_BINDING_FILES: usize = 64;
 /// directory up (`csrc/cuda/k.cu` bound by `csrc/k.cpp`); the module the binding names; the
 /// functions it defines.
 fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> TorchExt {
-    // (defines the module, registers operators or their kernels)
-    let binds = |text: &str| {
-        let t = strip_comments(text);
+    // Of a comment-stripped text: (defines the module, registers operators or their kernels).
+    let binds = |t: &str| {
         (
             t.contains("PYBIND11_MODULE") || t.contains("PyInit_"),
             t.contains("TORCH_LIBRARY"),
         )
     };
+    // Each file that binds: its path and its text without comments (stripped once).
     let has_module = |found: &[(String, String)]| found.iter().any(|(_, t)| binds(t).0);
     let source = rel.to_string_lossy().replace('\\', "/");
     let mut found: Vec<(String, String)> = Vec::new();
-    let own = binds(src);
-    if own.0 || own.1 {
-        found.push((source.clone(), src.to_string()));
+    let own = strip_comments(src);
+    if let (true, _) | (_, true) = binds(&own) {
+        found.push((source.clone(), own));
     }
     let mut dir = rel.parent().map(Path::to_path_buf);
     // Until a file that defines the module (a file of `TORCH_LIBRARY_IMPL`s alone does not).
@@ -1219,9 +1219,8 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
             let Ok(bytes) = crate::foundation::fsutil::read_bounded(&p, MAX_SOURCE) else {
                 continue;
             };
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            let (py, lib) = binds(&text);
-            if py || lib {
+            let text = strip_comments(&String::from_utf8_lossy(&bytes));
+            if let (true, _) | (_, true) = binds(&text) {
                 found.push((r, text));
             }
         }
@@ -1230,8 +1229,7 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
     let mut module = None;
     let mut functions: Vec<String> = Vec::new();
     let mut operators = false;
-    for (_, text) in &found {
-        let t = strip_comments(text);
+    for (_, t) in &found {
         operators |= t.contains("TORCH_LIBRARY");
         let ident = |s: &str| -> String {
             s.chars()
@@ -1259,7 +1257,7 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
         // The module's own functions: `m.def("name", ...)` inside `PYBIND11_MODULE(name, m)
         // { ... }`, with its variable; not a class's methods (`py::class_<...>.def`), a
         // submodule's, or `TORCH_LIBRARY`'s operators.
-        let Some(block) = pybind_block(&t) else {
+        let Some(block) = pybind_block(t) else {
             continue;
         };
         for part in block.body.split(&format!("{}.def(", block.var)).skip(1) {
