@@ -18,7 +18,10 @@ which repro checks the repository does not track); it is left out where the buil
 NVRTC).
 Two floor rows follow: `/bin/true` (what this script's fork, exec and wait cost) and
 `repro --version` (repro's own start-up: loading and relocating the binary, parsing the
-command line).
+command line); `--hello PATH` adds a third, a hello-world binary (what starting any Rust
+program costs: the floor of a build hit). `--also LABEL=PATH` (repeatable) times more binaries
+beside the two. `--no-live` adds env check rows against a copy of the lockfile whose fields
+NVML answers live (ECC, persistence, MIG, power limit) are `ignore`d: the check without NVML.
 """
 import argparse
 import os
@@ -60,8 +63,14 @@ def main():
     ap.add_argument("--after", required=True)
     ap.add_argument("--lock", default="lockfiles/h200.toml")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH")
+    ap.add_argument("--hello", metavar="PATH")
+    ap.add_argument("--no-live", action="store_true")
     a = ap.parse_args()
     bins = {"before": os.path.abspath(a.before), "after": os.path.abspath(a.after)}
+    for spec in a.also:
+        label, _, path = spec.partition("=")
+        bins[label] = os.path.abspath(path)
     caches = tempfile.mkdtemp(prefix="repro-env-fast-cache-")
     for k, b in bins.items():
         CACHES.setdefault(b, os.path.join(caches, k))
@@ -86,6 +95,20 @@ def main():
         print(f"the index had stale stat data for {n} files: refreshed (git update-index --refresh)")
     rows.update(interleaved({f"repro env check ({k})": [b, "env", "check", "--lock", a.lock]
                              for k, b in bins.items()}, a.runs))
+    if a.no_live:
+        live = ("ecc", "persistence-mode", "mig-mode", "power-limit-w")
+        quiet = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+        with open(a.lock) as f:
+            for line in f:
+                if any(line.startswith(f'"gpu.{n}"') for n in live):
+                    line = line.replace('policy = "warn"', 'policy = "ignore"').replace(
+                        'policy = "exact"', 'policy = "ignore"')
+                quiet.write(line)
+        quiet.close()
+        rows.update(interleaved({f"env check, no live NVML field ({k})":
+                                 [b, "env", "check", "--lock", quiet.name]
+                                 for k, b in bins.items()}, a.runs))
+        os.unlink(quiet.name)
     store = tempfile.mkdtemp(prefix="repro-env-fast-")
     try:
         built = all(subprocess.run([b, "--store", os.path.join(store, k), "build", "vector_add"],
@@ -106,9 +129,11 @@ def main():
         shutil.rmtree(store, ignore_errors=True)
     # What starting any process costs from here (Python's fork, exec and wait are in every
     # row above), and what starting repro itself costs: the floor under every repro row.
-    rows.update(interleaved({"/bin/true (process start-up)": ["/bin/true"],
-                             "repro --version (after; repro's start-up)": [bins["after"], "--version"]},
-                            a.runs))
+    floors = {"/bin/true (process start-up)": ["/bin/true"]}
+    if a.hello:
+        floors["hello-world binary (--hello)"] = [os.path.abspath(a.hello)]
+    floors.update({f"repro --version ({k})": [b, "--version"] for k, b in bins.items()})
+    rows.update(interleaved(floors, a.runs))
     print(f"\n{'case':52} {'runs':>4} {'median ms':>10} {'min':>8} {'max':>8}")
     for name, xs in rows.items():
         print(f"{name:52} {len(xs):>4} {statistics.median(xs):10.1f} {min(xs):8.1f} {max(xs):8.1f}")

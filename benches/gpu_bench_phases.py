@@ -141,6 +141,20 @@ def table1(binaries, base, runs, cpu_path, gap):
         print(f"  {label:8} median {statistics.median(xs):6.2f} s  (" + " ".join(f"{x:.2f}" for x in xs) + ")")
 
 
+def drift(xs):
+    """Whether the invocations' medians wander or scatter: the CV from successive differences
+    (von Neumann's estimator, blind to a slow drift), the lag-1 autocorrelation, and the
+    medians in the order they were taken."""
+    if len(xs) < 3:
+        return
+    mean = statistics.mean(xs)
+    succ = (sum((b - a) ** 2 for a, b in zip(xs, xs[1:])) / (2 * (len(xs) - 1))) ** 0.5 / mean
+    dev = [x - mean for x in xs]
+    r1 = sum(a * b for a, b in zip(dev, dev[1:])) / sum(d * d for d in dev) if any(dev) else 0.0
+    print(f"{'':15} CV from successive differences {100 * succ:.3f}%, lag-1 autocorrelation {r1:+.2f};"
+          f" in order: " + " ".join(f"{x:.4f}" for x in xs), flush=True)
+
+
 def table2(binaries, base, runs):
     print(f"\n2. a small kernel (vector_add, n = 1M): medians of {runs} separate invocations")
     print(f"{'binary':8} {'mode':6} {'median us':>10} {'min':>8} {'max':>8} {'CV':>7} {'launches':>8} {'overhead us':>11} {'resolution':>10}")
@@ -160,6 +174,7 @@ def table2(binaries, base, runs):
             reso = TICK_US / (launches * m)
             print(f"{label:8} {mode:6} {m:10.4f} {min(meds):8.4f} {max(meds):8.4f} {100 * cv:6.3f}% {launches:8} "
                   f"{'-' if over is None else f'{over:.3f}':>11} {100 * reso:9.3f}%", flush=True)
+            drift(meds)
 
 
 def table3(binaries, base, runs):

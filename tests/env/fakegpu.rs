@@ -122,6 +122,41 @@ fn capture_json_types_each_device_and_keeps_devices_apart() {
     assert_eq!(d[1]["other-processes"], 0);
 }
 
+/// NVML asks each device on a thread of its own: a node of eight, listed by NVML in the
+/// other order, gets every device's own answers (one device's failure stays its own).
+#[test]
+fn eight_devices_each_keep_their_own_nvml_answers() {
+    let Some(gpu) = FakeGpu::new("580.159.04") else {
+        return;
+    };
+    let mut vars: Vec<(String, String)> = vec![
+        ("FAKEGPU_COUNT".into(), "8".into()),
+        ("FAKEGPU_NVML_REVERSE".into(), "1".into()),
+        ("FAKEGPU_FAIL".into(), "nvmlDeviceGetEccMode@5=3".into()),
+    ];
+    for i in 0..8 {
+        vars.push((format!("FAKEGPU_POWER_W_{i}"), format!("{}", 300 + 10 * i)));
+        vars.push((format!("FAKEGPU_VBIOS_{i}"), format!("96.00.00.00.{i:02}")));
+    }
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let fp = gpu.capture(&vars);
+    let d = fp["gpu"]["devices"].as_array().unwrap();
+    assert_eq!(d.len(), 8, "{fp}");
+    for (i, dev) in d.iter().enumerate() {
+        assert_eq!(
+            dev["power-limit-w"],
+            300 + 10 * i as u64,
+            "device {i}: {dev}"
+        );
+        assert_eq!(dev["vbios"], format!("96.00.00.00.{i:02}"), "device {i}");
+        if i == 5 {
+            assert!(unavailable(&dev["ecc"]).contains("not available"), "{dev}");
+        } else {
+            assert_eq!(dev["ecc"], true, "device {i}: {dev}");
+        }
+    }
+}
+
 /// CUDA numbers only the devices `CUDA_VISIBLE_DEVICES` lists, in its order (by index or
 /// UUID prefix); the cache is kept per value of it; NVML's answers follow each device by UUID.
 #[test]
