@@ -179,6 +179,17 @@ pub fn exit_status(codes: &[(u8, &str)]) -> String {
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let globals = globals(cli.globals)?;
+    // A command that times a GPU refuses a timing setting it would otherwise ignore.
+    if matches!(
+        cli.command,
+        Command::Bench(_)
+            | Command::Profile(_)
+            | Command::Bisect(_)
+            | Command::Replay(_)
+            | Command::Demo(_)
+    ) {
+        crate::engines::gpurun::check_timing_settings()?;
+    }
     match cli.command {
         Command::Init(args) => init::run(&globals, args),
         Command::Env(args) => env::run(&globals, args),

@@ -30,6 +30,7 @@ fn diagnosis(err: &anyhow::Error) -> Option<(u8, Option<String>)> {
             crate::foundation::fsutil::WriteError,
             crate::foundation::fsutil::ReadError,
             crate::foundation::limits::LimitError,
+            crate::engines::gpurun::TimingSettingError,
             crate::foundation::recipe::RecipeError,
             crate::foundation::store::StoreError,
             crate::engines::build::BuildError,

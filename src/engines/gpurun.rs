@@ -1760,32 +1760,90 @@ struct Knobs {
 }
 
 impl Knobs {
+    /// The settings in force (the parent checked them with [`check_timing_settings`]
+    /// before any worker started; one that does not read leaves every default).
     fn get() -> Knobs {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        Knobs {
-            placements: var("REPRO_TIMING_PLACEMENTS")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(PLACEMENTS)
-                .clamp(1, 64),
-            graph_us: var("REPRO_TIMING_GRAPH_US")
-                .and_then(|v| v.parse().ok())
-                .filter(|v: &f64| v.is_finite())
-                .unwrap_or(GRAPH_SAMPLE_US)
-                .clamp(100.0, 1e6),
-            settle: var("REPRO_TIMING_SETTLE").map_or(SETTLE, |v| v == "1"),
-            busy_min_ms: var("REPRO_TIMING_BUSY_MIN_MS")
-                .and_then(|v| v.parse().ok())
-                .filter(|v: &f64| v.is_finite())
-                .unwrap_or(BUSY_MIN_MS)
-                .clamp(0.0, 10_000.0),
-            gap_ms: var("REPRO_TIMING_GAP_MS")
-                .and_then(|v| v.parse().ok())
-                .filter(|v: &f64| v.is_finite())
-                .unwrap_or(0.0)
-                .clamp(0.0, 10_000.0),
-            diag: var("REPRO_TIMING_DIAG"),
-        }
+        Self::read(&|k| std::env::var(k).ok())
+            .unwrap_or_else(|_| Self::read(&|_| None).expect("the defaults read"))
     }
+
+    /// The settings `var` gives (unset or empty: the default); a value that is not a number
+    /// of the setting's range is an error naming it.
+    fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<Knobs, TimingSettingError> {
+        let get = |k: &'static str| var(k).filter(|v| !v.is_empty()).map(|v| (k, v));
+        let number =
+            |k: &'static str, lo: f64, hi: f64, dflt: f64| -> Result<f64, TimingSettingError> {
+                let Some((name, value)) = get(k) else {
+                    return Ok(dflt);
+                };
+                match value.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
+                    _ => Err(TimingSettingError {
+                        name,
+                        value,
+                        allowed: format!("a number from {lo} to {hi}"),
+                    }),
+                }
+            };
+        let placements = number("REPRO_TIMING_PLACEMENTS", 1.0, 64.0, PLACEMENTS as f64)?;
+        if placements.fract() != 0.0 {
+            return Err(TimingSettingError {
+                name: "REPRO_TIMING_PLACEMENTS",
+                value: var("REPRO_TIMING_PLACEMENTS").unwrap_or_default(),
+                allowed: "a whole number from 1 to 64".into(),
+            });
+        }
+        let settle = match get("REPRO_TIMING_SETTLE") {
+            None => SETTLE,
+            Some((_, v)) if v.trim() == "1" => true,
+            Some((_, v)) if v.trim() == "0" => false,
+            Some((name, value)) => {
+                return Err(TimingSettingError {
+                    name,
+                    value,
+                    allowed: "1 (settle) or 0 (do not)".into(),
+                });
+            }
+        };
+        Ok(Knobs {
+            placements: placements as usize,
+            graph_us: number("REPRO_TIMING_GRAPH_US", 100.0, 1e6, GRAPH_SAMPLE_US)?,
+            settle,
+            busy_min_ms: number("REPRO_TIMING_BUSY_MIN_MS", 0.0, 10_000.0, BUSY_MIN_MS)?,
+            gap_ms: number("REPRO_TIMING_GAP_MS", 0.0, 10_000.0, 0.0)?,
+            diag: get("REPRO_TIMING_DIAG").map(|(_, v)| v),
+        })
+    }
+}
+
+/// A `REPRO_TIMING_*` setting that is not one of the values it may take: ignoring it
+/// would time with the default while its user believes the setting holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?} is not {allowed}")]
+pub struct TimingSettingError {
+    /// The variable.
+    pub name: &'static str,
+    /// What it was set to.
+    pub value: String,
+    /// What it may be.
+    pub allowed: String,
+}
+
+impl crate::foundation::error::Diagnose for TimingSettingError {
+    fn exit_code(&self) -> u8 {
+        crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        Some(format!(
+            "set {} to {}, or unset it for the default",
+            self.name, self.allowed
+        ))
+    }
+}
+
+/// Checks the `REPRO_TIMING_*` settings before a command times anything on a GPU.
+pub fn check_timing_settings() -> Result<(), TimingSettingError> {
+    Knobs::read(&|k| std::env::var(k).ok()).map(|_| ())
 }
 
 /// Graph mode's placements of the buffers by default: the medians of one small kernel on
@@ -1885,6 +1943,67 @@ mod tests {
         assert_eq!(warm_up_plan(true, 1000.0, None, 30.0), (20.0, 980.0));
         assert_eq!(warm_up_plan(true, 100.0, Some(600.0), 30.0), (0.0, 30.0));
         assert_eq!(warm_up_plan(true, 2000.0, Some(600.0), 30.0), (0.0, 1400.0));
+    }
+
+    #[test]
+    fn timing_settings_are_read_or_refused_by_name() {
+        let read = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Knobs::read(&move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+        };
+        let d = read(&[]).unwrap();
+        assert_eq!(
+            (d.placements, d.graph_us, d.settle),
+            (PLACEMENTS, GRAPH_SAMPLE_US, SETTLE)
+        );
+        assert_eq!(
+            (d.busy_min_ms, d.gap_ms, d.diag.as_deref()),
+            (BUSY_MIN_MS, 0.0, None)
+        );
+        let k = read(&[
+            ("REPRO_TIMING_PLACEMENTS", "8"),
+            ("REPRO_TIMING_GRAPH_US", " 8000 "),
+            ("REPRO_TIMING_SETTLE", "0"),
+            ("REPRO_TIMING_BUSY_MIN_MS", "0"),
+            ("REPRO_TIMING_GAP_MS", "20.5"),
+            ("REPRO_TIMING_DIAG", "/tmp/d.jsonl"),
+            ("REPRO_TIMING_UNKNOWN", "x"),
+        ])
+        .unwrap();
+        assert_eq!((k.placements, k.graph_us, k.settle), (8, 8000.0, false));
+        assert_eq!((k.busy_min_ms, k.gap_ms), (0.0, 20.5));
+        assert_eq!(k.diag.as_deref(), Some("/tmp/d.jsonl"));
+        // Empty is unset.
+        assert_eq!(
+            read(&[("REPRO_TIMING_PLACEMENTS", "")]).unwrap().placements,
+            PLACEMENTS
+        );
+        for (name, bad) in [
+            ("REPRO_TIMING_PLACEMENTS", "abc"),
+            ("REPRO_TIMING_PLACEMENTS", "0"),
+            ("REPRO_TIMING_PLACEMENTS", "65"),
+            ("REPRO_TIMING_PLACEMENTS", "2.5"),
+            ("REPRO_TIMING_GRAPH_US", "50"),
+            ("REPRO_TIMING_GRAPH_US", "inf"),
+            ("REPRO_TIMING_GRAPH_US", "NaN"),
+            ("REPRO_TIMING_SETTLE", "yes"),
+            ("REPRO_TIMING_SETTLE", "true"),
+            ("REPRO_TIMING_BUSY_MIN_MS", "-1"),
+            ("REPRO_TIMING_GAP_MS", "1e9"),
+        ] {
+            let e = read(&[(name, bad)])
+                .err()
+                .unwrap_or_else(|| panic!("{name}={bad} was read"));
+            assert_eq!((e.name, e.value.as_str()), (name, bad));
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("{name}={bad:?} is not ")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -315,6 +315,36 @@ fn recipe_bench_errors_come_before_the_gpu() {
     run(&["no_run"])
         .code(2)
         .stderr(predicate::str::contains("has no [run] section"));
+    // A timing setting that does not read is refused before anything runs, by every
+    // command that times a GPU.
+    for (cmd, var, value) in [
+        (vec!["bench", "r"], "REPRO_TIMING_PLACEMENTS", "abc"),
+        (vec!["bench", "r"], "REPRO_TIMING_SETTLE", "yes"),
+        (
+            vec!["bisect", "--recipe", "r", "--mode", "bench"],
+            "REPRO_TIMING_GRAPH_US",
+            "10",
+        ),
+        (vec!["replay", "nothing"], "REPRO_TIMING_GAP_MS", "-5"),
+    ] {
+        repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(&cmd)
+            .env(var, value)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(format!("{var}={value:?} is not ")))
+            .stderr(predicate::str::contains(format!("hint: set {var} to ")));
+    }
+    // Other commands do not read them.
+    repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["log"])
+        .env("REPRO_TIMING_PLACEMENTS", "abc")
+        .assert()
+        .success();
     run(&["r", "--param", "x=3"])
         .code(2)
         .stderr(predicate::str::contains(
