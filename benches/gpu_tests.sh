@@ -6,16 +6,19 @@
 # /proc/driver/nvidia/version exists (modules bench::cli, demo_cli, env::cli). The GPU machine has no
 # cargo, so this runs in two steps:
 #
-#   benches/gpu_tests.sh prepare     # here: builds the test binaries and the repro binary
-#                                    # and copies them, stripped, into .dev/tests/
+#   benches/gpu_tests.sh prepare     # here: builds the test binaries and the release repro
+#                                    # binary and copies them, stripped, into .dev/tests/
 #   benches/gpu_tests.sh run         # on the GPU machine, in the repository root, with
 #                                    # .dev/tests carried along: runs the ignored tests
 #                                    # and the GPU-branch modules, one row per test
 #
 # `prepare` copies every test binary that holds an ignored test (today the one integration
-# binary, tests/tests.rs). `run`
-# exits 1 if any test failed, and also when there is no GPU (the ignored tests then fail:
-# they insist on one). NVRTC must be findable there (REPRO_NVRTC, a CUDA install, or a
+# binary, tests/tests.rs). `run` runs each test in a process of its own under a time limit
+# (REPRO_GPU_TEST_LIMIT seconds, 300 by default: a test still running then is named TIMEOUT,
+# with the processes it left in its log), writes a log per test and the table to
+# REPRO_GPU_TEST_LOGS (.dev/gpu-test-logs), and
+# exits 1 if any test failed or ran out of time, and also when there is no GPU (the ignored
+# tests then fail: they insist on one). NVRTC must be findable there (REPRO_NVRTC, a CUDA install, or a
 # wheel in site-packages); REPRO_TEST_REQUIRE_NVRTC=1 makes its absence a failure.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,7 +31,15 @@ prepare() {
   cd "$root"
   local json
   json="$(mktemp)"
-  cargo build --locked --quiet --bin repro
+  # The release binary users run (a debug one makes the CPU paths many times slower), found
+  # where cargo put it (CARGO_TARGET_DIR included).
+  local bin
+  bin="$(cargo build --locked --release --bin repro --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "repro":
+        print(m["executable"])')"
   cargo test --locked --no-run --message-format=json >"$json"
   rm -rf "$dest"
   mkdir -p "$dest"
@@ -59,7 +70,7 @@ EOF
     fi
   done <"$dest/.list"
   rm -f "$dest/.list"
-  cp target/debug/repro "$dest/repro"
+  cp "$bin" "$dest/repro"
   strip --strip-all "$dest/repro"
   du -sh "$dest"
   echo "now, on the GPU machine, with .dev/tests carried: bash benches/gpu_tests.sh run"
@@ -77,43 +88,44 @@ run() {
   export REPRO_TEST_CRATE_DIR="$root"
   export REPRO_TEST_TMPDIR="$root/.dev/tmp"
   mkdir -p "$REPRO_TEST_TMPDIR"
-  local logs="$root/.dev/gpu-test-logs"
+  local logs="${REPRO_GPU_TEST_LOGS:-$root/.dev/gpu-test-logs}"
+  local limit="${REPRO_GPU_TEST_LIMIT:-300}"
   rm -rf "$logs"
   mkdir -p "$logs"
   local status=0
+  # Each test in a process of its own, under a time limit: a test that does not end is named
+  # (with the processes it left) and killed, and the others still run.
+  printf '%-12s %-80s %-8s %s\n' binary test result seconds | tee "$logs/table.txt"
   for t in "$dest"/*; do
     local name
     name="$(basename "$t")"
     [ "$name" = repro ] && continue
-    echo "== $name" >&2
-    # The ignored (GPU) tests, then the GPU branches of the modules that take one.
     # shellcheck disable=SC2086
-    { "$t" --ignored --test-threads 2 || status=1
-      "$t" $gpu_branch --test-threads 2 || status=1
-    } >"$logs/$name.out" 2>"$logs/$name.err"
+    { "$t" --list --ignored; "$t" --list $gpu_branch; } 2>/dev/null | sed -n 's/: test$//p' \
+      | awk '!seen[$0]++' >"$logs/$name.list"
+    while read -r test; do
+      local log start rc=0 result
+      log="$logs/$name.$(tr -c 'A-Za-z0-9_.\n-' '_' <<<"$test" | tr -d '\n').log"
+      start=$(date +%s)
+      timeout -k 5 "$limit" "$t" --include-ignored --exact "$test" >"$log" 2>&1 || rc=$?
+      if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        result=TIMEOUT
+        { echo "== past the time limit ($limit s); repro, python and nvcc processes still running:"
+          ps -eo pid,ppid,etime,stat,args | grep -E 'repro|python|nvcc' | grep -v grep | cut -c1-300; } >>"$log" || true
+        pkill -KILL -f "$dest/repro" || true
+      elif [ "$rc" != 0 ]; then
+        result=FAIL
+      elif grep -q '^SKIPPED ' "$log"; then
+        result="skip: $(sed -n 's/^SKIPPED [^:]*: //p' "$log" | head -1)"
+      else
+        result=pass
+      fi
+      [ "$result" = pass ] || [ "${result#skip}" != "$result" ] || status=1
+      printf '%-12s %-80s %-8s %s\n' "$name" "$test" "$result" "$(( $(date +%s) - start ))" | tee -a "$logs/table.txt"
+    done <"$logs/$name.list"
   done
-  # One row per test: libtest's `test NAME ... ok|FAILED|ignored` lines, and the
-  # `SKIPPED NAME: reason` lines tests print when a prerequisite is missing at run time.
-  printf '%-12s %-80s %s\n' binary test result
-  for t in "$dest"/*; do
-    local name
-    name="$(basename "$t")"
-    [ "$name" = repro ] && continue
-    awk -v bin="$name" -v err="$logs/$name.err" '
-      FILENAME == err && /^SKIPPED / {
-        line = $0; sub(/^SKIPPED /, "", line)
-        n = index(line, ": "); skipped[substr(line, 1, n - 1)] = substr(line, n + 2); next
-      }
-      FILENAME != err && /^test .* \.\.\. / {
-        t = $2; r = $0; sub(/^test .* \.\.\. /, "", r)
-        if (r == "ok" && (t in skipped)) r = "skip: " skipped[t]
-        else if (r == "ok") r = "pass"
-        else if (r ~ /^FAILED/) r = "FAIL"
-        printf "%-12s %-80s %s\n", bin, t, r
-      }' "$logs/$name.err" "$logs/$name.out"
-  done | tee "$logs/table.txt"
-  awk '{ n++ } $3 == "pass" { p++ } $3 == "FAIL" { f++ } $3 ~ /^skip/ { s++ } $3 ~ /^ignored/ { i++ }
-       END { printf "%d tests: %d passed, %d failed, %d skipped at run time, %d ignored\n", n, p, f, s, i }' \
+  awk 'NR > 1 { n++ } $3 == "pass" { p++ } $3 == "FAIL" { f++ } $3 == "TIMEOUT" { h++ } $3 ~ /^skip/ { s++ }
+       END { printf "%d tests: %d passed, %d failed, %d past the time limit, %d skipped at run time\n", n, p, f, h, s }' \
     "$logs/table.txt"
   echo "logs: $logs" >&2
   exit "$status"
