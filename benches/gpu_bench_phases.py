@@ -248,6 +248,40 @@ def table4(binaries, base, runs, variants, title):
               f"{launches[name] or '-':>8}  {' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'}", flush=True)
 
 
+def table6(binaries, base, runs, min_times):
+    """Goal 3: whether a longer sampling averages the spread away. For each --min-time, `runs`
+    invocations of graph mode (n = 1M), the settings taken in turn; the CV of their medians,
+    and inside each invocation the CV of the medians of eight consecutive blocks of its
+    samples (the mean over invocations): a spread that moves inside a run (blocks as far
+    apart as invocations) is averaged by sampling longer, one each process draws is not."""
+    label, repro = binaries[-1]
+    root = os.path.join(base, label, "proj")
+    store = os.path.join(base, label, "store")
+    print(f"\n6. sampling time ({label}, vector_add n = 1M, graph mode, {runs} invocations each, in turn)")
+    print(f"{'--min-time':>10} {'median us':>9} {'CV':>7} {'CV of 8 blocks in a run':>23} {'samples':>8}")
+    meds = {t: [] for t in min_times}
+    blocks = {t: [] for t in min_times}
+    counts = {t: [] for t in min_times}
+    for _ in range(runs):
+        for t in min_times:
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", "graph", "--min-time", t)
+            res = out["results"][0]
+            meds[t].append(res["summary"]["median"])
+            xs = res.get("samples") or []
+            counts[t].append(len(xs))
+            k = len(xs) // 8
+            if k >= 3:
+                bm = [statistics.median(xs[i * k:(i + 1) * k]) for i in range(8)]
+                blocks[t].append(statistics.stdev(bm) / statistics.mean(bm))
+    for t in min_times:
+        xs = meds[t]
+        cv = statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
+        b = statistics.mean(blocks[t]) if blocks[t] else float("nan")
+        print(f"{t:>10} {statistics.median(xs):9.4f} {100 * cv:6.3f}% {100 * b:22.3f}% "
+              f"{statistics.median(counts[t]):8.0f}", flush=True)
+        drift(xs)
+
+
 def table5(binaries, base, runs, jobs):
     """The same point as `jobs` jobs of one worker (a sweep over a parameter the launch
     ignores): each job's median against the first job's, per mode and binary."""
@@ -316,6 +350,9 @@ def main():
                     help="comma-separated graph sample lengths in us: table 4 by REPRO_TIMING_GRAPH_US")
     ap.add_argument("--worker-jobs", type=int, default=0,
                     help="table 5: the same point as this many jobs of one worker, first against later")
+    ap.add_argument("--skip-table2", action="store_true")
+    ap.add_argument("--min-times", default="",
+                    help="T1,T2,...: table 6, the spread of medians at each --min-time (e.g. 500ms,2s)")
     ap.add_argument("--variants", default="",
                     help="NAME:K=V,K=V;NAME:...: table 4 under each named set of settings")
     a = ap.parse_args()
@@ -329,7 +366,8 @@ def main():
                 project(os.path.join(base, label))
         else:
             table1(binaries, base, a.runs, a.cpu_path, a.gap)
-        table2(binaries, base, a.small_runs)
+        if not a.skip_table2:
+            table2(binaries, base, a.small_runs)
         if a.investigate:
             table3(binaries, base, a.small_runs)
         if a.placements:
@@ -342,6 +380,8 @@ def main():
             table4(binaries, base, a.small_runs, named_settings(a.variants), "variant")
         if a.worker_jobs:
             table5(binaries, base, a.small_runs, a.worker_jobs)
+        if a.min_times:
+            table6(binaries, base, a.small_runs, a.min_times.split(","))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
