@@ -51,18 +51,23 @@ pub struct KernelFile {
 pub struct TorchExt {
     /// The module's name: the one `PYBIND11_MODULE` names, else the file's stem.
     pub module: String,
-    /// The sources: the files that bind the module, then the kernel file.
+    /// The sources: the files that bind the module, then the kernel file, then the files
+    /// that define the functions the module binds that neither of those defines.
     pub sources: Vec<String>,
     /// The functions the bindings define (`m.def("name", ...)`).
     pub functions: Vec<String>,
-    /// The files beside it (or one directory up) that bind a module (`PYBIND11_MODULE`) or
-    /// register operators (`TORCH_LIBRARY`); empty where none does.
+    /// The files beside it (or up to two directories up, or in those directories' other
+    /// subdirectories) that bind a module (`PYBIND11_MODULE`) or register operators
+    /// (`TORCH_LIBRARY`); empty where none does.
     pub bindings: Vec<String>,
     /// Whether the bindings register operators (`TORCH_LIBRARY`), called as
     /// `torch.ops.NS.NAME` rather than as the module's functions.
     pub operators: bool,
     /// PyTorch's headers it includes, directly or through the repository's.
     pub headers: Vec<String>,
+    /// What the recipe should say about its sources (a bound function no file defines, or
+    /// one that several do).
+    pub notes: Vec<String>,
 }
 
 /// Why a kernel file cannot be read.
@@ -1167,11 +1172,165 @@ fn pybind_block(t: &str) -> Option<PybindBlock<'_>> {
 
 /// How many files beside a kernel file are read for its PyTorch bindings, at most.
 const MAX_BINDING_FILES: usize = 64;
+/// How many files are read for the functions a binding declares but neither it nor the
+/// kernel file defines, at most.
+const MAX_DEFINITION_FILES: usize = 256;
+
+/// The C++ and CUDA files directly in `dir` (under `root`), sorted, at most `limit`.
+fn cxx_files(root: &Path, dir: &Path, limit: usize) -> Vec<PathBuf> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
+                && p.is_file()
+        })
+        .collect();
+    names.sort();
+    names.truncate(limit);
+    names
+}
+
+/// The directories directly in `dir` (under `root`), sorted, but `except`.
+fn subdirs(root: &Path, dir: &Path, except: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| dir.join(e.file_name()))
+        .filter(|d| Some(d.as_path()) != except && !d.starts_with(".git"))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// A file's path under `root`, with `/`, and its text without comments; None where it
+/// cannot be read.
+fn read_stripped(root: &Path, p: &Path) -> Option<(String, String)> {
+    let r = p
+        .strip_prefix(root)
+        .ok()?
+        .to_string_lossy()
+        .replace('\\', "/");
+    let bytes = crate::foundation::fsutil::read_bounded(p, MAX_SOURCE).ok()?;
+    Some((r, strip_comments(&String::from_utf8_lossy(&bytes))))
+}
+
+/// The functions a (comment-stripped) binding puts in its module: `m.def("name", ...)` inside
+/// `PYBIND11_MODULE(name, m) { ... }`, with its variable, or through a macro of the file's
+/// own that calls `m.def` (`#define BIND(func) m.def(STRINGFY(func), &func, ...)`, then
+/// `BIND(name)`); not a class's methods (`py::class_<...>.def`), a submodule's, or
+/// `TORCH_LIBRARY`'s operators.
+fn bound_functions(t: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let Some(block) = pybind_block(t) else {
+        return out;
+    };
+    let is_ident = |name: &str| {
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let add = |name: String, out: &mut Vec<String>| {
+        if is_ident(&name) && !out.contains(&name) && out.len() < MAX_KERNELS {
+            out.push(name);
+        }
+    };
+    for part in block.body.split(&format!("{}.def(", block.var)).skip(1) {
+        if let Some(rest) = part.trim_start().strip_prefix('"') {
+            add(rest.chars().take_while(|c| *c != '"').collect(), &mut out);
+        }
+    }
+    // Macros of one parameter whose body calls `VAR.def(`.
+    let joined = t.replace("\\\r\n", " ").replace("\\\n", " ");
+    let macros: Vec<String> = joined
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start().strip_prefix('#')?.trim_start();
+            let rest = rest.strip_prefix("define")?.trim_start();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let after = &rest[name.len()..];
+            (after.starts_with('(') && after.contains(&format!("{}.def(", block.var)))
+                .then_some(name)
+        })
+        .collect();
+    for mac in macros.iter().filter(|m| is_ident(m)) {
+        let pat = format!("{mac}(");
+        let mut from = 0;
+        while let Some(at) = block.body[from..].find(&pat) {
+            let at = from + at;
+            from = at + pat.len();
+            let before = block.body[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let arg: String = block.body[from..]
+                .chars()
+                .take_while(|c| *c != ')')
+                .collect();
+            add(arg.trim().to_string(), &mut out);
+        }
+    }
+    out
+}
+
+/// Whether a (comment-stripped) text defines a function `name`: `name(...)` followed by its
+/// body (`{`), past `const`, `noexcept` and `override`, rather than by `;`.
+fn defines(t: &str, name: &str) -> bool {
+    let pat = format!("{name}(");
+    let mut from = 0;
+    while let Some(at) = t[from..].find(&pat) {
+        let at = from + at;
+        from = at + pat.len();
+        if t[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        {
+            continue;
+        }
+        // The parameters, balanced.
+        let mut depth = 1usize;
+        let mut end = None;
+        for (i, c) in t[from..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(from + i + 1);
+                        break;
+                    }
+                }
+                ';' | '{' | '}' => break,
+                _ => {}
+            }
+        }
+        let Some(end) = end else { continue };
+        let mut rest = t[end..].trim_start();
+        for q in ["const", "noexcept", "override"] {
+            rest = rest.strip_prefix(q).unwrap_or(rest).trim_start();
+        }
+        if rest.starts_with('{') {
+            return true;
+        }
+    }
+    false
+}
 
 /// A kernel file that includes PyTorch's headers as a `torch-extension`: the files that bind
-/// it, looked for among the file itself and the C++ and CUDA files beside it, else one
-/// directory up (`csrc/cuda/k.cu` bound by `csrc/k.cpp`); the module the binding names; the
-/// functions it defines.
+/// it, looked for among the file itself and the C++ and CUDA files beside it, else up to two
+/// directories up (`csrc/cuda/k.cu` bound by `csrc/k.cpp`) and in those directories' other
+/// subdirectories (LeetCUDA's `kernels/flash-attn/pybind/flash_attn.cc` for
+/// `kernels/flash-attn/mma/k.cu`), where a binding counts only if it binds a function the
+/// kernel file defines; the module the binding names; the functions it defines; the files
+/// that define the functions it binds that neither it nor the kernel file defines.
 fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> TorchExt {
     // Of a comment-stripped text: (defines the module, registers operators or their kernels).
     let binds = |t: &str| {
@@ -1186,44 +1345,49 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
     let mut found: Vec<(String, String)> = Vec::new();
     let own = strip_comments(src);
     if let (true, _) | (_, true) = binds(&own) {
-        found.push((source.clone(), own));
+        found.push((source.clone(), own.clone()));
     }
+    let binds_own = |t: &str| bound_functions(t).iter().any(|f| defines(&own, f));
     let mut dir = rel.parent().map(Path::to_path_buf);
+    let mut came_from: Option<PathBuf> = None;
+    let mut budget = MAX_BINDING_FILES;
+    // Where the module's binding was found (the root of the search for definitions).
+    let mut found_at: Option<PathBuf> = None;
     // Until a file that defines the module (a file of `TORCH_LIBRARY_IMPL`s alone does not).
-    for _ in 0..2 {
+    for level in 0..3 {
         if has_module(&found) {
             break;
         }
         let Some(d) = dir.take() else { break };
-        let mut names: Vec<PathBuf> = std::fs::read_dir(root.join(&d))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.extension()
-                    .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
-                    && p.is_file()
-            })
-            .collect();
-        names.sort();
-        names.truncate(MAX_BINDING_FILES);
-        for p in names {
-            let Ok(rel_p) = p.strip_prefix(root) else {
-                continue;
-            };
-            let r = rel_p.to_string_lossy().replace('\\', "/");
-            if r == source || found.iter().any(|(f, _)| *f == r) {
-                continue;
-            }
-            let Ok(bytes) = crate::foundation::fsutil::read_bounded(&p, MAX_SOURCE) else {
-                continue;
-            };
-            let text = strip_comments(&String::from_utf8_lossy(&bytes));
-            if let (true, _) | (_, true) = binds(&text) {
+        // (directory, whether a binding there must bind one of the kernel file's functions)
+        let mut places = vec![(d.clone(), level >= 2)];
+        if level > 0 {
+            places.extend(
+                subdirs(root, &d, came_from.as_deref())
+                    .into_iter()
+                    .map(|s| (s, true)),
+            );
+        }
+        for (place, must_be_own) in places {
+            for p in cxx_files(root, &place, budget) {
+                budget = budget.saturating_sub(1);
+                let Some((r, text)) = read_stripped(root, &p) else {
+                    continue;
+                };
+                if r == source || found.iter().any(|(f, _)| *f == r) {
+                    continue;
+                }
+                let (module, operators) = binds(&text);
+                if !(module || operators) || (must_be_own && !binds_own(&text)) {
+                    continue;
+                }
+                if module && found_at.is_none() {
+                    found_at = Some(d.clone());
+                }
                 found.push((r, text));
             }
         }
+        came_from = Some(d.clone());
         dir = d.parent().map(Path::to_path_buf);
     }
     let mut module = None;
@@ -1254,20 +1418,8 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
         {
             module = Some(name);
         }
-        // The module's own functions: `m.def("name", ...)` inside `PYBIND11_MODULE(name, m)
-        // { ... }`, with its variable; not a class's methods (`py::class_<...>.def`), a
-        // submodule's, or `TORCH_LIBRARY`'s operators.
-        let Some(block) = pybind_block(t) else {
-            continue;
-        };
-        for part in block.body.split(&format!("{}.def(", block.var)).skip(1) {
-            let Some(rest) = part.trim_start().strip_prefix('"') else {
-                continue;
-            };
-            let name: String = rest.chars().take_while(|c| *c != '"').collect();
-            let ident = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if ident && !functions.contains(&name) && functions.len() < MAX_KERNELS {
+        for name in bound_functions(t) {
+            if !functions.contains(&name) {
                 functions.push(name);
             }
         }
@@ -1296,7 +1448,57 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
     };
     let mut sources: Vec<String> = found.iter().map(|(f, _)| f.clone()).collect();
     if !sources.contains(&source) {
-        sources.push(source);
+        sources.push(source.clone());
+    }
+    // The functions the module binds that neither its bindings nor the kernel file define
+    // (LeetCUDA's binding declares those of several kernel files): the file that does, from
+    // the directory the binding was found in down, the first by path (others named).
+    let mut notes = Vec::new();
+    let defined_here = |f: &String| defines(&own, f) || found.iter().any(|(_, t)| defines(t, f));
+    let missing: Vec<&String> = functions.iter().filter(|f| !defined_here(f)).collect();
+    if let (Some(top), false) = (&found_at, missing.is_empty()) {
+        let mut files: Vec<(String, String)> = Vec::new();
+        let mut dirs = vec![top.clone()];
+        let mut depth = 0;
+        while !dirs.is_empty() && depth < 4 && files.len() < MAX_DEFINITION_FILES {
+            let mut next = Vec::new();
+            for d in &dirs {
+                for p in cxx_files(root, d, MAX_DEFINITION_FILES - files.len()) {
+                    if let Some((r, t)) = read_stripped(root, &p)
+                        && !sources.contains(&r)
+                    {
+                        files.push((r, t));
+                    }
+                }
+                next.extend(subdirs(root, d, None));
+            }
+            dirs = next;
+            depth += 1;
+        }
+        for f in missing {
+            let by: Vec<&String> = files
+                .iter()
+                .filter(|(_, t)| defines(t, f))
+                .map(|(r, _)| r)
+                .collect();
+            match by.as_slice() {
+                [] => notes.push(format!(
+                    "`{f}` is bound, but no file found defines it: add the one that does to sources"
+                )),
+                [first, rest @ ..] => {
+                    if !sources.contains(first) {
+                        sources.push((*first).clone());
+                    }
+                    if !rest.is_empty() {
+                        let others: Vec<&str> = rest.iter().map(|r| r.as_str()).collect();
+                        notes.push(format!(
+                            "`{f}` is also defined in {}: sources takes {first}",
+                            others.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
     }
     TorchExt {
         module,
@@ -1305,6 +1507,7 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
         bindings,
         operators,
         headers,
+        notes,
     }
 }
 
@@ -1587,6 +1790,9 @@ fn torch_recipe_text(
     t.push_str(&format!("sources = [{}]\n", list(&x.sources)));
     if x.bindings.is_empty() {
         t.push_str("# no file beside it defines the module (PYBIND11_MODULE, or its own PyInit_): add the one that does to sources\n");
+    }
+    for note in &x.notes {
+        t.push_str(&format!("# {note}\n"));
     }
     if !x.functions.is_empty() {
         t.push_str(&format!("entries = [{}]\n", list(&x.functions)));
@@ -1937,6 +2143,89 @@ __global__ void extra(float* x) {{}}
         // A declaration before the definition does not hide it.
         let both = "__global__ void k(float* x);\nvoid host() {}\n__global__ void k(float* x) {}\n";
         assert_eq!(kernels(both), vec![("k".to_string(), false)]);
+    }
+
+    /// LeetCUDA's layout: kernels in `kernels/NAME/mma/` and `naive/`, one binding for all of
+    /// them in `kernels/NAME/pybind/`, whose functions are put in the module by a macro of its
+    /// own and defined in several kernel files.
+    #[test]
+    fn a_binding_in_a_sibling_directory_binds_the_kernels_it_names() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |p: &str, t: &str| {
+            let path = d.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, t).unwrap();
+        };
+        let host = |name: &str| {
+            format!(
+                "#include <torch/types.h>\n__global__ void {name}_kernel(float* q) {{}}\nvoid {name}(torch::Tensor Q, int stages) {{\n  {name}_kernel<<<1, 1>>>(nullptr);\n}}\n"
+            )
+        };
+        w(
+            "kernels/fa/pybind/fa.cc",
+            "#include <torch/extension.h>\n#define STRINGFY(str) #str\n#define BIND(func) \\\n  m.def(STRINGFY(func), &func, STRINGFY(func));\nvoid fa_naive(torch::Tensor Q);\nvoid fa_mma(torch::Tensor Q, int stages);\nvoid fa_gone(torch::Tensor Q);\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n  BIND(fa_naive)\n  BIND(fa_mma)\n  BIND(fa_gone)\n}\n",
+        );
+        w("kernels/fa/mma/fa_mma.cu", &host("fa_mma"));
+        w("kernels/fa/mma/fa_mma_bak.cu", &host("fa_mma"));
+        w("kernels/fa/naive/fa_naive.cu", &host("fa_naive"));
+        w("kernels/fa/mma/swizzle/fa_swz.cu", &host("fa_swz"));
+        // Another kernel's binding, in another sibling: not taken.
+        w(
+            "kernels/fa/other/pybind.cc",
+            "#include <torch/extension.h>\nvoid other(torch::Tensor Q);\nPYBIND11_MODULE(other_ext, m) { m.def(\"other\", &other); }\n",
+        );
+        let read = |f: &str| {
+            read_kernel_file(d.path(), d.path(), Path::new(f))
+                .unwrap()
+                .torch
+                .unwrap()
+        };
+        let mma = read("kernels/fa/mma/fa_mma.cu");
+        assert_eq!(mma.bindings, vec!["kernels/fa/pybind/fa.cc".to_string()]);
+        assert_eq!(mma.functions, ["fa_naive", "fa_mma", "fa_gone"]);
+        assert_eq!(mma.module, "fa_mma");
+        assert_eq!(
+            mma.sources,
+            [
+                "kernels/fa/pybind/fa.cc",
+                "kernels/fa/mma/fa_mma.cu",
+                "kernels/fa/naive/fa_naive.cu"
+            ]
+        );
+        assert_eq!(
+            mma.notes,
+            ["`fa_gone` is bound, but no file found defines it: add the one that does to sources"]
+        );
+        // From the other side: the first file by path that defines the function, the others named.
+        let naive = read("kernels/fa/naive/fa_naive.cu");
+        assert_eq!(
+            naive.sources,
+            [
+                "kernels/fa/pybind/fa.cc",
+                "kernels/fa/naive/fa_naive.cu",
+                "kernels/fa/mma/fa_mma.cu"
+            ]
+        );
+        assert!(
+            naive.notes.iter().any(|n| n
+                == "`fa_mma` is also defined in kernels/fa/mma/fa_mma_bak.cu: sources takes kernels/fa/mma/fa_mma.cu"),
+            "{:?}",
+            naive.notes
+        );
+        // A kernel the binding does not bind is not given it.
+        let swz = read("kernels/fa/mma/swizzle/fa_swz.cu");
+        assert!(swz.bindings.is_empty(), "{swz:?}");
+        assert_eq!(swz.sources, ["kernels/fa/mma/swizzle/fa_swz.cu"]);
+    }
+
+    #[test]
+    fn functions_are_told_defined_from_declared_and_called() {
+        let t = "void a(int x);\nvoid b(int x) const {}\nint c(int (*f)(int)) noexcept { return a(1); }\nx.d(1) {}\n";
+        assert!(!defines(t, "a"), "a declaration, and a call");
+        assert!(defines(t, "b"));
+        assert!(defines(t, "c"));
+        assert!(!defines(t, "d"), "a member call");
+        assert!(!defines("e(", "e"));
     }
 
     /// A kernel file of a PyTorch extension gets a `torch-extension` recipe with the files that
