@@ -34,13 +34,14 @@ prepare() {
   # The release binary users run (a debug one makes the CPU paths many times slower), found
   # where cargo put it (CARGO_TARGET_DIR included).
   local bin
-  bin="$(cargo build --locked --release --bin repro --message-format=json | python3 -c '
+  bin="$(cargo build --locked --release --bin repro --message-format=json-render-diagnostics | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "repro":
         print(m["executable"])')"
-  cargo test --locked --no-run --message-format=json >"$json"
+  [ -n "$bin" ] || { echo "cargo built no repro binary" >&2; exit 1; }
+  cargo test --locked --no-run --message-format=json-render-diagnostics >"$json"
   rm -rf "$dest"
   mkdir -p "$dest"
   # Integration-test executables (kind "test"), one per test file.
@@ -90,6 +91,11 @@ run() {
   mkdir -p "$REPRO_TEST_TMPDIR"
   local logs="${REPRO_GPU_TEST_LOGS:-$root/.dev/gpu-test-logs}"
   local limit="${REPRO_GPU_TEST_LIMIT:-300}"
+  # Only a directory this script wrote before (its table) or an empty one is cleared.
+  if [ -d "$logs" ] && [ ! -e "$logs/table.txt" ] && [ -n "$(ls -A "$logs")" ]; then
+    echo "$logs holds files this script did not write: name an empty or new directory" >&2
+    exit 2
+  fi
   rm -rf "$logs"
   mkdir -p "$logs"
   local status=0
@@ -100,20 +106,26 @@ run() {
     local name
     name="$(basename "$t")"
     [ "$name" = repro ] && continue
+    local listed
     # shellcheck disable=SC2086
-    { "$t" --list --ignored; "$t" --list $gpu_branch; } 2>/dev/null | sed -n 's/: test$//p' \
-      | awk '!seen[$0]++' >"$logs/$name.list"
+    if ! listed="$("$t" --list --ignored && "$t" --list $gpu_branch)"; then
+      echo "$name: cannot list its tests" >&2
+      status=1
+      continue
+    fi
+    sed -n 's/: test$//p' <<<"$listed" | awk '!seen[$0]++' >"$logs/$name.list"
     while read -r test; do
       local log start rc=0 result
       log="$logs/$name.$(tr -c 'A-Za-z0-9_.\n-' '_' <<<"$test" | tr -d '\n').log"
       start=$(date +%s)
-      timeout -k 5 "$limit" "$t" --include-ignored --exact "$test" >"$log" 2>&1 || rc=$?
-      if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      # stdin from /dev/null: the loop reads the list from its own.
+      timeout -k 5 "$limit" "$t" --include-ignored --exact "$test" >"$log" 2>&1 </dev/null || rc=$?
+      if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ $(( $(date +%s) - start )) -ge "$limit" ]; then
         result=TIMEOUT
         { echo "== past the time limit ($limit s); repro, python and nvcc processes still running:"
           ps -eo pid,ppid,etime,stat,args | grep -E 'repro|python|nvcc' | grep -v grep | cut -c1-300; } >>"$log" || true
         pkill -KILL -f "$dest/repro" || true
-      elif [ "$rc" != 0 ]; then
+      elif [ "$rc" != 0 ] || ! grep -q '^test result: ok. 1 passed' "$log"; then
         result=FAIL
       elif grep -q '^SKIPPED ' "$log"; then
         result="skip: $(sed -n 's/^SKIPPED [^:]*: //p' "$log" | head -1)"

@@ -21,7 +21,7 @@ prints its values beside the single calls' answers). `--no-attach` with `--handl
 looks the device up although NVML, started without attaching, lists none.
 
 Usage: python3 benches/nvml_start.py [--runs N] [--no-attach] [--handle index|uuid|pci]
-       [--parallel] [--no-shutdown] [--every-device]
+       [--parallel] [--no-shutdown] [--every-device] [--field-values]
 """
 import argparse
 import ctypes
@@ -167,12 +167,20 @@ def main():
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
         os._exit(0)
+    if a.every_device and a.handle != "index":
+        raise SystemExit("--every-device looks devices up by index: leave --handle out")
     key = None
     if a.handle != "index":
-        r = subprocess.run(["nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader",
-                            "-i", "0"], capture_output=True, text=True)
-        uuid, pci = [x.strip() for x in r.stdout.split(",")[:2]] if r.returncode == 0 else ("", "")
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader",
+                                "-i", "0"], capture_output=True, text=True)
+            fields = [x.strip() for x in r.stdout.split(",")[:2]] if r.returncode == 0 else []
+        except OSError:
+            fields = []
+        uuid, pci = (fields + ["", ""])[:2]
         key = uuid if a.handle == "uuid" else pci
+        if not key:
+            raise SystemExit(f"--handle {a.handle} needs nvidia-smi to tell device 0's {a.handle}")
     rows = []
     for _ in range(a.runs):
         argv = [sys.executable, __file__, "--child", "--handle", a.handle]

@@ -180,14 +180,7 @@ pub fn exit_status(codes: &[(u8, &str)]) -> String {
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let globals = globals(cli.globals)?;
     // A command that times a GPU refuses a timing setting it would otherwise ignore.
-    if matches!(
-        cli.command,
-        Command::Bench(_)
-            | Command::Profile(_)
-            | Command::Bisect(_)
-            | Command::Replay(_)
-            | Command::Demo(_)
-    ) {
+    if cli.command.times_gpu() {
         crate::engines::gpurun::check_timing_settings()?;
     }
     match cli.command {
@@ -213,9 +206,42 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+impl Command {
+    /// Whether the command may time kernels on a GPU (and so reads `REPRO_TIMING_*`).
+    /// Every command says, so that a new one decides.
+    fn times_gpu(&self) -> bool {
+        match self {
+            Command::Bench(_) | Command::Bisect(_) | Command::Replay(_) | Command::Demo(_) => true,
+            Command::Init(_)
+            | Command::Env(_)
+            | Command::Build(_)
+            | Command::Toolchain(_)
+            | Command::Store(_)
+            | Command::Profile(_)
+            | Command::Log(_)
+            | Command::Show(_)
+            | Command::Compare(_)
+            | Command::Push(_)
+            | Command::Pull(_)
+            | Command::Completions(_)
+            | Command::Plot(_)
+            | Command::Man(_)
+            | Command::Bundle(_) => false,
+        }
+    }
+}
+
 /// Runs an internal command and returns the exit code.
 fn run_internal(internal: Internal) -> anyhow::Result<u8> {
     let globals = globals(internal.globals)?;
+    // The GPU worker and a Slurm node's bisection step time too, with settings that came
+    // to them from elsewhere (a job script's exports): checked there as well.
+    if matches!(
+        internal.command,
+        InternalCommand::GpuJob(_) | InternalCommand::BisectStep(_)
+    ) {
+        crate::engines::gpurun::check_timing_settings()?;
+    }
     match internal.command {
         InternalCommand::GpuJob(args) => bench::gpu_job(&globals, args),
         InternalCommand::BisectStep(args) => bisect::run_step(&globals, args),

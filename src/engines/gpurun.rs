@@ -1746,8 +1746,8 @@ fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
 /// How graph-mode samples are taken: settings that benches/gpu_bench_phases.py varies to
 /// find what moves a small kernel's median between invocations (#29), from the
 /// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
-/// `REPRO_TIMING_BUSY_MIN_MS`, and `REPRO_TIMING_DIAG`, a file each job appends a line of
-/// its figures to).
+/// `REPRO_TIMING_BUSY_MIN_MS`, `REPRO_TIMING_GAP_MS`, and `REPRO_TIMING_DIAG`, a file each
+/// job appends a line of its figures to).
 struct Knobs {
     placements: usize,
     graph_us: f64,
@@ -1759,59 +1759,95 @@ struct Knobs {
     diag: Option<String>,
 }
 
+/// The timing settings there are (any other `REPRO_TIMING_*` name is a mistake).
+const TIMING_SETTINGS: [&str; 6] = [
+    "REPRO_TIMING_PLACEMENTS",
+    "REPRO_TIMING_GRAPH_US",
+    "REPRO_TIMING_SETTLE",
+    "REPRO_TIMING_BUSY_MIN_MS",
+    "REPRO_TIMING_GAP_MS",
+    "REPRO_TIMING_DIAG",
+];
+
 impl Knobs {
-    /// The settings in force (the parent checked them with [`check_timing_settings`]
-    /// before any worker started; one that does not read leaves every default).
+    /// The settings in force. Every command that times a GPU, the worker included, checked
+    /// them with [`check_timing_settings`] before it started; were one not to read here,
+    /// the job would time with every default.
     fn get() -> Knobs {
-        Self::read(&|k| std::env::var(k).ok())
-            .unwrap_or_else(|_| Self::read(&|_| None).expect("the defaults read"))
+        Self::from_env().unwrap_or_else(|_| Self::read(&[]).expect("the defaults read"))
     }
 
-    /// The settings `var` gives (unset or empty: the default); a value that is not a number
-    /// of the setting's range is an error naming it.
-    fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<Knobs, TimingSettingError> {
-        let get = |k: &'static str| var(k).filter(|v| !v.is_empty()).map(|v| (k, v));
-        let number =
-            |k: &'static str, lo: f64, hi: f64, dflt: f64| -> Result<f64, TimingSettingError> {
-                let Some((name, value)) = get(k) else {
-                    return Ok(dflt);
-                };
-                match value.trim().parse::<f64>() {
-                    Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
-                    _ => Err(TimingSettingError {
-                        name,
-                        value,
-                        allowed: format!("a number from {lo} to {hi}"),
-                    }),
-                }
-            };
-        let placements = number("REPRO_TIMING_PLACEMENTS", 1.0, 64.0, PLACEMENTS as f64)?;
-        if placements.fract() != 0.0 {
-            return Err(TimingSettingError {
-                name: "REPRO_TIMING_PLACEMENTS",
-                value: var("REPRO_TIMING_PLACEMENTS").unwrap_or_default(),
-                allowed: "a whole number from 1 to 64".into(),
-            });
+    fn from_env() -> Result<Knobs, TimingSettingError> {
+        let vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+            .filter(|(k, _)| k.starts_with("REPRO_TIMING_"))
+            .collect();
+        Self::read(&vars)
+    }
+
+    /// The settings `vars` (the `REPRO_TIMING_*` variables set) give, unset or empty ones
+    /// the default; a value that is not one of the setting's, or a name that is no setting,
+    /// is an error naming it.
+    fn read(vars: &[(String, std::ffi::OsString)]) -> Result<Knobs, TimingSettingError> {
+        let fail = |name: &str, value: &std::ffi::OsStr, allowed: &str| TimingSettingError {
+            name: name.to_string(),
+            value: value.to_string_lossy().into_owned(),
+            allowed: allowed.to_string(),
+        };
+        if let Some((name, value)) = vars
+            .iter()
+            .find(|(k, _)| !TIMING_SETTINGS.contains(&k.as_str()))
+        {
+            return Err(fail(name, value, "a timing setting"));
         }
-        let settle = match get("REPRO_TIMING_SETTLE") {
+        // The setting's text, where set to something; not UTF-8 is not any setting's value.
+        let get = |name: &str, allowed: &str| -> Result<Option<String>, TimingSettingError> {
+            let Some((_, v)) = vars.iter().find(|(k, _)| k == name) else {
+                return Ok(None);
+            };
+            let text = v.to_str().ok_or_else(|| fail(name, v, allowed))?.trim();
+            Ok((!text.is_empty()).then(|| text.to_string()))
+        };
+        let number = |name: &str, lo: f64, hi: f64, dflt: f64| -> Result<f64, TimingSettingError> {
+            let allowed = format!("a number from {lo} to {hi}");
+            match get(name, &allowed)? {
+                None => Ok(dflt),
+                Some(t) => match t.parse::<f64>() {
+                    Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
+                    _ => Err(fail(name, t.as_ref(), &allowed)),
+                },
+            }
+        };
+        let whole = "a whole number from 1 to 64";
+        let placements = match get("REPRO_TIMING_PLACEMENTS", whole)? {
+            None => PLACEMENTS,
+            Some(t) => t
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| t.parse::<usize>().ok())
+                .flatten()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| fail("REPRO_TIMING_PLACEMENTS", t.as_ref(), whole))?,
+        };
+        let settle = match get("REPRO_TIMING_SETTLE", "1 (settle) or 0 (do not)")?.as_deref() {
             None => SETTLE,
-            Some((_, v)) if v.trim() == "1" => true,
-            Some((_, v)) if v.trim() == "0" => false,
-            Some((name, value)) => {
-                return Err(TimingSettingError {
-                    name,
-                    value,
-                    allowed: "1 (settle) or 0 (do not)".into(),
-                });
+            Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(fail(
+                    "REPRO_TIMING_SETTLE",
+                    other.as_ref(),
+                    "1 (settle) or 0 (do not)",
+                ));
             }
         };
         Ok(Knobs {
-            placements: placements as usize,
+            placements,
             graph_us: number("REPRO_TIMING_GRAPH_US", 100.0, 1e6, GRAPH_SAMPLE_US)?,
             settle,
             busy_min_ms: number("REPRO_TIMING_BUSY_MIN_MS", 0.0, 10_000.0, BUSY_MIN_MS)?,
             gap_ms: number("REPRO_TIMING_GAP_MS", 0.0, 10_000.0, 0.0)?,
-            diag: get("REPRO_TIMING_DIAG").map(|(_, v)| v),
+            diag: get("REPRO_TIMING_DIAG", "a file's path")?,
         })
     }
 }
@@ -1822,7 +1858,7 @@ impl Knobs {
 #[error("{name}={value:?} is not {allowed}")]
 pub struct TimingSettingError {
     /// The variable.
-    pub name: &'static str,
+    pub name: String,
     /// What it was set to.
     pub value: String,
     /// What it may be.
@@ -1834,16 +1870,24 @@ impl crate::foundation::error::Diagnose for TimingSettingError {
         crate::foundation::exit::USAGE
     }
     fn hint(&self) -> Option<String> {
-        Some(format!(
-            "set {} to {}, or unset it for the default",
-            self.name, self.allowed
-        ))
+        Some(if TIMING_SETTINGS.contains(&self.name.as_str()) {
+            format!(
+                "set {} to {}, or unset it for the default",
+                self.name, self.allowed
+            )
+        } else {
+            format!(
+                "the timing settings are {}: unset {}",
+                TIMING_SETTINGS.join(", "),
+                self.name
+            )
+        })
     }
 }
 
 /// Checks the `REPRO_TIMING_*` settings before a command times anything on a GPU.
 pub fn check_timing_settings() -> Result<(), TimingSettingError> {
-    Knobs::read(&|k| std::env::var(k).ok()).map(|_| ())
+    Knobs::from_env().map(|_| ())
 }
 
 /// Graph mode's placements of the buffers by default: the medians of one small kernel on
@@ -1947,12 +1991,13 @@ mod tests {
 
     #[test]
     fn timing_settings_are_read_or_refused_by_name() {
+        use std::os::unix::ffi::OsStrExt;
         let read = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
+            let vars: Vec<(String, std::ffi::OsString)> = pairs
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| (k.to_string(), v.into()))
                 .collect();
-            Knobs::read(&move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            Knobs::read(&vars)
         };
         let d = read(&[]).unwrap();
         assert_eq!(
@@ -1970,7 +2015,6 @@ mod tests {
             ("REPRO_TIMING_BUSY_MIN_MS", "0"),
             ("REPRO_TIMING_GAP_MS", "20.5"),
             ("REPRO_TIMING_DIAG", "/tmp/d.jsonl"),
-            ("REPRO_TIMING_UNKNOWN", "x"),
         ])
         .unwrap();
         assert_eq!((k.placements, k.graph_us, k.settle), (8, 8000.0, false));
@@ -1981,29 +2025,73 @@ mod tests {
             read(&[("REPRO_TIMING_PLACEMENTS", "")]).unwrap().placements,
             PLACEMENTS
         );
-        for (name, bad) in [
-            ("REPRO_TIMING_PLACEMENTS", "abc"),
-            ("REPRO_TIMING_PLACEMENTS", "0"),
-            ("REPRO_TIMING_PLACEMENTS", "65"),
-            ("REPRO_TIMING_PLACEMENTS", "2.5"),
-            ("REPRO_TIMING_GRAPH_US", "50"),
-            ("REPRO_TIMING_GRAPH_US", "inf"),
-            ("REPRO_TIMING_GRAPH_US", "NaN"),
-            ("REPRO_TIMING_SETTLE", "yes"),
-            ("REPRO_TIMING_SETTLE", "true"),
-            ("REPRO_TIMING_BUSY_MIN_MS", "-1"),
-            ("REPRO_TIMING_GAP_MS", "1e9"),
+        for (name, bad, allowed) in [
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "abc",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "0",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "65",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "2.5",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "+8",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENTS",
+                "1e1",
+                "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_GRAPH_US",
+                "50",
+                "a number from 100 to 1000000",
+            ),
+            (
+                "REPRO_TIMING_GRAPH_US",
+                "inf",
+                "a number from 100 to 1000000",
+            ),
+            (
+                "REPRO_TIMING_GRAPH_US",
+                "NaN",
+                "a number from 100 to 1000000",
+            ),
+            ("REPRO_TIMING_SETTLE", "yes", "1 (settle) or 0 (do not)"),
+            ("REPRO_TIMING_SETTLE", "true", "1 (settle) or 0 (do not)"),
+            ("REPRO_TIMING_BUSY_MIN_MS", "-1", "a number from 0 to 10000"),
+            ("REPRO_TIMING_GAP_MS", "1e9", "a number from 0 to 10000"),
+            ("REPRO_TIMING_PLACMENTS", "8", "a timing setting"),
         ] {
             let e = read(&[(name, bad)])
                 .err()
                 .unwrap_or_else(|| panic!("{name}={bad} was read"));
-            assert_eq!((e.name, e.value.as_str()), (name, bad));
-            assert!(
-                e.to_string()
-                    .starts_with(&format!("{name}={bad:?} is not ")),
-                "{e}"
+            assert_eq!(
+                (e.name.as_str(), e.value.as_str(), e.allowed.as_str()),
+                (name, bad, allowed)
             );
+            assert_eq!(e.to_string(), format!("{name}={bad:?} is not {allowed}"));
         }
+        // A value that is not UTF-8 is no setting's.
+        let vars = vec![(
+            "REPRO_TIMING_GRAPH_US".to_string(),
+            std::ffi::OsStr::from_bytes(b"8\xff").to_owned(),
+        )];
+        assert!(Knobs::read(&vars).is_err());
     }
 
     #[test]

@@ -122,8 +122,11 @@ fn capture_json_types_each_device_and_keeps_devices_apart() {
     assert_eq!(d[1]["other-processes"], 0);
 }
 
-/// NVML asks each device on a thread of its own: a node of eight, listed by NVML in the
-/// other order, gets every device's own answers (one device's failure stays its own).
+/// A node of eight, listed by NVML in the other order, gets every device's own answers
+/// (matched by UUID; one device's failure stays its own), as NVML asks each device on a
+/// thread of its own. (The fake answers every call from the environment, so this holds the
+/// answers to their devices; whether the threads overlap is measured on a GPU machine, by
+/// `benches/nvml_start.py --every-device --parallel`.)
 #[test]
 fn eight_devices_each_keep_their_own_nvml_answers() {
     let Some(gpu) = FakeGpu::new("580.159.04") else {

@@ -144,20 +144,38 @@ fn query(names: &[&str]) -> Fields {
     // Each device's first handle and its fields are calls into that GPU's firmware (about
     // 12 ms a device on an H200), which the driver answers for two devices side by side:
     // a thread per device (two H200s: 24.8 -> 18.4 ms, `benches/nvml_start.py
-    // --every-device [--parallel]`). A device whose thread failed is left out (merged as
-    // not listed).
+    // --every-device [--parallel]`). A device whose thread cannot start is asked on this
+    // one; a thread that panicked leaves NVML's answer unavailable as a whole (and so
+    // uncached), not one device silently unlisted.
     if count <= 1 {
         (0..count).for_each(|i| f.extend(device(i)));
         return f;
     }
+    let mut failed = false;
     std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..count).map(|i| scope.spawn(move || device(i))).collect();
+        let threads: Vec<_> = (0..count)
+            .map(|i| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, move || device(i))
+                    .map_err(|_| i)
+            })
+            .collect();
         for t in threads {
-            if let Ok(one) = t.join() {
-                f.extend(one);
+            match t {
+                Ok(handle) => match handle.join() {
+                    Ok(one) => f.extend(one),
+                    Err(_) => failed = true,
+                },
+                Err(i) => f.extend(device(i)),
             }
         }
     });
+    if failed {
+        f.insert(
+            "nvml".into(),
+            Field::Unavailable("NVML's probe of a device failed (a thread panicked)".into()),
+        );
+    }
     f
 }
 
