@@ -746,14 +746,16 @@ fn need_driver() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A job as `repro bench` writes it; anything else is a usage error.
+/// A job as `repro bench` writes it; anything else (timing settings that do not read
+/// among it) is a usage error.
 fn read_gpu_job(input: &[u8]) -> anyhow::Result<crate::engines::gpurun::Job> {
-    serde_json::from_slice(input).map_err(|e| {
+    let job: crate::engines::gpurun::Job = serde_json::from_slice(input).map_err(|e| {
         UserError::usage(format!(
             "the job on stdin does not read as a GPU job: {e} (`repro gpu-job` is the child `repro bench` starts, not a command to run by hand)"
         ))
-        .into()
-    })
+    })?;
+    job.check()?;
+    Ok(job)
 }
 
 /// At most this many bytes of one job line: a job is a few kilobytes.

@@ -365,6 +365,10 @@ fn show_result(
             ),
         ]);
     }
+    if let Some(m) = &r.timing_settings {
+        let set: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        t.row(["timing settings".to_string(), set.join(" ")]);
+    }
     figure_rows(&mut t, r);
     emit(&t.render(0))?;
     Ok(exit::OK)

@@ -41,6 +41,11 @@ pub struct Timing {
     pub max_samples: usize,
     /// Stop anyway after this long sampling (ms).
     pub budget_ms: f64,
+    /// The `REPRO_TIMING_*` settings to time with (all but `REPRO_TIMING_DIAG`), where
+    /// set: what the parent's environment said ([`timing_settings_from_env`]), or a
+    /// recorded result's, for its replay. The rest are the defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
 }
 
 /// A whole job.
@@ -1162,7 +1167,7 @@ impl Loaded<'_> {
         laps: &mut Laps,
     ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
-        let knobs = Knobs::get();
+        let knobs = Knobs::for_job(t);
         report.warmup_credit_ms = gpu_busy_lately(self.job.device);
         let (single_ms, settle_min_ms) = warm_up_plan(
             t.mode == Mode::Graph && knobs.settle,
@@ -1770,11 +1775,21 @@ const TIMING_SETTINGS: [&str; 6] = [
 ];
 
 impl Knobs {
-    /// The settings in force. Every command that times a GPU, the worker included, checked
-    /// them with [`check_timing_settings`] before it started; were one not to read here,
-    /// the job would time with every default.
-    fn get() -> Knobs {
-        Self::from_env().unwrap_or_else(|_| Self::read(&[]).expect("the defaults read"))
+    /// The settings a job is timed with: its own ([`Timing::settings`]), and where this
+    /// worker writes its figures (`REPRO_TIMING_DIAG`). The worker checked the job's with
+    /// [`Job::check`] when it read it; were one not to read here, the job would time with
+    /// every default.
+    fn for_job(t: &Timing) -> Knobs {
+        let mut vars: Vec<(String, std::ffi::OsString)> = t
+            .settings
+            .iter()
+            .filter(|(k, _)| k.as_str() != "REPRO_TIMING_DIAG")
+            .map(|(k, v)| (k.clone(), v.into()))
+            .collect();
+        if let Some(d) = std::env::var_os("REPRO_TIMING_DIAG") {
+            vars.push(("REPRO_TIMING_DIAG".into(), d));
+        }
+        Self::read(&vars).unwrap_or_else(|_| Self::read(&[]).expect("the defaults read"))
     }
 
     fn from_env() -> Result<Knobs, TimingSettingError> {
@@ -1888,6 +1903,45 @@ impl crate::foundation::error::Diagnose for TimingSettingError {
 /// Checks the `REPRO_TIMING_*` settings before a command times anything on a GPU.
 pub fn check_timing_settings() -> Result<(), TimingSettingError> {
     Knobs::from_env().map(|_| ())
+}
+
+/// The `REPRO_TIMING_*` settings this process's environment sets (not empty), but
+/// `REPRO_TIMING_DIAG` (where figures go, not how a job is timed): what a job is sent
+/// ([`Timing::settings`]) and a result records. Checked by [`check_timing_settings`].
+pub fn timing_settings_from_env() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, v)| {
+            k.starts_with("REPRO_TIMING_") && k != "REPRO_TIMING_DIAG" && !v.trim().is_empty()
+        })
+        .map(|(k, v)| (k, v.trim().to_string()))
+        .collect()
+}
+
+/// Checks a set of timing settings (a job's, or a recorded result's for its replay): each
+/// a setting, and a value it may take.
+pub fn check_settings(settings: &BTreeMap<String, String>) -> Result<(), TimingSettingError> {
+    if let Some(k) = settings.keys().find(|k| *k == "REPRO_TIMING_DIAG") {
+        return Err(TimingSettingError {
+            name: k.clone(),
+            value: settings[k].clone(),
+            allowed: "a setting a job or a record carries (it names a file)".into(),
+        });
+    }
+    let vars: Vec<(String, std::ffi::OsString)> = settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.into()))
+        .collect();
+    Knobs::read(&vars).map(|_| ())
+}
+
+impl Job {
+    /// What must hold of a job before it runs (its timing settings, where it has any).
+    pub fn check(&self) -> Result<(), TimingSettingError> {
+        self.timing
+            .as_ref()
+            .map_or(Ok(()), |t| check_settings(&t.settings))
+    }
 }
 
 /// Graph mode's placements of the buffers by default: the medians of one small kernel on

@@ -637,6 +637,7 @@ mod tests {
                 min_time_ms: 1.0,
                 max_samples: 100,
                 budget_ms: 100.0,
+                settings: Default::default(),
             },
             check_only: false,
             time_anyway: false,

@@ -406,6 +406,15 @@ pub enum ReplayError {
         /// `settings`, `launch` or `arguments`.
         what: &'static str,
     },
+    /// A result's recorded timing settings are not ones a job may be timed with.
+    #[error("result {id} records timing settings that do not read: {source}")]
+    BadTimingSettings {
+        /// The result's short ID.
+        id: String,
+        /// Which and why.
+        #[source]
+        source: crate::engines::gpurun::TimingSettingError,
+    },
     /// The benchmark child could not be run.
     #[error(transparent)]
     Child(#[from] bench::ChildError),
@@ -443,7 +452,8 @@ impl Diagnose for ReplayError {
             | ReplayError::RecordNotJson { .. }
             | ReplayError::NoBuildRecord
             | ReplayError::SourcesDiffer { .. }
-            | ReplayError::CannotRetime { .. } => exit::MISMATCH,
+            | ReplayError::CannotRetime { .. }
+            | ReplayError::BadTimingSettings { .. } => exit::MISMATCH,
             ReplayError::NoSuchRecord { .. }
             | ReplayError::TooShort { .. }
             | ReplayError::Ambiguous { .. }
@@ -494,6 +504,9 @@ impl Diagnose for ReplayError {
             }
             ReplayError::CannotRetime { .. } => s(
                 "a recipe bench records its settings, launch and arguments; this record was edited",
+            ),
+            ReplayError::BadTimingSettings { .. } => s(
+                "repro records only the REPRO_TIMING_* settings it checked; this record was edited",
             ),
             ReplayError::TooShort { .. }
             | ReplayError::Ambiguous { .. }
@@ -1138,7 +1151,11 @@ fn retime(
         reference: None,
         args: r.args.clone().ok_or_else(|| missing("arguments"))?,
         tolerances: Default::default(),
-        timing: Some(bench::timing(&settings)),
+        // Timed as recorded: the record's timing settings, not this environment's.
+        timing: Some(crate::engines::gpurun::Timing {
+            settings: recorded_timing(r, id)?,
+            ..bench::timing(&settings)
+        }),
         time_on_failure: false,
     };
     // The same run-and-judge as `repro bench` and the bisection (bench::bench_job).
@@ -1152,6 +1169,18 @@ fn retime(
         threshold,
         Some(why),
     ))
+}
+
+/// The timing settings a result was recorded with (none: the defaults), checked.
+fn recorded_timing(r: &ResultRecord, id: &str) -> Result<BTreeMap<String, String>, ReplayError> {
+    let settings = r.timing_settings.clone().unwrap_or_default();
+    crate::engines::gpurun::check_settings(&settings).map_err(|source| {
+        ReplayError::BadTimingSettings {
+            id: keys::short(id).to_string(),
+            source,
+        }
+    })?;
+    Ok(settings)
 }
 
 /// Re-times a Python call (the rebuilt torch extension's module on its path) in the

@@ -800,6 +800,10 @@ pub struct ResultRecord {
     /// until moments before, counted toward the warm-up (absent: none was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_credit_ms: Option<f64>,
+    /// Recipe benches: the `REPRO_TIMING_*` settings it was timed with, where any was set
+    /// (absent: the defaults); part of the experiment key, and what its replay times with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_settings: Option<BTreeMap<String, String>>,
     /// Whether sampling stopped because the noise target was met.
     pub converged: bool,
     /// Recipe benches: SM clock before, after, maximum (`null` when unread).
@@ -954,6 +958,7 @@ impl ResultRecord {
             graph_overhead_us: None,
             warmup_launches: None,
             warmup_credit_ms: None,
+            timing_settings: None,
             converged: false,
             sm_clock_mhz: None,
             throttled: None,
@@ -990,6 +995,23 @@ impl ResultRecord {
             ("warmup-credit-ms", self.warmup_credit_ms),
         ] {
             x.map_or(Ok(()), |x| values.amount(field, x))?;
+        }
+        // The settings' own values are checked where they are used (a replay); here, that
+        // they are a few short `REPRO_TIMING_` entries.
+        let settings = self.timing_settings.iter().flatten();
+        if self.timing_settings.as_ref().is_some_and(|m| m.len() > 16) {
+            return Err(values.bad("timing-settings", "has more than 16 entries"));
+        }
+        for (k, v) in settings {
+            if !k.starts_with("REPRO_TIMING_") || k.len() > 64 || v.len() > 256 {
+                return Err(values.bad(
+                    "timing-settings",
+                    format!(
+                        "holds {:?}, not a REPRO_TIMING_ setting of at most 256 bytes",
+                        k.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
         }
         for (field, xs) in [
             ("wall-s", &self.wall_s),
@@ -1884,6 +1906,21 @@ mod tests {
             v["wall-s"][0] = serde_json::json!(-2.0)
         });
         assert!(e.contains("`wall-s` is -2"), "{e}");
+        let e = refused("result-recipe.json", &|v| {
+            v["timing-settings"] = serde_json::json!({"LD_PRELOAD": "/tmp/x.so"})
+        });
+        assert!(e.contains("`timing-settings` holds \"LD_PRELOAD\""), "{e}");
+        let e = refused("result-recipe.json", &|v| {
+            v["timing-settings"] = serde_json::json!({"REPRO_TIMING_DIAG": "x".repeat(300)})
+        });
+        assert!(e.contains("`timing-settings`"), "{e}");
+        let many: serde_json::Map<String, Value> = (0..17)
+            .map(|i| (format!("REPRO_TIMING_{i}"), serde_json::json!("1")))
+            .collect();
+        let e = refused("result-recipe.json", &|v| {
+            v["timing-settings"] = Value::Object(many.clone())
+        });
+        assert!(e.contains("more than 16 entries"), "{e}");
         let e = refused("build-ok.json", &|v| {
             v["duration-ms"] = serde_json::json!(-1.0)
         });

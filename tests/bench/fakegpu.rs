@@ -753,6 +753,67 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     );
 }
 
+/// A `REPRO_TIMING_*` setting reaches the worker in the job (not through its environment),
+/// is recorded in the result and makes another experiment; a replay times as recorded.
+#[test]
+fn timing_settings_travel_with_the_job_into_the_record_and_its_replay() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    // The pilot graphs (of 16 launches) made since the last look.
+    let pilots = |log: &Path| {
+        let n = calls(log)
+            .iter()
+            .filter(|c| *c == "a graph of 16 launches")
+            .count();
+        let _ = std::fs::remove_file(log);
+        n
+    };
+    let vars = [("FAKEGPU_LOG", log.to_str().unwrap())];
+    let (code, plain) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
+    assert_eq!(code, 0, "{plain}");
+    assert!(plain.get("timing-settings").is_none(), "{plain}");
+    // The sizing graph and 16 placements' pilots.
+    assert_eq!(pilots(&log), 17);
+    let vars = [
+        ("FAKEGPU_LOG", log.to_str().unwrap()),
+        ("REPRO_TIMING_PLACEMENTS", "2"),
+    ];
+    let (code, two) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
+    assert_eq!(code, 0, "{two}");
+    assert_eq!(
+        pilots(&log),
+        3,
+        "the sizing graph and two placements' pilots"
+    );
+    assert_eq!(
+        two["timing-settings"],
+        serde_json::json!({"REPRO_TIMING_PLACEMENTS": "2"}),
+        "{two}"
+    );
+    assert_ne!(
+        two["key"], plain["key"],
+        "another way of timing, another experiment"
+    );
+    // The replay times as recorded, whatever this environment says.
+    let id = two["id"].as_str().unwrap().to_string();
+    let out = gpu
+        .cmd(&[("FAKEGPU_LOG", log.to_str().unwrap())])
+        .arg("-C")
+        .arg(&root)
+        .args(["replay", &id, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c == 0 || c == 7),
+        "{}\n{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(pilots(&log), 3, "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A CUDA call that fails while graph mode makes its graphs (a pilot's instantiation) or
 /// samples them (a graph's launch) ends the job, and every graph instantiated until then is
 /// destroyed: a reused worker keeps its context across jobs.

@@ -271,6 +271,7 @@ pub fn timing(s: &Settings) -> Timing {
         min_time_ms: s.min_time_ms,
         max_samples: s.max_samples,
         budget_ms: s.budget_ms,
+        settings: crate::engines::gpurun::timing_settings_from_env(),
     }
 }
 
@@ -476,10 +477,21 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
         .summary
         .as_ref()
         .map_or((None, None), |s| throughput(s.median, p.bytes, p.flops));
-    let experiment = json!({
+    let mut experiment = json!({
         "build-key": b.build.0, "must-match": must_match(b.fp), "params": params_json(&p.params),
         "settings": b.settings, "check-only": b.check_only, "kernel": p.job.kernel, "reference": p.job.reference,
     });
+    // Settings other than the defaults time another way: another experiment (the key of a
+    // result timed with the defaults is as before).
+    let timing_settings = p
+        .job
+        .timing
+        .as_ref()
+        .map(|t| t.settings.clone())
+        .filter(|m| !m.is_empty());
+    if let Some(m) = &timing_settings {
+        experiment["timing-settings"] = json!(m);
+    }
     let (name, path) = b.recipe;
     let mut rec = base_record(
         b.fp,
@@ -514,6 +526,7 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
     rec.graph_overhead_us = report.graph_overhead_us;
     rec.warmup_launches = Some(report.warmup_launches);
     rec.warmup_credit_ms = report.warmup_credit_ms;
+    rec.timing_settings = timing_settings;
     rec.converged = report.converged;
     rec.sm_clock_mhz = Some(report.sm_clock_mhz);
     rec.throttled = Some(report.throttled);
