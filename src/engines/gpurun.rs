@@ -2148,6 +2148,46 @@ mod tests {
         assert!(Knobs::read(&vars).is_err());
     }
 
+    /// A job's (or a recorded result's) settings are checked as the environment's are, and
+    /// may not name where figures go.
+    #[test]
+    fn a_jobs_timing_settings_are_checked() {
+        let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(check_settings(&set(&[])).is_ok());
+        assert!(check_settings(&set(&[("REPRO_TIMING_PLACEMENTS", "2")])).is_ok());
+        for bad in [
+            set(&[("REPRO_TIMING_PLACEMENTS", "abc")]),
+            set(&[("REPRO_TIMING_DIAG", "/etc/passwd")]),
+            set(&[("LD_PRELOAD", "/tmp/x.so")]),
+        ] {
+            assert!(check_settings(&bad).is_err(), "{bad:?}");
+        }
+        let t = Timing {
+            mode: Mode::Graph,
+            warmup_ms: 1.0,
+            max_noise: 0.005,
+            min_samples: 10,
+            min_time_ms: 1.0,
+            max_samples: 100,
+            budget_ms: 100.0,
+            settings: set(&[("REPRO_TIMING_SETTLE", "maybe")]),
+        };
+        // The job's settings decide, not the worker's environment: a bad one falls back
+        // to every default rather than half of them.
+        let k = Knobs::for_job(&t);
+        assert_eq!((k.placements, k.settle), (PLACEMENTS, SETTLE));
+        let ok = Timing {
+            settings: set(&[("REPRO_TIMING_PLACEMENTS", "3")]),
+            ..t.clone()
+        };
+        assert_eq!(Knobs::for_job(&ok).placements, 3);
+    }
+
     #[test]
     fn a_batch_is_kept_within_a_power_of_two() {
         assert_eq!(kept_batch(None, 512), 512);
