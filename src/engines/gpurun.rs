@@ -1780,12 +1780,8 @@ impl Knobs {
     /// [`Job::check`] when it read it; were one not to read here, the job would time with
     /// every default.
     fn for_job(t: &Timing) -> Knobs {
-        let mut vars: Vec<(String, std::ffi::OsString)> = t
-            .settings
-            .iter()
-            .filter(|(k, _)| k.as_str() != "REPRO_TIMING_DIAG")
-            .map(|(k, v)| (k.clone(), v.into()))
-            .collect();
+        let mut vars = vars_of(&t.settings);
+        vars.retain(|(k, _)| k != "REPRO_TIMING_DIAG");
         if let Some(d) = std::env::var_os("REPRO_TIMING_DIAG") {
             vars.push(("REPRO_TIMING_DIAG".into(), d));
         }
@@ -1793,11 +1789,7 @@ impl Knobs {
     }
 
     fn from_env() -> Result<Knobs, TimingSettingError> {
-        let vars: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
-            .filter(|(k, _)| k.starts_with("REPRO_TIMING_"))
-            .collect();
-        Self::read(&vars)
+        Self::read(&env_settings())
     }
 
     /// The settings `vars` (the `REPRO_TIMING_*` variables set) give, unset or empty ones
@@ -1909,12 +1901,27 @@ pub fn check_timing_settings() -> Result<(), TimingSettingError> {
 /// `REPRO_TIMING_DIAG` (where figures go, not how a job is timed): what a job is sent
 /// ([`Timing::settings`]) and a result records. Checked by [`check_timing_settings`].
 pub fn timing_settings_from_env() -> BTreeMap<String, String> {
+    env_settings()
+        .into_iter()
+        .filter(|(k, _)| k != "REPRO_TIMING_DIAG")
+        .filter_map(|(k, v)| Some((k, v.into_string().ok()?.trim().to_string())))
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+/// The `REPRO_TIMING_*` variables of this process's environment, as set.
+fn env_settings() -> Vec<(String, std::ffi::OsString)> {
     std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, v)| {
-            k.starts_with("REPRO_TIMING_") && k != "REPRO_TIMING_DIAG" && !v.trim().is_empty()
-        })
-        .map(|(k, v)| (k, v.trim().to_string()))
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+        .filter(|(k, _)| k.starts_with("REPRO_TIMING_"))
+        .collect()
+}
+
+/// Settings as [`Knobs::read`] takes them.
+fn vars_of(settings: &BTreeMap<String, String>) -> Vec<(String, std::ffi::OsString)> {
+    settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.into()))
         .collect()
 }
 
@@ -1928,11 +1935,7 @@ pub fn check_settings(settings: &BTreeMap<String, String>) -> Result<(), TimingS
             allowed: "a setting a job or a record carries (it names a file)".into(),
         });
     }
-    let vars: Vec<(String, std::ffi::OsString)> = settings
-        .iter()
-        .map(|(k, v)| (k.clone(), v.into()))
-        .collect();
-    Knobs::read(&vars).map(|_| ())
+    Knobs::read(&vars_of(settings)).map(|_| ())
 }
 
 impl Job {

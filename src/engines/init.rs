@@ -1176,6 +1176,12 @@ const MAX_BINDING_FILES: usize = 64;
 /// kernel file defines, at most.
 const MAX_DEFINITION_FILES: usize = 256;
 
+/// Whether a path names a C++ or CUDA source (what a PyTorch extension compiles).
+fn cxx_source(p: &Path) -> bool {
+    p.extension()
+        .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
+}
+
 /// The C++ and CUDA files directly in `dir` (under `root`), sorted, at most `limit`.
 fn cxx_files(root: &Path, dir: &Path, limit: usize) -> Vec<PathBuf> {
     let mut names: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
@@ -1183,26 +1189,25 @@ fn cxx_files(root: &Path, dir: &Path, limit: usize) -> Vec<PathBuf> {
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|e| ["cpp", "cc", "cxx", "cu"].iter().any(|x| e == *x))
-                && p.is_file()
-        })
+        .filter(|p| cxx_source(p) && p.is_file())
         .collect();
     names.sort();
     names.truncate(limit);
     names
 }
 
-/// The directories directly in `dir` (under `root`), sorted, but `except`.
+/// The directories directly in `dir` (under `root`) that a walk of the repository enters
+/// ([`walked`]), sorted, but `except`.
 fn subdirs(root: &Path, dir: &Path, except: Option<&Path>) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| {
+            e.file_type().is_ok_and(|t| t.is_dir()) && walked(&e.file_name().to_string_lossy(), 1)
+        })
         .map(|e| dir.join(e.file_name()))
-        .filter(|d| Some(d.as_path()) != except && !d.starts_with(".git"))
+        .filter(|d| Some(d.as_path()) != except)
         .collect();
     dirs.sort();
     dirs
@@ -1457,24 +1462,13 @@ fn torch_extension(root: &Path, rel: &Path, src: &str, headers: Vec<String>) -> 
     let defined_here = |f: &String| defines(&own, f) || found.iter().any(|(_, t)| defines(t, f));
     let missing: Vec<&String> = functions.iter().filter(|f| !defined_here(f)).collect();
     if let (Some(top), false) = (&found_at, missing.is_empty()) {
-        let mut files: Vec<(String, String)> = Vec::new();
-        let mut dirs = vec![top.clone()];
-        let mut depth = 0;
-        while !dirs.is_empty() && depth < 4 && files.len() < MAX_DEFINITION_FILES {
-            let mut next = Vec::new();
-            for d in &dirs {
-                for p in cxx_files(root, d, MAX_DEFINITION_FILES - files.len()) {
-                    if let Some((r, t)) = read_stripped(root, &p)
-                        && !sources.contains(&r)
-                    {
-                        files.push((r, t));
-                    }
-                }
-                next.extend(subdirs(root, d, None));
-            }
-            dirs = next;
-            depth += 1;
-        }
+        let files: Vec<(String, String)> = files_under(root, top)
+            .into_iter()
+            .map(|(_, r)| r)
+            .filter(|r| cxx_source(Path::new(r)) && !sources.contains(r))
+            .take(MAX_DEFINITION_FILES)
+            .filter_map(|r| read_stripped(root, &root.join(r)))
+            .collect();
         for f in missing {
             let by: Vec<&String> = files
                 .iter()
@@ -1699,14 +1693,23 @@ impl RepoFiles {
 /// The repository's files, relative to `root`, with their depth: hidden directories,
 /// `target` and `node_modules` left out, at most [`MAX_WALK`] entries 8 levels deep.
 fn repository_files(root: &Path) -> Vec<(usize, String)> {
-    walkdir::WalkDir::new(root)
+    files_under(root, Path::new(""))
+}
+
+/// Whether a walk of the repository takes an entry of this name at this depth below where
+/// it started: not a hidden one (below the start), `target` or `node_modules`.
+fn walked(name: &str, depth: usize) -> bool {
+    !(name.starts_with('.') && depth > 0) && name != "target" && name != "node_modules"
+}
+
+/// [`repository_files`] of the directory `dir` (relative to `root`): its files, relative to
+/// `root`, in the order of a walk sorted by name, with their depth below `dir`.
+fn files_under(root: &Path, dir: &Path) -> Vec<(usize, String)> {
+    walkdir::WalkDir::new(root.join(dir))
         .max_depth(8)
         .sort_by_file_name()
         .into_iter()
-        .filter_entry(|e| {
-            let n = e.file_name().to_string_lossy();
-            !(n.starts_with('.') && e.depth() > 0) && n != "target" && n != "node_modules"
-        })
+        .filter_entry(|e| walked(&e.file_name().to_string_lossy(), e.depth()))
         .take(MAX_WALK)
         .flatten()
         .filter(|e| e.file_type().is_file())
