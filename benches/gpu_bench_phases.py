@@ -33,12 +33,16 @@
    while jobs launched on a created stream), and the later jobs' phases (the median of each,
    for a binary that reports them): what a bisection's run costs beyond its sampling.
 
+7. With --interleaved N: the small kernel's point (graph mode, or --interleaved-mode), one
+   invocation of each binary in turn, N of each: each binary's CV of medians and its variance
+   over the first binary's (an F ratio), so that two timing methods meet the same GPU.
+
 With --cpu-path, table 1 also runs the last binary with REPRO_GPU_HELPERS=0 (inputs and the
 check on the CPU, through its pinned staging buffers).
 
 Usage: python3 benches/gpu_bench_phases.py --binary before=PATH --binary after=PATH [--runs N]
        [--small-runs N] [--investigate] [--cpu-path] [--gap SECONDS] [--placements 8,16]
-       [--graph-us 5000,20000] [--variants SPEC] [--worker-jobs N]
+       [--graph-us 5000,20000] [--variants SPEC] [--worker-jobs N] [--interleaved N]
 Each binary runs in a throwaway project holding only vector_add (no toolchain pin: NVRTC
 from the machine's CUDA), with its own store.
 """
@@ -319,6 +323,30 @@ def table5(binaries, base, runs, jobs):
                     f"{n} {statistics.median(ms):.1f}" for n, ms in phases.items()), flush=True)
 
 
+def table7(binaries, base, runs, mode):
+    """The small kernel's point, one invocation of each binary in turn (so that whatever the
+    GPU does over the minutes of the run falls on every binary alike): each binary's CV of
+    medians, and the ratio of its variance to the first binary's."""
+    print(f"\n7. a small kernel (vector_add, n = 1M, {mode} mode): {runs} invocations of each binary, "
+          f"taken in turn")
+    meds = {label: [] for label, _ in binaries}
+    for _ in range(runs):
+        for label, repro in binaries:
+            root = os.path.join(base, label, "proj")
+            store = os.path.join(base, label, "store")
+            _, out = bench(repro, root, store, "--param", "n=1048576", "--mode", mode)
+            meds[label].append(out["results"][0]["summary"]["median"])
+    print(f"{'binary':8} {'median us':>10} {'min':>8} {'max':>8} {'CV':>7} {'variance / first':>16}")
+    first = statistics.variance(meds[binaries[0][0]])
+    for label, _ in binaries:
+        xs = meds[label]
+        cv = statistics.stdev(xs) / statistics.mean(xs)
+        ratio = statistics.variance(xs) / first if first else float("nan")
+        print(f"{label:8} {statistics.median(xs):10.4f} {min(xs):8.4f} {max(xs):8.4f} {100 * cv:6.3f}% "
+              f"{ratio:16.2f}", flush=True)
+        drift(xs)
+
+
 def one_setting(var, values):
     """Variants that differ in one setting: `var` at each of the comma-separated `values`."""
     return [(v, {var: v}) for v in values.split(",")]
@@ -355,6 +383,9 @@ def main():
                     help="T1,T2,...: table 6, the spread of medians at each --min-time (e.g. 500ms,2s)")
     ap.add_argument("--variants", default="",
                     help="NAME:K=V,K=V;NAME:...: table 4 under each named set of settings")
+    ap.add_argument("--interleaved", type=int, default=0,
+                    help="table 7: this many invocations of each binary taken in turn (graph mode)")
+    ap.add_argument("--interleaved-mode", default="graph", choices=["graph", "cold", "hot"])
     a = ap.parse_args()
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
@@ -380,6 +411,8 @@ def main():
             table4(binaries, base, a.small_runs, named_settings(a.variants), "variant")
         if a.worker_jobs:
             table5(binaries, base, a.small_runs, a.worker_jobs)
+        if a.interleaved:
+            table7(binaries, base, a.interleaved, a.interleaved_mode)
         if a.min_times:
             table6(binaries, base, a.small_runs, a.min_times.split(","))
     finally:

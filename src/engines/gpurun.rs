@@ -1068,22 +1068,6 @@ impl Loaded<'_> {
         self.timed_on(ev, STREAM, what)
     }
 
-    /// [`Loaded::timed`] for one launch of `graph` on `stream`.
-    fn timed_graph(
-        &self,
-        ev: &Events,
-        graph: sys::CUgraphExec,
-        stream: sys::CUstream,
-    ) -> Result<f64, CudaFailure> {
-        self.timed_on(ev, stream, || {
-            // SAFETY: a live graph on a live stream.
-            ck(
-                unsafe { cu::graph::launch(graph, stream) },
-                "launching a graph",
-            )
-        })
-    }
-
     /// [`Loaded::timed`] for work that `what` puts on `stream`.
     fn timed_on(
         &self,
@@ -1183,7 +1167,7 @@ impl Loaded<'_> {
             report.warmup_launches += 1;
         }
         laps.lap("warm-up");
-        let mut method = self.method(t, &ev, report, &knobs)?;
+        let mut method = self.method(t, report, &knobs)?;
         laps.lap("set-up");
         let uuid = {
             // SAFETY: a plain query into a local.
@@ -1195,7 +1179,7 @@ impl Loaded<'_> {
         let before = nvml_clocks(uuid.as_deref());
         laps.lap("clocks");
         // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
-        let settled = self.settle(&mut method, &ev, report, &knobs, settle_min_ms)?;
+        let settled = self.settle(&mut method, report, &knobs, settle_min_ms)?;
         if settled > 0 {
             laps.lap("settle");
         }
@@ -1225,15 +1209,14 @@ impl Loaded<'_> {
         Ok(())
     }
 
-    /// Graph mode with [`Knobs::settle`]: takes samples (not kept), the placements in turn,
-    /// until the median of the last [`SETTLE_WINDOW`] is within [`SETTLE_TOLERANCE`] of the
+    /// Graph mode with [`Knobs::settle`]: takes samples (not kept), the placements in turn
+    /// ([`PILOT_RUN`] samples of each in a row, the last counted), until the median of the last [`SETTLE_WINDOW`] is within [`SETTLE_TOLERANCE`] of the
     /// window before (and `min_ms` passed), or for at most [`SETTLE_MAX_MS`] beyond
     /// `min_ms`; then chooses the placement whose samples' median is the lowest, for every
     /// sample after. How many samples it took.
     fn settle(
         &self,
         method: &mut Sampling,
-        ev: &Events,
         report: &mut Report,
         knobs: &Knobs,
         min_ms: f64,
@@ -1254,9 +1237,21 @@ impl Loaded<'_> {
         }
         let start = Instant::now();
         let mut seen = Vec::new();
+        let mut chain = Self::graph_chain(method, 0)?;
+        let mut taken = 0;
         while start.elapsed().as_secs_f64() * 1e3 < min_ms + SETTLE_MAX_MS {
-            seen.push(self.graph_sample(method, seen.len(), ev)?);
+            let us = self.graph_sample(method, &mut chain, taken)?;
+            taken += 1;
             report.warmup_launches += u64::from(launches);
+            // A placement's samples come PILOT_RUN in a row, the last kept: the ones before
+            // bring its buffers back into L2 (the placement before evicted them), where
+            // the samples after the choice find them. Ranked by their first sample, the
+            // placements were ranked by how they read from DRAM: one that came first in
+            // most processes measured 0.5% slower than another once chosen (H200).
+            if taken % PILOT_RUN != 0 {
+                continue;
+            }
+            seen.push(us);
             let n = seen.len();
             if n >= 2 * window {
                 let med = |s: &[f64]| crate::foundation::stats::median(s).unwrap_or(0.0);
@@ -1289,17 +1284,29 @@ impl Loaded<'_> {
             .min_by(|a, b| pilot[*a].total_cmp(&pilot[*b]))
             .unwrap_or(0);
         self.choose(method, best, pilot)?;
-        Ok(seen.len())
+        Ok(taken)
     }
 
     /// The time per launch (µs) inside a graph of [`SIZING_LAUNCHES`] launches on the job's
-    /// own buffers, launched on `capture` (the median of three, its launch cost included).
-    fn per_launch_us(&self, capture: sys::CUstream, ev: &Events) -> Result<f64, CudaFailure> {
+    /// own buffers, launched on `capture` (the median of three timed back to back behind a
+    /// fourth, so that no CPU launch latency is in them).
+    fn per_launch_us(&self, capture: sys::CUstream) -> Result<f64, CudaFailure> {
         let graph = self.graph(capture, SIZING_LAUNCHES, &self.arg_ptrs)?;
-        let times: Result<Vec<f64>, _> = (0..3)
-            .map(|_| self.timed_graph(ev, graph, capture))
-            .collect();
-        // SAFETY: instantiated above and used no more once its launches are done.
+        let times = (|| {
+            let mut chain = Chain::new(capture)?;
+            chain.lead(graph, 1)?;
+            let mut times = Vec::new();
+            chain.push(graph)?;
+            for i in 0..3 {
+                if i < 2 {
+                    chain.push(graph)?;
+                }
+                times.push(chain.pop(&self.running())?);
+            }
+            Ok(times)
+        })();
+        // SAFETY: instantiated above and used no more once its launches are done (the
+        // chain waited for them when dropped).
         unsafe {
             let _ = cu::stream::synchronize(capture);
             let _ = cu::graph::exec_destroy(graph);
@@ -1308,28 +1315,59 @@ impl Loaded<'_> {
         Ok(median / f64::from(SIZING_LAUNCHES))
     }
 
-    /// One graph-mode sample (µs per launch): of the chosen placement's graph once chosen,
-    /// before that of placement `k` modulo the placements' pilot graphs.
-    fn graph_sample(&self, method: &Sampling, k: usize, ev: &Events) -> Result<f64, CudaFailure> {
+    /// What a failed wait for the job's kernel says.
+    fn running(&self) -> String {
+        format!("running {}", self.job.kernel.kernel)
+    }
+
+    /// The graph of graph-mode sample `k` and its launches: the chosen placement's graph
+    /// once chosen, before that the pilot graph of the placements' `k / PILOT_RUN`-th in
+    /// turn.
+    fn graph_for(method: &Sampling, k: usize) -> (sys::CUgraphExec, u32) {
         let Sampling::Graph {
             pilots,
             pilot_batch,
             graph,
             batch,
-            overhead,
-            stream,
             chosen,
             ..
         } = method
         else {
             unreachable!("graph samples come from graph mode");
         };
-        let (graph, launches) = match (chosen, graph) {
+        match (chosen, graph) {
             (Some(_), Some(g)) => (*g, *batch),
             (Some(c), None) => (pilots[*c], *pilot_batch),
-            (None, _) => (pilots[k % pilots.len()], *pilot_batch),
+            (None, _) => (pilots[(k / PILOT_RUN) % pilots.len()], *pilot_batch),
+        }
+    }
+
+    /// Graph-mode samples from `first` on, timed back to back on the sampling's stream:
+    /// the chain, its lead launched and the first sample queued.
+    fn graph_chain(method: &Sampling, first: usize) -> Result<Chain, CudaFailure> {
+        let Sampling::Graph { stream, lead, .. } = method else {
+            unreachable!("graph samples come from graph mode");
         };
-        let us = self.timed_graph(ev, graph, *stream)?;
+        let mut chain = Chain::new(*stream)?;
+        chain.lead(*lead, 1)?;
+        chain.push(Self::graph_for(method, first).0)?;
+        Ok(chain)
+    }
+
+    /// Graph-mode sample `k` (µs per launch) from `chain`, which has it queued: sample
+    /// `k + 1` is queued first, so that the GPU goes on to it without waiting.
+    fn graph_sample(
+        &self,
+        method: &Sampling,
+        chain: &mut Chain,
+        k: usize,
+    ) -> Result<f64, CudaFailure> {
+        let Sampling::Graph { overhead, .. } = method else {
+            unreachable!("graph samples come from graph mode");
+        };
+        chain.push(Self::graph_for(method, k + 1).0)?;
+        let us = chain.pop(&self.running())?;
+        let launches = Self::graph_for(method, k).1;
         Ok((us - overhead).max(0.0) / f64::from(launches))
     }
 
@@ -1388,7 +1426,6 @@ impl Loaded<'_> {
     fn method(
         &mut self,
         t: &Timing,
-        ev: &Events,
         report: &mut Report,
         knobs: &Knobs,
     ) -> Result<Sampling, CudaFailure> {
@@ -1426,7 +1463,7 @@ impl Loaded<'_> {
                 // a single launch's time includes the CPU's launch latency, which moved one
                 // kernel's batch between 64 and 512 from one process to the next (H100).
                 let capture = self.capture_stream()?;
-                let per_launch = self.per_launch_us(capture, ev)?;
+                let per_launch = self.per_launch_us(capture)?;
                 let batch = ((knobs.graph_us / per_launch.max(0.5)) as u32).clamp(16, 8192);
                 let batch = 1u32 << (31 - batch.leading_zeros());
                 let batch = steady_batch(
@@ -1451,23 +1488,40 @@ impl Loaded<'_> {
                 }
                 let empty = self.graph(capture, 0, &[])?;
                 made.0.push(empty);
+                // What is launched before a chain of timed graphs, to keep the GPU busy
+                // while they are queued: at least LEAD_US of the kernel's launches.
+                let lead_launches =
+                    ((LEAD_US / per_launch.max(0.01)).ceil() as u32).clamp(1, batch);
+                let lead = self.graph(capture, lead_launches, &self.arg_ptrs)?;
+                made.0.push(lead);
                 // The legacy stream's work is done (the warm-up and the placements' copies
                 // were waited for): the capture stream, which does not wait for it, runs
-                // the graphs from here on.
+                // the graphs from here on. The empty graph's cost is its GPU time behind
+                // the lead, as the samples' are.
+                // The lead is launched several times: the CPU queues all the empty graphs
+                // behind it.
+                let mut chain = Chain::new(capture)?;
+                chain.lead(lead, OVERHEAD_LEADS)?;
+                for _ in 0..GRAPH_OVERHEAD_RUNS {
+                    chain.push(empty)?;
+                }
                 let costs = (0..GRAPH_OVERHEAD_RUNS)
-                    .map(|_| self.timed_graph(ev, empty, capture))
+                    .map(|_| chain.pop("launching an empty graph"))
                     .collect::<Result<Vec<f64>, _>>()?;
+                drop(chain);
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
                 report.graph_overhead_us = Some(overhead);
-                // The sampling owns them from here: the pilots, less the last (`empty`).
+                // The sampling owns them from here: the pilots, less the last two (`empty`
+                // and `lead`).
                 let mut pilots = std::mem::take(&mut made.0);
-                pilots.pop();
+                pilots.truncate(pilots.len() - 2);
                 Ok(Sampling::Graph {
                     pilots,
                     pilot_batch,
                     sets,
                     graph: None,
                     empty,
+                    lead,
                     stream: capture,
                     batch,
                     overhead,
@@ -1542,9 +1596,17 @@ impl Loaded<'_> {
     ) -> Result<(), CudaFailure> {
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
+        let mut chain = match method {
+            Sampling::Graph { .. } => Some(Self::graph_chain(method, 0)?),
+            Sampling::Single { .. } => None,
+        };
         loop {
-            let us = match *method {
-                Sampling::Single { flush } => {
+            let us = match (method, chain.as_mut()) {
+                (Sampling::Graph { .. }, Some(chain)) => {
+                    self.graph_sample(method, chain, report.samples_us.len())?
+                }
+                (Sampling::Graph { .. }, None) => unreachable!("made above for graph mode"),
+                (&Sampling::Single { flush }, _) => {
                     if let Some((p, l2)) = flush {
                         flush_byte = flush_byte.wrapping_add(1);
                         // SAFETY: the flush buffer holds `l2` bytes.
@@ -1555,7 +1617,6 @@ impl Loaded<'_> {
                     }
                     self.timed(ev, || self.launch(self.kernel, &self.job.kernel))?
                 }
-                Sampling::Graph { .. } => self.graph_sample(method, report.samples_us.len(), ev)?,
             };
             report.samples_us.push(us);
             let n = report.samples_us.len();
@@ -1579,6 +1640,9 @@ impl Loaded<'_> {
 /// was 5 ms of single launches, whose CPU launch latency made the samples of a 3 us kernel
 /// about 1.4 ms.)
 const GRAPH_SAMPLE_US: f64 = 2000.0;
+
+/// The settling warm-up's samples of a placement in a row; the last is the one kept.
+const PILOT_RUN: usize = 2;
 
 /// Launches in the graph whose time per launch sizes graph mode's batch.
 const SIZING_LAUNCHES: u32 = 16;
@@ -1612,6 +1676,9 @@ enum Sampling {
         /// `pilot_batch` is the whole batch: its pilot is sampled).
         graph: Option<sys::CUgraphExec>,
         empty: sys::CUgraphExec,
+        /// Launched before a [`Chain`] of samples (not timed): at least [`LEAD_US`] of the
+        /// kernel's launches.
+        lead: sys::CUgraphExec,
         /// The capture stream, where the graphs run and are timed.
         stream: sys::CUstream,
         batch: u32,
@@ -1634,6 +1701,115 @@ impl Sampling {
     }
 }
 
+/// Graphs timed back to back on one stream: each is timed from the event that ends the one
+/// before it to its own, and the next is queued before the time of one is read, so the GPU
+/// never waits for the CPU between two of them and a time is the GPU's alone. Timed one at a
+/// time, a sample's start event ran on an idle GPU while the CPU was still launching the
+/// graph, and that launch latency, which moves with the CPU's state from one process to the
+/// next, was in every sample (nvbench holds its launches behind a blocking kernel for the
+/// same reason). A lead, launched before the first event and not timed, keeps the GPU busy
+/// while the first ones are queued.
+struct Chain {
+    events: [sys::CUevent; CHAIN_EVENTS],
+    stream: sys::CUstream,
+    /// Graphs queued and timed so far; `events[i % CHAIN_EVENTS]` starts graph `i`.
+    queued: usize,
+    read: usize,
+}
+
+/// The events a [`Chain`] reuses in turn: at most `CHAIN_EVENTS - 2` graphs in flight
+/// (the empty graphs whose cost is measured are all queued at once).
+const CHAIN_EVENTS: usize = GRAPH_OVERHEAD_RUNS + 2;
+
+impl Chain {
+    fn new(stream: sys::CUstream) -> Result<Chain, CudaFailure> {
+        let mut chain = Chain {
+            events: [std::ptr::null_mut(); CHAIN_EVENTS],
+            stream,
+            queued: 0,
+            read: 0,
+        };
+        for e in &mut chain.events {
+            *e = ck(
+                cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
+                "creating an event",
+            )?;
+        }
+        Ok(chain)
+    }
+
+    /// Launches `lead` (not timed) `times` times and starts the chain after it; every
+    /// graph queued before must have been read.
+    fn lead(&mut self, lead: sys::CUgraphExec, times: u32) -> Result<(), CudaFailure> {
+        debug_assert_eq!(self.queued, self.read, "a chain restarts once read");
+        // SAFETY: a live graph and event on a live stream.
+        unsafe {
+            for _ in 0..times {
+                ck(cu::graph::launch(lead, self.stream), "launching a graph")?;
+            }
+            ck(
+                cu::event::record(self.events[self.queued % CHAIN_EVENTS], self.stream),
+                "recording an event",
+            )
+        }
+    }
+
+    /// Queues `graph` and the event that ends it.
+    fn push(&mut self, graph: sys::CUgraphExec) -> Result<(), CudaFailure> {
+        debug_assert!(
+            self.queued - self.read <= CHAIN_EVENTS - 2,
+            "too many in flight"
+        );
+        // SAFETY: as above.
+        unsafe {
+            ck(cu::graph::launch(graph, self.stream), "launching a graph")?;
+            ck(
+                cu::event::record(self.events[(self.queued + 1) % CHAIN_EVENTS], self.stream),
+                "recording an event",
+            )?;
+        }
+        self.queued += 1;
+        Ok(())
+    }
+
+    /// The time (µs) of the oldest graph queued and not yet read, once it has run
+    /// (`during`: what a failure to wait for it says).
+    fn pop(&mut self, during: &str) -> Result<f64, CudaFailure> {
+        debug_assert!(self.read < self.queued, "nothing queued");
+        let (a, b) = (
+            self.events[self.read % CHAIN_EVENTS],
+            self.events[(self.read + 1) % CHAIN_EVENTS],
+        );
+        // SAFETY: both events were recorded on the live stream.
+        let ms = unsafe {
+            ck(cu::event::synchronize(b), during)?;
+            ck(cu::event::elapsed(a, b), "reading an event")?
+        };
+        self.read += 1;
+        Ok(f64::from(ms) * 1e3)
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        for e in self.events {
+            if !e.is_null() {
+                // SAFETY: created by `new` and destroyed once; an event still pending is
+                // released by the driver once it completes.
+                let _ = unsafe { cu::event::destroy(e) };
+            }
+        }
+    }
+}
+
+/// The least GPU time (µs) of a [`Chain`]'s lead: longer than the CPU takes to queue the
+/// graph after it and its events (a few µs).
+const LEAD_US: f64 = 100.0;
+
+/// Leads launched before the empty graphs whose cost is measured, which are queued at once
+/// (21 graph launches and events, about 3 µs each on the CPU, behind 800 µs of the GPU's).
+const OVERHEAD_LEADS: u32 = 8;
+
 /// Executable graphs destroyed when dropped.
 struct GraphExecs(Vec<sys::CUgraphExec>);
 
@@ -1654,6 +1830,7 @@ impl Drop for Sampling {
             pilots,
             graph,
             empty,
+            lead,
             stream,
             ..
         } = &*self
@@ -1662,7 +1839,7 @@ impl Drop for Sampling {
             // graph was instantiated once and is not used again.
             unsafe {
                 let _ = cu::stream::synchronize(*stream);
-                for g in pilots.iter().chain(graph).chain([empty]) {
+                for g in pilots.iter().chain(graph).chain([empty, lead]) {
                     let _ = cu::graph::exec_destroy(*g);
                 }
             }

@@ -705,11 +705,13 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
                 untimed > 0 && untimed * 10 < launched,
                 "{case}: {untimed} untimed"
             );
-            assert_eq!(
-                count("event on a created stream"),
-                2 * timed,
-                "{case}: {} events, {launched} launches, {timed} timed",
-                count("event on a created stream")
+            // Graphs are timed back to back, from the event that ends the one before to
+            // their own: an event after each graph queued to be timed, and one after the
+            // lead that starts a chain of them.
+            let events = count("event on a created stream");
+            assert!(
+                timed < events && events <= launched,
+                "{case}: {events} events, {launched} launches, {timed} timed"
             );
         } else {
             assert_eq!((made, captured, launched), (0, 0, 0), "{case}: {seen:?}");
