@@ -94,8 +94,8 @@ pub struct Report {
     pub sm_clock_mhz: Option<(u32, u32, u32)>,
     /// The clock after sampling was below 75% of the maximum.
     pub throttled: bool,
-    /// Graph mode: the median time (µs) of launching an empty graph, subtracted from each
-    /// sample before it is divided by the launches.
+    /// Graph mode: the median GPU time (µs) of an empty graph timed behind queued work,
+    /// subtracted from each sample before it is divided by the launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_overhead_us: Option<f64>,
     /// What ended the job early, if anything.

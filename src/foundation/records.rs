@@ -789,8 +789,8 @@ pub struct ResultRecord {
     /// Recipe benches: launches per sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launches_per_sample: Option<u32>,
-    /// Graph-mode recipe benches: the empty graph's launch time (µs), subtracted from
-    /// each sample before it was divided by its launches.
+    /// Graph-mode recipe benches: the median GPU time (µs) of an empty graph timed behind
+    /// queued work, subtracted from each sample before it was divided by its launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_overhead_us: Option<f64>,
     /// Recipe benches: warm-up launches.
