@@ -385,8 +385,11 @@ def main():
                     help="NAME:K=V,K=V;NAME:...: table 4 under each named set of settings")
     ap.add_argument("--interleaved", type=int, default=0,
                     help="table 7: this many invocations of each binary taken in turn (graph mode)")
-    ap.add_argument("--interleaved-mode", default="graph", choices=["graph", "cold", "hot"])
+    ap.add_argument("--interleaved-mode", default="graph", choices=["graph", "cold", "hot"],
+                    help="table 7's mode (default graph)")
     a = ap.parse_args()
+    if a.interleaved == 1:
+        ap.error("--interleaved needs at least 2 invocations, for a CV")
     binaries = [(b.split("=", 1)[0], os.path.abspath(b.split("=", 1)[1])) for b in a.binary]
     base = tempfile.mkdtemp(prefix="repro-phases-")
     for label, repro in binaries:

@@ -1210,10 +1210,11 @@ impl Loaded<'_> {
     }
 
     /// Graph mode with [`Knobs::settle`]: takes samples (not kept), the placements in turn
-    /// ([`PILOT_RUN`] samples of each in a row, the last counted), until the median of the last [`SETTLE_WINDOW`] is within [`SETTLE_TOLERANCE`] of the
-    /// window before (and `min_ms` passed), or for at most [`SETTLE_MAX_MS`] beyond
-    /// `min_ms`; then chooses the placement whose samples' median is the lowest, for every
-    /// sample after. How many samples it took.
+    /// ([`PILOT_RUN`] samples of each in a row, the last counted), until the median of the
+    /// last window of counted samples is within [`SETTLE_TOLERANCE`] of the window before
+    /// (and `min_ms` passed), or for at most [`SETTLE_MAX_MS`] beyond `min_ms`; then
+    /// chooses the placement whose counted samples' median is the lowest, for every sample
+    /// after. How many samples it took, counted or not.
     fn settle(
         &self,
         method: &mut Sampling,
@@ -1228,7 +1229,8 @@ impl Loaded<'_> {
             return Ok(0);
         };
         let launches = *pilot_batch;
-        // A window spans as much GPU time as SETTLE_WINDOW samples of the whole batch.
+        // A window of counted samples spans as much GPU time as SETTLE_WINDOW samples of
+        // the whole batch, and takes PILOT_RUN times that.
         let window = SETTLE_WINDOW * (*batch / *pilot_batch).max(1) as usize;
         if !knobs.settle {
             // Without a pilot to choose by, the job's own buffers.
@@ -1237,7 +1239,7 @@ impl Loaded<'_> {
         }
         let start = Instant::now();
         let mut seen = Vec::new();
-        let mut chain = Self::graph_chain(method, 0)?;
+        let mut chain = Self::graph_chain(method)?;
         let mut taken = 0;
         while start.elapsed().as_secs_f64() * 1e3 < min_ms + SETTLE_MAX_MS {
             let us = self.graph_sample(method, &mut chain, taken)?;
@@ -1305,8 +1307,8 @@ impl Loaded<'_> {
             }
             Ok(times)
         })();
-        // SAFETY: instantiated above and used no more once its launches are done (the
-        // chain waited for them when dropped).
+        // SAFETY: instantiated above and used no more once its launches are done (waited
+        // for here).
         unsafe {
             let _ = cu::stream::synchronize(capture);
             let _ = cu::graph::exec_destroy(graph);
@@ -1342,15 +1344,23 @@ impl Loaded<'_> {
         }
     }
 
-    /// Graph-mode samples from `first` on, timed back to back on the sampling's stream:
-    /// the chain, its lead launched and the first sample queued.
-    fn graph_chain(method: &Sampling, first: usize) -> Result<Chain, CudaFailure> {
-        let Sampling::Graph { stream, lead, .. } = method else {
+    /// Graph-mode samples, timed back to back on the sampling's stream: the chain, its
+    /// lead launched and the first sample queued. Once a placement is chosen its own graph
+    /// leads (a sample's time at least, and its buffers in L2 for the first sample).
+    fn graph_chain(method: &Sampling) -> Result<Chain, CudaFailure> {
+        let Sampling::Graph {
+            stream,
+            lead,
+            chosen,
+            ..
+        } = method
+        else {
             unreachable!("graph samples come from graph mode");
         };
+        let first = Self::graph_for(method, 0).0;
         let mut chain = Chain::new(*stream)?;
-        chain.lead(*lead, 1)?;
-        chain.push(Self::graph_for(method, first).0)?;
+        chain.lead(if chosen.is_some() { first } else { *lead }, 1)?;
+        chain.push(first)?;
         Ok(chain)
     }
 
@@ -1420,9 +1430,9 @@ impl Loaded<'_> {
     }
 
     /// How samples are taken in this mode: the L2 flush buffer (cold), or the graph of a
-    /// batch of launches and the cost of launching an empty graph, which each sample's
-    /// time has subtracted before it is divided by the batch (graph, as nvbench's batch
-    /// measurements are meant to exclude launch costs).
+    /// batch of launches and the GPU time of an empty graph behind queued work, which each
+    /// sample's time has subtracted before it is divided by the batch (graph, as nvbench's
+    /// batch measurements are meant to exclude launch costs).
     fn method(
         &mut self,
         t: &Timing,
@@ -1482,7 +1492,7 @@ impl Loaded<'_> {
                 let pilot_batch = (batch / PILOT_DIVISOR).max(SIZING_LAUNCHES).min(batch);
                 let sets = self.placements(knobs.placements)?;
                 // Until the sampling owns them, the graphs made are destroyed on an error.
-                let mut made = GraphExecs(Vec::new());
+                let mut made = GraphExecs(Vec::new(), capture);
                 for set in &sets {
                     made.0.push(self.graph(capture, pilot_batch, set)?);
                 }
@@ -1506,7 +1516,7 @@ impl Loaded<'_> {
                     chain.push(empty)?;
                 }
                 let costs = (0..GRAPH_OVERHEAD_RUNS)
-                    .map(|_| chain.pop("launching an empty graph"))
+                    .map(|_| chain.pop(&self.running()))
                     .collect::<Result<Vec<f64>, _>>()?;
                 drop(chain);
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
@@ -1597,7 +1607,7 @@ impl Loaded<'_> {
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
         let mut chain = match method {
-            Sampling::Graph { .. } => Some(Self::graph_chain(method, 0)?),
+            Sampling::Graph { .. } => Some(Self::graph_chain(method)?),
             Sampling::Single { .. } => None,
         };
         loop {
@@ -1666,7 +1676,8 @@ enum Sampling {
     },
     /// Graphs of `batch` launches of the chosen placement of the buffers, less the empty
     /// graph's `overhead` (µs, the median of `costs`); before the choice (the settling
-    /// warm-up), graphs of `pilot_batch` launches, one per placement, taken in turn.
+    /// warm-up), graphs of `pilot_batch` launches, one per placement, taken in turn
+    /// ([`PILOT_RUN`] of a placement in a row).
     Graph {
         /// One per placement (`sets`: its parameters), of `pilot_batch` launches.
         pilots: Vec<sys::CUgraphExec>,
@@ -1712,12 +1723,13 @@ impl Sampling {
 struct Chain {
     events: [sys::CUevent; CHAIN_EVENTS],
     stream: sys::CUstream,
-    /// Graphs queued and timed so far; `events[i % CHAIN_EVENTS]` starts graph `i`.
+    /// Graphs queued so far; `events[i % CHAIN_EVENTS]` starts graph `i`.
     queued: usize,
+    /// Graphs whose time was read so far.
     read: usize,
 }
 
-/// The events a [`Chain`] reuses in turn: at most `CHAIN_EVENTS - 2` graphs in flight
+/// The events a [`Chain`] reuses in turn: at most `CHAIN_EVENTS - 1` graphs in flight
 /// (the empty graphs whose cost is measured are all queued at once).
 const CHAIN_EVENTS: usize = GRAPH_OVERHEAD_RUNS + 2;
 
@@ -1810,14 +1822,19 @@ const LEAD_US: f64 = 100.0;
 /// (21 graph launches and events, about 3 µs each on the CPU, behind 800 µs of the GPU's).
 const OVERHEAD_LEADS: u32 = 8;
 
-/// Executable graphs destroyed when dropped.
-struct GraphExecs(Vec<sys::CUgraphExec>);
+/// Executable graphs destroyed when dropped, once the stream that runs them has run them
+/// (an error may leave some queued there).
+struct GraphExecs(Vec<sys::CUgraphExec>, sys::CUstream);
 
 impl Drop for GraphExecs {
     fn drop(&mut self) {
-        for g in &self.0 {
-            // SAFETY: each was instantiated once, and nothing launches it any more.
-            let _ = unsafe { cu::graph::exec_destroy(*g) };
+        // SAFETY: the stream is live (the job's drop destroys it); each graph was
+        // instantiated once, and nothing launches it any more.
+        unsafe {
+            let _ = cu::stream::synchronize(self.1);
+            for g in &self.0 {
+                let _ = cu::graph::exec_destroy(*g);
+            }
         }
     }
 }
@@ -2144,8 +2161,9 @@ const SETTLE_TOLERANCE: f64 = 0.001;
 /// A longer `--warmup` lengthens it.
 const SETTLE_MIN_MS: f64 = 100.0;
 /// The least warm-up (ms) where the worker's last job kept the GPU busy until moments ago:
-/// graph mode's settling, whose two windows (128 samples of 64 launches for a 2.6 us
-/// kernel, about 50 ms) must agree besides, or the single launches of the other modes.
+/// graph mode's settling, whose two windows (128 counted samples of 64 launches each for a
+/// 2.6 us kernel, 256 taken: about 90 ms) must agree besides, or the single launches of the
+/// other modes.
 const BUSY_MIN_MS: f64 = 30.0;
 /// How much longer than its least length the settling warm-up may run (ms).
 const SETTLE_MAX_MS: f64 = 1000.0;

@@ -697,7 +697,8 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
             assert_eq!(count("a non-blocking stream"), made, "{case}: {seen:?}");
             // Every graph runs, and is timed, on the stream it was captured on; the few
             // launches not timed (the chosen placement's first, which uploads its graph,
-            // and the settling graphs queued while it is instantiated) are there too.
+            // the settling graphs queued while it is instantiated, each chain's lead and
+            // the graph each chain queued last, whose time nobody read) are there too.
             assert!(launched > 0 && on_own == launched, "{case}: {seen:?}");
             let timed = count("timed graph launch");
             let untimed = launched - timed.min(launched);
@@ -706,12 +707,15 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
                 "{case}: {untimed} untimed"
             );
             // Graphs are timed back to back, from the event that ends the one before to
-            // their own: an event after each graph queued to be timed, and one after the
-            // lead that starts a chain of them.
+            // their own: an event after each graph queued, and one after the lead that
+            // starts a chain of them. A job's four chains (sizing, the empty graph's cost,
+            // settling, sampling) add a lead's event each, and the last two a graph queued
+            // but not read: six events beyond the timed launches, per job (a stream each).
             let events = count("event on a created stream");
-            assert!(
-                timed < events && events <= launched,
-                "{case}: {events} events, {launched} launches, {timed} timed"
+            assert_eq!(
+                events,
+                timed + 6 * made,
+                "{case}: {events} events, {launched} launches, {timed} timed, {made} jobs"
             );
         } else {
             assert_eq!((made, captured, launched), (0, 0, 0), "{case}: {seen:?}");
@@ -743,6 +747,14 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     // The sizing graph and one per placement (16) of 16 launches, the empty graph, and
     // the chosen placement's of 64.
     assert_eq!((graphs(16), graphs(0), graphs(64)), (17, 1, 1), "{seen:?}");
+    // And the chains' lead: at least 100 us of the kernel (5 or 6 launches, by the time
+    // per launch measured).
+    let leads: Vec<_> = seen
+        .iter()
+        .filter_map(|c| c.strip_prefix("a graph of ")?.strip_suffix(" launches"))
+        .filter(|n| !["0", "16", "64"].contains(n))
+        .collect();
+    assert!(matches!(leads[..], ["5"] | ["6"]), "{leads:?}");
     // Samples of the whole batch are divided by the whole batch.
     let median = r["summary"]["median"].as_f64().unwrap();
     assert!((19.9..=20.1).contains(&median), "{median} us: {r}");
@@ -826,8 +838,16 @@ fn graphs_made_before_a_failure_are_destroyed() {
     };
     let log = gpu.path("calls.log");
     // The 5th instantiation is the 4th placement's pilot; the 60th graph launch is in the
-    // settling warm-up, after every graph but the chosen one's was made.
-    for fail in ["cuGraphInstantiateWithFlags#5", "cuGraphLaunch#60"] {
+    // settling warm-up, after every graph but the chosen one's was made. The 20th and 30th
+    // launches are the empty graph's cost being taken (after the sizing graph's four
+    // launches, eight leads and then 21 empty graphs queued at once): graphs still queued
+    // when it fails are run before they are destroyed.
+    for fail in [
+        "cuGraphInstantiateWithFlags#5",
+        "cuGraphLaunch#60",
+        "cuGraphLaunch#20",
+        "cuGraphLaunch#30",
+    ] {
         let _ = std::fs::remove_file(&log);
         let vars = [
             ("FAKEGPU_LOG", log.to_str().unwrap()),
@@ -840,6 +860,8 @@ fn graphs_made_before_a_failure_are_destroyed() {
         let made = count("cuGraphInstantiateWithFlags") - usize::from(fail.contains("Instantiate"));
         assert!(made >= 4, "{fail}: {seen:?}");
         assert_eq!(made, count("cuGraphExecDestroy"), "{fail}: {seen:?}");
+        let unordered: Vec<_> = seen.iter().filter(|c| c.starts_with("unordered")).collect();
+        assert!(unordered.is_empty(), "{fail}: {unordered:?} in {seen:?}");
     }
 }
 
