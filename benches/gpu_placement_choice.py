@@ -24,21 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def project(d):
-    root = os.path.join(d, "proj")
-    os.makedirs(os.path.join(root, "recipes"))
-    os.makedirs(os.path.join(root, "kernels"))
-    shutil.copy(os.path.join(ROOT, "recipes/vector_add.toml"), os.path.join(root, "recipes"))
-    for k in ["vector_add.cu", "common.cuh"]:
-        shutil.copy(os.path.join(ROOT, "kernels", k), os.path.join(root, "kernels"))
-    env = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="b",
-               GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
-    for a in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "vector_add"]):
-        subprocess.run(["git", *a], cwd=root, env=env, check=True)
-    return root
+from gpu_bench_phases import project
 
 
 def main():

@@ -1059,31 +1059,18 @@ impl Loaded<'_> {
         })
     }
 
-    /// Times `what` (work put on the stream) between the events, in microseconds.
+    /// Times `what` (work put on the legacy stream) between the events, in microseconds.
     fn timed(
         &self,
         ev: &Events,
         what: impl FnOnce() -> Result<(), CudaFailure>,
     ) -> Result<f64, CudaFailure> {
-        self.timed_on(ev, STREAM, what)
-    }
-
-    /// [`Loaded::timed`] for work that `what` puts on `stream`.
-    fn timed_on(
-        &self,
-        ev: &Events,
-        stream: sys::CUstream,
-        what: impl FnOnce() -> Result<(), CudaFailure>,
-    ) -> Result<f64, CudaFailure> {
         // SAFETY: the events and the stream are live.
         unsafe {
-            ck(cu::event::record(ev.start, stream), "recording an event")?;
+            ck(cu::event::record(ev.start, STREAM), "recording an event")?;
             what()?;
-            ck(cu::event::record(ev.end, stream), "recording an event")?;
-            ck(
-                cu::event::synchronize(ev.end),
-                &format!("running {}", self.job.kernel.kernel),
-            )?;
+            ck(cu::event::record(ev.end, STREAM), "recording an event")?;
+            ck(cu::event::synchronize(ev.end), &self.running())?;
             Ok(f64::from(ck(
                 cu::event::elapsed(ev.start, ev.end),
                 "reading an event",
@@ -1294,19 +1281,7 @@ impl Loaded<'_> {
     /// fourth, so that no CPU launch latency is in them).
     fn per_launch_us(&self, capture: sys::CUstream) -> Result<f64, CudaFailure> {
         let graph = self.graph(capture, SIZING_LAUNCHES, &self.arg_ptrs)?;
-        let times = (|| {
-            let mut chain = Chain::new(capture)?;
-            chain.lead(graph, 1)?;
-            let mut times = Vec::new();
-            chain.push(graph)?;
-            for i in 0..3 {
-                if i < 2 {
-                    chain.push(graph)?;
-                }
-                times.push(chain.pop(&self.running())?);
-            }
-            Ok(times)
-        })();
+        let times = Chain::times(capture, (graph, 1), graph, 3, &self.running());
         // SAFETY: instantiated above and used no more once its launches are done (waited
         // for here).
         unsafe {
@@ -1358,7 +1333,7 @@ impl Loaded<'_> {
             unreachable!("graph samples come from graph mode");
         };
         let first = Self::graph_for(method, 0).0;
-        let mut chain = Chain::new(*stream)?;
+        let mut chain = Chain::new(*stream, 2)?;
         chain.lead(if chosen.is_some() { first } else { *lead }, 1)?;
         chain.push(first)?;
         Ok(chain)
@@ -1510,27 +1485,24 @@ impl Loaded<'_> {
                 // the lead, as the samples' are.
                 // The lead is launched several times: the CPU queues all the empty graphs
                 // behind it.
-                let mut chain = Chain::new(capture)?;
-                chain.lead(lead, OVERHEAD_LEADS)?;
-                for _ in 0..GRAPH_OVERHEAD_RUNS {
-                    chain.push(empty)?;
-                }
-                let costs = (0..GRAPH_OVERHEAD_RUNS)
-                    .map(|_| chain.pop(&self.running()))
-                    .collect::<Result<Vec<f64>, _>>()?;
-                drop(chain);
+                let costs = Chain::times(
+                    capture,
+                    (lead, OVERHEAD_LEADS),
+                    empty,
+                    GRAPH_OVERHEAD_RUNS,
+                    &self.running(),
+                )?;
                 let overhead = crate::foundation::stats::median(&costs).unwrap_or(0.0);
                 report.graph_overhead_us = Some(overhead);
-                // The sampling owns them from here: the pilots, less the last two (`empty`
-                // and `lead`).
-                let mut pilots = std::mem::take(&mut made.0);
-                pilots.truncate(pilots.len() - 2);
+                // The sampling owns them from here (`made`): the pilots, less the last two
+                // (`empty` and `lead`).
+                let pilots = made.0[..made.0.len() - 2].to_vec();
                 Ok(Sampling::Graph {
+                    owned: made,
                     pilots,
                     pilot_batch,
                     sets,
                     graph: None,
-                    empty,
                     lead,
                     stream: capture,
                     batch,
@@ -1553,6 +1525,7 @@ impl Loaded<'_> {
         medians: Vec<f64>,
     ) -> Result<(), CudaFailure> {
         let Sampling::Graph {
+            owned,
             pilots,
             pilot_batch,
             sets,
@@ -1587,6 +1560,7 @@ impl Loaded<'_> {
             )?;
         }
         let g = self.graph(*stream, *batch, &sets[which])?;
+        owned.0.push(g);
         *graph = Some(g);
         // Its first launch uploads it: not a sample.
         // SAFETY: as above.
@@ -1606,17 +1580,14 @@ impl Loaded<'_> {
     ) -> Result<(), CudaFailure> {
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
-        let mut chain = match method {
-            Sampling::Graph { .. } => Some(Self::graph_chain(method)?),
-            Sampling::Single { .. } => None,
+        let (mut chain, flush) = match *method {
+            Sampling::Graph { .. } => (Some(Self::graph_chain(method)?), None),
+            Sampling::Single { flush } => (None, flush),
         };
         loop {
-            let us = match (method, chain.as_mut()) {
-                (Sampling::Graph { .. }, Some(chain)) => {
-                    self.graph_sample(method, chain, report.samples_us.len())?
-                }
-                (Sampling::Graph { .. }, None) => unreachable!("made above for graph mode"),
-                (&Sampling::Single { flush }, _) => {
+            let us = match chain.as_mut() {
+                Some(chain) => self.graph_sample(method, chain, report.samples_us.len())?,
+                None => {
                     if let Some((p, l2)) = flush {
                         flush_byte = flush_byte.wrapping_add(1);
                         // SAFETY: the flush buffer holds `l2` bytes.
@@ -1679,6 +1650,9 @@ enum Sampling {
     /// warm-up), graphs of `pilot_batch` launches, one per placement, taken in turn
     /// ([`PILOT_RUN`] of a placement in a row).
     Graph {
+        /// Every graph below, destroyed with the sampling (also where it ended in an
+        /// error: a reused child keeps its context across jobs).
+        owned: GraphExecs,
         /// One per placement (`sets`: its parameters), of `pilot_batch` launches.
         pilots: Vec<sys::CUgraphExec>,
         pilot_batch: u32,
@@ -1686,7 +1660,6 @@ enum Sampling {
         /// The chosen placement's graph of `batch` launches, once chosen (None while
         /// `pilot_batch` is the whole batch: its pilot is sampled).
         graph: Option<sys::CUgraphExec>,
-        empty: sys::CUgraphExec,
         /// Launched before a [`Chain`] of samples (not timed): at least [`LEAD_US`] of the
         /// kernel's launches.
         lead: sys::CUgraphExec,
@@ -1721,33 +1694,49 @@ impl Sampling {
 /// same reason). A lead, launched before the first event and not timed, keeps the GPU busy
 /// while the first ones are queued.
 struct Chain {
-    events: [sys::CUevent; CHAIN_EVENTS],
+    /// Reused in turn: at most `events.len() - 1` graphs in flight.
+    events: Vec<sys::CUevent>,
     stream: sys::CUstream,
-    /// Graphs queued so far; `events[i % CHAIN_EVENTS]` starts graph `i`.
+    /// Graphs queued so far; `events[i % events.len()]` starts graph `i`.
     queued: usize,
     /// Graphs whose time was read so far.
     read: usize,
 }
 
-/// The events a [`Chain`] reuses in turn: at most `CHAIN_EVENTS - 1` graphs in flight
-/// (the empty graphs whose cost is measured are all queued at once).
-const CHAIN_EVENTS: usize = GRAPH_OVERHEAD_RUNS + 2;
-
 impl Chain {
-    fn new(stream: sys::CUstream) -> Result<Chain, CudaFailure> {
+    /// A chain on `stream` that keeps at most `in_flight` graphs queued and unread.
+    fn new(stream: sys::CUstream, in_flight: usize) -> Result<Chain, CudaFailure> {
         let mut chain = Chain {
-            events: [std::ptr::null_mut(); CHAIN_EVENTS],
+            events: Vec::with_capacity(in_flight + 1),
             stream,
             queued: 0,
             read: 0,
         };
-        for e in &mut chain.events {
-            *e = ck(
+        for _ in 0..=in_flight {
+            // Pushed as made: the drop destroys those made before a failure.
+            chain.events.push(ck(
                 cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
                 "creating an event",
-            )?;
+            )?);
         }
         Ok(chain)
+    }
+
+    /// The times (µs) of `n` launches of `graph` queued at once behind `lead` launched so
+    /// many times (`during`: what a failure to wait for them says).
+    fn times(
+        stream: sys::CUstream,
+        (lead, leads): (sys::CUgraphExec, u32),
+        graph: sys::CUgraphExec,
+        n: usize,
+        during: &str,
+    ) -> Result<Vec<f64>, CudaFailure> {
+        let mut chain = Chain::new(stream, n)?;
+        chain.lead(lead, leads)?;
+        for _ in 0..n {
+            chain.push(graph)?;
+        }
+        (0..n).map(|_| chain.pop(during)).collect()
     }
 
     /// Launches `lead` (not timed) `times` times and starts the chain after it; every
@@ -1760,7 +1749,7 @@ impl Chain {
                 ck(cu::graph::launch(lead, self.stream), "launching a graph")?;
             }
             ck(
-                cu::event::record(self.events[self.queued % CHAIN_EVENTS], self.stream),
+                cu::event::record(self.events[self.queued % self.events.len()], self.stream),
                 "recording an event",
             )
         }
@@ -1769,14 +1758,17 @@ impl Chain {
     /// Queues `graph` and the event that ends it.
     fn push(&mut self, graph: sys::CUgraphExec) -> Result<(), CudaFailure> {
         debug_assert!(
-            self.queued - self.read <= CHAIN_EVENTS - 2,
+            self.queued - self.read < self.events.len() - 1,
             "too many in flight"
         );
         // SAFETY: as above.
         unsafe {
             ck(cu::graph::launch(graph, self.stream), "launching a graph")?;
             ck(
-                cu::event::record(self.events[(self.queued + 1) % CHAIN_EVENTS], self.stream),
+                cu::event::record(
+                    self.events[(self.queued + 1) % self.events.len()],
+                    self.stream,
+                ),
                 "recording an event",
             )?;
         }
@@ -1789,8 +1781,8 @@ impl Chain {
     fn pop(&mut self, during: &str) -> Result<f64, CudaFailure> {
         debug_assert!(self.read < self.queued, "nothing queued");
         let (a, b) = (
-            self.events[self.read % CHAIN_EVENTS],
-            self.events[(self.read + 1) % CHAIN_EVENTS],
+            self.events[self.read % self.events.len()],
+            self.events[(self.read + 1) % self.events.len()],
         );
         // SAFETY: both events were recorded on the live stream.
         let ms = unsafe {
@@ -1804,12 +1796,10 @@ impl Chain {
 
 impl Drop for Chain {
     fn drop(&mut self) {
-        for e in self.events {
-            if !e.is_null() {
-                // SAFETY: created by `new` and destroyed once; an event still pending is
-                // released by the driver once it completes.
-                let _ = unsafe { cu::event::destroy(e) };
-            }
+        for e in &self.events {
+            // SAFETY: created by `new` and destroyed once; an event still pending is
+            // released by the driver once it completes.
+            let _ = unsafe { cu::event::destroy(*e) };
         }
     }
 }
@@ -1834,31 +1824,6 @@ impl Drop for GraphExecs {
             let _ = cu::stream::synchronize(self.1);
             for g in &self.0 {
                 let _ = cu::graph::exec_destroy(*g);
-            }
-        }
-    }
-}
-
-/// Destroys the graphs, also where sampling ended in an error (a reused child keeps its
-/// context across jobs).
-impl Drop for Sampling {
-    fn drop(&mut self) {
-        if let Sampling::Graph {
-            pilots,
-            graph,
-            empty,
-            lead,
-            stream,
-            ..
-        } = &*self
-        {
-            // SAFETY: the stream outlives the sampling (the job's drop destroys it); each
-            // graph was instantiated once and is not used again.
-            unsafe {
-                let _ = cu::stream::synchronize(*stream);
-                for g in pilots.iter().chain(graph).chain([empty, lead]) {
-                    let _ = cu::graph::exec_destroy(*g);
-                }
             }
         }
     }
@@ -2050,6 +2015,23 @@ impl Knobs {
             gap_ms: number("REPRO_TIMING_GAP_MS", 0.0, 10_000.0, 0.0)?,
             diag: get("REPRO_TIMING_DIAG", "a file's path")?,
         })
+    }
+}
+
+#[cfg(test)]
+impl Timing {
+    /// A short timing in `mode` with every setting at its default, for unit tests.
+    pub(crate) fn quick(mode: Mode) -> Timing {
+        Timing {
+            mode,
+            warmup_ms: 1.0,
+            max_noise: 0.005,
+            min_samples: 10,
+            min_time_ms: 1.0,
+            max_samples: 100,
+            budget_ms: 100.0,
+            settings: BTreeMap::new(),
+        }
     }
 }
 
@@ -2366,14 +2348,8 @@ mod tests {
             assert!(check_settings(&bad).is_err(), "{bad:?}");
         }
         let t = Timing {
-            mode: Mode::Graph,
-            warmup_ms: 1.0,
-            max_noise: 0.005,
-            min_samples: 10,
-            min_time_ms: 1.0,
-            max_samples: 100,
-            budget_ms: 100.0,
             settings: set(&[("REPRO_TIMING_SETTLE", "maybe")]),
+            ..Timing::quick(Mode::Graph)
         };
         // The job's settings decide, not the worker's environment: a bad one falls back
         // to every default rather than half of them.

@@ -629,16 +629,7 @@ mod tests {
             cuda_device: 0,
             module_dir: None,
             args: vec![],
-            timing: Timing {
-                mode: crate::foundation::records::Mode::Cold,
-                warmup_ms: 1.0,
-                max_noise: 0.005,
-                min_samples: 10,
-                min_time_ms: 1.0,
-                max_samples: 100,
-                budget_ms: 100.0,
-                settings: Default::default(),
-            },
+            timing: Timing::quick(crate::foundation::records::Mode::Cold),
             check_only: false,
             time_anyway: false,
         }
