@@ -60,7 +60,8 @@ struct CheckArgs {
     /// Check a saved fingerprint (from `env capture -o`) instead of this machine.
     #[arg(long, value_name = "FILE", conflicts_with = "fresh", value_parser = crate::app::context::non_empty_path())]
     fingerprint: Option<PathBuf>,
-    /// Query the GPUs through cuInit instead of the per-boot cache of device attributes.
+    /// Query the GPUs through cuInit instead of the per-boot cache of device attributes,
+    /// and read the GPU settings (ECC, persistence, MIG, power limit) now.
     #[arg(long)]
     fresh: bool,
 }
@@ -205,11 +206,34 @@ pub fn render_fingerprint(fp: &Fingerprint, with_timings: bool) -> String {
     out
 }
 
-/// Which lockfile to check against, and the fingerprint to check.
-/// The lockfile to check against, the fingerprint, and, when it was picked from several,
-/// why that one (shown under the report's first line, so two lockfiles never leave the
-/// user guessing).
-type Chosen = (PathBuf, Lock, Fingerprint, Option<String>);
+/// The lockfile to check against, the fingerprint (with when its GPU settings were read,
+/// if a recent reading answered for them), and, when it was picked from several, why that
+/// one (shown under the report's first line, so two lockfiles never leave the user
+/// guessing).
+type Chosen = (PathBuf, Lock, Captured, Option<String>);
+
+/// A fingerprint, and when its GPU settings were read if they were not read now.
+type Captured = (Fingerprint, Option<std::time::SystemTime>);
+
+/// The GPU settings (`gpu.ecc`, ...) that a recent reading may answer for: the ones these
+/// lockfiles check with `warn` and none checks with a policy it can fail on. A setting
+/// whose reading would warn is read again before the warning is shown (see `check`).
+fn reusable_settings<'a>(locks: impl IntoIterator<Item = &'a Lock> + Clone) -> Vec<&'a str> {
+    let fatal = |key: &str| {
+        locks.clone().into_iter().any(|l| {
+            l.rules
+                .iter()
+                .any(|r| r.key == key && !matches!(r.policy, Policy::Warn(_) | Policy::Ignore(_)))
+        })
+    };
+    locks
+        .clone()
+        .into_iter()
+        .flat_map(|l| l.rules.iter())
+        .filter(|r| matches!(r.policy, Policy::Warn(_)) && !fatal(&r.key))
+        .map(|r| r.key.as_str())
+        .collect()
+}
 
 fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
     let saved = a
@@ -217,15 +241,18 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         .as_ref()
         .map(|p| Fingerprint::load(&resolve(g, p)))
         .transpose()?;
-    let get_fp = |demand: Demand| -> Fingerprint {
-        saved
-            .clone()
-            .unwrap_or_else(|| fingerprint::capture(&g.fingerprint_context(a.fresh), &demand))
+    let get_fp = |demand: Demand| -> Captured {
+        match &saved {
+            Some(fp) => (fp.clone(), None),
+            None => fingerprint::capture_noting_reuse(&g.fingerprint_context(a.fresh), &demand),
+        }
     };
     if let Some(p) = &a.lock {
         let path = resolve(g, p);
         let lock = lockfile::load(&path)?;
-        let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+        let demand =
+            Demand::for_keys(checked_keys(&lock)).reusing_settings(reusable_settings([&lock]));
+        let fp = get_fp(demand);
         return Ok((path, lock, fp, None));
     }
     let dir = g.project_root().join("lockfiles");
@@ -234,7 +261,9 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         0 => Err(LockfileError::NoneFound { dir }.into()),
         1 => {
             let lock = lockfile::load(&candidates[0])?;
-            let fp = get_fp(Demand::for_keys(checked_keys(&lock)));
+            let demand =
+                Demand::for_keys(checked_keys(&lock)).reusing_settings(reusable_settings([&lock]));
+            let fp = get_fp(demand);
             Ok((candidates[0].clone(), lock, fp, None))
         }
         _ => {
@@ -247,8 +276,10 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
                 .iter()
                 .flat_map(|(_, l)| checked_keys(l))
                 .chain(["gpu.name"]);
-            let fp = get_fp(Demand::for_keys(keys));
-            let gpu = fp.lookup("gpu.name");
+            let demand = Demand::for_keys(keys)
+                .reusing_settings(reusable_settings(locks.iter().map(|(_, l)| l)));
+            let fp = get_fp(demand);
+            let gpu = fp.0.lookup("gpu.name");
             let matching: Vec<&(PathBuf, Lock)> = locks
                 .iter()
                 .filter(|(_, l)| {
@@ -275,7 +306,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
             };
             // With no lockfile for this GPU, the one `repro env lock` names after this machine
             // (lockfiles/cpu.toml without a GPU) is the one its user wrote for it.
-            let own = format!("{}.toml", lockfile::default_name(&fp));
+            let own = format!("{}.toml", lockfile::default_name(&fp.0));
             let by_name = locks.iter().find(|(p, _)| file_name(p) == own);
             match (matching.as_slice(), by_name) {
                 ([(path, lock)], _) => Ok((
@@ -326,8 +357,26 @@ fn checked_keys(lock: &Lock) -> impl Iterator<Item = &str> {
 
 fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
-    let (path, lock, fp, why) = choose_lock(g, &a)?;
-    let report = check::check(&lock.rules, |k| fp.lookup(k));
+    let (path, lock, (mut fp, mut settings_read_at), why) = choose_lock(g, &a)?;
+    let mut report = check::check(&lock.rules, |k| fp.lookup(k));
+    // A reused reading of the GPU settings only ever confirms them: a setting it would
+    // warn about is read now (the user may have just changed it), and the check is made
+    // again on that reading.
+    let setting = |key: &str| {
+        key.strip_prefix("gpu.")
+            .is_some_and(|n| fingerprint::nvml::SETTINGS.contains(&n))
+    };
+    if settings_read_at.is_some()
+        && report
+            .rows
+            .iter()
+            .any(|r| setting(&r.field) && !matches!(r.status, Status::Ok | Status::Ignored))
+    {
+        let demand = Demand::for_keys(checked_keys(&lock));
+        (fp, settings_read_at) =
+            fingerprint::capture_noting_reuse(&g.fingerprint_context(a.fresh), &demand);
+        report = check::check(&lock.rules, |k| fp.lookup(k));
+    }
     let passed = report.passes(a.strict);
     // The toolchains the project pins are part of this machine's readiness (not of a saved
     // fingerprint from elsewhere).
@@ -354,6 +403,8 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             "lockfile": g.shown(&path),
             "lockfile-choice": why,
             "driver-found-by": fp.get("driver.found-by").value(),
+            "settings-read-at": settings_read_at
+                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
             "name": lock.name,
             "strict": a.strict,
             "passed": passed,
@@ -387,6 +438,23 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             && how.starts_with("repro's host search")
         {
             notes.push_str(&format!("  driver: libcuda.so.1 from {how}\n"));
+        }
+        if let Some(t) = settings_read_at {
+            let age = std::time::SystemTime::now()
+                .duration_since(t)
+                .map_or(0, |d| d.as_secs());
+            let names: Vec<&str> = lock
+                .rules
+                .iter()
+                .filter(|r| setting(&r.key) && matches!(r.policy, Policy::Warn(_)))
+                .map(|r| r.key.as_str())
+                .collect();
+            notes.push_str(&format!(
+                "  {} as read {} ago (reused for up to {} min; `--fresh` reads them now)\n",
+                names.join(", "),
+                short_age(age),
+                fingerprint::nvml::SETTINGS_MAX_AGE.as_secs() / 60
+            ));
         }
         let at = text.find('\n').map_or(text.len(), |i| i + 1);
         text.insert_str(at, &notes);
@@ -439,6 +507,15 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         .into());
     }
     Ok(code)
+}
+
+/// An age in whole seconds, as `45 s` or `3 min 20 s`.
+fn short_age(secs: u64) -> String {
+    match (secs / 60, secs % 60) {
+        (0, s) => format!("{s} s"),
+        (m, 0) => format!("{m} min"),
+        (m, s) => format!("{m} min {s} s"),
+    }
 }
 
 /// One toolchain the project's builds use, as the resolver plans it.

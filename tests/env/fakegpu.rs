@@ -929,20 +929,22 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
     ] {
         assert!(has(&seen, asked), "{asked} not in {seen:?}");
     }
-    // The second: the per-boot NVML fields are cached too; the live ones are asked again,
-    // the ECC mode among them (a new one takes effect at a GPU reset, which no cache key
-    // can see).
-    let (code, _) = check(&gpu, &lock_path, &[], &vars);
+    // The second: the per-boot NVML fields are cached too, and the settings the lockfile
+    // checks with `warn` come from the first check's reading: NVML is not started.
+    let (code, report) = check(&gpu, &lock_path, &[], &vars);
     assert_eq!(code, 0);
     let seen = calls(&log);
-    for never in [
-        "cuInit",
-        "cuDriverGetVersion",
-        "nvmlDeviceGetVbiosVersion",
-        "nvmlDeviceGetMaxClockInfo",
-    ] {
-        assert!(!has(&seen, never), "{never} in {seen:?}");
-    }
+    assert!(
+        !seen
+            .iter()
+            .any(|c| c.starts_with("nvml") || c.starts_with("cu")),
+        "{seen:?}"
+    );
+    assert!(report["settings-read-at"].is_string(), "{report}");
+    // `--fresh` asks every setting of NVML again (and the per-boot fields of the driver).
+    let (code, report) = check(&gpu, &lock_path, &["--fresh"], &vars);
+    assert_eq!(code, 0);
+    let seen = calls(&log);
     for asked in [
         "nvmlDeviceGetEccMode",
         "nvmlDeviceGetPersistenceMode",
@@ -951,17 +953,91 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
     ] {
         assert!(has(&seen, asked), "{asked} not in {seen:?}");
     }
-    // An administrator's change of a live setting shows at once.
-    let (code, report) = check(
-        &gpu,
-        &lock_path,
-        &[],
-        &[("FAKEGPU_LOG", log_s), ("FAKEGPU_POWER_W", "300")],
+    assert!(report["settings-read-at"].is_null(), "{report}");
+    // An administrator's change of a setting shows with `--fresh`; until the reading is
+    // older than its limit, a check without it reuses the reading, which passed.
+    let power = [("FAKEGPU_LOG", log_s), ("FAKEGPU_POWER_W", "300")];
+    let (code, report) = check(&gpu, &lock_path, &[], &power);
+    assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
+    let (code, report) = check(&gpu, &lock_path, &["--fresh"], &power);
+    let warned = vec!["gpu.power-limit-w warn".to_string()];
+    assert_eq!((code, problems(&report)), (0, warned.clone()));
+    // A reading that would warn is never reused: the check asks NVML again, so the setting
+    // put back shows at once.
+    calls(&log);
+    let (code, report) = check(&gpu, &lock_path, &[], &power);
+    assert_eq!((code, problems(&report)), (0, warned.clone()));
+    assert!(report["settings-read-at"].is_null(), "{report}");
+    assert!(has(&calls(&log), "nvmlDeviceGetEnforcedPowerLimit"));
+    let (code, report) = check(&gpu, &lock_path, &[], &vars);
+    assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
+    assert!(report["settings-read-at"].is_null(), "{report}");
+    assert!(has(&calls(&log), "nvmlDeviceGetEnforcedPowerLimit"));
+    let (_, report) = check(&gpu, &lock_path, &[], &vars);
+    assert!(report["settings-read-at"].is_string(), "{report}");
+    assert!(!has(&calls(&log), "nvmlInit_v2"));
+    // The report says which settings it reused, how old they are, and how to read them now.
+    let out = gpu.run(
+        &["env", "check", "--lock", lock_path.to_str().unwrap()],
+        &vars,
     );
-    assert_eq!(
-        (code, problems(&report)),
-        (0, vec!["gpu.power-limit-w warn".to_string()])
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "\n  gpu.ecc, gpu.persistence-mode, gpu.mig-mode, gpu.power-limit-w as read "
+        ) && text.contains("`--fresh` reads them now"),
+        "{text}"
     );
+    // A reading older than five minutes, or from the future (a clock set back), is not
+    // reused.
+    let settings_file = gpu.cache.join("repro/gpu-settings.json");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for read_at in [now - 301, now + 3600] {
+        let mut cached: Value =
+            serde_json::from_slice(&std::fs::read(&settings_file).unwrap()).unwrap();
+        cached["entries"][0]["value"]["read-at"] = Value::from(read_at);
+        std::fs::write(&settings_file, cached.to_string()).unwrap();
+        let (code, report) = check(&gpu, &lock_path, &[], &vars);
+        assert_eq!(code, 0);
+        assert!(report["settings-read-at"].is_null(), "{read_at}: {report}");
+        assert!(
+            has(&calls(&log), "nvmlDeviceGetEnforcedPowerLimit"),
+            "{read_at}"
+        );
+    }
+    // A cache that is not a reading is a miss, not an error.
+    std::fs::write(
+        &settings_file,
+        "{\"schema\": 1, \"entries\": [{\"key\": 1}]}",
+    )
+    .unwrap();
+    let (code, report) = check(&gpu, &lock_path, &[], &vars);
+    assert_eq!(code, 0);
+    assert!(report["settings-read-at"].is_null(), "{report}");
+    assert!(has(&calls(&log), "nvmlInit_v2"));
+    // A setting the lockfile can fail on (`exact`) is read afresh at every check.
+    let text = std::fs::read_to_string(&lock_path).unwrap();
+    let strict_lock = gpu.path("strict.toml");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("\"gpu.power-limit-w\""))
+        .unwrap();
+    std::fs::write(
+        &strict_lock,
+        text.replace(line, &line.replace("\"warn\"", "\"exact\"")),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let (code, report) = check(&gpu, &strict_lock, &[], &vars);
+        assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
+        assert!(report["settings-read-at"].is_null(), "{report}");
+        assert!(has(&calls(&log), "nvmlDeviceGetEnforcedPowerLimit"));
+    }
+    let (code, _) = check(&gpu, &strict_lock, &[], &power);
+    assert_eq!(code, 1, "an exact power limit that changed fails at once");
     calls(&log);
 
     // A replaced driver library (same path, other file) is asked again.

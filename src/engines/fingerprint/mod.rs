@@ -44,6 +44,8 @@ pub struct Context {
 pub struct Demand {
     probes: BTreeSet<Probe>,
     nvml: BTreeSet<&'static str>,
+    /// GPU settings ([`nvml::SETTINGS`]) that a recent reading may answer.
+    reuse: BTreeSet<&'static str>,
 }
 
 impl Demand {
@@ -56,6 +58,7 @@ impl Demand {
                 .chain([Probe::Env])
                 .collect(),
             nvml: nvml::all_names().into_iter().collect(),
+            reuse: BTreeSet::new(),
         }
     }
     /// Only the probes needed to answer these lockfile keys.
@@ -76,6 +79,19 @@ impl Demand {
         }
         d
     }
+    /// Lets a reading of these GPU settings (lockfile keys such as `gpu.ecc`; others are
+    /// left out) at most [`nvml::SETTINGS_MAX_AGE`] old answer instead of NVML, when
+    /// nothing else needs NVML started.
+    pub fn reusing_settings<'a>(mut self, keys: impl IntoIterator<Item = &'a str>) -> Self {
+        for key in keys {
+            if let Some(name) = key.strip_prefix("gpu.")
+                && let Some(setting) = nvml::SETTINGS.iter().find(|s| **s == name)
+            {
+                self.reuse.insert(setting);
+            }
+        }
+        self
+    }
     /// Whether a probe is demanded.
     pub fn has(&self, p: Probe) -> bool {
         self.probes.contains(&p)
@@ -91,17 +107,29 @@ type Job<'a> = (String, Box<dyn FnOnce() -> Fields + Send + 'a>);
 
 /// Runs the demanded probes in parallel and assembles the fingerprint.
 pub fn capture(ctx: &Context, demand: &Demand) -> Fingerprint {
+    capture_noting_reuse(ctx, demand).0
+}
+
+/// [`capture`], and when the GPU settings in it were read if a recent reading answered
+/// for them ([`Demand::reusing_settings`]); `None` when they were read now or not at all.
+pub fn capture_noting_reuse(
+    ctx: &Context,
+    demand: &Demand,
+) -> (Fingerprint, Option<std::time::SystemTime>) {
     let nvml_wanted = demand.nvml_fields();
     let (mut fields, probe_ms, nvml_fields) = run_jobs(probe_jobs(ctx, demand));
-    if let Some(nvml) = nvml_fields {
+    let mut read_at = None;
+    if let Some(mut nvml) = nvml_fields {
+        read_at = nvml::take_settings_read_at(&mut nvml);
         nvml::merge(&mut fields, nvml, &nvml_wanted);
     }
-    Fingerprint {
+    let fp = Fingerprint {
         repro_version: env!("CARGO_PKG_VERSION").to_string(),
         captured_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         probe_ms,
         fields,
-    }
+    };
+    (fp, read_at)
 }
 
 /// The demanded probes, each as a job.
@@ -135,8 +163,12 @@ fn probe_jobs<'a>(ctx: &'a Context, demand: &'a Demand) -> Vec<Job<'a>> {
     }
     if d(Probe::Nvml) {
         let wanted = demand.nvml_fields();
+        let reuse: Vec<&str> = demand.reuse.iter().copied().collect();
         let fresh = ctx.fresh;
-        jobs.push(("nvml".into(), Box::new(move || nvml::probe(&wanted, fresh))));
+        jobs.push((
+            "nvml".into(),
+            Box::new(move || nvml::probe(&wanted, &reuse, fresh)),
+        ));
     }
     if d(Probe::Nvrtc) {
         let pins = pins.clone();

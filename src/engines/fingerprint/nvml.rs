@@ -29,31 +29,121 @@ pub fn all_names() -> Vec<&'static str> {
 
 /// NVML fields that cannot change while the same driver stays loaded on the same boot:
 /// the VBIOS and the hardware's maximum clocks are the board's. They are cached per boot
-/// like the CUDA device attributes; the ECC mode (a new one takes effect at a GPU reset,
-/// which no cheap signal tells), the settings an administrator can change at any time
-/// (persistence mode, MIG mode, the power limit) and the volatile readings are always asked
-/// afresh. On Hopper every NVML query is a call into the GPU's firmware that
-/// costs about a millisecond, so `env check` asks only for what its lockfile checks.
+/// like the CUDA device attributes; the [`SETTINGS`] (which no cheap signal says have
+/// changed) are reused for at most [`SETTINGS_MAX_AGE`], and only where a check allows it,
+/// and the volatile readings are always asked afresh. On Hopper every NVML query is a call
+/// into the GPU's firmware that costs about a millisecond, so `env check` asks only for
+/// what its lockfile checks.
 pub const PER_BOOT: [&str; 3] = ["max-sm-clock-mhz", "max-mem-clock-mhz", "vbios"];
+
+/// The GPU settings: the ECC mode (a new one takes effect at a GPU reset) and what an
+/// administrator can change at any time (persistence mode, MIG mode, the power limit).
+pub const SETTINGS: [&str; 4] = ["ecc", "persistence-mode", "mig-mode", "power-limit-w"];
+
+/// How old a reading of [`SETTINGS`] a check may reuse instead of starting NVML, which
+/// costs about 25 ms before the first field on an H200 (`benches/nvml_start.py`). A
+/// setting changed since then shows after this long, or at once with `--fresh`; bench
+/// records and `env capture` always read them afresh.
+pub const SETTINGS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The key, in a probe's answer, that says when reused settings were read (seconds since
+/// the Unix epoch); [`take_settings_read_at`] removes it before the answer is merged.
+const READ_AT_KEY: &str = "nvml-settings-read-at";
+
+/// The last reading of [`SETTINGS`], cached under the device cache's key (the boot, the
+/// driver, the devices this process is given, the binary) in `gpu-settings.json`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct SettingsReading {
+    /// When it was read, in seconds since the Unix epoch.
+    read_at: u64,
+    /// The settings read (names under `gpu.`): every device's value of each.
+    names: Vec<String>,
+    /// `nvml.<uuid>.<name>` to value, for every device NVML listed.
+    fields: std::collections::BTreeMap<String, String>,
+}
+
+/// The seconds since the Unix epoch now.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The reading's fields, if it holds every one of `names`, was read at most
+/// [`SETTINGS_MAX_AGE`] before `now` and not after it (a clock set back is a miss).
+fn reusable(reading: &SettingsReading, names: &[&str], now: u64) -> Option<Fields> {
+    let fresh_enough =
+        reading.read_at <= now && now - reading.read_at <= SETTINGS_MAX_AGE.as_secs();
+    let covers = names.iter().all(|n| reading.names.iter().any(|r| r == n));
+    (fresh_enough && covers).then(|| {
+        reading
+            .fields
+            .iter()
+            .filter(|(k, _)| k.rsplit_once('.').is_some_and(|(_, n)| names.contains(&n)))
+            .map(|(k, v)| (k.clone(), Field::Value(v.clone())))
+            .collect()
+    })
+}
+
+/// The settings among `asked` that NVML answered, as a reading to cache: only a complete
+/// answer (every field of every device a value, at least one device).
+fn reading_of(f: &Fields, asked: &[&str], now: u64) -> Option<SettingsReading> {
+    let names: Vec<String> = asked
+        .iter()
+        .filter(|n| SETTINGS.contains(n))
+        .map(|n| n.to_string())
+        .collect();
+    if names.is_empty() || f.contains_key("nvml") {
+        return None;
+    }
+    let fields: Option<std::collections::BTreeMap<String, String>> = f
+        .iter()
+        .filter(|(k, _)| {
+            k.rsplit_once('.')
+                .is_some_and(|(_, n)| names.iter().any(|m| m == n))
+        })
+        .map(|(k, v)| Some((k.clone(), v.value()?.to_string())))
+        .collect();
+    let fields = fields.filter(|m| !m.is_empty())?;
+    Some(SettingsReading {
+        read_at: now,
+        names,
+        fields,
+    })
+}
+
+/// Removes the marker of reused settings from a probe's answer: when they were read, if
+/// they came from the cache.
+pub fn take_settings_read_at(f: &mut Fields) -> Option<std::time::SystemTime> {
+    let secs = f.remove(READ_AT_KEY)?.value()?.parse::<u64>().ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
 
 /// Probes every NVML device for the fields named in `wanted` (names under `gpu.`); keys are
 /// `nvml.<uuid>.<field>`, or `nvml` when unavailable. Fields in [`PER_BOOT`] come from the
 /// per-boot cache unless `fresh`; NVML is not opened at all when the cache answers every
-/// wanted field.
-pub fn probe(wanted: &[&str], fresh: bool) -> Fields {
-    let cache = if fresh {
+/// wanted field. When every other wanted field is a setting named in `reuse`, a reading
+/// of them at most [`SETTINGS_MAX_AGE`] old answers instead of NVML (and the answer says
+/// when it was read); once NVML is started, everything is asked of it.
+pub fn probe(wanted: &[&str], reuse: &[&str], fresh: bool) -> Fields {
+    let key = if fresh {
         None
     } else {
         super::cuda::cache_key()
-            .zip(crate::foundation::fsutil::cache_dir().map(|d| d.join("gpu-nvml.json")))
     };
+    let dir = crate::foundation::fsutil::cache_dir();
+    let boot_cache = key
+        .clone()
+        .zip(dir.as_ref().map(|d| d.join("gpu-nvml.json")));
+    let settings_cache = super::cuda::cache_key().zip(dir.map(|d| d.join("gpu-settings.json")));
     let wants_boot = wanted.iter().any(|n| PER_BOOT.contains(n));
     let live: Vec<&str> = wanted
         .iter()
         .copied()
         .filter(|n| !PER_BOOT.contains(n))
         .collect();
-    let hit = cache
+    let hit = boot_cache
         .as_ref()
         .filter(|_| wants_boot)
         .and_then(|(key, path)| super::cuda::read_cache(path, key));
@@ -61,6 +151,23 @@ pub fn probe(wanted: &[&str], fresh: bool) -> Fields {
         && live.is_empty()
     {
         return only(hit.clone(), wanted);
+    }
+    if !fresh
+        && !live.is_empty()
+        && live.iter().all(|n| reuse.contains(n))
+        && (hit.is_some() || !wants_boot)
+        && let Some((key, path)) = &settings_cache
+        && let Some(reading) =
+            crate::foundation::fsutil::read_keyed::<SettingsReading>(path, CACHE_SCHEMA, key)
+        && let Some(settings) = reusable(&reading, &live, now_s())
+    {
+        let mut f = only(hit.clone().unwrap_or_default(), wanted);
+        f.extend(settings);
+        f.insert(
+            READ_AT_KEY.into(),
+            Field::Value(reading.read_at.to_string()),
+        );
+        return f;
     }
     // Ask NVML for the live fields, and for the per-boot ones (all of them, to fill the
     // cache) only when the cache did not answer.
@@ -70,10 +177,15 @@ pub fn probe(wanted: &[&str], fresh: bool) -> Fields {
         live.into_iter().chain(PER_BOOT).collect()
     };
     let mut f = query(&asked);
+    if let Some((key, path)) = &settings_cache
+        && let Some(reading) = reading_of(&f, &asked, now_s())
+    {
+        crate::foundation::fsutil::write_keyed(path, CACHE_SCHEMA, key, reading);
+    }
     match hit {
         Some(hit) => f.extend(hit),
         None if wants_boot && !f.contains_key("nvml") => {
-            if let Some((key, path)) = &cache {
+            if let Some((key, path)) = &boot_cache {
                 let boot: Fields = f
                     .iter()
                     .filter(|(k, _)| PER_BOOT.iter().any(|n| k.ends_with(&format!(".{n}"))))
@@ -86,6 +198,9 @@ pub fn probe(wanted: &[&str], fresh: bool) -> Fields {
     }
     only(f, wanted)
 }
+
+/// The settings cache's schema (`fsutil`'s keyed cache of [`SettingsReading`]s).
+const CACHE_SCHEMA: u32 = 1;
 
 /// The fields of `f` that are wanted (and the whole-probe `nvml` marker).
 fn only(f: Fields, wanted: &[&str]) -> Fields {
@@ -252,6 +367,64 @@ mod tests {
         merge(&mut fields, nvml, &all_names());
         assert_eq!(fields["gpu.devices.0.ecc"], Field::Value("false".into()));
         assert_eq!(fields["gpu.devices.1.ecc"], Field::Value("true".into()));
+    }
+
+    fn reading(read_at: u64) -> SettingsReading {
+        SettingsReading {
+            read_at,
+            names: vec!["ecc".into(), "power-limit-w".into()],
+            fields: [
+                ("nvml.GPU-a.ecc", "true"),
+                ("nvml.GPU-a.power-limit-w", "700"),
+                ("nvml.GPU-b.ecc", "false"),
+                ("nvml.GPU-b.power-limit-w", "700"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn a_settings_reading_is_reused_only_young_and_whole() {
+        let max = SETTINGS_MAX_AGE.as_secs();
+        let r = reading(1_000_000);
+        let got = reusable(&r, &["ecc"], 1_000_000 + max).unwrap();
+        assert_eq!(got.len(), 2, "both devices, only the names asked: {got:?}");
+        assert_eq!(got["nvml.GPU-b.ecc"], Field::Value("false".into()));
+        assert_eq!(reusable(&r, &["ecc"], 1_000_000 + max + 1), None, "too old");
+        assert_eq!(reusable(&r, &["ecc"], 999_999), None, "read in the future");
+        assert_eq!(
+            reusable(&r, &["ecc", "mig-mode"], 1_000_000),
+            None,
+            "a setting the reading does not hold"
+        );
+    }
+
+    #[test]
+    fn only_a_whole_answer_of_settings_becomes_a_reading() {
+        let mut f = Fields::new();
+        f.insert("nvml.GPU-a.ecc".into(), Field::Value("true".into()));
+        f.insert("nvml.GPU-a.vbios".into(), Field::Value("96".into()));
+        f.insert(
+            "nvml.GPU-a.power-limit-w".into(),
+            Field::Value("700".into()),
+        );
+        let r = reading_of(&f, &["ecc", "power-limit-w", "vbios"], 7).unwrap();
+        assert_eq!(r.names, vec!["ecc", "power-limit-w"]);
+        assert_eq!(r.fields.len(), 2, "{r:?}");
+        assert_eq!(r.read_at, 7);
+        assert_eq!(reading_of(&f, &["vbios"], 7), None, "no setting asked");
+        f.insert(
+            "nvml.GPU-b.ecc".into(),
+            Field::Unavailable("not supported".into()),
+        );
+        assert_eq!(reading_of(&f, &["ecc"], 7), None, "a device did not answer");
+        let whole = [(
+            "nvml".to_string(),
+            Field::Unavailable("NVML not found".into()),
+        )];
+        assert_eq!(reading_of(&whole.into_iter().collect(), &["ecc"], 7), None);
     }
 
     #[test]
