@@ -10,7 +10,7 @@ and for the first invocations which placement the settling warm-up chose and the
 its placements' pilot medians (sorted).
 
 Usage: python3 benches/gpu_placement_choice.py --variant LABEL=PATH[:PLACEMENTS] [--variant ...]
-       [--runs N] [--show K]
+       [--runs N] [--show K] [--by-placement]
 e.g. --variant old=OLD --variant new=NEW --variant new48=NEW:48. Each variant runs in a
 throwaway project holding only vector_add (NVRTC from the machine's CUDA or REPRO_NVRTC) with
 a store and a cache directory of its own.
@@ -27,11 +27,50 @@ import tempfile
 from gpu_bench_phases import project
 
 
+def cv(xs):
+    return 100 * st.stdev(xs) / st.mean(xs) if len(xs) > 1 else float("nan")
+
+
+def by_placement(label, lines):
+    """Whether the level follows the placement's index: each index's settling median across
+    invocations, the reported medians grouped by the placement chosen, and the spread of the
+    pilot median that other choice rules would have sampled (a proxy: the pilots are the
+    settling warm-up's few samples)."""
+    lines = [l for l in lines if l.get("placement-medians") and l.get("chosen-placement") is not None]
+    if len(lines) < 2:
+        print(f"  {label}: too few invocations with placements for --by-placement")
+        return
+    k = min(len(l["placement-medians"]) for l in lines)
+    print(f"\n{label}: each placement's settling median across {len(lines)} invocations")
+    print(f"  {'index':>5} {'mean us':>9} {'CV':>7} {'chosen':>6} {'reported median, mean':>22} {'CV':>7}")
+    for i in range(k):
+        xs = [l["placement-medians"][i] for l in lines]
+        rep = [l["median"] for l in lines if l["chosen-placement"] == i]
+        rep_s = f"{st.mean(rep):22.4f} {cv(rep):6.3f}%" if rep else f"{'':22} {'':7}"
+        print(f"  {i:5d} {st.mean(xs):9.4f} {cv(xs):6.3f}% {len(rep):6d} {rep_s}")
+    def rule(name, pick):
+        xs = [l["placement-medians"][pick(l["placement-medians"][:k])] for l in lines]
+        print(f"  {name:44} CV of the pilot it picks {cv(xs):6.3f}%")
+    print(f"  {'reported medians (the rule in use)':44} CV {cv([l['median'] for l in lines]):6.3f}%")
+    rule("fastest (argmin, the rule in use)", lambda p: min(range(len(p)), key=p.__getitem__))
+    for d in (0.1, 0.2, 0.3, 0.5):
+        rule(f"lowest index within {d}% of the fastest",
+             lambda p, d=d: min(i for i in range(len(p)) if p[i] <= min(p) * (1 + d / 100)))
+    for i in (0, k // 2, k - 1):
+        rule(f"always index {i}", lambda p, i=i: i)
+    means = [st.mean(l["placement-medians"][:k]) for l in lines]
+    meds = [st.median(l["placement-medians"][:k]) for l in lines]
+    print(f"  {'mean of all placements':44} CV {cv(means):6.3f}%")
+    print(f"  {'median of all placements':44} CV {cv(meds):6.3f}%")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variant", action="append", required=True, help="LABEL=PATH[:PLACEMENTS]")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--show", type=int, default=6, help="invocations whose choice is printed")
+    ap.add_argument("--by-placement", action="store_true",
+                    help="also: each placement's level across invocations, and choice rules")
     a = ap.parse_args()
     if a.runs < 2:
         sys.exit("gpu_placement_choice.py: at least 2 runs, for a CV")
@@ -73,6 +112,8 @@ def main():
                 print(f"  median {l['median']:.4f}, chose placement {l['chosen-placement']} after "
                       f"{l['settle-samples']} settling samples; fastest pilots: "
                       + " ".join(f"{x:.3f}" for x in pm[:8]))
+            if a.by_placement:
+                by_placement(label, lines)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
