@@ -9,9 +9,10 @@ variant the median and the CV of the medians (goal 3: at most 0.2%), the medians
 and for the first invocations which placement the settling warm-up chose and the fastest of
 its placements' pilot medians (sorted).
 
-Usage: python3 benches/gpu_placement_choice.py --variant LABEL=PATH[:PLACEMENTS] [--variant ...]
+Usage: python3 benches/gpu_placement_choice.py --variant LABEL=PATH[:PLACEMENTS[:RANK]] [--variant ...]
        [--runs N] [--show K] [--by-placement]
-e.g. --variant old=OLD --variant new=NEW --variant new48=NEW:48. Each variant runs in a
+e.g. --variant old=OLD --variant new=NEW --variant new48=NEW:48 --variant rank3=NEW::3 (RANK sets
+REPRO_TIMING_PLACEMENT_RANK: which placement is chosen, by the rank of its settling median). Each variant runs in a
 throwaway project holding only vector_add (NVRTC from the machine's CUDA or REPRO_NVRTC) with
 a store and a cache directory of its own.
 """
@@ -66,7 +67,7 @@ def by_placement(label, lines):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", action="append", required=True, help="LABEL=PATH[:PLACEMENTS]")
+    ap.add_argument("--variant", action="append", required=True, help="LABEL=PATH[:PLACEMENTS[:RANK]]")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--show", type=int, default=6, help="invocations whose choice is printed")
     ap.add_argument("--by-placement", action="store_true",
@@ -78,19 +79,22 @@ def main():
     for spec in a.variant:
         label, _, rest = spec.partition("=")
         path, _, placements = rest.partition(":")
+        placements, _, rank = placements.partition(":")
         if not label or not path:
-            sys.exit(f"gpu_placement_choice.py: --variant {spec!r} is not LABEL=PATH[:PLACEMENTS]")
-        variants.append((label, os.path.abspath(path), placements))
+            sys.exit(f"gpu_placement_choice.py: --variant {spec!r} is not LABEL=PATH[:PLACEMENTS[:RANK]]")
+        variants.append((label, os.path.abspath(path), placements, rank))
     d = tempfile.mkdtemp(prefix="repro-placement-")
     try:
         root = project(d)
         meds = {v[0]: [] for v in variants}
         for _ in range(a.runs):
-            for label, binary, placements in variants:
+            for label, binary, placements, rank in variants:
                 env = dict(os.environ, XDG_CACHE_HOME=os.path.join(d, "cache-" + label),
                            REPRO_TIMING_DIAG=os.path.join(d, f"diag-{label}.jsonl"))
                 if placements:
                     env["REPRO_TIMING_PLACEMENTS"] = placements
+                if rank:
+                    env["REPRO_TIMING_PLACEMENT_RANK"] = rank
                 r = subprocess.run([binary, "-C", root, "--store", os.path.join(d, "store-" + label),
                                     "bench", "vector_add", "--json", "--param", "n=1048576",
                                     "--mode", "graph"], capture_output=True, text=True, env=env)
@@ -99,11 +103,11 @@ def main():
                 meds[label].append(json.loads(r.stdout)["results"][0]["summary"]["median"])
         print(f"vector_add, n = 1M, graph mode: {a.runs} invocations of each variant, taken in turn")
         print(f"{'variant':10} {'placements':>10} {'median us':>10} {'CV':>7}")
-        for label, _, placements in variants:
+        for label, _, placements, _ in variants:
             xs = meds[label]
             print(f"{label:10} {placements or 'default':>10} {st.median(xs):10.4f} "
                   f"{100 * st.stdev(xs) / st.mean(xs):6.3f}%")
-        for label, _, _ in variants:
+        for label, _, _, _ in variants:
             print(f"\n{label}: medians in order: " + " ".join(f"{x:.4f}" for x in meds[label]))
             path = os.path.join(d, f"diag-{label}.jsonl")
             lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []

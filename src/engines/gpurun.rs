@@ -1269,8 +1269,11 @@ impl Loaded<'_> {
                 crate::foundation::stats::median(&s).unwrap_or(f64::INFINITY)
             })
             .collect();
-        let best = (0..k)
-            .min_by(|a, b| pilot[*a].total_cmp(&pilot[*b]))
+        let mut ranked: Vec<usize> = (0..k).collect();
+        ranked.sort_by(|a, b| pilot[*a].total_cmp(&pilot[*b]));
+        let best = ranked
+            .get(knobs.rank.min(k.saturating_sub(1)))
+            .copied()
             .unwrap_or(0);
         self.choose(method, best, pilot)?;
         Ok(taken)
@@ -1909,11 +1912,15 @@ fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
 
 /// How graph-mode samples are taken: settings that benches/gpu_bench_phases.py varies to
 /// find what moves a small kernel's median between invocations (#29), from the
-/// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
+/// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_PLACEMENT_RANK`,
+/// `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
 /// `REPRO_TIMING_BUSY_MIN_MS`, `REPRO_TIMING_GAP_MS`, and `REPRO_TIMING_DIAG`, a file each
 /// job appends a line of its figures to).
 struct Knobs {
     placements: usize,
+    /// Which placement the settling warm-up chooses, by the rank of its median: 0 the
+    /// fastest (`REPRO_TIMING_PLACEMENT_RANK`).
+    rank: usize,
     graph_us: f64,
     settle: bool,
     /// The least warm-up (ms: graph mode's settling, the other modes' single launches) of a
@@ -1924,8 +1931,9 @@ struct Knobs {
 }
 
 /// The timing settings there are (any other `REPRO_TIMING_*` name is a mistake).
-const TIMING_SETTINGS: [&str; 6] = [
+const TIMING_SETTINGS: [&str; 7] = [
     "REPRO_TIMING_PLACEMENTS",
+    "REPRO_TIMING_PLACEMENT_RANK",
     "REPRO_TIMING_GRAPH_US",
     "REPRO_TIMING_SETTLE",
     "REPRO_TIMING_BUSY_MIN_MS",
@@ -1995,6 +2003,17 @@ impl Knobs {
                 .filter(|n| (1..=64).contains(n))
                 .ok_or_else(|| fail("REPRO_TIMING_PLACEMENTS", t.as_ref(), whole))?,
         };
+        let ranks = "a whole number from 0 to 63";
+        let rank = match get("REPRO_TIMING_PLACEMENT_RANK", ranks)? {
+            None => 0,
+            Some(t) => t
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| t.parse::<usize>().ok())
+                .flatten()
+                .filter(|n| *n < 64)
+                .ok_or_else(|| fail("REPRO_TIMING_PLACEMENT_RANK", t.as_ref(), ranks))?,
+        };
         let settle = match get("REPRO_TIMING_SETTLE", "1 (settle) or 0 (do not)")?.as_deref() {
             None => SETTLE,
             Some("1") => true,
@@ -2009,6 +2028,7 @@ impl Knobs {
         };
         Ok(Knobs {
             placements,
+            rank,
             graph_us: number("REPRO_TIMING_GRAPH_US", 100.0, 1e6, GRAPH_SAMPLE_US)?,
             settle,
             busy_min_ms: number("REPRO_TIMING_BUSY_MIN_MS", 0.0, 10_000.0, BUSY_MIN_MS)?,
@@ -2235,8 +2255,8 @@ mod tests {
         };
         let d = read(&[]).unwrap();
         assert_eq!(
-            (d.placements, d.graph_us, d.settle),
-            (PLACEMENTS, GRAPH_SAMPLE_US, SETTLE)
+            (d.placements, d.rank, d.graph_us, d.settle),
+            (PLACEMENTS, 0, GRAPH_SAMPLE_US, SETTLE)
         );
         assert_eq!(
             (d.busy_min_ms, d.gap_ms, d.diag.as_deref()),
@@ -2244,6 +2264,7 @@ mod tests {
         );
         let k = read(&[
             ("REPRO_TIMING_PLACEMENTS", "8"),
+            ("REPRO_TIMING_PLACEMENT_RANK", "3"),
             ("REPRO_TIMING_GRAPH_US", " 8000 "),
             ("REPRO_TIMING_SETTLE", "0"),
             ("REPRO_TIMING_BUSY_MIN_MS", "0"),
@@ -2251,7 +2272,10 @@ mod tests {
             ("REPRO_TIMING_DIAG", "/tmp/d.jsonl"),
         ])
         .unwrap();
-        assert_eq!((k.placements, k.graph_us, k.settle), (8, 8000.0, false));
+        assert_eq!(
+            (k.placements, k.rank, k.graph_us, k.settle),
+            (8, 3, 8000.0, false)
+        );
         assert_eq!((k.busy_min_ms, k.gap_ms), (0.0, 20.5));
         assert_eq!(k.diag.as_deref(), Some("/tmp/d.jsonl"));
         // Empty is unset.
@@ -2289,6 +2313,16 @@ mod tests {
                 "REPRO_TIMING_PLACEMENTS",
                 "1e1",
                 "a whole number from 1 to 64",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENT_RANK",
+                "64",
+                "a whole number from 0 to 63",
+            ),
+            (
+                "REPRO_TIMING_PLACEMENT_RANK",
+                "-1",
+                "a whole number from 0 to 63",
             ),
             (
                 "REPRO_TIMING_GRAPH_US",
