@@ -806,6 +806,10 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let (id, kind) = (id.as_str(), *kind);
     let (result, build_rec) = records_of(&origin, req.store, kind, id, rec)?;
     let (recipe_name, commit) = name_and_commit(kind, id, result.as_ref(), build_rec.as_ref())?;
+    // The timing settings the re-timing will use, refused now rather than after a rebuild.
+    if let Some(r) = &result {
+        recorded_timing(r, id)?;
+    }
 
     // The tree: from the bundle, or materialised from the repository's object database.
     let checkout = tempdir()?;

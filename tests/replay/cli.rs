@@ -209,6 +209,27 @@ fn replay_refuses_records_it_cannot_recreate_before_running_anything() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("build-key"), "{err}");
     assert!(err.contains("not a 64-digit hex key"), "{err}");
+    // Nor one whose timing settings repro would not have recorded: a value outside the
+    // setting's range, or a name that is no setting (the record sealed as repro seals).
+    for (name, value, allowed) in [
+        (
+            "REPRO_TIMING_PLACEMENTS",
+            "999",
+            "a whole number from 1 to 64",
+        ),
+        ("REPRO_TIMING_PLACMENTS", "8", "a timing setting"),
+    ] {
+        let odd = recipe_result(&root, &command, &key, |r| {
+            r["timing-settings"] = json!({ name: value })
+        });
+        let (code, out, err) = run(tmp.path(), &root, &["replay", &odd[..12]]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            err.contains(&format!("{name}={value:?} is not {allowed}")),
+            "{err}"
+        );
+        assert!(err.contains("this record was edited"), "{err}");
+    }
     // None of these rebuilt anything: the store holds the one build made above.
     let builds = std::fs::read_dir(root.join(".repro/builds"))
         .unwrap()
