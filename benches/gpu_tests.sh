@@ -15,7 +15,8 @@
 # `prepare` copies every test binary that holds an ignored test (today the one integration
 # binary, tests/tests.rs). `run` runs each test in a process of its own under a time limit
 # (REPRO_GPU_TEST_LIMIT seconds, 300 by default: a test still running then is named TIMEOUT,
-# with the processes it left in its log), writes a log per test and the table to
+# with the processes it left in its log; every process a test started, found by a variable
+# only its processes inherit, is killed after it), writes a log per test and the table to
 # REPRO_GPU_TEST_LOGS (.dev/gpu-test-logs), and
 # exits 1 if any test failed or ran out of time, and also when there is no GPU (the ignored
 # tests then fail: they insist on one). NVRTC must be findable there (REPRO_NVRTC, a CUDA install, or a
@@ -77,6 +78,18 @@ EOF
   echo "now, on the GPU machine, with .dev/tests carried: bash benches/gpu_tests.sh run"
 }
 
+# The processes whose environment holds the variable assignment $1.
+marked() {
+  local env
+  for env in /proc/[0-9]*/environ; do
+    # A process that ended meanwhile, or one of another user, is not the test's.
+    if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -qxF "$1"; then
+      env="${env#/proc/}"
+      echo "${env%/environ}"
+    fi
+  done
+}
+
 run() {
   cd "$root"
   [ -x "$dest/repro" ] || { echo "no $dest/repro: run 'benches/gpu_tests.sh prepare' first" >&2; exit 2; }
@@ -118,13 +131,17 @@ run() {
       local log start rc=0 result
       log="$logs/$name.$(tr -c 'A-Za-z0-9_.\n-' '_' <<<"$test" | tr -d '\n').log"
       start=$(date +%s)
-      # stdin from /dev/null: the loop reads the list from its own.
-      timeout -k 5 "$limit" "$t" --include-ignored --exact "$test" >"$log" 2>&1 </dev/null || rc=$?
+      # stdin from /dev/null: the loop reads the list from its own. Every process the test
+      # starts inherits the marker, also those in process groups of their own (repro's
+      # children, a python or nvcc they start), which timeout's signal to its group misses.
+      local marker="REPRO_GPU_TEST_RUN=$$.$start.$RANDOM"
+      env "$marker" timeout -k 5 "$limit" "$t" --include-ignored --exact "$test" >"$log" 2>&1 </dev/null || rc=$?
       if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ $(( $(date +%s) - start )) -ge "$limit" ]; then
         result=TIMEOUT
-        { echo "== past the time limit ($limit s); repro, python and nvcc processes still running:"
-          ps -eo pid,ppid,etime,stat,args | grep -E 'repro|python|nvcc' | grep -v grep | cut -c1-300; } >>"$log" || true
-        pkill -KILL -f "$dest/repro" || true
+        { echo "== past the time limit ($limit s); the test's processes still running (killed):"
+          for pid in $(marked "$marker"); do
+            ps -o pid=,ppid=,etime=,stat=,args= -p "$pid" | cut -c1-300
+          done; } >>"$log" || true
       elif [ "$rc" != 0 ] || ! grep -q '^test result: ok. 1 passed' "$log"; then
         result=FAIL
       elif grep -q '^SKIPPED ' "$log"; then
@@ -132,6 +149,8 @@ run() {
       else
         result=pass
       fi
+      # Whatever the test left running (after a time-out, or a test that leaked a child).
+      for pid in $(marked "$marker"); do kill -KILL "$pid" 2>/dev/null || true; done
       [ "$result" = pass ] || [ "${result#skip}" != "$result" ] || status=1
       printf '%-12s %-80s %-8s %s\n' "$name" "$test" "$result" "$(( $(date +%s) - start ))" | tee -a "$logs/table.txt"
     done <"$logs/$name.list"
