@@ -378,6 +378,9 @@ struct Scan<'a> {
     pending: String,
     /// The macros defined so far.
     defines: Defines,
+    /// The macros defined so far whose text opens or closes braces (`#define NS_BEGIN
+    /// namespace lib {`, `#define NS(n) namespace n {`), by name: their parameters and text.
+    brace_macros: std::collections::HashMap<String, (Option<Vec<String>>, String)>,
 }
 
 impl<'a> Scan<'a> {
@@ -397,7 +400,89 @@ impl<'a> Scan<'a> {
             conds: Vec::new(),
             pending: String::new(),
             defines: Defines::default(),
+            brace_macros: std::collections::HashMap::new(),
         }
+    }
+
+    /// Opens and closes the braces of a macro's text where a line uses it (a namespace a
+    /// macro opens names the kernels inside it).
+    fn expand(&mut self, text: &str) {
+        let mut head = 0;
+        for (i, c) in text.char_indices() {
+            match c {
+                '{' if self.open.len() >= MAX_DEPTH => self.deep_braces += 1,
+                '{' => self.open.push(opened_by(&text[head..i])),
+                '}' if self.deep_braces > 0 => self.deep_braces -= 1,
+                '}' => {
+                    self.open.pop();
+                }
+                _ => {}
+            }
+            if matches!(c, '{' | '}' | ';') {
+                head = i + 1;
+            }
+        }
+    }
+
+    /// The text of a line that uses only macros that open or close braces: one (`NS_BEGIN`,
+    /// `NS_BEGIN;`, `NS(lib)`, its parameters replaced by the arguments), or several without
+    /// parameters (`NS_END NS_END`).
+    fn brace_macro_use(&self, line: &str) -> Option<String> {
+        let line = line.trim().trim_end_matches(';').trim_end();
+        if let Some(text) = self.one_brace_macro_use(line) {
+            return Some(text);
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() < 2 {
+            return None;
+        }
+        words
+            .iter()
+            .map(|w| match self.brace_macros.get(*w) {
+                Some((None, text)) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Option<Vec<&str>>>()
+            .map(|texts| texts.join(" "))
+    }
+
+    /// [`Self::brace_macro_use`] of a line that is one use.
+    fn one_brace_macro_use(&self, line: &str) -> Option<String> {
+        let name_end = line
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(line.len());
+        let (name, rest) = line.split_at(name_end);
+        let (params, text) = self.brace_macros.get(name)?;
+        let rest = rest.trim();
+        let Some(params) = params else {
+            return rest.is_empty().then(|| text.clone());
+        };
+        let args = rest.strip_prefix('(')?.strip_suffix(')')?;
+        let args: Vec<&str> = if args.trim().is_empty() {
+            Vec::new()
+        } else {
+            args.split(',').map(str::trim).collect()
+        };
+        if args.len() != params.len() {
+            return None;
+        }
+        // Each parameter, as a whole word, becomes its argument.
+        let mut out = String::new();
+        let mut word = String::new();
+        for c in text.chars().chain(['\n']) {
+            if c.is_alphanumeric() || c == '_' {
+                word.push(c);
+                continue;
+            }
+            match params.iter().position(|p| *p == word) {
+                Some(i) => out.push_str(args[i]),
+                None => out.push_str(&word),
+            }
+            word.clear();
+            out.push(c);
+        }
+        out.pop();
+        Some(out)
     }
 
     /// Reads the text up to `pos` (a byte offset at or after the last).
@@ -490,6 +575,14 @@ impl<'a> Scan<'a> {
         } else {
             None
         };
+        // A line that only uses a macro whose text opens or closes braces does so here.
+        if !in_directive
+            && !self.never()
+            && let Some(text) = self.brace_macro_use(raw)
+        {
+            self.expand(&text);
+            self.stmt_start = end + 1;
+        }
         self.line_start = end + 1;
         // A literal does not go on past its line (an unclosed `'` in a `#error` text).
         self.literal = None;
@@ -578,6 +671,7 @@ impl<'a> Scan<'a> {
                 let certain = self.conds.iter().all(|c| c.2 == Known::Holds)
                     && !self.conds.iter().any(|c| guarded_name(&c.0) == Some(name));
                 self.defines.take(&l, certain);
+                self.take_brace_macro(&l);
             }
             "#endif" => {
                 self.conds.pop();
@@ -591,6 +685,45 @@ impl<'a> Scan<'a> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Takes `#define NAME text` or `#define NAME(params) text` where the text has a brace
+    /// (any other definition, or `#undef NAME`, forgets NAME).
+    fn take_brace_macro(&mut self, line: &str) {
+        let rest = line
+            .strip_prefix("#define")
+            .or_else(|| line.strip_prefix("#undef"));
+        let Some(rest) = rest.map(str::trim_start) else {
+            return;
+        };
+        let name_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let (name, after) = rest.split_at(name_end);
+        self.brace_macros.remove(name);
+        if line.starts_with("#undef") || self.brace_macros.len() >= MAX_DEFINES {
+            return;
+        }
+        // A function-like macro has its `(` right after the name.
+        let (params, text) = match after.strip_prefix('(') {
+            Some(p) => match p.split_once(')') {
+                Some((list, text)) => (
+                    Some(
+                        list.split(',')
+                            .map(|x| x.trim().to_string())
+                            .filter(|x| !x.is_empty())
+                            .collect(),
+                    ),
+                    text,
+                ),
+                None => return,
+            },
+            None => (None, after),
+        };
+        if text.contains(['{', '}']) {
+            self.brace_macros
+                .insert(name.to_string(), (params, text.trim().to_string()));
         }
     }
 
@@ -2371,6 +2504,44 @@ __global__ void after_macros(int* p) {}
                 ("top".to_string(), false),
                 ("after_literals".to_string(), false),
                 ("after_macros".to_string(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn namespaces_a_macro_opens_and_closes_name_the_kernels_inside() {
+        let src = r#"
+#define LIB_BEGIN namespace lib { inline namespace v3 {
+#define LIB_END } }
+#define NS(n) namespace n {
+#define NS2(a, b) namespace a { namespace b {
+#define END }
+#define KERNEL(n) __global__ void n(int* p) {}
+LIB_BEGIN
+__global__ void in_lib(int* p) {}
+NS(inner);
+__global__ void in_inner(int* p) {}
+END
+LIB_END
+NS2(x, y)
+__global__ void in_xy(int* p) {}
+END END
+#undef NS
+NS(gone)
+__global__ void top(int* p) {}
+#if 0
+LIB_BEGIN
+#endif
+__global__ void still_top(int* p) {}
+"#;
+        assert_eq!(
+            kernels(src),
+            vec![
+                ("lib::v3::in_lib".to_string(), false),
+                ("lib::v3::inner::in_inner".to_string(), false),
+                ("x::y::in_xy".to_string(), false),
+                ("top".to_string(), false),
+                ("still_top".to_string(), false),
             ]
         );
     }
