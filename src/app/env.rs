@@ -216,9 +216,16 @@ type Chosen = (PathBuf, Lock, Captured, Option<String>);
 type Captured = (Fingerprint, Option<std::time::SystemTime>);
 
 /// The GPU settings (`gpu.ecc`, ...) that a recent reading may answer for: the ones these
-/// lockfiles check with `warn` and none checks with a policy it can fail on. A setting
-/// whose reading would warn is read again before the warning is shown (see `check`).
-fn reusable_settings<'a>(locks: impl IntoIterator<Item = &'a Lock> + Clone) -> Vec<&'a str> {
+/// lockfiles check with `warn` and none checks with a policy it can fail on; none under
+/// `--strict`, where a warning fails the check. A setting whose reading would warn is read
+/// again before the warning is shown (see `check`).
+fn reusable_settings<'a>(
+    locks: impl IntoIterator<Item = &'a Lock> + Clone,
+    strict: bool,
+) -> Vec<&'a str> {
+    if strict {
+        return Vec::new();
+    }
     let fatal = |key: &str| {
         locks.clone().into_iter().any(|l| {
             l.rules
@@ -250,8 +257,8 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
     if let Some(p) = &a.lock {
         let path = resolve(g, p);
         let lock = lockfile::load(&path)?;
-        let demand =
-            Demand::for_keys(checked_keys(&lock)).reusing_settings(reusable_settings([&lock]));
+        let demand = Demand::for_keys(checked_keys(&lock))
+            .reusing_settings(reusable_settings([&lock], a.strict));
         let fp = get_fp(demand);
         return Ok((path, lock, fp, None));
     }
@@ -261,8 +268,8 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         0 => Err(LockfileError::NoneFound { dir }.into()),
         1 => {
             let lock = lockfile::load(&candidates[0])?;
-            let demand =
-                Demand::for_keys(checked_keys(&lock)).reusing_settings(reusable_settings([&lock]));
+            let demand = Demand::for_keys(checked_keys(&lock))
+                .reusing_settings(reusable_settings([&lock], a.strict));
             let fp = get_fp(demand);
             Ok((candidates[0].clone(), lock, fp, None))
         }
@@ -277,7 +284,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
                 .flat_map(|(_, l)| checked_keys(l))
                 .chain(["gpu.name"]);
             let demand = Demand::for_keys(keys)
-                .reusing_settings(reusable_settings(locks.iter().map(|(_, l)| l)));
+                .reusing_settings(reusable_settings(locks.iter().map(|(_, l)| l), a.strict));
             let fp = get_fp(demand);
             let gpu = fp.0.lookup("gpu.name");
             let matching: Vec<&(PathBuf, Lock)> = locks
@@ -358,23 +365,39 @@ fn checked_keys(lock: &Lock) -> impl Iterator<Item = &str> {
 fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let start = Instant::now();
     let (path, lock, (mut fp, mut settings_read_at), why) = choose_lock(g, &a)?;
-    let mut report = check::check(&lock.rules, |k| fp.lookup(k));
-    // A reused reading of the GPU settings only ever confirms them: a setting it would
-    // warn about is read now (the user may have just changed it), and the check is made
-    // again on that reading.
+    // The settings the chosen lockfile checks with `warn` (another candidate may have let
+    // a reading answer for settings this one does not check).
     let setting = |key: &str| {
         key.strip_prefix("gpu.")
             .is_some_and(|n| fingerprint::nvml::SETTINGS.contains(&n))
     };
+    let reused: Vec<&str> = lock
+        .rules
+        .iter()
+        .filter(|r| setting(&r.key) && matches!(r.policy, Policy::Warn(_)))
+        .map(|r| r.key.as_str())
+        .collect();
+    if reused.is_empty() {
+        settings_read_at = None;
+    }
+    let mut report = check::check(&lock.rules, |k| fp.lookup(k));
+    // A reused reading of the GPU settings only ever confirms them: a setting it would
+    // warn about is read now (the user may have just changed it), and the check is made
+    // again with that reading.
     if settings_read_at.is_some()
         && report
             .rows
             .iter()
             .any(|r| setting(&r.field) && !matches!(r.status, Status::Ok | Status::Ignored))
     {
-        let demand = Demand::for_keys(checked_keys(&lock));
-        (fp, settings_read_at) =
-            fingerprint::capture_noting_reuse(&g.fingerprint_context(a.fresh), &demand);
+        let (now, _) = fingerprint::capture_noting_reuse(
+            &g.fingerprint_context(a.fresh),
+            &Demand::for_keys(reused.iter().copied()),
+        );
+        fp.fields.retain(|k, _| !is_setting_field(k));
+        fp.fields
+            .extend(now.fields.into_iter().filter(|(k, _)| is_setting_field(k)));
+        settings_read_at = None;
         report = check::check(&lock.rules, |k| fp.lookup(k));
     }
     let passed = report.passes(a.strict);
@@ -443,15 +466,9 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
             let age = std::time::SystemTime::now()
                 .duration_since(t)
                 .map_or(0, |d| d.as_secs());
-            let names: Vec<&str> = lock
-                .rules
-                .iter()
-                .filter(|r| setting(&r.key) && matches!(r.policy, Policy::Warn(_)))
-                .map(|r| r.key.as_str())
-                .collect();
             notes.push_str(&format!(
                 "  {} as read {} ago (reused for up to {} min; `--fresh` reads them now)\n",
-                names.join(", "),
+                reused.join(", "),
                 short_age(age),
                 fingerprint::nvml::SETTINGS_MAX_AGE.as_secs() / 60
             ));
@@ -507,6 +524,13 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         .into());
     }
     Ok(code)
+}
+
+/// Whether a fingerprint key is a device's GPU setting (`gpu.devices.0.ecc`).
+fn is_setting_field(key: &str) -> bool {
+    key.strip_prefix("gpu.devices.")
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(_, name)| fingerprint::nvml::SETTINGS.contains(&name))
 }
 
 /// An age in whole seconds, as `45 s` or `3 min 20 s`.

@@ -827,6 +827,28 @@ fn lockfiles_are_named_and_chosen_by_the_fake_gpu_model() {
         // The lockfiles are untracked files: the tree is dirty, a warning only.
         assert_eq!(out.status.code(), Some(0), "{text}");
     }
+    // Where the chosen lockfile checks no GPU setting, the report says nothing of a reading
+    // of them, though another candidate let one answer.
+    let l4_lock = root.join("lockfiles/l4.toml");
+    let text = std::fs::read_to_string(&l4_lock).unwrap();
+    let text: String = text
+        .lines()
+        .filter(|l| {
+            !["ecc", "persistence-mode", "mig-mode", "power-limit-w"]
+                .iter()
+                .any(|n| l.starts_with(&format!("\"gpu.{n}\"")))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&l4_lock, text).unwrap();
+    for _ in 0..2 {
+        let out = gpu.run(&["-C", root_s, "env", "check", "--json"], &l4);
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(report["lockfile"].as_str().unwrap().ends_with("l4.toml"));
+        assert!(report["settings-read-at"].is_null(), "{report}");
+        let out = gpu.run(&["-C", root_s, "env", "check"], &l4);
+        assert!(!stdout(&out).contains("as read"), "{}", stdout(&out));
+    }
     // A third model has no lockfile: which one is ambiguous (exit 2).
     let out = gpu.run(
         &["-C", root_s, "env", "check", "--fresh"],
@@ -959,8 +981,12 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
     let power = [("FAKEGPU_LOG", log_s), ("FAKEGPU_POWER_W", "300")];
     let (code, report) = check(&gpu, &lock_path, &[], &power);
     assert_eq!((code, problems(&report)), (0, vec![]), "{report}");
-    let (code, report) = check(&gpu, &lock_path, &["--fresh"], &power);
+    // Under `--strict` a warning fails the check: the settings are read now.
     let warned = vec!["gpu.power-limit-w warn".to_string()];
+    let (code, report) = check(&gpu, &lock_path, &["--strict"], &power);
+    assert_eq!((code, problems(&report)), (1, warned.clone()), "{report}");
+    assert!(report["settings-read-at"].is_null(), "{report}");
+    let (code, report) = check(&gpu, &lock_path, &["--fresh"], &power);
     assert_eq!((code, problems(&report)), (0, warned.clone()));
     // A reading that would warn is never reused: the check asks NVML again, so the setting
     // put back shows at once.
@@ -988,17 +1014,16 @@ fn env_check_loads_no_driver_and_asks_nvml_only_what_its_lock_checks() {
         ) && text.contains("`--fresh` reads them now"),
         "{text}"
     );
-    // A reading older than five minutes, or from the future (a clock set back), is not
-    // reused.
+    // A reading older than five minutes (counted from the boot, which a wall clock set back
+    // does not change), or from a later time since the boot, is not reused.
     let settings_file = gpu.cache.join("repro/gpu-settings.json");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let now: f64 = uptime.split_whitespace().next().unwrap().parse().unwrap();
+    let now = now as u64;
     for read_at in [now - 301, now + 3600] {
         let mut cached: Value =
             serde_json::from_slice(&std::fs::read(&settings_file).unwrap()).unwrap();
-        cached["entries"][0]["value"]["read-at"] = Value::from(read_at);
+        cached["entries"][0]["value"]["boot-s"] = Value::from(read_at);
         std::fs::write(&settings_file, cached.to_string()).unwrap();
         let (code, report) = check(&gpu, &lock_path, &[], &vars);
         assert_eq!(code, 0);

@@ -55,11 +55,16 @@ const READ_AT_KEY: &str = "nvml-settings-read-at";
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct SettingsReading {
-    /// When it was read, in seconds since the Unix epoch.
+    /// When it was read, in seconds since the Unix epoch (said in the report).
     read_at: u64,
-    /// The settings read (names under `gpu.`): every device's value of each.
+    /// When it was read, in seconds since the boot (the key names the boot): its age, which
+    /// a wall clock set back or forward does not change.
+    boot_s: u64,
+    /// The settings read (names under `gpu.`).
     names: Vec<String>,
-    /// `nvml.<uuid>.<name>` to value, for every device NVML listed.
+    /// `nvml.<uuid>.<name>` to value, for each device NVML listed and answered for. A
+    /// device missing from it is unavailable in the fingerprint, so the check warns and
+    /// reads the settings again.
     fields: std::collections::BTreeMap<String, String>,
 }
 
@@ -70,11 +75,18 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The reading's fields, if it holds every one of `names`, was read at most
-/// [`SETTINGS_MAX_AGE`] before `now` and not after it (a clock set back is a miss).
-fn reusable(reading: &SettingsReading, names: &[&str], now: u64) -> Option<Fields> {
+/// The whole seconds since the boot now (`/proc/uptime`), if they can be read.
+fn boot_now() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs = text.split_whitespace().next()?.parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0).then_some(secs as u64)
+}
+
+/// The reading's fields, if it holds every one of `names` and was read at most
+/// [`SETTINGS_MAX_AGE`] before `boot` (seconds since the boot) and not after it.
+fn reusable(reading: &SettingsReading, names: &[&str], boot: u64) -> Option<Fields> {
     let fresh_enough =
-        reading.read_at <= now && now - reading.read_at <= SETTINGS_MAX_AGE.as_secs();
+        reading.boot_s <= boot && boot - reading.boot_s <= SETTINGS_MAX_AGE.as_secs();
     let covers = names.iter().all(|n| reading.names.iter().any(|r| r == n));
     (fresh_enough && covers).then(|| {
         reading
@@ -86,9 +98,9 @@ fn reusable(reading: &SettingsReading, names: &[&str], now: u64) -> Option<Field
     })
 }
 
-/// The settings among `asked` that NVML answered, as a reading to cache: only a complete
-/// answer (every field of every device a value, at least one device).
-fn reading_of(f: &Fields, asked: &[&str], now: u64) -> Option<SettingsReading> {
+/// The settings among `asked` that NVML answered, as a reading to cache: only an answer
+/// whose every field is a value, of at least one device, and NVML as a whole answered.
+fn reading_of(f: &Fields, asked: &[&str], now: u64, boot: u64) -> Option<SettingsReading> {
     let names: Vec<String> = asked
         .iter()
         .filter(|n| SETTINGS.contains(n))
@@ -108,6 +120,7 @@ fn reading_of(f: &Fields, asked: &[&str], now: u64) -> Option<SettingsReading> {
     let fields = fields.filter(|m| !m.is_empty())?;
     Some(SettingsReading {
         read_at: now,
+        boot_s: boot,
         names,
         fields,
     })
@@ -159,7 +172,8 @@ pub fn probe(wanted: &[&str], reuse: &[&str], fresh: bool) -> Fields {
         && let Some((key, path)) = &settings_cache
         && let Some(reading) =
             crate::foundation::fsutil::read_keyed::<SettingsReading>(path, CACHE_SCHEMA, key)
-        && let Some(settings) = reusable(&reading, &live, now_s())
+        && let Some(boot) = boot_now()
+        && let Some(settings) = reusable(&reading, &live, boot)
     {
         let mut f = only(hit.clone().unwrap_or_default(), wanted);
         f.extend(settings);
@@ -178,7 +192,8 @@ pub fn probe(wanted: &[&str], reuse: &[&str], fresh: bool) -> Fields {
     };
     let mut f = query(&asked);
     if let Some((key, path)) = &settings_cache
-        && let Some(reading) = reading_of(&f, &asked, now_s())
+        && let Some(boot) = boot_now()
+        && let Some(reading) = reading_of(&f, &asked, now_s(), boot)
     {
         crate::foundation::fsutil::write_keyed(path, CACHE_SCHEMA, key, reading);
     }
@@ -369,9 +384,10 @@ mod tests {
         assert_eq!(fields["gpu.devices.1.ecc"], Field::Value("true".into()));
     }
 
-    fn reading(read_at: u64) -> SettingsReading {
+    fn reading(boot_s: u64) -> SettingsReading {
         SettingsReading {
-            read_at,
+            read_at: 1_700_000_000,
+            boot_s,
             names: vec!["ecc".into(), "power-limit-w".into()],
             fields: [
                 ("nvml.GPU-a.ecc", "true"),
@@ -410,21 +426,28 @@ mod tests {
             "nvml.GPU-a.power-limit-w".into(),
             Field::Value("700".into()),
         );
-        let r = reading_of(&f, &["ecc", "power-limit-w", "vbios"], 7).unwrap();
+        let r = reading_of(&f, &["ecc", "power-limit-w", "vbios"], 7, 3).unwrap();
         assert_eq!(r.names, vec!["ecc", "power-limit-w"]);
         assert_eq!(r.fields.len(), 2, "{r:?}");
-        assert_eq!(r.read_at, 7);
-        assert_eq!(reading_of(&f, &["vbios"], 7), None, "no setting asked");
+        assert_eq!((r.read_at, r.boot_s), (7, 3));
+        assert_eq!(reading_of(&f, &["vbios"], 7, 3), None, "no setting asked");
         f.insert(
             "nvml.GPU-b.ecc".into(),
             Field::Unavailable("not supported".into()),
         );
-        assert_eq!(reading_of(&f, &["ecc"], 7), None, "a device did not answer");
+        assert_eq!(
+            reading_of(&f, &["ecc"], 7, 3),
+            None,
+            "a device did not answer"
+        );
         let whole = [(
             "nvml".to_string(),
             Field::Unavailable("NVML not found".into()),
         )];
-        assert_eq!(reading_of(&whole.into_iter().collect(), &["ecc"], 7), None);
+        assert_eq!(
+            reading_of(&whole.into_iter().collect(), &["ecc"], 7, 3),
+            None
+        );
     }
 
     #[test]
