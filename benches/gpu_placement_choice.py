@@ -28,6 +28,16 @@ import tempfile
 from gpu_bench_phases import project
 
 
+def gpu_identity():
+    """The card the runs had (calls of the device machine may get another one each time)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,serial,pci.bus_id,clocks.max.sm",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() or r.stderr.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({e})"
+
+
 def cv(xs):
     return 100 * st.stdev(xs) / st.mean(xs) if len(xs) > 1 else float("nan")
 
@@ -102,6 +112,7 @@ def main():
                     sys.exit(f"{label}: repro bench failed ({r.returncode}):\n{r.stderr[-2000:]}")
                 meds[label].append(json.loads(r.stdout)["results"][0]["summary"]["median"])
         print(f"vector_add, n = 1M, graph mode: {a.runs} invocations of each variant, taken in turn")
+        print(f"GPU: {gpu_identity()}")
         print(f"{'variant':10} {'placements':>10} {'median us':>10} {'CV':>7}")
         for label, _, placements, _ in variants:
             xs = meds[label]
