@@ -219,24 +219,15 @@ type Captured = (Fingerprint, Option<std::time::SystemTime>);
 /// lockfiles check with `warn` and none checks with a policy it can fail on; none under
 /// `--strict`, where a warning fails the check. A setting whose reading would warn is read
 /// again before the warning is shown (see `check`).
-fn reusable_settings<'a>(
-    locks: impl IntoIterator<Item = &'a Lock> + Clone,
-    strict: bool,
-) -> Vec<&'a str> {
+fn reusable_settings<'a>(locks: &[&'a Lock], strict: bool) -> Vec<&'a str> {
     if strict {
         return Vec::new();
     }
+    let rules = || locks.iter().flat_map(|l| l.rules.iter());
     let fatal = |key: &str| {
-        locks.clone().into_iter().any(|l| {
-            l.rules
-                .iter()
-                .any(|r| r.key == key && !matches!(r.policy, Policy::Warn(_) | Policy::Ignore(_)))
-        })
+        rules().any(|r| r.key == key && !matches!(r.policy, Policy::Warn(_) | Policy::Ignore(_)))
     };
-    locks
-        .clone()
-        .into_iter()
-        .flat_map(|l| l.rules.iter())
+    rules()
         .filter(|r| matches!(r.policy, Policy::Warn(_)) && !fatal(&r.key))
         .map(|r| r.key.as_str())
         .collect()
@@ -258,7 +249,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         let path = resolve(g, p);
         let lock = lockfile::load(&path)?;
         let demand = Demand::for_keys(checked_keys(&lock))
-            .reusing_settings(reusable_settings([&lock], a.strict));
+            .reusing_settings(reusable_settings(&[&lock], a.strict));
         let fp = get_fp(demand);
         return Ok((path, lock, fp, None));
     }
@@ -269,7 +260,7 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
         1 => {
             let lock = lockfile::load(&candidates[0])?;
             let demand = Demand::for_keys(checked_keys(&lock))
-                .reusing_settings(reusable_settings([&lock], a.strict));
+                .reusing_settings(reusable_settings(&[&lock], a.strict));
             let fp = get_fp(demand);
             Ok((candidates[0].clone(), lock, fp, None))
         }
@@ -283,8 +274,10 @@ fn choose_lock(g: &Globals, a: &CheckArgs) -> anyhow::Result<Chosen> {
                 .iter()
                 .flat_map(|(_, l)| checked_keys(l))
                 .chain(["gpu.name"]);
-            let demand = Demand::for_keys(keys)
-                .reusing_settings(reusable_settings(locks.iter().map(|(_, l)| l), a.strict));
+            let demand = Demand::for_keys(keys).reusing_settings(reusable_settings(
+                &locks.iter().map(|(_, l)| l).collect::<Vec<_>>(),
+                a.strict,
+            ));
             let fp = get_fp(demand);
             let gpu = fp.0.lookup("gpu.name");
             let matching: Vec<&(PathBuf, Lock)> = locks
@@ -367,10 +360,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     let (path, lock, (mut fp, mut settings_read_at), why) = choose_lock(g, &a)?;
     // The settings the chosen lockfile checks with `warn` (another candidate may have let
     // a reading answer for settings this one does not check).
-    let setting = |key: &str| {
-        key.strip_prefix("gpu.")
-            .is_some_and(|n| fingerprint::nvml::SETTINGS.contains(&n))
-    };
+    let setting = |key: &str| fingerprint::nvml::setting_of(key).is_some();
     let reused: Vec<&str> = lock
         .rules
         .iter()

@@ -1992,28 +1992,22 @@ impl Knobs {
                 },
             }
         };
-        let whole = "a whole number from 1 to 64";
-        let placements = match get("REPRO_TIMING_PLACEMENTS", whole)? {
-            None => PLACEMENTS,
-            Some(t) => t
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| t.parse::<usize>().ok())
-                .flatten()
-                .filter(|n| (1..=64).contains(n))
-                .ok_or_else(|| fail("REPRO_TIMING_PLACEMENTS", t.as_ref(), whole))?,
+        // A whole number in `lo..=hi`, written in digits only (no sign, point or exponent).
+        let whole = |name: &str, lo: usize, hi: usize, dflt: usize| {
+            let allowed = format!("a whole number from {lo} to {hi}");
+            match get(name, &allowed)? {
+                None => Ok(dflt),
+                Some(t) => t
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| t.parse::<usize>().ok())
+                    .flatten()
+                    .filter(|n| (lo..=hi).contains(n))
+                    .ok_or_else(|| fail(name, t.as_ref(), &allowed)),
+            }
         };
-        let ranks = "a whole number from 0 to 63";
-        let rank = match get("REPRO_TIMING_PLACEMENT_RANK", ranks)? {
-            None => 0,
-            Some(t) => t
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| t.parse::<usize>().ok())
-                .flatten()
-                .filter(|n| *n < 64)
-                .ok_or_else(|| fail("REPRO_TIMING_PLACEMENT_RANK", t.as_ref(), ranks))?,
-        };
+        let placements = whole("REPRO_TIMING_PLACEMENTS", 1, 64, PLACEMENTS)?;
+        let rank = whole("REPRO_TIMING_PLACEMENT_RANK", 0, 63, 0)?;
         let settle = match get("REPRO_TIMING_SETTLE", "1 (settle) or 0 (do not)")?.as_deref() {
             None => SETTLE,
             Some("1") => true,

@@ -448,10 +448,7 @@ impl<'a> Scan<'a> {
 
     /// [`Self::brace_macro_use`] of a line that is one use.
     fn one_brace_macro_use(&self, line: &str) -> Option<String> {
-        let name_end = line
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(line.len());
-        let (name, rest) = line.split_at(name_end);
+        let (name, rest) = leading_ident(line);
         let (params, text) = self.brace_macros.get(name)?;
         let rest = rest.trim();
         let Some(params) = params else {
@@ -697,10 +694,7 @@ impl<'a> Scan<'a> {
         let Some(rest) = rest.map(str::trim_start) else {
             return;
         };
-        let name_end = rest
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
-        let (name, after) = rest.split_at(name_end);
+        let (name, after) = leading_ident(rest);
         self.brace_macros.remove(name);
         if line.starts_with("#undef") || self.brace_macros.len() >= MAX_DEFINES {
             return;
@@ -809,6 +803,14 @@ fn opened_by(head: &str) -> Option<Vec<String>> {
         names.push(part.to_string());
     }
     Some(names)
+}
+
+/// The identifier characters `s` starts with, and the rest.
+fn leading_ident(s: &str) -> (&str, &str) {
+    s.split_at(
+        s.find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(s.len()),
+    )
 }
 
 /// What follows the word `w` that `s` starts with (not a longer identifier's start), spaces

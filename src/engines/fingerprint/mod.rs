@@ -83,13 +83,8 @@ impl Demand {
     /// left out) at most [`nvml::SETTINGS_MAX_AGE`] old answer instead of NVML, when
     /// nothing else needs NVML started.
     pub fn reusing_settings<'a>(mut self, keys: impl IntoIterator<Item = &'a str>) -> Self {
-        for key in keys {
-            if let Some(name) = key.strip_prefix("gpu.")
-                && let Some(setting) = nvml::SETTINGS.iter().find(|s| **s == name)
-            {
-                self.reuse.insert(setting);
-            }
-        }
+        self.reuse
+            .extend(keys.into_iter().filter_map(nvml::setting_of));
         self
     }
     /// Whether a probe is demanded.

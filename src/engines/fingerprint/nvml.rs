@@ -40,6 +40,12 @@ pub const PER_BOOT: [&str; 3] = ["max-sm-clock-mhz", "max-mem-clock-mhz", "vbios
 /// administrator can change at any time (persistence mode, MIG mode, the power limit).
 pub const SETTINGS: [&str; 4] = ["ecc", "persistence-mode", "mig-mode", "power-limit-w"];
 
+/// The setting a lockfile key names (`gpu.ecc` -> `ecc`), if it names one of [`SETTINGS`].
+pub fn setting_of(key: &str) -> Option<&'static str> {
+    let name = key.strip_prefix("gpu.")?;
+    SETTINGS.iter().copied().find(|s| *s == name)
+}
+
 /// How old a reading of [`SETTINGS`] a check may reuse instead of starting NVML, which
 /// costs about 25 ms before the first field on an H200 (`benches/nvml_start.py`). A
 /// setting changed since then shows after this long, or at once with `--fresh`; bench
@@ -89,12 +95,11 @@ fn reusable(reading: &SettingsReading, names: &[&str], boot: u64) -> Option<Fiel
         reading.boot_s <= boot && boot - reading.boot_s <= SETTINGS_MAX_AGE.as_secs();
     let covers = names.iter().all(|n| reading.names.iter().any(|r| r == n));
     (fresh_enough && covers).then(|| {
-        reading
+        let all = reading
             .fields
             .iter()
-            .filter(|(k, _)| k.rsplit_once('.').is_some_and(|(_, n)| names.contains(&n)))
-            .map(|(k, v)| (k.clone(), Field::Value(v.clone())))
-            .collect()
+            .map(|(k, v)| (k.clone(), Field::Value(v.clone())));
+        only(all.collect(), names)
     })
 }
 
@@ -140,16 +145,14 @@ pub fn take_settings_read_at(f: &mut Fields) -> Option<std::time::SystemTime> {
 /// of them at most [`SETTINGS_MAX_AGE`] old answers instead of NVML (and the answer says
 /// when it was read); once NVML is started, everything is asked of it.
 pub fn probe(wanted: &[&str], reuse: &[&str], fresh: bool) -> Fields {
-    let key = if fresh {
-        None
-    } else {
-        super::cuda::cache_key()
-    };
+    // The device cache's key names both caches; `fresh` reads (but still writes) settings.
+    let key = super::cuda::cache_key();
     let dir = crate::foundation::fsutil::cache_dir();
     let boot_cache = key
         .clone()
+        .filter(|_| !fresh)
         .zip(dir.as_ref().map(|d| d.join("gpu-nvml.json")));
-    let settings_cache = super::cuda::cache_key().zip(dir.map(|d| d.join("gpu-settings.json")));
+    let settings_cache = key.zip(dir.map(|d| d.join("gpu-settings.json")));
     let wants_boot = wanted.iter().any(|n| PER_BOOT.contains(n));
     let live: Vec<&str> = wanted
         .iter()
