@@ -233,8 +233,15 @@ pub struct Found {
 /// `__global__` are tracked as the scan goes, so a large or hostile file costs time in
 /// proportion to its size; at most [`MAX_KERNELS`] occurrences are looked at.
 pub fn kernels_with(src: &str) -> Vec<Found> {
+    kernels_in(src, &Headers::new())
+}
+
+/// [`kernels_with`], where the source's `#include`s of repository headers bring in the
+/// macros they define that open or close braces (`CUB_NAMESPACE_BEGIN` from a header):
+/// a namespace such a macro opens names the kernels inside it.
+pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
     let text = strip_comments(src);
-    let mut scan = Scan::new(&text);
+    let mut scan = Scan::new(&text, headers);
     let mut out: Vec<Found> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut from = 0;
@@ -380,11 +387,21 @@ struct Scan<'a> {
     defines: Defines,
     /// The macros defined so far whose text opens or closes braces (`#define NS_BEGIN
     /// namespace lib {`, `#define NS(n) namespace n {`), by name: their parameters and text.
-    brace_macros: std::collections::HashMap<String, (Option<Vec<String>>, String)>,
+    brace_macros: BraceMacros,
+    /// The brace macros each repository header defines (by its `#include` as written), taken
+    /// in where the source includes it.
+    headers: &'a Headers,
 }
 
+/// Macros whose text opens or closes braces, by name: their parameters and text.
+type BraceMacros = std::collections::HashMap<String, (Option<Vec<String>>, String)>;
+
+/// The brace macros an `#include` brings in, by the include's path as written (`ns.h`, from
+/// `#include "ns.h"` or `#include <ns.h>`): those of the header and of what it includes.
+pub type Headers = std::collections::HashMap<String, BraceMacros>;
+
 impl<'a> Scan<'a> {
-    fn new(text: &'a str) -> Scan<'a> {
+    fn new(text: &'a str, headers: &'a Headers) -> Scan<'a> {
         Scan {
             text,
             at: 0,
@@ -400,7 +417,8 @@ impl<'a> Scan<'a> {
             conds: Vec::new(),
             pending: String::new(),
             defines: Defines::default(),
-            brace_macros: std::collections::HashMap::new(),
+            brace_macros: BraceMacros::new(),
+            headers,
         }
     }
 
@@ -670,6 +688,7 @@ impl<'a> Scan<'a> {
                 self.defines.take(&l, certain);
                 self.take_brace_macro(&l);
             }
+            _ if l.starts_with("#include") && !self.never() => self.take_header(&l),
             "#endif" => {
                 self.conds.pop();
                 // The braces of the first branch are kept, unless it is never compiled
@@ -718,6 +737,18 @@ impl<'a> Scan<'a> {
         if text.contains(['{', '}']) {
             self.brace_macros
                 .insert(name.to_string(), (params, text.trim().to_string()));
+        }
+    }
+
+    /// Takes in the brace macros of the repository header an `#include` line names.
+    fn take_header(&mut self, line: &str) {
+        let Some((h, _)) = include_of(line) else {
+            return;
+        };
+        for (name, def) in self.headers.get(&h).into_iter().flatten() {
+            if self.brace_macros.len() < MAX_DEFINES || self.brace_macros.contains_key(name) {
+                self.brace_macros.insert(name.clone(), def.clone());
+            }
         }
     }
 
@@ -1048,18 +1079,18 @@ fn name_after(rest: &str) -> Option<String> {
 
 /// The `#include`s of a source: (path, is an angle include).
 pub fn includes(src: &str) -> Vec<(String, bool)> {
-    strip_comments(src)
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix('#')?.trim_start();
-            let rest = l.strip_prefix("include")?.trim();
-            if let Some(r) = rest.strip_prefix('<') {
-                return Some((r.split('>').next()?.trim().to_string(), true));
-            }
-            let r = rest.strip_prefix('"')?;
-            Some((r.split('"').next()?.to_string(), false))
-        })
-        .collect()
+    strip_comments(src).lines().filter_map(include_of).collect()
+}
+
+/// The header an `#include` line names: (path, is an angle include).
+fn include_of(line: &str) -> Option<(String, bool)> {
+    let l = line.trim_start().strip_prefix('#')?.trim_start();
+    let rest = l.strip_prefix("include")?.trim();
+    if let Some(r) = rest.strip_prefix('<') {
+        return Some((r.split('>').next()?.trim().to_string(), true));
+    }
+    let r = rest.strip_prefix('"')?;
+    Some((r.split('"').next()?.to_string(), false))
 }
 
 /// The component an angle include names.
@@ -1140,7 +1171,11 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     })?;
     let src = String::from_utf8_lossy(&bytes).into_owned();
     let source = rel.to_string_lossy().replace('\\', "/");
-    let all = kernels_with(&src);
+    // The repository's files are listed once, for every look-up, and only if an include
+    // is not beside the file.
+    let mut files = None;
+    let included = included_files(&root_canon, &rel, &src, &mut files);
+    let all = kernels_in(&src, &included.headers_of(&source));
     if all.is_empty() {
         // Named as `--recipe` takes them: relative to the current directory.
         let here = cwd
@@ -1149,8 +1184,8 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             .and_then(|c| c.strip_prefix(&root_canon).ok().map(Path::to_path_buf))
             .unwrap_or_default();
         return Err(InitError::NoKernel {
-            included: included_files(&root_canon, &rel, &src, &mut None)
-                .0
+            included: included
+                .files
                 .iter()
                 .filter(|(_, text)| !kernels(text).is_empty())
                 .map(|(f, _)| relative_to(&here, f))
@@ -1177,14 +1212,11 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             )
         })
         .collect();
-    // The repository's files are listed once, for both look-ups, and only if an include
-    // is not beside the file.
-    let mut files = None;
     let (include_dirs, host) = resolve_includes(&root_canon, dir, &incs, &mut files);
     // A component included through the repository's own headers (llm.c's kernels include
     // NVTX through `cuda_common.h`) is needed as much as one included directly; one the
     // repository holds itself (a vendored `cutlass/`) is not.
-    let through = included_files(&root_canon, &rel, &src, &mut files).1;
+    let through = included.outside;
     let components: BTreeSet<String> = host
         .iter()
         .chain(&through)
@@ -1713,19 +1745,21 @@ fn resolve_includes(
 /// whose path ends with it (as [`resolve_includes`] finds include directories); at most
 /// [`MAX_INCLUDED`] files are read, each bounded as the named file is, and
 /// [`MAX_INCLUDED_BYTES`] in all.
-fn included_files(
-    root: &Path,
-    rel: &Path,
-    src: &str,
-    files: &mut Option<RepoFiles>,
-) -> (Vec<(String, String)>, BTreeSet<String>) {
+fn included_files(root: &Path, rel: &Path, src: &str, files: &mut Option<RepoFiles>) -> Included {
     let mut seen = BTreeSet::from([rel.to_string_lossy().replace('\\', "/")]);
     let mut queue = std::collections::VecDeque::from([(rel.to_path_buf(), src.to_string())]);
     let mut out = Vec::new();
     let mut outside = BTreeSet::new();
+    let mut edges = Vec::new();
     let mut read = 0;
+    let done = |files, outside, edges| Included {
+        files,
+        outside,
+        edges,
+    };
     while let Some((path, text)) = queue.pop_front() {
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let from = path.to_string_lossy().replace('\\', "/");
         for (h, _) in includes(&text) {
             if seen.len() >= MAX_INCLUDED || h.contains("..") || h.starts_with('/') {
                 continue;
@@ -1743,6 +1777,7 @@ fn included_files(
                 outside.insert(h);
                 continue;
             };
+            edges.push((from.clone(), h, found.clone()));
             if !seen.insert(found.clone()) {
                 continue;
             }
@@ -1752,15 +1787,90 @@ fn included_files(
             };
             read += bytes.len();
             if read > MAX_INCLUDED_BYTES {
-                return (out, outside);
+                return done(out, outside, edges);
             }
             let text = String::from_utf8_lossy(&bytes).into_owned();
             queue.push_back((PathBuf::from(&found), text.clone()));
             out.push((found, text));
         }
     }
-    (out, outside)
+    done(out, outside, edges)
 }
+
+/// What [`included_files`] found.
+struct Included {
+    /// The repository's files included, with their text, in the order found.
+    files: Vec<(String, String)>,
+    /// The includes the repository does not answer.
+    outside: BTreeSet<String>,
+    /// Each include the repository answers: (the including file, the include as written,
+    /// the file found), paths relative to the repository's root.
+    edges: Vec<(String, String, String)>,
+}
+
+impl Included {
+    /// The brace macros each `#include` of `file` brings in (see [`Headers`]): each header
+    /// is read once, with the macros of its own includes taken in where it includes them;
+    /// an include cycle adds nothing.
+    fn headers_of(&self, file: &str) -> Headers {
+        let mut memo = std::collections::HashMap::new();
+        self.headers_at(file, &mut memo, &mut BTreeSet::new())
+    }
+
+    fn headers_at(
+        &self,
+        file: &str,
+        memo: &mut std::collections::HashMap<String, BraceMacros>,
+        visiting: &mut BTreeSet<String>,
+    ) -> Headers {
+        let mut out = Headers::new();
+        for (_, spelling, to) in self.edges.iter().filter(|e| e.0 == file) {
+            let macros = self.macros_through(to, memo, visiting);
+            out.insert(spelling.clone(), macros);
+        }
+        out
+    }
+
+    /// The brace macros defined once `file` has been included.
+    fn macros_through(
+        &self,
+        file: &str,
+        memo: &mut std::collections::HashMap<String, BraceMacros>,
+        visiting: &mut BTreeSet<String>,
+    ) -> BraceMacros {
+        if let Some(m) = memo.get(file) {
+            return m.clone();
+        }
+        if !visiting.insert(file.to_string()) {
+            return BraceMacros::new();
+        }
+        let headers = self.headers_at(file, memo, visiting);
+        let text = self.files.iter().find(|(f, _)| f == file).map(|(_, t)| t);
+        let mut macros = text
+            .map(|t| {
+                let t = strip_comments(t) + "\n";
+                let mut scan = Scan::new(&t, &headers);
+                scan.advance_to(t.len());
+                scan.brace_macros
+            })
+            .unwrap_or_default();
+        // Bounded whatever the headers hold: each file's set is kept (memo) and cloned
+        // into every file that includes it.
+        if macros.len() > MAX_HEADER_MACROS {
+            let mut names: Vec<String> = macros.keys().cloned().collect();
+            names.sort();
+            for n in &names[MAX_HEADER_MACROS..] {
+                macros.remove(n);
+            }
+        }
+        visiting.remove(file);
+        memo.insert(file.to_string(), macros.clone());
+        macros
+    }
+}
+
+/// How many brace macros one header brings in, at most.
+const MAX_HEADER_MACROS: usize = 1_000;
 
 /// `file` (relative to the repository's root) as seen from `dir` (also relative to it).
 fn relative_to(dir: &Path, file: &str) -> String {
@@ -2546,6 +2656,71 @@ __global__ void still_top(int* p) {}
                 ("still_top".to_string(), false),
             ]
         );
+    }
+
+    #[test]
+    fn namespaces_a_header_macro_opens_name_the_kernels_where_it_is_included() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        for dir in ["include/lib/detail", "src"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        let write = |p: &str, t: &str| std::fs::write(root.join(p), t).unwrap();
+        // Found as the repository's file (an include directory), through a header it
+        // includes, and a cycle of two headers with guards.
+        write(
+            "include/lib/ns.h",
+            "#pragma once\n#include \"detail/open.h\"\n// #define LIB_BEGIN namespace wrong {\n#define LIB_BEGIN \\\n  namespace lib {\n#define LIB_END }\n",
+        );
+        write(
+            "include/lib/detail/open.h",
+            "#ifndef OPEN_H\n#define OPEN_H\n#include \"../ns.h\"\n#define OPEN_NS(n) namespace n {\n#define CLOSE_NS }\n#endif\n",
+        );
+        write(
+            "src/late.h",
+            "#define LATE_BEGIN namespace late {\n#define LATE_END }\n",
+        );
+        write("src/never.h", "#define NEVER_BEGIN namespace never {\n");
+        write(
+            "src/k.cu",
+            r#"#include "lib/ns.h"
+#if 0
+#include "never.h"
+#endif
+LIB_BEGIN
+__global__ void k1(float* x) {}
+OPEN_NS(inner)
+__global__ void k2(float* x) {}
+CLOSE_NS
+LIB_END
+NEVER_BEGIN
+LATE_BEGIN
+__global__ void top(float* x) {}
+#include "late.h"
+LATE_BEGIN
+__global__ void in_late(float* x) {}
+LATE_END
+"#,
+        );
+        let k = read_kernel_file(root, root, Path::new("src/k.cu")).unwrap();
+        assert_eq!(
+            k.kernels,
+            ["lib::k1", "lib::inner::k2", "top", "late::in_late"]
+        );
+        assert_eq!(k.include_dirs, ["include"]);
+        // The same source alone knows none of them.
+        let src = std::fs::read_to_string(root.join("src/k.cu")).unwrap();
+        assert_eq!(kernels(&src)[0].0, "k1");
+        // However many a header defines, one include brings in a bounded number.
+        let many: String = (0..3 * MAX_HEADER_MACROS)
+            .map(|i| format!("#define B{i} namespace n{i} {{\n"))
+            .collect();
+        let inc = Included {
+            files: vec![("h.h".into(), many)],
+            outside: BTreeSet::new(),
+            edges: vec![("k.cu".into(), "h.h".into(), "h.h".into())],
+        };
+        assert_eq!(inc.headers_of("k.cu")["h.h"].len(), MAX_HEADER_MACROS);
     }
 
     #[test]
