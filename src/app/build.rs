@@ -107,7 +107,31 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let (recipes, mut unbuilt) = recipes;
     let (outcomes, failures) = build_all(g, &root, &recipes, &opts);
     unbuilt.extend(failures);
+    // A command that was all clean hits is written down, to be answered from its stamp
+    // next time (see `app::hit`).
+    let clean = !a.force && !a.explain && a.at_commit.is_none() && opts.nix_fallback.is_none();
+    if clean && unbuilt.is_empty() && !outcomes.is_empty() && outcomes.iter().all(clean_hit) {
+        crate::app::hit::keep(g, &outcomes);
+    } else {
+        crate::app::hit::drop_stamp(g);
+    }
     finish(g, outcomes, unbuilt)
+}
+
+/// Whether an outcome is a hit that says nothing but that it is one.
+fn clean_hit(o: &Outcome) -> bool {
+    o.cached && o.status == "ok" && o.repaired.is_empty() && o.explain.is_none()
+}
+
+/// Shows outcomes as `repro build` does (each in turn, then the summary), for hits
+/// answered from their stamp: the exit code.
+pub(crate) fn report_hits(g: &Globals, outcomes: Vec<Outcome>) -> anyhow::Result<u8> {
+    for o in &outcomes {
+        if !g.json && (!g.quiet || o.status != "ok") {
+            let _ = emit_outcome(o, g);
+        }
+    }
+    finish(g, outcomes, Vec::new())
 }
 
 /// The build options of a command line.

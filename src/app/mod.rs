@@ -15,6 +15,7 @@ pub mod bundle;
 pub mod context;
 pub mod demo;
 pub mod env;
+pub mod hit;
 pub mod init;
 mod lean;
 pub mod plot;
@@ -251,7 +252,15 @@ fn run_internal(internal: Internal) -> anyhow::Result<u8> {
 
 /// The whole program: parse, run, report, exit.
 pub fn main() -> ExitCode {
+    let started = std::time::SystemTime::now();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some((globals, outcomes)) = hit::answer(&argv) {
+        return match build::report_hits(&globals, outcomes) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => ExitCode::from(report::report(&e)),
+        };
+    }
+    hit::begin(&argv, started);
     let parsed = match lean::matches(&argv).and_then(|m| Cli::from_arg_matches(&m).ok()) {
         Some(cli) => Ok(cli),
         None => command()

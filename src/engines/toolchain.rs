@@ -173,7 +173,7 @@ fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
             .map(PathBuf::from)
     };
     if let Some(d) = pins.nvrtc_dir()
-        && d.join(install::STAMP).is_file()
+        && crate::foundation::stamp::noted(&d.join(install::STAMP)).is_file()
     {
         c.push((
             d.join("lib"),
@@ -184,7 +184,7 @@ fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
         // Only complete trees: an install killed part way has no stamp.
         for d in sorted_desc(&dir, "nvrtc-")
             .into_iter()
-            .filter(|d| d.join(install::STAMP).is_file())
+            .filter(|d| crate::foundation::stamp::noted(&d.join(install::STAMP)).is_file())
         {
             c.push((d.join("lib"), "installed by repro toolchain install".into()));
         }
@@ -227,6 +227,7 @@ fn nvrtc_candidates(pins: &Pins) -> Vec<(PathBuf, String)> {
 
 /// Entries of `dir` whose names start with `prefix`, newest version first.
 pub(crate) fn sorted_desc(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    crate::foundation::stamp::note(dir);
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -270,6 +271,8 @@ fn site_packages() -> Vec<PathBuf> {
 /// The NVRTC library file in `dir` (or `dir` itself if it is a file), preferring the
 /// CUDA 13 soname and never picking the builtins or the `.alt` variant.
 fn library_in(dir: &Path) -> Option<PathBuf> {
+    // The directory's entries decide which library is found.
+    crate::foundation::stamp::note(dir);
     if dir.is_file() {
         return Some(dir.to_owned());
     }
@@ -538,6 +541,7 @@ pub fn probe_nvcc(pins: &Pins) -> Fields {
 pub fn nvrtc_identity(pins: &Pins) -> Result<serde_json::Value, NvrtcError> {
     use std::os::unix::fs::MetadataExt;
     let found = find_nvrtc(pins)?;
+    crate::foundation::stamp::note(&found.path);
     let meta = std::fs::metadata(&found.path).map_err(|e| NvrtcError::Read {
         action: "stat",
         path: found.path.clone(),
@@ -599,6 +603,8 @@ fn builtins_in(dir: &Path) -> Option<PathBuf> {
 
 /// The identity of nvcc, for build keys: its `--version` text (release and build id).
 pub fn nvcc_identity() -> Result<(PathBuf, serde_json::Value), NvccError> {
+    // What the machine's nvcc says of itself is not in any file's stat data.
+    crate::foundation::stamp::refuse("the machine's nvcc is asked its version");
     let path = find_nvcc().ok_or(NvccError::NotFound)?;
     let out = Cmd::new(&path)
         .arg("--version")

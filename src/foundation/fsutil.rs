@@ -528,6 +528,7 @@ pub fn hash_regular(path: &Path, max: u64) -> std::io::Result<String> {
 /// regular file.
 fn open_checked(path: &Path, max: u64, follow: bool) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
+    crate::foundation::stamp::note(path);
     let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let file = std::fs::OpenOptions::new()
         .read(true)

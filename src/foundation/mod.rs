@@ -35,6 +35,7 @@ pub mod runspec;
 pub mod scratch;
 pub mod solib;
 pub mod spans;
+pub mod stamp;
 pub mod stats;
 pub mod store;
 pub mod symbols;

@@ -585,6 +585,7 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
 
 /// The names of the recipes under `root/recipes`, sorted.
 pub fn list(root: &Path) -> Vec<String> {
+    crate::foundation::stamp::note(&root.join(DIR));
     let mut v: Vec<String> = std::fs::read_dir(root.join(DIR))
         .into_iter()
         .flatten()

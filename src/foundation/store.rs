@@ -284,6 +284,8 @@ impl Store {
 
     /// What the store's directory is (see [`Store::check_schema`]).
     fn identify(&self) -> Result<Identity, StoreError> {
+        // What the directory holds decides what it is.
+        crate::foundation::stamp::note(&self.root);
         match std::fs::symlink_metadata(&self.root) {
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(StoreError::Symlink {
@@ -645,6 +647,7 @@ impl Store {
                 what: format!("its content hashes to {}", keys::short(&actual)),
             });
         }
+        crate::foundation::stamp::note_blob(&path, digest);
         Ok(bytes)
     }
 

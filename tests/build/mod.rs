@@ -3,6 +3,7 @@
 
 mod cli;
 mod coverage;
+mod hits;
 mod honest;
 mod identity;
 mod recipe_errors;

@@ -217,7 +217,9 @@ impl Dir {
 
 impl FileSource for Dir {
     fn is_file(&self, rel: &str) -> bool {
-        self.root.join(rel).is_file()
+        let path = self.root.join(rel);
+        crate::foundation::stamp::note(&path);
+        path.is_file()
     }
     fn read(&self, rel: &str) -> Result<Vec<u8>, InputError> {
         read(&self.root, &self.canonical_root, rel)
@@ -262,6 +264,11 @@ pub fn include_closure_in(
 
 fn read(root: &Path, canonical_root: &Path, rel: &str) -> Result<Vec<u8>, InputError> {
     let path = root.join(rel);
+    // Each directory on the way too: where a link among them leads decides whether the
+    // file is in the repository.
+    for p in path.ancestors().take_while(|p| p.starts_with(root)) {
+        crate::foundation::stamp::note(p);
+    }
     // A symbolic link may point out of the repository; what it points to is not an input
     // that another checkout would have.
     if let Ok(real) = path.canonicalize()
@@ -609,6 +616,7 @@ pub fn glob_inputs(root: &Path, globs: &[String]) -> Result<BTreeMap<String, Vec
             glob: format!("{g} ({e})"),
         })?;
         let start = root.join(literal_prefix(g));
+        crate::foundation::stamp::note(&start);
         let mut matched = false;
         for entry in walkdir::WalkDir::new(&start)
             .sort_by_file_name()
@@ -616,6 +624,10 @@ pub fn glob_inputs(root: &Path, globs: &[String]) -> Result<BTreeMap<String, Vec
             .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | ".repro")))
             .flatten()
         {
+            if entry.file_type().is_dir() {
+                // What a directory holds decides what the glob matches.
+                crate::foundation::stamp::note(entry.path());
+            }
             if !entry.file_type().is_file() {
                 continue;
             }

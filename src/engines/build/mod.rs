@@ -591,6 +591,7 @@ fn source_compiler(
             source: Box::new(e),
         },
     })?;
+    crate::foundation::stamp::note(&t.compiler());
     if plan.family == Family::Nvcc {
         let include_dirs = t
             .stamp
@@ -723,6 +724,10 @@ pub fn build(
     opts: &Options,
 ) -> Result<Outcome, BuildError> {
     let start = Instant::now();
+    if !matches!(recipe.build, Build::Nvrtc(_) | Build::Nvcc(_)) {
+        // A command's or a torch extension's inputs reach past the files noted here.
+        crate::foundation::stamp::refuse("only NVRTC and nvcc builds are stamped");
+    }
     store.check_schema()?;
     one_target(recipe)?;
     // Shared with other builds, exclusive of gc: the objects this build writes stay until
@@ -754,6 +759,10 @@ pub fn build(
         && let Some(rec) = existing
         && let Some(mut hit) = cache_hit(store, recipe, &key, &rec, &mut repaired)
     {
+        if rec.dirty.is_some() {
+            // Whether the tree is clean again is asked of git on every hit.
+            crate::foundation::stamp::refuse("the record was built from uncommitted edits");
+        }
         cleaned(store, root, opts, &inputs, rec);
         hit.duration_ms = start.elapsed().as_secs_f64() * 1e3;
         hit.explain = explanation;

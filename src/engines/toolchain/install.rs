@@ -574,6 +574,7 @@ pub fn root() -> Result<PathBuf, InstallError> {
 /// Reads the stamp of the tree at `dir`; `Err` says why the tree does not count.
 pub fn read_stamp(dir: &Path) -> Result<Stamp, StampError> {
     let path = dir.join(STAMP);
+    crate::foundation::stamp::note(&path);
     let meta = std::fs::metadata(&path).map_err(|_| StampError::Missing)?;
     if meta.len() > 1 << 20 {
         return Err(StampError::TooLarge { path });
@@ -648,7 +649,7 @@ impl Installed {
 pub fn find(plan: &Plan) -> Result<Installed, InstallError> {
     let dir = root()?.join(plan.dir_name());
     let spec = plan.spec().to_string();
-    if !dir.exists() {
+    if !crate::foundation::stamp::noted(&dir).exists() {
         return Err(InstallError::NotInstalled { spec, detail: None });
     }
     let stamp = read_stamp(&dir).map_err(|why| InstallError::NotInstalled {
@@ -1311,6 +1312,7 @@ pub fn list() -> Vec<Entry> {
     let Ok(root) = root() else {
         return Vec::new();
     };
+    crate::foundation::stamp::note(&root);
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .into_iter()
         .flatten()
@@ -1341,7 +1343,7 @@ pub fn note_project(tree: &str, project: &Path) {
     let text = project.display().to_string();
     let name = &crate::foundation::keys::sha256_hex(text.as_bytes())[..16];
     let file = root.join(PROJECTS).join(tree).join(name);
-    if std::fs::read_to_string(&file).is_ok_and(|t| t == text) {
+    if std::fs::read_to_string(crate::foundation::stamp::noted(&file)).is_ok_and(|t| t == text) {
         return;
     }
     let _ = std::fs::create_dir_all(file.parent().unwrap_or(&root));

@@ -41,9 +41,40 @@ pub const PROJECT_ROOT_VAR: &str = "REPRO_PROJECT_ROOT";
 
 /// The working-tree root of the repository containing `dir`, if any.
 pub fn discover_root(dir: &Path) -> Option<PathBuf> {
+    note_discovery(dir);
     let repo = Repository::discover(dir).ok()?;
     // git2 gives the working directory with a trailing slash; normalise it away.
     repo.workdir().map(|p| p.components().collect())
+}
+
+/// Notes (for a build hit's stamp) what libgit2's discovery from `dir` reads: the `.git`
+/// of every directory up to `/` (libgit2 passes over one that is no repository, so all of
+/// them, not only up to the first), each one's config, and the user's and the system's
+/// config (which may mark a repository safe for another owner). A `.git` file (a linked
+/// worktree, a submodule) leads further: no stamp then.
+fn note_discovery(dir: &Path) {
+    use crate::foundation::stamp;
+    for d in dir.ancestors() {
+        let g = stamp::noted(&d.join(".git")).to_path_buf();
+        match std::fs::symlink_metadata(&g) {
+            Ok(m) if m.is_dir() => stamp::note(&g.join("config")),
+            Ok(_) => return stamp::refuse("a .git on the way is not a directory"),
+            Err(_) => {}
+        }
+    }
+    stamp::note(Path::new("/etc/gitconfig"));
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(home) = env("HOME") {
+        stamp::note(&home.join(".gitconfig"));
+        stamp::note(&home.join(".config/git/config"));
+    }
+    if let Some(xdg) = env("XDG_CONFIG_HOME") {
+        stamp::note(&xdg.join("git/config"));
+    }
 }
 
 /// The first file that the index of the repository containing `dir` tracks under `dir`,
@@ -77,6 +108,13 @@ fn tracked_under_cached_in(dir: &Path, cache: Option<&Path>) -> Option<PathBuf> 
     use crate::foundation::fsutil::{read_keyed, write_keyed};
     let key = || index_stamp(dir).map(|s| format!("{}|{s}", dir.display()));
     let before = cache.and(key());
+    if before.is_none()
+        && crate::foundation::stamp::on()
+        && dir.parent().is_some_and(|p| discover_root(p).is_some())
+    {
+        // libgit2 answers, from files repro does not follow.
+        crate::foundation::stamp::refuse("the store's repository is found by libgit2 alone");
+    }
     if let (Some(cache), Some(k)) = (cache, &before)
         && read_keyed::<bool>(cache, UNTRACKED_SCHEMA, k) == Some(true)
     {
@@ -115,7 +153,7 @@ fn index_stamp(dir: &Path) -> Option<String> {
     }
     let start = dir.parent()?.canonicalize().ok()?;
     let (top, dotgit, meta) = start.ancestors().find_map(|d| {
-        let g = d.join(".git");
+        let g = crate::foundation::stamp::noted(&d.join(".git")).to_path_buf();
         let m = std::fs::symlink_metadata(&g).ok()?;
         Some((d.to_path_buf(), g, m))
     })?;
@@ -130,7 +168,7 @@ fn index_stamp(dir: &Path) -> Option<String> {
         return None;
     };
     let index = gitdir.join("index");
-    let m = std::fs::metadata(&index).ok()?;
+    let m = std::fs::metadata(crate::foundation::stamp::noted(&index)).ok()?;
     Some(format!(
         "{}|{}:{}:{}:{}.{}:{}.{}",
         index.display(),

@@ -1,0 +1,301 @@
+//! What a command's answer depended on, as the file system's stat data: the record behind
+//! a build cache hit's stamp (`src/app/hit.rs`), which answers the same command again
+//! without re-reading and re-hashing its inputs while none of these paths has changed, as
+//! git's index trusts a file's stat data and cargo's fingerprints trust modification times.
+//!
+//! While noting is on, the reads that decide a build hit say what they looked at: every
+//! bounded read ([`crate::foundation::fsutil::open_checked`]), the include closure's look-ups,
+//! the compiler search, the repository discovery and the store. Each path is kept with both
+//! its own stat data and its target's (`lstat` and `stat`), so a replaced link shows too; a
+//! path that was absent is kept as absent, and a directory whose entries were listed is kept
+//! as a directory (creating or removing an entry changes its times). A noting that missed a
+//! path would let a stale hit
+//! through: `tests/build/hits.rs` runs a hit under strace and checks that every file it
+//! opened or looked up was noted.
+//!
+//! Stat data can be trusted only for files that were not changed around the time they were
+//! read: file times tick coarsely (a few milliseconds on Linux), so a file rewritten twice in
+//! one tick, same size, keeps its stat data. [`Noted::seen`] refuses a set where any path
+//! changed less than [`SETTLE`] before the command started (as git calls such an entry
+//! "racily clean"); a change during the command is younger still.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+/// How long before a command's start a path must have last changed for its stat data to
+/// stand for its content.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// At most this many paths are noted; a command that reads more gets no stamp.
+const MAX_PATHS: usize = 4096;
+
+static ON: AtomicBool = AtomicBool::new(false);
+static NOTED: Mutex<Option<Noting>> = Mutex::new(None);
+
+#[derive(Default)]
+struct Noting {
+    paths: std::collections::BTreeSet<PathBuf>,
+    blobs: BTreeMap<PathBuf, String>,
+    refused: Option<String>,
+}
+
+/// Starts noting (for the rest of the process: one command per process).
+pub fn start() {
+    if let Ok(mut n) = NOTED.lock() {
+        *n = Some(Noting::default());
+        ON.store(true, Ordering::Release);
+    }
+}
+
+/// Whether noting is on.
+pub fn on() -> bool {
+    ON.load(Ordering::Acquire)
+}
+
+/// Notes that the answer depends on what `path` is (its content, or its absence).
+pub fn note(path: &Path) {
+    if !ON.load(Ordering::Acquire) {
+        return;
+    }
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        match std::env::current_dir() {
+            Ok(d) => d.join(path),
+            Err(_) => return refuse("the current directory cannot be read"),
+        }
+    };
+    if let Ok(mut n) = NOTED.lock()
+        && let Some(n) = n.as_mut()
+    {
+        if n.paths.len() >= MAX_PATHS {
+            n.refused.get_or_insert_with(|| "too many paths".into());
+            return;
+        }
+        n.paths.insert(abs);
+    }
+}
+
+/// [`note`]s `path` and gives it back, for a look-up written as one expression.
+pub fn noted(path: &Path) -> &Path {
+    note(path);
+    path
+}
+
+/// Notes a stored object whose content a hit re-hashes (it is named by its sha256).
+pub fn note_blob(path: &Path, sha256: &str) {
+    if !ON.load(Ordering::Acquire) {
+        return;
+    }
+    note(path);
+    if let Ok(mut n) = NOTED.lock()
+        && let Some(n) = n.as_mut()
+    {
+        n.blobs.insert(path.to_path_buf(), sha256.to_string());
+    }
+}
+
+/// Says that this command's answer depends on something stat data cannot stand for: it
+/// gets no stamp.
+pub fn refuse(why: &str) {
+    if !ON.load(Ordering::Acquire) {
+        return;
+    }
+    if let Ok(mut n) = NOTED.lock()
+        && let Some(n) = n.as_mut()
+    {
+        n.refused.get_or_insert_with(|| why.to_string());
+    }
+}
+
+/// Why a command gets no stamp.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum NoStamp {
+    /// Noting was never started.
+    #[error("nothing was noted")]
+    NotNoting,
+    /// The answer depended on something stat data cannot stand for.
+    #[error("{0}")]
+    Refused(String),
+    /// A path changed too shortly before the command for its stat data to be trusted.
+    #[error("{} changed too recently to be trusted by its stat data", .0.display())]
+    TooRecent(PathBuf),
+}
+
+/// Stops noting and returns what was noted: the paths with their stat data now, and the
+/// objects to re-hash; or why there can be no stamp.
+pub fn finish(started: SystemTime) -> Result<Noted, NoStamp> {
+    ON.store(false, Ordering::Release);
+    let n = NOTED
+        .lock()
+        .ok()
+        .and_then(|mut n| n.take())
+        .ok_or(NoStamp::NotNoting)?;
+    if let Some(why) = n.refused {
+        return Err(NoStamp::Refused(why));
+    }
+    // An absent path is checked for being absent still, which is exact; a directory whose
+    // entries were listed is noted itself (its times change with every entry made or
+    // removed).
+    let seen: Vec<Seen> = n.paths.iter().map(|p| Seen::of(p)).collect();
+    let limit = started
+        .checked_sub(SETTLE)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let limit_ns = limit
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    if let Some(young) = seen.iter().find(|s| s.changed_after(limit_ns)) {
+        return Err(NoStamp::TooRecent(young.path.clone()));
+    }
+    Ok(Noted {
+        seen,
+        blobs: n
+            .blobs
+            .into_iter()
+            .map(|(p, d)| Blob { path: p, sha256: d })
+            .collect(),
+    })
+}
+
+/// What was noted, with each path's stat data.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Noted {
+    /// Every path, as it was.
+    pub seen: Vec<Seen>,
+    /// The stored objects to re-hash.
+    pub blobs: Vec<Blob>,
+}
+
+impl Noted {
+    /// Whether every path is as it was; the first path that differs otherwise. (The
+    /// objects' digests are the caller's to check, with a bounded read.)
+    pub fn check(&self) -> Result<(), PathBuf> {
+        match self.seen.iter().find(|s| Seen::of(&s.path) != **s) {
+            Some(s) => Err(s.path.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A stored object a hit re-hashes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Blob {
+    /// Where it is.
+    pub path: PathBuf,
+    /// The sha256 of its content.
+    pub sha256: String,
+}
+
+/// One path's stat data: of the path itself (`lstat`) and of what it leads to (`stat`);
+/// `None` where there is nothing.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Seen {
+    /// The path, absolute.
+    pub path: PathBuf,
+    /// Its own stat data.
+    pub own: Option<Meta>,
+    /// Its target's.
+    pub target: Option<Meta>,
+}
+
+impl Seen {
+    /// The path's stat data now.
+    pub fn of(path: &Path) -> Seen {
+        Seen {
+            path: path.to_path_buf(),
+            own: std::fs::symlink_metadata(path).ok().map(|m| Meta::of(&m)),
+            target: std::fs::metadata(path).ok().map(|m| Meta::of(&m)),
+        }
+    }
+
+    fn changed_after(&self, limit_ns: i128) -> bool {
+        [&self.own, &self.target]
+            .into_iter()
+            .flatten()
+            .any(|m| m.mtime_ns >= limit_ns || m.ctime_ns >= limit_ns)
+    }
+}
+
+/// The stat data that changes when a file's content, type, owner or place does.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Meta {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Type and permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, in nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Status change time, in nanoseconds since the epoch (no user can set it).
+    pub ctime_ns: i128,
+}
+
+impl Meta {
+    fn of(m: &std::fs::Metadata) -> Meta {
+        Meta {
+            dev: m.dev(),
+            ino: m.ino(),
+            mode: m.mode(),
+            uid: m.uid(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test: noting is for the whole process, and tests run on threads of one.
+    #[test]
+    fn noted_paths_hold_until_a_file_a_link_or_a_directory_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, "one").unwrap();
+        let old = SystemTime::now() + SETTLE + std::time::Duration::from_secs(1);
+        start();
+        note(&f);
+        note(&d.path().join("absent/x"));
+        note_blob(&f, "digest");
+        let noted = finish(old).unwrap();
+        assert_eq!(noted.blobs[0].path, f);
+        assert_eq!(noted.check(), Ok(()));
+        // A path that was absent and is there now.
+        std::fs::create_dir(d.path().join("absent")).unwrap();
+        std::fs::write(d.path().join("absent/x"), "").unwrap();
+        assert_eq!(noted.check(), Err(d.path().join("absent/x")));
+        std::fs::remove_dir_all(d.path().join("absent")).unwrap();
+        assert_eq!(noted.check(), Ok(()));
+        // A rewrite shows (one of another size: two writes of one size in one tick of the
+        // file clock look alike, which is what the settling time is for).
+        std::fs::write(&f, "three").unwrap();
+        assert_eq!(noted.check(), Err(f.clone()));
+        // Freshly changed files are refused.
+        start();
+        note(&f);
+        // (Other tests of this process may note and refuse at the same time: only that
+        // some reason is given is certain.)
+        assert!(finish(SystemTime::now()).is_err());
+        start();
+        refuse("why");
+        assert!(matches!(finish(old), Err(NoStamp::Refused(_))));
+        // Noting off: nothing is kept.
+        note(&f);
+        assert_eq!(finish(old), Err(NoStamp::NotNoting));
+    }
+}
