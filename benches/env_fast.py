@@ -111,8 +111,8 @@ def main():
         os.unlink(quiet.name)
     store = tempfile.mkdtemp(prefix="repro-env-fast-")
     try:
-        built = all(subprocess.run([b, "--store", os.path.join(store, k), "build", "vector_add"],
-                                   capture_output=True).returncode == 0 for k, b in bins.items())
+        built = all(once([b, "--store", os.path.join(store, k), "build", "vector_add"])[1] == 0
+                    for k, b in bins.items())
         # A warm hit is one whose inputs and records have stood for a while: repro answers
         # a hit from its stamp only where every file it read changed at least 2 s before
         # (younger stat data may hide a change; see src/foundation/stamp.rs).
@@ -123,8 +123,7 @@ def main():
                                      for k, b in bins.items()}, a.runs))
             # The default store, `.repro` at the repository's root: repro checks that the
             # repository does not track it (the index is read, or its answer cached).
-            defaults = all(subprocess.run([b, "build", "vector_add"], capture_output=True)
-                           .returncode == 0 for b in bins.values())
+            defaults = all(once([b, "build", "vector_add"])[1] == 0 for b in bins.values())
             if defaults:
                 time.sleep(2.5)
                 rows.update(interleaved({f"the same hit, default store .repro ({k})":

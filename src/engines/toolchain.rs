@@ -558,7 +558,7 @@ pub fn nvrtc_identity(pins: &Pins) -> Result<serde_json::Value, NvrtcError> {
     // The user's own cache, still read only if a regular file of at most 1 MiB.
     let mut entries: serde_json::Map<String, serde_json::Value> = cache
         .as_ref()
-        .and_then(|p| crate::foundation::fsutil::read_regular(p, 1 << 20).ok())
+        .and_then(|p| crate::foundation::fsutil::read_cache(p, 1 << 20).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
     if let Some(hit) = entries.get(&stamp) {

@@ -189,7 +189,7 @@ const KEYED_CACHE_BYTES: u64 = 1 << 20;
 /// unreadable or of another schema (a cache is this user's own file, but it is still read
 /// with a bound and checked).
 fn keyed_entries<T: serde::de::DeserializeOwned>(path: &Path, schema: u32) -> Vec<KeyedEntry<T>> {
-    read_regular(path, KEYED_CACHE_BYTES)
+    read_cache(path, KEYED_CACHE_BYTES)
         .ok()
         .and_then(|b| serde_json::from_slice::<KeyedFile<T>>(&b).ok())
         .filter(|f| f.schema == schema)
@@ -385,6 +385,7 @@ pub fn umask() -> u32 {
 /// memory.
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    crate::foundation::stamp::note(path);
     let (file, len) = open_checked(path, max, true)?;
     let mut out = Vec::with_capacity(len as usize);
     file.take(max + 1).read_to_end(&mut out)?;
@@ -398,6 +399,7 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 /// its own bound (a bundle): a directory, FIFO, socket or device is refused
 /// (`InvalidInput`) without blocking on it.
 pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    crate::foundation::stamp::note(path);
     open_checked(path, u64::MAX, true).map(|(f, _)| f)
 }
 
@@ -487,6 +489,18 @@ pub fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
 /// is read through this, so a planted FIFO, `/dev/zero` or a link out of the store is
 /// refused rather than hung on, read forever, or followed.
 pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    crate::foundation::stamp::note(path);
+    read_regular_unnoted(path, max)
+}
+
+/// [`read_regular`] of one of repro's own cache files, whose every answer is kept under a
+/// key made of other files' stat data (an NVRTC library's, a git index's): a build hit's
+/// stamp notes those files, not the cache (which other commands rewrite as they go).
+pub fn read_cache(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    read_regular_unnoted(path, max)
+}
+
+fn read_regular_unnoted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let (file, len) = open_checked(path, max, false)?;
     let mut out = Vec::with_capacity(len as usize);
@@ -503,6 +517,7 @@ pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 pub fn hash_regular(path: &Path, max: u64) -> std::io::Result<String> {
     use sha2::Digest;
     use std::io::Read;
+    crate::foundation::stamp::note(path);
     let (file, _) = open_checked(path, max, false)?;
     let mut reader = file.take(max + 1);
     let mut hasher = sha2::Sha256::new();
@@ -526,9 +541,9 @@ pub fn hash_regular(path: &Path, max: u64) -> std::io::Result<String> {
 /// followed only with `follow`, no FIFO waited on), with its length. O_NONBLOCK makes the
 /// open of a FIFO return at once, so that it can be refused; it changes nothing for a
 /// regular file.
+/// (The public readers note the path for a build hit's stamp, [`read_cache`] excepted.)
 fn open_checked(path: &Path, max: u64, follow: bool) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
-    crate::foundation::stamp::note(path);
     let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let file = std::fs::OpenOptions::new()
         .read(true)

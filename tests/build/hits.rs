@@ -268,8 +268,9 @@ fn every_file_a_hit_looks_at_is_noted_in_its_stamp() {
 }
 
 /// What a hit may look at without noting it: the loader's and the C library's files, the
-/// process's own, the binary, the stamps' directory and the store's lock (a mechanism, not
-/// an input).
+/// process's own, the binary, the stamps' directory, the store's lock (a mechanism, not an
+/// input), and repro's caches whose answers are keyed by files that are noted (the NVRTC
+/// library's stat data, the git index's).
 fn allowed(p: &Path, bin: &Path, cache: &Path, store: &Path) -> bool {
     let s = p.to_string_lossy();
     p == bin
@@ -278,4 +279,6 @@ fn allowed(p: &Path, bin: &Path, cache: &Path, store: &Path) -> bool {
             .any(|pre| s.starts_with(pre))
         || p.starts_with(cache.join("repro/hits"))
         || p == store.join("lock")
+        || p == cache.join("repro/nvrtc-identity.json")
+        || p == cache.join("repro/untracked-stores.json")
 }
