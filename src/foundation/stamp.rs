@@ -192,8 +192,8 @@ pub struct Blob {
     pub sha256: String,
 }
 
-/// One path's stat data: of the path itself (`lstat`) and of what it leads to (`stat`);
-/// `None` where there is nothing.
+/// One path's stat data: of the path itself (`lstat`) and, where it is a symbolic link, of
+/// what it leads to (`stat`); `None` where there is nothing (or no link).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Seen {
@@ -201,17 +201,23 @@ pub struct Seen {
     pub path: PathBuf,
     /// Its own stat data.
     pub own: Option<Meta>,
-    /// Its target's.
+    /// Its target's, where it is a link.
     pub target: Option<Meta>,
 }
 
 impl Seen {
-    /// The path's stat data now.
+    /// The path's stat data now: its target's only where it is a link (one system call
+    /// for every other path).
     pub fn of(path: &Path) -> Seen {
+        let own = std::fs::symlink_metadata(path).ok();
+        let target = match &own {
+            Some(m) if m.file_type().is_symlink() => std::fs::metadata(path).ok(),
+            _ => None,
+        };
         Seen {
             path: path.to_path_buf(),
-            own: std::fs::symlink_metadata(path).ok().map(|m| Meta::of(&m)),
-            target: std::fs::metadata(path).ok().map(|m| Meta::of(&m)),
+            own: own.map(|m| Meta::of(&m)),
+            target: target.map(|m| Meta::of(&m)),
         }
     }
 
@@ -294,6 +300,13 @@ mod tests {
         start();
         refuse("why");
         assert!(matches!(finish(old), Err(NoStamp::Refused(_))));
+        // A link's target is seen through it.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let through = Seen::of(&link);
+        assert!(through.target.is_some() && Seen::of(&f).target.is_none());
+        std::fs::write(&f, "four!").unwrap();
+        assert_ne!(Seen::of(&link), through);
         // Noting off: nothing is kept.
         note(&f);
         assert_eq!(finish(old), Err(NoStamp::NotNoting));
