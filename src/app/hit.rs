@@ -116,6 +116,14 @@ pub fn keep(g: &Globals, outcomes: &[Outcome]) {
             if text.len() as u64 > MAX_BYTES {
                 return Err("too large".into());
             }
+            // The stamps name the user's files: a directory only its owner can read.
+            if let Some(dir) = path.parent() {
+                use std::os::unix::fs::DirBuilderExt;
+                let _ = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir);
+            }
             crate::foundation::fsutil::write_atomic(&path, &text, true)
                 .map_err(|e| e.to_string())?;
             if let Some(dir) = path.parent() {

@@ -541,19 +541,36 @@ pub fn probe_nvcc(pins: &Pins) -> Fields {
 pub fn nvrtc_identity(pins: &Pins) -> Result<serde_json::Value, NvrtcError> {
     use std::os::unix::fs::MetadataExt;
     let found = find_nvrtc(pins)?;
+    let dir = found.path.parent().unwrap_or(Path::new("."));
+    let builtins = builtins_in(dir);
+    // The library, its builtins and the directory that holds them decide the identity.
     crate::foundation::stamp::note(&found.path);
+    crate::foundation::stamp::note(dir);
+    if let Some(b) = &builtins {
+        crate::foundation::stamp::note(b);
+    }
     let meta = std::fs::metadata(&found.path).map_err(|e| NvrtcError::Read {
         action: "stat",
         path: found.path.clone(),
         cause: e.to_string(),
     })?;
-    let stamp = format!(
-        "{}|{}|{}|{}",
-        found.path.display(),
-        meta.len(),
-        meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
-        meta.ino()
-    );
+    // The cache's key: both libraries' stat data, change times included (a rewrite in
+    // place that restores the modification time still shows).
+    let stat_id = |m: &std::fs::Metadata| {
+        format!(
+            "{}|{}|{}|{}.{}",
+            m.len(),
+            m.mtime_nsec() + m.mtime() * 1_000_000_000,
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec()
+        )
+    };
+    let builtins_id = builtins
+        .as_deref()
+        .and_then(|b| std::fs::metadata(b).ok())
+        .map_or_else(|| "-".to_string(), |m| stat_id(&m));
+    let stamp = format!("{}|{}|{builtins_id}", found.path.display(), stat_id(&meta));
     let cache = crate::foundation::fsutil::cache_dir().map(|d| d.join("nvrtc-identity.json"));
     // The user's own cache, still read only if a regular file of at most 1 MiB.
     let mut entries: serde_json::Map<String, serde_json::Value> = cache
@@ -574,7 +591,6 @@ pub fn nvrtc_identity(pins: &Pins) -> Result<serde_json::Value, NvrtcError> {
                 cause: e.to_string(),
             })
     };
-    let builtins = builtins_in(found.path.parent().unwrap_or(Path::new(".")));
     let id = serde_json::json!({
         "name": "nvrtc",
         "version": loaded.version,

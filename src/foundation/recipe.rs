@@ -658,6 +658,7 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
     parse_in(
         &|p: &str, file: bool| {
             let full = root.join(p);
+            crate::foundation::stamp::note(&full);
             if file { full.is_file() } else { full.is_dir() }
         },
         rel,

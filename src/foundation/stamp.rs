@@ -38,7 +38,8 @@ static NOTED: Mutex<Option<Noting>> = Mutex::new(None);
 
 #[derive(Default)]
 struct Noting {
-    paths: std::collections::BTreeSet<PathBuf>,
+    /// Each path with its stat data when first noted (as the command read it).
+    paths: BTreeMap<PathBuf, Seen>,
     blobs: BTreeMap<PathBuf, String>,
     refused: Option<String>,
 }
@@ -72,11 +73,15 @@ pub fn note(path: &Path) {
     if let Ok(mut n) = NOTED.lock()
         && let Some(n) = n.as_mut()
     {
+        if n.paths.contains_key(&abs) {
+            return;
+        }
         if n.paths.len() >= MAX_PATHS {
             n.refused.get_or_insert_with(|| "too many paths".into());
             return;
         }
-        n.paths.insert(abs);
+        let seen = Seen::of(&abs);
+        n.paths.insert(abs, seen);
     }
 }
 
@@ -121,6 +126,9 @@ pub enum NoStamp {
     /// The answer depended on something stat data cannot stand for.
     #[error("{0}")]
     Refused(String),
+    /// A path changed while the command ran.
+    #[error("{} changed while the command ran", .0.display())]
+    ChangedWhileRead(PathBuf),
     /// A path changed too shortly before the command for its stat data to be trusted.
     #[error("{} changed too recently to be trusted by its stat data", .0.display())]
     TooRecent(PathBuf),
@@ -140,8 +148,22 @@ pub fn finish(started: SystemTime) -> Result<Noted, NoStamp> {
     }
     // An absent path is checked for being absent still, which is exact; a directory whose
     // entries were listed is noted itself (its times change with every entry made or
-    // removed).
-    let seen: Vec<Seen> = n.paths.iter().map(|p| Seen::of(p)).collect();
+    // removed). A path that changed while the command ran (a file deleted, a link
+    // re-pointed) leaves the answer without a stamp: what was read is not what is there.
+    let mut seen = Vec::with_capacity(n.paths.len());
+    for (p, then) in n.paths {
+        let now = Seen::of(&p);
+        if now != then {
+            return Err(NoStamp::ChangedWhileRead(p));
+        }
+        if let Some(fs) = network_fs(&p) {
+            return Err(NoStamp::Refused(format!(
+                "{} is on a network file system ({fs}), whose stat data may be another host's, cached",
+                p.display()
+            )));
+        }
+        seen.push(now);
+    }
     let limit = started
         .checked_sub(SETTLE)
         .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -159,6 +181,41 @@ pub fn finish(started: SystemTime) -> Result<Noted, NoStamp> {
             .map(|(p, d)| Blob { path: p, sha256: d })
             .collect(),
     })
+}
+
+/// The network or user-space file system `path` (or, where it is absent, its nearest
+/// existing directory) is on, if any: there `lstat` may answer from attributes cached for
+/// up to a minute after another host's edit (NFS's `acregmax`), where a read revalidates.
+fn network_fs(path: &Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    const KINDS: [(i64, &str); 14] = [
+        (0x6969, "NFS"),
+        (0x517B, "SMB"),
+        (0xFF53_4D42, "CIFS"),
+        (0xFE53_4D42, "SMB2"),
+        (0x0BD0_0BD0, "Lustre"),
+        (0x4750_4653, "GPFS"),
+        (0x00C3_6400, "Ceph"),
+        (0x5346_414F, "AFS"),
+        (0x0102_1997, "9P"),
+        (0x1983_0326, "BeeGFS"),
+        (0x6573_5546, "FUSE"),
+        (0x7461_636F, "OCFS2"),
+        (0x0116_1970, "GFS2"),
+        (0xAAD7_AAEA, "PanFS"),
+    ];
+    let existing = path
+        .ancestors()
+        .find(|a| std::fs::symlink_metadata(a).is_ok())?;
+    let c = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a properly sized, writable statfs.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    // f_type is a signed word on glibc and another type elsewhere: compared as i64.
+    let kind = st.f_type as i64;
+    KINDS.iter().find(|(k, _)| *k == kind).map(|(_, n)| *n)
 }
 
 /// What was noted, with each path's stat data.
@@ -300,6 +357,12 @@ mod tests {
         start();
         refuse("why");
         assert!(matches!(finish(old), Err(NoStamp::Refused(_))));
+        // A path that changes between its noting and the end is refused.
+        start();
+        note(&f);
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(finish(old), Err(NoStamp::ChangedWhileRead(f.clone())));
+        std::fs::write(&f, "three").unwrap();
         // A link's target is seen through it.
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&f, &link).unwrap();

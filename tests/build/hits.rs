@@ -15,7 +15,7 @@ source = "kernels/k.cu"
 entries = ["scale"]
 target = "sm_90"
 outputs = ["cubin"]
-include-dirs = ["include"]
+include-dirs = ["include", "vendor"]
 "#;
 
 const KERNEL: &str =
@@ -28,6 +28,10 @@ fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
         ("recipes/k.toml", RECIPE),
         ("kernels/k.cu", KERNEL),
         ("include/util.h", "#define FACTOR 2.0f\n"),
+        (
+            "vendor/notes.txt",
+            "an include directory no header comes from\n",
+        ),
     ]);
     let cache = tmp.path().join("cache");
     std::fs::create_dir_all(&cache).unwrap();
@@ -102,6 +106,11 @@ fn a_hit_answered_from_its_stamp_is_the_whole_paths_answer_until_anything_it_rea
             "repro.toml written",
             |root, _| std::fs::write(root.join("repro.toml"), "# nothing pinned\n").unwrap(),
             "cached",
+        ),
+        (
+            "an include directory the recipe names, that no header came from, removed",
+            |root, _| std::fs::remove_dir_all(root.join("vendor")).unwrap(),
+            "include-dirs",
         ),
         (
             "the artifact corrupted, same size",

@@ -54,26 +54,53 @@ pub fn discover_root(dir: &Path) -> Option<PathBuf> {
 /// worktree, a submodule) leads further: no stamp then.
 fn note_discovery(dir: &Path) {
     use crate::foundation::stamp;
-    for d in dir.ancestors() {
+    if !stamp::on() {
+        return;
+    }
+    let mut configs = Vec::new();
+    // libgit2 walks up from the path with its links resolved: both ways up are noted.
+    let real = dir.canonicalize().ok();
+    for d in dir
+        .ancestors()
+        .chain(real.iter().flat_map(|r| r.ancestors()))
+    {
         let g = stamp::noted(&d.join(".git")).to_path_buf();
         match std::fs::symlink_metadata(&g) {
-            Ok(m) if m.is_dir() => stamp::note(&g.join("config")),
+            Ok(m) if m.is_dir() => {
+                // What makes a directory a repository to libgit2, and its settings.
+                for entry in ["HEAD", "objects", "refs", "commondir"] {
+                    stamp::note(&g.join(entry));
+                }
+                configs.push(g.join("config"));
+            }
             Ok(_) => return stamp::refuse("a .git on the way is not a directory"),
             Err(_) => {}
         }
     }
-    stamp::note(Path::new("/etc/gitconfig"));
+    configs.push(PathBuf::from("/etc/gitconfig"));
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
     if let Some(home) = env("HOME") {
-        stamp::note(&home.join(".gitconfig"));
-        stamp::note(&home.join(".config/git/config"));
+        configs.push(home.join(".gitconfig"));
+        configs.push(home.join(".config/git/config"));
     }
     if let Some(xdg) = env("XDG_CONFIG_HOME") {
-        stamp::note(&xdg.join("git/config"));
+        configs.push(xdg.join("git/config"));
+    }
+    for c in configs {
+        stamp::note(&c);
+        // A config that includes others (`[include]`, `[includeIf]`) reaches files this
+        // does not follow.
+        let text = std::fs::read(&c).unwrap_or_default();
+        if String::from_utf8_lossy(&text)
+            .to_ascii_lowercase()
+            .contains("[include")
+        {
+            return stamp::refuse("a git config includes other files");
+        }
     }
 }
 
