@@ -216,3 +216,21 @@ fn prune(dir: &std::path::Path) {
         let _ = std::fs::remove_file(p);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stamp_fixture_still_loads() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/hit-stamp/v1.json"
+        );
+        let stamp: Stamp = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(stamp.schema, SCHEMA);
+        assert_eq!(stamp.outcomes[0].recipe, "vector_add");
+        assert!(stamp.outcomes[0].cached);
+        assert!(!stamp.noted.seen.is_empty() && !stamp.noted.blobs.is_empty());
+    }
+}
