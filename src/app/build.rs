@@ -127,11 +127,17 @@ fn clean_hit(o: &Outcome) -> bool {
 /// answered from their stamp: the exit code.
 pub(crate) fn report_hits(g: &Globals, outcomes: Vec<Outcome>) -> anyhow::Result<u8> {
     for o in &outcomes {
-        if !g.json && (!g.quiet || o.status != "ok") {
-            let _ = emit_outcome(o, g);
-        }
+        show(o, g);
     }
     finish(g, outcomes, Vec::new())
+}
+
+/// Prints one outcome as it comes, unless `--json` prints them all at the end. `-q` prints
+/// only problems: a failed build. A closed stdout ends the printing, not the building.
+fn show(o: &Outcome, g: &Globals) {
+    if !g.json && (!g.quiet || o.status != "ok") {
+        let _ = emit_outcome(o, g);
+    }
 }
 
 /// The build options of a command line.
@@ -230,10 +236,9 @@ fn build_all(
                 continue;
             }
         };
-        // -q prints only problems: a failed build. A closed stdout ends the printing, not
-        // the building.
-        if !g.json && opts.nix.is_none() && (!g.quiet || o.status != "ok") {
-            let _ = emit_outcome(&o, g);
+        // Inside the Nix dev shell the parent prints.
+        if opts.nix.is_none() {
+            show(&o, g);
         }
         outcomes.push(o);
     }

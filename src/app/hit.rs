@@ -154,8 +154,14 @@ fn may_build(argv: &[OsString]) -> bool {
     argv.iter().skip(1).any(|a| a == "build")
 }
 
-/// Where the stamp of this command line, here and now, lives.
+/// Where the stamp of this command line, here and now, lives (worked out once a process:
+/// the answer looks for it, and the whole path writes it).
 fn stamp_path(argv: &[OsString]) -> Option<PathBuf> {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PATH.get_or_init(|| stamp_path_of(argv)).clone()
+}
+
+fn stamp_path_of(argv: &[OsString]) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     // Each part with its length: no two command lines or environments run together alike.

@@ -490,17 +490,13 @@ pub fn not_utf8(bytes: &[u8], e: std::str::Utf8Error) -> String {
 /// refused rather than hung on, read forever, or followed.
 pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     crate::foundation::stamp::note(path);
-    read_regular_unnoted(path, max)
+    read_cache(path, max)
 }
 
 /// [`read_regular`] of one of repro's own cache files, whose every answer is kept under a
 /// key made of other files' stat data (an NVRTC library's, a git index's): a build hit's
 /// stamp notes those files, not the cache (which other commands rewrite as they go).
 pub fn read_cache(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    read_regular_unnoted(path, max)
-}
-
-fn read_regular_unnoted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let (file, len) = open_checked(path, max, false)?;
     let mut out = Vec::with_capacity(len as usize);

@@ -151,12 +151,19 @@ pub fn finish(started: SystemTime) -> Result<Noted, NoStamp> {
     // removed). A path that changed while the command ran (a file deleted, a link
     // re-pointed) leaves the answer without a stamp: what was read is not what is there.
     let mut seen = Vec::with_capacity(n.paths.len());
+    // The file system is asked once per device.
+    let mut kinds: BTreeMap<Option<u64>, Option<&str>> = BTreeMap::new();
     for (p, then) in n.paths {
         let now = Seen::of(&p);
         if now != then {
             return Err(NoStamp::ChangedWhileRead(p));
         }
-        if let Some(fs) = network_fs(&p) {
+        let dev = now.own.as_ref().map(|m| m.dev);
+        let kind = match dev {
+            Some(_) => *kinds.entry(dev).or_insert_with(|| network_fs(&p)),
+            None => network_fs(&p),
+        };
+        if let Some(fs) = kind {
             return Err(NoStamp::Refused(format!(
                 "{} is on a network file system ({fs}), whose stat data may be another host's, cached",
                 p.display()

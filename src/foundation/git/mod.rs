@@ -91,15 +91,16 @@ fn note_discovery(dir: &Path) {
         configs.push(xdg.join("git/config"));
     }
     for c in configs {
-        stamp::note(&c);
         // A config that includes others (`[include]`, `[includeIf]`) reaches files this
-        // does not follow.
-        let text = std::fs::read(&c).unwrap_or_default();
-        if String::from_utf8_lossy(&text)
-            .to_ascii_lowercase()
-            .contains("[include")
-        {
-            return stamp::refuse("a git config includes other files");
+        // does not follow; one that cannot be read is not vouched for either. (The bounded
+        // read notes it, and follows a link, as dotfile managers make them.)
+        match crate::foundation::fsutil::read_bounded(&c, 1 << 20) {
+            Ok(text)
+                if !String::from_utf8_lossy(&text)
+                    .to_ascii_lowercase()
+                    .contains("[include") => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => return stamp::refuse("a git config includes other files, or cannot be read"),
         }
     }
 }
@@ -135,13 +136,6 @@ fn tracked_under_cached_in(dir: &Path, cache: Option<&Path>) -> Option<PathBuf> 
     use crate::foundation::fsutil::{read_keyed, write_keyed};
     let key = || index_stamp(dir).map(|s| format!("{}|{s}", dir.display()));
     let before = cache.and(key());
-    if before.is_none()
-        && crate::foundation::stamp::on()
-        && dir.parent().is_some_and(|p| discover_root(p).is_some())
-    {
-        // libgit2 answers, from files repro does not follow.
-        crate::foundation::stamp::refuse("the store's repository is found by libgit2 alone");
-    }
     if let (Some(cache), Some(k)) = (cache, &before)
         && read_keyed::<bool>(cache, UNTRACKED_SCHEMA, k) == Some(true)
     {
@@ -175,10 +169,19 @@ fn index_stamp(dir: &Path) -> Option<String> {
         "GIT_CEILING_DIRECTORIES",
         "GIT_DISCOVERY_ACROSS_FILESYSTEM",
     ];
+    // Where libgit2 alone answers (from files a build hit's stamp does not note), the
+    // command gets no stamp.
+    let by_libgit2 = |why: &str| {
+        crate::foundation::stamp::refuse(why);
+        None
+    };
     if REDIRECTS.iter().any(|v| std::env::var_os(v).is_some()) {
-        return None;
+        return by_libgit2("git is redirected by the environment");
     }
-    let start = dir.parent()?.canonicalize().ok()?;
+    let Some(start) = dir.parent().and_then(|p| p.canonicalize().ok()) else {
+        return by_libgit2("the store's parent cannot be resolved");
+    };
+    // No `.git` anywhere up: no repository, which the noted absences stand for.
     let (top, dotgit, meta) = start.ancestors().find_map(|d| {
         let g = crate::foundation::stamp::noted(&d.join(".git")).to_path_buf();
         let m = std::fs::symlink_metadata(&g).ok()?;
@@ -188,11 +191,16 @@ fn index_stamp(dir: &Path) -> Option<String> {
         dotgit
     } else if meta.is_file() {
         // A linked worktree's or a submodule's `.git` file: `gitdir: PATH`.
-        let text = crate::foundation::fsutil::read_regular(&dotgit, 4096).ok()?;
-        let text = String::from_utf8(text).ok()?;
-        top.join(text.strip_prefix("gitdir:")?.trim())
+        let target = crate::foundation::fsutil::read_regular(&dotgit, 4096)
+            .ok()
+            .and_then(|t| String::from_utf8(t).ok())
+            .and_then(|t| Some(top.join(t.strip_prefix("gitdir:")?.trim())));
+        match target {
+            Some(t) => t,
+            None => return by_libgit2("a .git file names no git directory"),
+        }
     } else {
-        return None;
+        return by_libgit2("a .git is neither a directory nor a file");
     };
     let index = gitdir.join("index");
     let m = std::fs::metadata(crate::foundation::stamp::noted(&index)).ok()?;
