@@ -185,7 +185,13 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     if matches!(&recipe, Some(Ok(r)) if r.sections.call.is_none())
         && crate::engines::fingerprint::cuda::driver_present()
     {
-        exec.prestart(a.device);
+        // A measurement split between processes (REPRO_TIMING_PROCESSES) starts them alike.
+        let workers = if a.check_only {
+            1
+        } else {
+            bench::timing(&settings(&a)).processes()
+        };
+        exec.prestart(a.device, workers);
     }
     g.config()?;
     let fp = fingerprint::capture(&g.fingerprint_context(false), &Demand::all());
@@ -653,6 +659,9 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
             fmt_value(s.ci_high, unit),
             s.n
         ));
+        if let Some(k) = rec.processes {
+            line.push_str(&format!(" in {k} processes"));
+        }
     }
     if let Some(t) = &rec.throughput {
         if let Some(b) = t.gb_per_s {

@@ -46,6 +46,23 @@ pub struct Timing {
     /// recorded result's, for its replay. The rest are the defaults.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub settings: BTreeMap<String, String>,
+    /// What the previous process of a measurement split between processes left for the
+    /// next one ([`Timing::processes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<After>,
+}
+
+/// What one process of a split measurement hands to the next ([`Timing::processes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct After {
+    /// It kept the GPU busy this long (ms), until moments before: the next one's warm-up
+    /// counts it, as a worker counts its own previous job's.
+    pub busy_ms: f64,
+    /// Graph mode: the launches per sample it timed, which the next one keeps (unless its
+    /// own launches are more than twice as fast or slow), so that the pooled samples are
+    /// alike.
+    pub batch: u32,
 }
 
 /// A whole job.
@@ -98,6 +115,9 @@ pub struct Report {
     /// subtracted from each sample before it is divided by the launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_overhead_us: Option<f64>,
+    /// How long (ms) the job kept the GPU busy, from its warm-up to its last sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_ms: Option<f64>,
     /// What ended the job early, if anything.
     pub error: Option<Failure>,
     /// The wall time of each phase of the job, in order.
@@ -1139,7 +1159,7 @@ impl Loaded<'_> {
     ) -> Result<(), CudaFailure> {
         let ev = self.events()?;
         let knobs = Knobs::for_job(t);
-        report.warmup_credit_ms = gpu_busy_lately(self.job.device);
+        report.warmup_credit_ms = gpu_busy_lately(self.job.device).or(t.after.map(|a| a.busy_ms));
         let (single_ms, settle_min_ms) = warm_up_plan(
             t.mode == Mode::Graph && knobs.settle,
             t.warmup_ms,
@@ -1166,7 +1186,13 @@ impl Loaded<'_> {
         let before = nvml_clocks(uuid.as_deref());
         laps.lap("clocks");
         // The settling warm-up runs last, so nothing leaves the GPU idle before the samples.
-        let settled = self.settle(&mut method, report, &knobs, settle_min_ms)?;
+        let settled = self.settle(
+            &mut method,
+            report,
+            &knobs,
+            settle_min_ms,
+            t.after.is_some(),
+        )?;
         if settled > 0 {
             laps.lap("settle");
         }
@@ -1175,6 +1201,7 @@ impl Loaded<'_> {
         }
         self.sample(t, &method, &ev, report)?;
         note_gpu_busy(self.job.device, busy_from);
+        report.busy_ms = Some(busy_from.elapsed().as_secs_f64() * 1e3);
         laps.lap("sampling");
         let after = nvml_clocks(uuid.as_deref());
         let reasons = knobs.diag.as_ref().and_then(|_| {
@@ -1201,13 +1228,17 @@ impl Loaded<'_> {
     /// last window of counted samples is within [`SETTLE_TOLERANCE`] of the window before
     /// (and `min_ms` passed), or for at most [`SETTLE_MAX_MS`] beyond `min_ms`; then
     /// chooses the placement whose counted samples' median is the lowest, for every sample
-    /// after. How many samples it took, counted or not.
+    /// after. How many samples it took, counted or not. A later process of a split
+    /// measurement (`handed`: the process before kept the GPU busy until moments ago, and
+    /// settled) only ranks its placements: one window of counted samples, all of them
+    /// ranked, and `min_ms`.
     fn settle(
         &self,
         method: &mut Sampling,
         report: &mut Report,
         knobs: &Knobs,
         min_ms: f64,
+        handed: bool,
     ) -> Result<usize, CudaFailure> {
         let Sampling::Graph {
             batch, pilot_batch, ..
@@ -1242,6 +1273,12 @@ impl Loaded<'_> {
             }
             seen.push(us);
             let n = seen.len();
+            if handed {
+                if n >= window && start.elapsed().as_secs_f64() * 1e3 >= min_ms {
+                    break;
+                }
+                continue;
+            }
             if n >= 2 * window {
                 let med = |s: &[f64]| crate::foundation::stats::median(s).unwrap_or(0.0);
                 let (a, b) = (
@@ -1262,7 +1299,7 @@ impl Loaded<'_> {
         // over the placements): the first samples of a job are the GPU still warming up,
         // and whichever placements they fell on would look slower for it.
         let k = method.placements();
-        let from = (seen.len() / 2) / k * k;
+        let from = if handed { 0 } else { (seen.len() / 2) / k * k };
         let pilot: Vec<f64> = (0..k)
             .map(|p| {
                 let s: Vec<f64> = seen[from..].iter().skip(p).step_by(k).copied().collect();
@@ -1460,6 +1497,7 @@ impl Loaded<'_> {
                         self.job.device, self.job.kernel, self.job.args
                     ),
                     batch,
+                    t.after.map(|a| a.batch),
                 );
                 report.launches_per_sample = batch;
                 // The settling warm-up compares the placements in short graphs (a graph's
@@ -1888,13 +1926,16 @@ const BUSY_LATELY_MS: f64 = 500.0;
 /// #29), and a batch's size moves the time per launch: a bisection's worker times every
 /// commit in the batch of its first, unless a commit's kernel is more than twice as fast
 /// or slow.
-fn steady_batch(key: String, natural: u32) -> u32 {
+///
+/// `handed`: the batch another process of the same measurement timed (this process has
+/// none of its own for the launch yet), kept as this process's own would be.
+fn steady_batch(key: String, natural: u32, handed: Option<u32>) -> u32 {
     static BATCHES: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
     let mut batches = BATCHES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let i = batches.iter().position(|(k, _)| *k == key);
-    let batch = kept_batch(i.map(|i| batches[i].1), natural);
+    let batch = kept_batch(i.map(|i| batches[i].1).or(handed), natural);
     match i {
         Some(i) => batches[i].1 = batch,
         None => batches.push((key, batch)),
@@ -1914,8 +1955,8 @@ fn kept_batch(before: Option<u32>, natural: u32) -> u32 {
 /// find what moves a small kernel's median between invocations (#29), from the
 /// environment (`REPRO_TIMING_PLACEMENTS`, `REPRO_TIMING_PLACEMENT_RANK`,
 /// `REPRO_TIMING_GRAPH_US`, `REPRO_TIMING_SETTLE`,
-/// `REPRO_TIMING_BUSY_MIN_MS`, `REPRO_TIMING_GAP_MS`, and `REPRO_TIMING_DIAG`, a file each
-/// job appends a line of its figures to).
+/// `REPRO_TIMING_BUSY_MIN_MS`, `REPRO_TIMING_GAP_MS`, `REPRO_TIMING_PROCESSES`, and
+/// `REPRO_TIMING_DIAG`, a file each job appends a line of its figures to).
 struct Knobs {
     placements: usize,
     /// Which placement the settling warm-up chooses, by the rank of its median: 0 the
@@ -1927,17 +1968,20 @@ struct Knobs {
     /// job whose worker kept the GPU busy until moments ago (`REPRO_TIMING_BUSY_MIN_MS`).
     busy_min_ms: f64,
     gap_ms: f64,
+    /// [`Timing::processes`] (`REPRO_TIMING_PROCESSES`).
+    processes: usize,
     diag: Option<String>,
 }
 
 /// The timing settings there are (any other `REPRO_TIMING_*` name is a mistake).
-const TIMING_SETTINGS: [&str; 7] = [
+const TIMING_SETTINGS: [&str; 8] = [
     "REPRO_TIMING_PLACEMENTS",
     "REPRO_TIMING_PLACEMENT_RANK",
     "REPRO_TIMING_GRAPH_US",
     "REPRO_TIMING_SETTLE",
     "REPRO_TIMING_BUSY_MIN_MS",
     "REPRO_TIMING_GAP_MS",
+    "REPRO_TIMING_PROCESSES",
     "REPRO_TIMING_DIAG",
 ];
 
@@ -2027,8 +2071,43 @@ impl Knobs {
             settle,
             busy_min_ms: number("REPRO_TIMING_BUSY_MIN_MS", 0.0, 10_000.0, BUSY_MIN_MS)?,
             gap_ms: number("REPRO_TIMING_GAP_MS", 0.0, 10_000.0, 0.0)?,
+            processes: whole("REPRO_TIMING_PROCESSES", 1, 16, 1)?,
             diag: get("REPRO_TIMING_DIAG", "a file's path")?,
         })
+    }
+}
+
+impl Timing {
+    /// In how many worker processes, one after the other, the samples are taken
+    /// (`REPRO_TIMING_PROCESSES`, default 1): each process a share of the time and the
+    /// samples ([`Timing::share`]), all pooled (`engines::bench::run_split`). The child
+    /// never splits a job; its parent does.
+    pub fn processes(&self) -> usize {
+        Knobs::for_job(self).processes
+    }
+
+    /// The timing of one of [`Timing::processes`] processes ([`Timing::share_of`]).
+    pub fn share(&self, after: Option<After>) -> Timing {
+        self.share_of(self.processes(), after)
+    }
+
+    /// The timing of one of `k` processes: an equal share of the sampling time, the
+    /// budget and the sample limits (rounded up), as one process, after what the one
+    /// before left (`None` for the first).
+    pub fn share_of(&self, k: usize, after: Option<After>) -> Timing {
+        let k = k.max(1);
+        let min_samples = self.min_samples.div_ceil(k);
+        let mut settings = self.settings.clone();
+        settings.remove("REPRO_TIMING_PROCESSES");
+        Timing {
+            min_samples,
+            max_samples: self.max_samples.div_ceil(k).max(min_samples),
+            min_time_ms: self.min_time_ms / k as f64,
+            budget_ms: self.budget_ms / k as f64,
+            settings,
+            after,
+            ..self.clone()
+        }
     }
 }
 
@@ -2045,6 +2124,7 @@ impl Timing {
             max_samples: 100,
             budget_ms: 100.0,
             settings: BTreeMap::new(),
+            after: None,
         }
     }
 }
@@ -2390,6 +2470,53 @@ mod tests {
         assert_eq!(Knobs::for_job(&ok).placements, 3);
     }
 
+    /// Each of several processes gets an equal share of the time, the budget and the
+    /// sample limits (rounded up), and is one process itself.
+    #[test]
+    fn a_share_of_a_timing() {
+        let t = Timing {
+            min_samples: 10,
+            max_samples: 100,
+            min_time_ms: 500.0,
+            budget_ms: 15_000.0,
+            settings: [
+                ("REPRO_TIMING_PROCESSES".to_string(), "4".to_string()),
+                ("REPRO_TIMING_PLACEMENTS".to_string(), "8".to_string()),
+            ]
+            .into(),
+            ..Timing::quick(Mode::Graph)
+        };
+        assert_eq!(t.processes(), 4);
+        let after = After {
+            busy_ms: 250.0,
+            batch: 512,
+        };
+        let s = t.share(Some(after));
+        assert_eq!(
+            (s.min_samples, s.max_samples, s.min_time_ms, s.budget_ms),
+            (3, 25, 125.0, 3750.0)
+        );
+        assert_eq!(
+            (s.processes(), s.after, s.mode),
+            (1, Some(after), Mode::Graph)
+        );
+        // The other settings go with each share.
+        assert_eq!(Knobs::for_job(&s).placements, 8);
+        let tiny = Timing {
+            min_samples: 3,
+            max_samples: 3,
+            ..t
+        };
+        assert_eq!(
+            (tiny.share(None).min_samples, tiny.share(None).max_samples),
+            (1, 1)
+        );
+        // A batch handed over is kept as the process's own would be.
+        assert_eq!(steady_batch("handed".into(), 256, Some(512)), 512);
+        assert_eq!(steady_batch("handed".into(), 1024, None), 512);
+        assert_eq!(steady_batch("handed-far".into(), 64, Some(512)), 64);
+    }
+
     #[test]
     fn a_batch_is_kept_within_a_power_of_two() {
         assert_eq!(kept_batch(None, 512), 512);
@@ -2400,11 +2527,11 @@ mod tests {
         assert_eq!(kept_batch(Some(512), 2048), 2048);
         // Per launch: the first job's batch is kept, another launch has its own.
         let (a, b) = ("test|a".to_string(), "test|b".to_string());
-        assert_eq!(steady_batch(a.clone(), 512), 512);
-        assert_eq!(steady_batch(a.clone(), 256), 512);
-        assert_eq!(steady_batch(b, 256), 256);
-        assert_eq!(steady_batch(a.clone(), 64), 64);
-        assert_eq!(steady_batch(a, 128), 64);
+        assert_eq!(steady_batch(a.clone(), 512, None), 512);
+        assert_eq!(steady_batch(a.clone(), 256, None), 512);
+        assert_eq!(steady_batch(b, 256, None), 256);
+        assert_eq!(steady_batch(a.clone(), 64, None), 64);
+        assert_eq!(steady_batch(a, 128, None), 64);
     }
 
     #[test]

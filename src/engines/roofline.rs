@@ -232,6 +232,7 @@ fn timing() -> Timing {
         budget_ms: 2000.0,
         // The calibration is timed alike on every machine, whatever the bench's settings.
         settings: Default::default(),
+        after: None,
     }
 }
 

@@ -789,6 +789,11 @@ pub struct ResultRecord {
     /// Recipe benches: launches per sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launches_per_sample: Option<u32>,
+    /// Recipe benches: the worker processes whose samples were pooled, where more than one
+    /// (absent: one): `REPRO_TIMING_PROCESSES`, or fewer where the device allowed one
+    /// context at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
     /// Graph-mode recipe benches: the median GPU time (µs) of an empty graph timed behind
     /// queued work, subtracted from each sample before it was divided by its launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -955,6 +960,7 @@ impl ResultRecord {
             summary: None,
             throughput: None,
             launches_per_sample: None,
+            processes: None,
             graph_overhead_us: None,
             warmup_launches: None,
             warmup_credit_ms: None,

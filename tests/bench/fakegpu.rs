@@ -828,6 +828,125 @@ fn timing_settings_travel_with_the_job_into_the_record_and_its_replay() {
     assert_eq!(pilots(&log), 3, "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// REPRO_TIMING_PROCESSES=3: the samples are taken in three worker processes, pooled into
+/// one result that says so, recorded as another experiment, and replayed the same way; a
+/// sweep's points reuse the three workers.
+#[test]
+fn a_measurement_split_between_processes_pools_them() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    // Processes that started the driver since the last look.
+    let processes = |log: &Path| {
+        let n = calls(log).iter().filter(|c| *c == "process").count();
+        let _ = std::fs::remove_file(log);
+        n
+    };
+    let at = log.to_str().unwrap();
+    let plain = |gpu: &FakeGpu| {
+        let (code, one) = bench(
+            gpu,
+            &root,
+            "scale",
+            &["--mode", "graph"],
+            &[("FAKEGPU_LOG", at)],
+        );
+        assert_eq!(code, 0, "{one}");
+        one
+    };
+    // The first bench also fills the cache of device facts (starting the driver itself).
+    plain(&gpu);
+    processes(&log);
+    let one = plain(&gpu);
+    assert!(one.get("processes").is_none(), "{one}");
+    let alone = processes(&log);
+    let vars = [("FAKEGPU_LOG", at), ("REPRO_TIMING_PROCESSES", "3")];
+    let (code, three) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
+    assert_eq!(code, 0, "{three}");
+    assert_eq!(three["processes"], 3, "{three}");
+    assert_eq!(three["verdict"], "ok", "{three}");
+    assert_eq!(processes(&log), alone + 2, "two more workers");
+    assert_eq!(
+        three["timing-settings"],
+        serde_json::json!({"REPRO_TIMING_PROCESSES": "3"}),
+        "{three}"
+    );
+    assert_ne!(three["key"], one["key"], "another way of timing");
+    // Each process takes at least its share of the minimum samples.
+    let n = three["samples"].as_array().unwrap().len();
+    assert!(n >= 12, "{n} samples: {three}");
+    let median = three["summary"]["median"].as_f64().unwrap();
+    assert!((19.8..=20.2).contains(&median), "{median} us: {three}");
+    // A sweep's two points: still three workers in all.
+    let (code, sweep) = bench_all(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "graph", "--param", "n=4096,8192"],
+        &vars,
+    );
+    assert_eq!(code, 0, "{sweep}");
+    let results = sweep["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{sweep}");
+    assert!(results.iter().all(|r| r["processes"] == 3), "{sweep}");
+    assert_eq!(
+        processes(&log),
+        alone + 2,
+        "the same three workers for both points"
+    );
+    // The replay times as recorded, in three processes, whatever this environment says.
+    let id = three["id"].as_str().unwrap().to_string();
+    let out = gpu
+        .cmd(&[("FAKEGPU_LOG", at)])
+        .arg("-C")
+        .arg(&root)
+        .args(["replay", &id, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c == 0 || c == 7),
+        "{}\n{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        processes(&log) >= 3,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A device that takes one context at a time (exclusive-process compute mode) refuses the
+/// later processes of a split measurement: the measurement runs again in one process, and
+/// says so, and so do the sweep's later points; nothing fails.
+#[test]
+fn a_split_measurement_on_an_exclusive_device_takes_one_process() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let lock = gpu.path("exclusive.lock");
+    let vars = [
+        ("FAKEGPU_EXCLUSIVE", lock.to_str().unwrap()),
+        ("REPRO_TIMING_PROCESSES", "3"),
+    ];
+    let (code, sweep) = bench_all(
+        &gpu,
+        &root,
+        "scale",
+        &["--mode", "graph", "--param", "n=4096,8192"],
+        &vars,
+    );
+    assert_eq!(code, 0, "{sweep}");
+    let results = sweep["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{sweep}");
+    for r in results {
+        assert_eq!(r["verdict"], "ok", "{r}");
+        assert!(r.get("processes").is_none(), "one process: {r}");
+        assert!(!r["samples"].as_array().unwrap().is_empty(), "{r}");
+    }
+}
+
 /// A CUDA call that fails while graph mode makes its graphs (a pilot's instantiation) or
 /// samples them (a graph's launch) ends the job, and every graph instantiated until then is
 /// destroyed: a reused worker keeps its context across jobs.

@@ -37,6 +37,10 @@
  *                            (CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN)
  *   FAKEGPU_LOG              a file each call appends its function's name to (and
  *                            `process` once per process, at its first cuInit)
+ *   FAKEGPU_EXCLUSIVE        a file's path: the devices take one context at a time across
+ *                            processes, as in exclusive-process compute mode (a process's
+ *                            first primary-context retain locks the file until the process
+ *                            ends; another's fails with CUDA_ERROR_DEVICE_UNAVAILABLE)
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -47,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -524,9 +529,30 @@ static size_t elf_size(const unsigned char *image) {
     return (size_t)(shoff + (uint64_t)shentsize * shnum);
 }
 
+/* FAKEGPU_EXCLUSIVE: this process holds the devices' one context (the lock stays until
+   the process ends), or CUDA_ERROR_DEVICE_UNAVAILABLE (46) while another holds it. */
+static int exclusive_fd = -1;
+static int exclusive_take(void) {
+    const char *path = getenv("FAKEGPU_EXCLUSIVE");
+    if (!path || !*path || exclusive_fd >= 0)
+        return 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return 46;
+    }
+    exclusive_fd = fd;
+    return 0;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(fake_ctx **ctx, CUdevice dev) {
     CU_FAIL("cuDevicePrimaryCtxRetain", dev);
     CU_DEVICE(dev);
+    int busy = exclusive_take();
+    if (busy)
+        return busy;
     contexts[p].device = p;
     *ctx = &contexts[p];
     return CUDA_SUCCESS;

@@ -29,6 +29,34 @@ pub trait Executor {
         visible: Option<&str>,
         timeout: Duration,
     ) -> Result<Output, ProcessError>;
+
+    /// [`Executor::run_gpu_job`] in the device's worker number `worker`: the processes
+    /// of a split measurement ([`crate::engines::gpurun::Timing::processes`]) each have
+    /// their own. An executor that starts a process for every job has nothing to tell
+    /// apart.
+    fn run_gpu_job_in(
+        &self,
+        job: &[u8],
+        visible: Option<&str>,
+        timeout: Duration,
+        worker: usize,
+    ) -> Result<Output, ProcessError> {
+        let _ = worker;
+        self.run_gpu_job(job, visible, timeout)
+    }
+
+    /// The device refused a kept worker a context while another held one (its compute
+    /// mode allows one context at a time): ends every worker kept for it, and says from
+    /// then on, through [`Executor::one_context`], that it takes one process at a time.
+    fn refused_context(&self, visible: Option<&str>) {
+        let _ = visible;
+    }
+
+    /// Whether the device refused a second context before ([`Executor::refused_context`]).
+    fn one_context(&self, visible: Option<&str>) -> bool {
+        let _ = visible;
+        false
+    }
 }
 
 /// One finished run of a child, as an [`Executor`] measured it.
@@ -116,6 +144,10 @@ const RETIRE_LIMIT: Duration = Duration::from_secs(5);
 /// One device's worker, if live, with the jobs it has answered.
 type WorkerSlot = Arc<Mutex<Option<(Server, usize)>>>;
 
+/// Which worker: the devices it sees (`CUDA_VISIBLE_DEVICES`, `None`: unset) and its number
+/// among that device's workers (0 but for the later processes of a split measurement).
+type WorkerKey = (Option<String>, usize);
+
 /// An executor whose GPU jobs run in one reused child, `repro gpu-job --serve`, per set of
 /// visible devices: one process and one CUDA context for a whole bisection, instead of a
 /// process start, a driver start and a context creation for every job (about 0.3 s each).
@@ -126,8 +158,11 @@ type WorkerSlot = Arc<Mutex<Option<(Server, usize)>>>;
 /// (`run_shell`) run as [`ProcessExecutor`] runs them.
 pub struct WorkerExecutor {
     inner: ProcessExecutor,
-    /// Per `CUDA_VISIBLE_DEVICES` (`None`: unset), the live worker and its job count.
-    workers: Mutex<BTreeMap<Option<String>, WorkerSlot>>,
+    /// Per `CUDA_VISIBLE_DEVICES` (`None`: unset) and number, the live worker and its job
+    /// count.
+    workers: Mutex<BTreeMap<WorkerKey, WorkerSlot>>,
+    /// The devices (as `CUDA_VISIBLE_DEVICES`) that refused a second context.
+    single: Mutex<std::collections::BTreeSet<Option<String>>>,
     /// Workers started so far (for tests and `-v`).
     started: std::sync::atomic::AtomicUsize,
 }
@@ -143,6 +178,7 @@ impl WorkerExecutor {
         WorkerExecutor {
             inner,
             workers: Mutex::new(BTreeMap::new()),
+            single: Mutex::new(std::collections::BTreeSet::new()),
             started: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -152,26 +188,32 @@ impl WorkerExecutor {
         self.started.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Starts the worker for device `device` now (the one its jobs' [`run_child_with`]
-    /// sends them to), if none is live, so that its process and its driver start while the
-    /// caller does other work (a build, say); the first job then finds it ready. A worker
-    /// that cannot start is not an error here: the first job tries again and reports why.
-    pub fn prestart(&self, device: usize) {
+    /// Starts `count` workers for device `device` now (the ones its jobs' [`run_child_with`]
+    /// and a split measurement's processes go to), where not live, so that their processes
+    /// and their drivers start while the caller does other work (a build, say); the jobs
+    /// then find them ready. A worker that cannot start is not an error here: its first job
+    /// tries again and reports why. On a device that refused a second context before, one.
+    pub fn prestart(&self, device: usize, count: usize) {
         let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         let visible = only_device(parent.as_deref(), device);
         let visible = visible.as_deref();
-        let slot = self.slot(visible);
-        let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if held.is_none()
-            && let Ok(server) = self.spawn(visible)
-        {
-            *held = Some((server, 0));
+        let count = if self.one_context(visible) { 1 } else { count };
+        for worker in 0..count.max(1) {
+            let slot = self.slot(visible, worker);
+            let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if held.is_none()
+                && let Ok(server) = self.spawn(visible)
+            {
+                *held = Some((server, 0));
+            }
         }
     }
 
-    fn slot(&self, visible: Option<&str>) -> WorkerSlot {
+    fn slot(&self, visible: Option<&str>, worker: usize) -> WorkerSlot {
         let mut all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(visible.map(str::to_string)).or_default().clone()
+        all.entry((visible.map(str::to_string), worker))
+            .or_default()
+            .clone()
     }
 
     fn spawn(&self, visible: Option<&str>) -> Result<Server, ProcessError> {
@@ -213,7 +255,44 @@ impl Executor for WorkerExecutor {
         visible: Option<&str>,
         timeout: Duration,
     ) -> Result<Output, ProcessError> {
-        let slot = self.slot(visible);
+        self.run_gpu_job_in(job, visible, timeout, 0)
+    }
+
+    fn refused_context(&self, visible: Option<&str>) {
+        self.single
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(visible.map(str::to_string));
+        let slots: Vec<WorkerSlot> = {
+            let all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .filter(|((v, _), _)| v.as_deref() == visible)
+                .map(|(_, slot)| slot.clone())
+                .collect()
+        };
+        for slot in slots {
+            let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((server, _)) = taken {
+                server.finish(RETIRE_LIMIT);
+            }
+        }
+    }
+
+    fn one_context(&self, visible: Option<&str>) -> bool {
+        self.single
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&visible.map(str::to_string))
+    }
+
+    fn run_gpu_job_in(
+        &self,
+        job: &[u8],
+        visible: Option<&str>,
+        timeout: Duration,
+        worker: usize,
+    ) -> Result<Output, ProcessError> {
+        let slot = self.slot(visible, worker);
         // One job at a time per worker; jobs for other devices use other workers.
         let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
         let live = held
@@ -287,6 +366,25 @@ pub fn only_device(parent: Option<&str>, device: usize) -> Option<String> {
     }
 }
 
+/// [`run_child_with`] in the device's worker number `worker` ([`Executor::run_gpu_job_in`]).
+pub fn run_child_in(
+    exec: &dyn Executor,
+    job: &Job,
+    timeout: Duration,
+    worker: usize,
+) -> Result<Report, ChildError> {
+    let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    run_child_seeing_in(exec, job, parent.as_deref(), timeout, worker)
+}
+
+/// The `CUDA_VISIBLE_DEVICES` a job's child gets in this process ([`only_device`]).
+pub fn visible_for(device: usize) -> Option<String> {
+    only_device(
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        device,
+    )
+}
+
 /// Runs the child `repro gpu-job` with a timeout and turns its fate into a report.
 pub fn run_child(job: &Job, timeout: Duration) -> Result<Report, ChildError> {
     run_child_with(&ProcessExecutor::current()?, job, timeout)
@@ -310,6 +408,17 @@ pub(super) fn run_child_seeing(
     parent: Option<&str>,
     timeout: Duration,
 ) -> Result<Report, ChildError> {
+    run_child_seeing_in(exec, job, parent, timeout, 0)
+}
+
+/// [`run_child_seeing`] in the device's worker number `worker`.
+fn run_child_seeing_in(
+    exec: &dyn Executor,
+    job: &Job,
+    parent: Option<&str>,
+    timeout: Duration,
+    worker: usize,
+) -> Result<Report, ChildError> {
     let visible = only_device(parent, job.device);
     let input = match visible {
         Some(_) => serde_json::to_vec(&Job {
@@ -319,7 +428,7 @@ pub(super) fn run_child_seeing(
         None => serde_json::to_vec(job),
     }
     .expect("a job serialises");
-    match exec.run_gpu_job(&input, visible.as_deref(), timeout) {
+    match exec.run_gpu_job_in(&input, visible.as_deref(), timeout, worker) {
         Ok(out) => {
             let parsed = serde_json::from_slice::<Report>(&out.stdout);
             if let Ok(report) = parsed {

@@ -272,6 +272,7 @@ pub fn timing(s: &Settings) -> Timing {
         max_samples: s.max_samples,
         budget_ms: s.budget_ms,
         settings: crate::engines::gpurun::timing_settings_from_env(),
+        after: None,
     }
 }
 
@@ -351,8 +352,11 @@ pub struct JobRun {
     pub detail: Option<String>,
     /// The samples' statistics.
     pub summary: Option<stats::Summary>,
-    /// The wall time of the child process, from its start to its report (ms).
+    /// The wall time of the child process, from its start to its report (ms); of all of
+    /// them, for a measurement split between processes.
     pub process_ms: f64,
+    /// The worker processes whose samples were pooled (1 but for a split measurement).
+    pub processes: usize,
 }
 
 impl JobRun {
@@ -369,9 +373,14 @@ impl JobRun {
 /// Benches one resolved job: runs the GPU child through `exec` with a timeout and judges
 /// its report. `repro bench`, replay and the bisection's check and bench steps all run
 /// their jobs through this one function.
+/// A job whose timing asks for several processes ([`Timing::processes`]) is split
+/// between them ([`run_split`]).
 pub fn bench_job(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<JobRun, ChildError> {
     let t = Instant::now();
-    let report = run_child_with(exec, job, timeout)?;
+    let (report, processes) = match job.timing.as_ref().filter(|t| t.processes() > 1) {
+        Some(timing) => run_split(exec, job, timing, timeout)?,
+        None => (run_child_with(exec, job, timeout)?, 1),
+    };
     let process_ms = t.elapsed().as_secs_f64() * 1e3;
     let (verdict, detail) = verdict(&report);
     let summary = summarize(&report.samples_us);
@@ -381,7 +390,107 @@ pub fn bench_job(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<Jo
         detail,
         summary,
         process_ms,
+        processes,
     })
+}
+
+/// Runs `job` as [`Timing::processes`] jobs, one after the other, each in a worker process
+/// of its own ([`run_child_in`]) with its share of the time and the samples
+/// ([`Timing::share`]), each told what the one before left (its GPU time, for the warm-up,
+/// and its batch), and pools their reports ([`pool`]). Each checks its outputs. The first
+/// that fails or whose check fails ends it: the pooled report so far, with that failure, is
+/// the answer. A device that refuses a process its context while another holds one
+/// (exclusive-process mode) has every kept worker ended, and the job runs again whole in
+/// one process, as later ones do: the count of processes pooled says so.
+pub fn run_split(
+    exec: &dyn Executor,
+    job: &Job,
+    timing: &Timing,
+    timeout: Duration,
+) -> Result<(Report, usize), ChildError> {
+    let visible = executor::visible_for(job.device);
+    let whole = || Job {
+        timing: Some(timing.share_of(1, None)),
+        ..job.clone()
+    };
+    if exec.one_context(visible.as_deref()) {
+        return Ok((run_child_with(exec, &whole(), timeout)?, 1));
+    }
+    let mut reports: Vec<Report> = Vec::new();
+    let mut after = None;
+    for worker in 0..timing.processes() {
+        let part = Job {
+            timing: Some(timing.share(after)),
+            ..job.clone()
+        };
+        let report = run_child_in(exec, &part, timeout, worker)?;
+        if refused_context(&report) {
+            exec.refused_context(visible.as_deref());
+            return Ok((run_child_with(exec, &whole(), timeout)?, 1));
+        }
+        after = report.busy_ms.map(|busy_ms| crate::engines::gpurun::After {
+            busy_ms,
+            batch: report.launches_per_sample,
+        });
+        let ended =
+            report.error.is_some() || check_verdict(report.check.as_deref()).0 != ResultVerdict::Ok;
+        reports.push(report);
+        if ended {
+            break;
+        }
+    }
+    let n = reports.len();
+    Ok((pool(reports), n))
+}
+
+/// Whether the child could not make its context because another process holds the
+/// device's only one (CUDA_ERROR_DEVICE_UNAVAILABLE, 46: exclusive-process or prohibited
+/// compute mode).
+fn refused_context(report: &Report) -> bool {
+    matches!(&report.error, Some(Failure::Driver { name, .. }) if name == "CUDA_ERROR_DEVICE_UNAVAILABLE")
+}
+
+/// The reports of a measurement's processes as one: the samples in order, the first
+/// failed check (else the first check), the warm-up launches and the GPU time summed, the
+/// clocks from the first's before to the last's after, converged only where all were,
+/// throttled where any was, the mean empty-graph cost, the last failure, and each phase's
+/// time summed by its name (in the order they first came).
+pub fn pool(reports: Vec<Report>) -> Report {
+    let failed = |c: &Option<Vec<crate::foundation::records::OutputCheck>>| {
+        check_verdict(c.as_deref()).0 != ResultVerdict::Ok
+    };
+    let overheads: Vec<f64> = reports.iter().filter_map(|r| r.graph_overhead_us).collect();
+    let mut all = reports.into_iter();
+    let mut a = all.next().unwrap_or_default();
+    for b in all {
+        if !failed(&a.check) && failed(&b.check) {
+            a.check = b.check;
+        }
+        a.samples_us.extend(b.samples_us);
+        a.warmup_launches += b.warmup_launches;
+        a.busy_ms = match (a.busy_ms, b.busy_ms) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        a.converged &= b.converged;
+        a.sm_clock_mhz = match (a.sm_clock_mhz, b.sm_clock_mhz) {
+            (Some((before, _, m1)), Some((_, after, m2))) => Some((before, after, m1.max(m2))),
+            (x, y) => x.or(y),
+        };
+        a.throttled |= b.throttled;
+        if b.error.is_some() {
+            a.error = b.error;
+        }
+        for p in b.phases {
+            match a.phases.iter_mut().find(|q| q.name == p.name) {
+                Some(q) => q.ms += p.ms,
+                None => a.phases.push(p),
+            }
+        }
+    }
+    a.graph_overhead_us =
+        (!overheads.is_empty()).then(|| overheads.iter().sum::<f64>() / overheads.len() as f64);
+    a
 }
 
 /// Why no recipe can be run on a GPU here.
@@ -523,6 +632,7 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
             .and_then(|pk| crate::foundation::roofline::Roofline::judge(gbps, tflops, pk)),
     });
     rec.launches_per_sample = Some(report.launches_per_sample);
+    rec.processes = (run.processes > 1).then_some(run.processes);
     rec.graph_overhead_us = report.graph_overhead_us;
     rec.warmup_launches = Some(report.warmup_launches);
     rec.warmup_credit_ms = report.warmup_credit_ms;
@@ -1045,6 +1155,235 @@ mod tests {
             "`gpu-job saxpy on 0 seeing 0` was not found"
         );
         assert_eq!(exec.calls(), ["gpu-job saxpy on 0 seeing 0"].repeat(6));
+    }
+
+    /// An executor for split measurements: answers each GPU job with the next scripted
+    /// report and records the worker, the share of the time and what was handed over.
+    /// What a split measurement's process was sent: its worker, its share of the minimum
+    /// time, its own count of processes, and what the one before handed over.
+    type SplitCall = (usize, f64, usize, Option<crate::engines::gpurun::After>);
+
+    struct SplitExecutor {
+        script: RefCell<VecDeque<Report>>,
+        calls: RefCell<Vec<SplitCall>>,
+        single: RefCell<bool>,
+    }
+
+    impl SplitExecutor {
+        fn new(script: impl IntoIterator<Item = Report>) -> Self {
+            SplitExecutor {
+                script: RefCell::new(script.into_iter().collect()),
+                calls: RefCell::new(Vec::new()),
+                single: RefCell::new(false),
+            }
+        }
+    }
+
+    impl Executor for SplitExecutor {
+        fn run_shell(
+            &self,
+            _root: &Path,
+            _command: &str,
+            _timeout: Duration,
+            _device: Option<usize>,
+        ) -> Result<Measured, ProcessError> {
+            unreachable!("no commands here")
+        }
+
+        fn run_gpu_job(
+            &self,
+            job: &[u8],
+            visible: Option<&str>,
+            timeout: Duration,
+        ) -> Result<Output, ProcessError> {
+            self.run_gpu_job_in(job, visible, timeout, 0)
+        }
+
+        fn run_gpu_job_in(
+            &self,
+            job: &[u8],
+            _visible: Option<&str>,
+            _timeout: Duration,
+            worker: usize,
+        ) -> Result<Output, ProcessError> {
+            let job: Job = serde_json::from_slice(job).expect("the child is sent a job");
+            let t = job.timing.expect("timed");
+            self.calls
+                .borrow_mut()
+                .push((worker, t.min_time_ms, t.processes(), t.after));
+            let report = self.script.borrow_mut().pop_front().expect("scripted");
+            Ok(Output {
+                status: ExitStatus::from_raw(0),
+                stdout: serde_json::to_vec(&report).unwrap(),
+                stderr: Vec::new(),
+                elapsed: Duration::from_millis(1),
+                stdout_dropped: 0,
+                stderr_dropped: 0,
+            })
+        }
+
+        fn refused_context(&self, _visible: Option<&str>) {
+            *self.single.borrow_mut() = true;
+        }
+
+        fn one_context(&self, _visible: Option<&str>) -> bool {
+            *self.single.borrow()
+        }
+    }
+
+    fn part(samples: &[f64], busy_ms: f64, overhead: f64) -> Report {
+        Report {
+            samples_us: samples.to_vec(),
+            launches_per_sample: 512,
+            warmup_launches: 3,
+            converged: true,
+            sm_clock_mhz: Some((1980, 1975, 1980)),
+            graph_overhead_us: Some(overhead),
+            busy_ms: Some(busy_ms),
+            phases: vec![Phase::new("settle", 100.0), Phase::new("sampling", 200.0)],
+            ..Report::default()
+        }
+    }
+
+    fn split_job(processes: usize) -> Job {
+        Job {
+            timing: Some(Timing {
+                min_time_ms: 600.0,
+                settings: [("REPRO_TIMING_PROCESSES".to_string(), processes.to_string())].into(),
+                ..Timing::quick(crate::foundation::records::Mode::Graph)
+            }),
+            ..job_of("k", 0)
+        }
+    }
+
+    /// A job timed in three processes: each in a worker of its own with a third of the
+    /// time, each told the GPU time and the batch of the one before, and one report of all.
+    #[test]
+    fn a_split_measurement_pools_its_processes_in_order() {
+        let exec = SplitExecutor::new([
+            part(&[2.0, 2.1], 300.0, 1.0),
+            Report {
+                converged: false,
+                sm_clock_mhz: Some((1980, 1900, 1980)),
+                ..part(&[2.2], 250.0, 2.0)
+            },
+            part(&[2.3, 2.4], 260.0, 3.0),
+        ]);
+        let run = bench_job(&exec, &split_job(3), Duration::from_secs(5)).unwrap();
+        let after = |busy_ms| {
+            Some(crate::engines::gpurun::After {
+                busy_ms,
+                batch: 512,
+            })
+        };
+        assert_eq!(
+            *exec.calls.borrow(),
+            [
+                (0, 200.0, 1, None),
+                (1, 200.0, 1, after(300.0)),
+                (2, 200.0, 1, after(250.0))
+            ]
+        );
+        assert_eq!(run.processes, 3);
+        assert_eq!(run.verdict, ResultVerdict::Ok);
+        let r = &run.report;
+        assert_eq!(r.samples_us, [2.0, 2.1, 2.2, 2.3, 2.4]);
+        assert_eq!(run.summary.as_ref().map(|s| s.median), Some(2.2));
+        assert_eq!(r.graph_overhead_us, Some(2.0));
+        assert_eq!((r.warmup_launches, r.busy_ms), (9, Some(810.0)));
+        assert!(!r.converged);
+        assert_eq!(r.sm_clock_mhz, Some((1980, 1975, 1980)));
+        let settle: Vec<_> = r.phases.iter().map(|p| (p.name.as_str(), p.ms)).collect();
+        assert_eq!(settle, [("settle", 300.0), ("sampling", 600.0)]);
+        // One process: one job, all the time, nothing split.
+        let exec = SplitExecutor::new([part(&[2.0], 300.0, 1.0)]);
+        let run = bench_job(&exec, &split_job(1), Duration::from_secs(5)).unwrap();
+        assert_eq!(*exec.calls.borrow(), [(0, 600.0, 1, None)]);
+        assert_eq!(run.processes, 1);
+    }
+
+    /// The first process that fails, or whose check fails, ends the measurement: its
+    /// failure is the answer, and no later process runs.
+    #[test]
+    fn a_split_measurement_ends_at_its_first_failure() {
+        let wrong = crate::foundation::records::OutputCheck {
+            name: "c".into(),
+            elements: 4,
+            mismatches: 1,
+            unwritten: 0,
+            max_abs_err: 1.0,
+            max_rel_err: 1.0,
+            atol: 0.0,
+            rtol: 0.0,
+            first_mismatch: None,
+        };
+        let right = crate::foundation::records::OutputCheck {
+            mismatches: 0,
+            ..wrong.clone()
+        };
+        let exec = SplitExecutor::new([
+            Report {
+                check: Some(vec![right]),
+                ..part(&[2.0], 300.0, 1.0)
+            },
+            Report {
+                check: Some(vec![wrong]),
+                ..part(&[9.0], 300.0, 1.0)
+            },
+        ]);
+        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
+        assert_eq!(exec.calls.borrow().len(), 2);
+        assert_eq!((run.verdict, run.processes), (ResultVerdict::Wrong, 2));
+        let exec = SplitExecutor::new([
+            part(&[2.0], 300.0, 1.0),
+            Report {
+                error: Some(Failure::Driver {
+                    name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                    during: "sampling".into(),
+                }),
+                ..Report::default()
+            },
+        ]);
+        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
+        assert_eq!((run.verdict, run.processes), (ResultVerdict::Crash, 2));
+        assert_eq!(run.report.samples_us, [2.0]);
+    }
+
+    /// A device that refuses a second process its context (exclusive-process mode): the
+    /// kept workers end, the job runs again whole in one process, and so do later jobs.
+    #[test]
+    fn a_device_of_one_context_is_measured_in_one_process() {
+        let refused = Report {
+            error: Some(Failure::Driver {
+                name: "CUDA_ERROR_DEVICE_UNAVAILABLE".into(),
+                during: "creating the context".into(),
+            }),
+            ..Report::default()
+        };
+        let exec = SplitExecutor::new([
+            part(&[2.0], 300.0, 1.0),
+            refused,
+            part(&[2.5, 2.6], 600.0, 1.0),
+            part(&[2.7], 600.0, 1.0),
+        ]);
+        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
+        assert_eq!((run.verdict, run.processes), (ResultVerdict::Ok, 1));
+        assert_eq!(run.report.samples_us, [2.5, 2.6]);
+        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
+        assert_eq!((run.processes, run.report.samples_us), (1, vec![2.7]));
+        let handed = crate::engines::gpurun::After {
+            busy_ms: 300.0,
+            batch: 512,
+        };
+        assert_eq!(
+            *exec.calls.borrow(),
+            [
+                (0, 150.0, 1, None),
+                (1, 150.0, 1, Some(handed)),
+                (0, 600.0, 1, None),
+                (0, 600.0, 1, None)
+            ]
+        );
     }
 
     #[test]
