@@ -828,6 +828,22 @@ fn timing_settings_travel_with_the_job_into_the_record_and_its_replay() {
     assert_eq!(pilots(&log), 3, "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The two points' results of a graph-mode sweep of `scale` (n = 4096 and 8192), which
+/// must succeed.
+fn graph_sweep(gpu: &FakeGpu, root: &Path, vars: &[(&str, &str)]) -> Vec<Value> {
+    let (code, sweep) = bench_all(
+        gpu,
+        root,
+        "scale",
+        &["--mode", "graph", "--param", "n=4096,8192"],
+        vars,
+    );
+    assert_eq!(code, 0, "{sweep}");
+    let results = sweep["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 2, "{sweep}");
+    results
+}
+
 /// REPRO_TIMING_PROCESSES=3: the samples are taken in three worker processes, pooled into
 /// one result that says so, recorded as another experiment, and replayed the same way; a
 /// sweep's points reuse the three workers.
@@ -879,17 +895,8 @@ fn a_measurement_split_between_processes_pools_them() {
     let median = three["summary"]["median"].as_f64().unwrap();
     assert!((19.8..=20.2).contains(&median), "{median} us: {three}");
     // A sweep's two points: still three workers in all.
-    let (code, sweep) = bench_all(
-        &gpu,
-        &root,
-        "scale",
-        &["--mode", "graph", "--param", "n=4096,8192"],
-        &vars,
-    );
-    assert_eq!(code, 0, "{sweep}");
-    let results = sweep["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "{sweep}");
-    assert!(results.iter().all(|r| r["processes"] == 3), "{sweep}");
+    let results = graph_sweep(&gpu, &root, &vars);
+    assert!(results.iter().all(|r| r["processes"] == 3), "{results:?}");
     assert_eq!(
         processes(&log),
         alone + 2,
@@ -930,17 +937,7 @@ fn a_split_measurement_on_an_exclusive_device_takes_one_process() {
         ("FAKEGPU_EXCLUSIVE", lock.to_str().unwrap()),
         ("REPRO_TIMING_PROCESSES", "3"),
     ];
-    let (code, sweep) = bench_all(
-        &gpu,
-        &root,
-        "scale",
-        &["--mode", "graph", "--param", "n=4096,8192"],
-        &vars,
-    );
-    assert_eq!(code, 0, "{sweep}");
-    let results = sweep["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2, "{sweep}");
-    for r in results {
+    for r in graph_sweep(&gpu, &root, &vars) {
         assert_eq!(r["verdict"], "ok", "{r}");
         assert!(r.get("processes").is_none(), "one process: {r}");
         assert!(!r["samples"].as_array().unwrap().is_empty(), "{r}");

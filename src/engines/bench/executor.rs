@@ -28,7 +28,9 @@ pub trait Executor {
         job: &[u8],
         visible: Option<&str>,
         timeout: Duration,
-    ) -> Result<Output, ProcessError>;
+    ) -> Result<Output, ProcessError> {
+        self.run_gpu_job_in(job, visible, timeout, 0)
+    }
 
     /// [`Executor::run_gpu_job`] in the device's worker number `worker`: the processes
     /// of a split measurement ([`crate::engines::gpurun::Timing::processes`]) each have
@@ -40,10 +42,7 @@ pub trait Executor {
         visible: Option<&str>,
         timeout: Duration,
         worker: usize,
-    ) -> Result<Output, ProcessError> {
-        let _ = worker;
-        self.run_gpu_job(job, visible, timeout)
-    }
+    ) -> Result<Output, ProcessError>;
 
     /// The device refused a kept worker a context while another held one (its compute
     /// mode allows one context at a time): ends every worker kept for it, and says from
@@ -114,11 +113,12 @@ impl Executor for ProcessExecutor {
         })
     }
 
-    fn run_gpu_job(
+    fn run_gpu_job_in(
         &self,
         job: &[u8],
         visible: Option<&str>,
         timeout: Duration,
+        _worker: usize,
     ) -> Result<Output, ProcessError> {
         let Some(repro) = &self.repro else {
             return Err(ProcessError::NotFound {
@@ -247,15 +247,6 @@ impl Executor for WorkerExecutor {
         device: Option<usize>,
     ) -> Result<Measured, ProcessError> {
         self.inner.run_shell(root, command, timeout, device)
-    }
-
-    fn run_gpu_job(
-        &self,
-        job: &[u8],
-        visible: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Output, ProcessError> {
-        self.run_gpu_job_in(job, visible, timeout, 0)
     }
 
     fn refused_context(&self, visible: Option<&str>) {

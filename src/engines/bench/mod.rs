@@ -827,11 +827,12 @@ mod tests {
             self.next(command.to_string(), timeout)
         }
 
-        fn run_gpu_job(
+        fn run_gpu_job_in(
             &self,
             job: &[u8],
             visible: Option<&str>,
             timeout: Duration,
+            _worker: usize,
         ) -> Result<Output, ProcessError> {
             let job: Job = serde_json::from_slice(job).expect("the child is sent a job");
             let seeing = visible.map(|v| format!(" seeing {v}")).unwrap_or_default();
@@ -1188,15 +1189,6 @@ mod tests {
             _device: Option<usize>,
         ) -> Result<Measured, ProcessError> {
             unreachable!("no commands here")
-        }
-
-        fn run_gpu_job(
-            &self,
-            job: &[u8],
-            visible: Option<&str>,
-            timeout: Duration,
-        ) -> Result<Output, ProcessError> {
-            self.run_gpu_job_in(job, visible, timeout, 0)
         }
 
         fn run_gpu_job_in(
