@@ -2086,24 +2086,24 @@ impl Timing {
         Knobs::for_job(self).processes
     }
 
-    /// The timing of one of [`Timing::processes`] processes ([`Timing::share_of`]).
-    pub fn share(&self, after: Option<After>) -> Timing {
-        self.share_of(self.processes(), after)
-    }
-
-    /// The timing of one of `k` processes: an equal share of the sampling time, the
-    /// budget and the sample limits (rounded up), as one process, after what the one
-    /// before left (`None` for the first).
-    pub fn share_of(&self, k: usize, after: Option<After>) -> Timing {
-        let k = k.max(1);
-        let min_samples = self.min_samples.div_ceil(k);
+    /// The timing of the next of `left` processes still to run, of [`Timing::processes`]
+    /// in all, once `taken` samples were: an equal share of the sampling time and the
+    /// budget, and of the samples still to take (the least and the most, rounded up), as
+    /// one process, after what the one before left (`None` for the first).
+    pub fn share(&self, left: usize, taken: usize, after: Option<After>) -> Timing {
+        let (k, left) = (self.processes() as f64, left.max(1));
+        let min_samples = self.min_samples.saturating_sub(taken).div_ceil(left);
         let mut settings = self.settings.clone();
         settings.remove("REPRO_TIMING_PROCESSES");
         Timing {
             min_samples,
-            max_samples: self.max_samples.div_ceil(k).max(min_samples),
-            min_time_ms: self.min_time_ms / k as f64,
-            budget_ms: self.budget_ms / k as f64,
+            max_samples: self
+                .max_samples
+                .saturating_sub(taken)
+                .div_ceil(left)
+                .max(min_samples),
+            min_time_ms: self.min_time_ms / k,
+            budget_ms: self.budget_ms / k,
             settings,
             after,
             ..self.clone()
@@ -2160,6 +2160,12 @@ impl crate::foundation::error::Diagnose for TimingSettingError {
             )
         })
     }
+}
+
+/// The processes a timing with this environment's settings is split between
+/// ([`Timing::processes`]; 1 where the settings do not read).
+pub fn processes_from_env() -> usize {
+    Knobs::from_env().map_or(1, |k| k.processes)
 }
 
 /// Checks the `REPRO_TIMING_*` settings before a command times anything on a GPU.
@@ -2470,8 +2476,8 @@ mod tests {
         assert_eq!(Knobs::for_job(&ok).placements, 3);
     }
 
-    /// Each of several processes gets an equal share of the time, the budget and the
-    /// sample limits (rounded up), and is one process itself.
+    /// Each of several processes gets an equal share of the time and the budget, and of
+    /// the samples still to take (rounded up), and is one process itself.
     #[test]
     fn a_share_of_a_timing() {
         let t = Timing {
@@ -2491,11 +2497,15 @@ mod tests {
             busy_ms: 250.0,
             batch: 512,
         };
-        let s = t.share(Some(after));
+        let s = t.share(4, 0, Some(after));
         assert_eq!(
             (s.min_samples, s.max_samples, s.min_time_ms, s.budget_ms),
             (3, 25, 125.0, 3750.0)
         );
+        // The last of four, after 95 samples: what is left of the most, in full.
+        let last = t.share(1, 95, None);
+        assert_eq!((last.min_samples, last.max_samples), (0, 5));
+        assert_eq!(last.min_time_ms, 125.0);
         assert_eq!(
             (s.processes(), s.after, s.mode),
             (1, Some(after), Mode::Graph)
@@ -2508,7 +2518,10 @@ mod tests {
             ..t
         };
         assert_eq!(
-            (tiny.share(None).min_samples, tiny.share(None).max_samples),
+            (
+                tiny.share(4, 0, None).min_samples,
+                tiny.share(4, 0, None).max_samples
+            ),
             (1, 1)
         );
         // A batch handed over is kept as the process's own would be.

@@ -704,8 +704,10 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Takes `#define NAME text` or `#define NAME(params) text` where the text has a brace
-    /// (any other definition, or `#undef NAME`, forgets NAME).
+    /// Takes `#define NAME text` or `#define NAME(params) text` where the text has a brace,
+    /// and `#define NAME text` where the text uses only brace macros defined before it
+    /// (`#define LIB_BEGIN OPEN_NS(lib)`), as what they give (any other definition, or
+    /// `#undef NAME`, forgets NAME).
     fn take_brace_macro(&mut self, line: &str) {
         let rest = line
             .strip_prefix("#define")
@@ -734,10 +736,17 @@ impl<'a> Scan<'a> {
             },
             None => (None, after),
         };
-        if text.contains(['{', '}']) {
-            self.brace_macros
-                .insert(name.to_string(), (params, text.trim().to_string()));
-        }
+        let text = text.trim();
+        let text = if text.contains(['{', '}']) {
+            text.to_string()
+        } else if params.is_none()
+            && let Some(given) = self.brace_macro_use(text)
+        {
+            given
+        } else {
+            return;
+        };
+        self.brace_macros.insert(name.to_string(), (params, text));
     }
 
     /// Takes in the brace macros of the repository header an `#include` line names.
@@ -2638,6 +2647,15 @@ LIB_END
 NS2(x, y)
 __global__ void in_xy(int* p) {}
 END END
+#define OPEN_LIB NS(made)
+#define OPEN_TWO OPEN_LIB LIB_BEGIN
+#define CLOSE_LIB END
+OPEN_LIB
+__global__ void in_made(int* p) {}
+CLOSE_LIB
+OPEN_TWO
+__global__ void in_two(int* p) {}
+LIB_END END
 #undef NS
 NS(gone)
 __global__ void top(int* p) {}
@@ -2652,6 +2670,8 @@ __global__ void still_top(int* p) {}
                 ("lib::v3::in_lib".to_string(), false),
                 ("lib::v3::inner::in_inner".to_string(), false),
                 ("x::y::in_xy".to_string(), false),
+                ("made::in_made".to_string(), false),
+                ("made::lib::v3::in_two".to_string(), false),
                 ("top".to_string(), false),
                 ("still_top".to_string(), false),
             ]

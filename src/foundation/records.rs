@@ -790,8 +790,8 @@ pub struct ResultRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launches_per_sample: Option<u32>,
     /// Recipe benches: the worker processes whose samples were pooled, where more than one
-    /// (absent: one): `REPRO_TIMING_PROCESSES`, or fewer where the device allowed one
-    /// context at a time.
+    /// (absent: one): `REPRO_TIMING_PROCESSES`, or fewer where one failed (or its check
+    /// did) or the most samples were taken before the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<usize>,
     /// Graph-mode recipe benches: the median GPU time (µs) of an empty graph timed behind

@@ -43,19 +43,6 @@ pub trait Executor {
         timeout: Duration,
         worker: usize,
     ) -> Result<Output, ProcessError>;
-
-    /// The device refused a kept worker a context while another held one (its compute
-    /// mode allows one context at a time): ends every worker kept for it, and says from
-    /// then on, through [`Executor::one_context`], that it takes one process at a time.
-    fn refused_context(&self, visible: Option<&str>) {
-        let _ = visible;
-    }
-
-    /// Whether the device refused a second context before ([`Executor::refused_context`]).
-    fn one_context(&self, visible: Option<&str>) -> bool {
-        let _ = visible;
-        false
-    }
 }
 
 /// One finished run of a child, as an [`Executor`] measured it.
@@ -249,26 +236,38 @@ impl Executor for WorkerExecutor {
         self.inner.run_shell(root, command, timeout, device)
     }
 
-    fn refused_context(&self, visible: Option<&str>) {
-        self.single
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(visible.map(str::to_string));
-        let slots: Vec<WorkerSlot> = {
-            let all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter()
-                .filter(|((v, _), _)| v.as_deref() == visible)
-                .map(|(_, slot)| slot.clone())
-                .collect()
-        };
-        for slot in slots {
-            let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some((server, _)) = taken {
-                server.finish(RETIRE_LIMIT);
-            }
+    /// A device that takes one context at a time (exclusive-process compute mode) refuses
+    /// a worker its context while another kept worker holds one (they all make theirs as
+    /// they start): the other workers of the device are ended, the job runs again in a
+    /// fresh worker, and from then on every job of the device ends the others first. The
+    /// processes of a split measurement then start one after another, each a context
+    /// creation more, instead of together.
+    fn run_gpu_job_in(
+        &self,
+        job: &[u8],
+        visible: Option<&str>,
+        timeout: Duration,
+        worker: usize,
+    ) -> Result<Output, ProcessError> {
+        if self.one_context(visible) {
+            self.end_others(visible, worker);
         }
+        let out = self.answer_in(job, visible, timeout, worker)?;
+        let refused =
+            serde_json::from_slice::<Report>(&out.stdout).is_ok_and(|r| super::refused_context(&r));
+        if refused && self.end_others(visible, worker) > 0 {
+            self.single
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(visible.map(str::to_string));
+            return self.answer_in(job, visible, timeout, worker);
+        }
+        Ok(out)
     }
+}
 
+impl WorkerExecutor {
+    /// Whether the device refused a second context before ([`Executor::run_gpu_job_in`]).
     fn one_context(&self, visible: Option<&str>) -> bool {
         self.single
             .lock()
@@ -276,7 +275,28 @@ impl Executor for WorkerExecutor {
             .contains(&visible.map(str::to_string))
     }
 
-    fn run_gpu_job_in(
+    /// Ends every kept worker of the device but number `keep`; how many there were.
+    fn end_others(&self, visible: Option<&str>, keep: usize) -> usize {
+        let slots: Vec<WorkerSlot> = {
+            let all = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .filter(|((v, w), _)| v.as_deref() == visible && *w != keep)
+                .map(|(_, slot)| slot.clone())
+                .collect()
+        };
+        let mut ended = 0;
+        for slot in slots {
+            let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((server, _)) = taken {
+                server.finish(RETIRE_LIMIT);
+                ended += 1;
+            }
+        }
+        ended
+    }
+
+    /// Runs the job in the device's worker number `worker` (started now if none is live).
+    fn answer_in(
         &self,
         job: &[u8],
         visible: Option<&str>,
@@ -366,14 +386,6 @@ pub fn run_child_in(
 ) -> Result<Report, ChildError> {
     let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     run_child_seeing_in(exec, job, parent.as_deref(), timeout, worker)
-}
-
-/// The `CUDA_VISIBLE_DEVICES` a job's child gets in this process ([`only_device`]).
-pub fn visible_for(device: usize) -> Option<String> {
-    only_device(
-        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
-        device,
-    )
 }
 
 /// Runs the child `repro gpu-job` with a timeout and turns its fate into a report.

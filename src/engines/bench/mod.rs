@@ -395,47 +395,38 @@ pub fn bench_job(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<Jo
 }
 
 /// Runs `job` as [`Timing::processes`] jobs, one after the other, each in a worker process
-/// of its own ([`run_child_in`]) with its share of the time and the samples
-/// ([`Timing::share`]), each told what the one before left (its GPU time, for the warm-up,
-/// and its batch), and pools their reports ([`pool`]). Each checks its outputs. The first
-/// that fails or whose check fails ends it: the pooled report so far, with that failure, is
-/// the answer. A device that refuses a process its context while another holds one
-/// (exclusive-process mode) has every kept worker ended, and the job runs again whole in
-/// one process, as later ones do: the count of processes pooled says so.
+/// of its own ([`run_child_in`]) with its share of the time and of the samples still to
+/// take ([`Timing::share`]), each told what the one before left (its GPU time, for the
+/// warm-up, and its batch), and pools their reports ([`pool`]). Each checks its outputs.
+/// The first that fails, or whose check fails (unless the job times anyway), ends it: the
+/// pooled report so far, with that failure, is the answer; so does reaching the most
+/// samples. The count of processes pooled comes back with it.
 pub fn run_split(
     exec: &dyn Executor,
     job: &Job,
     timing: &Timing,
     timeout: Duration,
 ) -> Result<(Report, usize), ChildError> {
-    let visible = executor::visible_for(job.device);
-    let whole = || Job {
-        timing: Some(timing.share_of(1, None)),
-        ..job.clone()
-    };
-    if exec.one_context(visible.as_deref()) {
-        return Ok((run_child_with(exec, &whole(), timeout)?, 1));
-    }
+    let k = timing.processes();
     let mut reports: Vec<Report> = Vec::new();
     let mut after = None;
-    for worker in 0..timing.processes() {
+    let mut taken = 0;
+    for worker in 0..k {
+        let share = timing.share(k - worker, taken, after);
         let part = Job {
-            timing: Some(timing.share(after)),
+            timing: Some(share),
             ..job.clone()
         };
         let report = run_child_in(exec, &part, timeout, worker)?;
-        if refused_context(&report) {
-            exec.refused_context(visible.as_deref());
-            return Ok((run_child_with(exec, &whole(), timeout)?, 1));
-        }
         after = report.busy_ms.map(|busy_ms| crate::engines::gpurun::After {
             busy_ms,
             batch: report.launches_per_sample,
         });
-        let ended =
-            report.error.is_some() || check_verdict(report.check.as_deref()).0 != ResultVerdict::Ok;
+        taken += report.samples_us.len();
+        let wrong = check_verdict(report.check.as_deref()).0 != ResultVerdict::Ok;
+        let ended = report.error.is_some() || (wrong && !job.time_on_failure);
         reports.push(report);
-        if ended {
+        if ended || taken >= timing.max_samples {
             break;
         }
     }
@@ -446,7 +437,7 @@ pub fn run_split(
 /// Whether the child could not make its context because another process holds the
 /// device's only one (CUDA_ERROR_DEVICE_UNAVAILABLE, 46: exclusive-process or prohibited
 /// compute mode).
-fn refused_context(report: &Report) -> bool {
+pub(crate) fn refused_context(report: &Report) -> bool {
     matches!(&report.error, Some(Failure::Driver { name, .. }) if name == "CUDA_ERROR_DEVICE_UNAVAILABLE")
 }
 
@@ -1167,7 +1158,7 @@ mod tests {
     struct SplitExecutor {
         script: RefCell<VecDeque<Report>>,
         calls: RefCell<Vec<SplitCall>>,
-        single: RefCell<bool>,
+        max_samples: RefCell<Vec<usize>>,
     }
 
     impl SplitExecutor {
@@ -1175,7 +1166,7 @@ mod tests {
             SplitExecutor {
                 script: RefCell::new(script.into_iter().collect()),
                 calls: RefCell::new(Vec::new()),
-                single: RefCell::new(false),
+                max_samples: RefCell::new(Vec::new()),
             }
         }
     }
@@ -1200,6 +1191,7 @@ mod tests {
         ) -> Result<Output, ProcessError> {
             let job: Job = serde_json::from_slice(job).expect("the child is sent a job");
             let t = job.timing.expect("timed");
+            self.max_samples.borrow_mut().push(t.max_samples);
             self.calls
                 .borrow_mut()
                 .push((worker, t.min_time_ms, t.processes(), t.after));
@@ -1212,14 +1204,6 @@ mod tests {
                 stdout_dropped: 0,
                 stderr_dropped: 0,
             })
-        }
-
-        fn refused_context(&self, _visible: Option<&str>) {
-            *self.single.borrow_mut() = true;
-        }
-
-        fn one_context(&self, _visible: Option<&str>) -> bool {
-            *self.single.borrow()
         }
     }
 
@@ -1341,41 +1325,55 @@ mod tests {
         assert_eq!(run.report.samples_us, [2.0]);
     }
 
-    /// A device that refuses a second process its context (exclusive-process mode): the
-    /// kept workers end, the job runs again whole in one process, and so do later jobs.
+    /// A job that times anyway goes on through a failed check, and keeps the first
+    /// failed check; the processes together take at most the most samples asked for.
     #[test]
-    fn a_device_of_one_context_is_measured_in_one_process() {
-        let refused = Report {
-            error: Some(Failure::Driver {
-                name: "CUDA_ERROR_DEVICE_UNAVAILABLE".into(),
-                during: "creating the context".into(),
-            }),
-            ..Report::default()
+    fn a_split_measurement_times_anyway_and_keeps_to_the_most_samples() {
+        let check = |mismatches| crate::foundation::records::OutputCheck {
+            name: "c".into(),
+            elements: 4,
+            mismatches,
+            unwritten: 0,
+            max_abs_err: 1.0,
+            max_rel_err: 1.0,
+            atol: 0.0,
+            rtol: 0.0,
+            first_mismatch: None,
+        };
+        let with = |c, samples: &[f64]| Report {
+            check: Some(vec![c]),
+            ..part(samples, 300.0, 1.0)
         };
         let exec = SplitExecutor::new([
-            part(&[2.0], 300.0, 1.0),
-            refused,
-            part(&[2.5, 2.6], 600.0, 1.0),
-            part(&[2.7], 600.0, 1.0),
+            with(check(2), &[9.0]),
+            with(check(0), &[9.1]),
+            with(check(1), &[9.2]),
         ]);
-        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
-        assert_eq!((run.verdict, run.processes), (ResultVerdict::Ok, 1));
-        assert_eq!(run.report.samples_us, [2.5, 2.6]);
-        let run = bench_job(&exec, &split_job(4), Duration::from_secs(5)).unwrap();
-        assert_eq!((run.processes, run.report.samples_us), (1, vec![2.7]));
-        let handed = crate::engines::gpurun::After {
-            busy_ms: 300.0,
-            batch: 512,
+        let job = Job {
+            time_on_failure: true,
+            ..split_job(3)
         };
-        assert_eq!(
-            *exec.calls.borrow(),
-            [
-                (0, 150.0, 1, None),
-                (1, 150.0, 1, Some(handed)),
-                (0, 600.0, 1, None),
-                (0, 600.0, 1, None)
-            ]
-        );
+        let run = bench_job(&exec, &job, Duration::from_secs(5)).unwrap();
+        assert_eq!((run.verdict, run.processes), (ResultVerdict::Wrong, 3));
+        assert_eq!(run.report.check.as_ref().unwrap()[0].mismatches, 2);
+        assert_eq!(run.report.samples_us, [9.0, 9.1, 9.2]);
+        // At most 5 samples in three processes: 2, then 2 of the 3 left, then 1.
+        let mut job = split_job(3);
+        if let Some(t) = job.timing.as_mut() {
+            (t.min_samples, t.max_samples) = (1, 5);
+        }
+        let exec = SplitExecutor::new([
+            part(&[1.0, 1.0], 300.0, 1.0),
+            part(&[1.0, 1.0], 300.0, 1.0),
+            part(&[1.0], 300.0, 1.0),
+        ]);
+        let run = bench_job(&exec, &job, Duration::from_secs(5)).unwrap();
+        assert_eq!(run.report.samples_us.len(), 5);
+        assert_eq!(*exec.max_samples.borrow(), [2, 2, 1]);
+        // Once the most are taken, no process more.
+        let exec = SplitExecutor::new([part(&[1.0; 5], 300.0, 1.0)]);
+        let run = bench_job(&exec, &job, Duration::from_secs(5)).unwrap();
+        assert_eq!((run.processes, exec.calls.borrow().len()), (1, 1));
     }
 
     #[test]

@@ -879,10 +879,16 @@ fn measure_job(
 ) -> Result<(Answer, Option<String>), StepFail> {
     // Commits whose builds are identical share measurements: the samples are
     // kept per experiment (build key, launch, settings), not per commit.
-    let exp = keys::key_of(&json!({
+    let mut exp = json!({
         "build-key": built.key, "job": job.kernel, "args": job.args, "settings": b.settings,
         "machine": machine(b.settings.device),
-    }));
+    });
+    // Timed another way (a `REPRO_TIMING_*` setting), another experiment; the defaults
+    // keep the key they had.
+    if let Some(t) = job.timing.as_ref().filter(|t| !t.settings.is_empty()) {
+        exp["timing-settings"] = json!(t.settings);
+    }
+    let exp = keys::key_of(&exp);
     let mut taken = 0usize;
     judge(
         baseline,

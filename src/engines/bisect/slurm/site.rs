@@ -18,14 +18,18 @@ use super::super::plan::{Plan, Question};
 pub const MARGIN: Duration = Duration::from_secs(60);
 
 /// How many timeouts one step may run into, one after another: each build, each run of
-/// the script, each benchmark process (a performance step measures its baseline in the
-/// same job, so twice).
+/// the script, each benchmark process (a run split between processes by
+/// `REPRO_TIMING_PROCESSES`, which the step inherits, is that many; a performance step
+/// measures its baseline in the same job, so twice).
 pub fn timeouts_per_step(plan: &Plan) -> u32 {
     match &plan.question {
         Question::Script(_) | Question::Build => 1,
         Question::Check => 2,
         Question::Bench(b) => {
-            let processes = u32::try_from(b.max_attempts.max(1)).unwrap_or(u32::MAX);
+            let split = u32::try_from(crate::engines::gpurun::processes_from_env()).unwrap_or(1);
+            let processes = u32::try_from(b.max_attempts.max(1))
+                .unwrap_or(u32::MAX)
+                .saturating_mul(split);
             // Build and processes, for the commit and for its baseline.
             2u32.saturating_mul(processes.saturating_add(1))
         }
