@@ -1221,6 +1221,21 @@ mod tests {
         }
     }
 
+    /// The check of an output `c` of four elements with `mismatches` outside its tolerance.
+    fn output_check(mismatches: u64) -> crate::foundation::records::OutputCheck {
+        crate::foundation::records::OutputCheck {
+            name: "c".into(),
+            elements: 4,
+            mismatches,
+            unwritten: 0,
+            max_abs_err: 1.0,
+            max_rel_err: 1.0,
+            atol: 0.0,
+            rtol: 0.0,
+            first_mismatch: None,
+        }
+    }
+
     fn split_job(processes: usize) -> Job {
         Job {
             timing: Some(Timing {
@@ -1282,21 +1297,7 @@ mod tests {
     /// failure is the answer, and no later process runs.
     #[test]
     fn a_split_measurement_ends_at_its_first_failure() {
-        let wrong = crate::foundation::records::OutputCheck {
-            name: "c".into(),
-            elements: 4,
-            mismatches: 1,
-            unwritten: 0,
-            max_abs_err: 1.0,
-            max_rel_err: 1.0,
-            atol: 0.0,
-            rtol: 0.0,
-            first_mismatch: None,
-        };
-        let right = crate::foundation::records::OutputCheck {
-            mismatches: 0,
-            ..wrong.clone()
-        };
+        let (wrong, right) = (output_check(1), output_check(0));
         let exec = SplitExecutor::new([
             Report {
                 check: Some(vec![right]),
@@ -1329,17 +1330,7 @@ mod tests {
     /// failed check; the processes together take at most the most samples asked for.
     #[test]
     fn a_split_measurement_times_anyway_and_keeps_to_the_most_samples() {
-        let check = |mismatches| crate::foundation::records::OutputCheck {
-            name: "c".into(),
-            elements: 4,
-            mismatches,
-            unwritten: 0,
-            max_abs_err: 1.0,
-            max_rel_err: 1.0,
-            atol: 0.0,
-            rtol: 0.0,
-            first_mismatch: None,
-        };
+        let check = output_check;
         let with = |c, samples: &[f64]| Report {
             check: Some(vec![c]),
             ..part(samples, 300.0, 1.0)
