@@ -767,6 +767,26 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     );
 }
 
+/// `repro replay` of a result, its driver calls logged to `log`; it must re-time (exit 0,
+/// or 7 where the times differ).
+fn replay_logged(gpu: &FakeGpu, root: &Path, result: &Value, log: &Path) -> std::process::Output {
+    let id = result["id"].as_str().unwrap();
+    let out = gpu
+        .cmd(&[("FAKEGPU_LOG", log.to_str().unwrap())])
+        .arg("-C")
+        .arg(root)
+        .args(["replay", id, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c == 0 || c == 7),
+        "{}\n{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A `REPRO_TIMING_*` setting reaches the worker in the job (not through its environment),
 /// is recorded in the result and makes another experiment; a replay times as recorded.
 #[test]
@@ -811,20 +831,7 @@ fn timing_settings_travel_with_the_job_into_the_record_and_its_replay() {
         "another way of timing, another experiment"
     );
     // The replay times as recorded, whatever this environment says.
-    let id = two["id"].as_str().unwrap().to_string();
-    let out = gpu
-        .cmd(&[("FAKEGPU_LOG", log.to_str().unwrap())])
-        .arg("-C")
-        .arg(&root)
-        .args(["replay", &id, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.code().is_some_and(|c| c == 0 || c == 7),
-        "{}\n{}",
-        stdout(&out),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = replay_logged(&gpu, &root, &two, &log);
     assert_eq!(pilots(&log), 3, "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -903,20 +910,7 @@ fn a_measurement_split_between_processes_pools_them() {
         "the same three workers for both points"
     );
     // The replay times as recorded, in three processes, whatever this environment says.
-    let id = three["id"].as_str().unwrap().to_string();
-    let out = gpu
-        .cmd(&[("FAKEGPU_LOG", at)])
-        .arg("-C")
-        .arg(&root)
-        .args(["replay", &id, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.code().is_some_and(|c| c == 0 || c == 7),
-        "{}\n{}",
-        stdout(&out),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = replay_logged(&gpu, &root, &three, &log);
     assert!(
         processes(&log) >= 3,
         "{}",
