@@ -189,7 +189,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         let workers = if a.check_only {
             1
         } else {
-            bench::timing(&settings(&a)).processes()
+            crate::engines::gpurun::processes_from_env()
         };
         exec.prestart(a.device, workers);
     }
