@@ -85,7 +85,7 @@ pub struct Args {
     #[arg(long, value_name = "TIME|N", value_parser = parse_warmup)]
     warmup: Option<Warmup>,
     /// Kill a benchmark process (or command run) that takes longer than this.
-    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = crate::app::context::time_limit)]
     timeout: Duration,
     /// Build with this toolchain (nvcc@RELEASE, nvrtc@VERSION, system) instead of the pin.
     #[arg(long, value_name = "SPEC", value_parser = crate::app::build::parse_spec)]

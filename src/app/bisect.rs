@@ -134,7 +134,7 @@ pub struct Args {
     #[arg(long)]
     first_parent: bool,
     /// Time limit of one step (a build, one benchmark process, one run of the script).
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = crate::app::context::time_limit)]
     timeout: Duration,
     /// Build inside each commit's own Nix dev shell.
     #[arg(long)]

@@ -84,8 +84,8 @@ pub(crate) struct Created {
 pub(crate) enum Done {
     /// `create`: the bundle written.
     Created(Created),
-    /// `verify`: the check against MANIFEST.
-    Verified(archive::Verification),
+    /// `verify`: the check against MANIFEST and of every record.
+    Verified(Box<crate::engines::bundle::Inspection>),
 }
 
 /// Runs `repro bundle create` or `verify` in this process, without printing.
@@ -97,7 +97,9 @@ pub(crate) fn run_quietly(g: &Globals, a: Args) -> anyhow::Result<Done> {
             inputs_only,
             force,
         } => create_bundle(g, &ids, &g.cwd.join(output), inputs_only, force).map(Done::Created),
-        BundleCommand::Verify { file } => verify_bundle(g, &g.cwd.join(file)).map(Done::Verified),
+        BundleCommand::Verify { file } => {
+            verify_bundle(g, &g.cwd.join(file)).map(|i| Done::Verified(Box::new(i)))
+        }
         BundleCommand::Show { .. } => anyhow::bail!("`repro bundle show` only prints"),
     }
 }
@@ -241,9 +243,18 @@ fn bundle_profiles(
 }
 
 fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
-    let v = verify_bundle(g, file)?;
+    let i = verify_bundle(g, file)?;
+    let v = &i.scan.verification;
     if g.json {
-        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "verification": v}))?;
+        let invalid: Vec<Value> = i
+            .invalid
+            .iter()
+            .map(|(path, problem)| json!({"path": path, "problem": problem}))
+            .collect();
+        emit_json(&json!({
+            "schema": 1, "bundle": g.shown(file), "ok": i.ok(), "verification": v,
+            "invalid-records": invalid,
+        }))?;
     } else {
         let mut out = String::new();
         for (label, list) in [
@@ -255,39 +266,56 @@ fn verify(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
                 out.push_str(&format!("{label:<8} {p}\n"));
             }
         }
+        for (path, problem) in &i.invalid {
+            out.push_str(&format!(
+                "{:<8} {}: {}\n",
+                "INVALID",
+                crate::foundation::output::sanitize(path),
+                crate::foundation::output::sanitize(problem)
+            ));
+        }
         out.push_str(&format!(
-            "{}: {} files in MANIFEST, {} differ, {} missing, {} extra\n",
-            if v.ok() { "ok" } else { "FAILED" },
+            "{}: {} files in MANIFEST, {} differ, {} missing, {} extra, {} invalid records\n",
+            if i.ok() { "ok" } else { "FAILED" },
             v.files,
             v.differs.len(),
             v.missing.len(),
-            v.extra.len()
+            v.extra.len(),
+            i.invalid.len()
         ));
-        if !g.quiet || !v.ok() {
+        if !g.quiet || !i.ok() {
             emit(&out)?;
         }
     }
-    Ok(if v.ok() { exit::OK } else { exit::MISMATCH })
+    Ok(if i.ok() { exit::OK } else { exit::MISMATCH })
 }
 
-/// Verifies the bundle `file` against its MANIFEST, with the progress bar unless `--json`
-/// or `-q`.
-fn verify_bundle(g: &Globals, file: &std::path::Path) -> anyhow::Result<archive::Verification> {
+/// Verifies the bundle `file` against its MANIFEST and checks every record in it, with the
+/// progress bar unless `--json` or `-q`.
+fn verify_bundle(
+    g: &Globals,
+    file: &std::path::Path,
+) -> anyhow::Result<crate::engines::bundle::Inspection> {
     let bar =
         crate::foundation::output::progress_bytes(g.quiet || g.json, 0, "verifying the bundle");
-    let v = archive::verify_with(file, &|done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })
+    let i = crate::engines::bundle::inspect(
+        file,
+        &|done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+        None,
+    )
     .with_context(|| format!("failed to verify {}", g.shown(file)))?;
     bar.finish_and_clear();
-    Ok(v)
+    Ok(i)
 }
 
 fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
     // One streaming pass: the list, the check against MANIFEST and the README's first MiB.
-    let scan = archive::scan(file, &|_, _| {}, Some("README.md"))
+    let inspection = crate::engines::bundle::inspect(file, &|_, _| {}, Some("README.md"))
         .with_context(|| format!("failed to read {}", g.shown(file)))?;
+    let scan = &inspection.scan;
     let v = &scan.verification;
     // The README is someone else's text: no terminal escape sequences reach the screen.
     let readme = scan.kept.as_ref().map(|bytes| {
@@ -307,7 +335,9 @@ fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
             .iter()
             .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
             .collect();
-        emit_json(&json!({"schema": 1, "bundle": g.shown(file), "ok": v.ok(), "files": list}))?;
+        emit_json(
+            &json!({"schema": 1, "bundle": g.shown(file), "ok": inspection.ok(), "files": list}),
+        )?;
     } else {
         if !v.ok() {
             say!(
@@ -316,6 +346,14 @@ fn show(g: &Globals, file: &std::path::Path) -> anyhow::Result<u8> {
                 v.differs.len(),
                 v.missing.len(),
                 v.extra.len()
+            );
+        }
+        if !inspection.invalid.is_empty() {
+            say!(
+                "warning: {} holds {} records that fail their checks (the first: {}): what it claims below is not to be trusted; `repro bundle verify` lists them",
+                g.shown(file),
+                inspection.invalid.len(),
+                crate::foundation::output::sanitize(&inspection.invalid[0].0)
             );
         }
         let total: u64 = scan.members.iter().map(|(_, n)| n).sum();

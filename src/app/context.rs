@@ -152,6 +152,16 @@ pub fn non_empty() -> clap::builder::NonEmptyStringValueParser {
     clap::builder::NonEmptyStringValueParser::new()
 }
 
+/// The value parser of a time limit (`--timeout`): a duration as humantime reads it, and
+/// not zero: a limit of nothing would kill every run (or not, by a race) and record that.
+pub fn time_limit(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s.trim()) {
+        Ok(d) if d.is_zero() => Err("a time limit of zero would stop every run at once; give a positive duration such as 10m".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// [`non_empty`] for paths: an empty path is refused, any other (not UTF-8 included) is
 /// taken as it is.
 pub fn non_empty_path() -> NonEmptyPath {
@@ -241,4 +251,21 @@ pub(crate) fn globals(g: GlobalArgs) -> anyhow::Result<Globals> {
         Globals::new(cwd, g.json, g.quiet, g.verbose, set(g.store)).with_python(python);
     globals.offline |= g.offline;
     Ok(globals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_limit_is_a_positive_duration_and_bisects_default_is_the_engines() {
+        assert_eq!(
+            time_limit("10m"),
+            Ok(crate::engines::bisect::DEFAULT_STEP_TIMEOUT)
+        );
+        assert_eq!(time_limit(" 90s "), Ok(std::time::Duration::from_secs(90)));
+        for bad in ["0s", "0", "0ms", "-1s", "5 parsecs", ""] {
+            assert!(time_limit(bad).is_err(), "{bad}");
+        }
+    }
 }

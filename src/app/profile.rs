@@ -44,7 +44,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Time limit of the profiled run.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::app::context::time_limit, default_value = "10m")]
     timeout: Duration,
 }
 

@@ -95,7 +95,11 @@ fn print_report(rep: &replay::Replay, style: &Style, quiet: bool) -> anyhow::Res
         ));
     }
     for e in &rep.explain {
-        out.push_str(&format!("  {} {e}\n", style.hint("why:")));
+        out.push_str(&format!(
+            "  {} {}\n",
+            style.hint("why:"),
+            crate::foundation::output::sanitize(e)
+        ));
     }
     for d in &rep.environment {
         out.push_str(&format!(

@@ -22,7 +22,7 @@ use git2::{Oid, Repository};
 use serde_json::{Value, json};
 
 use crate::engines::export::{self, Row};
-use crate::foundation::archive::Entry;
+use crate::foundation::archive::{self, Entry};
 use crate::foundation::git::CommitFiles;
 use crate::foundation::keys;
 use crate::foundation::records::{self, BuildRecord, RecordError, ResultRecord};
@@ -63,7 +63,7 @@ pub enum BundleError {
     #[error(transparent)]
     Store(#[from] crate::foundation::store::StoreError),
     /// A record (from a bundle or a store) holds a field that is not what it claims to be.
-    #[error("{record}: `{field}` {problem}")]
+    #[error("{record}: {}", field_problem(field, problem))]
     InvalidRecord {
         /// Which record ("build 1a2b3c…", "result …").
         record: String,
@@ -89,6 +89,87 @@ pub enum BundleError {
         /// Why.
         reason: String,
     },
+}
+
+/// What `repro bundle verify` and `bundle show` find in a bundle, in one pass: every member
+/// against MANIFEST, and every record (`results/`, `builds/`, `profiles/`) checked as a
+/// replay checks it before using it.
+pub struct Inspection {
+    /// The members against MANIFEST, their list, and the member asked to be kept.
+    pub scan: archive::Scan,
+    /// The records that fail their checks: the member's path and what is wrong, in bundle
+    /// order.
+    pub invalid: Vec<(String, String)>,
+}
+
+impl Inspection {
+    /// Whether the bundle matches its MANIFEST and every record passes its checks.
+    pub fn ok(&self) -> bool {
+        self.scan.verification.ok() && self.invalid.is_empty()
+    }
+}
+
+/// The kind and name of a record member of a bundle (`results/ID.json`: `result`, `ID`).
+fn record_member(path: &str) -> Option<(&'static str, &str)> {
+    let (dir, file) = path.split_once('/')?;
+    let name = file.strip_suffix(".json").filter(|n| !n.contains('/'))?;
+    let kind = match dir {
+        "results" => "result",
+        "builds" => "build",
+        "profiles" => "profile",
+        _ => return None,
+    };
+    Some((kind, name))
+}
+
+/// Reads the bundle at `path` once, in bounded memory: [`archive::scan`] (keeping the
+/// first bytes of `keep`), and every record checked ([`validate_record`],
+/// [`validate_profile`]) as it is read. A record larger than a store's largest is invalid.
+pub fn inspect(
+    path: &std::path::Path,
+    progress: &dyn Fn(u64, u64),
+    keep: Option<&str>,
+) -> Result<Inspection, archive::ArchiveError> {
+    let mut invalid = Vec::new();
+    let mut visit = |member: &str, bytes: Option<&[u8]>| {
+        let Some((kind, name)) = record_member(member) else {
+            return;
+        };
+        let problem = match bytes {
+            None => Some(format!(
+                "is larger than a record may be ({} bytes)",
+                crate::foundation::store::MAX_RECORD_BYTES
+            )),
+            Some(b) => match serde_json::from_slice::<Value>(b) {
+                Err(e) => Some(format!("is not JSON: {e}")),
+                Ok(v) => match kind {
+                    "profile" => validate_profile(name, &v).err(),
+                    _ => validate_record(kind, name, &v).err(),
+                }
+                .map(|e| e.to_string()),
+            },
+        };
+        if let Some(p) = problem {
+            invalid.push((member.to_string(), p));
+        }
+    };
+    let mut whole = archive::Whole {
+        wanted: &|m| record_member(m).is_some(),
+        max: crate::foundation::store::MAX_RECORD_BYTES,
+        visit: &mut visit,
+    };
+    let scan = archive::scan_with(path, progress, keep, &mut whole)?;
+    Ok(Inspection { scan, invalid })
+}
+
+/// An invalid record's field and problem as its message says them: the field in backticks,
+/// none where the problem is the whole record's (it names what it is about).
+fn field_problem(field: &str, problem: &str) -> String {
+    if field == "(record)" {
+        problem.to_string()
+    } else {
+        format!("`{field}` {problem}")
+    }
 }
 
 /// A record, checked: what [`validate_record`] returns.
@@ -163,12 +244,18 @@ impl Check<'_> {
 
     /// A typed record's own error, as a field error of the whole record.
     fn typed(&self, e: RecordError) -> BundleError {
-        match e {
-            RecordError::Shape { source, .. } => {
-                self.bad("(record)", Self::shown(&source.to_string()))
-            }
-            e => self.bad("(record)", Self::shown(&e.to_string())),
-        }
+        let text = match e {
+            RecordError::Shape { source, .. } => source.to_string(),
+            e => e.to_string(),
+        };
+        // The record's own error names the record, as this one's message does already.
+        let named = format!("{} {}", self.kind, keys::short(self.id));
+        let text = text
+            .strip_prefix(&format!("{named}: "))
+            .or_else(|| text.strip_prefix(&format!("{named} ")))
+            .unwrap_or(&text);
+        let text: String = text.chars().take(200).collect();
+        self.bad("(record)", crate::foundation::output::sanitize(&text))
     }
 
     /// A map of relative paths to sha256 digests (a build's input files or outputs).
@@ -208,6 +295,16 @@ impl Check<'_> {
         // inputs as the file has them.
         if keys::key_of(&records::to_json(&b.inputs)) != self.id {
             return Err(self.bad("inputs", "do not hash to the record's key".into()));
+        }
+        if b.inputs.schema != records::SCHEMA {
+            return Err(self.bad(
+                "inputs.schema",
+                format!(
+                    "is {}; this repro reads schema {}",
+                    b.inputs.schema,
+                    records::SCHEMA
+                ),
+            ));
         }
         self.opt(
             "commit",

@@ -406,6 +406,17 @@ pub enum ReplayError {
         /// `settings`, `launch` or `arguments`.
         what: &'static str,
     },
+    /// A result's recorded launch or arguments are not what its recipe gives at its
+    /// recorded parameters.
+    #[error("result {id}: its `{what}` {detail}")]
+    ClaimDiffers {
+        /// The result's short ID.
+        id: String,
+        /// `params`, `launch` or `args`.
+        what: String,
+        /// How.
+        detail: String,
+    },
     /// A result's recorded timing settings are not ones a job may be timed with.
     #[error("result {id} records timing settings that do not read: {source}")]
     BadTimingSettings {
@@ -453,6 +464,7 @@ impl Diagnose for ReplayError {
             | ReplayError::NoBuildRecord
             | ReplayError::SourcesDiffer { .. }
             | ReplayError::CannotRetime { .. }
+            | ReplayError::ClaimDiffers { .. }
             | ReplayError::BadTimingSettings { .. } => exit::MISMATCH,
             ReplayError::NoSuchRecord { .. }
             | ReplayError::TooShort { .. }
@@ -507,6 +519,9 @@ impl Diagnose for ReplayError {
             ),
             ReplayError::BadTimingSettings { .. } => s(
                 "repro records only the REPRO_TIMING_* settings it checked; this record was edited",
+            ),
+            ReplayError::ClaimDiffers { .. } => s(
+                "the record was edited: the figures it holds are not of the experiment it names; nothing was run",
             ),
             ReplayError::TooShort { .. }
             | ReplayError::Ambiguous { .. }
@@ -615,7 +630,7 @@ fn from_bundle(path: &Path, quiet: bool) -> Result<Origin, ReplayError> {
                 file: format!("profiles/{}", sanitize(&file)),
                 reason: "unreadable".into(),
             })?;
-        bundle::validate_record("profile", &name, &v)?;
+        bundle::validate_profile(&name, &v)?;
     }
     Ok(Origin {
         records,
@@ -806,6 +821,24 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let (id, kind) = (id.as_str(), *kind);
     let (result, build_rec) = records_of(&origin, req.store, kind, id, rec)?;
     let (recipe_name, commit) = name_and_commit(kind, id, result.as_ref(), build_rec.as_ref())?;
+    // A build that failed made nothing to compare with: nothing is rebuilt or run.
+    if build_rec
+        .as_ref()
+        .is_some_and(|b| b.status != records::BuildStatus::Ok)
+    {
+        return Ok(Replay {
+            id: id.to_string(),
+            kind,
+            commit,
+            recipe: recipe_name,
+            verdict: Verdict::NothingToCompare,
+            artifacts: Vec::new(),
+            explain: Vec::new(),
+            environment: Vec::new(),
+            timing: None,
+            note: Some("the recorded build failed: there is no artifact to compare".into()),
+        });
+    }
     // The timing settings the re-timing will use, refused now rather than after a rebuild.
     if let Some(r) = &result {
         recorded_timing(r, id)?;
@@ -856,10 +889,20 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     let rebuilt_rec = fresh
         .get_record(records::BUILDS, &rebuilt.key)?
         .and_then(|v| BuildRecord::from_json(&v, &rebuilt.key).ok());
+    // Which key inputs differ: why an artifact differs, and, where the bytes are the same,
+    // what the record claims of its build that this rebuild did not match.
     let explain = match (&build_rec, rebuilt_rec) {
-        (Some(old), Some(new)) if !identical => old.inputs.explain(&new.inputs),
+        (Some(old), Some(new)) if old.inputs != new.inputs => old.inputs.explain(&new.inputs),
         _ => Vec::new(),
     };
+    // A recipe bench's launch and arguments are what its recipe gives at its parameters:
+    // a record that says otherwise claims one experiment and holds the figures of another.
+    if let Some(res) = result
+        .as_ref()
+        .filter(|res| res.python.is_none() && res.launch.is_some())
+    {
+        check_claim(res, id, &r, &rebuilt)?;
+    }
 
     // Timing, where the record has samples and what they ran on is here.
     let (timing, note) = match result.as_ref().filter(|r| r.samples.len() >= 2) {
@@ -886,6 +929,78 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
         timing,
         note,
     })
+}
+
+/// Requires a recipe bench's recorded launch and arguments to be what the recipe's `[run]`
+/// gives at the recorded parameters, with the rebuilt module's kernel names.
+fn check_claim(
+    r: &ResultRecord,
+    id: &str,
+    recipe: &recipe::Recipe,
+    rebuilt: &build::Outcome,
+) -> Result<(), ReplayError> {
+    let differs = |what: &str, detail: String| ReplayError::ClaimDiffers {
+        id: keys::short(id).to_string(),
+        what: what.to_string(),
+        detail,
+    };
+    let mut params = BTreeMap::new();
+    for (k, v) in &r.params {
+        let v = match v {
+            Value::Number(n) if n.is_i64() => n.as_i64().map(crate::foundation::expr::Value::Int),
+            Value::Number(n) => n.as_f64().map(crate::foundation::expr::Value::Float),
+            _ => None,
+        }
+        .ok_or_else(|| differs("params", format!("`{}` is not a number", sanitize(k))))?;
+        params.insert(k.clone(), v);
+    }
+    if params.keys().ne(recipe.sections.params.keys()) {
+        return Err(differs(
+            "params",
+            format!(
+                "name {} where the recipe's [params] name {}",
+                sanitize(&params.keys().cloned().collect::<Vec<_>>().join(", ")),
+                recipe
+                    .sections
+                    .params
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let module = rebuilt
+        .outputs
+        .get("cubin")
+        .or(rebuilt.outputs.get("ptx"))
+        .map(|o| o.path.clone())
+        .unwrap_or_default();
+    let settings = r.settings.clone().ok_or_else(|| {
+        differs(
+            "settings",
+            "are missing, which a recipe bench records".into(),
+        )
+    })?;
+    let point = bench::resolve_at(&recipe.sections, Path::new(&module), &settings, params)
+        .map_err(|e| differs("params", format!("the recipe cannot run at them: {e}")))?;
+    if r.launch.as_ref() != Some(&point.job.kernel) {
+        return Err(differs(
+            "launch",
+            format!(
+                "is {}, where the recipe gives {}",
+                sanitize(&serde_json::to_string(&r.launch).unwrap_or_default()),
+                serde_json::to_string(&point.job.kernel).unwrap_or_default()
+            ),
+        ));
+    }
+    if r.args.as_ref() != Some(&point.job.args) {
+        return Err(differs(
+            "args",
+            "are not what the recipe gives at the recorded parameters".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Each recorded output against the rebuilt one of the same name.

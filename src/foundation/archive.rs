@@ -104,14 +104,24 @@ pub enum ArchiveError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A member's path is absolute, empty or climbs out with `..`, or the member is not a
-    /// regular file (symlink, hardlink, device, directory...).
+    /// A member's path is absolute, empty or climbs out with `..`.
     #[error("{} holds an unsafe path `{entry}`", .path.display())]
     UnsafePath {
         /// The bundle (being written, read or extracted).
         path: PathBuf,
         /// The offending member's path, lossily decoded.
         entry: String,
+    },
+    /// A member is not a regular file (a symbolic or hard link, a directory, a device, a
+    /// FIFO...).
+    #[error("{} holds `{entry}`, a {kind}, where a bundle holds only regular files", .path.display())]
+    NotAFile {
+        /// The bundle.
+        path: PathBuf,
+        /// The member's path.
+        entry: String,
+        /// What it is instead.
+        kind: String,
     },
     /// Two members share a path (or one is named like the manifest).
     #[error("bundle entry `{entry}` is given twice")]
@@ -517,10 +527,27 @@ fn member_name<R: std::io::Read>(
         path: path.to_owned(),
         entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
     })?;
-    if !is_safe(&name) || !member.header().entry_type().is_file() {
+    if !is_safe(&name) {
         return Err(ArchiveError::UnsafePath {
             path: path.to_owned(),
             entry: name,
+        });
+    }
+    let kind = member.header().entry_type();
+    if !kind.is_file() {
+        use tar::EntryType as T;
+        let kind = match kind {
+            T::Symlink => "symbolic link",
+            T::Link => "hard link",
+            T::Directory => "directory",
+            T::Char | T::Block => "device",
+            T::Fifo => "FIFO",
+            _ => "member of another type",
+        };
+        return Err(ArchiveError::NotAFile {
+            path: path.to_owned(),
+            entry: name,
+            kind: kind.into(),
         });
     }
     if !seen.insert(name.clone()) {
@@ -662,6 +689,34 @@ pub fn scan(
     progress: &dyn Fn(u64, u64),
     keep: Option<&str>,
 ) -> Result<Scan, ArchiveError> {
+    let mut nothing = |_: &str, _: Option<&[u8]>| {};
+    let mut whole = Whole {
+        wanted: &|_| false,
+        max: 0,
+        visit: &mut nothing,
+    };
+    scan_with(path, progress, keep, &mut whole)
+}
+
+/// The members [`scan_with`] hands over whole, each as it is read: those `wanted` picks,
+/// whole where at most `max` bytes, else `None` (too large to read).
+pub struct Whole<'w> {
+    /// Which members, by path.
+    pub wanted: &'w dyn Fn(&str) -> bool,
+    /// The most bytes one may have.
+    pub max: u64,
+    /// Called with each wanted member's path and bytes.
+    pub visit: &'w mut dyn FnMut(&str, Option<&[u8]>),
+}
+
+/// [`scan`], handing the members `whole` picks to its visitor as they are read (records
+/// to check, in the same single pass).
+pub fn scan_with(
+    path: &Path,
+    progress: &dyn Fn(u64, u64),
+    keep: Option<&str>,
+    whole: &mut Whole<'_>,
+) -> Result<Scan, ArchiveError> {
     let mut digests = BTreeMap::new();
     let mut manifest = None;
     let mut out = Scan::default();
@@ -681,6 +736,12 @@ pub fn scan(
                 let mut limited = LimitedVec(&mut head, SCAN_KEEP_BYTES as usize);
                 let r = hash_member(name, member, &mut limited)?;
                 out.kept = Some(head);
+                r
+            } else if (whole.wanted)(name) {
+                let cap = usize::try_from(whole.max.saturating_add(1)).unwrap_or(usize::MAX);
+                let mut bytes = Vec::new();
+                let r = hash_member(name, member, &mut LimitedVec(&mut bytes, cap))?;
+                (whole.visit)(name, (r.1 <= whole.max).then_some(&bytes[..]));
                 r
             } else {
                 hash_member(name, member, &mut std::io::sink())?
@@ -901,9 +962,11 @@ impl crate::foundation::error::Diagnose for ArchiveError {
             E::Read { source, .. } => fsutil::read_exit_code(source),
             E::Write { .. } => crate::foundation::exit::IO,
             // A repeated member comes from a hand-made (hostile) bundle, not from a bug.
-            E::Corrupt { .. } | E::UnsafePath { .. } | E::Duplicate { .. } | E::Clash { .. } => {
-                crate::foundation::exit::MISMATCH
-            }
+            E::Corrupt { .. }
+            | E::UnsafePath { .. }
+            | E::NotAFile { .. }
+            | E::Duplicate { .. }
+            | E::Clash { .. } => crate::foundation::exit::MISMATCH,
             E::TooLarge { .. } => crate::foundation::exit::USAGE,
             E::Output(w) => crate::foundation::error::Diagnose::exit_code(w),
             E::Limit(e) => crate::foundation::error::Diagnose::exit_code(e),
@@ -914,6 +977,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
         match self {
             E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
             E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
+            E::NotAFile { .. } => Some("repro writes bundles of regular files only: this one was not made by repro; nothing was extracted".into()),
             E::Write { .. } => Some("check free space and permissions of the output directory".into()),
             E::Clash { .. } => Some("repro never writes a path both as a file and as a directory: the bundle was made or edited by hand; nothing was extracted".into()),
             E::Duplicate { .. } => Some("repro never writes a member twice: the bundle was edited by hand; nothing was extracted".into()),
@@ -1294,7 +1358,13 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let bundle = dir.path().join("evil.tar.zst");
             hostile(&bundle, name, kind);
-            let unsafe_path = |r: &ArchiveError| matches!(r, ArchiveError::UnsafePath { entry, .. } if entry == name);
+            let unsafe_path = |r: &ArchiveError| match r {
+                ArchiveError::UnsafePath { entry, .. } => entry == name,
+                ArchiveError::NotAFile { entry, kind, .. } => {
+                    entry == name && kind != "member of another type"
+                }
+                _ => false,
+            };
             assert!(unsafe_path(&read(&bundle).unwrap_err()), "{name}");
             assert!(unsafe_path(&verify(&bundle).unwrap_err()), "{name}");
             let out = dir.path().join("out");

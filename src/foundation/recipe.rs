@@ -659,7 +659,13 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
         &|p: &str, file: bool| {
             let full = root.join(p);
             crate::foundation::stamp::note(&full);
-            if file { full.is_file() } else { full.is_dir() }
+            // A link out of the repository names what another checkout would not have.
+            if let (Ok(real), Ok(inside)) = (full.canonicalize(), root.canonicalize())
+                && !real.starts_with(&inside)
+            {
+                return None;
+            }
+            Some(if file { full.is_file() } else { full.is_dir() })
         },
         rel,
         text,
@@ -670,12 +676,13 @@ pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> 
 /// form only. A bisection reads its recipe once this way and applies it to every commit,
 /// where the paths are checked against that commit's tree.
 pub fn parse_detached(rel: &str, text: &str) -> Result<Recipe, RecipeError> {
-    parse_in(&|_, _| true, rel, text)
+    parse_in(&|_, _| Some(true), rel, text)
 }
 
-/// Parses recipe text, asking `exists(path, is_file)` whether its paths exist.
+/// Parses recipe text, asking `exists(path, is_file)` whether its paths exist (`None`: the
+/// path is a symbolic link out of the repository, or under one).
 fn parse_in(
-    exists: &dyn Fn(&str, bool) -> bool,
+    exists: &dyn Fn(&str, bool) -> Option<bool>,
     rel: &str,
     text: &str,
 ) -> Result<Recipe, RecipeError> {
@@ -707,28 +714,39 @@ fn parse_in(
         .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
     let kind = check_keys(&b, &invalid)?;
     let entries = entries(&b, &kind, &invalid)?;
-    let relpath =
-        |s: &Spanned<String>, what: &str, must_be_file: bool| -> Result<String, RecipeError> {
-            let norm = normalize(s.get_ref()).ok_or_else(|| {
-                invalid(
-                    Some(s.span()),
-                    format!(
-                        "[build] `{what}`: `{}` is outside the repository",
-                        s.get_ref()
-                    ),
-                    Some("paths are relative to the project root and stay inside it"),
-                )
-            })?;
-            if !exists(&norm, must_be_file) {
-                let kind = if must_be_file { "file" } else { "directory" };
-                return Err(invalid(
-                    Some(s.span()),
-                    format!("[build] `{what}`: no {kind} `{norm}`"),
-                    Some("paths are relative to the project root"),
-                ));
-            }
-            Ok(norm)
+    let relpath = |s: &Spanned<String>,
+                   what: &str,
+                   must_be_file: bool|
+     -> Result<String, RecipeError> {
+        let norm = normalize(s.get_ref()).ok_or_else(|| {
+            invalid(
+                Some(s.span()),
+                format!(
+                    "[build] `{what}`: `{}` is outside the repository",
+                    s.get_ref()
+                ),
+                Some("paths are relative to the project root and stay inside it"),
+            )
+        })?;
+        let Some(found) = exists(&norm, must_be_file) else {
+            return Err(invalid(
+                Some(s.span()),
+                format!("[build] `{what}`: `{norm}` links outside the repository"),
+                Some(
+                    "copy it into the repository: another checkout would not have what the link points to, and the key could not cover it",
+                ),
+            ));
         };
+        if !found {
+            let kind = if must_be_file { "file" } else { "directory" };
+            return Err(invalid(
+                Some(s.span()),
+                format!("[build] `{what}`: no {kind} `{norm}`"),
+                Some("paths are relative to the project root"),
+            ));
+        }
+        Ok(norm)
+    };
 
     let build = match kind.as_str() {
         "torch-extension" => torch_extension(b, entries, &invalid, &relpath)?,
@@ -1391,13 +1409,26 @@ fn torch_extension(
 fn timeout(t: Option<Spanned<String>>, invalid: &InvalidFn) -> Result<Duration, RecipeError> {
     Ok(match t {
         None => DEFAULT_COMMAND_TIMEOUT,
-        Some(t) => humantime::parse_duration(t.get_ref()).map_err(|e| {
-            invalid(
-                Some(t.span()),
-                format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
-                Some("for example \"90s\" or \"10m\""),
-            )
-        })?,
+        Some(t) => match humantime::parse_duration(t.get_ref()) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                return Err(invalid(
+                    Some(t.span()),
+                    format!(
+                        "[build] `timeout`: `{}` would stop the build at once",
+                        t.get_ref()
+                    ),
+                    Some("give a positive duration, for example \"90s\" or \"10m\""),
+                ));
+            }
+            Err(e) => {
+                return Err(invalid(
+                    Some(t.span()),
+                    format!("[build] `timeout`: `{}`: {e}", t.get_ref()),
+                    Some("for example \"90s\" or \"10m\""),
+                ));
+            }
+        },
     })
 }
 
@@ -1534,6 +1565,35 @@ mod tests {
     }
 
     const HEAD: &str = "schema = 1\n[build]\n";
+
+    /// A source or include directory that is a symbolic link out of the repository is the
+    /// recipe's mistake (file:line:column, key), not a failed build.
+    #[test]
+    fn a_path_that_links_outside_the_repository_is_refused_where_it_is_written() {
+        let d = repo();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("x.cu"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("x.cu"), d.path().join("k2.cu")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("ext")).unwrap();
+        for (text, says) in [
+            (
+                "kind = \"nvrtc\"\nsource = \"k2.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n",
+                "recipes/r.toml:4:10: [build] `source`: `k2.cu` links outside the repository",
+            ),
+            (
+                "kind = \"nvrtc\"\nsource = \"ext/x.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\n",
+                "recipes/r.toml:4:10: [build] `source`: `ext/x.cu` links outside the repository",
+            ),
+            (
+                "kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"sm_90\"\ninclude-dirs = [\"ext\"]\n",
+                "[build] `include-dirs`: `ext` links outside the repository",
+            ),
+        ] {
+            let e = parse(d.path(), "recipes/r.toml", &format!("{HEAD}{text}")).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+            assert_eq!(crate::foundation::error::Diagnose::exit_code(&e), 2, "{e}");
+        }
+    }
 
     #[test]
     fn parses_each_kind() {

@@ -1258,3 +1258,69 @@ fn bench_shows_the_fraction_of_the_measured_peak() {
     ]);
     assert!(!err.contains("calibrating"), "{err}");
 }
+
+/// A result whose parameters, launch or arguments are not what its recipe gives at them
+/// (a claim of n = 1M holding the run of n = 4096) is refused by replay, naming the field,
+/// before anything is re-timed; the true record still replays.
+#[test]
+fn a_record_whose_claim_is_not_its_recipes_run_is_refused_by_replay() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let (code, res) = bench(&gpu, &root, "scale", &[], &[]);
+    assert_eq!(code, 0, "{res}");
+    let id = res["id"].as_str().unwrap().to_string();
+    let store = repro::store::Store::at(root.join(".repro"));
+    let rec = store.get_record("results", &id).unwrap().unwrap();
+    let replay = |id: &str| {
+        let out = gpu
+            .cmd(&[])
+            .arg("-C")
+            .arg(&root)
+            .args(["replay", id])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (code, text) = replay(&id);
+    assert!(code == 0 || code == 7, "{text}");
+    // Each forgery is filed under the ID its content hashes to, as anyone can.
+    let forge = |edit: &dyn Fn(&mut Value)| {
+        let mut r = rec.clone();
+        let o = r.as_object_mut().unwrap();
+        o.remove("id");
+        o.remove(repro::store::SEAL);
+        edit(&mut r);
+        let forged = repro::keys::key_of(&r);
+        store.put_record("results", &forged, &r).unwrap();
+        forged
+    };
+    for (edit, says) in [
+        (
+            &(|r: &mut Value| r["params"]["n"] = serde_json::json!(1_048_576))
+                as &dyn Fn(&mut Value),
+            "its `launch` is",
+        ),
+        (
+            &|r: &mut Value| r["launch"]["grid"] = serde_json::json!([1, 1, 1]),
+            "its `launch` is",
+        ),
+        (
+            &|r: &mut Value| r["args"][1]["count"] = serde_json::json!(8),
+            "its `args` are not what the recipe gives",
+        ),
+        (
+            &|r: &mut Value| r["params"]["m"] = serde_json::json!(3),
+            "its `params` name m, n where the recipe's [params] name n",
+        ),
+    ] {
+        let forged = forge(edit);
+        let (code, text) = replay(&forged);
+        assert_eq!(code, 1, "{says}: {text}");
+        assert!(text.contains(says), "{says}: {text}");
+        assert!(text.contains("nothing was run"), "{text}");
+    }
+}

@@ -618,3 +618,48 @@ fn multisection_with_several_jobs_finds_the_same_commit_in_fewer_rounds() {
         assert_eq!(subject_of(&v), "commit 15");
     }
 }
+
+/// A step that ran into its time limit answers for that limit only: run again with a longer
+/// `--timeout`, it is evaluated again (not answered from the store), while a run with the
+/// same limit reuses it. A time limit of zero is refused.
+#[test]
+fn a_step_that_timed_out_is_not_reused_under_a_longer_timeout() {
+    let (tmp, root) = state_history(4, 3);
+    // Slow on the good commits: the good end takes 0.6 s.
+    let script = "grep -q fine state.txt || exit 1; sleep 0.6";
+    let args = |t: &'static str| {
+        [
+            "--good",
+            "HEAD~3",
+            "--bad",
+            "HEAD",
+            "--script",
+            script,
+            "--timeout",
+            t,
+        ]
+    };
+    let (code, _, stderr) = bisect(tmp.path(), &root, &args("200ms"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("is bad (timeout: the script ran longer than 200ms)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[from the store]"), "{stderr}");
+    // The same limit: answered from the store.
+    let (code, _, stderr) = bisect(tmp.path(), &root, &args("200ms"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("longer than 200ms) [from the store]"),
+        "{stderr}"
+    );
+    let steps = |v: &Value| v["steps"].as_array().cloned().unwrap_or_default();
+    // A longer limit: evaluated again, and the culprit found.
+    let (code, v, stderr) = bisect(tmp.path(), &root, &args("30s"));
+    assert_eq!(code, 0, "{v}{stderr}");
+    assert_eq!(subject_of(&v), "commit 3");
+    assert!(steps(&v).iter().all(|s| s["cached"] != true), "{v}");
+    let (code, _, stderr) = bisect(tmp.path(), &root, &args("0s"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("a time limit of zero"), "{stderr}");
+}

@@ -694,3 +694,103 @@ fn finding_10_dirty_builds_are_marked_and_not_bundled_or_replayed() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("verdict: nothing to compare"), "{out}");
 }
+
+/// `bundle verify` checks every record as replay would (fields, schema, ID against content),
+/// not only the files against MANIFEST, and `bundle show` warns of the same; a failed build
+/// record replays as "nothing to compare", never as reproduced.
+#[test]
+fn bundle_verify_checks_every_record_and_a_failed_build_is_not_reproduced() {
+    let (tmp, root) = cmd_repo();
+    let key = build_key(tmp.path(), &root);
+    let bundle = make_bundle(tmp.path(), &root, &key[..12]);
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "verify", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 invalid records"), "{out}");
+    let evil = tmp.path().join("evil.tar.zst");
+    let member = format!("builds/{key}.json");
+    let commit = git(&root, &["rev-parse", "HEAD"]);
+    for (from, to, says) in [
+        (
+            commit.trim().to_string(),
+            "HEAD~1".to_string(),
+            "`commit` is \"HEAD~1\", not a 40-digit hex commit",
+        ),
+        (
+            "\"schema\": 1".to_string(),
+            "\"schema\": 9".to_string(),
+            "has schema 9; this repro reads schema 1",
+        ),
+    ] {
+        let mut entries = members(&bundle);
+        replace_in(&mut entries, &member, &from, &to);
+        rewrite(&evil, entries);
+        let (code, out, err) = run(
+            tmp.path(),
+            &root,
+            &["bundle", "verify", evil.to_str().unwrap()],
+        );
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(out.contains(&format!("INVALID  {member}: ")), "{out}");
+        assert!(out.contains(says), "{says}: {out}");
+        assert!(
+            out.contains("FAILED: ") && out.contains("1 invalid records"),
+            "{out}"
+        );
+        let (code, out, err) = run(
+            tmp.path(),
+            &root,
+            &["bundle", "show", evil.to_str().unwrap()],
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(err.contains("records that fail their checks"), "{err}");
+        let (code, out, err) = run(
+            tmp.path(),
+            &root,
+            &["--json", "bundle", "verify", evil.to_str().unwrap()],
+        );
+        assert_eq!(code, 1, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["invalid-records"][0]["path"], member.as_str());
+    }
+    // Not JSON at all.
+    let mut entries = members(&bundle);
+    entries.iter_mut().find(|e| e.path == member).unwrap().bytes = b"{ not json".to_vec();
+    rewrite(&evil, entries);
+    let (code, out, _) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "verify", evil.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is not JSON"), "{out}");
+
+    // A build record marked failed (its key covers only its inputs, so it still checks).
+    let mut entries = members(&bundle);
+    replace_in(
+        &mut entries,
+        &member,
+        "\"status\": \"ok\"",
+        "\"status\": \"failed\"",
+    );
+    rewrite(&evil, entries);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(
+        tmp.path(),
+        elsewhere.path(),
+        &[
+            "replay",
+            &key[..12],
+            "--bundle",
+            evil.to_str().unwrap(),
+            "--allow-commands",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("the recorded build failed"), "{out}");
+    assert!(out.contains("verdict: nothing to compare"), "{out}");
+}

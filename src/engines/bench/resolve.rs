@@ -116,23 +116,76 @@ pub fn resolve(
     check_only: bool,
     time_on_failure: bool,
 ) -> Result<Vec<Point>, SpecError> {
-    let run = sections.run.as_ref().ok_or(SpecError::NoRun)?;
-    // Kernels are named as written in the source; a C++ kernel is launched by its mangled
-    // symbol, whatever its template arguments.
-    let symbols = std::fs::read(module)
-        .map(|b| crate::foundation::symbols::module_symbols(&b))
-        .unwrap_or_default();
-    let symbol = |mut l: LaunchSpec| -> Result<LaunchSpec, SpecError> {
-        if !symbols.is_empty() {
-            l.kernel = crate::foundation::symbols::resolve(&l.kernel, &symbols)?.to_string();
-        }
-        Ok(l)
-    };
+    let r = Resolver::new(sections, module, settings, check_only, time_on_failure)?;
     crate::foundation::runspec::sweep_points(&sections.params)
         .map_err(|e| SpecError::Sweep(e.to_string()))?;
-    let max_bytes = max_buffer_bytes().map_err(|e| SpecError::Sweep(e.to_string()))?;
-    let mut points = Vec::new();
-    for params in crate::foundation::runspec::combinations(&sections.params) {
+    crate::foundation::runspec::combinations(&sections.params)
+        .into_iter()
+        .map(|params| r.point(params))
+        .collect()
+}
+
+/// Resolves a recipe's sections at the one parameter point `params` (a recorded result's,
+/// to hold its launch and arguments against the recipe's), timed as `settings` say.
+pub fn resolve_at(
+    sections: &Sections,
+    module: &Path,
+    settings: &Settings,
+    params: BTreeMap<String, ExprValue>,
+) -> Result<Point, SpecError> {
+    Resolver::new(sections, module, settings, false, false)?.point(params)
+}
+
+/// What resolving a recipe's points needs, once for all of them.
+struct Resolver<'a> {
+    sections: &'a Sections,
+    run: &'a crate::foundation::runspec::Run,
+    module: &'a Path,
+    settings: &'a Settings,
+    check_only: bool,
+    time_on_failure: bool,
+    /// The module's kernel symbols (empty where it cannot be read).
+    symbols: Vec<String>,
+    max_bytes: u64,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(
+        sections: &'a Sections,
+        module: &'a Path,
+        settings: &'a Settings,
+        check_only: bool,
+        time_on_failure: bool,
+    ) -> Result<Self, SpecError> {
+        let run = sections.run.as_ref().ok_or(SpecError::NoRun)?;
+        let symbols = std::fs::read(module)
+            .map(|b| crate::foundation::symbols::module_symbols(&b))
+            .unwrap_or_default();
+        let max_bytes = max_buffer_bytes().map_err(|e| SpecError::Sweep(e.to_string()))?;
+        Ok(Resolver {
+            sections,
+            run,
+            module,
+            settings,
+            check_only,
+            time_on_failure,
+            symbols,
+            max_bytes,
+        })
+    }
+
+    /// Kernels are named as written in the source; a C++ kernel is launched by its mangled
+    /// symbol, whatever its template arguments.
+    fn symbol(&self, mut l: LaunchSpec) -> Result<LaunchSpec, SpecError> {
+        if !self.symbols.is_empty() {
+            l.kernel = crate::foundation::symbols::resolve(&l.kernel, &self.symbols)?.to_string();
+        }
+        Ok(l)
+    }
+
+    /// The point at `params`.
+    fn point(&self, params: BTreeMap<String, ExprValue>) -> Result<Point, SpecError> {
+        let (sections, run) = (self.sections, self.run);
         let mut args = Vec::new();
         let mut total: u64 = 0;
         for a in &run.args {
@@ -151,12 +204,12 @@ pub fn resolve(
                     let bytes = n
                         .checked_mul(dtype.size() as u64)
                         .and_then(|b| total.checked_add(b))
-                        .filter(|t| *t <= max_bytes)
+                        .filter(|t| *t <= self.max_bytes)
                         .ok_or_else(|| SpecError::Buffers {
                             name: name.clone(),
                             expr: count.text().to_string(),
                             count: n,
-                            max: max_bytes,
+                            max: self.max_bytes,
                         })?;
                     total = bytes;
                     ArgSpec::Buffer {
@@ -196,7 +249,10 @@ pub fn resolve(
                         );
                     }
                 }
-                (Some(symbol(launch(&c.launch, &params, "check")?)?), tol)
+                (
+                    Some(self.symbol(launch(&c.launch, &params, "check")?)?),
+                    tol,
+                )
             }
             None => (None, BTreeMap::new()),
         };
@@ -211,21 +267,20 @@ pub fn resolve(
         };
         let job = Job {
             schema: crate::engines::gpurun::SCHEMA,
-            device: settings.device,
-            module: module.display().to_string(),
-            kernel: symbol(launch(&run.launch, &params, "run")?)?,
+            device: self.settings.device,
+            module: self.module.display().to_string(),
+            kernel: self.symbol(launch(&run.launch, &params, "run")?)?,
             reference,
             args,
             tolerances,
-            timing: (!check_only).then(|| timing(settings)),
-            time_on_failure,
+            timing: (!self.check_only).then(|| timing(self.settings)),
+            time_on_failure: self.time_on_failure,
         };
-        points.push(Point {
+        Ok(Point {
             bytes: eval(&sections.work.bytes)?,
             flops: eval(&sections.work.flops)?,
             params,
             job,
-        });
+        })
     }
-    Ok(points)
 }

@@ -139,6 +139,12 @@ impl<'a> Ctx<'a> {
         if let Some(salt) = self.salt {
             v["placement"] = json!(salt);
         }
+        // A step that ran into its time limit answers for that limit only: another limit
+        // asks another question. Only present when not the default, so that keys of steps
+        // under the default stay as they were.
+        if self.plan.timeout != super::DEFAULT_STEP_TIMEOUT {
+            v["timeout-ms"] = json!(self.plan.timeout.as_millis() as u64);
+        }
         v
     }
 

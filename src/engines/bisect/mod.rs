@@ -13,6 +13,11 @@ pub mod toolchains;
 
 use git2::{Oid, Repository};
 
+/// A step's time limit unless `--timeout` gives another (`repro bisect`'s default, 10m).
+/// A step's key names its limit only where it is another: steps that ran into a limit
+/// answer for that limit alone.
+pub const DEFAULT_STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 use crate::foundation::store::Store;
 use local::LocalExecutor;
 use run::{BisectError, Event, Plan, Report};

@@ -920,8 +920,13 @@ impl<'a> ReleaseExecutor<'a> {
             }),
             _ => json!({"mode": "check"}),
         };
-        json!({"schema": 1, "kind": "toolchain-step", "question": q,
-               "recipe": {"path": self.recipe.path, "sha256": crate::foundation::keys::sha256_hex(self.recipe.text.as_bytes())}})
+        let mut v = json!({"schema": 1, "kind": "toolchain-step", "question": q,
+               "recipe": {"path": self.recipe.path, "sha256": crate::foundation::keys::sha256_hex(self.recipe.text.as_bytes())}});
+        // As a commit's step: another time limit asks another question.
+        if self.plan.timeout != super::DEFAULT_STEP_TIMEOUT {
+            v["timeout-ms"] = json!(self.plan.timeout.as_millis() as u64);
+        }
+        v
     }
 
     fn build_key(b: &Built) -> Option<String> {
