@@ -194,6 +194,17 @@ fn install_toolchain(
         a.wheels.map(|d| g.cwd.join(d)),
         a.wheel.map(|w| g.cwd.join(w)),
     );
+    // Without local wheels an install asks pip's index: the network --offline forbids.
+    if crate::engines::toolchain::resolve::offline(g.offline)
+        && source.wheelhouse.is_none()
+        && source.wheel_file.is_none()
+    {
+        return Err(UserError::with_code(exit::ENVIRONMENT, format!(
+            "{spec} would be fetched from pip's package index, and --offline (or REPRO_OFFLINE) forbids the network"
+        ))
+        .hint("install from local files with --wheels DIR (or REPRO_WHEELHOUSE) or --wheel FILE, or drop --offline")
+        .into());
+    }
     let mut progress = InstallProgress::new(g.quiet || g.json);
     let done = install::install(&plan, &source, a.force, &mut progress);
     progress.finish();

@@ -406,6 +406,35 @@ fn plain(s: &str) -> bool {
 fn validate(text: &str, cfg: &Config) -> Option<(Option<std::ops::Range<usize>>, String)> {
     // Spans of nested keys are not kept by serde here; point at the release's table.
     let at = |needle: &str| text.find(needle).map(|i| i..i + needle.len());
+    // A wheel's digest per CPU architecture: the architectures wheels are made for, each
+    // with 64 hex digits (a digest that cannot be one would only fail at install time).
+    let digest_problem = |arch: &str, sha: &str| -> Option<String> {
+        if !matches!(arch, "x86_64" | "aarch64") {
+            Some(format!(
+                "names CPU architecture `{arch}`; wheels are pinned for x86_64 and aarch64"
+            ))
+        } else if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+            Some(format!("sha256 for {arch} is not 64 hex digits"))
+        } else {
+            None
+        }
+    };
+    if let Some(p) = &cfg.toolchain.nvrtc {
+        if !plain(&p.version) {
+            return Some((
+                at(&p.version),
+                format!(
+                    "[toolchain.nvrtc] `version` `{}` is not a plain version",
+                    p.version
+                ),
+            ));
+        }
+        for (arch, sha) in &p.sha256 {
+            if let Some(problem) = digest_problem(arch, sha) {
+                return Some((at(sha), format!("[toolchain.nvrtc] `sha256` {problem}")));
+            }
+        }
+    }
     for (release, r) in &cfg.toolchain.nvcc {
         let here = at(&format!("nvcc.\"{release}\"")).or_else(|| at(&format!("nvcc.{release}")));
         if !release.chars().all(|c| c.is_ascii_digit() || c == '.') || release.is_empty() {
@@ -433,13 +462,10 @@ fn validate(text: &str, cfg: &Config) -> Option<(Option<std::ops::Range<usize>>,
                 ));
             }
             for (arch, sha) in &w.sha256 {
-                if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+                if let Some(problem) = digest_problem(arch, sha) {
                     return Some((
                         at(sha),
-                        format!(
-                            "[toolchain.nvcc.\"{release}\"] `{}` sha256 for {arch} is not 64 hex digits",
-                            w.package
-                        ),
+                        format!("[toolchain.nvcc.\"{release}\"] `{}` {problem}", w.package),
                     ));
                 }
             }
@@ -465,17 +491,6 @@ fn validate(text: &str, cfg: &Config) -> Option<(Option<std::ops::Range<usize>>,
             at("nvcc-default"),
             format!(
                 "[toolchain] `nvcc-default` names release `{d}`, which no [toolchain.nvcc.\"{d}\"] table pins"
-            ),
-        ));
-    }
-    if let Some(p) = &cfg.toolchain.nvrtc
-        && !plain(&p.version)
-    {
-        return Some((
-            at(&p.version),
-            format!(
-                "[toolchain.nvrtc] `version` `{}` is not a plain version",
-                p.version
             ),
         ));
     }
@@ -715,13 +730,33 @@ mod tests {
         assert_eq!(load(d.path()).unwrap(), Config::default());
         std::fs::write(
             d.path().join(FILE),
-            "schema = 1\n[toolchain.nvrtc]\nversion = \"13.0.88\"\nsha256 = { x86_64 = \"ab\" }\n",
+            format!("schema = 1\n[toolchain.nvrtc]\nversion = \"13.0.88\"\nsha256 = {{ x86_64 = \"{}\" }}\n", "ab".repeat(32)),
         )
         .unwrap();
         assert_eq!(
             load(d.path()).unwrap().toolchain.nvrtc.unwrap().sha256["x86_64"],
-            "ab"
+            "ab".repeat(32)
         );
+        // A digest that cannot be one, or an architecture no wheel is made for, is the
+        // file's mistake, named where it is written.
+        for (pin, says) in [
+            (
+                "{ x86_64 = \"zz\" }",
+                "repro.toml:4:22: [toolchain.nvrtc] `sha256` sha256 for x86_64 is not 64 hex digits",
+            ),
+            (
+                &format!("{{ sparc = \"{}\" }}", "ab".repeat(32)),
+                "`sha256` names CPU architecture `sparc`",
+            ),
+        ] {
+            std::fs::write(
+                d.path().join(FILE),
+                format!("schema = 1\n[toolchain.nvrtc]\nversion = \"13.0.88\"\nsha256 = {pin}\n"),
+            )
+            .unwrap();
+            let e = load(d.path()).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
         std::fs::write(
             d.path().join(FILE),
             "schema = 1\n[toolchain.nvrtc]\nversoin = \"1\"\n",

@@ -120,8 +120,20 @@ fn install_nvcc_from_wheels_then_build_a_wmma_kernel_with_it() {
             "`repro toolchain install nvcc@13.0`",
         ],
     );
+    // `toolchain install` itself with --offline and no local wheels: pip's index is the
+    // network, so it is refused before pip runs; with local wheels it installs.
+    refused(
+        &cache,
+        &root,
+        &["--offline", "toolchain", "install", "nvcc@13.0"],
+        3,
+        &[
+            "nvcc@13.0 would be fetched from pip's package index, and --offline (or REPRO_OFFLINE) forbids the network",
+            "--wheels DIR",
+        ],
+    );
     cmd(&cache, &root)
-        .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
+        .args(["--offline", "toolchain", "install", "nvcc@13.0", "--wheels"])
         .arg(&wh)
         .assert()
         .success()
