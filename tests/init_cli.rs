@@ -368,6 +368,18 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
         assert!(err.contains(says), "{err}");
         assert!(!root.join("repro.toml").exists());
     }
+    // A file named `recipes` where init writes its recipes: said before anything is
+    // written, as the repository's state (exit 2), not as a bug.
+    std::fs::write(root.join("recipes"), "not a directory\n").unwrap();
+    let (code, _, err) = run(cache.path(), &root, None, &["init", "--recipe", "k.cu"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("recipes is not a directory"), "{err}");
+    assert!(
+        err.contains("hint: init writes recipes into the recipes/ directory"),
+        "{err}"
+    );
+    assert!(!root.join("repro.toml").exists());
+    std::fs::remove_file(root.join("recipes")).unwrap();
     // Releases repro cannot resolve: CUDA 12's nvcc (no driver in its wheels), and one
     // neither the table nor (offline) pip has.
     let (code, _, err) = run(cache.path(), &root, None, &["init", "--nvcc", "12.8"]);

@@ -476,6 +476,19 @@ fn plan_recipe(root: &Path, k: &KernelFile, target: &str) -> anyhow::Result<Plan
 /// Writes every file atomically; when one fails, the files this run created are removed
 /// and those it replaced are put back.
 fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
+    // A folder to write into that is something else (a file named `recipes`) is the
+    // repository's state, said before anything is written.
+    for p in plan {
+        if let Some(dir) = p.path.parent().filter(|d| d.exists() && !d.is_dir()) {
+            return Err(UserError::usage(format!(
+                "cannot write {}: {} is not a directory",
+                p.path.display(),
+                dir.display()
+            ))
+            .hint("init writes recipes into the recipes/ directory: move or rename that file, then run init again")
+            .into());
+        }
+    }
     let mut done: Vec<(&Planned, Option<Vec<u8>>)> = Vec::new();
     for p in plan {
         let before = if p.existed {
@@ -506,10 +519,18 @@ fn write_all(plan: &[Planned]) -> anyhow::Result<()> {
                     }
                 }
             }
-            return Err(e.context(format!(
-                "failed to write {} (nothing of this run was kept)",
-                p.path.display()
-            )));
+            // The file system's refusal (permissions, a full disk, a file created since the
+            // plan): an I/O error, not a bug.
+            return Err(UserError::with_code(
+                crate::foundation::exit::IO,
+                format!(
+                    "failed to write {} (nothing of this run was kept): {}",
+                    p.path.display(),
+                    crate::foundation::error::chain_text(e.as_ref())
+                ),
+            )
+            .hint("check that the repository is writable and has space, then run init again")
+            .into());
         }
         done.push((p, before));
     }

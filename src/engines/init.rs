@@ -151,6 +151,13 @@ impl Diagnose for InitError {
     }
 }
 
+/// A source file's text: without a UTF-8 byte-order mark (which would hide its first line's
+/// `namespace` or `#include` from the scan; the compilers skip it), bytes that are not UTF-8
+/// replaced.
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)).into_owned()
+}
+
 /// Removes comments (keeping line structure), so that a `__global__` in a comment is not a
 /// kernel. String and character literals are kept whole (an include's path is one), and a
 /// `//` or `/*` inside one starts no comment.
@@ -1178,7 +1185,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             }
         }
     })?;
-    let src = String::from_utf8_lossy(&bytes).into_owned();
+    let src = text_of(&bytes);
     let source = rel.to_string_lossy().replace('\\', "/");
     // The repository's files are listed once, for every look-up, and only if an include
     // is not beside the file.
@@ -1398,7 +1405,7 @@ fn read_stripped(root: &Path, p: &Path) -> Option<(String, String)> {
         .to_string_lossy()
         .replace('\\', "/");
     let bytes = crate::foundation::fsutil::read_bounded(p, MAX_SOURCE).ok()?;
-    Some((r, strip_comments(&String::from_utf8_lossy(&bytes))))
+    Some((r, strip_comments(&text_of(&bytes))))
 }
 
 /// The functions a (comment-stripped) binding puts in its module: `m.def("name", ...)` inside
@@ -1798,7 +1805,7 @@ fn included_files(root: &Path, rel: &Path, src: &str, files: &mut Option<RepoFil
             if read > MAX_INCLUDED_BYTES {
                 return done(out, outside, edges);
             }
-            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let text = text_of(&bytes);
             queue.push_back((PathBuf::from(&found), text.clone()));
             out.push((found, text));
         }
@@ -2741,6 +2748,39 @@ LATE_END
             edges: vec![("k.cu".into(), "h.h".into(), "h.h".into())],
         };
         assert_eq!(inc.headers_of("k.cu")["h.h"].len(), MAX_HEADER_MACROS);
+    }
+
+    /// A byte-order mark hides nothing: a first-line namespace (in the file or in a header
+    /// it includes) still names the kernels, and a first-line host include still means nvcc.
+    #[test]
+    fn a_byte_order_mark_hides_no_first_line() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let bom = "\u{feff}";
+        std::fs::write(
+            root.join("ns.cu"),
+            format!("{bom}namespace bomns {{\n__global__ void bk(float* x) {{}}\n}}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("h.h"),
+            format!("{bom}#define Q_BEGIN namespace q {{\n#define Q_END }}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("viah.cu"),
+            format!("{bom}#include \"h.h\"\nQ_BEGIN\n__global__ void hk(float* x) {{}}\nQ_END\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("host.cu"),
+            format!("{bom}#include <cstdio>\n__global__ void k(float* x) {{}}\n"),
+        )
+        .unwrap();
+        let k = |f: &str| read_kernel_file(root, root, Path::new(f)).unwrap();
+        assert_eq!(k("ns.cu").kernels, ["bomns::bk"]);
+        assert_eq!(k("viah.cu").kernels, ["q::hk"]);
+        assert_eq!(k("host.cu").kind, "nvcc");
     }
 
     #[test]

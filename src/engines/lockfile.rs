@@ -333,9 +333,7 @@ fn policy_of(
                 "warn" => Policy::Warn(v),
                 _ => {
                     let kind = fields::kind_of(key);
-                    if !matches!(kind, Kind::Version | Kind::Number)
-                        || !crate::foundation::version::is_version(&v)
-                    {
+                    if !matches!(kind, Kind::Version | Kind::Number) || !min_value_ok(kind, &v) {
                         return Err(invalid(
                             Some(policy_span),
                             format!(
@@ -571,8 +569,50 @@ pub fn default_name(fp: &Fingerprint) -> String {
     if name.is_empty() { "gpu".into() } else { name }
 }
 
+/// Whether `v` can be a `min` policy's bound for a field of `kind`: a number written in
+/// digits (`8`, `1.5`) for a number field; for a version field, numbers separated by dots
+/// (`580.95`, `1.95.0`), then at most a suffix after `-`, `+` or `~` (`6.8.0-45-generic`).
+/// `1e5`, `0x10` or `1x` are none: compared as versions they would read as 1 or 0.
+fn min_value_ok(kind: Kind, v: &str) -> bool {
+    let dotted = |s: &str| {
+        !s.is_empty()
+            && s.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match kind {
+        Kind::Number => dotted(v) && v.matches('.').count() <= 1,
+        _ => {
+            let (head, tail) = match v.find(['-', '+', '~']) {
+                Some(i) => (&v[..i], Some(&v[i + 1..])),
+                None => (v, None),
+            };
+            dotted(head)
+                && tail.is_none_or(|t| {
+                    t.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._+~-".contains(&b))
+                })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_min_bound_is_a_number_or_version_written_as_one() {
+        for ok in ["8", "1.5", "580.95"] {
+            assert!(min_value_ok(Kind::Number, ok), "{ok}");
+        }
+        for bad in ["1e5", "1x", "0x10", "1.2.3", "", "-1", "1."] {
+            assert!(!min_value_ok(Kind::Number, bad), "{bad}");
+        }
+        for ok in ["580.95", "1.95.0", "6.8.0-45-generic", "2.5.1+cu124", "13"] {
+            assert!(min_value_ok(Kind::Version, ok), "{ok}");
+        }
+        for bad in ["1e5", "1x", "0x10", "v6", "", "1..2", "6.8 generic"] {
+            assert!(!min_value_ok(Kind::Version, bad), "{bad}");
+        }
+    }
+
     use super::*;
 
     fn p() -> PathBuf {

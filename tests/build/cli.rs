@@ -196,6 +196,37 @@ fn a_compile_error_is_shown_relative_recorded_and_reused() {
     assert!(v["builds"][0]["log"].as_str().unwrap().contains("error"));
 }
 
+/// A source and a header that start with a UTF-8 byte-order mark build with NVRTC (which
+/// takes the mark for a token), and the header on the source's first line is in the key.
+#[test]
+fn a_byte_order_mark_builds_with_nvrtc_and_hides_no_include() {
+    if !nvrtc_available() {
+        return;
+    }
+    let bom = "\u{feff}";
+    let (tmp, root) = repo_with(&[
+        (
+            "kernels/b.cu",
+            &format!(
+                "{bom}#include \"b.h\"\nnamespace bomns {{\nextern \"C\" __global__ void bk(float* x) {{ x[0] = SCALE; }}\n}}\n"
+            ),
+        ),
+        ("kernels/b.h", &format!("{bom}#define SCALE 2.0f\n")),
+        ("recipes/b.toml", &recipe("kernels/b.cu", "\"bk\"")),
+    ]);
+    let (code, v) = build_json(tmp.path(), &root, &["b"]);
+    assert_eq!(code, 0, "{v}");
+    let before = key(&v);
+    std::fs::write(
+        root.join("kernels/b.h"),
+        format!("{bom}#define SCALE 3.0f\n"),
+    )
+    .unwrap();
+    let (code, v) = build_json(tmp.path(), &root, &["b"]);
+    assert_eq!(code, 0, "{v}");
+    assert_ne!(key(&v), before, "the header behind the mark is an input");
+}
+
 #[test]
 fn a_missing_entry_point_fails_the_build() {
     if !nvrtc_available() {
