@@ -71,10 +71,18 @@ impl Limits {
         *self == Limits::default()
     }
 
-    /// The minimum occupancy for a target (`sm_90`), if any.
+    /// The minimum occupancy for a target (`sm_90`), if any: the budget written for it,
+    /// or for the same SM under another suffix (a cubin built for `sm_90a` says `sm_90`),
+    /// else the one for every target.
     pub fn min_occupancy_for(&self, arch: &str) -> Option<f64> {
         self.min_occupancy
             .get(arch)
+            .or_else(|| {
+                self.min_occupancy
+                    .iter()
+                    .find(|(k, _)| *k != "*" && sm_of(k) == sm_of(arch))
+                    .map(|(_, v)| v)
+            })
             .or_else(|| self.min_occupancy.get("*"))
             .copied()
     }
@@ -583,6 +591,17 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
     Ok(out)
 }
 
+/// The SM a target names, whatever its suffix: `sm_90a`, `sm_90` and `compute_90` are 90.
+fn sm_of(target: &str) -> Option<u32> {
+    let digits: String = target
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
 /// The names of the recipes under `root/recipes`, sorted.
 pub fn list(root: &Path) -> Vec<String> {
     crate::foundation::stamp::note(&root.join(DIR));
@@ -753,6 +772,25 @@ fn parse_in(
         "command" => command_build(b, entries, &invalid)?,
         _ => compile_build(b, entries, &kind, &invalid, &relpath)?,
     };
+    // A budget for a target the recipe does not build for would never be judged.
+    if let Build::Nvrtc(c) | Build::Nvcc(c) = &build
+        && let Some(key) = limits
+            .min_occupancy
+            .keys()
+            .find(|k| *k != "*" && !c.targets.iter().any(|t| sm_of(t) == sm_of(k)))
+    {
+        let span = text
+            .find("min-occupancy")
+            .map(|i| i..i + "min-occupancy".len());
+        return Err(invalid(
+            span,
+            format!(
+                "[build.limits] `min-occupancy` names `{key}`, which this recipe does not build for (its targets: {})",
+                c.targets.join(", ")
+            ),
+            Some("name a target of the recipe, or give one number for every target"),
+        ));
+    }
     let entries: Vec<String> = match &build {
         Build::Nvrtc(c) | Build::Nvcc(c) => c.entries.clone(),
         Build::Command(c) => c.entries.clone(),
@@ -1565,6 +1603,38 @@ mod tests {
     }
 
     const HEAD: &str = "schema = 1\n[build]\n";
+
+    /// A `min-occupancy` budget applies to its SM whatever the suffix (`sm_90a` builds a cubin
+    /// that says `sm_90`), and one for a target the recipe does not build for is refused
+    /// where it is written: it would never be judged.
+    #[test]
+    fn occupancy_budgets_match_their_targets_suffix_or_not() {
+        let d = repo();
+        let text = |target: &str, budget: &str| {
+            format!(
+                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"{target}\"\n[build.limits]\nmin-occupancy = {budget}\n"
+            )
+        };
+        let r = parse(
+            d.path(),
+            "recipes/r.toml",
+            &text("sm_90a", "{ sm_90a = 0.5 }"),
+        )
+        .unwrap();
+        assert_eq!(r.limits.min_occupancy_for("sm_90"), Some(0.5));
+        let r = parse(d.path(), "recipes/r.toml", &text("sm_90", "0.25")).unwrap();
+        assert_eq!(r.limits.min_occupancy_for("sm_90"), Some(0.25));
+        let e = parse(
+            d.path(),
+            "recipes/r.toml",
+            &text("sm_90", "{ sm_80 = 0.5 }"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("recipes/r.toml:8:1: [build.limits] `min-occupancy` names `sm_80`, which this recipe does not build for (its targets: sm_90)"),
+            "{e}"
+        );
+    }
 
     /// A source or include directory that is a symbolic link out of the repository is the
     /// recipe's mistake (file:line:column, key), not a failed build.
