@@ -1268,6 +1268,16 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
                 host.join(">, <")
             ),
         )
+    } else if !through.is_empty() {
+        // The same headers, included by the repository's own headers: NVRTC reads those
+        // and stops at theirs just the same.
+        (
+            "nvcc",
+            format!(
+                "the repository headers it includes include headers from outside the repository (<{}>): the host's or the CUDA toolkit's, which nvcc's toolchain provides and NVRTC's does not",
+                through.iter().cloned().collect::<Vec<_>>().join(">, <")
+            ),
+        )
     } else if has_host_code(&src) {
         (
             "nvcc",
@@ -2781,6 +2791,31 @@ LATE_END
         assert_eq!(k("ns.cu").kernels, ["bomns::bk"]);
         assert_eq!(k("viah.cu").kernels, ["q::hk"]);
         assert_eq!(k("host.cu").kind, "nvcc");
+    }
+
+    /// A toolkit header included by a repository header needs nvcc as much as one the file
+    /// includes itself: NVRTC cannot open it either way.
+    #[test]
+    fn a_host_header_through_a_repository_header_means_nvcc() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::write(root.join("h.cuh"), "#pragma once\n#include <cuda_fp16.h>\n").unwrap();
+        std::fs::write(
+            root.join("fp16.cu"),
+            "#include \"h.cuh\"\n__global__ void k(__half* x) {}\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("plain.h"), "#define N 4\n").unwrap();
+        std::fs::write(
+            root.join("plain.cu"),
+            "#include \"plain.h\"\n__global__ void k(float* x) {}\n",
+        )
+        .unwrap();
+        let k = read_kernel_file(root, root, Path::new("fp16.cu")).unwrap();
+        assert_eq!(k.kind, "nvcc", "{k:?}");
+        assert!(k.why.contains("<cuda_fp16.h>"), "{k:?}");
+        let k = read_kernel_file(root, root, Path::new("plain.cu")).unwrap();
+        assert_eq!(k.kind, "nvrtc", "{k:?}");
     }
 
     #[test]
