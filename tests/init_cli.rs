@@ -368,6 +368,19 @@ fn bad_input_gets_a_clear_message_its_exit_code_and_leaves_nothing_half_written(
         assert!(err.contains(says), "{err}");
         assert!(!root.join("repro.toml").exists());
     }
+    // A target that is none, named as the option's mistake, before any lookup.
+    let (code, _, err) = run(
+        cache.path(),
+        &root,
+        None,
+        &["init", "--recipe", "k.cu", "--target", "sm_9x"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--target `sm_9x` is not a GPU target"),
+        "{err}"
+    );
+    assert!(!root.join("repro.toml").exists());
     // A file named `recipes` where init writes its recipes: said before anything is
     // written, as the repository's state (exit 2), not as a bug.
     std::fs::write(root.join("recipes"), "not a directory\n").unwrap();

@@ -347,9 +347,10 @@ fn plan_recipes(
     Ok(planned)
 }
 
+/// A real GPU target as recipes take it (`sm_90`, `sm_90a`): what the recipes init writes
+/// will hold, checked here so that the mistake is named as the option's.
 fn valid_target(t: &str) -> bool {
-    t.strip_prefix("sm_")
-        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()))
+    crate::foundation::recipe::parse_target(t) == Some(true)
 }
 
 /// repro.toml with both pins; an existing file only with `force` (its other settings kept).

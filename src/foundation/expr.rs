@@ -719,7 +719,9 @@ impl<'a> Parser<'a> {
     fn too_deep(&self, offset: usize) -> Box<ExprError> {
         self.error(
             offset,
-            format!("expression is nested too deeply (more than {MAX_DEPTH} levels)"),
+            format!(
+                "expression is nested too deeply (more than {MAX_DEPTH} levels of parentheses, calls, signs or operators in one chain)"
+            ),
         )
     }
 
@@ -1635,7 +1637,7 @@ mod tests {
 
     #[test]
     fn deep_nesting_is_an_error_not_a_crash() {
-        let too_deep = "expression is nested too deeply (more than 64 levels)";
+        let too_deep = "expression is nested too deeply (more than 64 levels of parentheses, calls, signs or operators in one chain)";
         let cases = [
             format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000)),
             format!("{}1", "-".repeat(100_000)),

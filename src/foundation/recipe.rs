@@ -942,6 +942,13 @@ fn entries(b: &RawBuild, kind: &str, invalid: &InvalidFn) -> Result<Vec<String>,
                         ),
                     ));
                 }
+                if out.contains(e.get_ref()) {
+                    return Err(invalid(
+                        Some(e.span()),
+                        format!("[build] `entries`: `{}` is named twice", e.get_ref()),
+                        Some("name each kernel once"),
+                    ));
+                }
                 out.push(e.get_ref().clone());
             }
             out
@@ -963,10 +970,15 @@ fn command_build(
             None,
         )
     };
-    let argv = b.argv.ok_or_else(|| require("argv"))?.into_inner();
-    if argv.is_empty() {
-        return Err(require("a non-empty `argv`"));
+    let argv = b.argv.ok_or_else(|| require("argv"))?;
+    if argv.get_ref().is_empty() {
+        return Err(invalid(
+            Some(argv.span()),
+            "[build] `argv` is empty: kind `command` runs its first word".into(),
+            Some("for example argv = [\"make\", \"kernel.cubin\"]"),
+        ));
     }
+    let argv = argv.into_inner();
     let inputs = b.inputs.ok_or_else(|| require("inputs"))?;
     let mut globs = Vec::new();
     for g in inputs.get_ref() {
@@ -991,7 +1003,11 @@ fn command_build(
     }
     let outs = b.outputs.ok_or_else(|| require("outputs"))?;
     if outs.get_ref().is_empty() {
-        return Err(require("a non-empty `outputs`"));
+        return Err(invalid(
+            Some(outs.span()),
+            "[build] `outputs` is empty: kind `command` keeps the files it names".into(),
+            Some("name the files the command writes, for example outputs = [\"kernel.cubin\"]"),
+        ));
     }
     let mut outputs = Vec::new();
     for o in outs.get_ref() {

@@ -272,8 +272,15 @@ fn every_build_section_mistake_is_named_with_its_remedy() {
             None,
         ),
         (
+            command(
+                "argv = [\"true\"]\nentries = [\"k\", \"k\"]\ninputs = [\"*.cu\"]\noutputs = [\"o\"]\n",
+            ),
+            "[build] `entries`: `k` is named twice",
+            Some("name each kernel once"),
+        ),
+        (
             command("argv = []\ninputs = [\"*.cu\"]\noutputs = [\"o\"]\n"),
-            "a non-empty `argv`",
+            "[build] `argv` is empty: kind `command` runs its first word",
             None,
         ),
         (
@@ -288,7 +295,7 @@ fn every_build_section_mistake_is_named_with_its_remedy() {
         ),
         (
             command("argv = [\"true\"]\ninputs = [\"*.cu\"]\noutputs = []\n"),
-            "a non-empty `outputs`",
+            "[build] `outputs` is empty: kind `command` keeps the files it names",
             None,
         ),
         (

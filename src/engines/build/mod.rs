@@ -253,6 +253,7 @@ impl Diagnose for BuildError {
             BuildError::Inputs { source: InputError::LinksOut { .. }, .. } => Some("copy the file into the repository: another checkout would not have what the link points to, and the key could not cover it".into()),
             BuildError::Inputs { source: InputError::Absolute { .. }, .. } => Some("include toolkit headers by name (<cuda_fp16.h>) and copy other files into the repository, so that the key covers them".into()),
             BuildError::Inputs { source: InputError::Computed { .. }, .. } => Some("write the header's name in the #include (\"name.h\" or <name.h>), so that the key covers the file it reads".into()),
+            BuildError::Inputs { source: InputError::NoMatch { .. }, .. } => Some("the recipe's `inputs` globs are relative to the project root; check the pattern, or whether the files exist at this commit".into()),
             BuildError::Inputs { .. } => Some("paths are relative to the including file or to the recipe's include-dirs".into()),
             BuildError::NoCompiler { compiler: "nvrtc", .. } => {
                 Some("run `repro toolchain install`, or set REPRO_NVRTC to a libnvrtc.so".into())
