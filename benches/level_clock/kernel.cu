@@ -1,15 +1,8 @@
-// The kernels of benches/level_clock: the vector add of stream_state/kernel.cu, and a probe
-// that reads the SM clock (clock64) against the GPU's global timer (nanoseconds), to tell
-// the SM clock the kernel actually ran at from what NVML reports.
-extern "C" __global__ void __launch_bounds__(256)
-vadd(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int n) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long n4 = n / 4;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
-        const float4 x = ((const float4*)a)[i], y = ((const float4*)b)[i];
-        ((float4*)c)[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-    }
-}
+// The kernels of benches/level_clock: the vector add of stream_state/kernel.cu (included
+// here, the same code), and a probe that reads the SM clock (clock64) against the GPU's
+// global timer (nanoseconds), to tell the SM clock the kernel actually ran at from what NVML
+// reports.
+#include "../stream_state/kernel.cu"
 
 __device__ __forceinline__ unsigned long long global_ns() {
     unsigned long long t;

@@ -931,6 +931,31 @@ pub fn replay(req: &Request, say: &dyn Fn(&str)) -> Result<Replay, ReplayError> 
     })
 }
 
+/// The rebuilt module a recipe bench loads: its cubin, else its PTX.
+fn rebuilt_module(rebuilt: &build::Outcome) -> String {
+    rebuilt
+        .outputs
+        .get("cubin")
+        .or(rebuilt.outputs.get("ptx"))
+        .map(|o| o.path.clone())
+        .unwrap_or_default()
+}
+
+/// A result's recorded parameters as expression values (those that are numbers).
+fn params_of(r: &ResultRecord) -> BTreeMap<String, crate::foundation::expr::Value> {
+    r.params
+        .iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Number(n) if n.is_i64() => crate::foundation::expr::Value::Int(n.as_i64()?),
+                Value::Number(n) => crate::foundation::expr::Value::Float(n.as_f64()?),
+                _ => return None,
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
+}
+
 /// Requires a recipe bench's recorded launch and arguments to be what the recipe's `[run]`
 /// gives at the recorded parameters, with the rebuilt module's kernel names.
 fn check_claim(
@@ -944,15 +969,12 @@ fn check_claim(
         what: what.to_string(),
         detail,
     };
-    let mut params = BTreeMap::new();
-    for (k, v) in &r.params {
-        let v = match v {
-            Value::Number(n) if n.is_i64() => n.as_i64().map(crate::foundation::expr::Value::Int),
-            Value::Number(n) => n.as_f64().map(crate::foundation::expr::Value::Float),
-            _ => None,
-        }
-        .ok_or_else(|| differs("params", format!("`{}` is not a number", sanitize(k))))?;
-        params.insert(k.clone(), v);
+    let params = params_of(r);
+    if let Some(k) = r.params.keys().find(|k| !params.contains_key(*k)) {
+        return Err(differs(
+            "params",
+            format!("`{}` is not a number", sanitize(k)),
+        ));
     }
     if params.keys().ne(recipe.sections.params.keys()) {
         return Err(differs(
@@ -970,12 +992,7 @@ fn check_claim(
             ),
         ));
     }
-    let module = rebuilt
-        .outputs
-        .get("cubin")
-        .or(rebuilt.outputs.get("ptx"))
-        .map(|o| o.path.clone())
-        .unwrap_or_default();
+    let module = rebuilt_module(rebuilt);
     let settings = r.settings.clone().ok_or_else(|| {
         differs(
             "settings",
@@ -1225,15 +1242,7 @@ fn retime_any(
         }
         Some(_) => retime_python(r, id, rebuilt, root, req)?,
         None if !gpu_here => return Ok((None, Some(NO_GPU.to_string()))),
-        None => {
-            let module = rebuilt
-                .outputs
-                .get("cubin")
-                .or(rebuilt.outputs.get("ptx"))
-                .map(|o| o.path.clone())
-                .unwrap_or_default();
-            retime(r, id, module, req.threshold)?
-        }
+        None => retime(r, id, rebuilt_module(rebuilt), req.threshold)?,
     };
     Ok(match retimed {
         Retimed::Compared(t) => (Some(t), None),
@@ -1335,18 +1344,7 @@ fn retime_python(
             source,
         })?;
     }
-    let params: BTreeMap<String, crate::foundation::expr::Value> = r
-        .params
-        .iter()
-        .filter_map(|(k, v)| {
-            let v = match v {
-                Value::Number(n) if n.is_i64() => crate::foundation::expr::Value::Int(n.as_i64()?),
-                Value::Number(n) => crate::foundation::expr::Value::Float(n.as_f64()?),
-                _ => return None,
-            };
-            Some((k.clone(), v))
-        })
-        .collect();
+    let params = params_of(r);
     let args =
         crate::engines::pyrun::resolve_args(call, &params).map_err(|_| missing("arguments"))?;
     let job = crate::engines::pyrun::Job {

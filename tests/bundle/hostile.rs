@@ -54,6 +54,21 @@ fn make_bundle(tmp: &Path, root: &Path, id: &str) -> PathBuf {
     bundle
 }
 
+/// `repro replay ID --bundle BUNDLE --allow-commands`, run in `dir`.
+fn replay_bundle(tmp: &Path, dir: &Path, id: &str, bundle: &Path) -> (i32, String, String) {
+    run(
+        tmp,
+        dir,
+        &[
+            "replay",
+            id,
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--allow-commands",
+        ],
+    )
+}
+
 /// The members of a bundle without its MANIFEST.
 fn members(bundle: &Path) -> Vec<Entry> {
     archive::read(bundle)
@@ -118,17 +133,7 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
         .0,
         0
     );
-    let (code, out, err) = run(
-        tmp.path(),
-        elsewhere.path(),
-        &[
-            "replay",
-            &key[..12],
-            "--bundle",
-            evil.to_str().unwrap(),
-            "--allow-commands",
-        ],
-    );
+    let (code, out, err) = replay_bundle(tmp.path(), elsewhere.path(), &key[..12], &evil);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         err.contains("do not match build record") && err.contains("recipe `cmd`"),
@@ -144,17 +149,7 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
         &evil_cmd,
     );
     rewrite(&evil, entries);
-    let (code, out, err) = run(
-        tmp.path(),
-        elsewhere.path(),
-        &[
-            "replay",
-            &key[..12],
-            "--bundle",
-            evil.to_str().unwrap(),
-            "--allow-commands",
-        ],
-    );
+    let (code, out, err) = replay_bundle(tmp.path(), elsewhere.path(), &key[..12], &evil);
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("do not hash to the record's key"), "{err}");
     assert!(!marker.exists(), "the edited command ran");
@@ -171,17 +166,7 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
         "{err}"
     );
     assert!(err.contains("--allow-commands"), "{err}");
-    let (code, out, err) = run(
-        tmp.path(),
-        elsewhere.path(),
-        &[
-            "replay",
-            &key[..12],
-            "--bundle",
-            bundle.to_str().unwrap(),
-            "--allow-commands",
-        ],
-    );
+    let (code, out, err) = replay_bundle(tmp.path(), elsewhere.path(), &key[..12], &bundle);
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("running the recipe's command: sh -c"), "{err}");
     assert!(out.contains("verdict: reproduced"), "{out}");
@@ -207,17 +192,7 @@ fn finding_2_record_fields_are_validated_before_use() {
     replace_in(&mut entries, &format!("builds/{key}.json"), &commit, "../x");
     let evil = tmp.path().join("evil.tar.zst");
     rewrite(&evil, entries);
-    let (code, out, err) = run(
-        tmp.path(),
-        elsewhere.path(),
-        &[
-            "replay",
-            &key[..12],
-            "--bundle",
-            evil.to_str().unwrap(),
-            "--allow-commands",
-        ],
-    );
+    let (code, out, err) = replay_bundle(tmp.path(), elsewhere.path(), &key[..12], &evil);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         err.contains("`commit` is \"../x\", not a 40-digit hex commit"),
@@ -779,17 +754,7 @@ fn bundle_verify_checks_every_record_and_a_failed_build_is_not_reproduced() {
     );
     rewrite(&evil, entries);
     let elsewhere = tempfile::tempdir().unwrap();
-    let (code, out, err) = run(
-        tmp.path(),
-        elsewhere.path(),
-        &[
-            "replay",
-            &key[..12],
-            "--bundle",
-            evil.to_str().unwrap(),
-            "--allow-commands",
-        ],
-    );
+    let (code, out, err) = replay_bundle(tmp.path(), elsewhere.path(), &key[..12], &evil);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("the recorded build failed"), "{out}");
     assert!(out.contains("verdict: nothing to compare"), "{out}");
