@@ -155,7 +155,7 @@ impl Diagnose for InitError {
 /// `namespace` or `#include` from the scan; the compilers skip it), bytes that are not UTF-8
 /// replaced.
 fn text_of(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)).into_owned()
+    String::from_utf8_lossy(crate::foundation::fsutil::without_bom(bytes)).into_owned()
 }
 
 /// Removes comments (keeping line structure), so that a `__global__` in a comment is not a

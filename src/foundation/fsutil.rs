@@ -90,6 +90,12 @@ impl Diagnose for WriteError {
     }
 }
 
+/// A text file's bytes without a leading UTF-8 byte-order mark, which the compilers skip:
+/// a scan of its lines (an include on the first, a namespace) must skip it too.
+pub fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)
+}
+
 /// Locks a whole file, shared or exclusive, waiting for it (`wait`) or failing with
 /// `WouldBlock`. Open-file-description locks (`F_OFD_SETLKW`): owned by the open file like
 /// `flock`'s (two opens in one process exclude each other, closing another descriptor of

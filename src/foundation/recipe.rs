@@ -80,7 +80,11 @@ impl Limits {
             .or_else(|| {
                 self.min_occupancy
                     .iter()
-                    .find(|(k, _)| *k != "*" && sm_of(k) == sm_of(arch))
+                    .find(|(k, _)| {
+                        *k != "*"
+                            && crate::foundation::occupancy::capability(k)
+                                == crate::foundation::occupancy::capability(arch)
+                    })
                     .map(|(_, v)| v)
             })
             .or_else(|| self.min_occupancy.get("*"))
@@ -591,17 +595,6 @@ fn limits(raw: Option<Spanned<RawLimits>>) -> Result<Limits, Invalid> {
     Ok(out)
 }
 
-/// The SM a target names, whatever its suffix: `sm_90a`, `sm_90` and `compute_90` are 90.
-fn sm_of(target: &str) -> Option<u32> {
-    let digits: String = target
-        .trim_start_matches("sm_")
-        .trim_start_matches("compute_")
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
 /// The names of the recipes under `root/recipes`, sorted.
 pub fn list(root: &Path) -> Vec<String> {
     crate::foundation::stamp::note(&root.join(DIR));
@@ -674,13 +667,15 @@ pub fn load(root: &Path, name_or_path: &str) -> Result<Recipe, RecipeError> {
 
 /// Parses and validates recipe text found at `rel` (relative to `root`).
 pub fn parse(root: &Path, rel: &str, text: &str) -> Result<Recipe, RecipeError> {
+    // Resolved once: every path the recipe names is held against it.
+    let inside = root.canonicalize().ok();
     parse_in(
         &|p: &str, file: bool| {
             let full = root.join(p);
             crate::foundation::stamp::note(&full);
             // A link out of the repository names what another checkout would not have.
-            if let (Ok(real), Ok(inside)) = (full.canonicalize(), root.canonicalize())
-                && !real.starts_with(&inside)
+            if let (Ok(real), Some(inside)) = (full.canonicalize(), &inside)
+                && !real.starts_with(inside)
             {
                 return None;
             }
@@ -774,10 +769,13 @@ fn parse_in(
     };
     // A budget for a target the recipe does not build for would never be judged.
     if let Build::Nvrtc(c) | Build::Nvcc(c) = &build
-        && let Some(key) = limits
-            .min_occupancy
-            .keys()
-            .find(|k| *k != "*" && !c.targets.iter().any(|t| sm_of(t) == sm_of(k)))
+        && let Some(key) = limits.min_occupancy.keys().find(|k| {
+            *k != "*"
+                && !c.targets.iter().any(|t| {
+                    crate::foundation::occupancy::capability(t)
+                        == crate::foundation::occupancy::capability(k)
+                })
+        })
     {
         let span = text
             .find("min-occupancy")

@@ -294,8 +294,7 @@ fn visit(
     let bytes = src.read(file)?;
     // A byte-order mark would hide a first-line `#include` from the scan (the compilers
     // skip it): the key would miss that header.
-    let text =
-        String::from_utf8_lossy(bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes)).into_owned();
+    let text = String::from_utf8_lossy(crate::foundation::fsutil::without_bom(&bytes)).into_owned();
     closure.files.insert(file.to_string(), bytes);
     let mut found = Vec::new();
     let dir = Path::new(file)

@@ -112,12 +112,6 @@ fn guarded(include: &str, rel: &str, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A file's bytes without a leading UTF-8 byte-order mark, which nvcc skips and NVRTC
-/// takes for an unrecognized token; the key still covers the file as it is.
-fn without_bom(bytes: &[u8]) -> &[u8] {
-    bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes)
-}
-
 /// Compiles `c.source` with the headers of `closure`, with the NVRTC the project's `pins`
 /// choose. `Err` carries the compiler's log.
 pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts, CompileError> {
@@ -127,7 +121,11 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
             what: what.to_string(),
         })
     };
-    let src = cstr(without_bom(&closure.files[&c.source]), &c.source)?;
+    // NVRTC takes a byte-order mark for a token; the key still covers the file as it is.
+    let src = cstr(
+        crate::foundation::fsutil::without_bom(&closure.files[&c.source]),
+        &c.source,
+    )?;
     let name = cstr(c.source.as_bytes(), "the source path")?;
     let mut header_names = Vec::new();
     let mut header_srcs = Vec::new();
@@ -141,7 +139,7 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
     }
     for (include, rel) in &closure.headers {
         header_names.push(cstr(include.as_bytes(), include)?);
-        let bytes = without_bom(&closure.files[rel]);
+        let bytes = crate::foundation::fsutil::without_bom(&closure.files[rel]);
         if spellings[rel.as_str()] > 1 && pragma_once(bytes) {
             header_srcs.push(cstr(&guarded(include, rel, bytes), rel)?);
         } else {
