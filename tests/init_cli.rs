@@ -503,7 +503,8 @@ fn a_pinned_digest_that_does_not_match_the_wheel_is_refused_on_first_use() {
 
 /// A release the built-in table lacks is resolved through pip (versions from `pip index
 /// versions`, digests for both architectures from a resolving dry run); one pip does not
-/// have either is refused with the versions it does have.
+/// have either is refused with the versions it does have; one with no wheel for the other
+/// architecture is pinned for this one.
 #[test]
 fn pin_resolves_a_release_the_table_lacks_through_pip() {
     let (tmp, root) = repo_with(&[]);
@@ -533,6 +534,21 @@ fn pin_resolves_a_release_the_table_lacks_through_pip() {
         "{err}"
     );
     assert!(err.contains("12.4.99"), "{err}");
+    // NVIDIA published NVRTC 12.2.140 for x86_64 only: it pins with that architecture's
+    // digest, and the lockfile says which architectures it offers.
+    if std::env::consts::ARCH == "x86_64" {
+        let (code, _, err) = run(
+            &cache,
+            &root,
+            None,
+            &["toolchain", "pin", "--force", "nvrtc@12.2.140"],
+        );
+        assert_eq!(code, 0, "{err}");
+        let cfg: toml::Value =
+            toml::from_str(&std::fs::read_to_string(root.join("repro.toml")).unwrap()).unwrap();
+        let sha = cfg["toolchain"]["nvrtc"]["sha256"].as_table().unwrap();
+        assert_eq!(sha.keys().collect::<Vec<_>>(), ["x86_64"], "{cfg}");
+    }
 }
 
 /// The recipe text at `root/recipes/NAME.toml`, checked to be a recipe with these entries.

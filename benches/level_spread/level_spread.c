@@ -70,6 +70,9 @@ int main(int argc, char **argv) {
             CK(cuMemAlloc(&buf[i], (size_t)N * 4));
             CK(cuMemcpyHtoD(buf[i], host, (size_t)N * 4));
         }
+        if (getenv("LEVEL_SHOW_VA"))
+            fprintf(stderr, "va %llx %llx %llx host %p\n", (unsigned long long)buf[0],
+                    (unsigned long long)buf[1], (unsigned long long)buf[2], (void *)host);
         CUmodule *mods = malloc(sizeof(CUmodule) * nm);
         for (int m = 0; m < nm; m++)
             CK(cuModuleLoad(&mods[m], "kernel.cubin"));

@@ -414,8 +414,8 @@ fn wheel_names(r: &Resolved) -> String {
         .join(", ")
 }
 
-/// The recipe name of a kernel file: its stem, with anything but letters, digits, `_` and
-/// `-` made `_`.
+/// The recipe name of a kernel file: its stem, with anything but letters, digits (of any
+/// script: `ядро.cu` is recipe `ядро`), `_` and `-` made `_`.
 fn recipe_name(source: &str) -> String {
     Path::new(source)
         .file_stem()
@@ -423,7 +423,7 @@ fn recipe_name(source: &str) -> String {
         .unwrap_or_default()
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            if c.is_alphanumeric() || c == '_' || c == '-' {
                 c
             } else {
                 '_'
@@ -630,4 +630,19 @@ fn report(g: &Globals, plan: &Plan, kernels: &[KernelFile]) -> anyhow::Result<()
     out.push_str(&format!("next: {next}\n"));
     emit(&out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recipe_name;
+
+    /// A file's stem keeps its letters and digits in any script: files named in another
+    /// language get recipes of their own names, not one `_` each.
+    #[test]
+    fn recipe_names_keep_letters_of_any_script() {
+        assert_eq!(recipe_name("k/ядро.cu"), "ядро");
+        assert_eq!(recipe_name("k/核函数.cu"), "核函数");
+        assert_eq!(recipe_name("k/my kernel+v2.cu"), "my_kernel_v2");
+        assert_ne!(recipe_name("k/ядро.cu"), recipe_name("k/核.cu"));
+    }
 }

@@ -212,6 +212,18 @@ mod tests {
                 "error: --param `n`: expected NAME=VALUE\n".into()
             )
         );
+        // A word where a number belongs is said to be one, with what a value may be.
+        params.insert("n".into(), vec![crate::foundation::expr::Value::Int(1)]);
+        let word = crate::foundation::runspec::override_params(&mut params, &["n=4,abc".into()])
+            .unwrap_err();
+        let (code, text) = reported(anyhow::Error::new(word));
+        assert_eq!(code, exit::USAGE);
+        assert!(text.starts_with("error: --param `n=4,abc`: `abc` is not a number\nhint: a value is a number or an expression"), "{text}");
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("n".into(), vec![crate::foundation::expr::Value::Int(1)]);
+        crate::foundation::runspec::override_params(&mut params, &["n=2**20,3*2**10".into()])
+            .unwrap();
+        assert_eq!(params["n"].len(), 2);
     }
 
     #[test]

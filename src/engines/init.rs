@@ -44,6 +44,10 @@ pub struct KernelFile {
     /// What its build will refuse that the recipe cannot change: a header it includes that
     /// links outside the repository.
     pub warnings: Vec<String>,
+    /// Overloaded kernels: (name, each overload's symbol and parameters). Their entries are
+    /// the symbols; where a parameter type cannot be spelled ([`symbols::mangle`]), the
+    /// symbols are empty and the entry is the name, which the first build resolves.
+    pub overloads: Vec<(String, Vec<(String, String)>)>,
 }
 
 /// A kernel file that includes PyTorch's headers, as a `torch-extension` recipe builds it.
@@ -233,6 +237,9 @@ pub struct Found {
     /// The innermost preprocessor condition around it that repro cannot tell holds under
     /// nvcc and NVRTC (`#ifdef ENABLE_CUDNN`), if any.
     pub condition: Option<String>,
+    /// The parameter lists of its definitions, as written: more than one for an overloaded
+    /// kernel.
+    pub signatures: Vec<String>,
 }
 
 /// The kernels a source defines, in order (see [`kernels`]). One pass over the text: the
@@ -251,11 +258,25 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
     let mut scan = Scan::new(&text, headers);
     let mut out: Vec<Found> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let mut from = 0;
+    // `__global__`, and the macros that may stand for it (`#define KERNEL __global__`): each
+    // word's next occurrence is kept, so the text is searched once per word.
+    let mut words = vec!["__global__".to_string()];
+    words.extend(marker_names(&text, headers));
+    let mut next: Vec<Option<usize>> = words.iter().map(|w| text.find(w.as_str())).collect();
     let mut looked = 0;
-    while let Some(at) = text[from..].find("__global__") {
-        let start = from + at;
-        from = start + "__global__".len();
+    while let Some((i, start)) = next
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.map(|n| (i, n)))
+        .min_by_key(|(_, n)| *n)
+    {
+        let word = &words[i];
+        let from = start + word.len();
+        for (j, n) in next.iter_mut().enumerate() {
+            if n.is_some_and(|n| n < from) {
+                *n = text[from..].find(words[j].as_str()).map(|at| from + at);
+            }
+        }
         looked += 1;
         if looked > MAX_KERNELS {
             break;
@@ -273,6 +294,15 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
         if scan.never() {
             continue;
         }
+        // A macro counts where it is defined, as one standing for `__global__`.
+        let marker = if i == 0 {
+            None
+        } else {
+            match scan.brace_macros.get(word.as_str()) {
+                Some((None, t)) if is_marker(t) => Some(t.clone()),
+                _ => continue,
+            }
+        };
         // In a macro's definition (`#define KERNEL(n) __global__ void n(...)`) it names a
         // parameter, not a kernel; in a string (a host file's NVRTC source) it is text.
         if scan.in_directive() || scan.literal.is_some() {
@@ -292,14 +322,17 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
         let is_template = stmt
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
             .any(|w| w == "template");
-        let c_linkage = stmt.contains("extern \"C\"");
+        let c_linkage = stmt.contains("extern \"C\"")
+            || marker
+                .as_deref()
+                .is_some_and(|t| t.contains("extern \"C\""));
         // The name and its parameters come within a few kilobytes or not at all.
         let mut end = (from + NAME_WINDOW).min(text.len());
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         // A declaration (`__global__ void k(int);`, defined in another file) builds nothing.
-        let Some(name) = name_after(&text[from..end]) else {
+        let Some((name, params)) = name_after(&text[from..end]) else {
             continue;
         };
         let name = match scan.scope() {
@@ -313,11 +346,57 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
                 name,
                 template: is_template,
                 condition: scan.condition(),
+                signatures: vec![params],
             });
+        } else if let Some(f) = out.iter_mut().find(|f| f.name == name) {
+            // An overload (or a declaration repeated with its definition).
+            if !f.signatures.contains(&params) {
+                f.signatures.push(params);
+            }
         }
     }
     out
 }
+
+/// Whether a macro's text stands for `__global__` (`__global__`, `extern "C" __global__`,
+/// `__global__ __launch_bounds__(256)`): it has the word and opens no brace.
+fn is_marker(text: &str) -> bool {
+    !text.contains(['{', '}'])
+        && text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == "__global__")
+}
+
+/// The names of the macros without parameters that a source or the repository headers it
+/// includes define to stand for `__global__` ([`is_marker`]), at most [`MAX_MARKERS`].
+fn marker_names(text: &str, headers: &Headers) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line
+            .trim_start()
+            .strip_prefix('#')
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix("define"))
+        else {
+            continue;
+        };
+        let (name, after) = leading_ident(rest.trim_start());
+        if !name.is_empty() && !after.starts_with('(') && is_marker(after) {
+            names.insert(name.to_string());
+        }
+    }
+    for macros in headers.values() {
+        for (name, (params, t)) in macros {
+            if params.is_none() && is_marker(t) {
+                names.insert(name.clone());
+            }
+        }
+    }
+    names.into_iter().take(MAX_MARKERS).collect()
+}
+
+/// How many macros standing for `__global__` [`kernels_in`] looks for, at most.
+const MAX_MARKERS: usize = 64;
 
 /// How deeply nested braces name namespaces, at most.
 const MAX_DEPTH: usize = 64;
@@ -464,7 +543,7 @@ impl<'a> Scan<'a> {
         words
             .iter()
             .map(|w| match self.brace_macros.get(*w) {
-                Some((None, text)) => Some(text.as_str()),
+                Some((None, text)) if !is_device_mark(text) => Some(text.as_str()),
                 _ => None,
             })
             .collect::<Option<Vec<&str>>>()
@@ -475,6 +554,9 @@ impl<'a> Scan<'a> {
     fn one_brace_macro_use(&self, line: &str) -> Option<String> {
         let (name, rest) = leading_ident(line);
         let (params, text) = self.brace_macros.get(name)?;
+        if params.is_none() && is_device_mark(text) {
+            return None;
+        }
         let rest = rest.trim();
         let Some(params) = params else {
             return rest.is_empty().then(|| text.clone());
@@ -744,7 +826,7 @@ impl<'a> Scan<'a> {
             None => (None, after),
         };
         let text = text.trim();
-        let text = if text.contains(['{', '}']) {
+        let text = if text.contains(['{', '}']) || (params.is_none() && is_device_mark(text)) {
             text.to_string()
         } else if params.is_none()
             && let Some(given) = self.brace_macro_use(text)
@@ -1049,7 +1131,7 @@ enum Scope {
 /// stand for them (`LAUNCH_BOUNDS(256)`) being before it. None for a declaration (a `;`
 /// first) or where no name comes; where the body does not start within `rest`, the last name
 /// seen with a `(`.
-fn name_after(rest: &str) -> Option<String> {
+fn name_after(rest: &str) -> Option<(String, String)> {
     // Attributes before the name, and specifiers after the parameters (`throw()`,
     // `noexcept(true)`, a template's `requires(...)`).
     const ATTRIBUTES: [&str; 9] = [
@@ -1067,7 +1149,7 @@ fn name_after(rest: &str) -> Option<String> {
         n.split("::")
             .all(|p| p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
     };
-    let mut last: Option<&str> = None;
+    let mut last: Option<(&str, &str)> = None;
     let mut i = 0;
     while let Some(off) = rest[i..].find(['(', '{', ';']) {
         let at = i + off;
@@ -1085,12 +1167,16 @@ fn name_after(rest: &str) -> Option<String> {
             .map(char::len_utf8)
             .sum();
         let ident = head[head.len() - ident_len..].trim_start_matches(':');
+        let after = past_parens(&rest[at..]);
         if !ident.is_empty() && !ATTRIBUTES.contains(&ident) {
-            last = Some(ident);
+            // The parameters: inside the parentheses (to the end where they do not close).
+            let inside = &rest[at + 1..rest.len() - after.len()];
+            last = Some((ident, inside.strip_suffix(')').unwrap_or(inside)));
         }
-        i = rest.len() - past_parens(&rest[at..]).len();
+        i = rest.len() - after.len();
     }
-    last.filter(valid).map(str::to_string)
+    last.filter(|(n, _)| valid(n))
+        .map(|(n, p)| (n.to_string(), p.trim().to_string()))
 }
 
 /// The `#include`s of a source: (path, is an angle include).
@@ -1129,6 +1215,273 @@ fn component_of(header: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The first function a source (its comments stripped) declares or defines for the host
+/// alone, at namespace or class scope, with its line: one marked neither `__device__` nor
+/// `__global__` (directly or through a macro of `device_macros`), such as `static P make();`
+/// in a struct. NVRTC refuses the whole file over one ("host functions are not allowed in
+/// JIT mode"); nvcc compiles it. Function bodies are not looked into.
+fn host_function(text: &str, device_macros: &BTreeSet<String>) -> Option<(usize, String)> {
+    // Per open brace: whether it is a scope (namespace, class, `extern "C"`) whose
+    // statements are declarations, or a body (a function's, an initializer's).
+    let mut scopes: Vec<bool> = Vec::new();
+    // The class each open brace is the body of, if any (for its constructors).
+    let mut classes: Vec<Option<String>> = Vec::new();
+    let mut stmt = String::new();
+    let mut stmt_line = 1;
+    let mut line = 1;
+    let mut literal: Option<char> = None;
+    let mut escaped = false;
+    let mut directive = false;
+    let mut line_start = true;
+    let mut last = ' ';
+    let at_scope = |scopes: &Vec<bool>| scopes.iter().all(|s| *s);
+    for c in text.chars() {
+        let before = std::mem::replace(&mut last, c);
+        if c == '\n' {
+            line += 1;
+            // A directive goes on over a line that ends with a backslash.
+            if before != '\\' {
+                directive = false;
+            }
+            line_start = true;
+            literal = None;
+            if at_scope(&scopes) {
+                stmt.push('\n');
+            }
+            continue;
+        }
+        if line_start && !c.is_whitespace() {
+            line_start = false;
+            if c == '#' {
+                directive = true;
+            }
+        }
+        if directive {
+            continue;
+        }
+        if let Some(q) = literal {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                literal = None;
+            }
+            continue;
+        }
+        match c {
+            '"' => literal = Some('"'),
+            '\'' if !stmt.ends_with(|p: char| p.is_ascii_alphanumeric()) => literal = Some('\''),
+            '{' => {
+                if at_scope(&scopes) {
+                    let head = std::mem::take(&mut stmt);
+                    let class = classes.last().cloned().flatten();
+                    let is_function = declarator(&head, class.as_deref()).is_some();
+                    if is_function
+                        && let Some(name) = host_declaration(&head, class.as_deref(), device_macros)
+                    {
+                        return Some((line_of(&head, stmt_line, &name), name));
+                    }
+                    let scope = !is_function
+                        && !head.contains('=')
+                        && head
+                            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                            .any(|w| {
+                                matches!(w, "namespace" | "struct" | "class" | "union" | "extern")
+                            });
+                    scopes.push(scope);
+                    classes.push(if scope { class_name(&head) } else { None });
+                } else {
+                    scopes.push(false);
+                    classes.push(None);
+                }
+                if scopes.len() > MAX_DEPTH * 4 {
+                    return None;
+                }
+            }
+            '}' => {
+                scopes.pop();
+                classes.pop();
+                stmt.clear();
+            }
+            ';' if at_scope(&scopes) => {
+                let decl = std::mem::take(&mut stmt);
+                let class = classes.last().cloned().flatten();
+                if let Some(name) = host_declaration(&decl, class.as_deref(), device_macros) {
+                    return Some((line_of(&decl, stmt_line, &name), name));
+                }
+            }
+            _ if at_scope(&scopes) => {
+                if stmt.trim().is_empty() {
+                    stmt_line = line;
+                }
+                // A statement is judged by its start; a very long one is not a declaration
+                // this needs to read whole.
+                if stmt.len() < STMT_WINDOW {
+                    stmt.push(c);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The line of `name` in a statement that starts at line `first`.
+fn line_of(stmt: &str, first: usize, name: &str) -> usize {
+    let lead = stmt.len() - stmt.trim_start().len();
+    let at = stmt.find(name).unwrap_or(lead).max(lead);
+    first + stmt[lead..at].matches('\n').count()
+}
+
+/// The class a scope's head opens (`struct __align__(16) P` opens `P`).
+fn class_name(head: &str) -> Option<String> {
+    let mut words = head
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty());
+    words.find(|w| matches!(*w, "struct" | "class" | "union"))?;
+    words
+        .find(|w| {
+            !matches!(*w, "__align__" | "alignas" | "final")
+                && !w.starts_with(|c: char| c.is_ascii_digit())
+        })
+        .map(str::to_string)
+}
+
+/// The name a statement declares a function by (the identifier before its parameter list),
+/// if it declares one: `static P make()`, a constructor of `class` (the class whose body
+/// the statement is in), `bool operator<(P) const`. A variable (`int x = f(1)`, `dim3
+/// g(4)`), a type, a macro's use in capitals (`DEFINE_OP(add)`) and `static_assert(...)`
+/// declare none.
+fn declarator(stmt: &str, class: Option<&str>) -> Option<String> {
+    const NOT_NAMES: [&str; 14] = [
+        "__attribute__",
+        "__declspec",
+        "alignas",
+        "__align__",
+        "__launch_bounds__",
+        "__maxnreg__",
+        "__cluster_dims__",
+        "decltype",
+        "sizeof",
+        "alignof",
+        "static_assert",
+        "asm",
+        "__asm__",
+        "typeof",
+    ];
+    let mut s = stmt.trim();
+    // `public:` and the like.
+    for access in ["public", "private", "protected"] {
+        if let Some(rest) = word(s, access).and_then(|r| r.trim_start().strip_prefix(':')) {
+            s = rest.trim_start();
+        }
+    }
+    if let Some(rest) = word(s, "template") {
+        // Past the template's `<...>`.
+        let rest = rest.trim_start();
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, ch) in rest.char_indices() {
+            match ch {
+                '<' => depth += 1,
+                '>' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        s = rest[end?..].trim_start();
+    }
+    let first = leading_ident(s).0;
+    if matches!(
+        first,
+        "typedef" | "using" | "friend" | "namespace" | "static_assert" | "enum"
+    ) {
+        return None;
+    }
+    if s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| w == "operator")
+    {
+        return Some("operator".into());
+    }
+    // The first `(` that follows a name which is not an attribute's.
+    let mut from = 0;
+    while let Some(off) = s[from..].find('(') {
+        let at = from + off;
+        let head = s[..at].trim_end();
+        let len: usize = head
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '~'))
+            .map(char::len_utf8)
+            .sum();
+        let name = &head[head.len() - len..];
+        if NOT_NAMES.contains(&name) {
+            from = s.len() - past_parens(&s[at..]).len();
+            continue;
+        }
+        // `int x = f(1)`: a variable; `(*fp)(int)`: a pointer to a function.
+        if name.is_empty() || head.contains('=') {
+            return None;
+        }
+        let args = s[at + 1..].trim_start();
+        if args.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '"' | '\'' | '{' | '-')) {
+            return None;
+        }
+        // A name alone: a constructor, or a macro's use when in capitals.
+        let alone = head.len() == len;
+        let constructor = class.is_some_and(|c| name.trim_start_matches('~') == c);
+        if alone && !constructor && !name.chars().any(|c| c.is_lowercase()) {
+            return None;
+        }
+        return Some(name.trim_start_matches(':').to_string());
+    }
+    None
+}
+
+/// The function a declaration declares for the host alone (see [`host_function`]).
+fn host_declaration(
+    stmt: &str,
+    class: Option<&str>,
+    device_macros: &BTreeSet<String>,
+) -> Option<String> {
+    let name = declarator(stmt, class)?;
+    let device = stmt
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| w == "__device__" || w == "__global__" || device_macros.contains(w));
+    let defaulted = ["default", "delete"].iter().any(|w| {
+        stmt.split_once('=')
+            .is_some_and(|(_, r)| r.trim().trim_end_matches(';').trim() == *w)
+    });
+    (!device && !defaulted).then_some(name)
+}
+
+/// The macros without parameters a source defines, or takes in from the repository headers it
+/// includes, whose text marks a function for the device (`#define HD __host__ __device__`).
+fn device_macros(text: &str, headers: &Headers) -> BTreeSet<String> {
+    let mut scan = Scan::new(text, headers);
+    scan.advance_to(text.len());
+    scan.brace_macros
+        .iter()
+        .filter(|(_, (params, t))| params.is_none() && is_device_mark(t))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Whether a macro's text marks a function for the device: it has `__device__` or
+/// `__global__` and opens no brace.
+fn is_device_mark(text: &str) -> bool {
+    !text.contains(['{', '}'])
+        && text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == "__global__" || w == "__device__")
 }
 
 /// Whether the source has host code: a `main`, a kernel launch, or a runtime API call.
@@ -1191,7 +1544,8 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     // is not beside the file.
     let mut files = None;
     let included = included_files(&root_canon, &rel, &src, &mut files);
-    let all = kernels_in(&src, &included.headers_of(&source));
+    let headers = included.headers_of(&source);
+    let all = kernels_in(&src, &headers);
     if all.is_empty() {
         // Named as `--recipe` takes them: relative to the current directory.
         let here = cwd
@@ -1283,6 +1637,17 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             "nvcc",
             "it has host code (a launch, main or runtime calls)".to_string(),
         )
+    } else if let Some((line, name)) = host_function(
+        &strip_comments(&src),
+        &device_macros(&strip_comments(&src), &headers),
+    ) {
+        (
+            "nvcc",
+            format!(
+                "it declares a host function (`{}`, line {line}), which NVRTC refuses",
+                crate::foundation::output::printable(&name)
+            ),
+        )
     } else if let Some(line) = ff_line {
         (
             "nvcc",
@@ -1294,13 +1659,36 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             "it needs no host headers: NVRTC compiles it in-process".to_string(),
         )
     };
+    // An overloaded kernel is one name for several symbols: entries name each by its symbol.
+    let classes = global_classes(&strip_comments(&src));
+    let mut overloads = Vec::new();
+    let mut kernels = Vec::new();
+    for k in all.iter().filter(|k| !k.template && k.condition.is_none()) {
+        if k.signatures.len() < 2 {
+            kernels.push(k.name.clone());
+            continue;
+        }
+        let symbols: Option<Vec<(String, String)>> = k
+            .signatures
+            .iter()
+            .map(|p| {
+                crate::foundation::symbols::mangle(&k.name, p, &classes).map(|m| (m, p.clone()))
+            })
+            .collect();
+        match symbols {
+            Some(s) => {
+                kernels.extend(s.iter().map(|(m, _)| m.clone()));
+                overloads.push((k.name.clone(), s));
+            }
+            None => {
+                kernels.push(k.name.clone());
+                overloads.push((k.name.clone(), Vec::new()));
+            }
+        }
+    }
     Ok(KernelFile {
         source,
-        kernels: all
-            .iter()
-            .filter(|k| !k.template && k.condition.is_none())
-            .map(|k| k.name.clone())
-            .collect(),
+        kernels,
         templates: all
             .iter()
             .filter(|k| k.template && k.condition.is_none())
@@ -1317,7 +1705,35 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         more: src.matches("__global__").count() > MAX_KERNELS,
         torch,
         warnings,
+        overloads,
     })
+}
+
+/// The classes and structs a source declares at global scope (outside any brace): the
+/// parameter types [`crate::foundation::symbols::mangle`] may spell by name.
+fn global_classes(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut depth = 0usize;
+    for part in text.split_inclusive(['{', '}', ';']) {
+        if depth == 0 {
+            let mut it = part
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty());
+            while let Some(w) = it.next() {
+                if (w == "struct" || w == "class")
+                    && let Some(n) = it.next()
+                {
+                    out.insert(n.to_string());
+                }
+            }
+        }
+        if part.ends_with('{') {
+            depth += 1;
+        } else if part.ends_with('}') {
+            depth = depth.saturating_sub(1);
+        }
+    }
+    out
 }
 
 /// Whether an include is PyTorch's (or pybind11's and Python's, which its extensions use).
@@ -2013,6 +2429,25 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
     if !k.kernels.is_empty() {
         t.push_str(&format!("entries = [{}]\n", list(&k.kernels)));
     }
+    for (name, symbols) in &k.overloads {
+        if symbols.is_empty() {
+            t.push_str(&format!(
+                "# `{name}` is overloaded, with parameter types repro cannot spell as symbols: replace it in entries with the symbol of each overload (`repro build` lists them)\n"
+            ));
+        } else {
+            t.push_str(&format!(
+                "# `{name}` is overloaded: entries name each overload by its symbol:\n"
+            ));
+            for (m, p) in symbols {
+                t.push_str(&format!(
+                    "#   {m} is {name}({})\n",
+                    crate::foundation::output::printable(
+                        &p.split_whitespace().collect::<Vec<_>>().join(" ")
+                    )
+                ));
+            }
+        }
+    }
     if k.more {
         t.push_str(&format!(
             "# the file has more than {MAX_KERNELS} `__global__`s: only the first {MAX_KERNELS} were read; add the rest by hand\n"
@@ -2092,6 +2527,106 @@ fn torch_recipe_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host function anywhere a declaration may be (namespace, struct, after `public:`,
+    /// a constructor, an operator, a template) sends a file to nvcc; device functions
+    /// (directly, through a macro, defaulted members), variables, macro uses, attributes and
+    /// anything inside a function body do not.
+    #[test]
+    fn host_functions_are_found_where_nvrtc_would_refuse_them() {
+        let host = |src: &str| {
+            let t = strip_comments(src);
+            host_function(&t, &device_macros(&t, &Headers::new())).map(|(l, n)| format!("{l}:{n}"))
+        };
+        for (src, want) in [
+            ("struct P { int n; static P make(); };", "1:make"),
+            ("namespace a {\nint helper(int x);\n}", "2:helper"),
+            ("class C {\npublic:\n  C();\n};", "3:C"),
+            (
+                "struct S { bool operator<(const S& o) const; };",
+                "1:operator",
+            ),
+            (
+                "template <typename T>\nT twice(T x) { return x + x; }",
+                "2:twice",
+            ),
+            ("__host__ void h();", "1:h"),
+            (
+                "inline int g() { return 1; }\n__global__ void k() {}",
+                "1:g",
+            ),
+            ("struct __align__(16) S { float f() const; };", "1:f"),
+        ] {
+            assert_eq!(host(src).as_deref(), Some(want), "{src}");
+        }
+        for src in [
+            "__global__ void k(float* x) { helper(x); int y(3); if (x) { go(); } }",
+            "__device__ float f(float x);\n__host__ __device__ int g();",
+            "#define HD __host__ __device__\nstruct V { HD float get() const { return 1.f; } };",
+            "#define DEV __device__ \\\n  __forceinline__\nDEV float f();",
+            "struct P { P() = default; int n; };",
+            "__constant__ float c[4] = {1, 2, 3, 4};\nstatic_assert(sizeof(int) == 4, \"int\");",
+            "DEFINE_KERNELS(float);\ntypedef void (*fn)(int);\nusing F = int(int);",
+            "auto f = [](int x) { return x; };\nextern \"C\" {\n__global__ void k() {}\n}",
+            "__device__ dim3 g(4);\nconst char* s = \"void host();\";",
+        ] {
+            assert_eq!(host(src), None, "{src}");
+        }
+    }
+
+    /// A macro without parameters standing for `__global__` (alone, with `extern "C"` or
+    /// with attributes) marks kernels where it is used after its definition, also from a
+    /// repository header; a function-like one, an unrelated macro or a use before the
+    /// definition marks nothing.
+    #[test]
+    fn kernels_declared_through_a_macro_for_global() {
+        let names = |src: &str| kernels(src).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(
+            names("#define KERNEL __global__\nKERNEL void a(float* x) { }"),
+            ["a"]
+        );
+        assert_eq!(
+            names(
+                "#define K extern \"C\" __global__ __launch_bounds__(256)\nnamespace n {\nK void b() { }\n}"
+            ),
+            ["b"]
+        );
+        assert_eq!(
+            names("KERNEL void a() { }\n#define KERNEL __global__\n"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names("#define KERNEL(n) __global__ void n()\nKERNEL(c) { }"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names("#define FAST __forceinline__\nFAST void d() { }"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names("#define KERNEL __global__\nKERNEL void e();\n"),
+            Vec::<String>::new()
+        );
+        let mut headers = Headers::new();
+        let mut m = BraceMacros::new();
+        m.insert("GLOBAL".into(), (None, "__global__".into()));
+        headers.insert("common.h".into(), m);
+        let found: Vec<String> =
+            kernels_in("#include \"common.h\"\nGLOBAL void f() { }\n", &headers)
+                .into_iter()
+                .map(|k| k.name)
+                .collect();
+        assert_eq!(found, ["f"]);
+    }
+
+    /// An overloaded kernel is found once, with each definition's parameters.
+    #[test]
+    fn overloads_keep_their_signatures() {
+        let f =
+            kernels_with("__global__ void o(float* x) { }\n__global__ void o(int* x, int n) { }\n");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].signatures, ["float* x", "int* x, int n"]);
+    }
 
     #[test]
     fn kernels_are_found_with_attributes_templates_and_comments() {

@@ -321,6 +321,10 @@ fn policy_of(
         )
     };
     let values_span = rule.values.as_ref().map(Spanned::span);
+    let value_span = rule
+        .value
+        .as_ref()
+        .map_or(policy_span.clone(), Spanned::span);
     let v = value(rule.value)?;
     let policy = match rule.policy.get_ref().as_str() {
         "exact" | "warn" | "min" => {
@@ -333,14 +337,32 @@ fn policy_of(
                 "warn" => Policy::Warn(v),
                 _ => {
                     let kind = fields::kind_of(key);
-                    if !matches!(kind, Kind::Version | Kind::Number) || !min_value_ok(kind, &v) {
+                    if !matches!(kind, Kind::Version | Kind::Number) {
                         return Err(invalid(
                             Some(policy_span),
                             format!(
                                 "`{key}`: policy `min` needs a version or number, and this field holds {}",
-                                describe_kind(kind, &v)
+                                if kind == Kind::Bool {
+                                    "a boolean"
+                                } else {
+                                    "text"
+                                }
                             ),
                             Some("use `exact`, `one-of` or `warn` for text fields".into()),
+                        ));
+                    }
+                    if !min_value_ok(kind, &v) {
+                        let (what, example) = if kind == Kind::Number {
+                            ("a number written in digits", "8 or 1.5")
+                        } else {
+                            ("a version", "580.95 or 6.8.0-45-generic")
+                        };
+                        return Err(invalid(
+                            Some(value_span),
+                            format!(
+                                "`{key}`: the bound of policy `min` must be {what}, and `{v}` is not"
+                            ),
+                            Some(format!("write it as, for example, {example}")),
                         ));
                     }
                     Policy::Min(v)
@@ -379,14 +401,6 @@ fn policy_of(
         }
     };
     Ok(policy)
-}
-
-fn describe_kind(kind: Kind, v: &str) -> String {
-    match kind {
-        Kind::Text => "text".into(),
-        Kind::Bool => "a boolean".into(),
-        _ => format!("`{v}`, which is not a version"),
-    }
 }
 
 use crate::foundation::spans::scalar;
@@ -611,6 +625,29 @@ mod tests {
         for bad in ["1e5", "1x", "0x10", "v6", "", "1..2", "6.8 generic"] {
             assert!(!min_value_ok(Kind::Version, bad), "{bad}");
         }
+        // The message says what the field holds and points at the value.
+        let rule = |key: &str, v: &str| {
+            format!(
+                "schema = 1\nname = \"x\"\n[fields]\n\"{key}\" = {{ policy = \"min\", value = \"{v}\" }}\n"
+            )
+        };
+        let e = err(&rule("host.cores", "1x"));
+        assert!(
+            e.contains("t.toml:4:42: `host.cores`: the bound of policy `min` must be a number written in digits, and `1x` is not"),
+            "{e}"
+        );
+        let e = err(&rule("driver.version", "v580"));
+        assert!(
+            e.contains(
+                "`driver.version`: the bound of policy `min` must be a version, and `v580` is not"
+            ),
+            "{e}"
+        );
+        let e = err(&rule("host.cpu", "5"));
+        assert!(
+            e.contains("policy `min` needs a version or number, and this field holds text"),
+            "{e}"
+        );
     }
 
     use super::*;

@@ -228,6 +228,20 @@ impl Expr {
         }
     }
 
+    /// Where the expression was written: `LINE:COLUMN: KEY` (`12:9: [run] block`), or
+    /// `fallback` where that is not known.
+    pub fn place(&self, fallback: &str) -> String {
+        match &self.at {
+            Some((line, column, what)) => format!("{line}:{column}: {what}"),
+            None => fallback.to_string(),
+        }
+    }
+
+    /// The line and column the expression was written at, when known.
+    pub fn line_column(&self) -> Option<(usize, usize)> {
+        self.at.as_ref().map(|(line, column, _)| (*line, *column))
+    }
+
     /// The expression exactly as written.
     pub fn text(&self) -> &str {
         &self.text

@@ -424,6 +424,10 @@ pub enum RecipeError {
         /// The variable.
         var: String,
     },
+    /// A `REPRO_*` limit the recipe's checks read (`REPRO_MAX_SWEEP_POINTS`) is set to
+    /// something that is not a whole number: the environment's mistake, not the recipe's.
+    #[error(transparent)]
+    Limit(#[from] crate::foundation::limits::LimitError),
     /// Written by a newer repro.
     #[error("{path} has schema {found}, but this repro understands schema {SCHEMA} at most")]
     NewerSchema {
@@ -454,6 +458,7 @@ impl Diagnose for RecipeError {
             }
             RecipeError::Invalid { hint, .. } => hint.clone(),
             RecipeError::NewerSchema { .. } => Some("upgrade repro to read this recipe".into()),
+            RecipeError::Limit(l) => l.hint(),
             RecipeError::EnvUnset { var, .. } => Some(format!(
                 "set {var} (a Nix dev shell may set it: build with --nix), or give the define a default: {{ env = \"{var}\", default = \"...\" }}"
             )),
@@ -794,6 +799,9 @@ fn parse_in(
         Build::Command(c) => c.entries.clone(),
         Build::TorchExtension(t) => t.entries.clone(),
     };
+    // Read before the sections are checked, so that a bad value is not blamed on a line of
+    // the recipe.
+    crate::foundation::runspec::max_sweep_points()?;
     let sections = crate::foundation::runspec::validate(
         crate::foundation::runspec::Raw {
             params: raw.params,
@@ -805,6 +813,9 @@ fn parse_in(
         text,
     )
     .map_err(|(span, message, hint)| invalid(span, message, hint.as_deref()))?;
+    if !limits.min_occupancy.is_empty() {
+        occupancy_launch(&sections, rel, text)?;
+    }
     Ok(Recipe {
         limits,
         name,
@@ -815,6 +826,73 @@ fn parse_in(
         build,
         sections,
     })
+}
+
+/// A `min-occupancy` budget judges the `[run]` launch at every point of the sweep: there
+/// must be one, and its block must be one a GPU can run (1 to 1024 threads) at every point.
+/// Otherwise the budget could not be judged, and that is the recipe's mistake, not the
+/// build's.
+fn occupancy_launch(
+    sections: &crate::foundation::runspec::Sections,
+    rel: &str,
+    text: &str,
+) -> Result<(), RecipeError> {
+    let at = |line_column: Option<(usize, usize)>, message: String, hint: &str| {
+        let (line, column) = line_column.unwrap_or_else(|| {
+            crate::foundation::spans::locate(
+                text,
+                text.find("min-occupancy")
+                    .map(|i| i..i + "min-occupancy".len()),
+            )
+        });
+        RecipeError::Invalid {
+            path: rel.to_string(),
+            line,
+            column,
+            message,
+            hint: Some(hint.to_string()),
+        }
+    };
+    let Some(run) = &sections.run else {
+        return Err(at(
+            None,
+            "[build.limits] `min-occupancy` needs a [run] launch of a kernel: the occupancy judged is that launch's".into(),
+            "add a [run] section with the kernel, grid and block, or drop min-occupancy",
+        ));
+    };
+    for point in crate::foundation::runspec::combinations(&sections.params) {
+        let mut threads: u64 = 1;
+        for e in &run.launch.block {
+            let n = e.eval_count(&point, "[run] block").map_err(|err| {
+                at(
+                    e.line_column(),
+                    format!("[run] block: {err}"),
+                    "fix the block",
+                )
+            })?;
+            threads = threads.saturating_mul(n);
+        }
+        if threads == 0 || threads > 1024 {
+            let params = point
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Err(at(
+                run.launch.block.first().and_then(|e| e.line_column()),
+                format!(
+                    "[run] block has {threads} threads{}; a block holds 1 to 1024, so min-occupancy cannot be judged",
+                    if params.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {params}")
+                    }
+                ),
+                "give [run] a block of 1 to 1024 threads",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The recipe's `schema`: present, a positive integer, and not newer than this repro's.
@@ -1626,7 +1704,7 @@ mod tests {
         let d = repo();
         let text = |target: &str, budget: &str| {
             format!(
-                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"{target}\"\n[build.limits]\nmin-occupancy = {budget}\n"
+                "{HEAD}kind = \"nvrtc\"\nsource = \"kernels/a.cu\"\nentries = [\"k\"]\ntarget = \"{target}\"\n[build.limits]\nmin-occupancy = {budget}\n[run]\nkernel = \"k\"\ngrid = 1\nblock = 128\n"
             )
         };
         let r = parse(
@@ -1648,6 +1726,22 @@ mod tests {
             e.to_string().contains("recipes/r.toml:8:1: [build.limits] `min-occupancy` names `sm_80`, which this recipe does not build for (its targets: sm_90)"),
             "{e}"
         );
+        // The budget judges the [run] launch: without one, or with a block no GPU runs,
+        // it cannot be judged, and the recipe says so where it is written.
+        let no_run = text("sm_90", "0.5");
+        let no_run = &no_run[..no_run.find("[run]").unwrap()];
+        let e = parse(d.path(), "recipes/r.toml", no_run).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "recipes/r.toml:8:1: [build.limits] `min-occupancy` needs a [run] launch"
+            ),
+            "{e}"
+        );
+        let sweep = text("sm_90", "0.5").replace("block = 128", "block = \"b\"")
+            + "[params]\nb = [256, 2048]\n";
+        let e = parse(d.path(), "recipes/r.toml", &sweep).unwrap_err();
+        assert!(e.to_string().contains("recipes/r.toml:12:9: [run] block has 2048 threads at b=2048; a block holds 1 to 1024"), "{e}");
+        assert_eq!(e.exit_code(), exit::USAGE);
     }
 
     /// A source or include directory that is a symbolic link out of the repository is the

@@ -396,6 +396,14 @@ pub enum ParamError {
         /// The recipe's parameters.
         known: Vec<String>,
     },
+    /// A value with a word where a number belongs.
+    #[error("--param `{text}`: `{word}` is not a number")]
+    Word {
+        /// The override.
+        text: String,
+        /// The word.
+        word: String,
+    },
     /// A value that is not an expression.
     #[error("--param `{text}`: {error}")]
     Value {
@@ -409,6 +417,15 @@ pub enum ParamError {
 impl crate::foundation::error::Diagnose for ParamError {
     fn exit_code(&self) -> u8 {
         crate::foundation::exit::USAGE
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            ParamError::Limit(l) => l.hint(),
+            ParamError::Word { .. } => Some(
+                "a value is a number or an expression of numbers and functions (`--param n=2**20,3*2**10`); it cannot name a parameter".into(),
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -540,6 +557,19 @@ fn validate_params(
         let p_span = p.span();
         for (name, v) in p.into_inner() {
             let span = v.span();
+            // Expressions name parameters by identifiers; any other name could never be used.
+            let ident = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ident {
+                return Err((
+                    Some(span),
+                    format!(
+                        "[params] `{}` is not a name an expression can use",
+                        crate::foundation::output::printable(&name)
+                    ),
+                    Some("name a parameter with letters, digits and `_`, not starting with a digit (`seq_len`)".into()),
+                ));
+            }
             let list = match v.into_inner() {
                 toml::Value::Array(a) => a,
                 other => vec![other],
@@ -728,7 +758,7 @@ fn buffer_arg(
             None,
         ));
     }
-    let init = init_of(a, &span, &what)?;
+    let init = init_of(a, dtype, &span, &what)?;
     let output = a.output.unwrap_or(false);
     if !output && init.is_none() {
         return Err((
@@ -750,20 +780,93 @@ fn buffer_arg(
     Ok(arg)
 }
 
+/// A number as a message shows it: in full where that is short, else with an exponent
+/// (`1e300`, not three hundred digits).
+pub fn show_number(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && (v.abs() >= 1e16 || v.abs() < 1e-6) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// How an argument is filled (`init` with its `low`/`high`/`mean`/`std`), for kernel buffers
-/// and Python tensors alike.
+/// and Python tensors alike. A key the fill does not take (`low` on `normal`) and a value
+/// the buffer's type cannot hold (`mean = 300` for `u8`) are refused, not coerced.
 pub(crate) fn init_of(
     a: &RawArg,
+    dtype: DType,
     span: &std::ops::Range<usize>,
     what: &dyn Fn(&str) -> String,
 ) -> Result<Option<Init>, Problem> {
-    Ok(match a.init.as_ref().map(|s| s.get_ref().as_str()) {
+    let kind = a.init.as_ref().map(|s| s.get_ref().as_str());
+    let takes: &[&str] = match kind {
+        None | Some("zeros" | "iota") => &[],
+        Some("constant") => &["mean"],
+        Some("uniform") => &["low", "high"],
+        Some("normal") => &["mean", "std"],
+        Some(_) => &["low", "high", "mean", "std"],
+    };
+    let given = [
+        ("low", a.low),
+        ("high", a.high),
+        ("mean", a.mean),
+        ("std", a.std),
+    ];
+    if let Some((key, _)) = given
+        .iter()
+        .find(|(k, v)| v.is_some() && !takes.contains(k))
+    {
+        let message = match kind {
+            None => format!(
+                "{}: `{key}` goes with an `init`, and there is none",
+                what(key)
+            ),
+            Some(k) => format!("{}: init `{k}` takes no `{key}`", what(key)),
+        };
+        return Err((
+            Some(span.clone()),
+            message,
+            Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into()),
+        ));
+    }
+    // The values an element of the type holds: integers whole, floats finite.
+    let holds = |v: f64| -> bool {
+        let int = |lo: f64, hi: f64| v.fract() == 0.0 && v >= lo && v <= hi;
+        match dtype {
+            DType::U8 => int(0.0, 255.0),
+            DType::I32 => int(f64::from(i32::MIN), f64::from(i32::MAX)),
+            DType::U32 => int(0.0, f64::from(u32::MAX)),
+            DType::I64 => int(-(2f64.powi(63)), 2f64.powi(63) - 1.0),
+            DType::U64 => int(0.0, 2f64.powi(64) - 1.0),
+            DType::F16 => v.abs() <= 65504.0,
+            DType::Bf16 | DType::F32 => v.abs() <= f64::from(f32::MAX),
+            DType::F64 => v.is_finite(),
+        }
+    };
+    let out_of_type = |key: &str, v: f64| {
+        (
+            Some(span.clone()),
+            format!(
+                "{}: {} does not fit a {} element",
+                what(key),
+                show_number(v),
+                format!("{dtype:?}").to_lowercase()
+            ),
+            None,
+        )
+    };
+    Ok(match kind {
         None => None,
         Some("zeros") => Some(Init::Zeros),
         Some("iota") => Some(Init::Iota),
-        Some("constant") => Some(Init::Constant {
-            value: a.mean.or(a.low).unwrap_or(0.0),
-        }),
+        Some("constant") => {
+            let value = a.mean.unwrap_or(0.0);
+            if !holds(value) {
+                return Err(out_of_type("mean", value));
+            }
+            Some(Init::Constant { value })
+        }
         Some("uniform") => {
             let (low, high) = (a.low.unwrap_or(0.0), a.high.unwrap_or(1.0));
             if !(low.is_finite() && high.is_finite() && low <= high) {
@@ -775,6 +878,13 @@ pub(crate) fn init_of(
                     ),
                     None,
                 ));
+            }
+            // Integers are drawn from [low, high): the bounds themselves must fit.
+            for (key, v) in [("low", low), ("high", high)] {
+                let fits = holds(v.floor()) || (key == "high" && holds(v.floor() - 1.0));
+                if !fits {
+                    return Err(out_of_type(key, v));
+                }
             }
             Some(Init::Uniform { low, high })
         }
@@ -828,7 +938,11 @@ fn scalar_arg(
             None,
         )
     })?;
-    if a.count.is_some() || a.init.is_some() || a.output.is_some() {
+    if a.count.is_some()
+        || a.init.is_some()
+        || a.output.is_some()
+        || [a.low, a.high, a.mean, a.std].iter().any(Option::is_some)
+    {
         return Err((
             Some(span.clone()),
             format!("[run] args[{i}] ({name}): a scalar takes only `value`"),
@@ -997,9 +1111,18 @@ pub fn override_params(
         for item in v.split(',') {
             let item = item.trim();
             let e = crate::foundation::expr::eval_str(item, &BTreeMap::new()).map_err(|error| {
-                ParamError::Value {
-                    text: o.clone(),
-                    error,
+                match error {
+                    // A value names no parameter: `n=abc` is a word where a number belongs.
+                    crate::foundation::expr::ExprError::UnknownName { name, .. } => {
+                        ParamError::Word {
+                            text: o.clone(),
+                            word: name,
+                        }
+                    }
+                    error => ParamError::Value {
+                        text: o.clone(),
+                        error,
+                    },
                 }
             })?;
             values.push(e);

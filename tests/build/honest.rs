@@ -297,6 +297,110 @@ fn kernels_in_headers_build_with_nvcc() {
     assert_eq!(code, 0, "{said}\n{written}\n{stderr}\n{v}");
 }
 
+/// `repro init` on kernel files shaped as other people write them, then `repro build` of
+/// what it wrote, with the real NVRTC and nvcc: kernels declared through a macro standing
+/// for `__global__`; overloaded kernels, whose entries init writes as the symbols the
+/// compilers give them (checked against the artifacts' own symbols by the build); a file
+/// with a host function declaration, which NVRTC refuses and init gives to nvcc; and one
+/// whose device functions are marked through a macro, which stays with NVRTC.
+#[test]
+fn init_writes_recipes_that_build_for_macro_kernels_overloads_and_host_declarations() {
+    let Some(cache) = nvcc_cache() else {
+        return;
+    };
+    let overloads = "struct P { int n; };\n\
+        __global__ void ovl(float* x) { x[0] = 1; }\n\
+        __global__ void ovl(int* x) { x[0] = 2; }\n\
+        __global__ void ovl(const float* __restrict__ a, const float* __restrict__ b, float* c, int n) { c[0] = a[0] + b[n]; }\n\
+        __global__ void ovl(unsigned long long n, size_t m, P p, float4 v) { }\n\
+        __global__ void ovl(const P& p, P* q, const P* r, double** d) { }\n\
+        namespace ns {\n\
+        __global__ void o2(float* a, float* b) { a[0] = b[0]; }\n\
+        __global__ void o2(double* a) { a[0] = 1; }\n\
+        }\n";
+    let half = "#include <cuda_fp16.h>\n\
+        __global__ void h(__half* a, __half* b) { a[0] = b[0]; }\n\
+        __global__ void h(const __nv_bfloat16* a, int n) { }\n\
+        __global__ void h(short2 s, unsigned char c, signed char d, char4 e) { }\n";
+    let (_tmp, root) = repo_with(&[
+        ("repro.toml", &read("repro.toml")),
+        ("kernels/ovl.cu", overloads),
+        ("kernels/half.cu", half),
+        (
+            "kernels/mac.cu",
+            "#define KERNEL extern \"C\" __global__\nKERNEL void via_macro(float* x) { x[0] = 6; }\n",
+        ),
+        (
+            "kernels/cls.cu",
+            "struct Q { int n; static Q make(); };\n__global__ void k2(Q q, float* x) { x[0] = q.n; }\n",
+        ),
+        (
+            "kernels/hd.cu",
+            "#include \"hd.h\"\nstruct V { HD float get() const { return 1.f; } };\n__global__ void k3(float* x) { V v; x[0] = v.get(); }\n",
+        ),
+        (
+            "kernels/hd.h",
+            "#pragma once\n#define HD __host__ __device__\n",
+        ),
+    ]);
+    let out = repro(&cache)
+        .arg("-C")
+        .arg(&root)
+        .args(["init", "--target", "sm_90"])
+        .args(["--recipe", "kernels/ovl.cu", "--recipe", "kernels/half.cu"])
+        .args(["--recipe", "kernels/mac.cu", "--recipe", "kernels/cls.cu"])
+        .args(["--recipe", "kernels/hd.cu"])
+        .env("REPRO_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let recipe =
+        |name: &str| std::fs::read_to_string(root.join(format!("recipes/{name}.toml"))).unwrap();
+    for (name, kind) in [
+        ("ovl", "nvrtc"),
+        ("half", "nvcc"),
+        ("mac", "nvrtc"),
+        ("cls", "nvcc"),
+        ("hd", "nvrtc"),
+    ] {
+        assert!(
+            recipe(name).contains(&format!("kind = \"{kind}\"")),
+            "{name}:\n{}",
+            recipe(name)
+        );
+    }
+    assert!(
+        recipe("cls").contains("it declares a host function (`make`, line 1)"),
+        "{}",
+        recipe("cls")
+    );
+    assert!(
+        recipe("mac").contains("entries = [\"via_macro\"]"),
+        "{}",
+        recipe("mac")
+    );
+    let ovl = recipe("ovl");
+    for symbol in [
+        "_Z3ovlPf",
+        "_Z3ovlPi",
+        "_Z3ovlPKfS0_Pfi",
+        "_Z3ovlym1P6float4",
+        "_Z3ovlRK1PPS_PS0_PPd",
+        "_ZN2ns2o2EPfS0_",
+        "_ZN2ns2o2EPd",
+    ] {
+        assert!(ovl.contains(&format!("\"{symbol}\"")), "{symbol}:\n{ovl}");
+    }
+    // Each recipe builds, its entries found in its artifacts.
+    for name in ["ovl", "half", "mac", "cls", "hd"] {
+        let (code, v, stderr) = json(&cache, &root, &["build", name]);
+        assert_eq!(code, 0, "{name}: {stderr}\n{v}\n{}", recipe(name));
+        assert_eq!(v["builds"][0]["checked"], "entries", "{name}: {v}");
+    }
+}
+
 #[test]
 fn a_fatbin_over_two_targets_holds_both() {
     let Some(cache) = nvcc_cache() else {

@@ -126,6 +126,70 @@ fn every_run_section_mistake_is_named_where_it_is() {
             None,
         ),
         (
+            "[params]\n\"a b\" = 4\n".into(),
+            "9:9",
+            "[params] `a b` is not a name an expression can use",
+            Some(
+                "name a parameter with letters, digits and `_`, not starting with a digit (`seq_len`)",
+            ),
+        ),
+        (
+            "[params]\n\"\" = 4\n".into(),
+            "9:6",
+            "[params] `` is not a name an expression can use",
+            Some("name a parameter with letters"),
+        ),
+        (
+            arg(
+                "{ name = \"a\", buffer = \"u8\", count = \"n\", init = \"constant\", mean = 300.0 }",
+            ),
+            "15:3",
+            "[run] args[0] (a) `mean`: 300 does not fit a u8 element",
+            None,
+        ),
+        (
+            arg(
+                "{ name = \"a\", buffer = \"i32\", count = \"n\", init = \"uniform\", low = -1.0, high = 3e10 }",
+            ),
+            "15:3",
+            "[run] args[0] (a) `high`: 30000000000 does not fit a i32 element",
+            None,
+        ),
+        (
+            arg(
+                "{ name = \"a\", buffer = \"f16\", count = \"n\", init = \"constant\", mean = 1e6 }",
+            ),
+            "15:3",
+            "[run] args[0] (a) `mean`: 1000000 does not fit a f16 element",
+            None,
+        ),
+        (
+            arg("{ name = \"a\", buffer = \"f32\", count = \"n\", init = \"normal\", low = 5.0 }"),
+            "15:3",
+            "[run] args[0] (a) `low`: init `normal` takes no `low`",
+            Some("inits: zeros, constant (with mean = VALUE)"),
+        ),
+        (
+            arg(
+                "{ name = \"a\", buffer = \"f32\", count = \"n\", init = \"constant\", low = 5.0 }",
+            ),
+            "15:3",
+            "[run] args[0] (a) `low`: init `constant` takes no `low`",
+            Some("inits: zeros, constant (with mean = VALUE)"),
+        ),
+        (
+            arg("{ name = \"a\", buffer = \"f32\", count = \"n\", output = true, mean = 1.0 }"),
+            "15:3",
+            "[run] args[0] (a) `mean`: `mean` goes with an `init`, and there is none",
+            Some("inits: zeros"),
+        ),
+        (
+            arg("{ name = \"s\", scalar = \"f32\", value = \"n\", std = 2.0 }"),
+            "15:3",
+            "[run] args[0] (s): a scalar takes only `value`",
+            None,
+        ),
+        (
             format!("{params}[check]\nkernel = \"ref\"\n"),
             "10:1",
             "[check] needs a [run] section",
@@ -333,4 +397,27 @@ fn every_build_section_mistake_is_named_with_its_remedy() {
             assert!(err.contains(&format!("hint: {h}")), "{message}: {err}");
         }
     }
+}
+
+/// A `REPRO_*` limit set to something that is not a whole number is the environment's
+/// mistake: it is named with its value, and no line of the recipe is blamed.
+#[test]
+fn a_bad_sweep_limit_is_blamed_on_the_environment_not_the_recipe() {
+    let (tmp, root) = repo_with(&[
+        ("k.cu", "// a kernel\n"),
+        (
+            "recipes/r.toml",
+            &format!("{BUILD}[params]\nn = [1, 2]\n{RUN}"),
+        ),
+    ]);
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "r"])
+        .env("REPRO_MAX_SWEEP_POINTS", "abc")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: REPRO_MAX_SWEEP_POINTS=\"abc\" is not a whole number\nhint: set REPRO_MAX_SWEEP_POINTS to a whole number"), "{err}");
 }

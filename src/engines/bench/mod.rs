@@ -51,36 +51,36 @@ pub enum SpecError {
         explanation: String,
     },
     /// A grid or block dimension does not fit 32 bits.
-    #[error("{what} `{expr}` is {value}, too large")]
+    #[error("{place} `{expr}` is {value}, too large")]
     DimTooLarge {
-        /// `[run] grid` or the like.
-        what: String,
+        /// Where: `LINE:COLUMN: [run] grid`.
+        place: String,
         /// The expression.
         expr: String,
         /// Its value.
         value: u64,
     },
     /// A block with no threads or more than a GPU allows.
-    #[error("[{section}] block has {threads} threads; a block holds 1 to 1024")]
+    #[error("{place} has {threads} threads; a block holds 1 to 1024")]
     BlockThreads {
-        /// `run` or `check`.
-        section: String,
+        /// Where: `LINE:COLUMN: [run] block`, and the section that inherits it.
+        place: String,
         /// Threads per block.
         threads: u64,
     },
     /// A grid with a zero dimension.
-    #[error("[{section}] grid {grid:?} has a zero dimension")]
+    #[error("{place} {grid:?} has a zero dimension")]
     ZeroGrid {
-        /// `run` or `check`.
-        section: String,
+        /// Where: `LINE:COLUMN: [run] grid`, and the section that inherits it.
+        place: String,
         /// The grid.
         grid: [u32; 3],
     },
     /// Dynamic shared memory beyond 32 bits.
-    #[error("[{section}] shared-mem {value} is too large")]
+    #[error("{place} {value} is too large")]
     SharedMem {
-        /// `run` or `check`.
-        section: String,
+        /// Where: `LINE:COLUMN: [run] shared-mem`.
+        place: String,
         /// The value.
         value: u64,
     },
@@ -92,11 +92,11 @@ pub enum SpecError {
     Sweep(String),
     /// The buffers of one point are larger than the bound.
     #[error(
-        "[run] args `{name}` count `{expr}` = {count} makes the buffers larger than {max} bytes (REPRO_MAX_BUFFER_BYTES)"
+        "{place} `{expr}` = {count} makes the buffers larger than {max} bytes (REPRO_MAX_BUFFER_BYTES)"
     )]
     Buffers {
-        /// The buffer.
-        name: String,
+        /// Where: `LINE:COLUMN: [run] args[0] (a) `count``.
+        place: String,
         /// Its count expression.
         expr: String,
         /// Its count.
@@ -105,20 +105,28 @@ pub enum SpecError {
         max: u64,
     },
     /// A scalar argument is NaN.
-    #[error("[run] args `{name}` value is NaN")]
+    #[error("{place}: the value is NaN")]
     ScalarNan {
-        /// The argument.
-        name: String,
+        /// Where: `LINE:COLUMN: [run] args[2] (n) `value``.
+        place: String,
     },
-    /// A scalar argument does not fit its integer type.
-    #[error("[run] args `{name}` value {value} does not fit a {dtype}")]
+    /// A scalar argument does not fit its type.
+    #[error("{place}: {value} does not fit a {dtype}")]
     ScalarRange {
-        /// The argument.
-        name: String,
-        /// Its value.
-        value: f64,
+        /// Where: `LINE:COLUMN: [run] args[2] (n) `value``.
+        place: String,
+        /// Its value, as shown.
+        value: String,
         /// Its type, lower-case (`i32`).
         dtype: String,
+    },
+    /// `[work]` bytes or flops that are negative or not finite.
+    #[error("{place} is {value}: work is a count, finite and not negative")]
+    Work {
+        /// Where: `LINE:COLUMN: [work] bytes`.
+        place: String,
+        /// Its value, as shown.
+        value: String,
     },
 }
 

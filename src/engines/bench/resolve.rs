@@ -27,12 +27,27 @@ pub(super) fn dims(
             .eval_count(params, what)
             .map_err(|err| SpecError::expr(e, &err))?;
         d[i] = u32::try_from(c).map_err(|_| SpecError::DimTooLarge {
-            what: what.to_string(),
+            place: e.place(what),
             expr: e.text().to_string(),
             value: c,
         })?;
     }
     Ok(d)
+}
+
+/// Where the first of `exprs` was written (`12:9: [run] block`), and, when `section` takes
+/// it from another section (`[check]` runs with `[run]`'s block unless it gives its own),
+/// which section that is.
+fn place_of(exprs: &[crate::foundation::expr::Expr], section: &str, key: &str) -> String {
+    let fallback = format!("[{section}] {key}");
+    let place = exprs
+        .first()
+        .map_or(fallback.clone(), |e| e.place(&fallback));
+    if place.ends_with(&fallback) {
+        place
+    } else {
+        format!("{place} (which [{section}] takes)")
+    }
 }
 
 pub(super) fn launch(
@@ -45,13 +60,13 @@ pub(super) fn launch(
     let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
     if threads == 0 || threads > 1024 {
         return Err(SpecError::BlockThreads {
-            section: section.to_string(),
+            place: place_of(&l.block, section, "block"),
             threads,
         });
     }
     if grid.contains(&0) {
         return Err(SpecError::ZeroGrid {
-            section: section.to_string(),
+            place: place_of(&l.grid, section, "grid"),
             grid,
         });
     }
@@ -64,7 +79,7 @@ pub(super) fn launch(
         grid,
         block,
         shared_mem: u32::try_from(smem).map_err(|_| SpecError::SharedMem {
-            section: section.to_string(),
+            place: place_of(std::slice::from_ref(&l.shared_mem), section, "shared-mem"),
             value: smem,
         })?,
     })
@@ -79,30 +94,33 @@ pub(crate) fn max_buffer_bytes() -> Result<u64, crate::foundation::limits::Limit
     crate::foundation::limits::from_env("REPRO_MAX_BUFFER_BYTES", DEFAULT_MAX_BUFFER_BYTES)
 }
 
-/// Checks that a scalar's value is representable in its type (no silent wrap or cast).
-pub(super) fn scalar_fits(name: &str, dtype: DType, v: f64) -> Result<(), SpecError> {
-    let (lo, hi) = match dtype {
-        DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
-        DType::U32 => (0.0, f64::from(u32::MAX)),
-        DType::I64 => (-(2f64.powi(63)), 2f64.powi(63) - 1.0),
-        DType::U64 => (0.0, 2f64.powi(64) - 1.0),
-        DType::U8 => (0.0, 255.0),
-        _ => {
-            return if v.is_nan() {
-                Err(SpecError::ScalarNan {
-                    name: name.to_string(),
-                })
-            } else {
-                Ok(())
-            };
-        }
+/// Checks that a scalar's value is representable in its type (no silent wrap, cast or
+/// overflow to infinity); `place` says where it was written.
+pub(super) fn scalar_fits(place: &str, dtype: DType, v: f64) -> Result<(), SpecError> {
+    let range = |lo: f64, hi: f64, whole: bool| {
+        v.is_finite() && (!whole || v.fract() == 0.0) && v >= lo && v <= hi
     };
-    if v.is_finite() && v.fract() == 0.0 && v >= lo && v <= hi {
+    let fits = match dtype {
+        DType::I32 => range(f64::from(i32::MIN), f64::from(i32::MAX), true),
+        DType::U32 => range(0.0, f64::from(u32::MAX), true),
+        DType::I64 => range(-(2f64.powi(63)), 2f64.powi(63) - 1.0, true),
+        DType::U64 => range(0.0, 2f64.powi(64) - 1.0, true),
+        DType::U8 => range(0.0, 255.0, true),
+        DType::F32 if v.is_nan() => false,
+        // A finite value beyond f32's range would become infinity.
+        DType::F32 => !v.is_finite() || range(f64::from(f32::MIN), f64::from(f32::MAX), false),
+        _ => !v.is_nan(),
+    };
+    if fits {
         Ok(())
+    } else if v.is_nan() {
+        Err(SpecError::ScalarNan {
+            place: place.to_string(),
+        })
     } else {
         Err(SpecError::ScalarRange {
-            name: name.to_string(),
-            value: v,
+            place: place.to_string(),
+            value: crate::foundation::runspec::show_number(v),
             dtype: format!("{dtype:?}").to_lowercase(),
         })
     }
@@ -206,7 +224,7 @@ impl<'a> Resolver<'a> {
                         .and_then(|b| total.checked_add(b))
                         .filter(|t| *t <= self.max_bytes)
                         .ok_or_else(|| SpecError::Buffers {
-                            name: name.clone(),
+                            place: count.place(&format!("[run] args `{name}` count")),
                             expr: count.text().to_string(),
                             count: n,
                             max: self.max_bytes,
@@ -226,7 +244,11 @@ impl<'a> Resolver<'a> {
                         .eval(&params)
                         .map_err(|e| SpecError::expr(value, &e))?
                         .as_f64();
-                    scalar_fits(name, *dtype, v)?;
+                    scalar_fits(
+                        &value.place(&format!("[run] args `{name}` value")),
+                        *dtype,
+                        v,
+                    )?;
                     ArgSpec::Scalar {
                         name: name.clone(),
                         dtype: *dtype,
@@ -235,6 +257,8 @@ impl<'a> Resolver<'a> {
                 }
             });
         }
+        // [run]'s launch first: a mistake in it, which [check] may inherit, is [run]'s.
+        let kernel = self.symbol(launch(&run.launch, &params, "run")?)?;
         let (reference, tolerances) = match &sections.check {
             Some(c) => {
                 let mut tol = BTreeMap::new();
@@ -256,12 +280,23 @@ impl<'a> Resolver<'a> {
             }
             None => (None, BTreeMap::new()),
         };
-        let eval = |e: &Option<crate::foundation::expr::Expr>| -> Result<Option<f64>, SpecError> {
+        let eval = |e: &Option<crate::foundation::expr::Expr>,
+                    key: &str|
+         -> Result<Option<f64>, SpecError> {
             e.as_ref()
                 .map(|e| {
-                    e.eval(&params)
+                    let v = e
+                        .eval(&params)
                         .map(|v| v.as_f64())
-                        .map_err(|err| SpecError::expr(e, &err))
+                        .map_err(|err| SpecError::expr(e, &err))?;
+                    if v.is_finite() && v >= 0.0 {
+                        Ok(v)
+                    } else {
+                        Err(SpecError::Work {
+                            place: e.place(key),
+                            value: crate::foundation::runspec::show_number(v),
+                        })
+                    }
                 })
                 .transpose()
         };
@@ -269,7 +304,7 @@ impl<'a> Resolver<'a> {
             schema: crate::engines::gpurun::SCHEMA,
             device: self.settings.device,
             module: self.module.display().to_string(),
-            kernel: self.symbol(launch(&run.launch, &params, "run")?)?,
+            kernel,
             reference,
             args,
             tolerances,
@@ -277,10 +312,112 @@ impl<'a> Resolver<'a> {
             time_on_failure: self.time_on_failure,
         };
         Ok(Point {
-            bytes: eval(&sections.work.bytes)?,
-            flops: eval(&sections.work.flops)?,
+            bytes: eval(&sections.work.bytes, "[work] bytes")?,
+            flops: eval(&sections.work.flops, "[work] flops")?,
             params,
             job,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a point's values break is said where it was written (line, column and key), and
+    /// [run]'s launch is judged before [check] takes it over; a value no type of the
+    /// argument can hold, and negative work, are refused rather than coerced.
+    #[test]
+    fn a_points_mistakes_are_named_where_they_are_written() {
+        let recipe = |run: &str, extra: &str| {
+            format!(
+                "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"k\", \"r\"]\ntarget = \"sm_90\"\n[params]\nn = 4\n[run]\nkernel = \"k\"\n{run}\nargs = [\n  {{ name = \"c\", buffer = \"f32\", count = \"n\", output = true }},\n  {{ name = \"x\", scalar = \"f32\", value = \"n\" }},\n]\n{extra}"
+            )
+        };
+        let err = |text: &str| {
+            let r = crate::foundation::recipe::parse_detached("recipes/m.toml", text).unwrap();
+            resolve(
+                &r.sections,
+                Path::new("/nonexistent"),
+                &settings(),
+                true,
+                false,
+            )
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+        };
+        let check = "[check]\nkernel = \"r\"\n";
+        for (run, extra, want) in [
+            (
+                "grid = 1\nblock = 0",
+                check,
+                "12:9: [run] block has 0 threads; a block holds 1 to 1024",
+            ),
+            (
+                "grid = \"n - 4\"\nblock = 1",
+                check,
+                "11:8: [run] grid [0, 1, 1] has a zero dimension",
+            ),
+            (
+                "grid = \"n * 2**40\"\nblock = 1",
+                "",
+                "11:8: [run] grid `n * 2**40` is 4398046511104, too large",
+            ),
+            (
+                "grid = 1\nblock = 1\nshared-mem = \"2**40\"",
+                "",
+                "13:14: [run] shared-mem 1099511627776 is too large",
+            ),
+            (
+                "grid = 1\nblock = 1",
+                "[work]\nbytes = \"-n\"\n",
+                "18:9: [work] bytes is -4: work is a count",
+            ),
+        ] {
+            let e = err(&recipe(run, extra));
+            assert!(e.contains(want), "{e}\n{run}");
+        }
+        let e =
+            err(&recipe("grid = 1\nblock = 1", "").replace("value = \"n\"", "value = \"1e300\""));
+        assert!(
+            e.contains("[run] args[1] (x) `value`: 1e300 does not fit a f32"),
+            "{e}"
+        );
+        // [check] takes [run]'s block unless it gives its own: its own is [check]'s.
+        let e = err(&recipe(
+            "grid = 1\nblock = 1",
+            "[check]\nkernel = \"r\"\nblock = 4096\n",
+        ));
+        assert!(e.contains("[check] block has 4096 threads"), "{e}");
+        assert!(resolve_ok(&recipe(
+            "grid = 1\nblock = 1",
+            "[work]\nbytes = \"4 * n\"\n"
+        )));
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            mode: crate::foundation::records::Mode::Cold,
+            max_noise: 0.005,
+            min_samples: 1,
+            max_samples: 1,
+            min_time_ms: 0.0,
+            budget_ms: 0.0,
+            warmup_ms: 0.0,
+            device: 0,
+        }
+    }
+
+    fn resolve_ok(text: &str) -> bool {
+        let r = crate::foundation::recipe::parse_detached("recipes/m.toml", text).unwrap();
+        resolve(
+            &r.sections,
+            Path::new("/nonexistent"),
+            &settings(),
+            true,
+            false,
+        )
+        .is_ok()
     }
 }

@@ -149,6 +149,14 @@ pub enum PinError {
         #[source]
         source: Box<ProcessError>,
     },
+    /// pip's index has no wheel of the packages for this machine's architecture.
+    #[error("pip's index has no wheel of {what} for {arch}")]
+    NoWheel {
+        /// The packages.
+        what: String,
+        /// The architecture (`x86_64`).
+        arch: String,
+    },
     /// pip's report is not what it should be.
     #[error("pip's report on {what} is unusable: {why}")]
     Report {
@@ -164,6 +172,7 @@ impl Diagnose for PinError {
         match self {
             PinError::Pip { .. } => exit::ENVIRONMENT,
             PinError::Report { .. } => exit::ENVIRONMENT,
+            PinError::NoWheel { .. } => exit::USAGE,
             PinError::Unknown { why, .. } if why.contains("--offline") => exit::ENVIRONMENT,
             _ => exit::USAGE,
         }
@@ -187,6 +196,9 @@ impl Diagnose for PinError {
                 Some("pin nvcc with them: `repro toolchain pin nvcc@13.0 --with cublas`".into())
             }
             PinError::NoComponent { .. } => Some("pin a release that has one".into()),
+            PinError::NoWheel { arch, .. } => Some(format!(
+                "pin a release NVIDIA published for {arch} (the releases built into repro: `repro toolchain pin --list`)"
+            )),
             PinError::Pip { .. } | PinError::Report { .. } => Some(
                 "check that python3 -m pip works and can reach the package index, or pin a release built into repro (`repro toolchain pin --list`)".into(),
             ),
@@ -404,6 +416,13 @@ fn platforms(arch: &str) -> Vec<String> {
     .collect()
 }
 
+/// Whether pip failed because its index has no wheel of what was asked for the platform
+/// (not because it could not be run or reach the index).
+fn no_such_wheel(e: &ProcessError) -> bool {
+    let t = e.to_string();
+    t.contains("Could not find a version that satisfies") || t.contains("No matching distribution")
+}
+
 /// Each wheel's sha256 for x86_64 and aarch64, from a resolving `pip install --dry-run
 /// --report` per architecture (pip reads the index's digests; nothing is installed).
 fn digests(pins: &[(String, String)]) -> Result<Vec<WheelPin>, PinError> {
@@ -440,13 +459,28 @@ fn digests(pins: &[(String, String)]) -> Result<Vec<WheelPin>, PinError> {
         for p in platforms(arch) {
             cmd = cmd.arg("--platform").arg(p);
         }
-        cmd.args(pins.iter().map(|(p, v)| format!("{p}=={v}")))
+        let run = cmd
+            .args(pins.iter().map(|(p, v)| format!("{p}=={v}")))
             .timeout(Duration::from_secs(1800))
-            .run()
-            .map_err(|e| PinError::Pip {
-                what: what.clone(),
-                source: Box::new(e),
-            })?;
+            .run();
+        match run {
+            Ok(_) => {}
+            // A release NVIDIA published no wheel of for one architecture (NVRTC 12.2 for
+            // aarch64) is pinned for the others; the lockfile then says which it offers.
+            Err(e) if no_such_wheel(&e) && arch != install::arch() => continue,
+            Err(e) if no_such_wheel(&e) => {
+                return Err(PinError::NoWheel {
+                    what: what.clone(),
+                    arch: arch.into(),
+                });
+            }
+            Err(e) => {
+                return Err(PinError::Pip {
+                    what: what.clone(),
+                    source: Box::new(e),
+                });
+            }
+        }
         let text = crate::foundation::fsutil::read_bounded(&report, 16 << 20).map_err(|e| {
             PinError::Report {
                 what: what.clone(),

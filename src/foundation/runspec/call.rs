@@ -251,7 +251,7 @@ fn call_arg(
                     None,
                 ));
             }
-            let init = init_of(a, &span, &what)?;
+            let init = init_of(a, dtype, &span, &what)?;
             let output = a.output.unwrap_or(false);
             if !output && init.is_none() {
                 return Err((
