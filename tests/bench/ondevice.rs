@@ -13,12 +13,20 @@ const DTYPES: [&str; 9] = [
 
 /// A recipe whose kernel takes five buffers of `dtype`, one per init kind, and does nothing.
 fn sink_recipe(dtype: &str, n: u64) -> String {
+    // Each fill with values the type holds (a recipe with others is refused): negative
+    // and fractional where it can, up to 300 where it can.
+    let (constant, low, high) = match dtype {
+        "u8" => ("3.0", "0.0", "200.0"),
+        "u32" | "u64" => ("3.0", "0.0", "300.0"),
+        "i32" | "i64" => ("-3.0", "-3.0", "300.0"),
+        _ => ("-2.75", "-3.0", "300.0"),
+    };
     let inits = [
-        "init = \"zeros\"",
-        "init = \"constant\", mean = -2.75",
-        "init = \"iota\"",
-        "init = \"uniform\", low = -3.0, high = 300.0",
-        "init = \"normal\", mean = 0.25, std = 3.0",
+        "init = \"zeros\"".to_string(),
+        format!("init = \"constant\", mean = {constant}"),
+        "init = \"iota\"".to_string(),
+        format!("init = \"uniform\", low = {low}, high = {high}"),
+        "init = \"normal\", mean = 0.25, std = 3.0".to_string(),
     ];
     let args: Vec<String> = inits
         .iter()

@@ -181,7 +181,7 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
             });
         }
         let compiled = (api.compile)(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
-        let log = program_log(&api, prog);
+        let log = repo_relative(&program_log(&api, prog), &closure.headers);
         let result = if compiled != SUCCESS {
             Err(CompileError::Rejected {
                 log: if log.is_empty() {
@@ -196,6 +196,30 @@ pub fn compile(c: &Compile, pins: &Pins, closure: &Closure) -> Result<Artifacts,
         (api.destroy)(&mut prog);
         result
     }
+}
+
+/// A compilation log with each header named by its path in the repository: NVRTC names a
+/// header as it was included (`h.cuh(2): error`), which says nothing about where it is when
+/// an include directory found it (`include/h.cuh(2): error`).
+fn repo_relative(log: &str, headers: &std::collections::BTreeMap<String, String>) -> String {
+    let renamed = |line: &str| -> Option<String> {
+        // The longest spelling that names the line's file: `a/h.cuh(2)` before `h.cuh(2)`.
+        let (include, rel) = headers
+            .iter()
+            .filter(|(include, rel)| include != rel)
+            .filter(|(include, _)| {
+                line.strip_prefix(include.as_str())
+                    .and_then(|r| r.strip_prefix('('))
+                    .and_then(|r| r.split_once(')'))
+                    .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .max_by_key(|(include, _)| include.len())?;
+        Some(format!("{rel}{}", &line[include.len()..]))
+    };
+    log.lines()
+        .map(|l| renamed(l).unwrap_or_else(|| l.to_string()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The program's compilation log, as text.
@@ -270,5 +294,27 @@ unsafe fn program_outputs(
             Some(f) => Err(f),
             None => Ok(outputs),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header found through an include directory is named by its repository path in the
+    /// log; the source, a header included by its path, and other lines stay as they are.
+    #[test]
+    fn log_lines_name_headers_by_their_repository_paths() {
+        let headers: std::collections::BTreeMap<String, String> = [
+            ("h.cuh".to_string(), "include/h.cuh".to_string()),
+            ("a/h.cuh".to_string(), "lib/a/h.cuh".to_string()),
+            ("k/same.h".to_string(), "k/same.h".to_string()),
+        ]
+        .into();
+        let log = "h.cuh(2): error: x\na/h.cuh(10): warning: y\nk.cu(3): error: z\nk/same.h(1): note\nh.cuh: not a place\n  detected during instantiation";
+        assert_eq!(
+            repo_relative(log, &headers),
+            "include/h.cuh(2): error: x\nlib/a/h.cuh(10): warning: y\nk.cu(3): error: z\nk/same.h(1): note\nh.cuh: not a place\n  detected during instantiation"
+        );
     }
 }
