@@ -15,7 +15,8 @@
  * LEVEL_LEGACY=1 launches the graphs and records the events on the legacy default stream
  * (the graph still captured on its own stream), LEVEL_RANDOM=1 fills a and b with
  * pseudo-random floats instead of 1.0. gpu_level_spread.sh runs it in several processes and splits the
- * spread by level.
+ * spread by level. LEVEL_SHOW_VA=1 writes each context's buffer addresses to stderr
+ * (gpu_level_aslr.sh counts them).
  *
  * Usage: level_spread C M G SAMPLES   (run in the folder that holds kernel.cubin, built from
  *        stream_state/kernel.cu; gpu_level_spread.sh builds both)
