@@ -1273,7 +1273,8 @@ fn host_function(text: &str, device_macros: &BTreeSet<String>) -> Option<(usize,
         }
         match c {
             '"' => literal = Some('"'),
-            '\'' if !stmt.ends_with(|p: char| p.is_ascii_alphanumeric()) => literal = Some('\''),
+            // A `'` after a letter or digit separates digits (`1'000`).
+            '\'' if !before.is_ascii_alphanumeric() => literal = Some('\''),
             '{' => {
                 if at_scope(&scopes) {
                     let head = std::mem::take(&mut stmt);
@@ -2566,6 +2567,7 @@ mod tests {
             "#define DEV __device__ \\\n  __forceinline__\nDEV float f();",
             "struct P { P() = default; int n; };",
             "__constant__ float c[4] = {1, 2, 3, 4};\nstatic_assert(sizeof(int) == 4, \"int\");",
+            "__global__ void k(int* x) { x[0] = 1'000; }\n__device__ int g();",
             "DEFINE_KERNELS(float);\ntypedef void (*fn)(int);\nusing F = int(int);",
             "auto f = [](int x) { return x; };\nextern \"C\" {\n__global__ void k() {}\n}",
             "__device__ dim3 g(4);\nconst char* s = \"void host();\";",
