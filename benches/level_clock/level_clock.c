@@ -79,14 +79,7 @@ int main(int argc, char **argv) {
     CUstream s, side;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CK(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
-    void *args[] = {&buf[0], &buf[1], &buf[2], &N};
-    CUgraph g;
-    CUgraphExec ge;
-    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    for (int i = 0; i < BATCH; i++)
-        CK(cuLaunchKernel(vadd, N / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
-    CK(cuStreamEndCapture(s, &g));
-    CK(cuGraphInstantiate(&ge, g, 0));
+    CUgraphExec ge = vadd_graph(vadd, s, buf, &N, BATCH);
     CUevent e0, e1;
     CK(cuEventCreate(&e0, 0));
     CK(cuEventCreate(&e1, 0));

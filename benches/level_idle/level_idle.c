@@ -45,14 +45,7 @@ int main(int argc, char **argv) {
     CK(cuModuleGetFunction(&f, mod, "vadd"));
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    void *args[] = {&buf[0], &buf[1], &buf[2], &n};
-    CUgraph g;
-    CUgraphExec ge;
-    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    for (int i = 0; i < BATCH; i++)
-        CK(cuLaunchKernel(f, n / 1024, 1, 1, 256, 1, 1, 0, s, args, 0));
-    CK(cuStreamEndCapture(s, &g));
-    CK(cuGraphInstantiate(&ge, g, 0));
+    CUgraphExec ge = vadd_graph(f, s, buf, &n, BATCH);
     for (int r = 0; r < rounds; r++) {
         if (r > 0 && idle_ms > 0) {
             struct timespec t = {idle_ms / 1000, (long)(idle_ms % 1000) * 1000000L};
@@ -63,7 +56,6 @@ int main(int argc, char **argv) {
     }
     printf("\n");
     CK(cuGraphExecDestroy(ge));
-    CK(cuGraphDestroy(g));
     CK(cuStreamDestroy(s));
     CK(cuModuleUnload(mod));
     for (int i = 0; i < 3; i++)

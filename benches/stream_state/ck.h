@@ -51,8 +51,19 @@ static float exec_median(CUgraphExec ge, CUstream run, int batch, int warm, int 
 /* The median time of one launch (us) over `samples` samples, each a graph of `batch` launches
  * of f (vadd over the n floats of buf[0..3]) captured on `capture` and launched and timed
  * between events on `run`, after 20 launches of the graph to warm up. */
+static CUgraphExec vadd_graph(CUfunction f, CUstream capture, CUdeviceptr *buf, int *n, int batch);
+
 static float graph_median(CUfunction f, CUstream capture, CUstream run, CUdeviceptr *buf, int *n,
                           int batch, int samples) {
+    CUgraphExec ge = vadd_graph(f, capture, buf, n, batch);
+    float m = exec_median(ge, run, batch, 20, samples);
+    CK(cuGraphExecDestroy(ge));
+    return m;
+}
+
+/* An executable graph of `batch` launches of f (vadd over the n floats of buf[0..3]),
+ * captured on `capture`. */
+static CUgraphExec vadd_graph(CUfunction f, CUstream capture, CUdeviceptr *buf, int *n, int batch) {
     void *args[] = {&buf[0], &buf[1], &buf[2], n};
     CUgraph g;
     CUgraphExec ge;
@@ -62,9 +73,7 @@ static float graph_median(CUfunction f, CUstream capture, CUstream run, CUdevice
     CK(cuStreamEndCapture(capture, &g));
     CK(cuGraphInstantiate(&ge, g, 0));
     CK(cuGraphDestroy(g));
-    float m = exec_median(ge, run, batch, 20, samples);
-    CK(cuGraphExecDestroy(ge));
-    return m;
+    return ge;
 }
 
 #endif

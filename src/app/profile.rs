@@ -17,7 +17,7 @@ use crate::foundation::exit;
 use crate::foundation::keys;
 use crate::foundation::output::Table;
 use crate::foundation::recipe;
-use crate::foundation::records::{self, Mode, OutputRef, ProfileRecord, Settings};
+use crate::foundation::records::{self, OutputRef, ProfileRecord, Settings};
 
 /// `repro profile`.
 #[derive(Debug, clap::Args)]
@@ -89,16 +89,7 @@ pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
         .get("cubin")
         .or_else(|| built.outputs.get("ptx"))
         .ok_or_else(|| UserError::usage("the build produced neither a cubin nor PTX to load"))?;
-    let settings = Settings {
-        mode: Mode::Cold,
-        max_noise: 0.005,
-        min_samples: 1,
-        max_samples: 1,
-        min_time_ms: 0.0,
-        budget_ms: 0.0,
-        warmup_ms: 0.0,
-        device: a.device,
-    };
+    let settings = Settings::once(a.device);
     let point = bench::resolve(
         &r.sections,
         std::path::Path::new(&module.path),

@@ -595,6 +595,23 @@ pub struct Settings {
     pub device: usize,
 }
 
+impl Settings {
+    /// The settings of a job that runs once and times nothing that counts: a check, or a
+    /// profiler's run, on `device`.
+    pub fn once(device: usize) -> Settings {
+        Settings {
+            mode: Mode::Cold,
+            max_noise: 0.005,
+            min_samples: 1,
+            max_samples: 1,
+            min_time_ms: 0.0,
+            budget_ms: 0.0,
+            warmup_ms: 0.0,
+            device,
+        }
+    }
+}
+
 /// One launch, resolved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

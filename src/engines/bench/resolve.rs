@@ -334,19 +334,7 @@ mod tests {
                 "schema = 1\n[build]\nkind = \"nvrtc\"\nsource = \"k.cu\"\nentries = [\"k\", \"r\"]\ntarget = \"sm_90\"\n[params]\nn = 4\n[run]\nkernel = \"k\"\n{run}\nargs = [\n  {{ name = \"c\", buffer = \"f32\", count = \"n\", output = true }},\n  {{ name = \"x\", scalar = \"f32\", value = \"n\" }},\n]\n{extra}"
             )
         };
-        let err = |text: &str| {
-            let r = crate::foundation::recipe::parse_detached("recipes/m.toml", text).unwrap();
-            resolve(
-                &r.sections,
-                Path::new("/nonexistent"),
-                &settings(),
-                true,
-                false,
-            )
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-        };
+        let err = |text: &str| resolved(text).map(|_| ()).unwrap_err().to_string();
         let check = "[check]\nkernel = \"r\"\n";
         for (run, extra, want) in [
             (
@@ -390,34 +378,23 @@ mod tests {
             "[check]\nkernel = \"r\"\nblock = 4096\n",
         ));
         assert!(e.contains("[check] block has 4096 threads"), "{e}");
-        assert!(resolve_ok(&recipe(
-            "grid = 1\nblock = 1",
-            "[work]\nbytes = \"4 * n\"\n"
-        )));
+        assert!(
+            resolved(&recipe(
+                "grid = 1\nblock = 1",
+                "[work]\nbytes = \"4 * n\"\n"
+            ))
+            .is_ok()
+        );
     }
 
-    fn settings() -> Settings {
-        Settings {
-            mode: crate::foundation::records::Mode::Cold,
-            max_noise: 0.005,
-            min_samples: 1,
-            max_samples: 1,
-            min_time_ms: 0.0,
-            budget_ms: 0.0,
-            warmup_ms: 0.0,
-            device: 0,
-        }
-    }
-
-    fn resolve_ok(text: &str) -> bool {
+    fn resolved(text: &str) -> Result<Vec<Point>, SpecError> {
         let r = crate::foundation::recipe::parse_detached("recipes/m.toml", text).unwrap();
         resolve(
             &r.sections,
             Path::new("/nonexistent"),
-            &settings(),
+            &Settings::once(0),
             true,
             false,
         )
-        .is_ok()
     }
 }

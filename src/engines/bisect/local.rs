@@ -789,16 +789,7 @@ pub(crate) fn answer_built(
             let Some(module) = module else {
                 return Ok((Answer::Skip, Some("no loadable artifact".into())));
             };
-            let settings = Settings {
-                mode: crate::foundation::records::Mode::Cold,
-                max_noise: 0.005,
-                min_samples: 1,
-                max_samples: 1,
-                min_time_ms: 0.0,
-                budget_ms: 0.0,
-                warmup_ms: 0.0,
-                device: check_device,
-            };
+            let settings = Settings::once(check_device);
             let points = match bench::resolve(&r.sections, &module, &settings, true, false) {
                 Ok(p) => p,
                 Err(e) => return Ok((Answer::Skip, Some(e.to_string()))),
