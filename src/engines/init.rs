@@ -240,6 +240,8 @@ pub struct Found {
     /// The parameter lists of its definitions, as written: more than one for an overloaded
     /// kernel.
     pub signatures: Vec<String>,
+    /// Whether its overloads differ in being templates or in the condition around them.
+    pub mixed: bool,
 }
 
 /// The kernels a source defines, in order (see [`kernels`]). One pass over the text: the
@@ -341,17 +343,24 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
             Scope::Namespaces(ns) if ns.is_empty() => name,
             Scope::Namespaces(ns) => format!("{}::{name}", ns.join("::")),
         };
+        let condition = scan.condition();
         if seen.insert(name.clone()) {
             out.push(Found {
                 name,
                 template: is_template,
-                condition: scan.condition(),
+                condition,
                 signatures: vec![params],
+                mixed: false,
             });
         } else if let Some(f) = out.iter_mut().find(|f| f.name == name) {
-            // An overload (or a declaration repeated with its definition).
+            // An overload (or a declaration repeated with its definition). One that is a
+            // template where the first is not, or under another condition, makes the
+            // overloads' symbols unknowable here.
             if !f.signatures.contains(&params) {
                 f.signatures.push(params);
+            }
+            if f.template != is_template || f.condition != condition {
+                f.mixed = true;
             }
         }
     }
@@ -362,27 +371,65 @@ pub fn kernels_in(src: &str, headers: &Headers) -> Vec<Found> {
 /// `__global__ __launch_bounds__(256)`): it has the word and opens no brace.
 fn is_marker(text: &str) -> bool {
     !text.contains(['{', '}'])
-        && text
+        && outside_strings(text)
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
             .any(|w| w == "__global__")
+}
+
+/// `text` without its string and character literals (`"extern \"C\" __global__"` is text,
+/// not the keyword).
+fn outside_strings(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in text.chars() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                out.push(' ');
+            }
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 /// The names of the macros without parameters that a source or the repository headers it
 /// includes define to stand for `__global__` ([`is_marker`]), at most [`MAX_MARKERS`].
 fn marker_names(text: &str, headers: &Headers) -> Vec<String> {
+    // Every object-like definition, its continued lines joined.
+    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
+    let defs: Vec<(&str, &str)> = joined
+        .lines()
+        .filter_map(|line| {
+            let rest = line
+                .trim_start()
+                .strip_prefix('#')
+                .map(str::trim_start)
+                .and_then(|l| l.strip_prefix("define"))?;
+            let (name, after) = leading_ident(rest.trim_start());
+            (!name.is_empty() && !after.starts_with('(')).then_some((name, after))
+        })
+        .take(MAX_DEFINES)
+        .collect();
     let mut names = BTreeSet::new();
-    for line in text.lines() {
-        let Some(rest) = line
-            .trim_start()
-            .strip_prefix('#')
-            .map(str::trim_start)
-            .and_then(|l| l.strip_prefix("define"))
-        else {
-            continue;
-        };
-        let (name, after) = leading_ident(rest.trim_start());
-        if !name.is_empty() && !after.starts_with('(') && is_marker(after) {
-            names.insert(name.to_string());
+    // A macro made of another that stands for it (`#define KERNEL_LB GLOBAL
+    // __launch_bounds__(256)`) stands for it too: a few rounds reach any such chain.
+    for _ in 0..4 {
+        for (name, after) in &defs {
+            let words = outside_strings(after);
+            let marks = is_marker(after)
+                || (!after.contains(['{', '}'])
+                    && words
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .any(|w| names.contains(w)));
+            if marks {
+                names.insert(name.to_string());
+            }
         }
     }
     for macros in headers.values() {
@@ -805,7 +852,7 @@ impl<'a> Scan<'a> {
             return;
         };
         let (name, after) = leading_ident(rest);
-        self.brace_macros.remove(name);
+        let old = self.brace_macros.remove(name);
         if line.starts_with("#undef") || self.brace_macros.len() >= MAX_DEFINES {
             return;
         }
@@ -826,7 +873,34 @@ impl<'a> Scan<'a> {
             None => (None, after),
         };
         let text = text.trim();
-        let text = if text.contains(['{', '}']) || (params.is_none() && is_device_mark(text)) {
+        // A macro made of marks (`#define KERNEL_LB GLOBAL __launch_bounds__(256)`), with
+        // them replaced by their text.
+        let expanded = params
+            .is_none()
+            .then(|| {
+                text.split(' ')
+                    .map(|w| match self.brace_macros.get(w) {
+                        Some((None, t)) if is_device_mark(t) => t.as_str(),
+                        _ => w,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .filter(|t| is_device_mark(t));
+        // Where a condition repro cannot decide has one branch define a mark and another
+        // define it empty (`#else` / `#define KERNEL`, for a host compiler), the mark is kept.
+        if expanded.is_none()
+            && params.is_none()
+            && self.conds.iter().any(|c| c.2 == Known::Unknown)
+            && let Some((None, kept)) = old
+            && is_device_mark(&kept)
+        {
+            self.brace_macros.insert(name.to_string(), (None, kept));
+            return;
+        }
+        let text = if let Some(e) = expanded {
+            e
+        } else if text.contains(['{', '}']) {
             text.to_string()
         } else if params.is_none()
             && let Some(given) = self.brace_macro_use(text)
@@ -1068,6 +1142,31 @@ fn holds(line: &str, defs: &Defines) -> Known {
     let mut words = line.split_whitespace();
     let keyword = words.next().unwrap_or("");
     let expr = words.collect::<Vec<_>>().join(" ");
+    // `defined(A) || defined(B)` (the CUDA-or-HIP guard) and `&&` of such parts, one
+    // operator at a time and without parentheses around groups.
+    if matches!(keyword, "#if" | "#elif") && !(expr.contains("||") && expr.contains("&&")) {
+        for (op, any) in [("||", Known::Holds), ("&&", Known::Never)] {
+            if !expr.contains(op) {
+                continue;
+            }
+            let parts: Vec<Known> = expr
+                .split(op)
+                .map(|part| holds(&format!("#if {}", part.trim()), defs))
+                .collect();
+            let all = if any == Known::Holds {
+                Known::Never
+            } else {
+                Known::Holds
+            };
+            return if parts.contains(&any) {
+                any
+            } else if parts.iter().all(|k| *k == all) {
+                all
+            } else {
+                Known::Unknown
+            };
+        }
+    }
     let (negated, term) = match keyword {
         "#ifdef" => (false, format!("defined {expr}")),
         "#ifndef" => (true, format!("defined {expr}")),
@@ -1285,15 +1384,27 @@ fn host_function(text: &str, device_macros: &BTreeSet<String>) -> Option<(usize,
                     {
                         return Some((line_of(&head, stmt_line, &name), name));
                     }
+                    // A template's header may hold `=` (`template <int N = 4> struct V`).
+                    let bare = after_template(head.trim()).unwrap_or(&head);
+                    let words: Vec<&str> = bare
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .collect();
+                    let class = words
+                        .iter()
+                        .any(|w| matches!(*w, "struct" | "class" | "union"));
                     let scope = !is_function
-                        && !head.contains('=')
-                        && head
-                            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                            .any(|w| {
-                                matches!(w, "namespace" | "struct" | "class" | "union" | "extern")
-                            });
+                        && !bare.contains('=')
+                        && (class || words.iter().any(|w| matches!(*w, "namespace" | "extern")));
+                    if !is_function
+                        && bare.contains('=')
+                        && namespace_scope(&classes)
+                        && let Some(name) = host_variable(&head, device_macros)
+                    {
+                        return Some((line_of(&head, stmt_line, &name), name));
+                    }
                     scopes.push(scope);
-                    classes.push(if scope { class_name(&head) } else { None });
+                    // A class's body (its name, or "" for an unnamed one), or None.
+                    classes.push((scope && class).then(|| class_name(&head).unwrap_or_default()));
                 } else {
                     scopes.push(false);
                     classes.push(None);
@@ -1313,6 +1424,11 @@ fn host_function(text: &str, device_macros: &BTreeSet<String>) -> Option<(usize,
                 if let Some(name) = host_declaration(&decl, class.as_deref(), device_macros) {
                     return Some((line_of(&decl, stmt_line, &name), name));
                 }
+                if namespace_scope(&classes)
+                    && let Some(name) = host_variable(&decl, device_macros)
+                {
+                    return Some((line_of(&decl, stmt_line, &name), name));
+                }
             }
             _ if at_scope(&scopes) => {
                 if stmt.trim().is_empty() {
@@ -1328,6 +1444,175 @@ fn host_function(text: &str, device_macros: &BTreeSet<String>) -> Option<(usize,
         }
     }
     None
+}
+
+/// The first host function or variable NVRTC would see in a source or in the repository
+/// headers it includes ([`host_function`] over what NVRTC compiles of each: [`nvrtc_view`]):
+/// (the file, the line, the name).
+fn host_code_for_nvrtc(
+    source: &str,
+    src: &str,
+    headers: &Headers,
+    included: &Included,
+) -> Option<(String, usize, String)> {
+    let first = std::iter::once((source, src, headers.clone())).chain(
+        included
+            .files
+            .iter()
+            .map(|(f, t)| (f.as_str(), t.as_str(), included.headers_of(f))),
+    );
+    for (file, text, headers) in first {
+        let view = nvrtc_view(&strip_comments(text));
+        if let Some((line, name)) = host_function(&view, &device_macros(&view, &headers)) {
+            return Some((file.to_string(), line, name));
+        }
+    }
+    None
+}
+
+/// `text` as NVRTC compiles it, as far as its conditions can be told: the lines of a branch
+/// NVRTC never compiles are blanked (`#if 0`, `#ifndef __CUDACC_RTC__`, `#if
+/// !defined(__CUDACC_RTC__)`, and the `#else` of `#ifdef __CUDACC_RTC__` or `#if 1`);
+/// every other branch is kept. Lines keep their numbers.
+fn nvrtc_view(text: &str) -> String {
+    // Per open condition: whether the branch now is compiled (None: unknown), and whether
+    // an earlier branch surely was.
+    let mut conds: Vec<(Option<bool>, bool)> = Vec::new();
+    let known = |cond: &str| -> Option<bool> {
+        let c: String = cond.split_whitespace().collect();
+        match c.as_str() {
+            "0" => Some(false),
+            "1" => Some(true),
+            "defined(__CUDACC_RTC__)" | "defined__CUDACC_RTC__" => Some(true),
+            "!defined(__CUDACC_RTC__)" | "!defined__CUDACC_RTC__" => Some(false),
+            _ => None,
+        }
+    };
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let skipped = |conds: &Vec<(Option<bool>, bool)>| conds.iter().any(|c| c.0 == Some(false));
+        let d = directive(line.trim());
+        let word = d
+            .as_deref()
+            .and_then(|d| d.split_whitespace().next())
+            .unwrap_or("");
+        let rest = d
+            .as_deref()
+            .map(|d| d[word.len()..].trim().to_string())
+            .unwrap_or_default();
+        match word {
+            "#if" => conds.push((known(&rest), known(&rest) == Some(true))),
+            "#ifdef" => {
+                let v = (rest == "__CUDACC_RTC__").then_some(true);
+                conds.push((v, v == Some(true)));
+            }
+            "#ifndef" => {
+                let v = (rest == "__CUDACC_RTC__").then_some(false);
+                conds.push((v, false));
+            }
+            "#elif" => {
+                if let Some(c) = conds.last_mut() {
+                    let v = if c.1 { Some(false) } else { known(&rest) };
+                    c.1 |= v == Some(true);
+                    c.0 = v;
+                }
+            }
+            "#else" => {
+                if let Some(c) = conds.last_mut() {
+                    c.0 = match c.0 {
+                        _ if c.1 => Some(false),
+                        Some(false) => Some(true),
+                        _ => None,
+                    };
+                    c.1 |= c.0 == Some(true);
+                }
+            }
+            "#endif" => {
+                conds.pop();
+            }
+            _ => {}
+        }
+        if !skipped(&conds) || word == "#endif" || word == "#else" || word == "#elif" {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the innermost open scope is a namespace's (or the file's), not a class's.
+fn namespace_scope(classes: &[Option<String>]) -> bool {
+    classes.last().is_none_or(Option::is_none)
+}
+
+/// What follows a statement's `template <...>` header (`s` itself without one; None where
+/// the header does not close).
+fn after_template(s: &str) -> Option<&str> {
+    let Some(rest) = word(s, "template") else {
+        return Some(s);
+    };
+    let rest = rest.trim_start();
+    let mut depth = 0usize;
+    for (i, ch) in rest.char_indices() {
+        match ch {
+            '<' => depth += 1,
+            '>' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some(rest[i + 1..].trim_start());
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The variable a namespace-scope declaration defines in host memory, if it does: one
+/// without `__device__`, `__constant__` or `__managed__` that is not `const` (`float
+/// table[4] = {...};`, `int counter;`). NVRTC refuses those; a `const` or `constexpr` one
+/// it takes.
+fn host_variable(stmt: &str, device_macros: &BTreeSet<String>) -> Option<String> {
+    const NOT_VARIABLES: [&str; 20] = [
+        "typedef",
+        "using",
+        "struct",
+        "class",
+        "union",
+        "enum",
+        "namespace",
+        "template",
+        "extern",
+        "static_assert",
+        "const",
+        "constexpr",
+        "__device__",
+        "__constant__",
+        "__shared__",
+        "__managed__",
+        "friend",
+        "operator",
+        "asm",
+        "__asm__",
+    ];
+    if stmt.contains('(') {
+        return None;
+    }
+    let whole = outside_strings(stmt);
+    if whole
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| NOT_VARIABLES.contains(&w) || device_macros.contains(w))
+    {
+        return None;
+    }
+    let head = whole.split(['=', '[']).next()?;
+    let words: Vec<&str> = head
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let name = *words.last()?;
+    (words.len() >= 2 && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+        .then(|| name.to_string())
 }
 
 /// The line of `name` in a statement that starts at line `first`.
@@ -1380,30 +1665,11 @@ fn declarator(stmt: &str, class: Option<&str>) -> Option<String> {
             s = rest.trim_start();
         }
     }
-    if let Some(rest) = word(s, "template") {
-        // Past the template's `<...>`.
-        let rest = rest.trim_start();
-        let mut depth = 0usize;
-        let mut end = None;
-        for (i, ch) in rest.char_indices() {
-            match ch {
-                '<' => depth += 1,
-                '>' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        end = Some(i + 1);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        s = rest[end?..].trim_start();
-    }
+    s = after_template(s)?;
     let first = leading_ident(s).0;
     if matches!(
         first,
-        "typedef" | "using" | "friend" | "namespace" | "static_assert" | "enum"
+        "typedef" | "using" | "namespace" | "static_assert" | "enum"
     ) {
         return None;
     }
@@ -1433,7 +1699,20 @@ fn declarator(stmt: &str, class: Option<&str>) -> Option<String> {
             return None;
         }
         let args = s[at + 1..].trim_start();
-        if args.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '"' | '\'' | '{' | '-')) {
+        // `float scale(2.0f)`, `P p("x")`: a variable; `float (*fn)(float)`: a pointer to
+        // a function.
+        if args.starts_with(|c: char| {
+            c.is_ascii_digit() || matches!(c, '"' | '\'' | '{' | '-' | '*' | '&' | '^')
+        }) {
+            return None;
+        }
+        // `const float scale(SCALE)`: a variable initialised from a macro's value.
+        let inner = args.split(')').next().unwrap_or("").trim();
+        if !inner.is_empty()
+            && inner
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
             return None;
         }
         // A name alone: a constructor, or a macro's use when in capitals.
@@ -1457,10 +1736,14 @@ fn host_declaration(
     let device = stmt
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .any(|w| w == "__device__" || w == "__global__" || device_macros.contains(w));
-    let defaulted = ["default", "delete"].iter().any(|w| {
-        stmt.split_once('=')
-            .is_some_and(|(_, r)| r.trim().trim_end_matches(';').trim() == *w)
-    });
+    // `= default` or `= delete` after the parameters (`operator=(const A&) = default`).
+    let tail = stmt.trim().trim_end_matches(';');
+    let tail: String = tail
+        .rsplit_once(')')
+        .map_or(tail, |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    let defaulted = tail.ends_with("=default") || tail.ends_with("=delete");
     (!device && !defaulted).then_some(name)
 }
 
@@ -1480,7 +1763,7 @@ fn device_macros(text: &str, headers: &Headers) -> BTreeSet<String> {
 /// `__global__` and opens no brace.
 fn is_device_mark(text: &str) -> bool {
     !text.contains(['{', '}'])
-        && text
+        && outside_strings(text)
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))
             .any(|w| w == "__global__" || w == "__device__")
 }
@@ -1587,7 +1870,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     // A component included through the repository's own headers (llm.c's kernels include
     // NVTX through `cuda_common.h`) is needed as much as one included directly; one the
     // repository holds itself (a vendored `cutlass/`) is not.
-    let through = included.outside;
+    let through = included.outside.clone();
     let components: BTreeSet<String> = host
         .iter()
         .chain(&through)
@@ -1638,14 +1921,17 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             "nvcc",
             "it has host code (a launch, main or runtime calls)".to_string(),
         )
-    } else if let Some((line, name)) = host_function(
-        &strip_comments(&src),
-        &device_macros(&strip_comments(&src), &headers),
-    ) {
+    } else if let Some((file, line, name)) = host_code_for_nvrtc(&source, &src, &headers, &included)
+    {
+        let whose = if file == source {
+            "it declares".to_string()
+        } else {
+            format!("the repository header it includes, {file}, declares")
+        };
         (
             "nvcc",
             format!(
-                "it declares a host function (`{}`, line {line}), which NVRTC refuses",
+                "{whose} a host function or variable (`{}`, line {line}), which NVRTC refuses",
                 crate::foundation::output::printable(&name)
             ),
         )
@@ -1661,10 +1947,21 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         )
     };
     // An overloaded kernel is one name for several symbols: entries name each by its symbol.
-    let classes = global_classes(&strip_comments(&src));
+    let stripped = strip_comments(&src);
+    let (classes, blocked) = type_names(&stripped);
+    // A kernel in an anonymous namespace has a symbol with a hash of the file in it.
+    let anonymous = outside_strings(&stripped)
+        .split("namespace")
+        .skip(1)
+        .any(|rest| rest.trim_start().starts_with('{'));
     let mut overloads = Vec::new();
     let mut kernels = Vec::new();
-    for k in all.iter().filter(|k| !k.template && k.condition.is_none()) {
+    // An overload set with a template in it is a kernel here (its other overloads have
+    // symbols), named as written.
+    for k in all
+        .iter()
+        .filter(|k| (!k.template || k.mixed) && k.condition.is_none())
+    {
         if k.signatures.len() < 2 {
             kernels.push(k.name.clone());
             continue;
@@ -1673,7 +1970,11 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
             .signatures
             .iter()
             .map(|p| {
-                crate::foundation::symbols::mangle(&k.name, p, &classes).map(|m| (m, p.clone()))
+                if k.mixed || anonymous {
+                    return None;
+                }
+                crate::foundation::symbols::mangle(&k.name, p, &classes, &blocked)
+                    .map(|m| (m, p.clone()))
             })
             .collect();
         match symbols {
@@ -1692,7 +1993,7 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
         kernels,
         templates: all
             .iter()
-            .filter(|k| k.template && k.condition.is_none())
+            .filter(|k| k.template && !k.mixed && k.condition.is_none())
             .map(|k| k.name.clone())
             .collect(),
         conditional: all
@@ -1710,23 +2011,50 @@ pub fn read_kernel_file(root: &Path, cwd: &Path, file: &Path) -> Result<KernelFi
     })
 }
 
-/// The classes and structs a source declares at global scope (outside any brace): the
-/// parameter types [`crate::foundation::symbols::mangle`] may spell by name.
-fn global_classes(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The type names of a source (comments stripped) that [`crate::foundation::symbols::mangle`]
+/// may and may not spell: (the classes, structs and enums declared only at global scope,
+/// outside any brace; the names declared anywhere else, and every typedef and alias). A
+/// file with a macro that opens or closes a brace has scopes this cannot see: none of its
+/// classes is spelled.
+fn type_names(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let text = outside_strings(text);
+    let mut global = BTreeSet::new();
+    let mut blocked = BTreeSet::new();
     let mut depth = 0usize;
+    let braces_in_macros = text.lines().any(|l| {
+        l.trim_start()
+            .strip_prefix('#')
+            .is_some_and(|d| d.trim_start().starts_with("define") && d.contains(['{', '}']))
+    });
     for part in text.split_inclusive(['{', '}', ';']) {
-        if depth == 0 {
-            let mut it = part
-                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .filter(|w| !w.is_empty());
-            while let Some(w) = it.next() {
-                if (w == "struct" || w == "class")
-                    && let Some(n) = it.next()
-                {
-                    out.insert(n.to_string());
+        let words: Vec<&str> = part
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, w) in words.iter().enumerate() {
+            let named = match *w {
+                "struct" | "class" | "union" | "enum" => words.get(i + 1).copied(),
+                _ => None,
+            };
+            // `enum class E`: the name comes after `class`.
+            if let Some(n) = named.filter(|n| !matches!(*n, "class" | "struct")) {
+                if depth == 0 && !braces_in_macros {
+                    global.insert(n.to_string());
+                } else {
+                    blocked.insert(n.to_string());
                 }
             }
+            if *w == "using"
+                && let Some(n) = words.get(i + 1)
+                && part.contains('=')
+            {
+                blocked.insert(n.to_string());
+            }
+        }
+        if words.first() == Some(&"typedef")
+            && let Some(n) = words.last()
+        {
+            blocked.insert(n.to_string());
         }
         if part.ends_with('{') {
             depth += 1;
@@ -1734,7 +2062,8 @@ fn global_classes(text: &str) -> BTreeSet<String> {
             depth = depth.saturating_sub(1);
         }
     }
-    out
+    let classes = global.difference(&blocked).cloned().collect();
+    (classes, blocked)
 }
 
 /// Whether an include is PyTorch's (or pybind11's and Python's, which its extensions use).
@@ -2204,10 +2533,19 @@ fn included_files(root: &Path, rel: &Path, src: &str, files: &mut Option<RepoFil
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
         let from = path.to_string_lossy().replace('\\', "/");
         for (h, _) in includes(&text) {
-            if seen.len() >= MAX_INCLUDED || h.contains("..") || h.starts_with('/') {
+            if seen.len() >= MAX_INCLUDED || h.starts_with('/') {
                 continue;
             }
-            let beside = dir.join(&h);
+            // `../include/x.h` beside the file, where it stays inside the repository.
+            let beside = if h.contains("..") {
+                let joined = dir.join(&h).to_string_lossy().replace('\\', "/");
+                match crate::foundation::recipe::normalize(&joined) {
+                    Some(n) => PathBuf::from(n),
+                    None => continue,
+                }
+            } else {
+                dir.join(&h)
+            };
             let found = if root.join(&beside).is_file() {
                 Some(beside.to_string_lossy().replace('\\', "/"))
             } else {
@@ -2433,7 +2771,7 @@ pub fn recipe_text(k: &KernelFile, target: &str) -> String {
     for (name, symbols) in &k.overloads {
         if symbols.is_empty() {
             t.push_str(&format!(
-                "# `{name}` is overloaded, with parameter types repro cannot spell as symbols: replace it in entries with the symbol of each overload (`repro build` lists them)\n"
+                "# `{name}` is overloaded, and its symbols cannot be told from the source here (a parameter type repro does not spell, a template overload, an anonymous namespace, or overloads under different conditions): replace it in entries with the symbol of each overload (`repro build` lists them)\n"
             ));
         } else {
             t.push_str(&format!(
@@ -2536,7 +2874,7 @@ mod tests {
     #[test]
     fn host_functions_are_found_where_nvrtc_would_refuse_them() {
         let host = |src: &str| {
-            let t = strip_comments(src);
+            let t = nvrtc_view(&strip_comments(src));
             host_function(&t, &device_macros(&t, &Headers::new())).map(|(l, n)| format!("{l}:{n}"))
         };
         for (src, want) in [
@@ -2557,6 +2895,20 @@ mod tests {
                 "1:g",
             ),
             ("struct __align__(16) S { float f() const; };", "1:f"),
+            (
+                "template <typename T, int N = 4> struct Vec {\n  Vec() {}\n};",
+                "2:Vec",
+            ),
+            (
+                "struct U { friend U operator+(U a, U b) { return a; } };",
+                "1:operator",
+            ),
+            ("float g_table[4] = {1, 2, 3, 4};", "1:g_table"),
+            ("namespace n {\nint counter;\n}", "2:counter"),
+            (
+                "#if defined(__CUDACC_RTC__)\nvoid host();\n#else\n#endif\n",
+                "2:host",
+            ),
         ] {
             assert_eq!(host(src).as_deref(), Some(want), "{src}");
         }
@@ -2571,6 +2923,13 @@ mod tests {
             "DEFINE_KERNELS(float);\ntypedef void (*fn)(int);\nusing F = int(int);",
             "auto f = [](int x) { return x; };\nextern \"C\" {\n__global__ void k() {}\n}",
             "__device__ dim3 g(4);\nconst char* s = \"void host();\";",
+            "#ifndef __CUDACC_RTC__\nvoid host();\n#endif\n__global__ void k() {}",
+            "#if 0\nint host_helper(int);\n#else\n__device__ int h();\n#endif",
+            "#ifdef __CUDACC_RTC__\n__device__ int h();\n#else\nint host_only();\n#endif",
+            "struct A { __device__ A& operator=(const A&) = default; };",
+            "struct F { float (*fn)(float); };\ntypedef int (*op)(int);",
+            "const float scale(SCALE);\nconst int n = 4;\nconstexpr int m = 2;",
+            "struct P { int n; float v[2]; };\n__constant__ P p;\nextern __device__ int e;",
         ] {
             assert_eq!(host(src), None, "{src}");
         }
@@ -2607,6 +2966,30 @@ mod tests {
         );
         assert_eq!(
             names("#define KERNEL __global__\nKERNEL void e();\n"),
+            Vec::<String>::new()
+        );
+        // Continued over lines, made of another marker, chosen for CUDA over HIP.
+        assert_eq!(
+            names("#define FAST \\\n  __global__ __launch_bounds__(256)\nFAST void g() { }"),
+            ["g"]
+        );
+        assert_eq!(
+            names(
+                "#define GLOBAL __global__\n#define KERNEL_LB GLOBAL __launch_bounds__(256)\nKERNEL_LB void h() { }"
+            ),
+            ["h"]
+        );
+        assert_eq!(
+            names(
+                "#if defined(__CUDACC__) || defined(__HIPCC__)\n#define KERNEL __global__\n#else\n#define KERNEL\n#endif\nKERNEL void i() { }"
+            ),
+            ["i"]
+        );
+        // A string that holds the word is no marker.
+        assert_eq!(
+            names(
+                "#define PREFIX \"extern \\\"C\\\" __global__ \"\nconst char* s = PREFIX \"void j() {}\";"
+            ),
             Vec::<String>::new()
         );
         let mut headers = Headers::new();

@@ -95,11 +95,14 @@ pub fn resolve<'a>(entry: &str, symbols: &'a [String]) -> Result<&'a str, Resolv
 /// `size_t` typedefs as Linux's LP64 defines them, CUDA's `__half`, `__nv_bfloat16` and
 /// vector types (`float4`), the classes named in `classes` (declared at global scope),
 /// and pointers, references and `const` of those. `None` for anything else (a template, an
-/// array, a function pointer, an unknown typedef): then the symbol is not guessed.
+/// array, a function pointer, `__restrict__` below the top level, an unknown typedef, and
+/// any name in `blocked`: the source's own typedefs and its classes declared in a scope):
+/// then the symbol is not guessed.
 pub fn mangle(
     name: &str,
     params: &str,
     classes: &std::collections::BTreeSet<String>,
+    blocked: &std::collections::BTreeSet<String>,
 ) -> Option<String> {
     let parts: Vec<&str> = name.split("::").collect();
     if parts.iter().any(|p| {
@@ -132,7 +135,7 @@ pub fn mangle(
         return Some(out);
     }
     for p in split_params(params)? {
-        let ty = param_type(&p, classes)?;
+        let ty = param_type(&p, classes, blocked)?;
         out.push_str(&mangle_type(&ty, &mut subs));
     }
     Some(out)
@@ -184,7 +187,11 @@ fn builtin(words: &[&str]) -> Option<&'static str> {
 }
 
 /// The type of one parameter as written, its name and default dropped.
-fn param_type(p: &str, classes: &std::collections::BTreeSet<String>) -> Option<Ty> {
+fn param_type(
+    p: &str,
+    classes: &std::collections::BTreeSet<String>,
+    blocked: &std::collections::BTreeSet<String>,
+) -> Option<Ty> {
     const TYPE_WORDS: [&str; 10] = [
         "void", "bool", "char", "short", "int", "long", "float", "double", "signed", "unsigned",
     ];
@@ -206,12 +213,21 @@ fn param_type(p: &str, classes: &std::collections::BTreeSet<String>) -> Option<T
             _ => return None,
         }
     }
-    toks.retain(|t| {
-        !matches!(
-            t.as_str(),
-            "__restrict__" | "__restrict" | "restrict" | "register" | "struct" | "class"
-        )
-    });
+    let restrict = |t: &str| matches!(t, "__restrict__" | "__restrict" | "restrict");
+    // `float* __restrict__ p` qualifies the parameter itself, which the signature leaves
+    // out; `float* __restrict__* pp` qualifies a pointer inside it, which it keeps.
+    if let Some(last) = toks.iter().rposition(|t| restrict(t))
+        && toks[last..].iter().any(|t| t == "*" || t == "&")
+    {
+        return None;
+    }
+    if toks
+        .iter()
+        .any(|t| blocked.contains(t.trim_start_matches("::")))
+    {
+        return None;
+    }
+    toks.retain(|t| !restrict(t) && !matches!(t.as_str(), "register" | "struct" | "class"));
     // The parameter's name: a last word after the type.
     if toks.len() > 1
         && let Some(last) = toks.last()
@@ -241,6 +257,7 @@ fn param_type(p: &str, classes: &std::collections::BTreeSet<String>) -> Option<T
     } else if let [one] = words.as_slice() {
         let one = one.trim_start_matches("::");
         match one {
+            c if classes.contains(c) => Ty::Class(c.to_string()),
             "size_t" | "uint64_t" => Ty::Builtin("m"),
             "ptrdiff_t" | "int64_t" | "ssize_t" => Ty::Builtin("l"),
             "int32_t" => Ty::Builtin("i"),
@@ -419,7 +436,8 @@ mod tests {
     #[test]
     fn mangled_names_of_plain_signatures() {
         let classes: std::collections::BTreeSet<String> = ["P".to_string()].into();
-        let m = |n: &str, p: &str| mangle(n, p, &classes);
+        let blocked: std::collections::BTreeSet<String> = ["real".to_string()].into();
+        let m = |n: &str, p: &str| mangle(n, p, &classes, &blocked);
         assert_eq!(m("k", "").as_deref(), Some("_Z1kv"));
         assert_eq!(m("k", "void").as_deref(), Some("_Z1kv"));
         assert_eq!(m("ovl", "float* x").as_deref(), Some("_Z3ovlPf"));
@@ -465,6 +483,8 @@ mod tests {
             "scalar_t* x",
             "volatile int* v",
             "T x",
+            "real* r",
+            "float* __restrict__* pp",
         ] {
             assert_eq!(m("k", p), None, "{p}");
         }

@@ -372,7 +372,7 @@ fn init_writes_recipes_that_build_for_macro_kernels_overloads_and_host_declarati
         );
     }
     assert!(
-        recipe("cls").contains("it declares a host function (`make`, line 1)"),
+        recipe("cls").contains("it declares a host function or variable (`make`, line 1)"),
         "{}",
         recipe("cls")
     );

@@ -401,6 +401,35 @@ pub fn compiler_hint(log: &str) -> Option<String> {
 
 /// What a build that lacks entry points says, after the compiler's log.
 fn missing_entries_message(missing: &[String], found: &[String], unreadable: &[String]) -> String {
+    // A name several symbols answer to (overloads, or instantiations of a template): the
+    // name as written is the problem, and each symbol is the remedy.
+    let ambiguous: Vec<(String, Vec<&String>)> = missing
+        .iter()
+        .filter_map(|e| {
+            let many: Vec<&String> = found
+                .iter()
+                .filter(|f| crate::foundation::symbols::matches(e, f))
+                .collect();
+            (many.len() > 1).then(|| (e.clone(), many))
+        })
+        .collect();
+    if ambiguous.len() == missing.len() && !ambiguous.is_empty() {
+        let mut m = ambiguous
+            .iter()
+            .map(|(e, many)| {
+                format!(
+                    "`{e}` names {} kernels (overloads or instantiations): put the symbol of each one the build should have in `entries` instead ({})",
+                    many.len(),
+                    many.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        for u in unreadable {
+            m.push_str(&format!("\n{u}"));
+        }
+        return m;
+    }
     let mut m = format!(
         "the artifact has no entry point {} (it has: {}); name each kernel as written in the source, or fix `entries`",
         missing
