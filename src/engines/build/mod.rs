@@ -1232,6 +1232,17 @@ mod tests {
             e.to_string(),
             "the artifact has no entry point `k` (it has: none found); name each kernel as written in the source, or fix `entries`"
         );
+        // A name that several symbols answer to is said to be one, with its symbols.
+        let e = CompileError::MissingEntries {
+            log: String::new(),
+            missing: vec!["g".into()],
+            found: vec!["_Z1gPf".into(), "_Z1gPi".into(), "_Z1hv".into()],
+            unreadable: vec![],
+        };
+        assert_eq!(
+            e.to_string(),
+            "`g` names 2 kernels (overloads or instantiations): put the symbol of each one the build should have in `entries` instead (_Z1gPf, _Z1gPi)"
+        );
         let e = CompileError::MissingOutput {
             log: "warning: x".into(),
             path: "out.so".into(),
