@@ -53,12 +53,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int windows = atoi(argv[1]), samples = atoi(argv[2]);
-    CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    CUdevice dev = primary_context();
     int sms;
     CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     CUmodule mod;
@@ -66,14 +61,8 @@ int main(int argc, char **argv) {
     CK(cuModuleLoad(&mod, "kernel.cubin"));
     CK(cuModuleGetFunction(&vadd, mod, "vadd"));
     CK(cuModuleGetFunction(&spin, mod, "spin"));
-    float *host = malloc(sizeof(float) * N);
-    for (int i = 0; i < N; i++)
-        host[i] = 1.0f;
     CUdeviceptr buf[3], out_all, out_one;
-    for (int i = 0; i < 3; i++) {
-        CK(cuMemAlloc(&buf[i], (size_t)N * 4));
-        CK(cuMemcpyHtoD(buf[i], host, (size_t)N * 4));
-    }
+    ones_buffers(buf, N);
     CK(cuMemAlloc(&out_all, 16 * (size_t)sms));
     CK(cuMemAlloc(&out_one, 16));
     CUstream s, side;

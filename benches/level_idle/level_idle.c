@@ -25,20 +25,9 @@ int main(int argc, char **argv) {
     }
     int rounds = atoi(argv[1]), idle_ms = atoi(argv[2]), samples = atoi(argv[3]);
     int n = 1 << 20;
-    float *host = malloc(sizeof(float) * n);
-    for (int i = 0; i < n; i++)
-        host[i] = 1.0f;
-    CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    CUdevice dev = primary_context();
     CUdeviceptr buf[3];
-    for (int i = 0; i < 3; i++) {
-        CK(cuMemAlloc(&buf[i], (size_t)n * 4));
-        CK(cuMemcpyHtoD(buf[i], host, (size_t)n * 4));
-    }
+    ones_buffers(buf, n);
     CUmodule mod;
     CUfunction f;
     CK(cuModuleLoad(&mod, "kernel.cubin"));
@@ -61,6 +50,5 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         CK(cuMemFree(buf[i]));
     CK(cuDevicePrimaryCtxRelease(dev));
-    free(host);
     return 0;
 }

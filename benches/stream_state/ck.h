@@ -61,6 +61,29 @@ static float graph_median(CUfunction f, CUstream capture, CUstream run, CUdevice
     return m;
 }
 
+/* Device 0, its primary context made current. */
+static CUdevice primary_context(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    return dev;
+}
+
+/* The vector add's three buffers of n floats, each element 1.0f, copied from the host. */
+static void ones_buffers(CUdeviceptr *buf, int n) {
+    float *host = malloc(sizeof(float) * n);
+    for (int i = 0; i < n; i++)
+        host[i] = 1.0f;
+    for (int i = 0; i < 3; i++) {
+        CK(cuMemAlloc(&buf[i], (size_t)n * 4));
+        CK(cuMemcpyHtoD(buf[i], host, (size_t)n * 4));
+    }
+    free(host);
+}
+
 /* An executable graph of `batch` launches of f (vadd over the n floats of buf[0..3]),
  * captured on `capture`. */
 static CUgraphExec vadd_graph(CUfunction f, CUstream capture, CUdeviceptr *buf, int *n, int batch) {

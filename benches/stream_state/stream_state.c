@@ -65,14 +65,9 @@ int main(int argc, char **argv) {
     }
     const char *mode = argv[1];
     int iterations = atoi(argv[2]);
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule m;
     CUfunction f;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    primary_context();
     CK(cuModuleLoad(&m, "kernel.cubin"));
     CK(cuModuleGetFunction(&f, m, "vadd"));
     printf("%-9s", mode);

@@ -401,45 +401,12 @@ fn outside_strings(text: &str) -> String {
 /// The names of the macros without parameters that a source or the repository headers it
 /// includes define to stand for `__global__` ([`is_marker`]), at most [`MAX_MARKERS`].
 fn marker_names(text: &str, headers: &Headers) -> Vec<String> {
-    // Every object-like definition, its continued lines joined.
-    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
-    let defs: Vec<(&str, &str)> = joined
-        .lines()
-        .filter_map(|line| {
-            let rest = line
-                .trim_start()
-                .strip_prefix('#')
-                .map(str::trim_start)
-                .and_then(|l| l.strip_prefix("define"))?;
-            let (name, after) = leading_ident(rest.trim_start());
-            (!name.is_empty() && !after.starts_with('(')).then_some((name, after))
-        })
-        .take(MAX_DEFINES)
-        .collect();
-    let mut names = BTreeSet::new();
-    // A macro made of another that stands for it (`#define KERNEL_LB GLOBAL
-    // __launch_bounds__(256)`) stands for it too: a few rounds reach any such chain.
-    for _ in 0..4 {
-        for (name, after) in &defs {
-            let words = outside_strings(after);
-            let marks = is_marker(after)
-                || (!after.contains(['{', '}'])
-                    && words
-                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                        .any(|w| names.contains(w)));
-            if marks {
-                names.insert(name.to_string());
-            }
-        }
-    }
-    for macros in headers.values() {
-        for (name, (params, t)) in macros {
-            if params.is_none() && is_marker(t) {
-                names.insert(name.clone());
-            }
-        }
-    }
-    names.into_iter().take(MAX_MARKERS).collect()
+    device_marks(text, headers)
+        .into_iter()
+        .filter(|(_, t)| is_marker(t))
+        .map(|(n, _)| n)
+        .take(MAX_MARKERS)
+        .collect()
 }
 
 /// How many macros standing for `__global__` [`kernels_in`] looks for, at most.
@@ -521,6 +488,9 @@ struct Scan<'a> {
     /// The macros defined so far whose text opens or closes braces (`#define NS_BEGIN
     /// namespace lib {`, `#define NS(n) namespace n {`), by name: their parameters and text.
     brace_macros: BraceMacros,
+    /// Every macro without parameters that marked a function for the device at some point
+    /// of the text ([`is_device_mark`]), by name, with its text (expanded).
+    marks: std::collections::BTreeMap<String, String>,
     /// The brace macros each repository header defines (by its `#include` as written), taken
     /// in where the source includes it.
     headers: &'a Headers,
@@ -551,6 +521,7 @@ impl<'a> Scan<'a> {
             pending: String::new(),
             defines: Defines::default(),
             brace_macros: BraceMacros::new(),
+            marks: std::collections::BTreeMap::new(),
             headers,
         }
     }
@@ -909,6 +880,9 @@ impl<'a> Scan<'a> {
         } else {
             return;
         };
+        if params.is_none() && is_device_mark(&text) && self.marks.len() < MAX_DEFINES {
+            self.marks.insert(name.to_string(), text.clone());
+        }
         self.brace_macros.insert(name.to_string(), (params, text));
     }
 
@@ -919,6 +893,12 @@ impl<'a> Scan<'a> {
         };
         for (name, def) in self.headers.get(&h).into_iter().flatten() {
             if self.brace_macros.len() < MAX_DEFINES || self.brace_macros.contains_key(name) {
+                if let (None, t) = def
+                    && is_device_mark(t)
+                    && self.marks.len() < MAX_DEFINES
+                {
+                    self.marks.insert(name.clone(), t.clone());
+                }
                 self.brace_macros.insert(name.clone(), def.clone());
             }
         }
@@ -1750,13 +1730,18 @@ fn host_declaration(
 /// The macros without parameters a source defines, or takes in from the repository headers it
 /// includes, whose text marks a function for the device (`#define HD __host__ __device__`).
 fn device_macros(text: &str, headers: &Headers) -> BTreeSet<String> {
-    let mut scan = Scan::new(text, headers);
+    device_marks(text, headers).into_keys().collect()
+}
+
+/// Every macro without parameters that marks a function for the device at some point of a
+/// source (its comments stripped), with its text: one pass of [`Scan`], which joins
+/// continued definitions, expands marks made of marks and takes in the headers' macros.
+fn device_marks(text: &str, headers: &Headers) -> std::collections::BTreeMap<String, String> {
+    // The last line is read at its end of line.
+    let text = format!("{text}\n");
+    let mut scan = Scan::new(&text, headers);
     scan.advance_to(text.len());
-    scan.brace_macros
-        .iter()
-        .filter(|(_, (params, t))| params.is_none() && is_device_mark(t))
-        .map(|(n, _)| n.clone())
-        .collect()
+    scan.marks
 }
 
 /// Whether a macro's text marks a function for the device: it has `__device__` or

@@ -64,6 +64,22 @@ pub enum DType {
 }
 
 impl DType {
+    /// Whether an element of this type holds `v` as it is: an integer type a whole number
+    /// in its range, a float type a finite number within its range.
+    pub fn holds(self, v: f64) -> bool {
+        let int = |lo: f64, hi: f64| v.fract() == 0.0 && v >= lo && v <= hi;
+        match self {
+            DType::U8 => int(0.0, 255.0),
+            DType::I32 => int(f64::from(i32::MIN), f64::from(i32::MAX)),
+            DType::U32 => int(0.0, f64::from(u32::MAX)),
+            DType::I64 => int(-(2f64.powi(63)), 2f64.powi(63) - 1.0),
+            DType::U64 => int(0.0, 2f64.powi(64) - 1.0),
+            DType::F16 => v.abs() <= 65504.0,
+            DType::Bf16 | DType::F32 => v.abs() <= f64::from(f32::MAX),
+            DType::F64 => v.is_finite(),
+        }
+    }
+
     /// Parses a dtype name.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -830,20 +846,7 @@ pub(crate) fn init_of(
             Some("inits: zeros, constant (with mean = VALUE), iota, uniform (low, high), normal (mean, std)".into()),
         ));
     }
-    // The values an element of the type holds: integers whole, floats finite.
-    let holds = |v: f64| -> bool {
-        let int = |lo: f64, hi: f64| v.fract() == 0.0 && v >= lo && v <= hi;
-        match dtype {
-            DType::U8 => int(0.0, 255.0),
-            DType::I32 => int(f64::from(i32::MIN), f64::from(i32::MAX)),
-            DType::U32 => int(0.0, f64::from(u32::MAX)),
-            DType::I64 => int(-(2f64.powi(63)), 2f64.powi(63) - 1.0),
-            DType::U64 => int(0.0, 2f64.powi(64) - 1.0),
-            DType::F16 => v.abs() <= 65504.0,
-            DType::Bf16 | DType::F32 => v.abs() <= f64::from(f32::MAX),
-            DType::F64 => v.is_finite(),
-        }
-    };
+    let holds = |v: f64| dtype.holds(v);
     let out_of_type = |key: &str, v: f64| {
         (
             Some(span.clone()),

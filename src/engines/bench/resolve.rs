@@ -97,20 +97,9 @@ pub(crate) fn max_buffer_bytes() -> Result<u64, crate::foundation::limits::Limit
 /// Checks that a scalar's value is representable in its type (no silent wrap, cast or
 /// overflow to infinity); `place` says where it was written.
 pub(super) fn scalar_fits(place: &str, dtype: DType, v: f64) -> Result<(), SpecError> {
-    let range = |lo: f64, hi: f64, whole: bool| {
-        v.is_finite() && (!whole || v.fract() == 0.0) && v >= lo && v <= hi
-    };
-    let fits = match dtype {
-        DType::I32 => range(f64::from(i32::MIN), f64::from(i32::MAX), true),
-        DType::U32 => range(0.0, f64::from(u32::MAX), true),
-        DType::I64 => range(-(2f64.powi(63)), 2f64.powi(63) - 1.0, true),
-        DType::U64 => range(0.0, 2f64.powi(64) - 1.0, true),
-        DType::U8 => range(0.0, 255.0, true),
-        DType::F32 if v.is_nan() => false,
-        // A finite value beyond f32's range would become infinity.
-        DType::F32 => !v.is_finite() || range(f64::from(f32::MIN), f64::from(f32::MAX), false),
-        _ => !v.is_nan(),
-    };
+    // A float scalar may be infinite as computed; a finite one beyond f32's range would
+    // become infinity.
+    let fits = (v.is_infinite() && matches!(dtype, DType::F32 | DType::F64)) || dtype.holds(v);
     if fits {
         Ok(())
     } else if v.is_nan() {
