@@ -119,6 +119,12 @@ run() {
     local name
     name="$(basename "$t")"
     [ "$name" = repro ] && continue
+    # Only the test executables `prepare` copied: anything else left in the directory (a
+    # script, a note) would be run by the listing below.
+    if [ "$(head -c 4 "$t" | od -An -c | tr -d ' ')" != '177ELF' ]; then
+      echo "$name: not an executable test binary, skipped" >&2
+      continue
+    fi
     local listed
     # shellcheck disable=SC2086
     if ! listed="$("$t" --list --ignored && "$t" --list $gpu_branch)"; then

@@ -662,6 +662,10 @@ pub fn render(id: &str, rec: &ResultRecord, g: &Globals) -> String {
         if let Some(k) = rec.processes {
             line.push_str(&format!(" in {k} processes"));
         }
+        if !rec.burst_starts.is_empty() {
+            // The median is the mean of the bursts' medians: say so where it is shown.
+            line.push_str(&format!(" in {} bursts", rec.burst_starts.len() + 1));
+        }
     }
     if let Some(t) = &rec.throughput {
         if let Some(b) = t.gb_per_s {

@@ -379,10 +379,23 @@ fn figure_rows(t: &mut Table, r: &ResultRecord) {
     let unit = r.unit.as_str();
     if let Some(s) = &r.summary {
         let m = s.median;
+        let how = if r.burst_starts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the mean of {} bursts' medians, which begin at samples 0, {}",
+                r.burst_starts.len() + 1,
+                r.burst_starts
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         t.row([
             "median".to_string(),
             format!(
-                "{} [{}, {}] (95% bootstrap interval)",
+                "{} [{}, {}] (95% bootstrap interval{how})",
                 fmt_value(m, unit),
                 fmt_value(s.ci_low, unit),
                 fmt_value(s.ci_high, unit)
@@ -782,8 +795,14 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     let seed = keys::key_of(&json!([ida, idb]))
         .bytes()
         .fold(0u64, |h, b| h.rotate_left(8) ^ u64::from(b));
-    let c = stats::compare(&ra.samples, &rb.samples, a.alpha, a.threshold, seed)
-        .context("failed to compare the samples")?;
+    let c = stats::compare_bursts(
+        (&ra.samples, &ra.burst_starts),
+        (&rb.samples, &rb.burst_starts),
+        a.alpha,
+        a.threshold,
+        seed,
+    )
+    .context("failed to compare the samples")?;
     let rows = vec![
         export::Row::from_record(&ida, &ra),
         export::Row::from_record(&idb, &rb),

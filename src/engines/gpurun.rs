@@ -118,6 +118,12 @@ pub struct Report {
     /// How long (ms) the job kept the GPU busy, from its warm-up to its last sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_ms: Option<f64>,
+    /// Where the second, third, ... burst of samples begins (indices into `samples_us`):
+    /// graph mode samples in bursts, each after an idle GPU ([`Knobs::bursts`]), and the
+    /// job's median is the mean of the bursts' medians
+    /// ([`crate::foundation::stats::summarize_bursts`]). Empty for one burst.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub burst_starts: Vec<usize>,
     /// What ended the job early, if anything.
     pub error: Option<Failure>,
     /// The wall time of each phase of the job, in order.
@@ -1199,7 +1205,7 @@ impl Loaded<'_> {
         if knobs.gap_ms > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(knobs.gap_ms / 1e3));
         }
-        self.sample(t, &method, &ev, report)?;
+        self.sample(t, &mut method, &ev, report, &knobs)?;
         note_gpu_busy(self.job.device, busy_from);
         report.busy_ms = Some(busy_from.elapsed().as_secs_f64() * 1e3);
         laps.lap("sampling");
@@ -1377,6 +1383,55 @@ impl Loaded<'_> {
         chain.lead(if chosen.is_some() { first } else { *lead }, 1)?;
         chain.push(first)?;
         Ok(chain)
+    }
+
+    /// Samples the placement at `rank` (wrapping) in the settling warm-up's ranking from
+    /// now on, where the warm-up ranked them.
+    fn burst_placement(&self, method: &mut Sampling, rank: usize) -> Result<(), CudaFailure> {
+        let Sampling::Graph { pilot, chosen, .. } = &*method else {
+            return Ok(());
+        };
+        if pilot.is_empty() {
+            return Ok(());
+        }
+        let mut ranked: Vec<usize> = (0..pilot.len()).collect();
+        ranked.sort_by(|a, b| pilot[*a].total_cmp(&pilot[*b]));
+        let which = ranked[rank % ranked.len()];
+        if *chosen == Some(which) {
+            return Ok(());
+        }
+        let medians = pilot.clone();
+        self.choose(method, which, medians)
+    }
+
+    /// Before a burst: `idle_ms` of idle GPU (once the work queued has run), then the chosen
+    /// graph launched, untimed, for about [`REWARM_MS`] of the GPU's time (sized by the
+    /// samples so far, µs per launch; before any, by the longest a graph sample takes).
+    fn idle_and_rewarm(
+        &self,
+        method: &Sampling,
+        samples_us: &[f64],
+        idle_ms: f64,
+    ) -> Result<(), CudaFailure> {
+        let Sampling::Graph { stream, .. } = method else {
+            return Ok(());
+        };
+        // SAFETY: the live stream.
+        ck(unsafe { cu::stream::synchronize(*stream) }, &self.running())?;
+        std::thread::sleep(std::time::Duration::from_secs_f64(idle_ms / 1e3));
+        let (graph, launches) = Self::graph_for(method, samples_us.len());
+        let per_graph_us = crate::foundation::stats::median(samples_us)
+            .map_or(GRAPH_SAMPLE_US, |us| us * f64::from(launches));
+        let n = (REWARM_MS * 1e3 / per_graph_us.max(1.0))
+            .ceil()
+            .clamp(1.0, 10_000.0) as u32;
+        // SAFETY: a live graph on its live stream.
+        unsafe {
+            for _ in 0..n {
+                ck(cu::graph::launch(graph, *stream), "launching a graph")?;
+            }
+        }
+        Ok(())
     }
 
     /// Graph-mode sample `k` (µs per launch) from `chain`, which has it queued: sample
@@ -1615,16 +1670,30 @@ impl Loaded<'_> {
     fn sample(
         &self,
         t: &Timing,
-        method: &Sampling,
+        method: &mut Sampling,
         ev: &Events,
         report: &mut Report,
+        knobs: &Knobs,
     ) -> Result<(), CudaFailure> {
+        let graph = matches!(method, Sampling::Graph { .. });
+        // Graph mode's bursts: the idle between them is not sampling time.
+        let bursts = if graph { knobs.bursts } else { 1 };
+        if bursts > 1 {
+            // The first burst comes after the same idle and re-warm as every later one: with
+            // 100 ms of idle, a GPU busy for the whole warm-up ran 0.4-0.6% slower than one
+            // woken 25 ms before (H200), so a first burst straight after the warm-up would
+            // stand apart.
+            self.idle_and_rewarm(method, &report.samples_us, knobs.burst_idle_ms)?;
+        }
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
         let (mut chain, flush) = match *method {
             Sampling::Graph { .. } => (Some(Self::graph_chain(method)?), None),
             Sampling::Single { flush } => (None, flush),
         };
+        let mut burst = 1;
+        let mut idle = std::time::Duration::ZERO;
+        let mut burst_begins = false;
         loop {
             let us = match chain.as_mut() {
                 Some(chain) => self.graph_sample(method, chain, report.samples_us.len())?,
@@ -1640,10 +1709,34 @@ impl Loaded<'_> {
                     self.timed(ev, || self.launch(self.kernel, &self.job.kernel))?
                 }
             };
+            if burst_begins {
+                // Marked at its first sample, so that a burst is never empty.
+                report.burst_starts.push(report.samples_us.len());
+                burst_begins = false;
+            }
             report.samples_us.push(us);
             let n = report.samples_us.len();
-            let spent = sampling.elapsed().as_secs_f64() * 1e3;
-            if n >= t.min_samples
+            let spent = (sampling.elapsed() - idle).as_secs_f64() * 1e3;
+            if burst < bursts
+                && n * bursts >= t.min_samples * burst
+                && spent * bursts as f64 >= t.min_time_ms * burst as f64
+                && let Some(c) = chain.as_mut()
+            {
+                // The sample queued behind the last one is not kept; the GPU goes idle.
+                c.pop(&self.running())?;
+                let pause = Instant::now();
+                if knobs.burst_placements {
+                    self.burst_placement(method, knobs.rank + burst)?;
+                }
+                self.idle_and_rewarm(method, &report.samples_us, knobs.burst_idle_ms)?;
+                idle += pause.elapsed();
+                chain = Some(Self::graph_chain(method)?);
+                burst += 1;
+                burst_begins = true;
+                continue;
+            }
+            if burst == bursts
+                && n >= t.min_samples
                 && spent >= t.min_time_ms
                 && crate::foundation::stats::median_rel_noise(&report.samples_us) <= t.max_noise
             {
@@ -1657,11 +1750,40 @@ impl Loaded<'_> {
     }
 }
 
+/// The timing setting of graph mode's bursts ([`Knobs::bursts`]).
+pub const BURSTS_SETTING: &str = "REPRO_TIMING_BURSTS";
+
+/// The bursts `t` samples in: [`Knobs::bursts`] in graph mode (its setting, or the
+/// default), one in the others.
+pub fn bursts(t: &Timing) -> usize {
+    match t.mode {
+        Mode::Graph => Knobs::for_job(t).bursts,
+        Mode::Cold | Mode::Hot => 1,
+    }
+}
+
 /// The longest graph-mode sample (µs): samples are 1 to 2 ms (the batch is a power of two),
 /// a 0.5 µs event tick at most 0.05% of one. (Until the batch was sized inside a graph this
 /// was 5 ms of single launches, whose CPU launch latency made the samples of a 3 us kernel
 /// about 1.4 ms.)
 const GRAPH_SAMPLE_US: f64 = 2000.0;
+
+/// Graph mode's bursts of samples by default (see [`Knobs::bursts`]), each of the next
+/// placement in the settling warm-up's ranking ([`Knobs::burst_placements`]): the mean of
+/// the four fastest placements' medians had a CV between invocations of 0.200% and 0.167%
+/// (without idle) where the fastest one's had 0.370% (`benches/gpu_processes.py`, one
+/// H200, 30 invocations each); a rare placement 1% faster than the rest had made a whole
+/// invocation an outlier.
+const BURSTS: usize = 4;
+
+/// The idle GPU time before each burst (ms) by default: none. An idle GPU comes back at a
+/// level of its own (`benches/gpu_level_idle.sh`), but bursts of one placement after
+/// 100 ms of idle did not narrow the spread between invocations (0.308% against 0.280%,
+/// 20 invocations), nor did idle help bursts over placements.
+const BURST_IDLE_MS: f64 = 0.0;
+
+/// The GPU time a burst's re-warm takes (ms), as level_idle's 20 graph launches.
+const REWARM_MS: f64 = 25.0;
 
 /// The settling warm-up's samples of a placement in a row; the last is the one kept.
 const PILOT_RUN: usize = 2;
@@ -1970,12 +2092,26 @@ struct Knobs {
     gap_ms: f64,
     /// [`Timing::processes`] (`REPRO_TIMING_PROCESSES`).
     processes: usize,
+    /// Graph mode's samples come in this many bursts (`REPRO_TIMING_BURSTS`, [`BURSTS`]),
+    /// each after `burst_idle_ms` of idle GPU (`REPRO_TIMING_BURST_IDLE_MS`,
+    /// [`BURST_IDLE_MS`]) and a re-warm, and the job's median is the mean of the bursts'
+    /// medians.
+    bursts: usize,
+    burst_idle_ms: f64,
+    /// Each burst after the first samples the next placement in the settling warm-up's
+    /// ranking (`REPRO_TIMING_BURST_PLACEMENTS`: 1, the default, or 0 for the chosen one
+    /// throughout), so that a rare placement faster than the rest weighs as one burst of
+    /// several, not as the whole job.
+    burst_placements: bool,
     diag: Option<String>,
 }
 
 /// The timing settings there are (any other `REPRO_TIMING_*` name is a mistake).
-const TIMING_SETTINGS: [&str; 8] = [
+const TIMING_SETTINGS: [&str; 11] = [
     "REPRO_TIMING_PLACEMENTS",
+    "REPRO_TIMING_BURSTS",
+    "REPRO_TIMING_BURST_IDLE_MS",
+    "REPRO_TIMING_BURST_PLACEMENTS",
     "REPRO_TIMING_PLACEMENT_RANK",
     "REPRO_TIMING_GRAPH_US",
     "REPRO_TIMING_SETTLE",
@@ -2072,6 +2208,9 @@ impl Knobs {
             busy_min_ms: number("REPRO_TIMING_BUSY_MIN_MS", 0.0, 10_000.0, BUSY_MIN_MS)?,
             gap_ms: number("REPRO_TIMING_GAP_MS", 0.0, 10_000.0, 0.0)?,
             processes: whole("REPRO_TIMING_PROCESSES", 1, 16, 1)?,
+            bursts: whole("REPRO_TIMING_BURSTS", 1, 16, BURSTS)?,
+            burst_idle_ms: number("REPRO_TIMING_BURST_IDLE_MS", 0.0, 10_000.0, BURST_IDLE_MS)?,
+            burst_placements: whole("REPRO_TIMING_BURST_PLACEMENTS", 0, 1, 1)? == 1,
             diag: get("REPRO_TIMING_DIAG", "a file's path")?,
         })
     }
@@ -2342,6 +2481,40 @@ mod tests {
             (d.busy_min_ms, d.gap_ms, d.diag.as_deref()),
             (BUSY_MIN_MS, 0.0, None)
         );
+        assert_eq!(
+            (d.bursts, d.burst_idle_ms, d.burst_placements),
+            (BURSTS, BURST_IDLE_MS, true)
+        );
+        let b = read(&[
+            ("REPRO_TIMING_BURSTS", "8"),
+            ("REPRO_TIMING_BURST_IDLE_MS", "100"),
+            ("REPRO_TIMING_BURST_PLACEMENTS", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (b.bursts, b.burst_idle_ms, b.burst_placements),
+            (8, 100.0, false)
+        );
+        for (name, bad) in [
+            ("REPRO_TIMING_BURSTS", "0"),
+            ("REPRO_TIMING_BURSTS", "17"),
+            ("REPRO_TIMING_BURST_IDLE_MS", "-1"),
+            ("REPRO_TIMING_BURST_PLACEMENTS", "2"),
+        ] {
+            let Err(e) = read(&[(name, bad)]) else {
+                panic!("{name}={bad} was taken");
+            };
+            assert_eq!(e.name, name);
+        }
+        // Graph mode samples in bursts; the others in one.
+        let graph = Timing::quick(Mode::Graph);
+        assert_eq!(bursts(&graph), BURSTS);
+        assert_eq!(bursts(&Timing::quick(Mode::Cold)), 1);
+        let one = Timing {
+            settings: [("REPRO_TIMING_BURSTS".to_string(), "1".to_string())].into(),
+            ..graph
+        };
+        assert_eq!(bursts(&one), 1);
         let k = read(&[
             ("REPRO_TIMING_PLACEMENTS", "8"),
             ("REPRO_TIMING_PLACEMENT_RANK", "3"),

@@ -1292,22 +1292,33 @@ fn retime(
     // A run with no usable samples says why (its error, or nothing after the colon).
     let why = report.error.map(|e| e.to_string()).unwrap_or_default();
     Ok(compared(
-        &r.samples,
-        report.samples_us,
+        (&r.samples, &r.burst_starts),
+        (report.samples_us, report.burst_starts),
         threshold,
         Some(why),
     ))
 }
 
-/// The timing settings a result was recorded with (none: the defaults), checked.
+/// The timing settings a result was recorded with (none: the defaults), checked. A
+/// graph-mode result taken in one burst (by a repro from before bursts, or one that
+/// stopped within its first) is re-timed in one burst: the defaults now take four.
 fn recorded_timing(r: &ResultRecord, id: &str) -> Result<BTreeMap<String, String>, ReplayError> {
-    let settings = r.timing_settings.clone().unwrap_or_default();
+    let mut settings = r.timing_settings.clone().unwrap_or_default();
     crate::engines::gpurun::check_settings(&settings).map_err(|source| {
         ReplayError::BadTimingSettings {
             id: keys::short(id).to_string(),
             source,
         }
     })?;
+    let graph = r
+        .settings
+        .as_ref()
+        .is_some_and(|s| s.mode == crate::foundation::records::Mode::Graph);
+    if graph && r.burst_starts.is_empty() && r.processes.is_none() {
+        settings
+            .entry(crate::engines::gpurun::BURSTS_SETTING.to_string())
+            .or_insert_with(|| "1".to_string());
+    }
     Ok(settings)
 }
 
@@ -1371,13 +1382,30 @@ fn retime_python(
             )));
         }
     };
-    Ok(compared(&r.samples, samples, req.threshold, None))
+    Ok(compared(
+        (&r.samples, &r.burst_starts),
+        (samples, Vec::new()),
+        req.threshold,
+        None,
+    ))
 }
 
-/// The recorded samples against the re-run's; `why` is added to the message when the re-run
-/// gave no usable samples.
-fn compared(recorded: &[f64], samples: Vec<f64>, threshold: f64, why: Option<String>) -> Retimed {
-    match crate::foundation::stats::compare(recorded, &samples, 0.01, threshold, 17) {
+/// The recorded samples against the re-run's, each with where its bursts begin (their
+/// medians' means are compared: [`crate::foundation::stats::compare_bursts`]); `why` is
+/// added to the message when the re-run gave no usable samples.
+fn compared(
+    recorded: (&[f64], &[usize]),
+    (samples, starts): (Vec<f64>, Vec<usize>),
+    threshold: f64,
+    why: Option<String>,
+) -> Retimed {
+    match crate::foundation::stats::compare_bursts(
+        recorded,
+        (&samples, &starts),
+        0.01,
+        threshold,
+        17,
+    ) {
         Some(c) => {
             let ci = (c.ratio_ci_low, c.ratio_ci_high);
             Retimed::Compared(TimingCheck {

@@ -152,8 +152,21 @@ impl Values<'_> {
     }
 
     /// A summary recomputed from its samples ([`crate::foundation::stats::summary_problem`]).
-    fn summary(&self, field: &str, xs: &[f64], s: Option<&Summary>) -> Result<(), RecordError> {
-        match s.and_then(|s| crate::foundation::stats::summary_problem(xs, s)) {
+    /// The samples' bursts are checked even without a summary: a record whose bursts do
+    /// not cut its samples says so under `burst-starts`.
+    fn summary(
+        &self,
+        field: &str,
+        xs: &[f64],
+        starts: &[usize],
+        s: Option<&Summary>,
+    ) -> Result<(), RecordError> {
+        if !starts.is_empty()
+            && let Some(problem) = crate::foundation::stats::bursts_problem(starts, xs.len())
+        {
+            return Err(self.bad("burst-starts", problem));
+        }
+        match s.and_then(|s| crate::foundation::stats::summary_problem(xs, starts, s)) {
             Some(problem) => Err(self.bad(field, problem)),
             None => Ok(()),
         }
@@ -798,6 +811,11 @@ pub struct ResultRecord {
     pub unit: String,
     /// The samples.
     pub samples: Vec<f64>,
+    /// Where the second, third, ... burst of samples begins (indices into `samples`), for
+    /// samples taken in bursts (graph mode; the processes of a split measurement); absent
+    /// for one burst. The summary's median is then the mean of the bursts' medians.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub burst_starts: Vec<usize>,
     /// Their summary (`null` without samples).
     pub summary: Option<Summary>,
     /// Recipe benches: throughput at the median.
@@ -974,6 +992,7 @@ impl ResultRecord {
             check: None,
             unit: unit.to_string(),
             samples: Vec::new(),
+            burst_starts: Vec::new(),
             summary: None,
             throughput: None,
             launches_per_sample: None,
@@ -1012,7 +1031,12 @@ impl ResultRecord {
     fn check_values(&self, values: &Values) -> Result<(), RecordError> {
         values.timestamp("created-at", &self.created_at)?;
         values.samples("samples", &self.samples)?;
-        values.summary("summary", &self.samples, self.summary.as_ref())?;
+        values.summary(
+            "summary",
+            &self.samples,
+            &self.burst_starts,
+            self.summary.as_ref(),
+        )?;
         for (field, x) in [
             ("graph-overhead-us", self.graph_overhead_us),
             ("warmup-credit-ms", self.warmup_credit_ms),
@@ -1056,6 +1080,7 @@ impl ResultRecord {
             values.summary(
                 "python.reference-summary",
                 &py.reference_samples,
+                &[],
                 py.reference_summary.as_ref(),
             )?;
             if let Some(sp) = &py.speedup {
@@ -1746,6 +1771,37 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A result taken in bursts (graph mode) loads, its median the mean of its bursts'
+    /// medians; bursts that do not cut its samples, or a summary of other bursts, are
+    /// refused, naming the field.
+    #[test]
+    fn a_result_taken_in_bursts_loads_and_its_bursts_are_checked() {
+        let v = fixture("result-bursts.json");
+        let r = ResultRecord::from_json(&v, "r").unwrap();
+        assert_eq!(r.burst_starts, [3, 6]);
+        let want = (2.61 + 2.64 + 2.595) / 3.0;
+        assert!(
+            (r.median().unwrap() - want).abs() < 1e-12,
+            "{:?}",
+            r.median()
+        );
+        assert_eq!(to_json(&r), v);
+        for (starts, field) in [
+            (serde_json::json!([3, 9]), "burst-starts"),
+            (serde_json::json!([6, 3]), "burst-starts"),
+            (serde_json::json!([0]), "burst-starts"),
+            (serde_json::json!([4, 6]), "summary"),
+            (serde_json::json!([]), "summary"),
+        ] {
+            let mut v = fixture("result-bursts.json");
+            v["burst-starts"] = starts.clone();
+            let e = ResultRecord::from_json(&v, "results/x.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("`{field}`")), "{starts}: {e}");
+        }
     }
 
     /// A result whose fingerprint is another machine's hostile file is refused, naming the

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// Number of bootstrap resamples used by [`summarize`] and [`compare`].
+/// Number of bootstrap resamples used by [`summarize_bursts`] and [`compare`].
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
 /// The most samples of one set a bootstrap resamples. A bootstrap costs resamples x samples
@@ -39,7 +39,7 @@ fn bootstrap_subsample(xs: &[f64]) -> std::borrow::Cow<'_, [f64]> {
     )
 }
 
-/// Confidence level of the intervals that [`summarize`] and [`compare`] report.
+/// Confidence level of the intervals that [`summarize_bursts`] and [`compare`] report.
 const CI_LEVEL: f64 = 0.95;
 
 /// Iglewicz-Hoaglin modified z-score: 0.6745 (the normal's 75th percentile) turns a MAD into
@@ -84,19 +84,136 @@ pub struct Summary {
     pub rel_noise: f64,
 }
 
-/// Summarizes `samples`; `seed` drives the bootstrap of the median's interval.
+/// Summarizes `samples` taken in one burst; `seed` drives the bootstrap of the median's
+/// interval.
 ///
 /// Returns `None` if `samples` is empty or holds a non-finite value.
+#[cfg(test)]
 pub fn summarize(samples: &[f64], seed: u64) -> Option<Summary> {
-    if !all_finite(samples) {
+    summarize_bursts(samples, &[], seed)
+}
+
+/// The most bursts one sample set may be taken in: graph mode's bursts (at most 16) in each
+/// of the processes of a split measurement (at most 16).
+pub const MAX_BURSTS: usize = 256;
+
+/// What is wrong with `starts` as the places where the second, third, ... burst of `n`
+/// samples begin, if anything: each is a sample's index above 0, in increasing order, and
+/// there are fewer than [`MAX_BURSTS`]. Empty `starts` is one burst.
+pub fn bursts_problem(starts: &[usize], n: usize) -> Option<String> {
+    if starts.len() >= MAX_BURSTS {
+        return Some(format!(
+            "splits the samples into {} bursts, more than the {MAX_BURSTS} there can be",
+            starts.len() + 1
+        ));
+    }
+    let mut last = 0;
+    for &s in starts {
+        if s <= last || s >= n {
+            return Some(format!(
+                "has a burst starting at sample {s}, which is not after the burst before \
+                 (at {last}) and before the last of the {n} samples"
+            ));
+        }
+        last = s;
+    }
+    None
+}
+
+/// `samples` cut at `starts` (valid for them: [`bursts_problem`]).
+fn split_bursts<'a>(samples: &'a [f64], starts: &[usize]) -> Vec<&'a [f64]> {
+    let mut from = 0;
+    let mut out = Vec::with_capacity(starts.len() + 1);
+    for &s in starts.iter().chain(std::iter::once(&samples.len())) {
+        out.push(&samples[from..s]);
+        from = s;
+    }
+    out
+}
+
+/// The centre of samples taken in bursts (non-empty, finite): the median of one burst, the
+/// mean of the bursts' medians for several. An idle GPU comes back at a level of its own,
+/// so each burst sits at one; the median of them pooled falls between a few levels, not
+/// at their mean, and narrows the spread between invocations far less
+/// (`benches/gpu_level_idle.sh`).
+fn centre(bursts: &[&[f64]]) -> f64 {
+    if let [one] = bursts {
+        return median_in_place(&mut one.to_vec());
+    }
+    let medians: Vec<f64> = bursts
+        .iter()
+        .map(|b| median_in_place(&mut b.to_vec()))
+        .collect();
+    mean(&medians)
+}
+
+/// The relative standard error of [`centre`]: that of the median for one burst; for
+/// several, the larger of what the spread between the bursts' medians gives
+/// (sd / sqrt(K)) and what the noise inside each gives (their standard errors combined).
+fn burst_rel_noise(bursts: &[&[f64]], centre: f64) -> f64 {
+    if let [one] = bursts {
+        return median_rel_noise(one);
+    }
+    if centre == 0.0 {
+        return f64::INFINITY;
+    }
+    let k = bursts.len() as f64;
+    let medians: Vec<f64> = bursts
+        .iter()
+        .map(|b| median_in_place(&mut b.to_vec()))
+        .collect();
+    let between = sample_stdev(&medians) / k.sqrt();
+    let within = bursts
+        .iter()
+        .zip(&medians)
+        .map(|(b, m)| (median_rel_noise(b) * m).powi(2))
+        .sum::<f64>()
+        .sqrt()
+        / k;
+    between.max(within) / centre.abs()
+}
+
+/// The exact fields of the summary of `samples` taken in `bursts` (all of it but the
+/// bootstrap interval), as [`summarize_bursts`] writes them and [`summary_problem`] checks
+/// them: (median, mad, stdev, outliers, rel-noise).
+fn exact_fields(samples: &[f64], bursts: &[&[f64]]) -> (f64, f64, f64, usize, f64) {
+    let median = centre(bursts);
+    let mad = mad_around(samples, median);
+    let stdev = sample_stdev(samples);
+    let noise = if bursts.len() == 1 {
+        rel_noise(samples.len(), median, mad, stdev)
+    } else {
+        burst_rel_noise(bursts, median)
+    };
+    (
+        median,
+        mad,
+        stdev,
+        count_outliers(samples, median, mad),
+        noise,
+    )
+}
+
+/// Summarizes `samples` taken in bursts that begin at `starts` (after the first; empty for
+/// one burst): the median is [`centre`]'s (the mean of the bursts' medians for several),
+/// and its interval a two-stage bootstrap (the bursts drawn with replacement, then each
+/// one's samples); the mean, extremes, deviations and outliers are of all the samples.
+///
+/// Returns `None` if `samples` is empty or holds a non-finite value, or if `starts` does
+/// not cut it into bursts ([`bursts_problem`]).
+pub fn summarize_bursts(samples: &[f64], starts: &[usize], seed: u64) -> Option<Summary> {
+    if !all_finite(samples) || bursts_problem(starts, samples.len()).is_some() {
         return None;
     }
     let n = samples.len();
     let sorted = sorted(samples);
-    let median = median_in_place(&mut sorted.clone());
-    let mad = mad_around(samples, median);
-    let stdev = sample_stdev(samples);
-    let (ci_low, ci_high) = bootstrap_median_ci(samples, BOOTSTRAP_RESAMPLES, CI_LEVEL, seed)?;
+    let bursts = split_bursts(samples, starts);
+    let (median, mad, stdev, outliers, rel_noise) = exact_fields(samples, &bursts);
+    let (ci_low, ci_high) = if bursts.len() == 1 {
+        bootstrap_median_ci(samples, BOOTSTRAP_RESAMPLES, CI_LEVEL, seed)?
+    } else {
+        bootstrap_bursts_ci(&bursts, BOOTSTRAP_RESAMPLES, CI_LEVEL, seed)
+    };
     Some(Summary {
         n,
         median,
@@ -105,30 +222,128 @@ pub fn summarize(samples: &[f64], seed: u64) -> Option<Summary> {
         max: sorted[n - 1],
         stdev,
         mad,
-        outliers: count_outliers(samples, median, mad),
+        outliers,
         ci_low,
         ci_high,
-        rel_noise: rel_noise(n, median, mad, stdev),
+        rel_noise,
+    })
+}
+
+/// The two-stage bootstrap percentile interval of [`centre`] over several bursts
+/// (non-empty, finite): see [`BurstResampler`].
+fn bootstrap_bursts_ci(bursts: &[&[f64]], resamples: usize, level: f64, seed: u64) -> (f64, f64) {
+    let mut rng = SplitMix64(seed);
+    let mut draw = BurstResampler::new(bursts);
+    let mut centres: Vec<f64> = (0..resamples).map(|_| draw.centre(&mut rng)).collect();
+    percentile_interval(&mut centres, level)
+}
+
+/// Draws two-stage bootstrap resamples of [`centre`] over bursts: as many bursts as there
+/// are, with replacement, then each drawn burst's samples, with replacement (each burst
+/// bootstrapped from at most [`BOOTSTRAP_MAX_SAMPLES`] of its samples).
+struct BurstResampler<'a> {
+    bursts: Vec<std::borrow::Cow<'a, [f64]>>,
+    buf: Vec<f64>,
+}
+
+impl<'a> BurstResampler<'a> {
+    fn new(bursts: &[&'a [f64]]) -> Self {
+        BurstResampler {
+            bursts: bursts.iter().map(|b| bootstrap_subsample(b)).collect(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// One resample's centre: the mean of the drawn bursts' resampled medians.
+    fn centre(&mut self, rng: &mut SplitMix64) -> f64 {
+        let k = self.bursts.len();
+        let mut sum = 0.0;
+        for _ in 0..k {
+            let from = &self.bursts[rng.below(k)];
+            self.buf.resize(from.len(), 0.0);
+            rng.resample_into(from, &mut self.buf);
+            sum += median_in_place(&mut self.buf);
+        }
+        sum / k as f64
+    }
+}
+
+/// [`compare`] for sample sets taken in bursts that begin at `a_starts` and `b_starts`
+/// (empty: one burst, and then exactly [`compare`]): the ratio is that of the sets'
+/// [`centre`]s (the means of their bursts' medians, as their summaries give them), its
+/// interval a two-stage bootstrap of each side; the rank tests take all the samples.
+///
+/// Returns `None` where [`compare`] would, and where the starts do not cut their samples
+/// into bursts ([`bursts_problem`]).
+pub fn compare_bursts(
+    (a, a_starts): (&[f64], &[usize]),
+    (b, b_starts): (&[f64], &[usize]),
+    alpha: f64,
+    threshold: f64,
+    seed: u64,
+) -> Option<Comparison> {
+    if a_starts.is_empty() && b_starts.is_empty() {
+        return compare(a, b, alpha, threshold, seed);
+    }
+    let settings_valid = (0.0..=1.0).contains(&alpha) && threshold.is_finite() && threshold >= 0.0;
+    if !settings_valid
+        || !all_positive(a)
+        || !all_positive(b)
+        || bursts_problem(a_starts, a.len()).is_some()
+        || bursts_problem(b_starts, b.len()).is_some()
+    {
+        return None;
+    }
+    let (ba, bb) = (split_bursts(a, a_starts), split_bursts(b, b_starts));
+    let ratio = centre(&bb) / centre(&ba);
+    let mut rng = SplitMix64(seed);
+    let (mut da, mut db) = (BurstResampler::new(&ba), BurstResampler::new(&bb));
+    let mut ratios: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
+        .map(|_| {
+            let ca = da.centre(&mut rng);
+            db.centre(&mut rng) / ca
+        })
+        .collect();
+    let (ratio_ci_low, ratio_ci_high) = percentile_interval(&mut ratios, CI_LEVEL);
+    let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
+    let (_, p_ks) = kolmogorov_smirnov(a, b)?;
+    let p = p_mann_whitney.min(p_ks);
+    let subsampled = [&ba, &bb]
+        .iter()
+        .any(|bs| bs.iter().any(|b| b.len() > BOOTSTRAP_MAX_SAMPLES));
+    Some(Comparison {
+        bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
+        ratio,
+        ratio_ci_low,
+        ratio_ci_high,
+        p_mann_whitney,
+        p_ks,
+        p,
+        verdict: decide(p, alpha, ratio, (ratio_ci_low, ratio_ci_high), threshold),
     })
 }
 
 /// What is wrong with `summary` as the summary of `samples`, if anything: the one check that
 /// a record read from elsewhere (a pulled ref, a bundle, an edited file whose ID was
-/// recomputed) does not display a summary its samples contradict.
+/// recomputed) does not display a summary its samples contradict, taken in the bursts that
+/// begin at `starts` (empty for one burst; see [`summarize_bursts`]).
 ///
-/// Everything but the bootstrap interval is recomputed with the functions [`summarize`]
+/// Everything but the bootstrap interval is recomputed with the functions [`summarize_bursts`]
 /// uses and compared within a relative 1e-9 (records of older repros, whose arithmetic may
 /// differ in the last bits, still pass). The interval is not recomputed: that is 2000
 /// medians of the whole set, too slow for every record `repro log` reads, and a change of
 /// the generator would turn every older record into damage. What any bootstrap percentile
 /// interval of the median must satisfy is checked instead: its ends are finite and lie
 /// within [min, max], low before high. A sample that is not finite is refused outright.
-pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
+pub fn summary_problem(samples: &[f64], starts: &[usize], summary: &Summary) -> Option<String> {
     if samples.is_empty() {
         return Some("is present, but there are no samples".into());
     }
     if !all_finite(samples) {
         return Some("summarises samples that are not all finite".into());
+    }
+    if let Some(problem) = bursts_problem(starts, samples.len()) {
+        return Some(problem);
     }
     if summary.n != samples.len() {
         return Some(format!(
@@ -138,9 +353,8 @@ pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
         ));
     }
     let s = sorted(samples);
-    let median = median_in_place(&mut s.clone());
-    let mad = mad_around(samples, median);
-    let stdev = sample_stdev(samples);
+    let (median, mad, stdev, outliers, noise) =
+        exact_fields(samples, &split_bursts(samples, starts));
     let expected = [
         ("median", summary.median, median),
         ("mean", summary.mean, mean(samples)),
@@ -148,11 +362,7 @@ pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
         ("max", summary.max, s[s.len() - 1]),
         ("stdev", summary.stdev, stdev),
         ("mad", summary.mad, mad),
-        (
-            "rel-noise",
-            summary.rel_noise,
-            rel_noise(samples.len(), median, mad, stdev),
-        ),
+        ("rel-noise", summary.rel_noise, noise),
     ];
     for (field, found, want) in expected {
         let agrees = found == want
@@ -163,11 +373,10 @@ pub fn summary_problem(samples: &[f64], summary: &Summary) -> Option<String> {
             return Some(format!("has {field} {found}, but its samples give {want}"));
         }
     }
-    if summary.outliers != count_outliers(samples, median, mad) {
+    if summary.outliers != outliers {
         return Some(format!(
-            "counts {} outliers, but its samples have {}",
+            "counts {} outliers, but its samples have {outliers}",
             summary.outliers,
-            count_outliers(samples, median, mad)
         ));
     }
     let (lo, hi) = (summary.ci_low, summary.ci_high);
@@ -431,15 +640,7 @@ pub fn compare_at(
     let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
     let (_, p_ks) = kolmogorov_smirnov(a, b)?;
     let p = p_mann_whitney.min(p_ks);
-    let verdict = if p <= alpha && ratio > 1.0 {
-        Verdict::Slower
-    } else if p <= alpha && ratio < 1.0 {
-        Verdict::Faster
-    } else if 1.0 - threshold <= ratio_ci_low && ratio_ci_high <= 1.0 + threshold {
-        Verdict::Same
-    } else {
-        Verdict::Unknown
-    };
+    let verdict = decide(p, alpha, ratio, (ratio_ci_low, ratio_ci_high), threshold);
     let subsampled = a.len().max(b.len()) > BOOTSTRAP_MAX_SAMPLES;
     Some(Comparison {
         bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
@@ -451,6 +652,19 @@ pub fn compare_at(
         p,
         verdict,
     })
+}
+
+/// [`compare`]'s decision from its p-value, its ratio and the ratio's interval.
+fn decide(p: f64, alpha: f64, ratio: f64, (low, high): (f64, f64), threshold: f64) -> Verdict {
+    if p <= alpha && ratio > 1.0 {
+        Verdict::Slower
+    } else if p <= alpha && ratio < 1.0 {
+        Verdict::Faster
+    } else if 1.0 - threshold <= low && high <= 1.0 + threshold {
+        Verdict::Same
+    } else {
+        Verdict::Unknown
+    }
 }
 
 /// True when `xs` is non-empty and every value is finite.
@@ -722,11 +936,11 @@ mod tests {
     fn a_summary_is_checked_against_its_samples() {
         let samples = [3.0, 1.0, 2.0, 2.5, 9.0];
         let good = summarize(&samples, 7).unwrap();
-        assert_eq!(summary_problem(&samples, &good), None);
+        assert_eq!(summary_problem(&samples, &[], &good), None);
         let forged = |f: &dyn Fn(&mut Summary)| {
             let mut s = good.clone();
             f(&mut s);
-            summary_problem(&samples, &s)
+            summary_problem(&samples, &[], &s)
         };
         assert!(forged(&|s| s.median = -5.0).unwrap().contains("median -5"));
         assert!(forged(&|s| s.ci_low = -1e300).unwrap().contains("interval"));
@@ -748,10 +962,14 @@ mod tests {
                 .unwrap()
                 .contains("rel-noise")
         );
-        assert!(summary_problem(&[], &good).unwrap().contains("no samples"));
+        assert!(
+            summary_problem(&[], &[], &good)
+                .unwrap()
+                .contains("no samples")
+        );
         // One sample: an infinite noise, as written.
         let one = summarize(&[4.0], 1).unwrap();
-        assert_eq!(summary_problem(&[4.0], &one), None);
+        assert_eq!(summary_problem(&[4.0], &[], &one), None);
     }
 
     proptest! {
@@ -761,8 +979,105 @@ mod tests {
             seed in any::<u64>(),
         ) {
             let s = summarize(&samples, seed).unwrap();
-            prop_assert_eq!(summary_problem(&samples, &s), None);
+            prop_assert_eq!(summary_problem(&samples, &[], &s), None);
         }
+
+        #[test]
+        fn every_summary_of_bursts_passes_its_check_and_no_other_cut(
+            samples in proptest::collection::vec(1e-6f64..1e6, 2..120),
+            cuts in proptest::collection::btree_set(1usize..120, 1..6),
+            seed in any::<u64>(),
+        ) {
+            let starts: Vec<usize> = cuts.into_iter().filter(|&c| c < samples.len()).collect();
+            let s = summarize_bursts(&samples, &starts, seed).unwrap();
+            prop_assert_eq!(summary_problem(&samples, &starts, &s), None);
+            // The median is the mean of the bursts' medians (the oracle: sorting).
+            let bursts = split_bursts(&samples, &starts);
+            let oracle = bursts.iter().map(|b| {
+                let v = sorted(b);
+                let k = v.len();
+                if k % 2 == 1 { v[k / 2] } else { (v[k / 2 - 1] + v[k / 2]) / 2.0 }
+            }).sum::<f64>() / bursts.len() as f64;
+            prop_assert!(close(s.median, oracle, 1e-12), "{} against {}", s.median, oracle);
+            prop_assert!(s.min <= s.ci_low && s.ci_low <= s.ci_high && s.ci_high <= s.max);
+            prop_assert!(s.rel_noise >= 0.0);
+        }
+    }
+
+    #[test]
+    fn burst_comparisons_take_the_ratio_of_the_means_of_burst_medians() {
+        let mut n = Normal(SplitMix64(3));
+        // Two levels a side, 2% apart in the candidate's second burst.
+        let a: Vec<f64> = (0..200)
+            .map(|i| n.draw(if i < 100 { 10.0 } else { 10.2 }, 0.01))
+            .collect();
+        let b: Vec<f64> = (0..200)
+            .map(|i| n.draw(if i < 100 { 10.0 } else { 10.6 }, 0.01))
+            .collect();
+        let c = compare_bursts((&a, &[100]), (&b, &[100]), 0.01, 0.05, 9).unwrap();
+        let want = centre(&split_bursts(&b, &[100])) / centre(&split_bursts(&a, &[100]));
+        assert_eq!(c.ratio, want);
+        assert!((c.ratio - 10.3 / 10.1).abs() < 1e-3, "{c:?}");
+        assert!(
+            c.ratio_ci_low <= c.ratio && c.ratio <= c.ratio_ci_high,
+            "{c:?}"
+        );
+        // The pooled medians would say otherwise (the middle of two levels).
+        assert_ne!(c.ratio, median(&b).unwrap() / median(&a).unwrap());
+        // One burst a side is exactly `compare`.
+        assert_eq!(
+            compare_bursts((&a, &[]), (&b, &[]), 0.01, 0.05, 9),
+            compare(&a, &b, 0.01, 0.05, 9)
+        );
+        // A set against itself: the same.
+        let same = compare_bursts((&a, &[100]), (&a, &[100]), 0.01, 0.05, 9).unwrap();
+        assert_eq!((same.ratio, same.verdict), (1.0, Verdict::Same));
+        // Cuts that do not cut, and bad settings, give no comparison.
+        assert!(compare_bursts((&a, &[200]), (&b, &[100]), 0.01, 0.05, 9).is_none());
+        assert!(compare_bursts((&a, &[100]), (&b, &[0]), 0.01, 0.05, 9).is_none());
+        assert!(compare_bursts((&a, &[100]), (&b, &[100]), 2.0, 0.05, 9).is_none());
+    }
+
+    #[test]
+    fn bursts_are_checked_against_their_samples() {
+        let samples = [10.0, 10.2, 10.1, 11.0, 11.2, 11.1, 10.6, 10.5];
+        // Three levels: the median is the mean of 10.1, 11.1 and 10.55.
+        let s = summarize_bursts(&samples, &[3, 6], 5).unwrap();
+        assert!(
+            (s.median - (10.1 + 11.1 + 10.55) / 3.0).abs() < 1e-12,
+            "{s:?}"
+        );
+        assert_eq!(summary_problem(&samples, &[3, 6], &s), None);
+        // The same summary read as one burst, or cut elsewhere, is refused.
+        assert!(
+            summary_problem(&samples, &[], &s)
+                .unwrap()
+                .contains("median")
+        );
+        assert!(summary_problem(&samples, &[2, 6], &s).is_some());
+        // The interval holds the estimate, within the samples.
+        assert!(
+            s.min <= s.ci_low && s.ci_low <= s.median && s.median <= s.ci_high,
+            "{s:?}"
+        );
+        // The spread between the levels sets the noise: sd(10.1, 11.1, 10.55) / sqrt(3).
+        let between = sample_stdev(&[10.1, 11.1, 10.55]) / 3f64.sqrt() / s.median;
+        assert!(s.rel_noise >= between - 1e-12, "{s:?}");
+        for bad in [&[0, 3][..], &[3, 3], &[6, 3], &[8], &[3, 9]] {
+            assert!(bursts_problem(bad, samples.len()).is_some(), "{bad:?}");
+            assert!(summarize_bursts(&samples, bad, 5).is_none(), "{bad:?}");
+            assert!(summary_problem(&samples, bad, &s).is_some(), "{bad:?}");
+        }
+        let too_many: Vec<usize> = (1..=MAX_BURSTS).collect();
+        let many = vec![1.0; MAX_BURSTS + 1];
+        assert!(
+            bursts_problem(&too_many, many.len())
+                .unwrap()
+                .contains("more than")
+        );
+        assert_eq!(bursts_problem(&too_many[1..], many.len()), None);
+        // One burst is exactly the plain summary.
+        assert_eq!(summarize_bursts(&samples, &[], 5), summarize(&samples, 5));
     }
 
     /// Within `tolerance`, relative to the larger (plus 1). An infinity is close only to

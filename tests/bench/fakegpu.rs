@@ -708,13 +708,15 @@ fn jobs_work_on_the_legacy_stream_and_run_graphs_on_their_own() {
             );
             // Graphs are timed back to back, from the event that ends the one before to
             // their own: an event after each graph queued, and one after the lead that
-            // starts a chain of them. A job's four chains (sizing, the empty graph's cost,
-            // settling, sampling) add a lead's event each, and the last two a graph queued
-            // but not read: six events beyond the timed launches, per job (a stream each).
+            // starts a chain of them. A job's seven chains (sizing, the empty graph's cost,
+            // settling, and sampling's four bursts) add a lead's event each, and settling
+            // and the last burst a graph queued but not read (the earlier bursts read theirs
+            // before the next begins): nine events beyond the timed launches, per job (a
+            // stream each).
             let events = count("event on a created stream");
             assert_eq!(
                 events,
-                timed + 6 * made,
+                timed + 9 * made,
                 "{case}: {events} events, {launched} launches, {timed} timed, {made} jobs"
             );
         } else {
@@ -745,8 +747,10 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
         seen.iter().filter(|c| **c == line).count()
     };
     // The sizing graph and one per placement (16) of 16 launches, the empty graph, and
-    // the chosen placement's of 64.
-    assert_eq!((graphs(16), graphs(0), graphs(64)), (17, 1, 1), "{seen:?}");
+    // of 64 the four fastest placements', one for each of the four bursts.
+    assert_eq!((graphs(16), graphs(0), graphs(64)), (17, 1, 4), "{seen:?}");
+    let starts: Vec<usize> = serde_json::from_value(r["burst-starts"].clone()).unwrap();
+    assert_eq!(starts.len(), 3, "{r}");
     // And the chains' lead: at least 100 us of the kernel (5 or 6 launches, by the time
     // per launch measured).
     let leads: Vec<_> = seen

@@ -391,7 +391,7 @@ pub fn bench_job(exec: &dyn Executor, job: &Job, timeout: Duration) -> Result<Jo
     };
     let process_ms = t.elapsed().as_secs_f64() * 1e3;
     let (verdict, detail) = verdict(&report);
-    let summary = summarize(&report.samples_us);
+    let summary = summarize_bursts(&report.samples_us, &report.burst_starts);
     Ok(JobRun {
         report,
         verdict,
@@ -449,7 +449,8 @@ pub(crate) fn refused_context(report: &Report) -> bool {
     matches!(&report.error, Some(Failure::Driver { name, .. }) if name == "CUDA_ERROR_DEVICE_UNAVAILABLE")
 }
 
-/// The reports of a measurement's processes as one: the samples in order, the first
+/// The reports of a measurement's processes as one: the samples in order (each process's a
+/// burst of its own, as well as its own bursts), the first
 /// failed check (else the first check), the warm-up launches and the GPU time summed, the
 /// clocks from the first's before to the last's after, converged only where all were,
 /// throttled where any was, the mean empty-graph cost, the last failure, and each phase's
@@ -465,6 +466,14 @@ pub fn pool(reports: Vec<Report>) -> Report {
         if !failed(&a.check) && failed(&b.check) {
             a.check = b.check;
         }
+        // Each process's samples are bursts of their own: a new context on a GPU that
+        // went idle meanwhile comes back at a level of its own.
+        let offset = a.samples_us.len();
+        if offset > 0 && !b.samples_us.is_empty() {
+            a.burst_starts.push(offset);
+        }
+        a.burst_starts
+            .extend(b.burst_starts.iter().map(|s| s + offset));
         a.samples_us.extend(b.samples_us);
         a.warmup_launches += b.warmup_launches;
         a.busy_ms = match (a.busy_ms, b.busy_ms) {
@@ -600,6 +609,16 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
     if let Some(m) = &timing_settings {
         experiment["timing-settings"] = json!(m);
     }
+    // A median of several bursts' medians is another estimate than one burst's: results
+    // of repros that sampled graph mode in one burst are not this experiment.
+    let bursts = p
+        .job
+        .timing
+        .as_ref()
+        .map_or(1, crate::engines::gpurun::bursts);
+    if bursts > 1 {
+        experiment["bursts"] = json!(bursts);
+    }
     let (name, path) = b.recipe;
     let mut rec = base_record(
         b.fp,
@@ -622,6 +641,7 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
     rec.detail = run.detail.clone();
     rec.check = Some(report.check.clone());
     rec.samples = report.samples_us.clone();
+    rec.burst_starts = report.burst_starts.clone();
     rec.summary = run.summary.clone();
     rec.throughput = Some(crate::foundation::records::Throughput {
         gb_per_s: gbps,
@@ -644,10 +664,17 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
 
 /// The summary statistics of samples (seeded by the samples themselves: deterministic).
 pub fn summarize(samples: &[f64]) -> Option<stats::Summary> {
+    summarize_bursts(samples, &[])
+}
+
+/// The summary statistics of samples taken in bursts that begin at `starts` (after the
+/// first): the median is the mean of the bursts' medians
+/// ([`stats::summarize_bursts`]).
+pub fn summarize_bursts(samples: &[f64], starts: &[usize]) -> Option<stats::Summary> {
     let seed = samples
         .iter()
         .fold(0u64, |h, s| h.rotate_left(5) ^ s.to_bits());
-    stats::summarize(samples, seed)
+    stats::summarize_bursts(samples, starts, seed)
 }
 
 /// Throughput from a median time in microseconds: (GB/s, TFLOP/s).
@@ -679,6 +706,30 @@ pub fn params_json(params: &BTreeMap<String, ExprValue>) -> BTreeMap<String, Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_processes_are_bursts_of_their_own() {
+        let report = |samples: &[f64], starts: &[usize]| Report {
+            samples_us: samples.to_vec(),
+            burst_starts: starts.to_vec(),
+            ..Report::default()
+        };
+        let p = pool(vec![
+            report(&[1.0, 1.1, 2.0], &[2]),
+            report(&[], &[]),
+            report(&[3.0, 3.1], &[]),
+            report(&[4.0, 5.0, 5.1], &[1]),
+        ]);
+        assert_eq!(p.samples_us.len(), 8);
+        assert_eq!(p.burst_starts, vec![2, 3, 5, 6]);
+        // Five levels, each a burst's median: 1.05, 2, 3.05, 4, 5.05.
+        let s = summarize_bursts(&p.samples_us, &p.burst_starts).unwrap();
+        assert!((s.median - 3.03).abs() < 1e-12, "{s:?}");
+        assert_eq!(
+            pool(vec![report(&[1.0], &[])]).burst_starts,
+            Vec::<usize>::new()
+        );
+    }
 
     #[test]
     fn ptx_parameters_and_arity() {
@@ -1287,7 +1338,10 @@ mod tests {
         assert_eq!(run.verdict, ResultVerdict::Ok);
         let r = &run.report;
         assert_eq!(r.samples_us, [2.0, 2.1, 2.2, 2.3, 2.4]);
-        assert_eq!(run.summary.as_ref().map(|s| s.median), Some(2.2));
+        // Each process a burst: the mean of 2.05, 2.2 and 2.35.
+        assert_eq!(r.burst_starts, [2, 3]);
+        let median = run.summary.as_ref().map_or(0.0, |s| s.median);
+        assert!((median - 2.2).abs() < 1e-12, "{median}");
         assert_eq!(r.graph_overhead_us, Some(2.0));
         assert_eq!((r.warmup_launches, r.busy_ms), (9, Some(810.0)));
         assert!(!r.converged);
