@@ -304,23 +304,11 @@ pub fn compare_bursts(
             db.centre(&mut rng) / ca
         })
         .collect();
-    let (ratio_ci_low, ratio_ci_high) = percentile_interval(&mut ratios, CI_LEVEL);
-    let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
-    let (_, p_ks) = kolmogorov_smirnov(a, b)?;
-    let p = p_mann_whitney.min(p_ks);
+    let interval = percentile_interval(&mut ratios, CI_LEVEL);
     let subsampled = [&ba, &bb]
         .iter()
         .any(|bs| bs.iter().any(|b| b.len() > BOOTSTRAP_MAX_SAMPLES));
-    Some(Comparison {
-        bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
-        ratio,
-        ratio_ci_low,
-        ratio_ci_high,
-        p_mann_whitney,
-        p_ks,
-        p,
-        verdict: decide(p, alpha, ratio, (ratio_ci_low, ratio_ci_high), threshold),
-    })
+    judged((a, b), (ratio, interval), (alpha, threshold), subsampled)
 }
 
 /// What is wrong with `summary` as the summary of `samples`, if anything: the one check that
@@ -635,13 +623,32 @@ pub fn compare_at(
     if !settings_valid {
         return None;
     }
-    let (ratio_ci_low, ratio_ci_high) = bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, level, seed)?;
+    let interval = bootstrap_ratio_ci(a, b, BOOTSTRAP_RESAMPLES, level, seed)?;
     let ratio = median(b)? / median(a)?;
+    let subsampled = a.len().max(b.len()) > BOOTSTRAP_MAX_SAMPLES;
+    judged((a, b), (ratio, interval), (alpha, threshold), subsampled)
+}
+
+/// A comparison from its ratio and the ratio's interval: the rank tests over all the
+/// samples, and the decision [`compare`] describes.
+fn judged(
+    (a, b): (&[f64], &[f64]),
+    (ratio, (ratio_ci_low, ratio_ci_high)): (f64, (f64, f64)),
+    (alpha, threshold): (f64, f64),
+    subsampled: bool,
+) -> Option<Comparison> {
     let (_, p_mann_whitney) = mann_whitney_u(a, b)?;
     let (_, p_ks) = kolmogorov_smirnov(a, b)?;
     let p = p_mann_whitney.min(p_ks);
-    let verdict = decide(p, alpha, ratio, (ratio_ci_low, ratio_ci_high), threshold);
-    let subsampled = a.len().max(b.len()) > BOOTSTRAP_MAX_SAMPLES;
+    let verdict = if p <= alpha && ratio > 1.0 {
+        Verdict::Slower
+    } else if p <= alpha && ratio < 1.0 {
+        Verdict::Faster
+    } else if 1.0 - threshold <= ratio_ci_low && ratio_ci_high <= 1.0 + threshold {
+        Verdict::Same
+    } else {
+        Verdict::Unknown
+    };
     Some(Comparison {
         bootstrap_subsample: subsampled.then_some(BOOTSTRAP_MAX_SAMPLES),
         ratio,
@@ -652,19 +659,6 @@ pub fn compare_at(
         p,
         verdict,
     })
-}
-
-/// [`compare`]'s decision from its p-value, its ratio and the ratio's interval.
-fn decide(p: f64, alpha: f64, ratio: f64, (low, high): (f64, f64), threshold: f64) -> Verdict {
-    if p <= alpha && ratio > 1.0 {
-        Verdict::Slower
-    } else if p <= alpha && ratio < 1.0 {
-        Verdict::Faster
-    } else if 1.0 - threshold <= low && high <= 1.0 + threshold {
-        Verdict::Same
-    } else {
-        Verdict::Unknown
-    }
 }
 
 /// True when `xs` is non-empty and every value is finite.
