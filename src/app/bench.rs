@@ -54,7 +54,8 @@ pub struct Args {
     /// (hyperfine's --prepare), e.g. to clear a cache.
     #[arg(long, value_name = "CMD", requires = "command", value_parser = crate::app::context::non_empty())]
     prepare: Option<String>,
-    /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep).
+    /// Override a parameter: NAME=VALUE or NAME=V1,V2 (a sweep; a comma inside a call's
+    /// parentheses, as in `n=ceil_div(1000, 3)`, is the call's).
     #[arg(long = "param", value_name = "K=V", value_parser = crate::app::context::non_empty())]
     param: Vec<String>,
     /// cold: L2 flushed before each sample; hot: back to back; graph: CUDA-graph batches.

@@ -224,6 +224,22 @@ mod tests {
         crate::foundation::runspec::override_params(&mut params, &["n=2**20,3*2**10".into()])
             .unwrap();
         assert_eq!(params["n"].len(), 2);
+        // Commas inside a call's parentheses are the call's, not the sweep's.
+        crate::foundation::runspec::override_params(
+            &mut params,
+            &["n=ceil_div(1000, 3), min(4, max(2, 1)),7".into()],
+        )
+        .unwrap();
+        use crate::foundation::expr::Value::Int;
+        assert_eq!(params["n"], [Int(334), Int(2), Int(7)]);
+        // Unbalanced, the rest is one value, which the parser refuses.
+        assert!(
+            crate::foundation::runspec::override_params(
+                &mut params,
+                &["n=ceil_div(1000, 3".into()]
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -1095,6 +1095,27 @@ pub fn combinations(params: &BTreeMap<String, Vec<Value>>) -> Vec<BTreeMap<Strin
     out
 }
 
+/// The values of `--param K=V[,V...]`: split at the commas outside parentheses, so that a
+/// value may call a function of several arguments (`ceil_div(1000, 3)`). Unbalanced
+/// parentheses leave the rest as one value, which the expression's parser then refuses.
+fn top_level_items(v: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut from) = (0usize, 0);
+    for (i, c) in v.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&v[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&v[from..]);
+    items
+}
+
 /// Applies `--param K=V[,V...]` overrides.
 pub fn override_params(
     params: &mut BTreeMap<String, Vec<Value>>,
@@ -1111,7 +1132,7 @@ pub fn override_params(
             });
         }
         let mut values = Vec::new();
-        for item in v.split(',') {
+        for item in top_level_items(v) {
             let item = item.trim();
             let e = crate::foundation::expr::eval_str(item, &BTreeMap::new()).map_err(|error| {
                 match error {
