@@ -93,6 +93,7 @@ fn load_bisection(g: &Globals, path: &std::path::Path) -> anyhow::Result<BisectR
             serde_json::from_slice::<Value>(&bytes)
                 .map_err(|e| RecordError::Shape {
                     what: what.clone(),
+                    at: String::new(),
                     source: e,
                 })
                 .and_then(|v| BisectRecord::from_report(&v, &what))

@@ -245,7 +245,7 @@ impl Check<'_> {
     /// A typed record's own error, as a field error of the whole record.
     fn typed(&self, e: RecordError) -> BundleError {
         let text = match e {
-            RecordError::Shape { source, .. } => source.to_string(),
+            RecordError::Shape { at, source, .. } => format!("{at}{source}"),
             e => e.to_string(),
         };
         // The record's own error names the record, as this one's message does already.
@@ -622,10 +622,19 @@ fn input_paths(
 /// The records themselves, the artifacts the build records name and the profiles' reports.
 fn put_records(files: &mut Files, store: &Store, contents: &Contents) -> Result<(), BundleError> {
     let pretty = |v: Value| (serde_json::to_string_pretty(&v).expect("JSON") + "\n").into_bytes();
+    // A result's or a profile's ID is the hash of its JSON as stored, which its typed
+    // form need not write back alike (a sample stored as `1` is written `1.0`): the stored
+    // JSON goes into the bundle, so that its ID still holds there.
+    let stored = |kind: &str, id: &str, typed: Value| -> Result<Value, BundleError> {
+        Ok(store.get_record(kind, id)?.unwrap_or(typed))
+    };
     for (id, r) in &contents.results {
         files.insert(
             format!("results/{id}.json"),
-            (pretty(records::to_json(r)), false),
+            (
+                pretty(stored(records::RESULTS, id, records::to_json(r))?),
+                false,
+            ),
         );
         // A Python call's result: the environment it ran in, as pip can recreate it.
         if let Some(list) = r.python.as_ref().and(python_requirements(&r.fingerprint)) {
@@ -635,7 +644,10 @@ fn put_records(files: &mut Files, store: &Store, contents: &Contents) -> Result<
     for (id, p) in &contents.profiles {
         files.insert(
             format!("profiles/{id}.json"),
-            (pretty(records::to_json(p)), false),
+            (
+                pretty(stored(records::PROFILES, id, records::to_json(p))?),
+                false,
+            ),
         );
         for digest in p.outputs.values().map(|o| o.sha256.clone()) {
             files.insert(

@@ -57,6 +57,10 @@ pub struct Row {
     /// Mean system CPU time per run, seconds (command benches).
     #[serde(skip)]
     pub system_s: Option<f64>,
+    /// hyperfine's `median`: the result's median in seconds (a time metric: the mean of
+    /// its bursts' medians where it was taken in bursts), or the median of `times_s`.
+    #[serde(skip)]
+    pub median_s: Option<f64>,
     /// The exit code of each timed run (command benches).
     #[serde(skip)]
     pub exit_codes: Option<Vec<i64>>,
@@ -73,9 +77,13 @@ impl Row {
             "s" => Some(1.0),
             _ => None,
         };
-        let times_s = match scale {
+        let times_s: Vec<f64> = match scale {
             Some(k) => rec.samples.iter().map(|x| x * k).collect(),
             None => rec.wall_s.clone().unwrap_or_default(),
+        };
+        let median_s = match scale {
+            Some(k) => s.map(|s| s.median * k),
+            None => crate::foundation::stats::median(&times_s),
         };
         let mean_of = |v: &Option<Vec<f64>>| {
             v.as_ref()
@@ -93,6 +101,7 @@ impl Row {
                 })
                 .collect(),
             times_s,
+            median_s,
             user_s: mean_of(&rec.user_s),
             system_s: mean_of(&rec.system_s),
             exit_codes: rec
@@ -207,7 +216,7 @@ pub fn json(rows: &[Row]) -> String {
                 "command": r.command,
                 "mean": mean,
                 "stddev": stddev,
-                "median": crate::foundation::stats::median(t),
+                "median": r.median_s,
                 "user": r.user_s,
                 "system": r.system_s,
                 "min": fold(f64::min),
@@ -296,6 +305,7 @@ mod tests {
             command: "k".into(),
             parameters: Default::default(),
             times_s: vec![1e-6, 2e-6, 1.5e-6],
+            median_s: Some(1.5e-6),
             user_s: None,
             system_s: None,
             exit_codes: None,

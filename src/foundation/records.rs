@@ -58,10 +58,12 @@ pub enum RecordError {
         expected: &'static str,
     },
     /// A field is missing or has the wrong type.
-    #[error("{what}: {source}")]
+    #[error("{what}: {at}{source}")]
     Shape {
         /// Which record.
         what: String,
+        /// Where in it, as `` `burst-starts[0]`: `` (empty at the top, or where unknown).
+        at: String,
         /// What serde found.
         #[source]
         source: serde_json::Error,
@@ -227,10 +229,23 @@ impl Values<'_> {
     }
 }
 
+/// `v` read as a `T`; a field of the wrong type is named by its path in the record.
 fn shape<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, RecordError> {
-    T::deserialize(v).map_err(|source| RecordError::Shape {
-        what: what.to_string(),
-        source,
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let source = e.into_inner();
+        // serde_path_to_error writes the top as `.` (a missing field's error names it), and
+        // a field's own reader may have named it already (`fingerprint: ...`).
+        let named = path == "." || source.to_string().starts_with(&format!("{path}:"));
+        RecordError::Shape {
+            what: what.to_string(),
+            at: if named {
+                String::new()
+            } else {
+                format!("`{path}`: ")
+            },
+            source,
+        }
     })
 }
 
@@ -1802,6 +1817,25 @@ mod tests {
                 .to_string();
             assert!(e.contains(&format!("`{field}`")), "{starts}: {e}");
         }
+        // A value of the wrong type is named by its place in the record.
+        for (starts, place) in [
+            (serde_json::json!([1.5]), "`burst-starts[0]`: invalid type"),
+            (
+                serde_json::json!([3, -3]),
+                "`burst-starts[1]`: invalid value",
+            ),
+            (serde_json::json!("3"), "`burst-starts`: invalid type"),
+        ] {
+            let mut v = fixture("result-bursts.json");
+            v["burst-starts"] = starts.clone();
+            let e = ResultRecord::from_json(&v, "results/x.json")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("results/x.json: {place}")),
+                "{starts}: {e}"
+            );
+        }
     }
 
     /// A result whose fingerprint is another machine's hostile file is refused, naming the
@@ -1940,7 +1974,10 @@ mod tests {
         let e = ResultRecord::from_json(&v, "r.json")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("r.json: unknown variant `great`"), "{e}");
+        assert!(
+            e.starts_with("r.json: `verdict`: unknown variant `great`"),
+            "{e}"
+        );
         let mut v = fixture("build-ok.json");
         v["outputs"]["ptx"]["bytes"] = serde_json::json!(-1);
         assert!(BuildRecord::from_json(&v, "x").is_err());

@@ -26,11 +26,16 @@ pub const BOOTSTRAP_MAX_SAMPLES: usize = 10_000;
 
 /// `xs`, or [`BOOTSTRAP_MAX_SAMPLES`] of them evenly spaced by index.
 fn bootstrap_subsample(xs: &[f64]) -> std::borrow::Cow<'_, [f64]> {
+    subsample_to(xs, BOOTSTRAP_MAX_SAMPLES)
+}
+
+/// `xs`, or `cap` (at least 1) of them evenly spaced by index.
+fn subsample_to(xs: &[f64], cap: usize) -> std::borrow::Cow<'_, [f64]> {
     let n = xs.len();
-    if n <= BOOTSTRAP_MAX_SAMPLES {
+    let cap = cap.max(1);
+    if n <= cap {
         return std::borrow::Cow::Borrowed(xs);
     }
-    let cap = BOOTSTRAP_MAX_SAMPLES;
     // i * n / cap < n for i < cap; u128 so that the product cannot overflow.
     std::borrow::Cow::Owned(
         (0..cap)
@@ -158,9 +163,11 @@ fn burst_rel_noise(bursts: &[&[f64]], centre: f64) -> f64 {
         return f64::INFINITY;
     }
     let k = bursts.len() as f64;
+    // Relative to the centre, so that neither the squares nor the spread under- or
+    // overflow for values near the ends of f64's range.
     let medians: Vec<f64> = bursts
         .iter()
-        .map(|b| median_in_place(&mut b.to_vec()))
+        .map(|b| median_in_place(&mut b.to_vec()) / centre)
         .collect();
     let between = sample_stdev(&medians) / k.sqrt();
     let within = bursts
@@ -170,7 +177,7 @@ fn burst_rel_noise(bursts: &[&[f64]], centre: f64) -> f64 {
         .sum::<f64>()
         .sqrt()
         / k;
-    between.max(within) / centre.abs()
+    between.max(within)
 }
 
 /// The exact fields of the summary of `samples` taken in `bursts` (all of it but the
@@ -239,8 +246,10 @@ fn bootstrap_bursts_ci(bursts: &[&[f64]], resamples: usize, level: f64, seed: u6
 }
 
 /// Draws two-stage bootstrap resamples of [`centre`] over bursts: as many bursts as there
-/// are, with replacement, then each drawn burst's samples, with replacement (each burst
-/// bootstrapped from at most [`BOOTSTRAP_MAX_SAMPLES`] of its samples).
+/// are, with replacement, then each drawn burst's samples, with replacement. Where the
+/// bursts hold more than [`BOOTSTRAP_MAX_SAMPLES`] samples in all, each is bootstrapped
+/// from its share of that many ([`BurstResampler::subsampled`]), so that a resample costs
+/// what one of a single set does.
 struct BurstResampler<'a> {
     bursts: Vec<std::borrow::Cow<'a, [f64]>>,
     buf: Vec<f64>,
@@ -248,10 +257,28 @@ struct BurstResampler<'a> {
 
 impl<'a> BurstResampler<'a> {
     fn new(bursts: &[&'a [f64]]) -> Self {
+        let cap = Self::cap(bursts);
         BurstResampler {
-            bursts: bursts.iter().map(|b| bootstrap_subsample(b)).collect(),
+            bursts: bursts.iter().map(|b| subsample_to(b, cap)).collect(),
             buf: Vec::new(),
         }
+    }
+
+    /// The most samples a burst is bootstrapped from: all, unless the bursts hold more
+    /// than [`BOOTSTRAP_MAX_SAMPLES`] in all, and then an even share of that.
+    fn cap(bursts: &[&[f64]]) -> usize {
+        let total: usize = bursts.iter().map(|b| b.len()).sum();
+        if total <= BOOTSTRAP_MAX_SAMPLES {
+            usize::MAX
+        } else {
+            (BOOTSTRAP_MAX_SAMPLES / bursts.len().max(1)).max(1)
+        }
+    }
+
+    /// Whether some burst is bootstrapped from fewer than all its samples.
+    fn subsampled(bursts: &[&[f64]]) -> bool {
+        let cap = Self::cap(bursts);
+        bursts.iter().any(|b| b.len() > cap)
     }
 
     /// One resample's centre: the mean of the drawn bursts' resampled medians.
@@ -305,9 +332,7 @@ pub fn compare_bursts(
         })
         .collect();
     let interval = percentile_interval(&mut ratios, CI_LEVEL);
-    let subsampled = [&ba, &bb]
-        .iter()
-        .any(|bs| bs.iter().any(|b| b.len() > BOOTSTRAP_MAX_SAMPLES));
+    let subsampled = BurstResampler::subsampled(&ba) || BurstResampler::subsampled(&bb);
     judged((a, b), (ratio, interval), (alpha, threshold), subsampled)
 }
 

@@ -288,3 +288,80 @@ fn an_unknown_id_is_a_usage_error_with_a_hint_in_show_and_compare() {
         assert!(err.contains(hint), "{args:?}: {err}");
     }
 }
+
+/// A result taken in bursts: `show` says its median is the mean of the bursts' medians,
+/// `compare` and the hyperfine-style export take that median, and a bundle of one stored
+/// with whole-number samples (its ID the hash of that JSON) verifies: the stored JSON goes
+/// into the bundle as it is.
+#[test]
+fn results_in_bursts_are_shown_compared_exported_and_bundled_by_their_burst_median() {
+    let (tmp, root) = repo_with(&[("README", "x\n")]);
+    let head = common::git(&root, &["rev-parse", "HEAD"]);
+    let bursts: Value =
+        serde_json::from_str(include_str!("../fixtures/records/result-bursts.json")).unwrap();
+    let a = file(&root, &bursts);
+    // The same machine and experiment, each sample 2% slower.
+    let mut slower = bursts.clone();
+    let scaled: Vec<f64> = bursts["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() * 1.02)
+        .collect();
+    slower["samples"] = json!(scaled);
+    slower["summary"] =
+        serde_json::to_value(repro::bench::summarize_bursts(&scaled, &[3, 6]).unwrap()).unwrap();
+    let b = file(&root, &slower);
+    let (code, out, err) = run(tmp.path(), &root, &["show", &a]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        row(&out, "median")
+            .contains("the mean of 3 bursts' medians, which begin at samples 0, 3, 6"),
+        "{out}"
+    );
+    let export = tmp.path().join("x.json");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &[
+            "compare",
+            &a,
+            &b,
+            "--json",
+            "--export-json",
+            export.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let ratio = v["comparison"]["ratio"].as_f64().unwrap();
+    assert!((ratio - 1.02).abs() < 1e-9, "{v}");
+    let x: Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).unwrap();
+    let median = bursts["summary"]["median"].as_f64().unwrap();
+    // hyperfine's `median` is in seconds: the burst median, not the pooled samples'.
+    assert!(
+        (x["results"][0]["median"].as_f64().unwrap() - median * 1e-6).abs() < 1e-15,
+        "{x}"
+    );
+    // A record stored with whole-number samples bundles and verifies.
+    let mut whole = fixture();
+    whole["commit"] = json!(head.trim());
+    whole["samples"] = json!([3, 4, 5]);
+    whole["summary"] =
+        serde_json::to_value(repro::bench::summarize_bursts(&[3.0, 4.0, 5.0], &[]).unwrap())
+            .unwrap();
+    let id = file(&root, &whole);
+    let bundle = tmp.path().join("b.tar.zst");
+    let (code, _, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "create", &id, "-o", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "verify", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}

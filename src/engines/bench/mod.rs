@@ -588,6 +588,16 @@ pub struct RecipeBench<'a> {
     pub peaks: Option<&'a crate::foundation::roofline::Peaks>,
 }
 
+/// Adds to an experiment's key the bursts `timing` samples in, where more than one: a
+/// median of several bursts' medians is another estimate than one burst's, so results and
+/// measurements of repros that sampled graph mode in one burst are not this experiment.
+pub fn key_bursts(experiment: &mut Value, timing: Option<&crate::engines::gpurun::Timing>) {
+    let bursts = timing.map_or(1, crate::engines::gpurun::bursts);
+    if bursts > 1 {
+        experiment["bursts"] = json!(bursts);
+    }
+}
+
 /// The result record of one point of a recipe bench.
 pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultRecord {
     let (gbps, tflops) = run
@@ -609,16 +619,7 @@ pub fn recipe_record(b: &RecipeBench<'_>, p: &Point, run: &JobRun) -> ResultReco
     if let Some(m) = &timing_settings {
         experiment["timing-settings"] = json!(m);
     }
-    // A median of several bursts' medians is another estimate than one burst's: results
-    // of repros that sampled graph mode in one burst are not this experiment.
-    let bursts = p
-        .job
-        .timing
-        .as_ref()
-        .map_or(1, crate::engines::gpurun::bursts);
-    if bursts > 1 {
-        experiment["bursts"] = json!(bursts);
-    }
+    key_bursts(&mut experiment, p.job.timing.as_ref());
     let (name, path) = b.recipe;
     let mut rec = base_record(
         b.fp,

@@ -885,6 +885,7 @@ fn measure_job(
     if let Some(t) = job.timing.as_ref().filter(|t| !t.settings.is_empty()) {
         exp["timing-settings"] = json!(t.settings);
     }
+    bench::key_bursts(&mut exp, job.timing.as_ref());
     let exp = keys::key_of(&exp);
     let mut taken = 0usize;
     judge(
@@ -907,8 +908,12 @@ fn measure_job(
                         detail: ran.detail.unwrap_or_default(),
                     });
                 }
+                // The process's median as its result would give it: the mean of its
+                // bursts' medians where it sampled in bursts.
                 cached.push(
-                    crate::foundation::stats::median(&ran.report.samples_us)
+                    ran.summary
+                        .as_ref()
+                        .map(|s| s.median)
                         .ok_or(MeasureError::NoSamples)?,
                 );
                 let _ = store.put_record(
