@@ -119,8 +119,8 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_ms: Option<f64>,
     /// Where the second, third, ... burst of samples begins (indices into `samples_us`):
-    /// graph mode samples in bursts, each after an idle GPU ([`Knobs::bursts`]), and the
-    /// job's median is the mean of the bursts' medians
+    /// graph mode samples in bursts, each of another placement after a re-warm
+    /// ([`Knobs::bursts`]), and the job's median is the mean of the bursts' medians
     /// ([`crate::foundation::stats::summarize_bursts`]). Empty for one burst.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub burst_starts: Vec<usize>,

@@ -137,10 +137,11 @@ fn split_bursts<'a>(samples: &'a [f64], starts: &[usize]) -> Vec<&'a [f64]> {
 }
 
 /// The centre of samples taken in bursts (non-empty, finite): the median of one burst, the
-/// mean of the bursts' medians for several. An idle GPU comes back at a level of its own,
-/// so each burst sits at one; the median of them pooled falls between a few levels, not
-/// at their mean, and narrows the spread between invocations far less
-/// (`benches/gpu_level_idle.sh`).
+/// mean of the bursts' medians for several. Each burst sits at a level of its own (graph
+/// mode's bursts sample different placements of the buffers; a GPU back from idle, or
+/// another process, draws another level); the median of them pooled falls between a few
+/// levels, not at their mean, and narrows the spread between invocations far less
+/// (`benches/gpu_level_idle.sh`, `benches/gpu_processes.py`).
 fn centre(bursts: &[&[f64]]) -> f64 {
     if let [one] = bursts {
         return median_in_place(&mut one.to_vec());
