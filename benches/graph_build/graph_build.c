@@ -88,12 +88,10 @@ int main(int argc, char **argv) {
     }
     int k = atoi(argv[1]), reps = atoi(argv[3]);
     batch = atoi(argv[2]);
-    CUdevice dev;
     CUmodule mod;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    primary_context();
+    /* The threads make the same context current. */
+    CK(cuCtxGetCurrent(&ctx));
     CK(cuModuleLoad(&mod, "kernel.cubin"));
     CK(cuModuleGetFunction(&fn, mod, "vadd"));
     for (int i = 0; i < 3; i++)
