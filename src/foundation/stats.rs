@@ -143,38 +143,42 @@ fn split_bursts<'a>(samples: &'a [f64], starts: &[usize]) -> Vec<&'a [f64]> {
 /// levels, not at their mean, and narrows the spread between invocations far less
 /// (`benches/gpu_level_idle.sh`, `benches/gpu_processes.py`).
 fn centre(bursts: &[&[f64]]) -> f64 {
-    if let [one] = bursts {
-        return median_in_place(&mut one.to_vec());
-    }
-    let medians: Vec<f64> = bursts
-        .iter()
-        .map(|b| median_in_place(&mut b.to_vec()))
-        .collect();
-    mean(&medians)
+    centre_of(&medians_of(bursts))
 }
 
-/// The relative standard error of [`centre`]: that of the median for one burst; for
-/// several, the larger of what the spread between the bursts' medians gives
-/// (sd / sqrt(K)) and what the noise inside each gives (their standard errors combined).
-fn burst_rel_noise(bursts: &[&[f64]], centre: f64) -> f64 {
-    if let [one] = bursts {
-        return median_rel_noise(one);
+/// Each burst's median (non-empty, finite bursts).
+fn medians_of(bursts: &[&[f64]]) -> Vec<f64> {
+    bursts
+        .iter()
+        .map(|b| median_in_place(&mut b.to_vec()))
+        .collect()
+}
+
+/// [`centre`] from the bursts' medians.
+fn centre_of(medians: &[f64]) -> f64 {
+    match medians {
+        [one] => *one,
+        _ => mean(medians),
     }
+}
+
+/// The relative standard error of [`centre`] over several bursts (`medians`: theirs): the
+/// larger of what the spread between the bursts' medians gives (sd / sqrt(K)) and what
+/// the noise inside each gives (their standard errors combined).
+fn burst_rel_noise(bursts: &[&[f64]], medians: &[f64], centre: f64) -> f64 {
     if centre == 0.0 {
         return f64::INFINITY;
     }
     let k = bursts.len() as f64;
     // Relative to the centre, so that neither the squares nor the spread under- or
     // overflow for values near the ends of f64's range.
-    let medians: Vec<f64> = bursts
-        .iter()
-        .map(|b| median_in_place(&mut b.to_vec()) / centre)
-        .collect();
-    let between = sample_stdev(&medians) / k.sqrt();
+    let relative: Vec<f64> = medians.iter().map(|m| m / centre).collect();
+    let between = sample_stdev(&relative) / k.sqrt();
     let within = bursts
         .iter()
-        .zip(&medians)
-        .map(|(b, m)| (median_rel_noise(b) * m).powi(2))
+        .zip(medians)
+        .zip(&relative)
+        .map(|((b, &m), r)| (rel_noise(b.len(), m, mad_around(b, m), sample_stdev(b)) * r).powi(2))
         .sum::<f64>()
         .sqrt()
         / k;
@@ -185,13 +189,14 @@ fn burst_rel_noise(bursts: &[&[f64]], centre: f64) -> f64 {
 /// bootstrap interval), as [`summarize_bursts`] writes them and [`summary_problem`] checks
 /// them: (median, mad, stdev, outliers, rel-noise).
 fn exact_fields(samples: &[f64], bursts: &[&[f64]]) -> (f64, f64, f64, usize, f64) {
-    let median = centre(bursts);
+    let medians = medians_of(bursts);
+    let median = centre_of(&medians);
     let mad = mad_around(samples, median);
     let stdev = sample_stdev(samples);
     let noise = if bursts.len() == 1 {
         rel_noise(samples.len(), median, mad, stdev)
     } else {
-        burst_rel_noise(bursts, median)
+        burst_rel_noise(bursts, &medians, median)
     };
     (
         median,
