@@ -19,12 +19,14 @@
    only the culprit changes the build, so identical builds share their measurements).
 
 Usage: python3 benches/gpu_bisect.py [--repro PATH] [--runs N] [--acceptance] [--seed S]
+       [--kernels big,small] [--min-time T] [--time-limit S] [--shared-builds]
 """
 import argparse
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -135,6 +137,7 @@ def main():
     ap.add_argument("--shared-builds", action="store_true", help="acceptance: only the culprit changes the build")
     ap.add_argument("--min-time", default="100ms", help="acceptance: each run samples for at least this long")
     ap.add_argument("--time-limit", type=float, default=0, help="acceptance: start no run after this many seconds")
+    ap.add_argument("--kernels", default="big,small", help="acceptance: which kernels (big, small, or both)")
     a = ap.parse_args()
     if a.speedup:
         return speedup(a)
@@ -215,6 +218,11 @@ def acceptance(a):
     # (label, iterations, after a 1.5x change, after a 0.6x change, threshold, options)
     kernels = [("big", 20000, 20600, 20240, "2%", ["--min-time", a.min_time]),
                ("small", 400, 416, 406, "2%", ["--min-time", a.min_time, "--timing", "graph"])]
+    wanted = a.kernels.split(",")
+    unknown = set(wanted) - {k[0] for k in kernels}
+    if unknown:
+        sys.exit(f"gpu_bisect.py: --kernels {a.kernels!r}: no kernel {', '.join(sorted(unknown))} (big, small)")
+    kernels = [k for k in kernels if k[0] in wanted]
     print(f"{'kernel':6} {'history':7} {'run':>3} {'N':>4} {'culprit':>7} {'exit':>4} {'found':12} {'evals':>5} {'bad-end':>8} {'seconds':>8}", flush=True)
     tally = {(k[0], kind): [0, 0, []] for k in kernels for kind in ("slow", "under", "aa")}
     start = time.time()
