@@ -1404,25 +1404,28 @@ impl Loaded<'_> {
         self.choose(method, which, medians)
     }
 
-    /// Before a burst: `idle_ms` of idle GPU (once the work queued has run), then the chosen
-    /// graph launched, untimed, for about [`REWARM_MS`] of the GPU's time (sized by the
-    /// samples so far, µs per launch; before any, by the longest a graph sample takes).
+    /// Before a burst: [`Knobs::burst_idle_ms`] of idle GPU (once the work queued has run),
+    /// then the chosen graph launched, untimed, for about [`Knobs::burst_rewarm_ms`] of the
+    /// GPU's time, at least once (sized by the samples so far, µs per launch; before any, by
+    /// the longest a graph sample takes).
     fn idle_and_rewarm(
         &self,
         method: &Sampling,
         samples_us: &[f64],
-        idle_ms: f64,
+        knobs: &Knobs,
     ) -> Result<(), CudaFailure> {
         let Sampling::Graph { stream, .. } = method else {
             return Ok(());
         };
         // SAFETY: the live stream.
         ck(unsafe { cu::stream::synchronize(*stream) }, &self.running())?;
-        std::thread::sleep(std::time::Duration::from_secs_f64(idle_ms / 1e3));
+        std::thread::sleep(std::time::Duration::from_secs_f64(
+            knobs.burst_idle_ms / 1e3,
+        ));
         let (graph, launches) = Self::graph_for(method, samples_us.len());
         let per_graph_us = crate::foundation::stats::median(samples_us)
             .map_or(GRAPH_SAMPLE_US, |us| us * f64::from(launches));
-        let n = (REWARM_MS * 1e3 / per_graph_us.max(1.0))
+        let n = (knobs.burst_rewarm_ms * 1e3 / per_graph_us.max(1.0))
             .ceil()
             .clamp(1.0, 10_000.0) as u32;
         // SAFETY: a live graph on its live stream.
@@ -1683,7 +1686,7 @@ impl Loaded<'_> {
             // 100 ms of idle, a GPU busy for the whole warm-up ran 0.4-0.6% slower than one
             // woken 25 ms before (H200), so a first burst straight after the warm-up would
             // stand apart.
-            self.idle_and_rewarm(method, &report.samples_us, knobs.burst_idle_ms)?;
+            self.idle_and_rewarm(method, &report.samples_us, knobs)?;
         }
         let sampling = Instant::now();
         let mut flush_byte = 0u8;
@@ -1728,7 +1731,7 @@ impl Loaded<'_> {
                 if knobs.burst_placements {
                     self.burst_placement(method, knobs.rank + burst)?;
                 }
-                self.idle_and_rewarm(method, &report.samples_us, knobs.burst_idle_ms)?;
+                self.idle_and_rewarm(method, &report.samples_us, knobs)?;
                 idle += pause.elapsed();
                 chain = Some(Self::graph_chain(method)?);
                 burst += 1;
@@ -1782,7 +1785,9 @@ const BURSTS: usize = 4;
 /// 20 invocations), nor did idle help bursts over placements.
 const BURST_IDLE_MS: f64 = 0.0;
 
-/// The GPU time a burst's re-warm takes (ms), as level_idle's 20 graph launches.
+/// The GPU time a burst's re-warm takes (ms) by default, as level_idle's 20 graph launches. With
+/// no idle, 2 ms or one launch saved 0.3 s a small-kernel bisection and moved no median, but
+/// the spread between invocations was no narrower (`benches/gpu_processes.py`, two H200s).
 const REWARM_MS: f64 = 25.0;
 
 /// The settling warm-up's samples of a placement in a row; the last is the one kept.
@@ -2098,6 +2103,9 @@ struct Knobs {
     /// medians.
     bursts: usize,
     burst_idle_ms: f64,
+    /// The GPU time a burst's re-warm takes (ms; `REPRO_TIMING_BURST_REWARM_MS`,
+    /// [`REWARM_MS`]): at least one graph of the burst's placement.
+    burst_rewarm_ms: f64,
     /// Each burst after the first samples the next placement in the settling warm-up's
     /// ranking (`REPRO_TIMING_BURST_PLACEMENTS`: 1, the default, or 0 for the chosen one
     /// throughout), so that a rare placement faster than the rest weighs as one burst of
@@ -2107,10 +2115,11 @@ struct Knobs {
 }
 
 /// The timing settings there are (any other `REPRO_TIMING_*` name is a mistake).
-const TIMING_SETTINGS: [&str; 11] = [
+const TIMING_SETTINGS: [&str; 12] = [
     "REPRO_TIMING_PLACEMENTS",
     "REPRO_TIMING_BURSTS",
     "REPRO_TIMING_BURST_IDLE_MS",
+    "REPRO_TIMING_BURST_REWARM_MS",
     "REPRO_TIMING_BURST_PLACEMENTS",
     "REPRO_TIMING_PLACEMENT_RANK",
     "REPRO_TIMING_GRAPH_US",
@@ -2210,6 +2219,7 @@ impl Knobs {
             processes: whole("REPRO_TIMING_PROCESSES", 1, 16, 1)?,
             bursts: whole("REPRO_TIMING_BURSTS", 1, 16, BURSTS)?,
             burst_idle_ms: number("REPRO_TIMING_BURST_IDLE_MS", 0.0, 10_000.0, BURST_IDLE_MS)?,
+            burst_rewarm_ms: number("REPRO_TIMING_BURST_REWARM_MS", 0.0, 1_000.0, REWARM_MS)?,
             burst_placements: whole("REPRO_TIMING_BURST_PLACEMENTS", 0, 1, 1)? == 1,
             diag: get("REPRO_TIMING_DIAG", "a file's path")?,
         })
@@ -2482,23 +2492,35 @@ mod tests {
             (BUSY_MIN_MS, 0.0, None)
         );
         assert_eq!(
-            (d.bursts, d.burst_idle_ms, d.burst_placements),
-            (BURSTS, BURST_IDLE_MS, true)
+            (
+                d.bursts,
+                d.burst_idle_ms,
+                d.burst_rewarm_ms,
+                d.burst_placements
+            ),
+            (BURSTS, BURST_IDLE_MS, REWARM_MS, true)
         );
         let b = read(&[
             ("REPRO_TIMING_BURSTS", "8"),
             ("REPRO_TIMING_BURST_IDLE_MS", "100"),
+            ("REPRO_TIMING_BURST_REWARM_MS", "0"),
             ("REPRO_TIMING_BURST_PLACEMENTS", "0"),
         ])
         .unwrap();
         assert_eq!(
-            (b.bursts, b.burst_idle_ms, b.burst_placements),
-            (8, 100.0, false)
+            (
+                b.bursts,
+                b.burst_idle_ms,
+                b.burst_rewarm_ms,
+                b.burst_placements
+            ),
+            (8, 100.0, 0.0, false)
         );
         for (name, bad) in [
             ("REPRO_TIMING_BURSTS", "0"),
             ("REPRO_TIMING_BURSTS", "17"),
             ("REPRO_TIMING_BURST_IDLE_MS", "-1"),
+            ("REPRO_TIMING_BURST_REWARM_MS", "1001"),
             ("REPRO_TIMING_BURST_PLACEMENTS", "2"),
         ] {
             let Err(e) = read(&[(name, bad)]) else {
