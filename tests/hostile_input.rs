@@ -101,6 +101,89 @@ fn an_output_path_keeps_its_link_and_writes_into_devices_and_pipes() {
     assert!(err.contains("outdir is a directory"), "{err}");
 }
 
+/// An output never replaces what repro keeps or what the command reads: an export (or a
+/// plot) inside the store, over a compare's nvbench operand or into its sample directory,
+/// and two exports to one file are refused (exit 2, naming the option and the path) before
+/// anything is written, and every record still checks.
+#[test]
+fn outputs_never_replace_the_stores_records_the_inputs_or_each_other() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    let (code, out, err) = bench_export(tmp.path(), &root, "first.json");
+    assert_eq!(code, 0, "{out}{err}");
+    let results: Vec<_> = std::fs::read_dir(root.join(".repro/results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let record = results[0].clone();
+    let before = std::fs::read(&record).unwrap();
+    let id = record.file_stem().unwrap().to_str().unwrap().to_string();
+    let rel = format!(".repro/results/{id}.json");
+    // Into the store: a record by its path, by a link to it, or a new file there.
+    std::os::unix::fs::symlink(&rel, root.join("to-record")).unwrap();
+    for to in [
+        rel.as_str(),
+        "to-record",
+        ".repro/new.csv",
+        "sub/../.repro/x.md",
+    ] {
+        let (code, _, err) = bench_export(tmp.path(), &root, to);
+        assert_eq!(code, 2, "{to}: {err}");
+        assert!(
+            err.contains("--export-json") && err.contains("inside the repro store"),
+            "{to}: {err}"
+        );
+        let (code, _, err) = run_in(
+            tmp.path(),
+            &root,
+            &["compare", &id, &id, "--export-csv", to],
+        );
+        assert_eq!(code, 2, "{to}: {err}");
+        assert!(
+            err.contains("--export-csv") && err.contains("inside the repro store"),
+            "{to}: {err}"
+        );
+    }
+    let (code, _, err) = run_in(tmp.path(), &root, &["plot", "k", "-o", ".repro/p.svg"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("inside the repro store"), "{err}");
+    assert_eq!(std::fs::read(&record).unwrap(), before);
+    assert!(!root.join(".repro/new.csv").exists() && !root.join(".repro/p.svg").exists());
+    // Over an nvbench operand, or into its sample directory.
+    std::fs::write(root.join("nv.json"), "{}").unwrap();
+    for to in ["nv.json", "./nv.json", "nv.json-bin/0.bin"] {
+        let (code, _, err) = run_in(
+            tmp.path(),
+            &root,
+            &["compare", "nv.json", &id, "--export-json", to],
+        );
+        assert_eq!(code, 2, "{to}: {err}");
+        assert!(err.contains("which this command reads"), "{to}: {err}");
+        assert_eq!(std::fs::read_to_string(root.join("nv.json")).unwrap(), "{}");
+    }
+    // Two exports to one file, however written.
+    let (code, _, err) = run_in(
+        tmp.path(),
+        &root,
+        &[
+            "compare",
+            &id,
+            &id,
+            "--export-json",
+            "o.txt",
+            "--export-markdown",
+            "./o.txt",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--export-json and --export-markdown both name ./o.txt"),
+        "{err}"
+    );
+    assert!(!root.join("o.txt").exists());
+    let (code, out, err) = run_in(tmp.path(), &root, &["store", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 #[test]
 fn inputs_that_are_devices_fifos_or_directories_are_refused_at_once() {
     let (tmp, root) = repo_with(&[

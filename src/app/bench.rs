@@ -171,6 +171,8 @@ pub fn parse_fraction(s: &str) -> Result<f64, ValueError> {
 /// Runs `repro bench`.
 pub fn run(g: &Globals, a: Args) -> anyhow::Result<u8> {
     let started = Instant::now();
+    // Two exports to one file are refused before anything runs.
+    a.export.check(&g.cwd, &[])?;
     let root = g.project_root();
     // A kernel recipe's points (and its roofline calibration) run in one reused GPU worker
     // (one process start, one driver start, one context for them all), started first, so

@@ -106,15 +106,22 @@ pub fn fails(c: &stats::Comparison, fail_on: FailOn, threshold: f64) -> bool {
 
 /// A compare operand: a result by ID prefix, or a state of an nvbench JSON file.
 fn operand(g: &Globals, text: &str) -> anyhow::Result<(String, ResultRecord)> {
-    let (file, selector) = match text.split_once(".json@") {
-        Some((f, sel)) => (format!("{f}.json"), Some(sel)),
-        None => (text.to_string(), None),
-    };
-    if file.ends_with(".json") {
+    if let Some(file) = operand_file(text) {
+        let selector = text.split_once(".json@").map(|(_, sel)| sel);
         let r = crate::engines::nvbench::load(&g.cwd.join(&file), selector)?;
         return Ok((text.to_string(), r));
     }
     find(g, text)
+}
+
+/// The nvbench JSON file an operand names (`FILE.json` or `FILE.json@STATE`), if it names
+/// one rather than a result ID.
+fn operand_file(text: &str) -> Option<String> {
+    let file = match text.split_once(".json@") {
+        Some((f, _)) => format!("{f}.json"),
+        None => text.to_string(),
+    };
+    file.ends_with(".json").then_some(file)
 }
 
 fn find(g: &Globals, id: &str) -> anyhow::Result<(String, ResultRecord)> {
@@ -789,6 +796,11 @@ pub fn compare(g: &Globals, a: CompareArgs) -> anyhow::Result<u8> {
     if let Some((pa, pb)) = profiles(g, &a.a, &a.b)? {
         return compare_profiles(g, &pa, &pb);
     }
+    let files: Vec<std::path::PathBuf> = [&a.a, &a.b]
+        .into_iter()
+        .filter_map(|t| operand_file(t).map(Into::into))
+        .collect();
+    a.export.check(&g.cwd, &files)?;
     let (ida, ra) = operand(g, &a.a)?;
     let (idb, rb) = operand(g, &a.b)?;
     comparable(&ida, &ra, &idb, &rb)?;

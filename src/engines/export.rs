@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::foundation::error::{Diagnose, UserError};
 use crate::foundation::fsutil::{self, WriteError};
 use crate::foundation::records::ResultRecord;
 
@@ -249,6 +250,62 @@ pub struct ExportArgs {
 }
 
 impl ExportArgs {
+    /// The exports asked for: each option's name and its path as given.
+    fn targets(&self) -> Vec<(&'static str, &Path)> {
+        [
+            ("--export-json", &self.export_json),
+            ("--export-csv", &self.export_csv),
+            ("--export-markdown", &self.export_markdown),
+        ]
+        .into_iter()
+        .filter_map(|(o, p)| p.as_deref().map(|p| (o, p)))
+        .collect()
+    }
+
+    /// Refuses, before anything runs, exports that would destroy what the command reads or
+    /// each other: two to one file, one over an input (`inputs`, files the command reads;
+    /// a file's nvbench sample directory `FILE-bin` with it), or one inside a repro store.
+    /// Paths are compared resolved (links, `..`), relative to `cwd`.
+    pub fn check(&self, cwd: &Path, inputs: &[std::path::PathBuf]) -> Result<(), UserError> {
+        let targets = self.targets();
+        let at: Vec<_> = targets
+            .iter()
+            .map(|(_, p)| fsutil::resolve(&cwd.join(p)))
+            .collect();
+        for (i, (option, path)) in targets.iter().enumerate() {
+            if let Some(store) = fsutil::store_around(&at[i]) {
+                let e = WriteError::InsideStore {
+                    path: path.to_path_buf(),
+                    store,
+                };
+                let hint = e.hint().unwrap_or_default();
+                return Err(UserError::usage(format!("{option} {e}")).hint(hint));
+            }
+            if let Some(j) = (0..i).find(|&j| at[j] == at[i]) {
+                return Err(UserError::usage(format!(
+                    "{} and {option} both name {}",
+                    targets[j].0,
+                    path.display()
+                ))
+                .hint("give each export a file of its own"));
+            }
+            for input in inputs {
+                let input = fsutil::resolve(&cwd.join(input));
+                let mut samples = input.clone().into_os_string();
+                samples.push("-bin");
+                if at[i] == input || at[i].starts_with(&samples) {
+                    return Err(UserError::usage(format!(
+                        "{option} {} would overwrite {}, which this command reads",
+                        path.display(),
+                        input.display()
+                    ))
+                    .hint("write the export to another file"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the rows in every format asked for, paths relative to `cwd`.
     pub fn write(&self, cwd: &Path, rows: &[Row]) -> Result<(), WriteError> {
         let at = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| cwd.join(p));

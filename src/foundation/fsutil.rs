@@ -42,6 +42,15 @@ pub enum WriteError {
         /// The directory.
         path: PathBuf,
     },
+    /// The target lies inside a repro store, whose records only repro writes: an output
+    /// there would replace a record or be taken for one.
+    #[error("{} is inside the repro store {}", .path.display(), .store.display())]
+    InsideStore {
+        /// The path asked for.
+        path: PathBuf,
+        /// The store's directory.
+        store: PathBuf,
+    },
     /// The operating system refused.
     #[error("could not write {}", .path.display())]
     Io {
@@ -58,7 +67,8 @@ impl Diagnose for WriteError {
         match self {
             WriteError::Exists { .. }
             | WriteError::DanglingSymlink { .. }
-            | WriteError::IsDirectory { .. } => exit::USAGE,
+            | WriteError::IsDirectory { .. }
+            | WriteError::InsideStore { .. } => exit::USAGE,
             WriteError::Io { .. } => exit::IO,
         }
     }
@@ -71,6 +81,9 @@ impl Diagnose for WriteError {
             WriteError::IsDirectory { .. } => {
                 Some("name a file, not a directory (for example DIR/out.json)".into())
             }
+            WriteError::InsideStore { .. } => Some(
+                "write it outside the store: only repro writes the store's records (`repro store verify` checks them)".into(),
+            ),
             WriteError::Io { source, .. } => match source.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
                     Some("the disk is full; free some space and try again".into())
@@ -249,6 +262,12 @@ pub fn write_output(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
         path: path.to_owned(),
         source,
     };
+    if let Some(store) = store_around(path) {
+        return Err(WriteError::InsideStore {
+            path: path.to_owned(),
+            store,
+        });
+    }
     let link = match std::fs::symlink_metadata(path) {
         Ok(m) => m.file_type().is_symlink(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -298,6 +317,46 @@ pub fn write_output(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Wr
         .map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.flush().map_err(io)
+}
+
+/// The file that makes a directory a repro store (`store::MARKER`).
+pub const STORE_MARKER: &str = "store.json";
+
+/// The repro store (a directory holding [`STORE_MARKER`]) that a file written at `path`
+/// would lie in, if any: the path's directories ([`resolve`]d), up to the root.
+pub fn store_around(path: &Path) -> Option<PathBuf> {
+    // A file at the path itself is what is written, not a directory it could hold.
+    resolve(path)
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join(STORE_MARKER).is_file())
+        .map(Path::to_path_buf)
+}
+
+/// `path` made absolute and resolved as the operating system would open or create it:
+/// component by component, each link that exists followed, each `..` the parent of what
+/// came before (also where a directory before it does not exist yet, as creating the
+/// directories would make it). Two paths that name one file resolve alike.
+pub fn resolve(path: &Path) -> PathBuf {
+    let Ok(abs) = std::path::absolute(path) else {
+        return path.to_path_buf();
+    };
+    let mut at = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                at.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => {
+                at.push(other);
+                if let Ok(real) = std::fs::canonicalize(&at) {
+                    at = real;
+                }
+            }
+        }
+    }
+    at
 }
 
 /// Whether [`write_output`] to `path` would replace a file: the path is, or leads to, a
@@ -690,6 +749,41 @@ mod tests {
         // SAFETY: a plain mkfifo on a path of our own temporary directory.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert_eq!(read_keyed::<u32>(&path, 1, "e"), None);
+    }
+
+    /// An output is refused inside a store, through links and `..`, where the directories
+    /// exist or not; a path beside it is not.
+    #[test]
+    fn a_path_inside_a_store_is_found_however_it_is_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("st");
+        std::fs::create_dir_all(store.join("results")).unwrap();
+        std::fs::write(store.join(STORE_MARKER), "{}").unwrap();
+        std::os::unix::fs::symlink(store.join("results"), tmp.path().join("ln")).unwrap();
+        let real = std::fs::canonicalize(&store).unwrap();
+        for inside in [
+            "st/results/x.json",
+            "st/new/deeper/x",
+            "ln/x.json",
+            "missing/../st/x",
+            "st/./results/../y",
+        ] {
+            assert_eq!(
+                store_around(&tmp.path().join(inside)),
+                Some(real.clone()),
+                "{inside}"
+            );
+        }
+        for outside in ["st", "x.json", "st/results/../../x", "ln/../../x", "stx/y"] {
+            assert_eq!(store_around(&tmp.path().join(outside)), None, "{outside}");
+        }
+        let e = write_output(&tmp.path().join("ln/r.json"), b"x", true).unwrap_err();
+        assert!(matches!(e, WriteError::InsideStore { .. }), "{e}");
+        assert!(!store.join("results/r.json").exists());
+        assert_eq!(
+            resolve(&tmp.path().join("a/./b/../c")),
+            std::fs::canonicalize(tmp.path()).unwrap().join("a/c")
+        );
     }
 
     /// A user's output path keeps what is there: a link stays a link and its target gets

@@ -49,7 +49,7 @@ pub const SEAL: &str = "record-sha256";
 /// The file that makes a directory a store: `{"schema": N, "kind": "repro-store"}`. A
 /// store written before the marker named its kind holds `{"schema": 1}` alone, which is
 /// still recognised (and completed on the next write).
-pub const MARKER: &str = "store.json";
+pub const MARKER: &str = fsutil::STORE_MARKER;
 
 /// What [`MARKER`] says a store is.
 const MARKER_KIND: &str = "repro-store";

@@ -771,6 +771,47 @@ fn graph_mode_sizes_its_batch_by_the_time_per_launch_in_a_graph() {
     );
 }
 
+/// Before each of graph mode's four bursts the burst's graph runs untimed for about
+/// `REPRO_TIMING_BURST_REWARM_MS` of GPU time (25 ms by default), and at least once: for a
+/// 20 us kernel in graphs of 64 launches (1.28 ms), 20 launches a burst (13 before the first,
+/// sized by the longest sample before there are samples), against one with the setting 0.
+#[test]
+fn a_bursts_rewarm_takes_the_set_gpu_time_and_at_least_one_launch() {
+    let Some((gpu, _tmp, root)) = setup(&kernel(20_000, "")) else {
+        return;
+    };
+    let log = gpu.path("calls.log");
+    let mut launched = Vec::new();
+    for rewarm in ["", "0"] {
+        let _ = std::fs::remove_file(&log);
+        let vars = [
+            ("FAKEGPU_LOG", log.to_str().unwrap()),
+            ("REPRO_TIMING_BURST_REWARM_MS", rewarm),
+        ];
+        let (code, r) = bench(&gpu, &root, "scale", &["--mode", "graph"], &vars);
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(r["launches-per-sample"], 64, "{r}");
+        let seen = calls(&log);
+        let count = |name: &str| seen.iter().filter(|c| *c == name).count();
+        launched.push((
+            count("cuGraphLaunch"),
+            count("timed graph launch"),
+            r["samples"].as_array().map_or(0, Vec::len),
+        ));
+    }
+    let [(all, timed, n), (all0, timed0, n0)] = launched[..] else {
+        unreachable!()
+    };
+    // The launches neither timed nor re-warming (uploads, leads, settling) are the same in
+    // both; the samples may differ in number, and each is one timed launch.
+    let rewarm = (all - timed) as i64 - (all0 - timed0) as i64;
+    assert!(
+        (66..=72).contains(&rewarm),
+        "{rewarm} more untimed launches by default ({all}, {timed} timed, {n} samples; \
+         {all0}, {timed0}, {n0} with 0 ms)"
+    );
+}
+
 /// `repro replay` of a result, its driver calls logged to `log`; it must re-time (exit 0,
 /// or 7 where the times differ).
 fn replay_logged(gpu: &FakeGpu, root: &Path, result: &Value, log: &Path) -> std::process::Output {
