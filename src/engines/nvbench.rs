@@ -64,6 +64,16 @@ pub enum NvbenchError {
         /// What is wrong with it.
         why: String,
     },
+    /// The state's sample file holds no usable samples.
+    #[error("{}: the sample file {}: {what}", .path.display(), .file.display())]
+    Samples {
+        /// The JSON file.
+        path: PathBuf,
+        /// The sample file.
+        file: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
     /// The state has no per-sample times.
     #[error("{}: state `{state}` has no per-sample times ({SAMPLE_TIMES_TAG})", .path.display())]
     NoSamples {
@@ -86,6 +96,7 @@ impl crate::foundation::error::Diagnose for NvbenchError {
             NvbenchError::Read { .. } => "check the path; nvbench writes sample files to FILE-bin/ beside its JSON".into(),
             NvbenchError::Format { .. } => "pass the file nvbench wrote with `--json FILE`".into(),
             NvbenchError::Select { .. } => "name the state after the file: `out.json@Elements=2^20`".into(),
+            NvbenchError::Samples { .. } => "nvbench writes each sample as a float32 of seconds, little-endian, greater than zero; run the benchmark again with `--jsonbin FILE` if the file was damaged".into(),
             NvbenchError::SamplePath { .. } => "nvbench names its sample files relative to the JSON (`--jsonbin out.json` writes out.json-bin/N.bin beside it); keep them there, and open the JSON from where they lie".into(),
             NvbenchError::NoSamples { .. } => "run the nvbench binary with `--jsonbin FILE` (not only `--json`): the rank tests need every sample".into(),
         })
@@ -165,24 +176,40 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
         })
         .filter(|(_, _, s)| !s.is_skipped)
         .collect();
+    // The states, the first few by name (a file of thousands would flood the terminal).
     let all = || {
+        let mut names: Vec<String> = states
+            .iter()
+            .take(LISTED_STATES)
+            .map(|(n, _, _)| format!("`{}`", clip(n)))
+            .collect();
+        if states.len() > LISTED_STATES {
+            names.push(format!("and {} more", states.len() - LISTED_STATES));
+        }
+        names.join(", ")
+    };
+    // A state named exactly (`BENCH STATE`, or the state's own name) is that state, also
+    // where its name lies inside others' (`Elements=2^2` in `Elements=2^20`); else every
+    // state whose name holds the text.
+    let exact: Vec<&(String, &Bench, &State)> = states
+        .iter()
+        .filter(|(n, _, s)| selector.is_some_and(|sel| n == sel || s.name == sel))
+        .collect();
+    let chosen: Vec<&(String, &Bench, &State)> = if exact.len() == 1 {
+        exact
+    } else {
         states
             .iter()
-            .map(|(n, _, _)| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
+            .filter(|(n, _, _)| selector.is_none_or(|sel| n.contains(sel)))
+            .collect()
     };
-    let chosen: Vec<&(String, &Bench, &State)> = states
-        .iter()
-        .filter(|(n, _, _)| selector.is_none_or(|sel| n.contains(sel)))
-        .collect();
     let (label, bench, state) = match chosen.as_slice() {
         [one] => *one,
         [] => {
             return Err(NvbenchError::Select {
                 path: path.to_path_buf(),
                 what: match selector {
-                    Some(s) => format!("no state matches `{s}`"),
+                    Some(s) => format!("no state matches `{}`", clip(s)),
                     None => "no state that was run".into(),
                 },
                 states: all(),
@@ -194,7 +221,7 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
                 what: format!(
                     "{} states match{}: pick one with FILE@TEXT",
                     chosen.len(),
-                    selector.map_or(String::new(), |s| format!(" `{s}`"))
+                    selector.map_or(String::new(), |s| format!(" `{}`", clip(s)))
                 ),
                 states: all(),
             });
@@ -292,8 +319,9 @@ fn samples_beside(path: &Path, bin: &str) -> Result<Vec<f64>, NvbenchError> {
             path: bin_path.clone(),
             source,
         },
-        other => NvbenchError::Format {
-            path: bin_path.clone(),
+        other => NvbenchError::Samples {
+            path: path.to_path_buf(),
+            file: bin_path.clone(),
             what: other.to_string(),
         },
     })
@@ -321,8 +349,24 @@ enum SamplesError {
     #[error("it is not a regular file (a device, FIFO or directory is never read)")]
     NotRegular,
     /// A time that is not a positive number.
-    #[error("a sample time is not a positive number")]
-    NotPositive,
+    #[error("sample {index} ({value}) is not a positive number of seconds")]
+    NotPositive {
+        /// Its place in the file, from 0.
+        index: usize,
+        /// What it holds.
+        value: f32,
+    },
+}
+
+/// How many states an error that lists them names.
+const LISTED_STATES: usize = 20;
+
+/// `text`, cut to at most 200 characters (a state's name or a selector in a message).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 /// Little-endian float32 seconds → µs, from a regular file of at most [`MAX_SAMPLES`]
@@ -362,8 +406,12 @@ fn read_samples(path: &Path) -> Result<Vec<f64>, SamplesError> {
         .chunks_exact(4)
         .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])) * 1e6)
         .collect();
-    if samples.iter().any(|s| !s.is_finite() || *s <= 0.0) {
-        return Err(SamplesError::NotPositive);
+    if let Some(index) = samples.iter().position(|s| !s.is_finite() || *s <= 0.0) {
+        let c = &bytes[index * 4..index * 4 + 4];
+        return Err(SamplesError::NotPositive {
+            index,
+            value: f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        });
     }
     Ok(samples)
 }
@@ -457,6 +505,17 @@ mod tests {
             let hint = crate::foundation::error::Diagnose::hint(&e).unwrap();
             assert!(!hint.contains("crash"), "{hint}");
         }
+        // A time that is not a positive number is named by its place, as the sample
+        // file's problem, not the JSON's.
+        let mut times = 1e-5f32.to_le_bytes().repeat(8);
+        times[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+        std::fs::write(dir.path().join("nan.bin"), &times).unwrap();
+        std::fs::write(&path, text.replace("out.json-bin/1.bin", "nan.bin")).unwrap();
+        let e = load(&path, Some("2^20")).unwrap_err();
+        assert!(matches!(e, NvbenchError::Samples { .. }), "{e}");
+        let m = e.to_string();
+        assert!(m.contains("nan.bin") && m.contains("sample 3 (NaN)"), "{m}");
+        assert!(!m.contains("not nvbench JSON"), "{m}");
         // An empty file says so, not that the result crashed.
         std::fs::write(dir.path().join("empty.bin"), b"").unwrap();
         std::fs::write(&path, text.replace("out.json-bin/1.bin", "empty.bin")).unwrap();
@@ -469,6 +528,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(load(&path, Some("2^20")).unwrap().samples.len(), 50);
+    }
+
+    /// A file of thousands of states names the first few when no state is chosen.
+    #[test]
+    fn an_error_lists_at_most_a_few_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let states: Vec<_> = (0..5000)
+            .map(|i| json!({"name": format!("S={i}"), "summaries": []}))
+            .collect();
+        let doc = json!({"benchmarks": [{"name": "b", "states": states}]});
+        let path = dir.path().join("many.json");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        let e = load(&path, None).unwrap_err().to_string();
+        assert!(
+            e.contains("5000 states match") && e.contains("`b S=19`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("and 4980 more") && !e.contains("`b S=20`"),
+            "{e}"
+        );
+        assert!(e.len() < 1000, "{} bytes", e.len());
     }
 
     #[test]
@@ -490,6 +571,17 @@ mod tests {
         );
         let e = load(&path, Some("nope")).unwrap_err().to_string();
         assert!(e.contains("no state matches `nope`"), "{e}");
+        // A state named exactly is that state, also where the name lies inside another's
+        // (`Elements=2^2` inside `Elements=2^20`), by its whole label or its own name.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("Elements=2^10", "Elements=2^2")).unwrap();
+        for sel in ["copy Device=0 Elements=2^2", "Device=0 Elements=2^2"] {
+            let r = load(&path, Some(sel)).unwrap();
+            assert_eq!(r.params["Elements"], "2^10", "{sel}");
+        }
+        let e = load(&path, Some("Elements=2^2")).unwrap_err().to_string();
+        assert!(e.contains("2 states match"), "{e}");
+        std::fs::write(&path, &text).unwrap();
         // Not nvbench at all.
         std::fs::write(dir.path().join("x.json"), "{\"results\": []}").unwrap();
         assert!(matches!(
