@@ -392,6 +392,61 @@ fn bad_input_is_explained() {
         .stderr(predicate::str::contains("is not good"));
 }
 
+/// A build record made from uncommitted edits stays as it was when a bisection's step
+/// builds a commit with the same inputs: the step's hit must not mark it clean at the
+/// user's HEAD (it did, and replay then refused the record: "the sources do not match").
+#[test]
+fn a_bisection_step_leaves_a_dirty_build_record_as_it_was() {
+    const CMD: &str = "schema = 1\n[build]\nkind = \"command\"\nargv = [\"sh\", \"-c\", \"grep -q fine src/k.txt && cp src/k.txt out.bin\"]\ninputs = [\"src/*.txt\"]\noutputs = [\"out.bin\"]\n";
+    let (tmp, root) = repo_with(&[("recipes/c.toml", CMD), ("src/k.txt", "fine 1\n")]);
+    let first = git(&root, &["rev-parse", "HEAD"]);
+    // Built from an edit not yet committed: the record names HEAD and is dirty.
+    std::fs::write(root.join("src/k.txt"), "fine 2\n").unwrap();
+    let out = repro(tmp.path())
+        .arg("-C")
+        .arg(&root)
+        .args(["build", "c", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let show = |id: &str| -> Value {
+        let out = repro(tmp.path())
+            .arg("-C")
+            .arg(&root)
+            .args(["--json", "show", id])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let built: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = built["builds"][0]["key"].as_str().unwrap().to_string();
+    let before = show(&id[..12]);
+    assert_eq!(before["commit"], first.as_str(), "{before}");
+    assert!(before["dirty"].is_string(), "{before}");
+    // The edit committed (commit 2), then a break and one more commit.
+    git(&root, &["commit", "-qam", "commit 2"]);
+    let two = git(&root, &["rev-parse", "HEAD"]);
+    std::fs::write(root.join("src/k.txt"), "broken\n").unwrap();
+    git(&root, &["commit", "-qam", "commit 3"]);
+    std::fs::write(root.join("NOTES"), "x\n").unwrap();
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-qm", "commit 4"]);
+    let (code, v, stderr) = bisect(
+        tmp.path(),
+        &root,
+        &["--good", &two, "--bad", "HEAD~1", "--recipe", "c"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(subject_of(&v), "commit 3", "{v}");
+    let after = show(&id[..12]);
+    assert_eq!(after["commit"], before["commit"], "{after}");
+    assert_eq!(after["dirty"], before["dirty"], "{after}");
+}
+
 #[test]
 fn a_recipe_that_did_not_exist_or_a_missing_blob_is_a_skip_with_a_reason() {
     if !nvrtc_available() {

@@ -943,11 +943,17 @@ fn existing(
     Ok(existing.and_then(|v| BuildRecord::from_json(&v, key).ok()))
 }
 
-/// A hit on a record made from uncommitted changes, now that the tree holds them committed
-/// (the same key: the same inputs): the record names the commit and is no longer dirty, so
-/// bundle and replay take it (their refusal says "commit the changes and build again").
+/// A hit on a record made from uncommitted changes, now that the user's tree holds them
+/// committed (the same key: the same inputs): the record names the commit and is no longer
+/// dirty, so bundle and replay take it (their refusal says "commit the changes and build
+/// again"). Only a build in the user's own tree tells that: a bisection's step (a commit
+/// given, or a checkout inside the store) leaves the record as it is, since its commit is
+/// not the user's HEAD and its tree is not the one the record was built from.
 fn cleaned(store: &Store, root: &Path, opts: &Options, inputs: &Inputs, mut rec: BuildRecord) {
-    if rec.dirty.is_none() || dirty(root, store, opts, inputs).is_some() {
+    if rec.dirty.is_none()
+        || !in_users_tree(root, store, opts)
+        || dirty(root, store, opts, inputs).is_some()
+    {
         return;
     }
     let Some(head) = crate::foundation::git::head_commit(root) else {
@@ -1145,7 +1151,7 @@ fn checked(recipe: &Recipe) -> Option<records::Checked> {
 /// them at the record's commit (the recipe itself is recorded whole, so it need not).
 fn dirty(root: &Path, store: &Store, opts: &Options, inputs: &Inputs) -> Option<String> {
     use crate::foundation::git::changed_from_head;
-    if opts.commit.is_some() || root.starts_with(store.root()) {
+    if !in_users_tree(root, store, opts) {
         return None;
     }
     let sources = changed_from_head(root, &inputs.files);
@@ -1166,6 +1172,12 @@ fn dirty(root: &Path, store: &Store, opts: &Options, inputs: &Inputs) -> Option<
             format!("{a}{b}").as_bytes(),
         )),
     }
+}
+
+/// Whether a build runs in the user's working tree: not a bisection's step, which names its
+/// commit or builds in a checkout inside the store.
+fn in_users_tree(root: &Path, store: &Store, opts: &Options) -> bool {
+    opts.commit.is_none() && !root.starts_with(store.root())
 }
 
 /// The environment the build ran in: a Nix shell, or the host (with why not Nix).
