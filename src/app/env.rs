@@ -420,7 +420,8 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
                 .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
             "name": lock.name,
             "strict": a.strict,
-            "passed": passed,
+            // The whole check: a pinned toolchain missing under --strict fails it too.
+            "passed": code == exit::OK,
             "exit-code": code,
             "counts": counts_json(&report),
             "rows": report.rows,
@@ -440,7 +441,7 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
         }
         emit_json(&v)?;
     } else {
-        let mut text = render_report(&g.shown(&path), &lock, &report, passed, g);
+        let mut text = render_report(&g.shown(&path), &lock, &report, code == exit::OK, g);
         // Right under the `lockfile PATH (NAME)` line: which lockfile and why, and where the
         // driver came from when the loader could not find it.
         let mut notes = String::new();

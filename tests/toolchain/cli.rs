@@ -487,13 +487,32 @@ fn env_check_warns_until_the_pinned_toolchain_is_installed_and_fails_only_when_s
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["toolchains"][0]["installs-on-first-use"], true, "{v}");
-    // A failure with --strict.
+    // A failure with --strict, which neither the summary nor the JSON calls passed.
     refused(
         &cache,
         &root,
         &["env", "check", "--strict"],
         3,
         &["hint: run `repro toolchain install nvcc@13.0`"],
+    );
+    let out = cmd(&cache, &root)
+        .args(["env", "check", "--strict"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("FAILED: ") && !text.contains("passed: "),
+        "{text}"
+    );
+    let out = cmd(&cache, &root)
+        .args(["--json", "env", "check", "--strict"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&v["passed"], &v["exit-code"]),
+        (&serde_json::json!(false), &serde_json::json!(3)),
+        "{v}"
     );
     cmd(&cache, &root)
         .args(["toolchain", "install", "nvcc@13.0", "--wheels"])
