@@ -129,6 +129,35 @@ impl Values<'_> {
             .map_err(|e| self.bad(field, format!("is {t:?}, not an RFC 3339 time ({e})")))
     }
 
+    /// A commit, where one is named: a full git commit ID (a replay checks it out).
+    fn commit(&self, field: &str, c: Option<&str>) -> Result<(), RecordError> {
+        match c {
+            Some(c) if !crate::foundation::keys::is_commit(c) => Err(self.bad(
+                field,
+                format!(
+                    "is {:?}, not a full commit ID (40 or 64 hex digits)",
+                    c.chars().take(80).collect::<String>()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A key repro computed: 64 hex digits.
+    fn key(&self, field: &str, k: &str) -> Result<(), RecordError> {
+        if crate::foundation::keys::is_key(k) {
+            Ok(())
+        } else {
+            Err(self.bad(
+                field,
+                format!(
+                    "is {:?}, not a 64-digit hex key",
+                    k.chars().take(80).collect::<String>()
+                ),
+            ))
+        }
+    }
+
     /// A duration, count or rate: finite and not negative.
     fn amount(&self, field: &str, x: f64) -> Result<(), RecordError> {
         if x.is_finite() && x >= 0.0 {
@@ -168,7 +197,15 @@ impl Values<'_> {
         {
             return Err(self.bad("burst-starts", problem));
         }
-        match s.and_then(|s| crate::foundation::stats::summary_problem(xs, starts, s)) {
+        let Some(s) = s else {
+            // Every sample set repro records is summarised; one without its summary was
+            // edited (readers would show a median of nothing).
+            return match xs.len() {
+                0 => Ok(()),
+                n => Err(self.bad(field, format!("is missing, with {n} samples to summarise"))),
+            };
+        };
+        match crate::foundation::stats::summary_problem(xs, starts, s) {
             Some(problem) => Err(self.bad(field, problem)),
             None => Ok(()),
         }
@@ -568,6 +605,8 @@ impl BuildRecord {
         let values = Values { what };
         values.timestamp("created-at", &r.created_at)?;
         values.amount("duration-ms", r.duration_ms)?;
+        values.commit("commit", r.commit.as_deref())?;
+        values.key("key", &r.key)?;
         Ok(r)
     }
 
@@ -1045,6 +1084,8 @@ impl ResultRecord {
 
     fn check_values(&self, values: &Values) -> Result<(), RecordError> {
         values.timestamp("created-at", &self.created_at)?;
+        values.commit("commit", self.commit.as_deref())?;
+        values.key("key", &self.key)?;
         values.samples("samples", &self.samples)?;
         values.summary(
             "summary",
@@ -2017,6 +2058,22 @@ mod tests {
             );
             let e = refused(file, &|v| v["samples"][0] = serde_json::json!(-1.0));
             assert!(e.contains("`samples` has a sample of -1"), "{e}");
+            let e = refused(file, &|v| {
+                v.as_object_mut().unwrap().remove("summary");
+            });
+            assert!(e.contains("`summary` is missing, with"), "{e}");
+            let e = refused(file, &|v| v["commit"] = serde_json::json!("../../etc"));
+            assert!(
+                e.contains("`commit` is \"../../etc\", not a full commit"),
+                "{e}"
+            );
+            let e = refused(file, &|v| {
+                v["key"] = serde_json::json!("../../../etc/passwd")
+            });
+            assert!(
+                e.contains("`key` is \"../../../etc/passwd\", not a 64-digit"),
+                "{e}"
+            );
         }
         let e = refused("result-command.json", &|v| {
             v["wall-s"][0] = serde_json::json!(-2.0)
