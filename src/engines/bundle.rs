@@ -131,6 +131,7 @@ pub fn inspect(
     keep: Option<&str>,
 ) -> Result<Inspection, archive::ArchiveError> {
     let mut invalid = Vec::new();
+    let mut builds: Vec<(String, BuildRecord)> = Vec::new();
     let mut visit = |member: &str, bytes: Option<&[u8]>| {
         let Some((kind, name)) = record_member(member) else {
             return;
@@ -143,10 +144,16 @@ pub fn inspect(
             Some(b) => match serde_json::from_slice::<Value>(b) {
                 Err(e) => Some(format!("is not JSON: {e}")),
                 Ok(v) => match kind {
-                    "profile" => validate_profile(name, &v).err(),
-                    _ => validate_record(kind, name, &v).err(),
-                }
-                .map(|e| e.to_string()),
+                    "profile" => validate_profile(name, &v).err().map(|e| e.to_string()),
+                    _ => match validate_record(kind, name, &v) {
+                        Ok(Checked::Build(b)) => {
+                            builds.push((member.to_string(), *b));
+                            None
+                        }
+                        Ok(Checked::Result(_)) => None,
+                        Err(e) => Some(e.to_string()),
+                    },
+                },
             },
         };
         if let Some(p) = problem {
@@ -159,7 +166,40 @@ pub fn inspect(
         visit: &mut visit,
     };
     let scan = archive::scan_with(path, progress, keep, &mut whole)?;
+    invalid.extend(sources_problems(&builds, &scan.digests));
     Ok(Inspection { scan, invalid })
+}
+
+/// The build records whose bundled sources are not what they were built from: each input
+/// file (`inputs.files`, path -> sha256) must lie at `source/COMMIT/PATH` with that digest,
+/// as `repro replay` requires before it builds. (member, problem) per record, the first
+/// difference named.
+fn sources_problems(
+    builds: &[(String, BuildRecord)],
+    digests: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (member, b) in builds {
+        let Some(commit) = &b.commit else {
+            continue;
+        };
+        let wrong = b.inputs.files.iter().find_map(|(path, want)| {
+            let at = format!("source/{commit}/{path}");
+            match digests.get(&at) {
+                None => Some(format!("`inputs.files` names {at}, which the bundle lacks")),
+                Some(d) if d != want => Some(format!(
+                    "`inputs.files` gives {} for {at}, which holds {} (not the sources it was built from)",
+                    keys::short(want),
+                    keys::short(d)
+                )),
+                Some(_) => None,
+            }
+        });
+        if let Some(w) = wrong {
+            problems.push((member.clone(), crate::foundation::output::sanitize(&w)));
+        }
+    }
+    problems
 }
 
 /// An invalid record's field and problem as its message says them: the field in backticks,

@@ -676,6 +676,8 @@ pub struct Scan {
     pub members: Vec<(String, u64)>,
     /// The first [`SCAN_KEEP_BYTES`] of the member asked for, if there is one.
     pub kept: Option<Vec<u8>>,
+    /// Every member's sha256 as read (MANIFEST excluded), by path.
+    pub digests: BTreeMap<String, String>,
 }
 
 /// How much of one member [`scan`] keeps.
@@ -753,6 +755,7 @@ pub fn scan_with(
     )?;
     let manifest = manifest.ok_or_else(|| corrupt(path, format!("no {MANIFEST}")))?;
     out.verification = compare(path, &manifest, &digests)?;
+    out.digests = digests;
     Ok(out)
 }
 

@@ -135,7 +135,7 @@ impl Values<'_> {
             Some(c) if !crate::foundation::keys::is_commit(c) => Err(self.bad(
                 field,
                 format!(
-                    "is {:?}, not a full commit ID (40 or 64 hex digits)",
+                    "is {:?}, not a 40-digit hex commit",
                     c.chars().take(80).collect::<String>()
                 ),
             )),

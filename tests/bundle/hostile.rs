@@ -172,6 +172,51 @@ fn finding_1_a_bundles_command_never_runs_unchecked_or_without_consent() {
     assert!(out.contains("verdict: reproduced"), "{out}");
 }
 
+/// A bundle whose sources are not what its build record was built from (a source file
+/// swapped, or removed, under a fresh MANIFEST) fails `bundle verify`, naming the record
+/// and the file, as `replay` refuses it: verify said ok and replay then failed.
+#[test]
+fn bundle_verify_checks_the_sources_against_the_build_record() {
+    let (tmp, root) = cmd_repo();
+    let key = build_key(tmp.path(), &root);
+    let bundle = make_bundle(tmp.path(), &root, &key[..12]);
+    let commit = git(&root, &["rev-parse", "HEAD"]);
+    let (code, out, err) = run(
+        tmp.path(),
+        &root,
+        &["bundle", "verify", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let member = format!("builds/{key}.json");
+    let source = format!("source/{commit}/src/k.txt");
+    let mut swapped = members(&bundle);
+    replace_in(&mut swapped, &source, "kernel bytes", "other bytes");
+    let mut removed = members(&bundle);
+    removed.retain(|e| e.path != source);
+    for (name, entries, says) in [
+        ("swapped", swapped, "(not the sources it was built from)"),
+        ("removed", removed, "which the bundle lacks"),
+    ] {
+        let evil = tmp.path().join(format!("{name}.tar.zst"));
+        rewrite(&evil, entries);
+        let (code, out, err) = run(
+            tmp.path(),
+            &root,
+            &["bundle", "verify", evil.to_str().unwrap()],
+        );
+        assert_eq!(code, 1, "{name}: {out}{err}");
+        assert!(
+            out.contains(&format!("INVALID  {member}: ")),
+            "{name}: {out}"
+        );
+        assert!(out.contains(&source) && out.contains(says), "{name}: {out}");
+        assert!(
+            out.contains("0 differ, 0 missing, 0 extra, 1 invalid records"),
+            "{name}: {out}"
+        );
+    }
+}
+
 // 2. Paths from records -----------------------------------------------------------------
 
 #[test]
