@@ -452,6 +452,12 @@ fn prepare(g: &Globals, a: &Args, good: &str, bad: &str) -> anyhow::Result<Prepa
         );
     }
     let recipe = recipe_source(g, &repo, a)?;
+    // A recipe held fixed takes the parameters the same at every commit: a wrong name or
+    // value is the user's, said now rather than as a skip at every step.
+    if let Some(RecipeSource::Fixed(r)) = &recipe {
+        let mut params = r.sections.params.clone();
+        crate::foundation::runspec::override_params(&mut params, &a.param)?;
+    }
     let plan = plan(g, a, recipe, question)?;
     provision_toolchain(g, &plan)?;
     Ok(Prepared {
@@ -572,6 +578,15 @@ fn toolchains_of(g: &Globals, a: &Args, range: &str, recipe: &str) -> anyhow::Re
 /// What a commit bisection asks of each commit: a script, a command's metric, or the recipe
 /// built, checked or benched.
 fn question(a: &Args) -> anyhow::Result<Question> {
+    // Parameters choose a recipe bench's point; nothing else reads them.
+    let recipe_bench = a.script.is_none() && a.command.is_none() && a.mode == Mode::Bench;
+    if !a.param.is_empty() && !recipe_bench {
+        return Err(UserError::usage(
+            "--param sets a recipe bench's parameters: it applies to --recipe NAME --mode bench only",
+        )
+        .hint("add --mode bench to time the recipe at that point, or leave --param out")
+        .into());
+    }
     Ok(match (&a.script, &a.command, a.mode) {
         (Some(s), _, _) => Question::Script(s.clone()),
         (None, Some(cmd), _) => Question::Bench(bench_question(

@@ -371,6 +371,27 @@ fn bad_input_is_explained() {
     run(&["--good", "HEAD~3", "--bad", "HEAD"])
         .code(2)
         .stderr(predicate::str::contains("say what to test"));
+    // --param outside a recipe bench was ignored; in one, a name the recipe lacks or a
+    // value that does not parse was a skip at every step. Both are said before any step.
+    for mode in [
+        &["--recipe", "k"][..],
+        &["--script", "true"],
+        &["--recipe", "k", "--mode", "check"],
+    ] {
+        let mut args = vec!["--good", "HEAD~3", "--bad", "HEAD", "--param", "n=4"];
+        args.extend_from_slice(mode);
+        run(&args).code(2).stderr(predicate::str::contains(
+            "it applies to --recipe NAME --mode bench only",
+        ));
+    }
+    let bench = [
+        "--good", "HEAD~3", "--bad", "HEAD", "--recipe", "k", "--mode", "bench",
+    ];
+    run(&[&bench[..], &["--param", "bogus=1"]].concat())
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--param `bogus`: not a parameter of this recipe",
+        ));
     // Without NVRTC a build step cannot run at all: that stops the search (exit 3), and
     // --keep-going is for infrastructure failures in the middle, not at the ends.
     let empty = tmp.path().join("empty");
