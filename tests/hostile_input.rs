@@ -184,6 +184,43 @@ fn outputs_never_replace_the_stores_records_the_inputs_or_each_other() {
     assert_eq!(code, 0, "{out}{err}");
 }
 
+/// A stored result that does not read (edited under its seal, or cut short) is named by its
+/// file wherever it is asked for by ID: show, compare and bundle create (which called it
+/// absent).
+#[test]
+fn a_damaged_record_asked_for_is_named_by_its_file() {
+    let (tmp, root) = repo_with(&[("a.txt", "1")]);
+    let (code, out, err) = bench_export(tmp.path(), &root, "first.json");
+    assert_eq!(code, 0, "{out}{err}");
+    let path = std::fs::read_dir(root.join(".repro/results"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let id = path.file_stem().unwrap().to_str().unwrap().to_string();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for (damage, says) in [
+        (
+            text.replacen("\"k\"", "\"k2\"", 1),
+            "its fields do not hash to its record-sha256",
+        ),
+        (text[..text.len() / 2].to_string(), "not valid JSON"),
+    ] {
+        std::fs::write(&path, &damage).unwrap();
+        let named = format!("results/{id}.json: {says}");
+        for args in [
+            vec!["show", &id[..12]],
+            vec!["compare", &id[..12], &id[..12]],
+            vec!["bundle", "create", &id[..12], "-o", "b.tar.zst"],
+        ] {
+            let (code, out, err) = run_in(tmp.path(), &root, &args);
+            assert_eq!(code, 2, "{args:?}: {out}{err}");
+            assert!(err.contains(&named), "{args:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn inputs_that_are_devices_fifos_or_directories_are_refused_at_once() {
     let (tmp, root) = repo_with(&[

@@ -186,6 +186,14 @@ fn create_bundle(
                 contents.profiles.insert(one.0.clone(), one.1.clone());
             }
             ([], [], []) => {
+                use crate::engines::catalog::{Kind, unreadable};
+                // A record there that does not read is named, not called absent.
+                if p.len() >= 4
+                    && let Some(e) =
+                        unreadable(&store, &[Kind::Result, Kind::Build, Kind::Profile], &p)
+                {
+                    return Err(e.into());
+                }
                 return Err(
                     UserError::usage(format!("no result, build or profile with ID {id}"))
                         .hint("`repro log` lists results")

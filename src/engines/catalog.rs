@@ -424,15 +424,20 @@ pub fn list(store: &Store, kinds: &[Kind]) -> Vec<(Entry, Record)> {
 /// The error of the first stored record of `kinds` whose ID starts with `prefix` that does
 /// not read, if there is one: what `find` says instead of "no record" about a file that is
 /// there but hostile or damaged.
-fn unreadable(store: &Store, kinds: &[Kind], prefix: &str) -> Option<FindError> {
+pub fn unreadable(store: &Store, kinds: &[Kind], prefix: &str) -> Option<FindError> {
     kinds.iter().find_map(|kind| {
         store
             .records(kind.dir())
             .into_iter()
             .filter(|(id, _, _)| id.starts_with(prefix))
-            .find_map(|(id, _, parsed)| {
+            .find_map(|(id, path, parsed)| {
                 let reason = match parsed {
-                    Err(e) => e.to_string(),
+                    // The store's own check (not JSON, a broken seal) names no file: say which.
+                    Err(e) => format!(
+                        "{}/{}: {e}",
+                        kind.dir(),
+                        path.file_name()?.to_string_lossy()
+                    ),
                     Ok(v) => Record::from_json(*kind, &id, &v).err()?.to_string(),
                 };
                 Some(FindError::Unreadable { reason })
