@@ -398,6 +398,34 @@ fn check(g: &Globals, a: CheckArgs) -> anyhow::Result<u8> {
     } else {
         Vec::new()
     };
+    // A compiler the lockfile wants and this machine lacks, which repro.toml pins: the fix
+    // is to install the pin (the general hint speaks of shells and the PATH).
+    for row in report
+        .rows
+        .iter_mut()
+        .filter(|r| r.status == Status::Missing)
+    {
+        let family = match row.field.as_str() {
+            "toolchain.nvcc.version" => "nvcc@",
+            "toolchain.nvrtc.version" => "nvrtc@",
+            _ => continue,
+        };
+        if let Some(t) = pins
+            .iter()
+            .find(|t| t.path.is_none() && t.spec.starts_with(family))
+        {
+            row.hint = Some(format!(
+                "{} is pinned in repro.toml but not installed: run `{}`{}",
+                t.spec,
+                crate::engines::toolchain::install::InstallError::install_command(&t.spec),
+                if t.installs_itself {
+                    " (a build installs it on first use)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
     // A missing toolchain that installs itself on first use is a warning, a failure only
     // with --strict; one that cannot (nothing pinned to verify it by) is a failure.
     let missing: Vec<&PinnedToolchain> = pins

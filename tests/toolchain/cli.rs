@@ -487,6 +487,31 @@ fn env_check_warns_until_the_pinned_toolchain_is_installed_and_fails_only_when_s
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["toolchains"][0]["installs-on-first-use"], true, "{v}");
+    // A lockfile that wants nvcc: its missing row's hint is to install the pin.
+    std::fs::write(
+        root.join("lockfiles/nvcc.toml"),
+        "schema = 1\nname = \"nvcc\"\n[fields]\n\"toolchain.nvcc.version\" = { policy = \"exact\", value = \"13.0\" }\n",
+    )
+    .unwrap();
+    let out = cmd(&cache, &root)
+        .args(["--json", "env", "check", "--lock", "lockfiles/nvcc.toml"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(
+        (&row["field"], &row["status"]),
+        (
+            &serde_json::json!("toolchain.nvcc.version"),
+            &serde_json::json!("missing")
+        ),
+        "{v}"
+    );
+    assert_eq!(
+        row["hint"],
+        "nvcc@13.0 is pinned in repro.toml but not installed: run `repro toolchain install nvcc@13.0` (a build installs it on first use)",
+        "{v}"
+    );
     // A failure with --strict, which neither the summary nor the JSON calls passed.
     refused(
         &cache,
