@@ -527,13 +527,19 @@ fn member_name<R: std::io::Read>(
         path: path.to_owned(),
         entry: String::from_utf8_lossy(e.as_bytes()).into_owned(),
     })?;
-    if !is_safe(&name) {
+    let kind = member.header().entry_type();
+    // tar writes a directory's name with a trailing `/`: what it is, not where it leads,
+    // is what is wrong with it (below).
+    let bare = match kind {
+        tar::EntryType::Directory => name.strip_suffix('/').unwrap_or(&name),
+        _ => &name,
+    };
+    if !is_safe(bare) {
         return Err(ArchiveError::UnsafePath {
             path: path.to_owned(),
             entry: name,
         });
     }
-    let kind = member.header().entry_type();
     if !kind.is_file() {
         use tar::EntryType as T;
         let kind = match kind {
@@ -980,6 +986,7 @@ impl crate::foundation::error::Diagnose for ArchiveError {
         match self {
             E::Corrupt { .. } => Some("the file is truncated or not a repro bundle: download it again and compare its sha256".into()),
             E::UnsafePath { .. } => Some("the archive tries to write outside its directory: it was not made by repro; nothing was extracted".into()),
+            E::NotAFile { kind, .. } if kind == "directory" => Some("repro writes bundles of regular files only, with no directory entries: repack an unpacked bundle with `tar --no-recursion` over its files (MANIFEST last), or make it again with `repro bundle create`; nothing was extracted".into()),
             E::NotAFile { .. } => Some("repro writes bundles of regular files only: this one was not made by repro; nothing was extracted".into()),
             E::Write { .. } => Some("check free space and permissions of the output directory".into()),
             E::Clash { .. } => Some("repro never writes a path both as a file and as a directory: the bundle was made or edited by hand; nothing was extracted".into()),
@@ -1346,6 +1353,27 @@ mod tests {
             assert!(e.to_string().contains("lies under"), "{e}");
             assert!(extract(&bundle, &dir.path().join("out")).is_err());
         }
+    }
+
+    /// A directory entry, as plain `tar` writes one (`artifacts/`), is named for what it is,
+    /// with a hint to repack without them; a `..` directory is still an unsafe path.
+    #[test]
+    fn a_directory_entry_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("plain.tar.zst");
+        hostile(&bundle, "artifacts/", tar::EntryType::Directory);
+        let e = verify(&bundle).map(|_| ()).unwrap_err();
+        match &e {
+            ArchiveError::NotAFile { entry, kind, .. } => {
+                assert_eq!((entry.as_str(), kind.as_str()), ("artifacts/", "directory"))
+            }
+            other => panic!("{other}"),
+        }
+        let hint = crate::foundation::error::Diagnose::hint(&e).unwrap();
+        assert!(hint.contains("--no-recursion"), "{hint}");
+        hostile(&bundle, "../up/", tar::EntryType::Directory);
+        let e = verify(&bundle).map(|_| ()).unwrap_err();
+        assert!(matches!(e, ArchiveError::UnsafePath { .. }), "{e}");
     }
 
     #[test]
