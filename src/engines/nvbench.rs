@@ -181,7 +181,7 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
         let mut names: Vec<String> = states
             .iter()
             .take(LISTED_STATES)
-            .map(|(n, _, _)| format!("`{}`", clip(n)))
+            .map(|(n, _, _)| format!("`{}`", crate::foundation::output::clip(n, 200)))
             .collect();
         if states.len() > LISTED_STATES {
             names.push(format!("and {} more", states.len() - LISTED_STATES));
@@ -209,7 +209,10 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
             return Err(NvbenchError::Select {
                 path: path.to_path_buf(),
                 what: match selector {
-                    Some(s) => format!("no state matches `{}`", clip(s)),
+                    Some(s) => format!(
+                        "no state matches `{}`",
+                        crate::foundation::output::clip(s, 200)
+                    ),
                     None => "no state that was run".into(),
                 },
                 states: all(),
@@ -221,7 +224,10 @@ pub fn load(path: &Path, selector: Option<&str>) -> Result<ResultRecord, Nvbench
                 what: format!(
                     "{} states match{}: pick one with FILE@TEXT",
                     chosen.len(),
-                    selector.map_or(String::new(), |s| format!(" `{}`", clip(s)))
+                    selector.map_or(String::new(), |s| format!(
+                        " `{}`",
+                        crate::foundation::output::clip(s, 200)
+                    ))
                 ),
                 states: all(),
             });
@@ -360,14 +366,6 @@ enum SamplesError {
 
 /// How many states an error that lists them names.
 const LISTED_STATES: usize = 20;
-
-/// `text`, cut to at most 200 characters (a state's name or a selector in a message).
-fn clip(text: &str) -> String {
-    match text.char_indices().nth(200) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text.to_string(),
-    }
-}
 
 /// Little-endian float32 seconds → µs, from a regular file of at most [`MAX_SAMPLES`]
 /// samples (a device such as `/dev/zero` or a FIFO is refused before it is read).

@@ -223,6 +223,15 @@ pub fn sanitize(text: &str) -> String {
     terminal_safe(text, false)
 }
 
+/// `text` cut to at most `max` characters, with `...` where it was cut: what a message
+/// echoes of a long argument or a name from a file.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// A progress bar with a count and an ETA on stderr, for a step that can take more than a
 /// second. It is hidden (every call on it does nothing) when `quiet` (`-q`, `--json`) or when
 /// stderr is not a terminal, so logs and pipes get no control characters.

@@ -391,7 +391,7 @@ pub enum ParamError {
     #[error(transparent)]
     Limit(#[from] crate::foundation::limits::LimitError),
     /// The sweep has more points than allowed.
-    #[error("[params] make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)", if *.points == u64::MAX { "over 2^64".to_string() } else { .points.to_string() })]
+    #[error("the parameters ([params] and any --param) make a sweep of {} points, more than the {max} allowed (REPRO_MAX_SWEEP_POINTS)", if *.points == u64::MAX { "over 2^64".to_string() } else { .points.to_string() })]
     TooManyPoints {
         /// The number of points (`u64::MAX` when it overflows).
         points: u64,
@@ -1122,12 +1122,14 @@ pub fn override_params(
     overrides: &[String],
 ) -> Result<(), ParamError> {
     for o in overrides {
+        // What a message echoes of the override: at most 200 characters of it.
+        let shown = || crate::foundation::output::clip(o, 200);
         let (k, v) = o
             .split_once('=')
-            .ok_or_else(|| ParamError::NoValue { text: o.clone() })?;
+            .ok_or_else(|| ParamError::NoValue { text: shown() })?;
         if !params.contains_key(k) {
             return Err(ParamError::Unknown {
-                name: k.to_string(),
+                name: crate::foundation::output::clip(k, 200),
                 known: params.keys().cloned().collect(),
             });
         }
@@ -1139,12 +1141,12 @@ pub fn override_params(
                     // A value names no parameter: `n=abc` is a word where a number belongs.
                     crate::foundation::expr::ExprError::UnknownName { name, .. } => {
                         ParamError::Word {
-                            text: o.clone(),
-                            word: name,
+                            text: shown(),
+                            word: crate::foundation::output::clip(&name, 200),
                         }
                     }
                     error => ParamError::Value {
-                        text: o.clone(),
+                        text: shown(),
                         error,
                     },
                 }
@@ -1155,4 +1157,41 @@ pub fn override_params(
     }
     sweep_points(params)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message echoes at most 200 characters of a `--param` (an argument of 120 KB was
+    /// echoed whole), and a sweep too large says the overrides count.
+    #[test]
+    fn param_errors_echo_a_bounded_part_of_the_argument() {
+        let mut params: BTreeMap<String, Vec<Value>> =
+            [("n".to_string(), vec![Value::Int(1)])].into();
+        let long = format!("n=({}", "1+".repeat(60_000));
+        for bad in [
+            long.clone(),
+            long.replace('=', "-"),
+            format!("{}=1", "x".repeat(60_000)),
+        ] {
+            let e = override_params(&mut params, &[bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.len() < 1000 && e.contains("..."), "{} bytes", e.len());
+        }
+        let wide = (0..200)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut two: BTreeMap<String, Vec<Value>> = [
+            ("n".to_string(), vec![Value::Int(1)]),
+            ("m".to_string(), vec![Value::Int(1)]),
+        ]
+        .into();
+        let e = override_params(&mut two, &[format!("n={wide}"), format!("m={wide}")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[params] and any --param"), "{e}");
+    }
 }
