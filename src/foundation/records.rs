@@ -2064,7 +2064,7 @@ mod tests {
             assert!(e.contains("`summary` is missing, with"), "{e}");
             let e = refused(file, &|v| v["commit"] = serde_json::json!("../../etc"));
             assert!(
-                e.contains("`commit` is \"../../etc\", not a full commit"),
+                e.contains("`commit` is \"../../etc\", not a 40-digit hex commit"),
                 "{e}"
             );
             let e = refused(file, &|v| {
