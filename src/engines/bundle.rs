@@ -346,12 +346,6 @@ impl Check<'_> {
                 ),
             ));
         }
-        self.opt(
-            "commit",
-            b.commit.as_deref(),
-            keys::is_commit,
-            "a 40-digit hex commit",
-        )?;
         self.opt("recipe", Some(&b.recipe), keys::is_name, "a recipe name")?;
         self.opt(
             "recipe-path",
@@ -375,12 +369,6 @@ impl Check<'_> {
         }
         let r = ResultRecord::from_json(&content, &format!("result {}", keys::short(self.id)))
             .map_err(|e| self.typed(e))?;
-        self.opt(
-            "commit",
-            r.commit.as_deref(),
-            keys::is_commit,
-            "a 40-digit hex commit",
-        )?;
         self.opt(
             "recipe",
             r.recipe.as_deref(),

@@ -272,8 +272,18 @@ impl ExportArgs {
             .iter()
             .map(|(_, p)| fsutil::resolve(&cwd.join(p)))
             .collect();
+        // Each input, and the directory of nvbench samples beside it (`FILE-bin`).
+        let reads: Vec<_> = inputs
+            .iter()
+            .map(|input| {
+                let input = fsutil::resolve(&cwd.join(input));
+                let mut samples = input.clone().into_os_string();
+                samples.push("-bin");
+                (input, std::path::PathBuf::from(samples))
+            })
+            .collect();
         for (i, (option, path)) in targets.iter().enumerate() {
-            if let Some(store) = fsutil::store_around(&at[i]) {
+            if let Some(store) = fsutil::store_holding(&at[i]) {
                 let e = WriteError::InsideStore {
                     path: path.to_path_buf(),
                     store,
@@ -289,11 +299,8 @@ impl ExportArgs {
                 ))
                 .hint("give each export a file of its own"));
             }
-            for input in inputs {
-                let input = fsutil::resolve(&cwd.join(input));
-                let mut samples = input.clone().into_os_string();
-                samples.push("-bin");
-                if at[i] == input || at[i].starts_with(&samples) {
+            for (input, samples) in &reads {
+                if at[i] == *input || at[i].starts_with(samples) {
                     return Err(UserError::usage(format!(
                         "{option} {} would overwrite {}, which this command reads",
                         path.display(),

@@ -325,8 +325,13 @@ pub const STORE_MARKER: &str = "store.json";
 /// The repro store (a directory holding [`STORE_MARKER`]) that a file written at `path`
 /// would lie in, if any: the path's directories ([`resolve`]d), up to the root.
 pub fn store_around(path: &Path) -> Option<PathBuf> {
+    store_holding(&resolve(path))
+}
+
+/// [`store_around`] for a path [`resolve`] gave already.
+pub fn store_holding(resolved: &Path) -> Option<PathBuf> {
     // A file at the path itself is what is written, not a directory it could hold.
-    resolve(path)
+    resolved
         .ancestors()
         .skip(1)
         .find(|d| d.join(STORE_MARKER).is_file())

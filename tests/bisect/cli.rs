@@ -7,7 +7,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{git, nvrtc_available, repo_with, repro};
+use common::{git, nvrtc_available, repo_with, repro, run_in};
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -423,27 +423,13 @@ fn a_bisection_step_leaves_a_dirty_build_record_as_it_was() {
     let first = git(&root, &["rev-parse", "HEAD"]);
     // Built from an edit not yet committed: the record names HEAD and is dirty.
     std::fs::write(root.join("src/k.txt"), "fine 2\n").unwrap();
-    let out = repro(tmp.path())
-        .arg("-C")
-        .arg(&root)
-        .args(["build", "c", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, out, err) = run_in(tmp.path(), &root, &["build", "c", "--json"]);
+    assert_eq!(code, 0, "{err}");
     let show = |id: &str| -> Value {
-        let out = repro(tmp.path())
-            .arg("-C")
-            .arg(&root)
-            .args(["--json", "show", id])
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
+        let (_, out, _) = run_in(tmp.path(), &root, &["--json", "show", id]);
+        serde_json::from_str(&out).unwrap()
     };
-    let built: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let built: Value = serde_json::from_str(&out).unwrap();
     let id = built["builds"][0]["key"].as_str().unwrap().to_string();
     let before = show(&id[..12]);
     assert_eq!(before["commit"], first.as_str(), "{before}");
